@@ -1,0 +1,52 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+)
+
+// AckLevel is how far an append must get before its caller is answered
+// (seed 003, "三条确认线"). A caller is never told more than happened.
+//
+//	level     answered when                         survives kill -9   survives power loss
+//	ACCEPTED  queued in memory, offset not final     maybe              maybe
+//	WRITTEN   write(2) returned (page cache)         usually            maybe
+//	DURABLE   segment and index fsynced              yes                yes (if the device honours flush)
+type AckLevel uint8
+
+const (
+	// Accepted: the entry is queued for the writer; no offset is promised.
+	Accepted AckLevel = iota + 1
+	// Written: segment and index write(2) returned; offset is assigned.
+	Written
+	// Durable: segment and index were fsynced and the high watermark covers
+	// the entry. The default everywhere.
+	Durable
+)
+
+// String returns ACCEPTED, WRITTEN or DURABLE.
+func (l AckLevel) String() string {
+	switch l {
+	case Accepted:
+		return "ACCEPTED"
+	case Written:
+		return "WRITTEN"
+	case Durable:
+		return "DURABLE"
+	}
+	return fmt.Sprintf("AckLevel(%d)", uint8(l))
+}
+
+// ParseAckLevel parses accepted|written|durable, case-insensitively.
+// The empty string is Durable.
+func ParseAckLevel(s string) (AckLevel, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "durable":
+		return Durable, nil
+	case "written":
+		return Written, nil
+	case "accepted":
+		return Accepted, nil
+	}
+	return 0, fmt.Errorf("unknown ack level %q (want accepted, written or durable)", s)
+}

@@ -1,0 +1,200 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Checkpoint file layout (seed 000 "체크포인트"; wire format, do not change):
+//
+//	checkpoints/<name>.checkpoint
+//	+----------------------------+
+//	| int64 big-endian next offset |  exactly 8 bytes, overwritten in place
+//	+----------------------------+
+//
+// The value is the next offset the owner (a dispatcher or a consumer group)
+// will read. A commit overwrites bytes 0..7 and fsyncs before returning, so a
+// crash leaves either the old or the new value (an aligned 8-byte write does
+// not tear on the filesystems we support; a torn or garbled file is detected
+// on open and restarts from the first offset: at-least-once, never skip).
+const (
+	// CheckpointDir is the sub-directory of a topic holding checkpoints.
+	CheckpointDir = "checkpoints"
+	// CheckpointExt is the file extension of a checkpoint.
+	CheckpointExt = ".checkpoint"
+	checkpointSize = 8
+)
+
+var checkpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`)
+
+// ValidCheckpointName reports whether name may be used as a checkpoint (and
+// so dispatcher or consumer group) name: 1–200 bytes of [A-Za-z0-9_.-], not
+// starting with '.', so it is always a plain file name.
+func ValidCheckpointName(name string) error {
+	if !checkpointNameRE.MatchString(name) {
+		return fmt.Errorf("invalid checkpoint name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", name)
+	}
+	return nil
+}
+
+// Checkpoint is one durable "next offset" of a topic. Safe for concurrent use.
+type Checkpoint struct {
+	fs     vfs.FS
+	dir    string // <topic>/checkpoints
+	path   string
+	name   string
+	mu     sync.Mutex
+	f      vfs.File // nil until the first commit when the file did not exist
+	offset int64
+	size   int64 // file size seen at open; fixed to 8 on first commit
+}
+
+// OpenCheckpoint opens <topicDir>/checkpoints/<name>.checkpoint and returns
+// it with its offset decided as follows (logEnd = the topic's high watermark):
+//
+//	file missing                 → 0 (a new name replays from offset 0, seed 000)
+//	shorter/longer than 8 bytes  → 0, logged as an error (at-least-once: never skip)
+//	negative value               → 0, logged as an error
+//	value > logEnd               → logEnd, logged as a warning
+//
+// The file is not modified until the first Commit.
+func OpenCheckpoint(fsys vfs.FS, topicDir, name string, logEnd int64, log *zap.Logger) (*Checkpoint, error) {
+	if err := ValidCheckpointName(name); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	c := &Checkpoint{
+		fs:   fsys,
+		dir:  filepath.Join(topicDir, CheckpointDir),
+		name: name,
+	}
+	c.path = filepath.Join(c.dir, name+CheckpointExt)
+	f, err := fsys.OpenRW(c.path)
+	if vfs.IsNotExist(err) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint %s: %w", c.path, err)
+	}
+	c.f = f
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat checkpoint %s: %w", c.path, err)
+	}
+	c.size = size
+	if size != checkpointSize {
+		log.Error("checkpoint file has the wrong size; restarting from the first offset (messages will be redelivered)",
+			zap.String("file", c.path), zap.Int64("size", size), zap.Int("want-size", checkpointSize))
+		return c, nil
+	}
+	var buf [checkpointSize]byte
+	if _, err := f.ReadAt(buf[:], 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read checkpoint %s: %w", c.path, err)
+	}
+	v := int64(binary.BigEndian.Uint64(buf[:]))
+	switch {
+	case v < 0:
+		log.Error("checkpoint value is negative; restarting from the first offset (messages will be redelivered)",
+			zap.String("file", c.path), zap.Int64("value", v))
+	case v > logEnd:
+		log.Warn("checkpoint is beyond the end of the log; clamping to the end",
+			zap.String("file", c.path), zap.Int64("value", v), zap.Int64("log-end", logEnd))
+		c.offset = logEnd
+	default:
+		c.offset = v
+	}
+	return c, nil
+}
+
+// Name is the checkpoint's owner name.
+func (c *Checkpoint) Name() string { return c.name }
+
+// Path is the checkpoint file path.
+func (c *Checkpoint) Path() string { return c.path }
+
+// Offset is the last committed next offset (0 for a new checkpoint).
+func (c *Checkpoint) Offset() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offset
+}
+
+// Commit durably stores next: it overwrites the 8 bytes in place and fsyncs
+// before returning (seed 000 "커밋 시점과 fsync"). The first commit of a new
+// checkpoint creates the file and fsyncs the directory. On error the stored
+// value is unknown to the caller and Offset keeps the previous value.
+func (c *Checkpoint) Commit(next int64) error {
+	if next < 0 {
+		return fmt.Errorf("commit checkpoint %s: negative offset %d", c.name, next)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		if err := c.fs.MkdirAll(c.dir); err != nil {
+			return fmt.Errorf("create checkpoint dir %s: %w", c.dir, err)
+		}
+		f, err := c.fs.Create(c.path)
+		if err != nil {
+			return fmt.Errorf("create checkpoint %s: %w", c.path, err)
+		}
+		if err := c.write(f, next); err != nil {
+			f.Close()
+			return err
+		}
+		if err := c.fs.SyncDir(c.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("sync checkpoint dir %s: %w", c.dir, err)
+		}
+		if err := c.fs.SyncDir(filepath.Dir(c.dir)); err != nil {
+			f.Close()
+			return fmt.Errorf("sync topic dir %s: %w", filepath.Dir(c.dir), err)
+		}
+		c.f, c.size, c.offset = f, checkpointSize, next
+		return nil
+	}
+	if c.size > checkpointSize {
+		if err := c.f.Truncate(checkpointSize); err != nil {
+			return fmt.Errorf("truncate checkpoint %s: %w", c.path, err)
+		}
+	}
+	if err := c.write(c.f, next); err != nil {
+		return err
+	}
+	c.size, c.offset = checkpointSize, next
+	return nil
+}
+
+func (c *Checkpoint) write(f vfs.File, next int64) error {
+	var buf [checkpointSize]byte
+	binary.BigEndian.PutUint64(buf[:], uint64(next))
+	if _, err := f.WriteAt(buf[:], 0); err != nil {
+		return fmt.Errorf("write checkpoint %s: %w", c.path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync checkpoint %s: %w", c.path, err)
+	}
+	return nil
+}
+
+// Close closes the file. It does not commit.
+func (c *Checkpoint) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.f == nil {
+		return nil
+	}
+	err := c.f.Close()
+	c.f = nil
+	return err
+}

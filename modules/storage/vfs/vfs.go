@@ -1,0 +1,68 @@
+// Package vfs is the small filesystem interface every piece of mmmq storage
+// code goes through, so that tests can inject write, fsync and rename faults
+// and simulate power loss (see MemFS). The shape follows hashicorp/raft-wal's
+// types/vfs.go and pebble's vfs package: only the operations the log needs.
+//
+// Positions and sizes are in bytes. Writes are positional (pwrite): the caller
+// tracks where the end of a file is, so a short or failed write never leaves
+// a hidden file offset behind.
+package vfs
+
+import (
+	"errors"
+	"io/fs"
+)
+
+// File is an open file. Implementations: *os.File (via OS) and MemFS files.
+type File interface {
+	// ReadAt reads len(p) bytes at off; io.EOF when the file is shorter.
+	ReadAt(p []byte, off int64) (int, error)
+	// WriteAt writes p at off, growing the file as needed.
+	WriteAt(p []byte, off int64) (int, error)
+	// Sync makes the file's data and size durable (fsync).
+	Sync() error
+	// Truncate sets the file's size to size bytes.
+	Truncate(size int64) error
+	// Size is the file's current size in bytes.
+	Size() (int64, error)
+	// Close releases the file. It does not sync.
+	Close() error
+}
+
+// DirEntry is one name in a directory listing.
+type DirEntry struct {
+	Name  string
+	IsDir bool
+}
+
+// FS is the filesystem used by all storage code. The OS implementation is
+// OS{}; MemFS is the test implementation with fault injection and crash
+// simulation. Names are slash- or OS-separated paths as produced by
+// path/filepath.
+type FS interface {
+	// Create creates name (truncating it if it exists) for reading and writing.
+	// The new directory entry is durable only after SyncDir of its parent.
+	Create(name string) (File, error)
+	// OpenRW opens an existing file for reading and writing.
+	// Errors wrap fs.ErrNotExist when name does not exist.
+	OpenRW(name string) (File, error)
+	// Open opens an existing file read-only.
+	// Errors wrap fs.ErrNotExist when name does not exist.
+	Open(name string) (File, error)
+	// Remove removes a file or an empty directory.
+	Remove(name string) error
+	// Rename atomically replaces newname with oldname. Durable after SyncDir.
+	Rename(oldname, newname string) error
+	// MkdirAll creates dir and any missing parents (mode 0o755).
+	MkdirAll(dir string) error
+	// List returns the entries of dir sorted by name.
+	// Errors wrap fs.ErrNotExist when dir does not exist.
+	List(dir string) ([]DirEntry, error)
+	// SyncDir fsyncs the directory itself so that created, renamed and
+	// removed entries survive a power loss (fsync(2): syncing a file does not
+	// sync its directory entry).
+	SyncDir(dir string) error
+}
+
+// IsNotExist reports whether err says a file or directory does not exist.
+func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
