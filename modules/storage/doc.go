@@ -1,0 +1,107 @@
+// Package storage is the mmmq storage engine: a per-topic, append-only,
+// segmented log on local disk with an offset index, CRC32C per entry, group
+// commit, durable checkpoints and index-based startup recovery. It works
+// without Fx; fx.go only wires it into the application.
+//
+// # Layout (seed 000 "디렉토리 레이아웃", DESIGN §3)
+//
+//	<root>/
+//	  <topic>/
+//	    0000000000000000000.mmm     segment: entries back to back
+//	    0000000000000000000.idx     offset index: int64 BE position per entry
+//	    0000000000000001024.mmm     next segment, named by its first offset
+//	    0000000000000001024.idx
+//	    checkpoints/<name>.checkpoint   int64 BE next offset, 8 bytes
+//
+// # Entry (format.go)
+//
+//	+-----------+-----------+------------------------+
+//	| length    | CRC32C    | message JSON           |
+//	| int32 BE  | uint32 BE | length-4 bytes         |
+//	+-----------+-----------+------------------------+
+//	length = 4 + len(JSON); CRC over the JSON only.
+//
+// A length below 6 (4 + the 2-byte minimum JSON), above 4 + max-record-bytes,
+// or past the end of the file is rejected before anything is allocated, so
+// eight zero bytes (length 0, CRC32C("") = 0) never decode as an entry.
+//
+// # Lookup (seed 000 "오프셋 인덱스로 메시지 찾기")
+//
+//	offset 1030 → segment with the greatest start <= 1030 (binary search): 1024
+//	            → relative offset 6 → .idx bytes 48..55 = position 412
+//	            → .mmm at 412: header, payload, CRC check
+//
+// ReadBatch reads a run of index entries and the segment bytes they span in
+// one read each, so a replay costs two syscalls per batch, not per entry.
+//
+// # Write path (writer.go): group commit
+//
+//	Append ─┐
+//	Append ─┼─▶ pending queue ─▶ writer goroutine (one per topic)
+//	Append ─┘                     │ take everything queued
+//	                              │ rotation check before each entry
+//	                              ├─ write entries to .mmm ........ (hook AfterSegmentWrite)
+//	                              ├─ fsync .mmm .................... (hook AfterSegmentSync)
+//	                              ├─ write positions to .idx ....... (hook AfterIndexWrite)  → answer WRITTEN
+//	                              ├─ fsync .idx .................... (hook AfterIndexSync)
+//	                              ├─ publish high watermark (atomic store, wake Notify waiters)
+//	                              └─ answer DURABLE
+//
+// ACCEPTED is answered as soon as the entry is queued. Concurrent appends share
+// one fsync pair; the data of an index entry is always fsynced before the
+// index entry is even written, so an index entry on disk never points at
+// data that a power loss can take away. Readers load the high watermark, then
+// the immutable segment list snapshot, and read with ReadAt: no lock.
+//
+// A failed write or fsync fails the log: the waiters of that batch and every
+// later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
+// The log never retries an fsync and then acknowledges (PostgreSQL
+// "fsyncgate"); reopening the topic runs recovery to the last good state.
+//
+// # Rotation
+//
+// Before each entry, if the active segment holds >= SegmentMaxBytes, the
+// buffered group is made durable, then <next>.mmm and <next>.idx are created
+// and the topic directory is fsynced, next = start + entry count of the
+// previous segment (seed 000 "세그먼트 회전").
+//
+// # Startup recovery (recover.go): index-based, no full scan
+//
+// The offset index is the single source of truth. Per segment, in order:
+//
+//	.idx length % 8 != 0          → cut the torn entry (last segment; else CORRUPT)
+//	index positions implausible   → trailing, no valid entry after: cut (last segment)
+//	  (not increasing by a          otherwise: CORRUPT
+//	   plausible entry size)
+//	index entry at/after .mmm end → CORRUPT: the segment is shorter than its index
+//	last entry torn (bad header,  → cut it and walk back (last segment only)
+//	  runs past end, CRC wrong)
+//	entry before the last one     → CORRUPT ("index entry points into the
+//	  does not end where the        middle of an entry")
+//	  last one starts
+//	.mmm longer than the end of   → truncate and fsync (bytes never indexed,
+//	  the last kept entry            never acknowledged)
+//	segment start != previous     → CORRUPT (gap or overlap in the chain)
+//	  start + previous count
+//
+// Files a crash during rotation can leave: a lone empty .mmm at the tail gets
+// its .idx created (the rotation completes); a lone empty .idx at the tail is
+// removed; a lone non-empty file, or a missing file in an older segment, is
+// CORRUPT. Leftover *.tmp files are removed; other unknown files are logged
+// and left alone.
+//
+// On corruption Open returns a *CorruptionError naming the topic, file, byte
+// position and offset, and no file is modified: every decision is made
+// before anything is cut. Verify (verify.go) additionally reads every entry
+// and CRC for `mmmq verify`.
+//
+// Entries in the middle of the log are not read at startup; a CRC mismatch
+// there is found at read time as a *CorruptionError for that one offset,
+// which the dispatcher logs and skips (seed 000 "무결성 검증").
+//
+// # Checkpoints (checkpoint.go)
+//
+// 8 bytes, int64 BE "next offset", overwritten in place and fsynced on every
+// commit. Missing → 0; wrong size or negative → 0 with an error log (at-least-
+// once: redeliver, never skip); beyond the log end → clamped with a warning.
+package storage

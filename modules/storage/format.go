@@ -1,0 +1,94 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// Entry layout in a segment file (seed 000 "세그먼트"; wire format, do not change):
+//
+//	0         4         8                      8+len-4
+//	+---------+---------+----------------------+
+//	| length  |  CRC    | message bytes (JSON) |
+//	| int32BE | uint32BE|  length - 4 bytes    |
+//	+---------+---------+----------------------+
+//
+//	length = 4 + len(JSON)          (the CRC plus the message bytes)
+//	CRC    = CRC32C(JSON)           (Castagnoli polynomial, over the JSON only)
+//
+// Offset index layout (.idx; wire format, do not change): one int64
+// big-endian byte position per entry, entry i of the segment at byte i×8.
+const (
+	// HeaderSize is the size of an entry header: length + CRC.
+	HeaderSize = 8
+	// IndexEntrySize is the size of one offset index entry.
+	IndexEntrySize = 8
+	// MinPayloadBytes is the smallest message JSON accepted: the shortest
+	// JSON document that is an object or a string is 2 bytes ("{}", "\"\"").
+	// It also makes eight zero bytes (length 0, CRC32C("") = 0) undecodable.
+	MinPayloadBytes = 2
+	// DefaultMaxRecordBytes is the default cap on one message JSON
+	// (mmmq.broker.segment.max-record-bytes): 1 MiB.
+	DefaultMaxRecordBytes = 1 << 20
+	// DefaultSegmentMaxBytes is the default rotation threshold
+	// (mmmq.broker.segment.max-bytes, seed 000): 64 MiB.
+	DefaultSegmentMaxBytes = 64 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum returns CRC32C(payload), the value stored in an entry header.
+func Checksum(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+
+// EntrySize is the number of bytes an entry with a payload of n bytes takes
+// in a segment file.
+func EntrySize(n int) int64 { return int64(HeaderSize + n) }
+
+// AppendEntry appends the encoded entry for payload to dst and returns the
+// extended slice.
+func AppendEntry(dst, payload []byte) []byte {
+	var hdr [HeaderSize]byte
+	binary.BigEndian.PutUint32(hdr[0:4], uint32(4+len(payload)))
+	binary.BigEndian.PutUint32(hdr[4:8], Checksum(payload))
+	dst = append(dst, hdr[:]...)
+	return append(dst, payload...)
+}
+
+// DecodeHeader validates an entry header before anything is allocated from
+// it. avail is the number of bytes of the file from the start of the entry
+// (header included); maxRecord is the largest payload accepted. It returns
+// the payload length and the stored CRC, or an error saying why the header is
+// not a plausible entry: a length below 4+MinPayloadBytes, above
+// 4+maxRecord, or beyond the end of the file.
+func DecodeHeader(hdr []byte, avail int64, maxRecord int) (payloadLen int, crc uint32, err error) {
+	if len(hdr) < HeaderSize || avail < HeaderSize {
+		return 0, 0, fmt.Errorf("truncated header (%d bytes available)", avail)
+	}
+	length := int64(int32(binary.BigEndian.Uint32(hdr[0:4])))
+	switch {
+	case length < 4+MinPayloadBytes:
+		return 0, 0, fmt.Errorf("length %d below minimum %d", length, 4+MinPayloadBytes)
+	case length > 4+int64(maxRecord):
+		return 0, 0, fmt.Errorf("length %d above maximum %d", length, 4+maxRecord)
+	case 4+length > avail:
+		return 0, 0, fmt.Errorf("length %d runs past end of file (%d bytes available)", length, avail-HeaderSize)
+	}
+	return int(length - 4), binary.BigEndian.Uint32(hdr[4:8]), nil
+}
+
+// DecodeEntry decodes the entry at the start of b, where b holds every
+// available byte of the file from the entry on (so len(b) bounds the length
+// field). It returns the payload (a sub-slice of b, not copied) and the
+// entry's total size, or an error naming what is wrong.
+func DecodeEntry(b []byte, maxRecord int) (payload []byte, size int, err error) {
+	n, crc, err := DecodeHeader(b, int64(len(b)), maxRecord)
+	if err != nil {
+		return nil, 0, err
+	}
+	payload = b[HeaderSize : HeaderSize+n]
+	if got := Checksum(payload); got != crc {
+		return nil, 0, fmt.Errorf("crc mismatch: stored %08x, computed %08x", crc, got)
+	}
+	return payload, HeaderSize + n, nil
+}

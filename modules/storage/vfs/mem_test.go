@@ -1,0 +1,885 @@
+package vfs_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// mustCreate creates dir/name with data written at 0, optionally synced.
+func mustCreate(t *testing.T, m vfs.FS, name string, data string, sync bool) vfs.File {
+	t.Helper()
+	f, err := m.Create(name)
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	if _, err := f.WriteAt([]byte(data), 0); err != nil {
+		t.Fatalf("write %s: %v", name, err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			t.Fatalf("sync %s: %v", name, err)
+		}
+	}
+	return f
+}
+
+func mustSyncDir(t *testing.T, m vfs.FS, dir string) {
+	t.Helper()
+	if err := m.SyncDir(dir); err != nil {
+		t.Fatalf("syncdir %s: %v", dir, err)
+	}
+}
+
+// durableDir returns a MemFS with directory "d" durably created.
+func durableDir(t *testing.T) *vfs.MemFS {
+	t.Helper()
+	m := vfs.NewMem()
+	if err := m.MkdirAll("d"); err != nil {
+		t.Fatal(err)
+	}
+	mustSyncDir(t, m, ".")
+	return m
+}
+
+// content returns the file's contents or "<absent>".
+func content(t *testing.T, m *vfs.MemFS, name string) string {
+	t.Helper()
+	b, err := m.ReadFile(name)
+	if vfs.IsNotExist(err) {
+		return "<absent>"
+	}
+	if err != nil {
+		t.Fatalf("readfile %s: %v", name, err)
+	}
+	return string(b)
+}
+
+func TestCrashDurability(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, m *vfs.MemFS)
+		want map[string]string // path -> contents after Crash
+	}{{
+		name: "unsynced data dropped",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "hello", false)
+			mustSyncDir(t, m, "d")
+		},
+		want: map[string]string{"d/f": ""},
+	}, {
+		name: "synced data kept, later writes dropped",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			f := mustCreate(t, m, "d/f", "hello", true)
+			mustSyncDir(t, m, "d")
+			if _, err := f.WriteAt([]byte("HELLO world"), 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/f": "hello"},
+	}, {
+		name: "unsynced truncate undone",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			f := mustCreate(t, m, "d/f", "hello", true)
+			mustSyncDir(t, m, "d")
+			if err := f.Truncate(2); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/f": "hello"},
+	}, {
+		name: "synced truncate kept",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			f := mustCreate(t, m, "d/f", "hello", true)
+			mustSyncDir(t, m, "d")
+			if err := f.Truncate(2); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/f": "he"},
+	}, {
+		name: "overwrite inside synced region then sync",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			f := mustCreate(t, m, "d/f", "hello", true)
+			mustSyncDir(t, m, "d")
+			if _, err := f.WriteAt([]byte("J"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("!"), 5); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/f": "Jello!"},
+	}, {
+		name: "created, data synced, dir not synced: vanishes",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "hello", true)
+		},
+		want: map[string]string{"d/f": "<absent>"},
+	}, {
+		name: "mkdir without parent sync vanishes with its files",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			if err := m.MkdirAll("d/sub"); err != nil {
+				t.Fatal(err)
+			}
+			mustCreate(t, m, "d/sub/f", "x", true)
+			mustSyncDir(t, m, "d/sub")
+		},
+		want: map[string]string{"d/sub/f": "<absent>"},
+	}, {
+		name: "mkdir with parent sync survives",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			if err := m.MkdirAll("d/sub"); err != nil {
+				t.Fatal(err)
+			}
+			mustCreate(t, m, "d/sub/f", "x", true)
+			mustSyncDir(t, m, "d/sub")
+			mustSyncDir(t, m, "d")
+		},
+		want: map[string]string{"d/sub/f": "x"},
+	}, {
+		name: "rename without dir sync: old name",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/tmp", "new", true)
+			mustSyncDir(t, m, "d")
+			if err := m.Rename("d/tmp", "d/f"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/tmp": "new", "d/f": "<absent>"},
+	}, {
+		name: "rename after dir sync: new name",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/tmp", "new", true)
+			mustSyncDir(t, m, "d")
+			if err := m.Rename("d/tmp", "d/f"); err != nil {
+				t.Fatal(err)
+			}
+			mustSyncDir(t, m, "d")
+		},
+		want: map[string]string{"d/tmp": "<absent>", "d/f": "new"},
+	}, {
+		name: "rename over existing without dir sync keeps old file",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "old", true)
+			mustCreate(t, m, "d/tmp", "new", true)
+			mustSyncDir(t, m, "d")
+			if err := m.Rename("d/tmp", "d/f"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/tmp": "new", "d/f": "old"},
+	}, {
+		name: "remove without dir sync comes back",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "x", true)
+			mustSyncDir(t, m, "d")
+			if err := m.Remove("d/f"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"d/f": "x"},
+	}, {
+		name: "remove with dir sync is gone",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "x", true)
+			mustSyncDir(t, m, "d")
+			if err := m.Remove("d/f"); err != nil {
+				t.Fatal(err)
+			}
+			mustSyncDir(t, m, "d")
+		},
+		want: map[string]string{"d/f": "<absent>"},
+	}, {
+		name: "create over durable file truncates only until sync",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			mustCreate(t, m, "d/f", "old", true)
+			mustSyncDir(t, m, "d")
+			mustCreate(t, m, "d/f", "n", false)
+		},
+		want: map[string]string{"d/f": "old"},
+	}, {
+		name: "WriteFile synced survives, unsynced new file does not",
+		run: func(t *testing.T, m *vfs.MemFS) {
+			if err := m.WriteFile("a/b/s", []byte("s"), true); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.WriteFile("a/b/u", []byte("u"), false); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: map[string]string{"a/b/s": "s", "a/b/u": "<absent>"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := durableDir(t)
+			tt.run(t, m)
+			c := m.Crash(vfs.CrashOptions{})
+			for name, want := range tt.want {
+				if got := content(t, c, name); got != want {
+					t.Errorf("after crash %s = %q, want %q", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCrashKeepsOldFSUsable(t *testing.T) {
+	m := durableDir(t)
+	f := mustCreate(t, m, "d/f", "abc", true)
+	mustSyncDir(t, m, "d")
+	c := m.Crash(vfs.CrashOptions{})
+	if _, err := f.WriteAt([]byte("def"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, m, "d/f"); got != "abcdef" {
+		t.Errorf("old FS d/f = %q, want abcdef", got)
+	}
+	if got := content(t, c, "d/f"); got != "abc" {
+		t.Errorf("crashed FS d/f = %q, want abc (old handles must not reach it)", got)
+	}
+	// The crashed FS is fully durable: crashing it again changes nothing.
+	if got := content(t, c.Crash(vfs.CrashOptions{}), "d/f"); got != "abc" {
+		t.Errorf("second crash d/f = %q, want abc", got)
+	}
+}
+
+func TestCrashTornTail(t *testing.T) {
+	const synced, unsynced = "0123456789", "abcdefghijklmnopqrstuvwxyz"
+	for _, zero := range []bool{false, true} {
+		t.Run(fmt.Sprintf("zero=%v", zero), func(t *testing.T) {
+			m := durableDir(t)
+			f := mustCreate(t, m, "d/f", synced, true)
+			mustSyncDir(t, m, "d")
+			if _, err := f.WriteAt([]byte(unsynced), int64(len(synced))); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 7))
+			lens := map[int]bool{}
+			for range 200 {
+				got := content(t, m.Crash(vfs.CrashOptions{TornTail: true, ZeroFillTail: zero, Rand: rng}), "d/f")
+				if len(got) < len(synced) || len(got) > len(synced)+len(unsynced) {
+					t.Fatalf("len %d outside [%d, %d]", len(got), len(synced), len(synced)+len(unsynced))
+				}
+				if got[:len(synced)] != synced {
+					t.Fatalf("synced prefix = %q, want %q", got[:len(synced)], synced)
+				}
+				tail := got[len(synced):]
+				want := unsynced[:len(tail)]
+				if zero {
+					want = string(make([]byte, len(tail)))
+				}
+				if tail != want {
+					t.Fatalf("tail = %q, want %q", tail, want)
+				}
+				lens[len(tail)] = true
+			}
+			if !lens[0] || len(lens) < 10 {
+				t.Errorf("tail lengths not spread over the range: %v", lens)
+			}
+		})
+	}
+}
+
+func TestCrashTornTailReproducible(t *testing.T) {
+	m := durableDir(t)
+	for i := range 5 {
+		mustCreate(t, m, fmt.Sprintf("d/f%d", i), "some unsynced bytes", false)
+	}
+	mustSyncDir(t, m, "d")
+	snap := func() []string {
+		c := m.Crash(vfs.CrashOptions{TornTail: true, Rand: rand.New(rand.NewPCG(3, 4))})
+		var out []string
+		for i := range 5 {
+			out = append(out, content(t, c, fmt.Sprintf("d/f%d", i)))
+		}
+		return out
+	}
+	if a, b := snap(), snap(); !reflect.DeepEqual(a, b) {
+		t.Errorf("same seed, different crashes:\n%q\n%q", a, b)
+	}
+}
+
+func TestCrashZeroFillTailWithoutTorn(t *testing.T) {
+	m := durableDir(t)
+	f := mustCreate(t, m, "d/f", "ab", true)
+	mustSyncDir(t, m, "d")
+	if _, err := f.WriteAt([]byte("cd"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, m.Crash(vfs.CrashOptions{ZeroFillTail: true}), "d/f"); got != "ab\x00\x00" {
+		t.Errorf("d/f = %q, want %q", got, "ab\x00\x00")
+	}
+}
+
+func TestHookErrors(t *testing.T) {
+	errInjected := errors.New("injected")
+	tests := []struct {
+		op  vfs.Op
+		run func(m *vfs.MemFS, f vfs.File) error
+	}{
+		{vfs.OpCreate, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.Create("d/new"); return err }},
+		{vfs.OpOpen, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.Open("d/f"); return err }},
+		{vfs.OpOpen, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.OpenRW("d/f"); return err }},
+		{vfs.OpWrite, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.WriteAt([]byte("zz"), 0); return err }},
+		{vfs.OpSync, func(_ *vfs.MemFS, f vfs.File) error { return f.Sync() }},
+		{vfs.OpTruncate, func(_ *vfs.MemFS, f vfs.File) error { return f.Truncate(0) }},
+		{vfs.OpRename, func(m *vfs.MemFS, _ vfs.File) error { return m.Rename("d/f", "d/g") }},
+		{vfs.OpRemove, func(m *vfs.MemFS, _ vfs.File) error { return m.Remove("d/f") }},
+		{vfs.OpMkdir, func(m *vfs.MemFS, _ vfs.File) error { return m.MkdirAll("d/sub") }},
+		{vfs.OpSyncDir, func(m *vfs.MemFS, _ vfs.File) error { return m.SyncDir("d") }},
+		{vfs.OpRead, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.ReadAt(make([]byte, 1), 0); return err }},
+		{vfs.OpList, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.List("d"); return err }},
+	}
+	for i, tt := range tests {
+		t.Run(fmt.Sprintf("%d-%s", i, tt.op), func(t *testing.T) {
+			m := durableDir(t)
+			f := mustCreate(t, m, "d/f", "data", true)
+			mustSyncDir(t, m, "d")
+			var seen []vfs.Op
+			m.SetHook(func(op vfs.Op, name string) error {
+				seen = append(seen, op)
+				if op == tt.op {
+					return fmt.Errorf("%s %s: %w", op, name, errInjected)
+				}
+				return nil
+			})
+			if err := tt.run(m, f); !errors.Is(err, errInjected) {
+				t.Fatalf("err = %v, want the injected error", err)
+			}
+			if !reflect.DeepEqual(seen, []vfs.Op{tt.op}) {
+				t.Errorf("hook saw %v, want [%v]", seen, tt.op)
+			}
+			m.SetHook(nil)
+			// The failed operation changed nothing.
+			if got := content(t, m, "d/f"); got != "data" {
+				t.Errorf("d/f = %q, want data", got)
+			}
+			ents, err := m.List("d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []vfs.DirEntry{{Name: "f"}}; !reflect.DeepEqual(ents, want) {
+				t.Errorf("List(d) = %v, want %v", ents, want)
+			}
+			if tt.op == vfs.OpSync && m.SyncCount() != 2 {
+				t.Errorf("SyncCount = %d, want 2 (failed calls count)", m.SyncCount())
+			}
+		})
+	}
+}
+
+func TestHookFailedSyncKeepsUnsyncedData(t *testing.T) {
+	m := durableDir(t)
+	f := mustCreate(t, m, "d/f", "abc", false)
+	mustSyncDir(t, m, "d")
+	m.SetHook(func(op vfs.Op, _ string) error {
+		if op == vfs.OpSync {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync = %v, want EIO", err)
+	}
+	if got := content(t, m.Crash(vfs.CrashOptions{}), "d/f"); got != "" {
+		t.Errorf("after failed sync and crash d/f = %q, want empty", got)
+	}
+}
+
+func TestShortWrite(t *testing.T) {
+	tests := []struct {
+		name    string
+		hookErr error
+		wantN   int
+		wantErr error
+	}{
+		{"value", vfs.ShortWrite{N: 3, Err: syscall.EIO}, 3, syscall.EIO},
+		{"pointer", &vfs.ShortWrite{N: 2, Err: syscall.EIO}, 2, syscall.EIO},
+		{"nil err", vfs.ShortWrite{N: 1}, 1, io.ErrShortWrite},
+		{"N beyond len", vfs.ShortWrite{N: 99, Err: syscall.EIO}, 6, syscall.EIO},
+		{"N negative", vfs.ShortWrite{N: -1, Err: syscall.EIO}, 0, syscall.EIO},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := durableDir(t)
+			f := mustCreate(t, m, "d/f", "", false)
+			m.SetHook(func(op vfs.Op, _ string) error {
+				if op == vfs.OpWrite {
+					return tt.hookErr
+				}
+				return nil
+			})
+			n, err := f.WriteAt([]byte("abcdef"), 0)
+			if n != tt.wantN || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("WriteAt = %d, %v; want %d, %v", n, err, tt.wantN, tt.wantErr)
+			}
+			if got, want := content(t, m, "d/f"), "abcdef"[:tt.wantN]; got != want {
+				t.Errorf("d/f = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	m := durableDir(t)
+	m.SetCapacity(10)
+	f := mustCreate(t, m, "d/f", "123456", false)
+	g, err := m.Create("d/g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := g.WriteAt([]byte("abcdefgh"), 0)
+	var pe *fs.PathError
+	if n != 4 || !errors.Is(err, syscall.ENOSPC) || !errors.As(err, &pe) || pe.Op != "write" {
+		t.Fatalf("WriteAt = %d, %#v; want 4, *fs.PathError{write, ENOSPC}", n, err)
+	}
+	if got := content(t, m, "d/g"); got != "abcd" {
+		t.Errorf("d/g = %q, want abcd", got)
+	}
+	// Overwriting in place needs no space.
+	if _, err := g.WriteAt([]byte("AB"), 0); err != nil {
+		t.Errorf("overwrite at full capacity: %v", err)
+	}
+	if err := g.Truncate(20); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Truncate grow = %v, want ENOSPC", err)
+	}
+	// A write starting beyond what fits writes nothing and does not extend.
+	if n, err := f.WriteAt([]byte("x"), 50); n != 0 || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("WriteAt(50) = %d, %v; want 0, ENOSPC", n, err)
+	}
+	if sz, _ := f.Size(); sz != 6 {
+		t.Errorf("f size = %d, want 6", sz)
+	}
+
+	// Truncate frees space.
+	if err := f.Truncate(2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.WriteAt([]byte("efgh"), 4); n != 4 || err != nil {
+		t.Errorf("after Truncate WriteAt = %d, %v; want 4, nil", n, err)
+	}
+	// Remove frees space.
+	if err := m.Remove("d/g"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.WriteAt([]byte("12345678"), 2); n != 8 || err != nil {
+		t.Errorf("after Remove WriteAt = %d, %v; want 8, nil", n, err)
+	}
+	// Rename over a file frees the replaced file.
+	if err := m.WriteFile("d/h", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Rename("d/h", "d/f"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.OpenRW("d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.WriteAt(make([]byte, 10), 0); n != 10 || err != nil {
+		t.Errorf("after Rename WriteAt = %d, %v; want 10, nil", n, err)
+	}
+	// Capacity 0 is unlimited.
+	m.SetCapacity(0)
+	if _, err := h.WriteAt(make([]byte, 1<<20), 0); err != nil {
+		t.Errorf("unlimited WriteAt: %v", err)
+	}
+}
+
+func TestConcurrentReadWrite(t *testing.T) {
+	m := durableDir(t)
+	w := mustCreate(t, m, "d/log", "", false)
+	const recs, size = 2000, 16
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex // publishes the written length, like the storage writer
+		published int64
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rec := make([]byte, size)
+		for i := range recs {
+			for j := range rec {
+				rec[j] = byte(i)
+			}
+			binary.BigEndian.PutUint64(rec, uint64(i))
+			if _, err := w.WriteAt(rec, int64(i*size)); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%50 == 0 {
+				if err := w.Sync(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			mu.Lock()
+			published = int64(i+1) * size
+			mu.Unlock()
+		}
+	}()
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := m.Open("d/log")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer r.Close()
+			buf := make([]byte, size)
+			for {
+				mu.Lock()
+				end := published
+				mu.Unlock()
+				for off := int64(0); off < end; off += size * 37 {
+					if _, err := r.ReadAt(buf, off); err != nil {
+						t.Errorf("ReadAt %d: %v", off, err)
+						return
+					}
+					if got := binary.BigEndian.Uint64(buf); got != uint64(off/size) {
+						t.Errorf("record at %d = %d, want %d", off, got, off/size)
+						return
+					}
+				}
+				if _, err := r.Size(); err != nil {
+					t.Error(err)
+					return
+				}
+				_ = m.Crash(vfs.CrashOptions{TornTail: true, Rand: rand.New(rand.NewPCG(1, 1))})
+				if end == recs*size {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m.SyncCount() != recs/50 {
+		t.Errorf("SyncCount = %d, want %d", m.SyncCount(), recs/50)
+	}
+}
+
+func TestReadOnlyRejectsWrites(t *testing.T) {
+	m := durableDir(t)
+	mustCreate(t, m, "d/f", "abc", true).Close()
+	f, err := m.Open("d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.WriteAt([]byte("x"), 0); n != 0 || !errors.Is(err, syscall.EBADF) {
+		t.Errorf("WriteAt = %d, %v; want 0, EBADF", n, err)
+	}
+	if err := f.Truncate(0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("Truncate = %v, want EINVAL", err)
+	}
+	if got := content(t, m, "d/f"); got != "abc" {
+		t.Errorf("d/f = %q, want abc", got)
+	}
+	buf := make([]byte, 3)
+	if _, err := f.ReadAt(buf, 0); err != nil || string(buf) != "abc" {
+		t.Errorf("ReadAt = %q, %v", buf, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Errorf("Sync of read-only file: %v (fsync of O_RDONLY is allowed)", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	m := durableDir(t)
+	mustCreate(t, m, "d/f", "x", false)
+	if err := m.MkdirAll("d/sub/x"); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"Open missing", second(m.Open("d/missing")), fs.ErrNotExist},
+		{"OpenRW missing", second(m.OpenRW("d/missing")), fs.ErrNotExist},
+		{"Create missing parent", second(m.Create("nope/f")), fs.ErrNotExist},
+		{"Create under file", second(m.Create("d/f/g")), syscall.ENOTDIR},
+		{"Create dir", second(m.Create("d")), syscall.EISDIR},
+		{"Open dir", second(m.Open("d")), syscall.EISDIR},
+		{"List missing", second(m.List("nope")), fs.ErrNotExist},
+		{"List file", second(m.List("d/f")), syscall.ENOTDIR},
+		{"ReadFile missing", second(m.ReadFile("d/missing")), fs.ErrNotExist},
+		{"Remove missing", m.Remove("d/missing"), fs.ErrNotExist},
+		{"Remove non-empty", m.Remove("d/sub"), syscall.ENOTEMPTY},
+		{"Rename missing", m.Rename("d/missing", "d/x"), fs.ErrNotExist},
+		{"Rename into missing dir", m.Rename("d/f", "nope/f"), fs.ErrNotExist},
+		{"Rename dir into itself", m.Rename("d/sub", "d/sub/x/y"), syscall.EINVAL},
+		{"Rename file over dir", m.Rename("d/f", "d/sub"), syscall.EISDIR},
+		{"Rename dir over non-empty dir", m.Rename("d/sub/x", "d"), syscall.ENOTEMPTY},
+		{"MkdirAll over file", m.MkdirAll("d/f"), syscall.ENOTDIR},
+		{"SyncDir missing", m.SyncDir("nope"), fs.ErrNotExist},
+		{"SyncDir file", m.SyncDir("d/f"), syscall.ENOTDIR},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !errors.Is(tt.err, tt.want) {
+				t.Errorf("err = %v, want %v", tt.err, tt.want)
+			}
+			if got, want := vfs.IsNotExist(tt.err), tt.want == fs.ErrNotExist; got != want {
+				t.Errorf("IsNotExist(%v) = %v, want %v", tt.err, got, want)
+			}
+			var pe *fs.PathError
+			var le *os.LinkError
+			if !errors.As(tt.err, &pe) && !errors.As(tt.err, &le) {
+				t.Errorf("err %#v is neither *fs.PathError nor *os.LinkError", tt.err)
+			}
+		})
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func TestPathsAndList(t *testing.T) {
+	m := vfs.NewMem()
+	if err := m.MkdirAll("/a/b/"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a/b/z", "./a/b/y", "/a/b/../b/x"} {
+		mustCreate(t, m, name, name, false).Close()
+	}
+	if err := m.MkdirAll("a/b/c"); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := m.List("a//b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []vfs.DirEntry{{Name: "c", IsDir: true}, {Name: "x"}, {Name: "y"}, {Name: "z"}}
+	if !reflect.DeepEqual(ents, want) {
+		t.Errorf("List = %v, want %v", ents, want)
+	}
+	if got := content(t, m, "/a/b/x"); got != "/a/b/../b/x" {
+		t.Errorf("a/b/x = %q", got)
+	}
+}
+
+func TestCountingFS(t *testing.T) {
+	for _, inner := range []struct {
+		name string
+		fs   vfs.FS
+		dir  string
+	}{{"os", vfs.OS{}, t.TempDir()}, {"mem", vfs.NewMem(), "/"}} {
+		t.Run(inner.name, func(t *testing.T) {
+			c := vfs.NewCounting(inner.fs)
+			name := filepath.Join(inner.dir, "f")
+			f := mustCreate(t, c, name, "a", true)
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			r, err := c.OpenRW(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SyncDir(inner.dir); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Syncs.Load(); got != 3 {
+				t.Errorf("Syncs = %d, want 3", got)
+			}
+			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 3 {
+				t.Errorf("inner SyncCount = %d, want 3 (files must wrap the inner files)", m.SyncCount())
+			}
+		})
+	}
+}
+
+// TestConformance runs one scenario against OS and MemFS and compares
+// transcripts.
+func TestConformance(t *testing.T) {
+	run := func(t *testing.T, fsys vfs.FS, root string) []string {
+		var log []string
+		p := func(parts ...string) string { return filepath.Join(append([]string{root}, parts...)...) }
+		rec := func(what string, err error) {
+			class := "ok"
+			switch {
+			case err == nil:
+			case vfs.IsNotExist(err):
+				class = "not-exist"
+			case errors.Is(err, fs.ErrExist):
+				class = "exist"
+			case errors.Is(err, fs.ErrClosed):
+				class = "closed"
+			case errors.Is(err, io.EOF):
+				class = "eof"
+			default:
+				var errno syscall.Errno
+				if errors.As(err, &errno) {
+					class = errno.Error()
+				} else {
+					class = "error: " + err.Error()
+				}
+			}
+			log = append(log, what+" -> "+class)
+		}
+		must := func(f vfs.File, err error) vfs.File {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+		rec("mkdir", fsys.MkdirAll(p("a", "b")))
+		rec("mkdir again", fsys.MkdirAll(p("a", "b")))
+		f, err := fsys.Create(p("a", "b", "f"))
+		rec("create", err)
+		n, err := f.WriteAt([]byte("hello"), 0)
+		rec(fmt.Sprintf("write %d", n), err)
+		n, err = f.WriteAt([]byte("XY"), 10)
+		rec(fmt.Sprintf("write hole %d", n), err)
+		sz, err := f.Size()
+		rec(fmt.Sprintf("size %d", sz), err)
+		buf := make([]byte, 12)
+		n, err = f.ReadAt(buf, 0)
+		rec(fmt.Sprintf("read %d %q", n, buf[:n]), err)
+		n, err = f.ReadAt(buf, 8)
+		rec(fmt.Sprintf("read tail %d %q", n, buf[:n]), err)
+		n, err = f.ReadAt(buf, 100)
+		rec(fmt.Sprintf("read past end %d", n), err)
+		n, err = f.ReadAt(nil, 100)
+		rec(fmt.Sprintf("read empty past end %d", n), err)
+		rec("truncate", f.Truncate(3))
+		rec("truncate grow", f.Truncate(6))
+		n, err = f.ReadAt(buf[:6], 0)
+		rec(fmt.Sprintf("read %d %q", n, buf[:n]), err)
+		rec("sync", f.Sync())
+		rec("close", f.Close())
+		rec("close again", f.Close())
+		_, err = f.WriteAt([]byte("x"), 0)
+		rec("write closed", err)
+
+		_, err = fsys.Open(p("a", "b", "missing"))
+		rec("open missing", err)
+		_, err = fsys.OpenRW(p("a", "b", "missing"))
+		rec("openrw missing", err)
+		_, err = fsys.Create(p("a", "missing", "f"))
+		rec("create missing dir", err)
+
+		r := must(fsys.Open(p("a", "b", "f")))
+		_, err = r.WriteAt([]byte("x"), 0)
+		rec("ro write", err)
+		rec("ro truncate", r.Truncate(0))
+		rec("ro sync", r.Sync())
+		rec("ro close", r.Close())
+
+		rec("rename", fsys.Rename(p("a", "b", "f"), p("a", "b", "g")))
+		rec("rename missing", fsys.Rename(p("a", "b", "f"), p("a", "b", "h")))
+		g := must(fsys.Create(p("a", "h")))
+		_, err = g.WriteAt([]byte("hh"), 0)
+		rec("write h", err)
+		rec("close h", g.Close())
+		rec("rename over file", fsys.Rename(p("a", "h"), p("a", "b", "g")))
+		ents, err := fsys.List(p("a", "b"))
+		rec(fmt.Sprint("list ", ents), err)
+		ents, err = fsys.List(p("a"))
+		rec(fmt.Sprint("list ", ents), err)
+		ents, err = fsys.List(p("a", "missing"))
+		rec(fmt.Sprint("list missing ", ents), err)
+		_, err = fsys.List(p("a", "b", "g"))
+		rec("list file", err)
+
+		g = must(fsys.OpenRW(p("a", "b", "g")))
+		buf = make([]byte, 2)
+		n, err = g.ReadAt(buf, 0)
+		rec(fmt.Sprintf("read g %q", buf[:n]), err)
+		c := must(fsys.Create(p("a", "b", "g")))
+		sz, err = g.Size()
+		rec(fmt.Sprintf("size after re-create %d", sz), err)
+		rec("close", c.Close())
+		rec("close", g.Close())
+
+		rec("mkdir over file", fsys.MkdirAll(p("a", "b", "g", "x")))
+		rec("syncdir", fsys.SyncDir(p("a", "b")))
+		rec("syncdir missing", fsys.SyncDir(p("a", "missing")))
+		rec("remove non-empty", fsys.Remove(p("a")))
+		rec("remove", fsys.Remove(p("a", "b", "g")))
+		rec("remove again", fsys.Remove(p("a", "b", "g")))
+		rec("remove dir", fsys.Remove(p("a", "b")))
+		ents, err = fsys.List(p("a"))
+		rec(fmt.Sprint("list ", ents), err)
+		return log
+	}
+	osLog := run(t, vfs.OS{}, t.TempDir())
+	memLog := run(t, vfs.NewMem(), "/tmp/conformance")
+	if !reflect.DeepEqual(osLog, memLog) {
+		for i := range max(len(osLog), len(memLog)) {
+			var o, m string
+			if i < len(osLog) {
+				o = osLog[i]
+			}
+			if i < len(memLog) {
+				m = memLog[i]
+			}
+			mark := "  "
+			if o != m {
+				mark = "!="
+			}
+			t.Logf("%s os: %-40s mem: %s", mark, o, m)
+		}
+		t.Fatal("MemFS differs from OS")
+	}
+}
+
+// TestSyncAfterOverwrite checks that the incremental Sync copy is exact after
+// mixed appends, overwrites and truncates.
+func TestSyncAfterOverwrite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	m := durableDir(t)
+	f := mustCreate(t, m, "d/f", "", false)
+	mustSyncDir(t, m, "d")
+	for i := range 500 {
+		sz, _ := f.Size()
+		switch rng.IntN(4) {
+		case 0:
+			if err := f.Truncate(rng.Int64N(sz + 10)); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			b := make([]byte, rng.IntN(20))
+			for j := range b {
+				b[j] = byte(rng.Uint32())
+			}
+			if _, err := f.WriteAt(b, rng.Int64N(sz+5)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rng.IntN(3) == 0 {
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			cur, _ := m.ReadFile("d/f")
+			got, _ := m.Crash(vfs.CrashOptions{}).ReadFile("d/f")
+			if !bytes.Equal(got, cur) {
+				t.Fatalf("step %d: crashed contents after Sync differ from current:\n%x\n%x", i, got, cur)
+			}
+		}
+	}
+}

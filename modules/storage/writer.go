@@ -1,0 +1,356 @@
+package storage
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// request is one Append or AppendBatch call waiting for the writer.
+type request struct {
+	data  []byte // encoded entries back to back
+	n     int    // number of entries
+	level AckLevel
+	first int64       // first assigned offset (set by the writer)
+	done  chan result // buffered(1), one per call; nil for ACCEPTED
+	// answered is set by the writer once done got its value.
+	answered bool
+}
+
+type result struct {
+	first int64
+	err   error
+}
+
+// requestPool recycles requests and their entry buffers. The writer owns a
+// request from enqueue on and puts it back after its batch; the caller only
+// keeps the done channel, which is never reused.
+var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// Append appends one message JSON and returns its offset once level is
+// reached (seed 003 ack levels; a caller is never told more than happened):
+//
+//	Accepted → returns -1 as soon as the entry is queued (offset not final)
+//	Written  → returns the offset after the segment and index write(2)
+//	Durable  → returns the offset after both fsyncs, when it is visible
+//
+// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written),
+// ErrQueueFull, ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
+// full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
+// first — then the outcome is unknown, as for a lost reply.
+func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
+	return l.AppendBatch(ctx, [][]byte{payload}, level)
+}
+
+// AppendBatch appends several message JSONs as one unit: they get
+// consecutive offsets, are committed by the same group commit (one fsync
+// pair, unless a segment rotation splits them) and the call returns the first
+// offset when level is reached for all of them. Validation is all or
+// nothing: one bad payload and nothing is queued.
+func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel) (int64, error) {
+	if len(payloads) == 0 {
+		return -1, fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
+	}
+	if level < Accepted || level > Durable {
+		return -1, fmt.Errorf("append: invalid ack level %d", level)
+	}
+	total := 0
+	for i, p := range payloads {
+		if len(p) < MinPayloadBytes {
+			return -1, fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), MinPayloadBytes)
+		}
+		if len(p) > l.opts.MaxRecordBytes {
+			return -1, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+		}
+		total += HeaderSize + len(p)
+	}
+	r := requestPool.Get().(*request)
+	if cap(r.data) < total {
+		r.data = make([]byte, 0, total)
+	}
+	r.data = r.data[:0]
+	for _, p := range payloads {
+		r.data = AppendEntry(r.data, p)
+	}
+	r.n, r.level, r.first, r.answered, r.done = len(payloads), level, -1, false, nil
+	var done chan result
+	if level != Accepted {
+		done = make(chan result, 1)
+		r.done = done
+	}
+
+	l.mu.Lock()
+	switch {
+	case l.failed != nil:
+		err := l.failed
+		l.mu.Unlock()
+		requestPool.Put(r)
+		return -1, err
+	case l.closing:
+		l.mu.Unlock()
+		requestPool.Put(r)
+		return -1, ErrClosed
+	case l.pendingBytes+int64(total) > l.opts.MaxPendingBytes && len(l.pending) > 0:
+		l.mu.Unlock()
+		requestPool.Put(r)
+		return -1, fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
+	}
+	l.pending = append(l.pending, r)
+	l.pendingBytes += int64(total)
+	l.mu.Unlock()
+	l.signal()
+
+	if level == Accepted {
+		return -1, nil
+	}
+	select {
+	case res := <-done:
+		if res.err != nil {
+			return -1, res.err
+		}
+		return res.first, nil
+	case <-ctx.Done():
+		// The writer still owns the request and will answer into done,
+		// which is buffered; the outcome is unknown to this caller.
+		return -1, ctx.Err()
+	}
+}
+
+func (l *Log) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writerState is owned by the writer goroutine.
+type writerState struct {
+	next   int64 // next offset to assign (>= hw)
+	wbuf   []byte
+	ibuf   []byte
+	spare  []*request
+	active *segment
+}
+
+func (w *writerState) init(l *Log) {
+	segs := *l.segs.Load()
+	w.active = segs[len(segs)-1]
+	w.next = w.active.base + w.active.count
+}
+
+// flushLoop is the single writer of the log: it takes everything queued,
+// commits it as one group (one fsync of .mmm and one of .idx per segment
+// touched), publishes the new high watermark and answers the waiters.
+func (l *Log) flushLoop() {
+	defer close(l.flusherDone)
+	for range l.wake {
+		for {
+			l.mu.Lock()
+			if len(l.pending) == 0 {
+				closing := l.closing
+				l.mu.Unlock()
+				if closing {
+					return
+				}
+				break
+			}
+			// Double buffering: appenders fill spare while this batch commits.
+			batch := l.pending
+			l.pending = l.w.spare[:0]
+			l.pendingBytes = 0
+			failed := l.failed
+			l.mu.Unlock()
+			if failed == nil {
+				if err := l.commit(batch); err != nil {
+					failed = l.fail(err)
+				}
+			}
+			for _, r := range batch {
+				if failed != nil {
+					l.finish(r, failed)
+				}
+				r.done = nil
+				requestPool.Put(r)
+			}
+			clear(batch)
+			l.w.spare = batch
+		}
+	}
+}
+
+// fail marks the log failed (fsyncgate: never retry and acknowledge).
+func (l *Log) fail(cause error) error {
+	err := newFailed(cause)
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = err
+	} else {
+		err = l.failed
+	}
+	l.mu.Unlock()
+	l.log.Error("log failed: no more writes are accepted until the topic is reopened", zap.Error(cause))
+	return err
+}
+
+// finish answers r unless it was already answered. ACCEPTED requests have
+// nobody waiting.
+func (l *Log) finish(r *request, err error) {
+	if r.answered {
+		return
+	}
+	r.answered = true
+	if r.done == nil {
+		return
+	}
+	if err != nil {
+		r.done <- result{first: -1, err: err}
+		return
+	}
+	r.done <- result{first: r.first}
+}
+
+// commit writes batch, in order, to the active segment (rotating as needed),
+// and answers every waiter whose level was reached. On error the caller fails
+// the waiters not yet answered.
+func (l *Log) commit(batch []*request) error {
+	w := &l.w
+	seg := w.active
+	groupPos, groupCount := seg.size, seg.count
+	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
+	entries := 0
+	answered := 0 // cursor: batch[:answered] are fully visible and answered
+	for _, r := range batch {
+		r.first = w.next
+		for off := 0; off < len(r.data); {
+			size := HeaderSize + int(binary.BigEndian.Uint32(r.data[off:]))-4
+			// Rotation is checked before each append (seed 000).
+			if seg.size >= l.opts.SegmentMaxBytes && seg.count > 0 {
+				if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
+					return err
+				}
+				ns, err := createSegment(l.fs, l.dir, seg.base+seg.count, l.opts.Hooks.rotate())
+				if err != nil {
+					return fmt.Errorf("rotate: %w", err)
+				}
+				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
+				l.segs.Store(&segs)
+				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
+				seg, w.active = ns, ns
+				groupPos, groupCount = 0, 0
+				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
+			}
+			w.ibuf = binary.BigEndian.AppendUint64(w.ibuf, uint64(seg.size))
+			w.wbuf = append(w.wbuf, r.data[off:off+size]...)
+			seg.size += int64(size)
+			seg.count++
+			w.next++
+			off += size
+			entries++
+		}
+	}
+	if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
+		return err
+	}
+	l.batches.Add(1)
+	if l.opts.Observer != nil {
+		l.opts.Observer.ObserveBatch(l.topic, entries)
+	}
+	return nil
+}
+
+// flushGroup makes the buffered entries of seg durable in the order of
+// DESIGN §3: .mmm write → fsync → .idx write → fsync → publish the high
+// watermark → answer waiters whose entries are all visible.
+func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answered *int) error {
+	w := &l.w
+	if len(w.wbuf) == 0 {
+		return nil
+	}
+	h := l.opts.Hooks
+	if _, err := seg.mmm.WriteAt(w.wbuf, pos); err != nil {
+		return fmt.Errorf("write segment %s: %w", seg.mmmPath, err)
+	}
+	l.size.Add(int64(len(w.wbuf)))
+	if h != nil {
+		if h.AfterSegmentWrite != nil {
+			h.AfterSegmentWrite()
+		}
+		if h.AckBeforeSync { // negative control: deliberately wrong
+			for _, r := range batch[*answered:] {
+				if r.first < 0 || r.first+int64(r.n) > w.next {
+					break
+				}
+				if r.level == Durable {
+					l.finish(r, nil)
+				}
+			}
+		}
+	}
+	if err := l.sync(seg.mmm, seg.mmmPath); err != nil {
+		return err
+	}
+	if h != nil && h.AfterSegmentSync != nil {
+		h.AfterSegmentSync()
+	}
+	if _, err := seg.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
+		return fmt.Errorf("write index %s: %w", seg.idxPath, err)
+	}
+	if h != nil && h.AfterIndexWrite != nil {
+		h.AfterIndexWrite()
+	}
+	// WRITTEN: both write(2)s returned for every entry up to w.next.
+	for _, r := range batch[*answered:] {
+		if r.first < 0 || r.first+int64(r.n) > w.next {
+			break
+		}
+		if r.level == Written {
+			l.finish(r, nil)
+		}
+	}
+	if err := l.sync(seg.idx, seg.idxPath); err != nil {
+		return err
+	}
+	if h != nil && h.AfterIndexSync != nil {
+		h.AfterIndexSync()
+	}
+	l.publish(w.next)
+	// DURABLE (and anything not yet answered): every entry is visible.
+	for *answered < len(batch) {
+		r := batch[*answered]
+		if r.first < 0 || r.first+int64(r.n) > w.next {
+			break
+		}
+		l.finish(r, nil)
+		*answered++
+	}
+	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
+	return nil
+}
+
+func (l *Log) sync(f interface{ Sync() error }, path string) error {
+	start := time.Now()
+	err := f.Sync()
+	d := time.Since(start)
+	l.fsyncs.Add(1)
+	if l.opts.Observer != nil {
+		l.opts.Observer.ObserveFsync(l.topic, d)
+	}
+	if d >= l.opts.SlowFsync {
+		l.log.Warn("slow fsync", zap.String("file", path), zap.Duration("took", d))
+	}
+	if err != nil {
+		return fmt.Errorf("fsync %s: %w", path, err)
+	}
+	return nil
+}
+
+func (h *Hooks) rotate() func() {
+	if h == nil {
+		return nil
+	}
+	return h.AfterRotateSegment
+}
