@@ -28,7 +28,7 @@ const (
 	// CheckpointDir is the sub-directory of a topic holding checkpoints.
 	CheckpointDir = "checkpoints"
 	// CheckpointExt is the file extension of a checkpoint.
-	CheckpointExt = ".checkpoint"
+	CheckpointExt  = ".checkpoint"
 	checkpointSize = 8
 )
 

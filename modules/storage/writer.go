@@ -226,7 +226,7 @@ func (l *Log) commit(batch []*request) error {
 	for _, r := range batch {
 		r.first = w.next
 		for off := 0; off < len(r.data); {
-			size := HeaderSize + int(binary.BigEndian.Uint32(r.data[off:]))-4
+			size := HeaderSize + int(binary.BigEndian.Uint32(r.data[off:])) - 4
 			// Rotation is checked before each append (seed 000).
 			if seg.size >= l.opts.SegmentMaxBytes && seg.count > 0 {
 				if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
