@@ -1,0 +1,297 @@
+package config
+
+import "time"
+
+// DefaultPath is the YAML file Load reads when no path is given and
+// $MMMQ_CONFIG is unset. It is relative to the working directory; a missing
+// DefaultPath is not an error.
+const DefaultPath = "configs/mmmq.yaml"
+
+// Config is the whole mmmq configuration. The koanf tags are the YAML keys;
+// see configs/mmmq.yaml for the documented defaults.
+type Config struct {
+	// Server is the HTTP listener (key "server").
+	Server ServerConfig `koanf:"server"`
+	// Logging is the zap logger setup (key "logging").
+	Logging LoggingConfig `koanf:"logging"`
+	// MMMQ is the broker and its plugins (key "mmmq").
+	MMMQ MMMQConfig `koanf:"mmmq"`
+}
+
+// ServerConfig configures the HTTP server (key "server").
+type ServerConfig struct {
+	// Port is the TCP port to listen on, 1..65535. Default 8080.
+	Port int `koanf:"port"`
+	// Host is the address to bind; "" binds all interfaces. Default "".
+	Host string `koanf:"host"`
+	// ReadHeaderTimeout bounds reading the request headers (http.Server). Default 5s.
+	ReadHeaderTimeout time.Duration `koanf:"read-header-timeout"`
+	// ReadTimeout bounds reading a whole request including the body. Default 30s.
+	ReadTimeout time.Duration `koanf:"read-timeout"`
+	// WriteTimeout bounds writing a response (includes the fsync wait of a
+	// durable publish). Default 30s.
+	WriteTimeout time.Duration `koanf:"write-timeout"`
+	// IdleTimeout is how long a keep-alive connection may sit idle. Default 120s.
+	IdleTimeout time.Duration `koanf:"idle-timeout"`
+	// ShutdownTimeout bounds the graceful drain of in-flight requests on stop. Default 30s.
+	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
+	// MaxBodyBytes is the largest HTTP request body accepted, batches
+	// included, in bytes; larger bodies get 413. At least 1024. Default 4194304 (4 MiB).
+	MaxBodyBytes int64 `koanf:"max-body-bytes"`
+}
+
+// LogFormat selects the log encoder (key "logging.format").
+type LogFormat string
+
+// Log formats accepted by logging.format.
+const (
+	// FormatJSON writes one JSON object per line (production).
+	FormatJSON LogFormat = "json"
+	// FormatConsole writes human-readable lines with colored levels.
+	FormatConsole LogFormat = "console"
+)
+
+// LoggingConfig configures the logger (key "logging").
+type LoggingConfig struct {
+	// Level is the minimum level logged, any name zapcore.ParseLevel accepts
+	// (debug, info, warn, error, dpanic, panic, fatal). Default "info".
+	Level string `koanf:"level"`
+	// Format is the encoder: "json" or "console". Default "json".
+	Format LogFormat `koanf:"format"`
+}
+
+// MMMQConfig groups the broker and its optional plugins (key "mmmq").
+type MMMQConfig struct {
+	// Broker is the core broker (key "mmmq.broker").
+	Broker BrokerConfig `koanf:"broker"`
+	// Lineproto is the optional TCP line protocol plugin (key "mmmq.lineproto").
+	Lineproto LineprotoConfig `koanf:"lineproto"`
+	// Metrics is the Prometheus metrics plugin (key "mmmq.metrics").
+	Metrics MetricsConfig `koanf:"metrics"`
+}
+
+// BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").
+type BrokerConfig struct {
+	// Storage is the on-disk log (key "mmmq.broker.storage").
+	Storage StorageConfig `koanf:"storage"`
+	// Segment sizes the segment files (key "mmmq.broker.segment").
+	Segment SegmentConfig `koanf:"segment"`
+	// Dispatch holds the defaults for every push dispatcher (key "mmmq.broker.dispatch").
+	Dispatch DispatchConfig `koanf:"dispatch"`
+	// Dispatchers are the push dispatchers declared in the file; not settable
+	// from the environment. Default none.
+	Dispatchers []DispatcherConfig `koanf:"dispatchers"`
+	// Groups configures pull consumer groups (key "mmmq.broker.groups").
+	Groups GroupsConfig `koanf:"groups"`
+}
+
+// OnCorruption says what startup does with a topic whose files are corrupt
+// (key "mmmq.broker.storage.on-corruption").
+type OnCorruption string
+
+// Values accepted by mmmq.broker.storage.on-corruption.
+const (
+	// OnCorruptionFail refuses to start the broker.
+	OnCorruptionFail OnCorruption = "fail"
+	// OnCorruptionQuarantine refuses only the corrupt topic (files left
+	// untouched, error logged) and serves the others.
+	OnCorruptionQuarantine OnCorruption = "quarantine"
+)
+
+// StorageConfig configures the on-disk log (key "mmmq.broker.storage").
+type StorageConfig struct {
+	// RootDir is the directory holding one sub-directory per topic. Default "./data".
+	RootDir string `koanf:"root-dir"`
+	// OnCorruption is "fail" (refuse to start) or "quarantine" (refuse only
+	// the corrupt topic). Default "fail".
+	OnCorruption OnCorruption `koanf:"on-corruption"`
+	// MaxTopics caps the number of topics (open topic directories); at least 1.
+	// Default 10000.
+	MaxTopics int `koanf:"max-topics"`
+}
+
+// SegmentConfig sizes segment files (key "mmmq.broker.segment").
+type SegmentConfig struct {
+	// MaxBytes is the segment size, in bytes, at or above which the next
+	// append starts a new segment; at least 1024. Default 67108864 (64 MiB).
+	MaxBytes int64 `koanf:"max-bytes"`
+	// MaxRecordBytes is the largest stored message JSON, in bytes; between 64
+	// and MaxBytes. Default 1048576 (1 MiB).
+	MaxRecordBytes int64 `koanf:"max-record-bytes"`
+}
+
+// DispatchConfig holds the push delivery defaults shared by all dispatchers
+// (key "mmmq.broker.dispatch"). Seed 000 fixes the defaults.
+type DispatchConfig struct {
+	// Timeout bounds one delivery attempt. Default 30s.
+	Timeout time.Duration `koanf:"timeout"`
+	// MaxResends is how many times a NACKed message is sent again before it
+	// is logged, committed and skipped; 0 or more. Default 3 (seed 000: 3
+	// resends, 4 attempts).
+	MaxResends int `koanf:"max-resends"`
+	// BackoffInitial is the first wait after an abnormal response; it doubles
+	// per failure up to BackoffMax. Default 1s.
+	BackoffInitial time.Duration `koanf:"backoff-initial"`
+	// BackoffMax caps the exponential backoff; at least BackoffInitial. Default 60s.
+	BackoffMax time.Duration `koanf:"backoff-max"`
+	// MaxResponseBytes is how much of a consumer's response body is read, in
+	// bytes; at least 64. Default 65536.
+	MaxResponseBytes int64 `koanf:"max-response-bytes"`
+	// Path is the default request path appended to a dispatcher's host;
+	// must start with "/". Default "/mmmq/messages".
+	Path string `koanf:"path"`
+}
+
+// CommitPolicy says when a dispatcher fsyncs its checkpoint
+// (key "mmmq.broker.dispatchers[i].commit.policy").
+type CommitPolicy string
+
+// Values accepted by commit.policy.
+const (
+	// CommitEveryMessage commits (fsyncs) the checkpoint after every ACK.
+	CommitEveryMessage CommitPolicy = "every-message"
+	// CommitInterval commits after Interval or MaxCount messages, whichever
+	// comes first; a crash may redeliver up to that many.
+	CommitInterval CommitPolicy = "interval"
+)
+
+// DispatcherConfig declares one push dispatcher in the file
+// (list key "mmmq.broker.dispatchers").
+type DispatcherConfig struct {
+	// Name identifies the dispatcher and its checkpoint file; matches
+	// ^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$, unique. Required.
+	Name string `koanf:"name"`
+	// Host is the consumer base URL, scheme://address:port only (http or
+	// https, no path, query or fragment), e.g. "http://localhost:8081". Required.
+	Host string `koanf:"host"`
+	// Patterns are the topic patterns delivered ("order.**", "payment.*");
+	// at least one. Their syntax is checked by package dispatcher. Required.
+	Patterns []string `koanf:"patterns"`
+	// Path is the request path; "" means mmmq.broker.dispatch.path. Default "".
+	Path string `koanf:"path"`
+	// Timeout bounds one attempt; 0 means mmmq.broker.dispatch.timeout. Default 0.
+	Timeout time.Duration `koanf:"timeout"`
+	// Commit is the checkpoint commit policy.
+	Commit CommitConfig `koanf:"commit"`
+}
+
+// CommitConfig configures checkpoint commits of one dispatcher.
+type CommitConfig struct {
+	// Policy is "every-message" or "interval". Default "every-message".
+	Policy CommitPolicy `koanf:"policy"`
+	// Interval is the longest time between commits under "interval". Default 1s.
+	Interval time.Duration `koanf:"interval"`
+	// MaxCount is the most messages between commits under "interval"; at
+	// least 1. Default 1000.
+	MaxCount int `koanf:"max-count"`
+}
+
+// GroupsConfig configures pull consumer groups (key "mmmq.broker.groups").
+type GroupsConfig struct {
+	// LeaseTimeout is how long fetched, unacknowledged messages stay leased to
+	// a consumer before they are offered again. Default 30s.
+	LeaseTimeout time.Duration `koanf:"lease-timeout"`
+	// MaxFetch caps the messages returned by one fetch; at least 1. Default 1000.
+	MaxFetch int `koanf:"max-fetch"`
+}
+
+// LineprotoConfig configures the TCP line protocol plugin (key "mmmq.lineproto").
+type LineprotoConfig struct {
+	// Addr is the TCP listen address (host:port); "" disables the listener.
+	// Default "".
+	Addr string `koanf:"addr"`
+	// MaxLineBytes is the longest accepted line, in bytes; at least 1024.
+	// Default 1114112 (1 MiB record + 64 KiB framing).
+	MaxLineBytes int64 `koanf:"max-line-bytes"`
+}
+
+// MetricsConfig configures the Prometheus metrics plugin (key "mmmq.metrics").
+type MetricsConfig struct {
+	// Enabled serves /metrics and records metrics. Default true.
+	Enabled bool `koanf:"enabled"`
+}
+
+// Per-dispatcher defaults filled in by Normalize.
+const (
+	defaultCommitInterval = time.Second
+	defaultCommitMaxCount = 1000
+)
+
+// Default returns the built-in defaults; it validates. Each call returns a
+// new value.
+func Default() *Config {
+	return &Config{
+		Server: ServerConfig{
+			Port:              8080,
+			Host:              "",
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ShutdownTimeout:   30 * time.Second,
+			MaxBodyBytes:      4 << 20,
+		},
+		Logging: LoggingConfig{
+			Level:  "info",
+			Format: FormatJSON,
+		},
+		MMMQ: MMMQConfig{
+			Broker: BrokerConfig{
+				Storage: StorageConfig{
+					RootDir:      "./data",
+					OnCorruption: OnCorruptionFail,
+					MaxTopics:    10000,
+				},
+				Segment: SegmentConfig{
+					MaxBytes:       64 << 20,
+					MaxRecordBytes: 1 << 20,
+				},
+				Dispatch: DispatchConfig{
+					Timeout:          30 * time.Second,
+					MaxResends:       3,
+					BackoffInitial:   time.Second,
+					BackoffMax:       60 * time.Second,
+					MaxResponseBytes: 64 << 10,
+					Path:             "/mmmq/messages",
+				},
+				Groups: GroupsConfig{
+					LeaseTimeout: 30 * time.Second,
+					MaxFetch:     1000,
+				},
+			},
+			Lineproto: LineprotoConfig{
+				Addr:         "",
+				MaxLineBytes: 1<<20 + 64<<10,
+			},
+			Metrics: MetricsConfig{
+				Enabled: true,
+			},
+		},
+	}
+}
+
+// Normalize fills the per-dispatcher defaults in place: an empty Path takes
+// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout,
+// an empty commit policy becomes "every-message", a zero commit interval 1s and
+// a zero commit max-count 1000. Load calls it; call it on a hand-built Config.
+func (c *Config) Normalize() {
+	b := &c.MMMQ.Broker
+	for i := range b.Dispatchers {
+		d := &b.Dispatchers[i]
+		if d.Path == "" {
+			d.Path = b.Dispatch.Path
+		}
+		if d.Timeout == 0 {
+			d.Timeout = b.Dispatch.Timeout
+		}
+		if d.Commit.Policy == "" {
+			d.Commit.Policy = CommitEveryMessage
+		}
+		if d.Commit.Interval == 0 {
+			d.Commit.Interval = defaultCommitInterval
+		}
+		if d.Commit.MaxCount == 0 {
+			d.Commit.MaxCount = defaultCommitMaxCount
+		}
+	}
+}

@@ -1,0 +1,385 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// writeYAML writes body to a temp file and returns its path.
+func writeYAML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mmmq.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+// load reads body as an explicit file with the given environment.
+func load(t *testing.T, body string, env ...string) (*Config, error) {
+	t.Helper()
+	if env == nil {
+		env = []string{}
+	}
+	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env})
+}
+
+func TestDefaultValidates(t *testing.T) {
+	require.NoError(t, Default().Validate())
+}
+
+func TestLoadNoFileGivesDefaults(t *testing.T) {
+	cfg, err := Load(LoadOptions{Path: filepath.Join(t.TempDir(), "absent.yaml"), Environ: []string{}})
+	require.NoError(t, err)
+	assert.Equal(t, Default(), cfg)
+}
+
+func TestLoadMissingExplicitFileFails(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "absent.yaml")
+	_, err := Load(LoadOptions{Path: p, PathExplicit: true, Environ: []string{}})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	assert.Contains(t, err.Error(), p)
+}
+
+func TestLoadMissingMMMQConfigFileFails(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "absent.yaml")
+	_, err := Load(LoadOptions{Environ: []string{"MMMQ_CONFIG=" + p}})
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+func TestLoadMMMQConfigNamesFile(t *testing.T) {
+	p := writeYAML(t, "server:\n  port: 9001\n")
+	cfg, err := Load(LoadOptions{Path: "ignored-default.yaml", Environ: []string{"MMMQ_CONFIG=" + p}})
+	require.NoError(t, err)
+	assert.Equal(t, 9001, cfg.Server.Port)
+
+	// An explicit path beats $MMMQ_CONFIG.
+	q := writeYAML(t, "server:\n  port: 9002\n")
+	cfg, err = Load(LoadOptions{Path: q, PathExplicit: true, Environ: []string{"MMMQ_CONFIG=" + p}})
+	require.NoError(t, err)
+	assert.Equal(t, 9002, cfg.Server.Port)
+}
+
+func TestYAMLOverridesDefaults(t *testing.T) {
+	cfg, err := load(t, `
+server:
+  port: 9090
+  read-timeout: 1m30s
+logging:
+  format: console
+mmmq:
+  broker:
+    storage:
+      root-dir: /var/lib/mmmq
+      on-corruption: quarantine
+    segment:
+      max-bytes: 2048
+      max-record-bytes: 1024
+    dispatch:
+      path: /in
+    dispatchers:
+      - name: order-dispatcher
+        host: http://localhost:8081
+        patterns: ["order.**", "payment.*"]
+      - name: audit
+        host: https://audit.example:443
+        patterns: ["**"]
+        path: /audit
+        timeout: 5s
+        commit:
+          policy: interval
+          interval: 250ms
+          max-count: 10
+  metrics:
+    enabled: false
+`)
+	require.NoError(t, err)
+
+	want := Default()
+	want.Server.Port = 9090
+	want.Server.ReadTimeout = 90 * time.Second
+	want.Logging.Format = FormatConsole
+	want.MMMQ.Broker.Storage.RootDir = "/var/lib/mmmq"
+	want.MMMQ.Broker.Storage.OnCorruption = OnCorruptionQuarantine
+	want.MMMQ.Broker.Segment = SegmentConfig{MaxBytes: 2048, MaxRecordBytes: 1024}
+	want.MMMQ.Broker.Dispatch.Path = "/in"
+	want.MMMQ.Broker.Dispatchers = []DispatcherConfig{
+		{
+			Name: "order-dispatcher", Host: "http://localhost:8081",
+			Patterns: []string{"order.**", "payment.*"},
+			Path:     "/in", Timeout: 30 * time.Second, // inherited from dispatch.*
+			Commit: CommitConfig{Policy: CommitEveryMessage, Interval: time.Second, MaxCount: 1000},
+		},
+		{
+			Name: "audit", Host: "https://audit.example:443",
+			Patterns: []string{"**"}, Path: "/audit", Timeout: 5 * time.Second,
+			Commit: CommitConfig{Policy: CommitInterval, Interval: 250 * time.Millisecond, MaxCount: 10},
+		},
+	}
+	want.MMMQ.Metrics.Enabled = false
+	assert.Equal(t, want, cfg)
+}
+
+func TestYAMLNullSectionKeepsDefaults(t *testing.T) {
+	cfg, err := load(t, "server:\nlogging:\n  level:\n")
+	require.NoError(t, err)
+	assert.Equal(t, Default(), cfg)
+}
+
+func TestEmptyYAMLFile(t *testing.T) {
+	cfg, err := load(t, "# nothing\n")
+	require.NoError(t, err)
+	assert.Equal(t, Default(), cfg)
+}
+
+func TestEnvOverridesYAML(t *testing.T) {
+	cfg, err := load(t, `
+server:
+  port: 9090
+mmmq:
+  broker:
+    storage:
+      root-dir: /from/yaml
+`,
+		"MMMQ_SERVER_PORT=7070",
+		"MMMQ_BROKER_STORAGE_ROOT_DIR=/from/env",
+		"MMMQ_LOGGING_LEVEL=debug",
+		"MMMQ_SERVER_IDLE_TIMEOUT=2m",
+		"MMMQ_METRICS_ENABLED=false",
+		"MMMQ_SERVER_HOST=",
+		"MMMQ_BROKER_SEGMENT_MAX_RECORD_BYTES=4096",
+		"UNRELATED=1",
+		"MMMQ_CONFIG=", // empty: unset
+	)
+	require.NoError(t, err)
+	assert.Equal(t, 7070, cfg.Server.Port)
+	assert.Equal(t, "/from/env", cfg.MMMQ.Broker.Storage.RootDir)
+	assert.Equal(t, "debug", cfg.Logging.Level)
+	assert.Equal(t, 2*time.Minute, cfg.Server.IdleTimeout)
+	assert.False(t, cfg.MMMQ.Metrics.Enabled)
+	assert.Equal(t, int64(4096), cfg.MMMQ.Broker.Segment.MaxRecordBytes)
+}
+
+func TestEnvRuleCoversEveryKey(t *testing.T) {
+	keys := Keys()
+	require.NotEmpty(t, keys)
+	assert.NotContains(t, keys, dispatchersKey)
+	for _, key := range keys {
+		name := EnvVar(key)
+		assert.True(t, strings.HasPrefix(name, "MMMQ_"), key)
+		assert.Equal(t, key, envKeys[name].key, name)
+	}
+	assert.Equal(t, "MMMQ_BROKER_STORAGE_ROOT_DIR", EnvVar("mmmq.broker.storage.root-dir"))
+	assert.Equal(t, "MMMQ_SERVER_PORT", EnvVar("server.port"))
+	assert.Equal(t, "MMMQ_LOGGING_LEVEL", EnvVar("logging.level"))
+}
+
+func TestUnknownYAMLKeyNamesKey(t *testing.T) {
+	_, err := load(t, `
+mmmq:
+  broker:
+    segmnt:
+      max-bytes: 1024
+server:
+  prot: 1
+`)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrUnknownKey)
+	assert.Contains(t, err.Error(), `config: unknown key "mmmq.broker.segmnt.max-bytes"`)
+	assert.Contains(t, err.Error(), `config: unknown key "server.prot"`)
+}
+
+func TestUnknownDispatcherKeyNamesKey(t *testing.T) {
+	_, err := load(t, `
+mmmq:
+  broker:
+    dispatchers:
+      - name: a
+        hots: http://localhost:1
+        patterns: [x]
+`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `config: unknown key "mmmq.broker.dispatchers[0].hots"`)
+}
+
+func TestSectionGivenScalarFails(t *testing.T) {
+	_, err := load(t, "server: 8080\n")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalidValue)
+	assert.Contains(t, err.Error(), "config: server: must be a mapping")
+}
+
+func TestUnknownEnvVarNamesIt(t *testing.T) {
+	_, err := load(t, "", "MMMQ_BROKER_SEGMNT_MAX_BYTES=1")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrUnknownKey)
+	assert.Contains(t, err.Error(), "MMMQ_BROKER_SEGMNT_MAX_BYTES")
+
+	_, err = load(t, "", "MMMQ_BROKER_DISPATCHERS=x")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "MMMQ_BROKER_DISPATCHERS")
+	assert.Contains(t, err.Error(), "only be set in the YAML file")
+}
+
+func TestInvalidEnvValueNamesVarAndKey(t *testing.T) {
+	for _, kv := range []string{
+		"MMMQ_SERVER_PORT=http",
+		"MMMQ_SERVER_READ_TIMEOUT=30",
+		"MMMQ_METRICS_ENABLED=maybe",
+	} {
+		_, err := load(t, "", kv)
+		require.Error(t, err, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		assert.ErrorIs(t, err, ErrInvalidValue)
+		assert.Contains(t, err.Error(), name)
+		assert.Contains(t, err.Error(), envKeys[name].key)
+	}
+
+	// A value that parses but fails validation is attributed to its variable.
+	_, err := load(t, "", "MMMQ_SERVER_PORT=0")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "config: server.port: must be between 1 and 65535; got 0 (from MMMQ_SERVER_PORT)")
+}
+
+func TestInvalidValuesNameKey(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		key  string // expected in the error
+	}{
+		{"port zero", "server: {port: 0}", "server.port"},
+		{"port high", "server: {port: 65536}", "server.port"},
+		{"port string", "server: {port: http}", "server.port"},
+		{"duration zero", "server: {read-timeout: 0s}", "server.read-timeout"},
+		{"duration negative", "server: {shutdown-timeout: -1s}", "server.shutdown-timeout"},
+		{"duration bare number", "server: {idle-timeout: 30}", "server.idle-timeout"},
+		{"duration garbage", "server: {write-timeout: soon}", "server.write-timeout"},
+		{"body small", "server: {max-body-bytes: 10}", "server.max-body-bytes"},
+		{"level", "logging: {level: loud}", "logging.level"},
+		{"format", "logging: {format: xml}", "logging.format"},
+		{"root empty", "mmmq: {broker: {storage: {root-dir: ''}}}", "mmmq.broker.storage.root-dir"},
+		{"on-corruption", "mmmq: {broker: {storage: {on-corruption: ignore}}}", "mmmq.broker.storage.on-corruption"},
+		{"max-topics", "mmmq: {broker: {storage: {max-topics: 0}}}", "mmmq.broker.storage.max-topics"},
+		{"segment small", "mmmq: {broker: {segment: {max-bytes: 1023}}}", "mmmq.broker.segment.max-bytes"},
+		{"record small", "mmmq: {broker: {segment: {max-record-bytes: 63}}}", "mmmq.broker.segment.max-record-bytes"},
+		{"record over segment", "mmmq: {broker: {segment: {max-bytes: 2048, max-record-bytes: 4096}}}", "mmmq.broker.segment.max-record-bytes"},
+		{"dispatch timeout", "mmmq: {broker: {dispatch: {timeout: 0s}}}", "mmmq.broker.dispatch.timeout"},
+		{"max-resends", "mmmq: {broker: {dispatch: {max-resends: -1}}}", "mmmq.broker.dispatch.max-resends"},
+		{"backoff order", "mmmq: {broker: {dispatch: {backoff-initial: 2m}}}", "mmmq.broker.dispatch.backoff-max"},
+		{"response bytes", "mmmq: {broker: {dispatch: {max-response-bytes: 1}}}", "mmmq.broker.dispatch.max-response-bytes"},
+		{"dispatch path", "mmmq: {broker: {dispatch: {path: messages}}}", "mmmq.broker.dispatch.path"},
+		{"lease", "mmmq: {broker: {groups: {lease-timeout: 0s}}}", "mmmq.broker.groups.lease-timeout"},
+		{"max-fetch", "mmmq: {broker: {groups: {max-fetch: 0}}}", "mmmq.broker.groups.max-fetch"},
+		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
+		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
+		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
+		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},
+		{"dispatcher not a map", "mmmq: {broker: {dispatchers: [x]}}", "mmmq.broker.dispatchers[0]"},
+		{"dispatcher name", dispatcherYAML("name: .hidden"), "mmmq.broker.dispatchers[0].name"},
+		{"dispatcher name slash", dispatcherYAML("name: a/b"), "mmmq.broker.dispatchers[0].name"},
+		{"dispatcher name long", dispatcherYAML("name: " + strings.Repeat("a", 201)), "mmmq.broker.dispatchers[0].name"},
+		{"dispatcher host missing", dispatcherYAML("host: ''"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host scheme", dispatcherYAML("host: ftp://h:21"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host no port", dispatcherYAML("host: http://localhost"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host path", dispatcherYAML("host: http://localhost:8081/x"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host slash", dispatcherYAML("host: http://localhost:8081/"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host query", dispatcherYAML("host: http://localhost:8081?a=b"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host bare", dispatcherYAML("host: localhost:8081"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher host port", dispatcherYAML("host: http://localhost:0"), "mmmq.broker.dispatchers[0].host"},
+		{"dispatcher patterns", dispatcherYAML("patterns: []"), "mmmq.broker.dispatchers[0].patterns"},
+		{"dispatcher pattern empty", dispatcherYAML("patterns: ['']"), "mmmq.broker.dispatchers[0].patterns[0]"},
+		{"dispatcher patterns scalar", dispatcherYAML("patterns: order.*"), "mmmq.broker.dispatchers[0].patterns"},
+		{"dispatcher path", dispatcherYAML("path: x"), "mmmq.broker.dispatchers[0].path"},
+		{"dispatcher timeout", dispatcherYAML("timeout: -1s"), "mmmq.broker.dispatchers[0].timeout"},
+		{"dispatcher policy", dispatcherYAML("commit: {policy: sometimes}"), "mmmq.broker.dispatchers[0].commit.policy"},
+		{"dispatcher interval", dispatcherYAML("commit: {interval: -1s}"), "mmmq.broker.dispatchers[0].commit.interval"},
+		{"dispatcher max-count", dispatcherYAML("commit: {max-count: -5}"), "mmmq.broker.dispatchers[0].commit.max-count"},
+		{"dispatcher duplicate", `
+mmmq:
+  broker:
+    dispatchers:
+      - {name: a, host: "http://h:1", patterns: [x]}
+      - {name: a, host: "http://h:2", patterns: [y]}
+`, "mmmq.broker.dispatchers[1].name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.yaml)
+			require.Error(t, err)
+			t.Log(err)
+			assert.ErrorIs(t, err, ErrInvalidValue)
+			var ke *KeyError
+			require.ErrorAs(t, err, &ke)
+			assert.Contains(t, err.Error(), "config: "+tt.key+":")
+		})
+	}
+}
+
+// dispatcherYAML is one valid dispatcher with field overridden.
+func dispatcherYAML(field string) string {
+	fields := map[string]string{
+		"name":     "name: d",
+		"host":     "host: http://localhost:8081",
+		"patterns": "patterns: [order.**]",
+	}
+	k, _, _ := strings.Cut(field, ":")
+	fields[k] = field
+	var b strings.Builder
+	b.WriteString("mmmq:\n  broker:\n    dispatchers:\n      -")
+	for _, k := range []string{"name", "host", "patterns", "path", "timeout", "commit"} {
+		if f, ok := fields[k]; ok {
+			b.WriteString(" " + f + "\n       ")
+		}
+	}
+	return b.String()
+}
+
+func TestValidateJoinsAllProblems(t *testing.T) {
+	cfg := Default()
+	cfg.Server.Port = 0
+	cfg.Logging.Format = "xml"
+	err := cfg.Validate()
+	require.Error(t, err)
+	assert.Len(t, flatten(err), 2)
+	assert.Contains(t, err.Error(), "server.port")
+	assert.Contains(t, err.Error(), "logging.format")
+}
+
+func TestCommittedYAMLEqualsDefault(t *testing.T) {
+	p := filepath.Join("..", "..", "configs", "mmmq.yaml")
+	cfg, err := Load(LoadOptions{Path: p, PathExplicit: true, Environ: []string{}})
+	require.NoError(t, err)
+	assert.Equal(t, Default(), cfg)
+
+	// Every key is written out (not merely defaulted), so the file documents it.
+	raw, err := os.ReadFile(p)
+	require.NoError(t, err)
+	for _, key := range Keys() {
+		last := key[strings.LastIndex(key, ".")+1:]
+		assert.Contains(t, string(raw), "\n"+strings.Repeat(" ", 2*strings.Count(key, "."))+last+":", "configs/mmmq.yaml lacks %s", key)
+	}
+}
+
+func TestKeyErrorUnwrap(t *testing.T) {
+	err := error(unknownKey("a.b"))
+	assert.True(t, errors.Is(err, ErrUnknownKey))
+	assert.False(t, errors.Is(err, ErrInvalidValue))
+	assert.Equal(t, `config: unknown key "a.b"`, err.Error())
+}
+
+func TestLoadReadsDefaultPathWhenPresent(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "configs"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, DefaultPath), []byte("server:\n  port: 9555\n"), 0o600))
+	t.Chdir(dir)
+	cfg, err := Load(LoadOptions{Environ: []string{}})
+	require.NoError(t, err)
+	assert.Equal(t, 9555, cfg.Server.Port)
+}

@@ -1,0 +1,39 @@
+// Package config loads, validates and provides the mmmq configuration.
+//
+// # Sources and precedence
+//
+// A [Config] is built from three layers, each overriding the one before:
+//
+//  1. built-in defaults ([Default]);
+//  2. a YAML file (--config, else $MMMQ_CONFIG, else configs/mmmq.yaml when that
+//     file exists; a missing file that was named explicitly is an error);
+//  3. environment variables (the rule below).
+//
+// configs/mmmq.yaml in the repository lists every key with its default and is
+// checked by a test to equal [Default].
+//
+// # Environment rule
+//
+// A key K is set by the variable named "MMMQ_" followed by K with a leading
+// "mmmq." removed, upper-cased, and every "." and "-" replaced by "_":
+//
+//	mmmq.broker.storage.root-dir  <-  MMMQ_BROKER_STORAGE_ROOT_DIR
+//	server.port                   <-  MMMQ_SERVER_PORT
+//	logging.level                 <-  MMMQ_LOGGING_LEVEL
+//
+// Variables are resolved by matching against the set of known scalar keys, so
+// "-" versus "." is never ambiguous. MMMQ_CONFIG is not a key: it names the
+// YAML file when no path was given explicitly. Any other MMMQ_ variable that
+// matches no key is an error naming the variable. The list
+// mmmq.broker.dispatchers cannot be set from the environment; use the file.
+// Values are parsed as the key's type: integers in base 10, booleans as
+// accepted by strconv.ParseBool, durations in Go syntax ("30s", "1m30s").
+//
+// # Strictness
+//
+// Unknown keys in the file fail with the key's full name, e.g.
+// config: unknown key "mmmq.broker.segmnt.max-bytes". Invalid values fail
+// naming the key and what is allowed (see [Config.Validate]). Problems are
+// reported as [*KeyError] values joined with errors.Join, so callers can use
+// errors.Is with [ErrUnknownKey] and [ErrInvalidValue], or errors.As.
+package config

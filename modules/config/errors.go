@@ -1,0 +1,66 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels wrapped by every [*KeyError].
+var (
+	// ErrUnknownKey marks a file key or MMMQ_ environment variable that names
+	// no configuration key.
+	ErrUnknownKey = errors.New("config: unknown key")
+	// ErrInvalidValue marks a value outside what its key allows.
+	ErrInvalidValue = errors.New("config: invalid value")
+)
+
+// KeyError is one configuration problem tied to a key. Load and Validate
+// return one or more of them joined with errors.Join; it unwraps to
+// [ErrUnknownKey] or [ErrInvalidValue].
+type KeyError struct {
+	// Key is the full key, e.g. "server.port" or
+	// "mmmq.broker.dispatchers[0].host"; empty for an unknown variable.
+	Key string
+	// Var is the environment variable that supplied the value, if any.
+	Var string
+	// Problem says what is wrong and what is allowed; empty for unknown keys.
+	Problem string
+
+	kind error
+}
+
+func unknownKey(key string) *KeyError {
+	return &KeyError{Key: key, kind: ErrUnknownKey}
+}
+
+func unknownVar(name, problem string) *KeyError {
+	return &KeyError{Var: name, Problem: problem, kind: ErrUnknownKey}
+}
+
+func invalid(key, format string, args ...any) *KeyError {
+	return &KeyError{Key: key, Problem: fmt.Sprintf(format, args...), kind: ErrInvalidValue}
+}
+
+// Error returns e.g. `config: unknown key "mmmq.broker.segmnt.max-bytes"`,
+// `config: unknown environment variable MMMQ_FOO` or
+// `config: server.port: must be 1..65535, got 0 (from MMMQ_SERVER_PORT)`.
+func (e *KeyError) Error() string {
+	switch {
+	case e.kind == ErrUnknownKey && e.Key == "":
+		msg := "config: unknown environment variable " + e.Var
+		if e.Problem != "" {
+			msg += ": " + e.Problem
+		}
+		return msg
+	case e.kind == ErrUnknownKey:
+		return fmt.Sprintf("config: unknown key %q", e.Key)
+	}
+	msg := "config: " + e.Key + ": " + e.Problem
+	if e.Var != "" {
+		msg += " (from " + e.Var + ")"
+	}
+	return msg
+}
+
+// Unwrap returns [ErrUnknownKey] or [ErrInvalidValue].
+func (e *KeyError) Unwrap() error { return e.kind }

@@ -1,0 +1,326 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// LoadOptions says where Load reads from. The zero value reads DefaultPath
+// (or $MMMQ_CONFIG) if present and the process environment.
+type LoadOptions struct {
+	// Path is the YAML file. "" means $MMMQ_CONFIG if set, else DefaultPath.
+	Path string
+	// PathExplicit says Path was given by the user (--config): a missing file
+	// is then an error and $MMMQ_CONFIG is ignored. When false, $MMMQ_CONFIG
+	// (if set) takes precedence over Path, and a missing Path is skipped.
+	PathExplicit bool
+	// Environ is the environment as "KEY=value" strings; nil means os.Environ().
+	Environ []string
+
+	// supplied is set by Supply: the fx provider returns it instead of loading.
+	supplied *Config
+}
+
+// Load builds the configuration from the defaults, the YAML file and the
+// environment, in that order of precedence, then normalizes and validates
+// it. Errors name the offending key or variable (see [KeyError]); a missing
+// explicit file is an error wrapping fs.ErrNotExist.
+func Load(opts LoadOptions) (*Config, error) {
+	environ := opts.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	env := parseEnviron(environ)
+
+	path, explicit := resolvePath(opts, env)
+
+	k := koanf.New(".")
+	if path != "" {
+		if err := loadFile(k, path, explicit); err != nil {
+			return nil, err
+		}
+	}
+
+	envMap, fromEnv, err := envOverrides(env)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.Load(confmap.Provider(envMap, "."), nil); err != nil {
+		return nil, fmt.Errorf("config: load environment: %w", err)
+	}
+
+	cfg := Default()
+	if err := decode(k, cfg); err != nil {
+		return nil, err
+	}
+	cfg.Normalize()
+	if err := cfg.Validate(); err != nil {
+		return nil, attributeVars(err, fromEnv)
+	}
+	return cfg, nil
+}
+
+// parseEnviron keeps the MMMQ_ variables; a later duplicate wins as in os.Getenv.
+func parseEnviron(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, envPrefix) {
+			continue
+		}
+		env[name] = val
+	}
+	return env
+}
+
+// resolvePath applies: explicit Path > $MMMQ_CONFIG > Path > DefaultPath.
+// The second result says whether a missing file is an error.
+func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
+	if opts.PathExplicit && opts.Path != "" {
+		return opts.Path, true
+	}
+	if p := env[EnvConfigVar]; p != "" {
+		return p, true
+	}
+	if opts.Path != "" {
+		return opts.Path, false
+	}
+	return DefaultPath, false
+}
+
+func loadFile(k *koanf.Koanf, path string, explicit bool) error {
+	if _, err := os.Stat(path); err != nil {
+		if !explicit && errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("config: open %s: %w", path, err)
+	}
+	fk := koanf.New(".")
+	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
+		return fmt.Errorf("config: read %s: %w", path, err)
+	}
+	if err := checkKeys(fk.Raw()); err != nil {
+		return err // each error names its full key
+	}
+	return k.Merge(fk)
+}
+
+// checkKeys reports every file key that is not part of the schema, by full
+// name, and sections given a scalar.
+func checkKeys(raw map[string]any) error {
+	var errs []error
+	walkKeys(configSchema, raw, "", "", &errs)
+	return errors.Join(errs...)
+}
+
+// walkKeys checks m against s. rel is the key relative to s, shown is the
+// full key used in messages.
+func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		v := m[name]
+		r, full := rel+name, shown+name
+		if _, ok := s.leaves[r]; ok {
+			if r != dispatchersKey {
+				continue // the decoder checks the value's type
+			}
+			list, ok := v.([]any)
+			if !ok {
+				continue // the decoder reports the type
+			}
+			for i, el := range list {
+				em, ok := el.(map[string]any)
+				if !ok {
+					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be a mapping with name, host and patterns"))
+					continue
+				}
+				walkKeys(dispatcherSchema, em, "", fmt.Sprintf("%s[%d].", full, i), errs)
+			}
+			continue
+		}
+		if !s.sections[r] {
+			unknownLeaves(v, full, errs)
+			continue
+		}
+		switch sub := v.(type) {
+		case nil:
+			// "server:" with nothing under it: keep the defaults.
+		case map[string]any:
+			walkKeys(s, sub, r+".", full+".", errs)
+		default:
+			*errs = append(*errs, invalid(full, "must be a mapping, got %T", v))
+		}
+	}
+}
+
+// unknownLeaves reports every leaf under an unknown key by its full name,
+// so a misspelled section shows the whole key ("mmmq.broker.segmnt.max-bytes").
+func unknownLeaves(v any, full string, errs *[]error) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		*errs = append(*errs, unknownKey(full))
+		return
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		unknownLeaves(m[name], full+"."+name, errs)
+	}
+}
+
+// envOverrides turns the MMMQ_ variables into a flat key -> value map with
+// values already of the key's type, and remembers which variable set which key.
+func envOverrides(env map[string]string) (map[string]any, map[string]string, error) {
+	names := make([]string, 0, len(env))
+	for name := range env {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	out := map[string]any{}
+	fromEnv := map[string]string{}
+	var errs []error
+	for _, name := range names {
+		if name == EnvConfigVar {
+			continue
+		}
+		l, ok := envKeys[name]
+		if !ok {
+			problem := "matches no key (rule: MMMQ_ + key without leading \"mmmq.\", upper-cased, \".\" and \"-\" as \"_\")"
+			if name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_") {
+				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
+			}
+			errs = append(errs, unknownVar(name, problem))
+			continue
+		}
+		v, err := parseEnvValue(l.typ, env[name])
+		if err != nil {
+			errs = append(errs, &KeyError{Key: l.key, Var: name, Problem: err.Error(), kind: ErrInvalidValue})
+			continue
+		}
+		out[l.key] = v
+		fromEnv[l.key] = name
+	}
+	return out, fromEnv, errors.Join(errs...)
+}
+
+func parseEnvValue(t reflect.Type, s string) (any, error) {
+	switch {
+	case t == durationType:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("not a duration like \"30s\": %q", s)
+		}
+		return d, nil
+	case t.Kind() == reflect.String:
+		return s, nil
+	case t.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("not a boolean (true/false): %q", s)
+		}
+		return b, nil
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, t.Bits())
+		if err != nil {
+			return nil, fmt.Errorf("not a base-10 integer: %q", s)
+		}
+		return n, nil
+	}
+	return nil, fmt.Errorf("type %s cannot be set from the environment", t)
+}
+
+// decode unmarshals k onto cfg (which holds the defaults) strictly: no
+// unused keys, no weak typing, durations only as strings with a unit.
+func decode(k *koanf.Koanf, cfg *Config) error {
+	dc := mapstructure.DecoderConfig{
+		TagName:          "koanf",
+		ErrorUnused:      true,
+		WeaklyTypedInput: false,
+		DecodeHook:       durationHook,
+	}
+	err := k.UnmarshalWithConf("", cfg, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, e := range flatten(err) {
+		var de *mapstructure.DecodeError
+		if errors.As(e, &de) {
+			var ue *mapstructure.UnconvertibleTypeError
+			if errors.As(de, &ue) {
+				errs = append(errs, invalid(de.Name(), "must be of type %s; got %T %#v", ue.Expected.Type(), ue.Value, ue.Value))
+				continue
+			}
+			errs = append(errs, invalid(de.Name(), "%v", de.Unwrap()))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("config: decode: %w", e))
+	}
+	return errors.Join(errs...)
+}
+
+// durationHook parses Go duration strings ("30s", "1m30s") and refuses
+// numbers, which would otherwise decode as nanoseconds ("timeout: 30" = 30ns).
+func durationHook(from, to reflect.Type, data any) (any, error) {
+	if to != durationType || from == durationType {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.String:
+		d, err := time.ParseDuration(reflect.ValueOf(data).String())
+		if err != nil {
+			return nil, fmt.Errorf("must be a duration with a unit such as \"30s\"; got %q", data)
+		}
+		return d, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("must be a duration with a unit such as \"30s\"; got bare number %v", data)
+	}
+	return data, nil
+}
+
+// flatten expands errors.Join trees into their leaves.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+// attributeVars marks validation errors for keys that came from the
+// environment with the variable's name.
+func attributeVars(err error, fromEnv map[string]string) error {
+	for _, e := range flatten(err) {
+		var ke *KeyError
+		if errors.As(e, &ke) && ke.Var == "" {
+			ke.Var = fromEnv[ke.Key]
+		}
+	}
+	return err
+}

@@ -1,0 +1,187 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// dispatcherNameRE is the allowed dispatcher name; the name is also a file
+// name (checkpoints/<name>.checkpoint), hence no "/" and no leading ".".
+var dispatcherNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`)
+
+// maxRecordLimit is the largest record the entry format can frame: the
+// int32 length field counts the 4 CRC bytes plus the JSON.
+const maxRecordLimit = math.MaxInt32 - 4
+
+// Validate checks every value and returns all problems joined with
+// errors.Join, each a [*KeyError] naming its key and what is allowed. It
+// expects a normalized Config (see [Config.Normalize]) but accepts the zero
+// "inherit" values of dispatcher path, timeout and commit settings.
+func (c *Config) Validate() error {
+	var v validator
+
+	s := c.Server
+	v.intRange("server.port", int64(s.Port), 1, 65535)
+	v.positive("server.read-header-timeout", s.ReadHeaderTimeout)
+	v.positive("server.read-timeout", s.ReadTimeout)
+	v.positive("server.write-timeout", s.WriteTimeout)
+	v.positive("server.idle-timeout", s.IdleTimeout)
+	v.positive("server.shutdown-timeout", s.ShutdownTimeout)
+	v.intRange("server.max-body-bytes", s.MaxBodyBytes, 1024, math.MaxInt64)
+
+	if _, err := zapcore.ParseLevel(c.Logging.Level); err != nil {
+		v.add(invalid("logging.level", "must be one of debug, info, warn, error, dpanic, panic, fatal; got %q", c.Logging.Level))
+	}
+	switch c.Logging.Format {
+	case FormatJSON, FormatConsole:
+	default:
+		v.add(invalid("logging.format", "must be %q or %q; got %q", FormatJSON, FormatConsole, c.Logging.Format))
+	}
+
+	b := c.MMMQ.Broker
+	if strings.TrimSpace(b.Storage.RootDir) == "" {
+		v.add(invalid("mmmq.broker.storage.root-dir", "must not be empty"))
+	}
+	switch b.Storage.OnCorruption {
+	case OnCorruptionFail, OnCorruptionQuarantine:
+	default:
+		v.add(invalid("mmmq.broker.storage.on-corruption", "must be %q or %q; got %q", OnCorruptionFail, OnCorruptionQuarantine, b.Storage.OnCorruption))
+	}
+	v.intRange("mmmq.broker.storage.max-topics", int64(b.Storage.MaxTopics), 1, math.MaxInt32)
+
+	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
+	v.intRange("mmmq.broker.segment.max-record-bytes", b.Segment.MaxRecordBytes, 64, min(max(b.Segment.MaxBytes, 64), maxRecordLimit))
+
+	d := b.Dispatch
+	v.positive("mmmq.broker.dispatch.timeout", d.Timeout)
+	v.intRange("mmmq.broker.dispatch.max-resends", int64(d.MaxResends), 0, math.MaxInt32)
+	v.positive("mmmq.broker.dispatch.backoff-initial", d.BackoffInitial)
+	v.positive("mmmq.broker.dispatch.backoff-max", d.BackoffMax)
+	if d.BackoffInitial > 0 && d.BackoffMax > 0 && d.BackoffMax < d.BackoffInitial {
+		v.add(invalid("mmmq.broker.dispatch.backoff-max", "must be at least backoff-initial (%s); got %s", d.BackoffInitial, d.BackoffMax))
+	}
+	v.intRange("mmmq.broker.dispatch.max-response-bytes", d.MaxResponseBytes, 64, math.MaxInt32)
+	v.path("mmmq.broker.dispatch.path", d.Path)
+
+	seen := map[string]int{}
+	for i, dc := range b.Dispatchers {
+		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, seen, i)
+	}
+
+	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
+	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
+
+	lp := c.MMMQ.Lineproto
+	if lp.Addr != "" {
+		if _, port, err := net.SplitHostPort(lp.Addr); err != nil {
+			v.add(invalid("mmmq.lineproto.addr", "must be \"\" (off) or host:port; got %q", lp.Addr))
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			v.add(invalid("mmmq.lineproto.addr", "port must be 0..65535; got %q", port))
+		}
+	}
+	v.intRange("mmmq.lineproto.max-line-bytes", lp.MaxLineBytes, 1024, math.MaxInt32)
+
+	return errors.Join(v.errs...)
+}
+
+type validator struct{ errs []error }
+
+func (v *validator) add(err error) { v.errs = append(v.errs, err) }
+
+func (v *validator) intRange(key string, n, lo, hi int64) {
+	switch {
+	case n >= lo && n <= hi:
+	case hi == math.MaxInt64:
+		v.add(invalid(key, "must be at least %d; got %d", lo, n))
+	default:
+		v.add(invalid(key, "must be between %d and %d; got %d", lo, hi, n))
+	}
+}
+
+func (v *validator) positive(key string, d time.Duration) {
+	if d <= 0 {
+		v.add(invalid(key, "must be a duration > 0 such as \"30s\"; got %s", d))
+	}
+}
+
+func (v *validator) path(key, p string) {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?# ") {
+		v.add(invalid(key, "must start with \"/\" and hold no query, fragment or spaces; got %q", p))
+	}
+}
+
+func (v *validator) dispatcher(key string, d DispatcherConfig, seen map[string]int, i int) {
+	if !dispatcherNameRE.MatchString(d.Name) {
+		v.add(invalid(key+".name", "must match %s; got %q", dispatcherNameRE, d.Name))
+	} else if j, dup := seen[d.Name]; dup {
+		v.add(invalid(key+".name", "duplicate dispatcher name %q (also %s[%d])", d.Name, dispatchersKey, j))
+	} else {
+		seen[d.Name] = i
+	}
+	if err := checkHost(d.Host); err != nil {
+		v.add(invalid(key+".host", "must be scheme://address:port with scheme http or https and no path, query or fragment (e.g. \"http://localhost:8081\"): %v", err))
+	}
+	if len(d.Patterns) == 0 {
+		v.add(invalid(key+".patterns", "must list at least one topic pattern"))
+	}
+	for j, p := range d.Patterns {
+		if p == "" {
+			v.add(invalid(fmt.Sprintf("%s.patterns[%d]", key, j), "must not be empty"))
+		}
+	}
+	if d.Path != "" {
+		v.path(key+".path", d.Path)
+	}
+	if d.Timeout < 0 {
+		v.add(invalid(key+".timeout", "must be a duration > 0 such as \"30s\" (or absent); got %s", d.Timeout))
+	}
+	switch d.Commit.Policy {
+	case "", CommitEveryMessage, CommitInterval:
+	default:
+		v.add(invalid(key+".commit.policy", "must be %q or %q; got %q", CommitEveryMessage, CommitInterval, d.Commit.Policy))
+	}
+	if d.Commit.Interval < 0 {
+		v.add(invalid(key+".commit.interval", "must be a duration > 0 such as \"1s\"; got %s", d.Commit.Interval))
+	}
+	if d.Commit.MaxCount < 0 {
+		v.add(invalid(key+".commit.max-count", "must be at least 1; got %d", d.Commit.MaxCount))
+	}
+}
+
+// checkHost accepts exactly scheme://host:port with scheme http or https.
+func checkHost(h string) error {
+	if h == "" {
+		return errors.New("missing")
+	}
+	u, err := url.Parse(h)
+	if err != nil {
+		return fmt.Errorf("got %q", h)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q in %q", u.Scheme, h)
+	case u.Opaque != "" || u.User != nil:
+		return fmt.Errorf("got %q", h)
+	case u.Hostname() == "":
+		return fmt.Errorf("no address in %q", h)
+	case u.Port() == "":
+		return fmt.Errorf("no port in %q", h)
+	case u.Path != "" || u.RawPath != "":
+		return fmt.Errorf("path %q in %q", u.Path, h)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Errorf("query or fragment in %q", h)
+	}
+	if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q in %q is not 1..65535", u.Port(), h)
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package logging
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Module provides the *zap.Logger (from *config.Config, see New), makes Fx
+// log its own events through it (see NewFxLogger) and syncs it on stop.
+//
+// fx.WithLogger sits outside the fx.Module scope on purpose: inside a module
+// it would only apply to that module's events, not the application's.
+// Replace the logger in tests with fx.Decorate(func(*zap.Logger) *zap.Logger {...}).
+var Module = fx.Options(
+	fx.Module("logging",
+		fx.Provide(New),
+		fx.Invoke(registerSync),
+	),
+	fx.WithLogger(NewFxLogger),
+)
+
+// NewFxLogger adapts l for Fx's own events (provide, invoke, hooks, start,
+// stop). Routine events are logged at debug so a default "info" log shows
+// only the broker's lines; Fx errors stay at error level.
+func NewFxLogger(l *zap.Logger) fxevent.Logger {
+	fl := &fxevent.ZapLogger{Logger: l.Named("fx")}
+	fl.UseLogLevel(zapcore.DebugLevel)
+	fl.UseErrorLevel(zapcore.ErrorLevel)
+	return fl
+}
+
+// registerSync appends a stop hook that flushes the logger. Stop hooks run in
+// reverse order, so list Module before the modules that log while stopping
+// and this hook runs after theirs.
+func registerSync(lc fx.Lifecycle, l *zap.Logger) {
+	lc.Append(fx.StopHook(func(context.Context) error { return Sync(l) }))
+}
