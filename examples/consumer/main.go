@@ -1,0 +1,350 @@
+// Command consumer is an example push consumer for mmmq dispatchers.
+//
+// A dispatcher POSTs every message to <consumer base URL><path> (DESIGN §2)
+// with the headers mmmq-consumer-id (the dispatcher name), mmmq-topic,
+// mmmq-offset, mmmq-attempt and mmmq-message-id, and the stored message JSON
+// as body. This program prints one line per message and answers
+// {"acknowledgement":"ACK"}. Flags make it misbehave on purpose, to watch the
+// dispatcher's NACK resends (at most 3, seed 000) and its backoff after
+// abnormal answers:
+//
+//	go run ./examples/consumer                              # listen on :8081, ACK everything
+//	go run ./examples/consumer -addr :9090 -path /events    # other address and path
+//	go run ./examples/consumer -nack 2                      # NACK attempts 1 and 2 of each message, ACK the 3rd
+//	go run ./examples/consumer -fail-every 10               # answer 500 on every 10th request
+//	go run ./examples/consumer -delay 200ms                 # slow consumer
+//	go run ./examples/consumer -record /tmp/got.jsonl -quiet  # what `make demo` and tests use
+//
+// Matching broker configuration (configs/mmmq.yaml):
+//
+//	mmmq:
+//	  broker:
+//	    dispatchers:
+//	      - name: order-dispatcher
+//	        host: http://localhost:8081
+//	        patterns: ["order.**", "payment.*"]
+//
+// With -record FILE every received message is appended to FILE as one JSON
+// line, written before the answer is sent:
+//
+//	{"dispatcher":"order-dispatcher","topic":"order.created","offset":0,"attempt":1,
+//	 "id":"evt-000001","answer":"ACK","body":{"topic":{"name":"order.created"},...}}
+//
+// "answer" is what this consumer replied (ACK, NACK, FAIL for a 500 from
+// -fail-every, GONE when the dispatcher hung up during -delay), so a checker
+// keeps the ACK lines to see what was delivered.
+// offset and attempt are -1 when the header is missing or not a number.
+// Delivery is at-least-once: the same (topic, offset) can be recorded more
+// than once, for instance when an ACK is lost; deduplicate by id.
+//
+// The program stops on SIGINT or SIGTERM, letting requests in progress finish
+// (at most 10 s).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Push headers set by mmmq dispatchers (DESIGN §2).
+const (
+	HeaderConsumerID = "mmmq-consumer-id"
+	HeaderTopic      = "mmmq-topic"
+	HeaderOffset     = "mmmq-offset"
+	HeaderAttempt    = "mmmq-attempt"
+	HeaderMessageID  = "mmmq-message-id"
+)
+
+// DefaultMaxBody is the default request body limit in bytes (8 MiB); larger
+// bodies are answered 413.
+const DefaultMaxBody = 8 << 20
+
+// Answers written to the record file.
+const (
+	AnswerACK  = "ACK"
+	AnswerNACK = "NACK"
+	AnswerFail = "FAIL"
+	// AnswerGone: the client went away during -delay; nothing was answered.
+	AnswerGone = "GONE"
+)
+
+// Config controls how a Handler answers.
+type Config struct {
+	// Nack is how many deliveries of each message are answered NACK before
+	// the next one is answered ACK; 0 ACKs at once. Deliveries are counted by
+	// this process per (dispatcher, topic, offset), so the count does not
+	// depend on how the dispatcher numbers attempts and restarts at 0 when
+	// the consumer restarts.
+	Nack int
+	// FailEvery answers HTTP 500 to every FailEvery-th request (counting
+	// well-formed pushes since start); 0 never fails. A 500 is an abnormal answer: the
+	// dispatcher backs off and resends.
+	FailEvery int
+	// Delay is slept before answering (cut short if the client goes away).
+	Delay time.Duration
+	// MaxBody is the request body limit in bytes; 0 means DefaultMaxBody.
+	MaxBody int64
+	// Out receives one line per message; nil prints nothing.
+	Out io.Writer
+	// Record, when not nil, receives one Record JSON line per message.
+	Record io.Writer
+}
+
+// Record is one line of the -record file.
+type Record struct {
+	Dispatcher string          `json:"dispatcher"`
+	Topic      string          `json:"topic"`
+	Offset     int64           `json:"offset"`
+	Attempt    int64           `json:"attempt"`
+	ID         string          `json:"id"`
+	Answer     string          `json:"answer"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// Handler is the http.Handler that receives dispatcher pushes. It is safe for
+// concurrent use: a dispatcher runs one worker per topic, so requests of
+// different topics arrive in parallel.
+type Handler struct {
+	cfg      Config
+	requests atomic.Int64
+
+	mu    sync.Mutex // guards nacks, Out and Record
+	nacks map[deliveryKey]int
+}
+
+// deliveryKey names one message of one dispatcher.
+type deliveryKey struct {
+	dispatcher, topic string
+	offset            int64
+	id                string
+}
+
+// NewHandler returns a Handler answering as cfg says.
+func NewHandler(cfg Config) *Handler {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	return &Handler{cfg: cfg, nacks: map[deliveryKey]int{}}
+}
+
+// ServeHTTP handles one push. Status codes: 200 with an ACK/NACK body;
+// 400 body is not JSON; 405 not a POST; 413 body over the limit; 500 on
+// purpose (-fail-every).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, fmt.Sprintf("body over %d bytes", tooBig.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !json.Valid(body) {
+		http.Error(w, "body is not JSON", http.StatusBadRequest)
+		return
+	}
+	n := h.requests.Add(1) // -fail-every counts well-formed pushes only
+	rec := Record{
+		Dispatcher: r.Header.Get(HeaderConsumerID),
+		Topic:      r.Header.Get(HeaderTopic),
+		Offset:     headerInt(r.Header, HeaderOffset),
+		Attempt:    headerInt(r.Header, HeaderAttempt),
+		ID:         r.Header.Get(HeaderMessageID),
+		Body:       body,
+	}
+
+	fail := h.cfg.FailEvery > 0 && n%int64(h.cfg.FailEvery) == 0
+	switch {
+	case fail:
+		rec.Answer = AnswerFail
+	case h.nack(rec):
+		rec.Answer = AnswerNACK
+	default:
+		rec.Answer = AnswerACK
+	}
+	if h.cfg.Delay > 0 {
+		t := time.NewTimer(h.cfg.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			// The dispatcher gave up (per-attempt timeout); nobody reads
+			// the answer.
+			t.Stop()
+			rec.Answer = AnswerGone
+			h.report(rec)
+			return
+		}
+	}
+	// Record before answering: once the dispatcher has the ACK, the line
+	// is in the record file.
+	h.report(rec)
+	if fail {
+		http.Error(w, fmt.Sprintf("failing request %d on purpose (-fail-every %d)", n, h.cfg.FailEvery),
+			http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"acknowledgement":%q}`+"\n", rec.Answer)
+}
+
+// nack reports whether this delivery of rec is answered NACK, counting it.
+func (h *Handler) nack(rec Record) bool {
+	if h.cfg.Nack <= 0 {
+		return false
+	}
+	k := deliveryKey{dispatcher: rec.Dispatcher, topic: rec.Topic, offset: rec.Offset, id: rec.ID}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nacks[k] < h.cfg.Nack {
+		h.nacks[k]++
+		return true
+	}
+	delete(h.nacks, k) // ACKed: forget it, a later redelivery starts over
+	return false
+}
+
+// report prints and records rec.
+func (h *Handler) report(rec Record) {
+	var line []byte
+	if h.cfg.Record != nil {
+		var err error
+		line, err = json.Marshal(rec)
+		if err != nil { // cannot happen: Body is valid JSON
+			log.Printf("consumer: encode record: %v", err)
+		}
+		line = append(line, '\n')
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cfg.Out != nil {
+		fmt.Fprintf(h.cfg.Out, "%-4s topic=%s offset=%d attempt=%d id=%s dispatcher=%s content=%s\n",
+			rec.Answer, rec.Topic, rec.Offset, rec.Attempt, rec.ID, rec.Dispatcher, contentOf(rec.Body))
+	}
+	if line != nil {
+		if _, err := h.cfg.Record.Write(line); err != nil {
+			log.Printf("consumer: write record: %v", err)
+		}
+	}
+}
+
+// maxPrint caps the printed content.
+const maxPrint = 300
+
+// contentOf returns the "content" member of a stored message, compacted and
+// cut to maxPrint bytes; the whole body when it has no content member.
+func contentOf(body []byte) string {
+	var msg struct {
+		Content json.RawMessage `json:"content"`
+	}
+	raw := body
+	if json.Unmarshal(body, &msg) == nil && msg.Content != nil {
+		raw = msg.Content
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return "?"
+	}
+	s := b.String()
+	if len(s) > maxPrint {
+		s = s[:maxPrint] + "…"
+	}
+	return s
+}
+
+// headerInt parses a decimal header; -1 when missing or invalid.
+func headerInt(h http.Header, name string) int64 {
+	v, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+func main() {
+	if err := run(); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	addr := flag.String("addr", ":8081", "listen address")
+	path := flag.String("path", "/mmmq/messages", "path the dispatcher POSTs to")
+	nack := flag.Int("nack", 0, "NACK the first `N` deliveries of each message")
+	failEvery := flag.Int("fail-every", 0, "answer 500 on every `K`-th request (0: never)")
+	delay := flag.Duration("delay", 0, "sleep `D` before answering")
+	record := flag.String("record", "", "append one JSON line per received message to `FILE`")
+	maxBody := flag.Int64("max-body", DefaultMaxBody, "request body limit in `bytes`")
+	quiet := flag.Bool("quiet", false, "do not print a line per message")
+	flag.Parse()
+	log.SetPrefix("consumer: ")
+	log.SetFlags(log.LstdFlags | log.Lmsgprefix)
+
+	if !strings.HasPrefix(*path, "/") || flag.NArg() > 0 || *nack < 0 || *failEvery < 0 || *delay < 0 || *maxBody <= 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	cfg := Config{Nack: *nack, FailEvery: *failEvery, Delay: *delay, MaxBody: *maxBody}
+	if !*quiet {
+		cfg.Out = os.Stdout
+	}
+	if *record != "" {
+		f, err := os.OpenFile(*record, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.Record = f
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle(*path, NewHandler(cfg))
+	srv := &http.Server{
+		Addr:              *addr,
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Printf("listening on %s, POST %s (nack=%d fail-every=%d delay=%s record=%q)",
+		*addr, *path, *nack, *failEvery, *delay, *record)
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process
+	log.Print("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
