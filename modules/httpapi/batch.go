@@ -1,0 +1,200 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// MaxBatchMessages caps the messages of one POST /messages/batch.
+const MaxBatchMessages = 10000
+
+// BatchResult is one message's outcome in a batch response: its topic and
+// offset (absent for ACCEPTED), or its error with the HTTP status it would
+// have had alone.
+type BatchResult struct {
+	Topic  string `json:"topic,omitempty"`
+	Offset *int64 `json:"offset,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Status int    `json:"status,omitempty"`
+}
+
+// BatchResponse is the body of POST /messages/batch. Validation is all or
+// nothing: when any message is invalid, nothing is stored and the status is
+// that of the first invalid message (400 or 413). Otherwise each topic's
+// messages are appended as one unit; Acknowledgement is ACK only when every
+// message reached the requested level (200), else the status of the first
+// storage failure, and Results tells which messages were stored (with their
+// offsets) and which were not.
+type BatchResponse struct {
+	Acknowledgement string        `json:"acknowledgement"`
+	Level           string        `json:"level"`
+	Count           int           `json:"count"`
+	Failed          int           `json:"failed"`
+	Results         []BatchResult `json:"results"`
+}
+
+// splitBatch returns the raw messages of a batch body: a JSON array of
+// publish requests, or NDJSON (one per line) when the Content-Type is
+// application/x-ndjson.
+func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var out []json.RawMessage
+	if ct == "application/x-ndjson" {
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(nil, len(body)+1)
+		for line := 1; sc.Scan(); line++ {
+			l := bytes.TrimSpace(sc.Bytes())
+			if len(l) == 0 {
+				continue
+			}
+			if len(out) >= MaxBatchMessages {
+				return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
+			}
+			out = append(out, json.RawMessage(l))
+		}
+		if len(out) == 0 {
+			return nil, badRequest("batch is empty")
+		}
+		return out, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('[') {
+		return nil, badRequest("batch body must be a JSON array of messages (or NDJSON with Content-Type: application/x-ndjson)")
+	}
+	for dec.More() {
+		if len(out) >= MaxBatchMessages {
+			return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
+		}
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			return nil, badRequest("batch message %d: %s", len(out), jsonErrText(err))
+		}
+		out = append(out, m)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, badRequest("batch body: %s", jsonErrText(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, badRequest("batch body has data after the closing ']'")
+	}
+	if len(out) == 0 {
+		return nil, badRequest("batch is empty")
+	}
+	return out, nil
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	lvl, err := ackLevel(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	bp, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer s.putBuf(bp)
+	msgs, err := splitBatch(r, *bp)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := BatchResponse{Acknowledgement: "ACK", Level: lvl.String(), Count: len(msgs), Results: make([]BatchResult, len(msgs))}
+	firstStatus := 0
+	setErr := func(i int, err error) {
+		st, _ := classify(err)
+		resp.Results[i].Error, resp.Results[i].Status = err.Error(), st
+		resp.Failed++
+		if firstStatus == 0 {
+			firstStatus = st
+		}
+	}
+	// Validate everything first, grouping by topic in arrival order.
+	type group struct {
+		topic    string
+		idx      []int
+		payloads [][]byte
+	}
+	var groups []*group
+	byTopic := map[string]*group{}
+	now := time.Now()
+	for i, m := range msgs {
+		topic, stored, err := decodeMessage(m, now, nil)
+		if err != nil {
+			setErr(i, fmt.Errorf("message %d: %w", i, err))
+			continue
+		}
+		resp.Results[i].Topic = topic
+		g := byTopic[topic]
+		if g == nil {
+			g = &group{topic: topic}
+			byTopic[topic] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+		g.payloads = append(g.payloads, stored)
+	}
+	// Validation is all or nothing: one bad message and nothing is stored.
+	if resp.Failed > 0 {
+		for i := range resp.Results {
+			if resp.Results[i].Error == "" {
+				resp.Results[i].Error = "not stored: another message of the batch is invalid"
+			}
+		}
+		resp.Acknowledgement = "NACK"
+		WriteJSON(w, firstStatus, resp)
+		return
+	}
+	// One AppendBatch (one group commit) per topic, topics in parallel.
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.PublishTimeout)
+	defer cancel()
+	errs := make([]error, len(groups))
+	firsts := make([]int64, len(groups))
+	var wg sync.WaitGroup
+	for gi, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q, err := s.reg.GetOrCreate(g.topic)
+			if err != nil {
+				errs[gi] = err
+				return
+			}
+			firsts[gi], errs[gi] = q.OfferBatch(ctx, g.payloads, lvl)
+		}()
+	}
+	wg.Wait()
+	for gi, g := range groups {
+		for k, i := range g.idx {
+			if errs[gi] != nil {
+				setErr(i, errs[gi])
+				continue
+			}
+			if lvl != storage.Accepted {
+				off := firsts[gi] + int64(k)
+				resp.Results[i].Offset = &off
+			}
+		}
+	}
+	status := http.StatusOK
+	if resp.Failed > 0 {
+		resp.Acknowledgement, status = "NACK", firstStatus
+		if status >= 500 {
+			s.log.Sugar().Warnw("batch publish partly failed", "failed", resp.Failed, "count", resp.Count)
+		}
+	}
+	WriteJSON(w, status, resp)
+}

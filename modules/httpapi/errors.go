@@ -1,0 +1,69 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// ErrorBody is the JSON body of every error response (DESIGN §2): a NACK
+// with a human-readable error and a stable machine-readable code.
+type ErrorBody struct {
+	Acknowledgement string `json:"acknowledgement"` // always "NACK"
+	Error           string `json:"error"`
+	Code            string `json:"code"`
+}
+
+// Error codes of ErrorBody.Code.
+const (
+	CodeBadRequest    = "BAD_REQUEST"
+	CodeTooLarge      = "TOO_LARGE"
+	CodeUnavailable   = "UNAVAILABLE"
+	CodeNoSpace       = "NO_SPACE"
+	CodeNotFound      = "NOT_FOUND"
+	CodeMethod        = "METHOD_NOT_ALLOWED"
+	CodeTooManyTopics = "TOO_MANY_TOPICS"
+	CodeTimeout       = "TIMEOUT"
+)
+
+// WriteJSON writes v as JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes an error response with its status and code.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(w, status, ErrorBody{Acknowledgement: "NACK", Error: msg, Code: code})
+}
+
+// classify maps an error of the publish path to its HTTP status and code
+// (DESIGN §2): 400 bad input, 413 too large, 503 storage unavailable (write
+// or fsync failure, shutting down, queue full), 507 disk full.
+func classify(err error) (int, string) {
+	var ie *inputError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ie):
+		if ie.status == http.StatusRequestEntityTooLarge {
+			return ie.status, CodeTooLarge
+		}
+		return ie.status, CodeBadRequest
+	case errors.As(err, &mbe), errors.Is(err, storage.ErrRecordTooLarge):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge
+	case errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, storage.ErrEmptyRecord):
+		return http.StatusBadRequest, CodeBadRequest
+	case errors.Is(err, storage.ErrNoSpace):
+		return http.StatusInsufficientStorage, CodeNoSpace
+	case errors.Is(err, topicqueue.ErrTooManyTopics):
+		return http.StatusServiceUnavailable, CodeTooManyTopics
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, CodeTimeout
+	}
+	return http.StatusServiceUnavailable, CodeUnavailable
+}

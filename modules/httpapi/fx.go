@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"fmt"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/recovery"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Params are the server's dependencies in the Fx graph. Routes come from
+// plugins through the value group RouteTag.
+type Params struct {
+	fx.In
+	Config    *config.Config
+	Logger    *zap.Logger
+	Registry  *topicqueue.Registry
+	Ready     *recovery.Readiness
+	Routes    []Route `group:"routes"`
+	Lifecycle fx.Lifecycle
+}
+
+// NewFromConfig builds the server from the configuration and registers its
+// start (listen) and stop (graceful shutdown within server.shutdown-timeout)
+// hooks.
+func NewFromConfig(p Params) *Server {
+	c := p.Config.Server
+	s := New(Options{
+		Addr:              fmt.Sprintf("%s:%d", c.Host, c.Port),
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxBodyBytes:      c.MaxBodyBytes,
+		ShutdownTimeout:   c.ShutdownTimeout,
+	}, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
+	return s
+}
+
+// Module provides the *Server and starts it with the application.
+var Module = fx.Module("httpapi",
+	fx.Provide(NewFromConfig),
+	fx.Invoke(func(*Server) {}),
+)

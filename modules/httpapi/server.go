@@ -1,0 +1,409 @@
+// Package httpapi is the broker's HTTP API on gorilla/mux (DESIGN §2):
+// publishing (POST /messages, POST /mmmq/messages, POST /messages/batch),
+// topic listing and read-back (GET /topics, GET /topics/{topic}/messages),
+// and health (/healthz, /readyz). Plugins add routes through the value group
+// `group:"routes"` (see Route). It works without Fx; fx.go wires it.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Route is a plugin's contribution to the HTTP API. Provide it into the
+// value group RouteTag (e.g. fx.Annotate(ctor, fx.As(new(httpapi.Route)),
+// fx.ResultTags(httpapi.RouteTag))).
+type Route interface {
+	Register(r *mux.Router)
+}
+
+// RouteTag is the value group of Routes.
+const RouteTag = `group:"routes"`
+
+// Options configures the server.
+type Options struct {
+	Addr              string        // listen address, e.g. ":8080"
+	ReadHeaderTimeout time.Duration // slowloris guard; default 5s
+	ReadTimeout       time.Duration // whole request; default 30s
+	WriteTimeout      time.Duration // default 30s
+	IdleTimeout       time.Duration // keep-alive; default 120s
+	MaxBodyBytes      int64         // request body cap; default 4 MiB
+	// PublishTimeout bounds how long a publish waits for its ack level
+	// (then 503, outcome unknown); default 30s.
+	PublishTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
+	// this long to finish; default 30s.
+	ShutdownTimeout time.Duration
+}
+
+// Readiness tells /readyz whether startup recovery has finished.
+type Readiness interface{ Ready() bool }
+
+// Server is the broker's HTTP server.
+type Server struct {
+	opts   Options
+	reg    *topicqueue.Registry
+	ready  Readiness
+	log    *zap.Logger
+	router *mux.Router
+	srv    *http.Server
+	ln     net.Listener
+	bufs   sync.Pool
+	done   chan struct{}
+}
+
+// New builds the server and its routes; Start listens.
+func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logger, routes ...Route) *Server {
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = 5 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = 30 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 120 * time.Second
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 4 << 20
+	}
+	if opts.PublishTimeout <= 0 {
+		opts.PublishTimeout = 30 * time.Second
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	s := &Server{opts: opts, reg: reg, ready: ready, log: log, done: make(chan struct{})}
+	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	r := mux.NewRouter()
+	r.HandleFunc("/messages", s.handlePublish).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/messages", s.handlePublish).Methods(http.MethodPost)
+	r.HandleFunc("/messages/batch", s.handleBatch).Methods(http.MethodPost)
+	r.HandleFunc("/topics", s.handleTopics).Methods(http.MethodGet)
+	r.HandleFunc("/topics/{topic}/messages", s.handleRead).Methods(http.MethodGet)
+	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}).Methods(http.MethodGet)
+	r.HandleFunc("/readyz", s.handleReady).Methods(http.MethodGet)
+	for _, rt := range routes {
+		if rt != nil {
+			rt.Register(r)
+		}
+	}
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+	})
+	s.router = r
+	s.srv = &http.Server{
+		Addr:              opts.Addr,
+		Handler:           r,
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		ReadTimeout:       opts.ReadTimeout,
+		WriteTimeout:      opts.WriteTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+	return s
+}
+
+// Handler is the router, for tests with httptest.
+func (s *Server) Handler() http.Handler { return s.router }
+
+// Addr is the listening address once started (useful with port 0).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return s.opts.Addr
+	}
+	return s.ln.Addr().String()
+}
+
+// Start listens and serves in the background. It returns an error when the
+// address cannot be bound.
+func (s *Server) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()))
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// Stop stops accepting connections and waits, bounded by ctx, for in-flight
+// requests (publishes included) to finish; then it closes what remains.
+func (s *Server) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.log.Warn("http shutdown deadline reached; closing remaining connections", zap.Error(err))
+		s.srv.Close()
+	}
+	if s.ln != nil {
+		<-s.done
+	}
+	return err
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if s.ready != nil && !s.ready.Ready() {
+		WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false})
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"ready": true})
+}
+
+// readBody reads the whole body, capped at MaxBodyBytes, into a pooled
+// buffer; the caller returns it with s.putBuf.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*[]byte, error) {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		return nil, &inputError{status: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("body of %d bytes is over the limit of %d bytes (server.max-body-bytes)", r.ContentLength, s.opts.MaxBodyBytes)}
+	}
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	bp := s.bufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := body.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			*bp = b
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				s.putBuf(bp)
+				return nil, &inputError{status: http.StatusRequestEntityTooLarge,
+					msg: fmt.Sprintf("body is over the limit of %d bytes (server.max-body-bytes)", s.opts.MaxBodyBytes)}
+			}
+			if errors.Is(err, io.EOF) {
+				return bp, nil
+			}
+			s.putBuf(bp)
+			return nil, badRequest("read body: %v", err)
+		}
+	}
+}
+
+func (s *Server) putBuf(bp *[]byte) {
+	if cap(*bp) > 1<<20 {
+		return // do not keep huge buffers
+	}
+	*bp = (*bp)[:0]
+	s.bufs.Put(bp)
+}
+
+// PublishResponse is the success body of POST /messages. Offset is absent
+// for ACCEPTED (not final yet, seed 003).
+type PublishResponse struct {
+	Acknowledgement string `json:"acknowledgement"`
+	Topic           string `json:"topic"`
+	Offset          *int64 `json:"offset,omitempty"`
+	Level           string `json:"level"`
+	ID              string `json:"id,omitempty"`
+}
+
+func ackLevel(r *http.Request) (storage.AckLevel, error) {
+	v := r.URL.Query().Get("ack")
+	lvl, err := storage.ParseAckLevel(v)
+	if err != nil {
+		return 0, badRequest("query parameter ack: %v", err)
+	}
+	return lvl, nil
+}
+
+func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
+	lvl, err := ackLevel(r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	bp, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	defer s.putBuf(bp)
+	out := s.bufs.Get().(*[]byte)
+	defer s.putBuf(out)
+	topic, stored, err := decodeMessage(*bp, time.Now(), *out)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	*out = stored
+	q, err := s.reg.GetOrCreate(topic)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.PublishTimeout)
+	defer cancel()
+	off, err := q.Offer(ctx, stored, lvl)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := PublishResponse{Acknowledgement: "ACK", Topic: topic, Level: lvl.String(), ID: messageID(stored)}
+	if lvl != storage.Accepted {
+		resp.Offset = &off
+	}
+	WriteJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	status, code := classify(err)
+	if status >= 500 {
+		s.log.Warn("publish failed", zap.Int("status", status), zap.Error(err))
+	}
+	WriteError(w, status, code, err.Error())
+}
+
+// messageID extracts the id our encoder placed in a stored message.
+func messageID(stored []byte) string {
+	const key = `,"id":"`
+	i := indexOf(stored, key)
+	if i < 0 {
+		return ""
+	}
+	rest := stored[i+len(key):]
+	for j := 0; j < len(rest); j++ {
+		if rest[j] == '\\' {
+			j++
+			continue
+		}
+		if rest[j] == '"' {
+			return string(rest[:j])
+		}
+	}
+	return ""
+}
+
+func indexOf(b []byte, s string) int {
+	for i := 0; i+len(s) <= len(b); i++ {
+		if string(b[i:i+len(s)]) == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// TopicInfo is one row of GET /topics.
+type TopicInfo struct {
+	Name       string `json:"name"`
+	NextOffset int64  `json:"nextOffset"`
+	Segments   int    `json:"segments"`
+	Bytes      int64  `json:"bytes"`
+	Failed     string `json:"failed,omitempty"`
+}
+
+func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
+	list := s.reg.List()
+	out := struct {
+		Topics      []TopicInfo       `json:"topics"`
+		Quarantined map[string]string `json:"quarantined,omitempty"`
+	}{Topics: make([]TopicInfo, 0, len(list))}
+	for _, q := range list {
+		st := q.Stats()
+		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed})
+	}
+	if qs := s.reg.Quarantined(); len(qs) > 0 {
+		out.Quarantined = map[string]string{}
+		for k, v := range qs {
+			out.Quarantined[k] = v.Error()
+		}
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// maxReadLimit caps GET /topics/{topic}/messages?limit=.
+const maxReadLimit = 1000
+
+func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["topic"]
+	if err := topicqueue.ValidateName(name); err != nil {
+		WriteError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	q, ok := s.reg.Get(name)
+	if !ok {
+		WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
+		return
+	}
+	offset, err := queryInt(r, "offset", 0)
+	if err != nil || offset < 0 {
+		WriteError(w, http.StatusBadRequest, CodeBadRequest, "query parameter offset must be an integer >= 0")
+		return
+	}
+	limit, err := queryInt(r, "limit", 100)
+	if err != nil || limit < 1 || limit > maxReadLimit {
+		WriteError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
+		return
+	}
+	type item struct {
+		Offset  int64           `json:"offset"`
+		Message json.RawMessage `json:"message,omitempty"`
+		Error   string          `json:"error,omitempty"`
+	}
+	hw := q.HighWatermark()
+	items := []item{}
+	next := offset
+	for next < hw && int64(len(items)) < limit {
+		es, err := q.ReadBatch(next, int(limit)-len(items))
+		for _, e := range es {
+			items = append(items, item{Offset: e.Offset, Message: e.Payload})
+		}
+		next += int64(len(es))
+		var ce *storage.CorruptionError
+		if errors.As(err, &ce) {
+			items = append(items, item{Offset: ce.Offset, Error: ce.Error()})
+			next = ce.Offset + 1
+			continue
+		}
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if len(es) == 0 {
+			break
+		}
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{
+		"topic": name, "messages": items, "nextOffset": next, "highWatermark": hw,
+	})
+}
+
+func queryInt(r *http.Request, key string, def int64) (int64, error) {
+	v := r.URL.Query().Get(key)
+	if v == "" {
+		return def, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
+}

@@ -1,0 +1,26 @@
+package recovery
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Module provides *Readiness and runs recovery when the application starts,
+// before the dispatchers and the HTTP server start (they are constructed
+// after it, so their start hooks run later).
+var Module = fx.Module("recovery",
+	fx.Provide(func() *Readiness { return new(Readiness) }),
+	fx.Invoke(register),
+)
+
+func register(lc fx.Lifecycle, reg *topicqueue.Registry, cfg *config.Config, log *zap.Logger) {
+	lc.Append(fx.StartHook(func(context.Context) error {
+		_, err := Run(reg, Policy(cfg.MMMQ.Broker.Storage.OnCorruption), log.Named("recovery"))
+		return err
+	}))
+}

@@ -1,0 +1,72 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+)
+
+// DumpEntry is one entry as `mmmq dump` shows it.
+type DumpEntry struct {
+	Offset  int64
+	File    string // segment file
+	Pos     int64  // byte position in File
+	Size    int64  // entry size in bytes (header included); 0 when unreadable
+	Problem string // empty when the entry is valid; else why not (CRC mismatch...)
+	Payload []byte // the message JSON when valid
+}
+
+// Dump calls fn for count entries of the topic in dir starting at offset
+// from (count <= 0: to the end), without modifying any file: the segments
+// are opened read-only as startup recovery would keep them (a torn tail is
+// not shown). A corrupt entry is reported through DumpEntry.Problem and the
+// dump goes on. A topic refused by recovery returns its *CorruptionError.
+func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error) error {
+	o := opts.withDefaults()
+	segs, _, err := recoverDir(o.FS, dir, filepath.Base(dir), o, false)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range segs {
+			s.close()
+		}
+	}()
+	if len(segs) == 0 {
+		return fmt.Errorf("topic dir %s has no segments", dir)
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > from }) - 1
+	if i < 0 {
+		i = 0
+	}
+	shown := int64(0)
+	for ; i < len(segs); i++ {
+		s := segs[i]
+		for rel := max(from-s.base, 0); rel < s.count; rel++ {
+			if count > 0 && shown >= count {
+				return nil
+			}
+			pos, err := s.readPositions(rel, 1, nil)
+			if err != nil {
+				return err
+			}
+			e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos[0]}
+			payload, err := s.readEntryAt(pos[0], s.size, o.MaxRecordBytes)
+			var be *badEntry
+			switch {
+			case errors.As(err, &be):
+				e.Problem = be.reason
+			case err != nil:
+				return err
+			default:
+				e.Size, e.Payload = EntrySize(len(payload)), payload
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+			shown++
+		}
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package topicqueue
+
+import (
+	"context"
+
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Params are the registry's dependencies in the Fx graph.
+type Params struct {
+	fx.In
+	Config    *config.Config
+	Logger    *zap.Logger
+	FS        vfs.FS
+	Lifecycle fx.Lifecycle
+	// Observer receives fsync and batch measurements (metrics plugin).
+	Observer storage.Observer `optional:"true"`
+}
+
+// NewFromConfig builds the registry from the configuration and closes every
+// log when the application stops (after the HTTP server and the dispatchers,
+// which were started later and so stop first).
+func NewFromConfig(p Params) *Registry {
+	c := p.Config.MMMQ.Broker
+	r := New(Options{
+		Root:      c.Storage.RootDir,
+		MaxTopics: c.Storage.MaxTopics,
+		Storage: storage.Options{
+			FS:              p.FS,
+			Logger:          p.Logger.Named("storage"),
+			SegmentMaxBytes: c.Segment.MaxBytes,
+			MaxRecordBytes:  int(c.Segment.MaxRecordBytes),
+			Observer:        p.Observer,
+		},
+	})
+	p.Lifecycle.Append(fx.StopHook(func(context.Context) error { return r.Close() }))
+	return r
+}
+
+// Module provides the *Registry.
+var Module = fx.Module("topicqueue", fx.Provide(NewFromConfig))

@@ -1,0 +1,57 @@
+package topicqueue
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxNameBytes is the longest topic name accepted (DESIGN §2: 249 bytes, as
+// Kafka).
+const MaxNameBytes = 249
+
+// ValidateName checks a topic name against DESIGN §2: segments separated by
+// '.', each one or more of [A-Za-z0-9_-], at most 249 bytes in all. So "..",
+// a leading or trailing '.', '/', NUL and the empty name are all refused,
+// and a valid name is always a safe directory name. The error says what is
+// wrong and is meant for the client (HTTP 400).
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("topic name is empty")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("topic name is %d bytes, the maximum is %d", len(name), MaxNameBytes)
+	}
+	segStart := 0
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '.':
+			if i == segStart {
+				return fmt.Errorf("topic name %s has an empty segment at byte %d (segments are separated by single dots)", quote(name), i)
+			}
+			segStart = i + 1
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return fmt.Errorf("topic name %s has an invalid character %s at byte %d (allowed: A-Z a-z 0-9 _ - and . between segments)", quote(name), quoteByte(name, i), i)
+		}
+	}
+	if segStart == len(name) {
+		return fmt.Errorf("topic name %s ends with '.'", quote(name))
+	}
+	return nil
+}
+
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func quoteByte(s string, i int) string {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError {
+		return fmt.Sprintf("0x%02x", s[i])
+	}
+	return fmt.Sprintf("%q", r)
+}

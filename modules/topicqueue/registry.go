@@ -1,0 +1,223 @@
+package topicqueue
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Options configures a Registry.
+type Options struct {
+	// Root is the data root directory (mmmq.broker.storage.root-dir).
+	Root string
+	// MaxTopics caps the number of open topics (each holds two open files
+	// per segment); 0 means 10000.
+	MaxTopics int
+	// Storage is the template for every topic's log (FS, Logger, sizes).
+	Storage storage.Options
+}
+
+// Registry holds every open TopicQueue by name. Lookups take a read lock;
+// creating a topic takes the write lock for the few fsyncs it needs.
+type Registry struct {
+	opts Options
+	log  *zap.Logger
+
+	mu          sync.RWMutex
+	topics      map[string]*TopicQueue
+	quarantined map[string]error
+	subs        map[int]func(*TopicQueue)
+	nextSub     int
+	closed      bool
+}
+
+// New returns an empty registry over opts.Root. Topics already on disk are
+// opened by recovery (modules/recovery) through Open.
+func New(opts Options) *Registry {
+	if opts.MaxTopics <= 0 {
+		opts.MaxTopics = 10000
+	}
+	if opts.Storage.FS == nil {
+		opts.Storage.FS = vfs.OS{}
+	}
+	l := opts.Storage.Logger
+	if l == nil {
+		l = zap.NewNop()
+	}
+	return &Registry{
+		opts:        opts,
+		log:         l,
+		topics:      map[string]*TopicQueue{},
+		quarantined: map[string]error{},
+		subs:        map[int]func(*TopicQueue){},
+	}
+}
+
+// Root is the data root directory.
+func (r *Registry) Root() string { return r.opts.Root }
+
+// FS is the filesystem the registry's logs use.
+func (r *Registry) FS() vfs.FS { return r.opts.Storage.FS }
+
+// Get returns the open topic name, if any.
+func (r *Registry) Get(name string) (*TopicQueue, bool) {
+	r.mu.RLock()
+	q, ok := r.topics[name]
+	r.mu.RUnlock()
+	return q, ok
+}
+
+// GetOrCreate returns topic name, creating it (directory, first segment,
+// fsyncs) when it does not exist yet: seed 000 "동적 TopicQueue 생성". A new
+// topic is announced to every subscriber. Errors: ErrInvalidName (nothing is
+// created on disk), ErrQuarantined, ErrTooManyTopics, ErrClosed, or a
+// storage error.
+func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
+	if q, ok := r.Get(name); ok {
+		return q, nil
+	}
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
+	}
+	return r.open(name, true)
+}
+
+// Open opens the existing topic directory name under the root (startup
+// recovery) and registers it. A *storage.CorruptionError is returned as is.
+func (r *Registry) Open(name string) (*TopicQueue, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
+	}
+	return r.open(name, false)
+}
+
+func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
+	r.mu.Lock()
+	if q, ok := r.topics[name]; ok {
+		r.mu.Unlock()
+		return q, nil
+	}
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return nil, ErrClosed
+	case r.quarantined[name] != nil:
+		err := r.quarantined[name]
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s: %v", ErrQuarantined, name, err)
+	case len(r.topics) >= r.opts.MaxTopics:
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d topics are open (mmmq.broker.storage.max-topics)", ErrTooManyTopics, r.opts.MaxTopics)
+	}
+	l, err := storage.Open(filepath.Join(r.opts.Root, name), r.opts.Storage)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	q := &TopicQueue{name: name, log: l}
+	r.topics[name] = q
+	subs := r.subscribers()
+	r.mu.Unlock()
+	if announce {
+		r.log.Info("topic created", zap.String("topic", name))
+	}
+	for _, fn := range subs {
+		fn(q)
+	}
+	return q, nil
+}
+
+func (r *Registry) subscribers() []func(*TopicQueue) {
+	ids := make([]int, 0, len(r.subs))
+	for id := range r.subs {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	out := make([]func(*TopicQueue), len(ids))
+	for i, id := range ids {
+		out[i] = r.subs[id]
+	}
+	return out
+}
+
+// Quarantine records that topic name was refused by recovery (err says
+// why); it is excluded from List and publishing to it fails with
+// ErrQuarantined, while the rest of the broker runs.
+func (r *Registry) Quarantine(name string, err error) {
+	r.mu.Lock()
+	r.quarantined[name] = err
+	r.mu.Unlock()
+}
+
+// Quarantined returns the quarantined topics and why, by name.
+func (r *Registry) Quarantined() map[string]error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make(map[string]error, len(r.quarantined))
+	for k, v := range r.quarantined {
+		out[k] = v
+	}
+	return out
+}
+
+// List returns the open topics sorted by name.
+func (r *Registry) List() []*TopicQueue {
+	r.mu.RLock()
+	out := make([]*TopicQueue, 0, len(r.topics))
+	for _, q := range r.topics {
+		out = append(out, q)
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// Subscribe calls fn for every open topic, then for every topic opened later
+// (the "TopicQueue 초기화 이벤트" of seed 000), each exactly once, until cancel
+// is called. fn runs on the creating goroutine and must not block for long.
+func (r *Registry) Subscribe(fn func(*TopicQueue)) (cancel func()) {
+	r.mu.Lock()
+	id := r.nextSub
+	r.nextSub++
+	r.subs[id] = fn
+	existing := make([]*TopicQueue, 0, len(r.topics))
+	for _, q := range r.topics {
+		existing = append(existing, q)
+	}
+	r.mu.Unlock()
+	sort.Slice(existing, func(i, j int) bool { return existing[i].name < existing[j].name })
+	for _, q := range existing {
+		fn(q)
+	}
+	return func() {
+		r.mu.Lock()
+		delete(r.subs, id)
+		r.mu.Unlock()
+	}
+}
+
+// Close closes every topic's log (each finishes what was already queued)
+// and refuses new topics. Call it after dispatchers and the HTTP server
+// have stopped.
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	topics := make([]*TopicQueue, 0, len(r.topics))
+	for _, q := range r.topics {
+		topics = append(topics, q)
+	}
+	r.mu.Unlock()
+	var first error
+	for _, q := range topics {
+		if err := q.log.Close(); err != nil && first == nil {
+			first = fmt.Errorf("close topic %s: %w", q.name, err)
+		}
+	}
+	return first
+}

@@ -1,0 +1,92 @@
+// Package topicqueue is the registry of TopicQueues (seed 000 "TopicQueue"):
+// one append-only log per topic, created on the first message of a new topic
+// (dynamic creation), with read by offset, durable per-dispatcher commits and
+// a watermark wait. It emits a "topic created" event that dispatchers
+// subscribe to. It works without Fx; fx.go wires it.
+package topicqueue
+
+import (
+	"context"
+	"errors"
+
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// TopicQueue is one topic's append-only persistent queue (seed 000): every
+// message gets the next offset, and each dispatcher or consumer group reads
+// it independently through its own checkpoint. Safe for concurrent use.
+type TopicQueue struct {
+	name string
+	log  *storage.Log
+}
+
+// Name is the topic name.
+func (q *TopicQueue) Name() string { return q.name }
+
+// Log is the underlying storage log.
+func (q *TopicQueue) Log() *storage.Log { return q.log }
+
+// Offer appends one message JSON and answers when level is reached; see
+// storage.(*Log).Append for the offsets and errors (Accepted returns -1).
+func (q *TopicQueue) Offer(ctx context.Context, payload []byte, level storage.AckLevel) (int64, error) {
+	return q.log.Append(ctx, payload, level)
+}
+
+// OfferBatch appends several messages with consecutive offsets, committed
+// together; it returns the first offset (-1 for Accepted).
+func (q *TopicQueue) OfferBatch(ctx context.Context, payloads [][]byte, level storage.AckLevel) (int64, error) {
+	return q.log.AppendBatch(ctx, payloads, level)
+}
+
+// Read returns the message JSON at offset (storage.ErrOutOfRange at or
+// beyond the high watermark, *storage.CorruptionError on a bad entry).
+func (q *TopicQueue) Read(offset int64) ([]byte, error) { return q.log.Read(offset) }
+
+// ReadBatch returns up to max entries from offset from, below the high
+// watermark (see storage.(*Log).ReadBatch).
+func (q *TopicQueue) ReadBatch(from int64, max int) ([]storage.Entry, error) {
+	return q.log.ReadBatch(from, max)
+}
+
+// HighWatermark is the next offset to become visible; every offset below it
+// is durable.
+func (q *TopicQueue) HighWatermark() int64 { return q.log.HighWatermark() }
+
+// Notify returns a channel closed once HighWatermark() > offset or the topic
+// is closed.
+func (q *TopicQueue) Notify(offset int64) <-chan struct{} { return q.log.Notify(offset) }
+
+// Checkpoint returns the durable checkpoint name of this topic, opening it
+// on first use.
+func (q *TopicQueue) Checkpoint(name string) (*storage.Checkpoint, error) {
+	return q.log.Checkpoint(name)
+}
+
+// Commit durably stores next as the checkpoint of name (seed 000
+// commit(name, offset)): it returns after the fsync.
+func (q *TopicQueue) Commit(name string, next int64) error {
+	cp, err := q.log.Checkpoint(name)
+	if err != nil {
+		return err
+	}
+	return cp.Commit(next)
+}
+
+// Stats summarises the topic for GET /topics.
+func (q *TopicQueue) Stats() storage.Stats { return q.log.Stats() }
+
+// Errors of the registry.
+var (
+	// ErrInvalidName wraps every topic name validation failure (HTTP 400).
+	ErrInvalidName = errors.New("topicqueue: invalid topic name")
+	// ErrTooManyTopics is returned when creating a topic beyond the
+	// configured cap (mmmq.broker.storage.max-topics).
+	ErrTooManyTopics = errors.New("topicqueue: topic limit reached")
+	// ErrQuarantined is returned for a topic that recovery refused as corrupt
+	// and that is excluded while the rest of the broker runs.
+	ErrQuarantined = errors.New("topicqueue: topic quarantined after corruption")
+	// ErrClosed is returned once the registry is closed (shutting down).
+	ErrClosed = errors.New("topicqueue: registry closed")
+	// ErrNotFound is returned by Get-style lookups of unknown topics.
+	ErrNotFound = errors.New("topicqueue: topic not found")
+)
