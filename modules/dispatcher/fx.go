@@ -1,0 +1,63 @@
+package dispatcher
+
+import (
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+)
+
+// Module wires the dispatcher set, the default HTTP sender and the Manager:
+//
+//	provides *Set (from the `group:"dispatchers"` value group, see Provide),
+//	         Sender (an *HTTPSender; replace it with fx.Decorate or fx.Replace),
+//	         *Manager
+//	needs    Source (the topic registry adapted to this package's interfaces),
+//	         *zap.Logger, and optionally Options (defaults when absent)
+//
+// The Manager starts on app start and stops on app stop; list this module
+// after the one owning the topics, so its workers stop before the topics
+// close.
+var Module = fx.Module("dispatcher",
+	fx.Provide(NewSet),
+	fx.Provide(fx.Annotate(newHTTPSenderFx, fx.As(new(Sender)))),
+	fx.Provide(newManagerFx),
+	fx.Invoke(registerLifecycle),
+)
+
+// SenderParams is what the Fx module's HTTPSender takes from the graph.
+type SenderParams struct {
+	fx.In
+
+	// Options tunes the sender; absent means all defaults.
+	Options Options `optional:"true"`
+}
+
+func newHTTPSenderFx(p SenderParams) *HTTPSender { return NewHTTPSender(p.Options) }
+
+// ManagerParams is what the Fx module's Manager takes from the graph.
+type ManagerParams struct {
+	fx.In
+
+	// Set is provided by this module (NewSet).
+	Set *Set
+	// Source is the topic registry, provided by the application.
+	Source Source
+	// Sender is provided by this module (*HTTPSender) unless replaced.
+	Sender Sender
+	// Options tunes the manager; absent means all defaults.
+	Options Options `optional:"true"`
+	// Log is the application's logger (not provided here).
+	Log *zap.Logger
+}
+
+func newManagerFx(p ManagerParams) *Manager {
+	return NewManager(p.Set, p.Source, p.Sender, p.Options, p.Log.Named("dispatcher"))
+}
+
+func registerLifecycle(lc fx.Lifecycle, m *Manager, s Sender) {
+	if c, ok := s.(interface{ CloseIdleConnections() }); ok {
+		// Appended first so that it runs last on stop, after the workers
+		// have ended and returned their connections to the pool.
+		lc.Append(fx.StopHook(c.CloseIdleConnections))
+	}
+	lc.Append(fx.StartStopHook(m.Start, m.Stop))
+}

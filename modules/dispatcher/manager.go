@@ -1,0 +1,318 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Options tunes the Manager and the HTTPSender. The zero value means "all
+// defaults"; WithDefaults fills zero fields.
+type Options struct {
+	// MaxResends is how many times a NACKed message is sent again before the
+	// worker logs it, commits past it and moves on (seed 000: "최대 세 번
+	// 재전송", 3 resends = 4 attempts in all). 0 means the default 3; a
+	// negative value means no resend (one attempt). Abnormal attempts do not
+	// count.
+	MaxResends int
+	// BackoffInitial is the first wait after an abnormal response (seed 000:
+	// 1 s); each further abnormal response doubles it. Default 1s.
+	BackoffInitial time.Duration
+	// BackoffMax caps the wait (seed 000: 60 s). Default 60s; raised to
+	// BackoffInitial when smaller.
+	BackoffMax time.Duration
+	// DefaultTimeout bounds one delivery attempt of a dispatcher without its
+	// own WithTimeout (DESIGN §2: 30 s). Default 30s.
+	DefaultTimeout time.Duration
+	// MaxResponseBytes is the most of a consumer's response body read; a
+	// longer body is abnormal. Default 65536 (64 KiB).
+	MaxResponseBytes int64
+	// DefaultPath is the path posted to when a dispatcher has no WithPath
+	// (DESIGN §2: what Java mmmq consumers serve). Default "/mmmq/messages".
+	DefaultPath string
+	// BatchSize is how many entries a worker reads from the log at once.
+	// Default 256.
+	BatchSize int
+}
+
+// Defaults of Options (see each field).
+const (
+	DefaultMaxResends       = 3
+	DefaultBackoffInitial   = time.Second
+	DefaultBackoffMax       = 60 * time.Second
+	DefaultTimeout          = 30 * time.Second
+	DefaultMaxResponseBytes = 64 << 10
+	DefaultPath             = "/mmmq/messages"
+	DefaultBatchSize        = 256
+)
+
+// WithDefaults returns o with every zero field set to its default.
+func (o Options) WithDefaults() Options {
+	switch {
+	case o.MaxResends == 0:
+		o.MaxResends = DefaultMaxResends
+	case o.MaxResends < 0:
+		o.MaxResends = 0
+	}
+	if o.BackoffInitial <= 0 {
+		o.BackoffInitial = DefaultBackoffInitial
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = DefaultBackoffMax
+	}
+	if o.BackoffMax < o.BackoffInitial {
+		o.BackoffMax = o.BackoffInitial
+	}
+	if o.DefaultTimeout <= 0 {
+		o.DefaultTimeout = DefaultTimeout
+	}
+	if o.MaxResponseBytes <= 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if o.DefaultPath == "" {
+		o.DefaultPath = DefaultPath
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	return o
+}
+
+// WorkerStatus is a snapshot of one (dispatcher, topic) worker, for the
+// admin API and metrics. Counters count since the worker started.
+type WorkerStatus struct {
+	// Dispatcher is the dispatcher name.
+	Dispatcher string
+	// Topic is the topic name.
+	Topic string
+	// Committed is the durable checkpoint: the next offset to read after a
+	// restart.
+	Committed int64
+	// Next is the offset being delivered, or the next one to arrive when the
+	// worker is idle. Next - Committed messages are finished but uncommitted
+	// (Interval commit policy) or in flight.
+	Next int64
+	// Delivered counts ACKed messages.
+	Delivered uint64
+	// Nacked counts NACK answers (every attempt, not messages).
+	Nacked uint64
+	// Exhausted counts messages moved past after MaxResends+1 NACKs
+	// (dead-letter candidates).
+	Exhausted uint64
+	// Skipped counts corrupt offsets skipped.
+	Skipped uint64
+	// Abnormal counts abnormal attempts (transport errors, timeouts,
+	// non-2xx, bad bodies).
+	Abnormal uint64
+	// Commits counts successful checkpoint commits (each one an fsync).
+	Commits uint64
+	// Backoff is true while the current message is being retried after an
+	// abnormal response.
+	Backoff bool
+	// Running is false once the worker has ended (manager stopped, topic
+	// closed, or a failure, see Err).
+	Running bool
+	// Err is why the worker ended on its own ("" otherwise), e.g. a failed
+	// commit (fsync).
+	Err string
+}
+
+type workerKey struct{ dispatcher, topic string }
+
+const (
+	stateNew = iota
+	stateStarted
+	stateStopped
+)
+
+// Manager runs the dispatch workers: for every topic of the Source matching a
+// dispatcher of the Set, exactly one worker per (dispatcher, topic name)
+// (seed 000 "TopicQueue 구독 모델"). Start and Stop are its lifecycle; it
+// can be started once.
+type Manager struct {
+	set    *Set
+	src    Source
+	sender Sender
+	opts   Options
+	log    *zap.Logger
+
+	mu          sync.Mutex
+	state       int
+	ctx         context.Context // workers' context, cancelled by Stop
+	cancel      context.CancelFunc
+	unsubscribe func()
+	workers     map[workerKey]*worker // latest worker per key, running or ended
+	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
+	wg          sync.WaitGroup
+}
+
+// NewManager returns a Manager delivering the topics of src to the
+// dispatchers of set through sender. opts zero fields take the defaults; a
+// nil log discards logs.
+func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logger) *Manager {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Manager{
+		set:     set,
+		src:     src,
+		sender:  sender,
+		opts:    opts.WithDefaults(),
+		log:     log,
+		workers: make(map[workerKey]*worker),
+		pending: make(map[workerKey]Topic),
+	}
+}
+
+// Start subscribes to the Source and starts a worker for every matching
+// (dispatcher, topic), now and for topics created later. It only launches
+// goroutines; ctx bounds Start itself, not the workers. A second Start is an
+// error.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.state != stateNew {
+		m.mu.Unlock()
+		return errors.New("dispatcher: manager already started")
+	}
+	m.state = stateStarted
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.mu.Unlock()
+
+	if m.set.Len() == 0 {
+		m.log.Info("no dispatchers configured")
+		return nil
+	}
+	names := make([]string, 0, m.set.Len())
+	for _, d := range m.set.All() {
+		names = append(names, d.String())
+	}
+	m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
+	unsub := m.src.Subscribe(m.onTopic)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != stateStarted { // Stop ran meanwhile
+		unsub()
+		return nil
+	}
+	m.unsubscribe = unsub
+	return nil
+}
+
+// Stop unsubscribes from the Source, cancels every worker and waits for them
+// to end, at most until ctx is done (then it returns ctx's error, wrapped).
+// An attempt in flight is abandoned and its message not committed: it is
+// sent again after a restart. Messages already finished are committed
+// before the worker ends (Interval policy). Stop does not close checkpoints;
+// the topics own them, so stop the Manager before closing the topics.
+func (m *Manager) Stop(ctx context.Context) error {
+	m.mu.Lock()
+	prev := m.state
+	m.state = stateStopped
+	unsub, cancel := m.unsubscribe, m.cancel
+	m.unsubscribe = nil
+	m.mu.Unlock()
+	if prev != stateStarted {
+		return nil
+	}
+	if unsub != nil {
+		unsub()
+	}
+	cancel()
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		m.log.Info("dispatchers stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop dispatcher workers: %w", ctx.Err())
+	}
+}
+
+// Status returns a snapshot of every worker started so far, sorted by
+// dispatcher then topic.
+func (m *Manager) Status() []WorkerStatus {
+	m.mu.Lock()
+	ws := make([]*worker, 0, len(m.workers))
+	for _, w := range m.workers {
+		ws = append(ws, w)
+	}
+	m.mu.Unlock()
+	out := make([]WorkerStatus, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.status())
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Dispatcher != out[j].Dispatcher {
+			return out[i].Dispatcher < out[j].Dispatcher
+		}
+		return out[i].Topic < out[j].Topic
+	})
+	return out
+}
+
+// onTopic is the Source callback: start the workers of every dispatcher
+// matching t. It does no I/O (the worker opens its checkpoint).
+func (m *Manager) onTopic(t Topic) {
+	name := t.Name()
+	ds := m.set.Matching(name)
+	if len(ds) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != stateStarted {
+		return
+	}
+	for _, d := range ds {
+		k := workerKey{d.name, name}
+		if w, ok := m.workers[k]; ok && !w.ended {
+			// Never two workers for one key: remember the newest topic
+			// object and start it if this worker ends (topic re-created).
+			m.pending[k] = t
+			continue
+		}
+		m.startLocked(d, t)
+	}
+}
+
+func (m *Manager) startLocked(d *Dispatcher, t Topic) {
+	w := newWorker(m, d, t)
+	m.workers[workerKey{d.name, w.topicName}] = w
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		err := w.run(m.ctx)
+		m.ended(w, err)
+	}()
+}
+
+// ended records that w has returned with err. When its topic was closed and
+// a topic of the same name was handed over meanwhile, that one is started. A
+// worker that failed (a commit error) is not replaced.
+func (m *Manager) ended(w *worker, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w.ended = true
+	k := workerKey{w.d.name, w.topicName}
+	t, ok := m.pending[k]
+	if !ok {
+		return
+	}
+	delete(m.pending, k)
+	if errors.Is(err, errTopicClosed) && m.state == stateStarted && m.ctx.Err() == nil {
+		m.startLocked(w.d, t)
+	}
+}

@@ -1,0 +1,36 @@
+package dispatcher
+
+import "github.com/mmmq/mmmq/modules/storage"
+
+// Topic is one topic's log as the dispatcher sees it. The topic registry
+// (modules/topicqueue) adapts its topics to it. Implementations must be safe
+// for concurrent use.
+type Topic interface {
+	// Name is the topic name (valid per topicqueue.ValidateName).
+	Name() string
+	// ReadBatch returns up to max entries starting at from, all below the
+	// high watermark, in offset order without gaps; empty when from >=
+	// HighWatermark(). On a corrupt entry at offset o it returns the entries
+	// before o and a *storage.CorruptionError with Offset o. Once the topic is
+	// closed it returns storage.ErrClosed.
+	ReadBatch(from int64, max int) ([]storage.Entry, error)
+	// HighWatermark is the number of visible (durable) entries, i.e. one past
+	// the last readable offset. It never decreases.
+	HighWatermark() int64
+	// Notify returns a channel closed once HighWatermark() > offset, or once
+	// the topic is closed.
+	Notify(offset int64) <-chan struct{}
+	// Checkpoint opens (or returns the already-open) durable checkpoint named
+	// name for this topic. The topic owns it and closes it; callers do not.
+	Checkpoint(name string) (*storage.Checkpoint, error)
+}
+
+// Source yields topics: Subscribe calls fn for every existing topic, then for
+// every topic created later, until cancel is called. fn must not block for
+// long. After cancel returns, fn is not called any more. fn may be called
+// more than once for the same topic name (for instance when a topic is
+// deleted and created again); the Manager never runs two workers for the
+// same (dispatcher, topic name).
+type Source interface {
+	Subscribe(fn func(Topic)) (cancel func())
+}

@@ -1,0 +1,34 @@
+package topicqueue
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, ok := range []string{"a", "order.created", "A-b_9.x", strings.Repeat("a", 249), "a.b.c.d"} {
+		if err := ValidateName(ok); err != nil {
+			t.Errorf("ValidateName(%q) = %v", ok, err)
+		}
+	}
+	bad := map[string]string{
+		"":                       "empty",
+		"a..b":                   "empty segment at byte 2",
+		".a":                     "empty segment at byte 0",
+		"a.":                     "ends with '.'",
+		".":                      "empty segment at byte 0",
+		"../x":                   "empty segment at byte 0",
+		"a/b":                    `invalid character '/' at byte 1`,
+		"a\x00":                  `invalid character '\x00' at byte 1`,
+		"a\xff":                  "invalid character 0xff at byte 1",
+		"*":                      `invalid character '*' at byte 0`,
+		"a b":                    `invalid character ' ' at byte 1`,
+		strings.Repeat("a", 250): "250 bytes, the maximum is 249",
+	}
+	for in, want := range bad {
+		err := ValidateName(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateName(%q) = %v, want an error mentioning %q", in, err, want)
+		}
+	}
+}
