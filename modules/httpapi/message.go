@@ -62,6 +62,46 @@ func decodeMessage(raw []byte, now time.Time, dst []byte) (topic string, stored 
 	return req.encode(now, dst)
 }
 
+// EncodeMessage returns the stored message JSON (DESIGN §2) for topic and
+// content, exactly as POST /messages stores it, so that every producer path
+// (HTTP, the TCP line protocol) stores the same shape and dispatchers and
+// consumer groups deliver it unchanged:
+//
+//	{"topic":{"name":"t"},"content":<content, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
+//
+// id "" generates a process-unique id; headers may be nil; now gives the
+// timestamp (Unix milliseconds). content must be valid UTF-8 JSON (any
+// value, null allowed); topic must pass topicqueue.ValidateName. An invalid
+// argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
+// and nothing else; the size limit is checked by the storage engine on
+// append (storage.ErrRecordTooLarge).
+func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
+	if content == nil {
+		return nil, badRequest(`field "content" is required (use null for a message without content)`)
+	}
+	if !utf8.Valid(content) || !json.Valid(content) {
+		return nil, badRequest("content is not valid JSON")
+	}
+	if !utf8.ValidString(id) {
+		return nil, badRequest(`field "id" is not valid UTF-8`)
+	}
+	for k, v := range headers {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, badRequest("headers are not valid UTF-8")
+		}
+	}
+	rawTopic, err := json.Marshal(topic)
+	if err != nil {
+		return nil, badRequest("topic: %v", err)
+	}
+	req := PublishRequest{Topic: rawTopic, Content: content, Headers: headers}
+	if id != "" {
+		req.ID = &id
+	}
+	_, stored, err := req.encode(now, nil)
+	return stored, err
+}
+
 func jsonErrText(err error) string {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {

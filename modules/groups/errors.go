@@ -1,0 +1,44 @@
+package groups
+
+import "errors"
+
+// Sentinel errors of the coordinator. Test them with errors.Is; the returned
+// errors wrap them with the topic, group and offsets concerned.
+var (
+	// ErrGroupBusy: another live session holds the group (seed 003:
+	// "同一组同时只允许一个活动连接，第二个连接得到 ERR GROUP_BUSY").
+	// HTTP 409 GROUP_BUSY, TCP ERR GROUP_BUSY. Retry after the holder
+	// releases it or its lease expires.
+	ErrGroupBusy = errors.New("groups: group busy")
+	// ErrNotDelivered: an ack names an offset at or beyond what the session
+	// was delivered (seed 003 "越界确认 ERR NOT_DELIVERED"). Nothing is
+	// committed. HTTP 409 NOT_DELIVERED, TCP ERR NOT_DELIVERED.
+	ErrNotDelivered = errors.New("groups: offset not delivered")
+	// ErrSessionExpired: the session does not hold the group (its lease
+	// expired, it was released, or it never existed, e.g. after a broker
+	// restart). A stale consumer can never commit. Start a new session;
+	// delivery restarts at the committed offset. HTTP 409 SESSION_EXPIRED,
+	// TCP ERR SESSION_EXPIRED.
+	ErrSessionExpired = errors.New("groups: session expired")
+	// ErrNameTaken: the group name is a dispatcher name. Both store their
+	// progress in <topic>/checkpoints/<name>.checkpoint, so one name space
+	// is shared (issue 6). HTTP 409 NAME_TAKEN, TCP ERR NAME_TAKEN.
+	ErrNameTaken = errors.New("groups: name used by a dispatcher")
+	// ErrUnknownTopic: the topic does not exist (or is quarantined). Groups
+	// never create topics. HTTP 404 NOT_FOUND, TCP ERR NOT_FOUND.
+	ErrUnknownTopic = errors.New("groups: unknown topic")
+	// ErrInvalidName: the topic name (DESIGN §2) or the group name
+	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
+	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
+	ErrInvalidName = errors.New("groups: invalid name")
+)
+
+// Error codes shared by the HTTP API (ErrorBody.code) and the line protocol
+// (ERR <CODE>). GroupBusy and NotDelivered are seed 003's; the others are
+// mmmq's.
+const (
+	CodeGroupBusy      = "GROUP_BUSY"
+	CodeNotDelivered   = "NOT_DELIVERED"
+	CodeSessionExpired = "SESSION_EXPIRED"
+	CodeNameTaken      = "NAME_TAKEN"
+)

@@ -1,0 +1,60 @@
+package groups
+
+import (
+	"errors"
+	"testing"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+func TestFxModule(t *testing.T) {
+	cfg := config.Default()
+	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	set, err := dispatcher.SetOf(dispatcher.New("order-dispatcher",
+		dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: 8081}, dispatcher.MustPattern("**")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *Coordinator
+	var routes struct {
+		fx.In
+		Routes []httpapi.Route `group:"routes"`
+	}
+	var reg *topicqueue.Registry
+	app := fxtest.New(t,
+		config.Module, config.Supply(cfg),
+		fx.Supply(zaptest.NewLogger(t)),
+		storage.Module, topicqueue.Module,
+		fx.Supply(set),
+		Module,
+		fx.Populate(&c, &routes, &reg),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+	if len(routes.Routes) != 1 {
+		t.Fatalf("routes contributed: %d, want 1", len(routes.Routes))
+	}
+	if _, ok := routes.Routes[0].(*Route); !ok {
+		t.Fatalf("route is %T", routes.Routes[0])
+	}
+	if c.LeaseTimeout() != cfg.MMMQ.Broker.Groups.LeaseTimeout || c.MaxFetch() != cfg.MMMQ.Broker.Groups.MaxFetch {
+		t.Fatalf("options not from config: %s %d", c.LeaseTimeout(), c.MaxFetch())
+	}
+	if _, err := reg.GetOrCreate("t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire("t", "order-dispatcher"); !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("dispatcher name: %v, want ErrNameTaken", err)
+	}
+	if _, err := c.Acquire("t", "g"); err != nil {
+		t.Fatal(err)
+	}
+}

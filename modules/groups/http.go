@@ -1,0 +1,269 @@
+package groups
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// SessionHeader carries the session id of a consumer group: the fetch
+// response sets it, and ack, release and later fetches send it back.
+const SessionHeader = "mmmq-session"
+
+// DefaultFetchMax is the number of messages a fetch asks for when the
+// request has no max parameter.
+const DefaultFetchMax = 100
+
+// maxAckBody caps the body of an ack request, in bytes.
+const maxAckBody = 4096
+
+// RouteOptions configures the HTTP routes.
+type RouteOptions struct {
+	// DefaultMax is the max of a fetch without ?max=; default 100
+	// (DefaultFetchMax), clamped to the coordinator's MaxFetch.
+	DefaultMax int
+	// WriteTimeout is the server's write timeout (server.write-timeout);
+	// a long poll extends its response's write deadline to wait +
+	// WriteTimeout. Default 30s.
+	WriteTimeout time.Duration
+	// Logger receives 5xx failures; default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// Route is the consumer-group part of the HTTP API, contributed to
+// httpapi's routes value group (httpapi.RouteTag) by Module:
+//
+//	POST   /topics/{topic}/groups/{group}/fetch?max=N&wait=MS
+//	POST   /topics/{topic}/groups/{group}/ack        {"offset": n}
+//	DELETE /topics/{topic}/groups/{group}/session
+//
+// See the package documentation for the bodies and status codes.
+type Route struct {
+	c    *Coordinator
+	opts RouteOptions
+	log  *zap.Logger
+}
+
+// NewRoute returns the routes of c.
+func NewRoute(c *Coordinator, opts RouteOptions) *Route {
+	if opts.DefaultMax <= 0 {
+		opts.DefaultMax = DefaultFetchMax
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Route{c: c, opts: opts, log: opts.Logger}
+}
+
+// Register adds the routes to r (httpapi.Route).
+func (rt *Route) Register(r *mux.Router) {
+	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", rt.handleFetch).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/ack", rt.handleAck).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/session", rt.handleRelease).Methods(http.MethodDelete)
+}
+
+// Message is one fetched message: its offset and the stored message JSON
+// (DESIGN §2 shape). Error replaces Message for a stored record that is not
+// valid JSON (written by another tool); it is still delivered, so it can be
+// acknowledged.
+type Message struct {
+	Offset  int64           `json:"offset"`
+	Message json.RawMessage `json:"message,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// FetchResponse is the 200 body of a fetch. Messages is [] (never null)
+// when nothing arrived during the wait. Committed is the group's durable
+// committed offset; Next the session's delivered-up-to offset.
+type FetchResponse struct {
+	Topic     string    `json:"topic"`
+	Group     string    `json:"group"`
+	Session   string    `json:"session"`
+	Messages  []Message `json:"messages"`
+	Committed int64     `json:"committed"`
+	Next      int64     `json:"next"`
+}
+
+// AckRequest is the body of an ack: the last offset processed; everything
+// up to it is acknowledged.
+type AckRequest struct {
+	Offset *int64 `json:"offset"`
+}
+
+// AckResponse is the 200 body of an ack, sent after the fsync: the new
+// committed offset (offset+1, or the unchanged committed offset for an ack
+// at or below it).
+type AckResponse struct {
+	Topic     string `json:"topic"`
+	Group     string `json:"group"`
+	Committed int64  `json:"committed"`
+}
+
+// ReleaseResponse is the 200 body of DELETE .../session: Released tells
+// whether the session held the group.
+type ReleaseResponse struct {
+	Topic     string `json:"topic"`
+	Group     string `json:"group"`
+	Released  bool   `json:"released"`
+	Committed int64  `json:"committed"`
+}
+
+func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	topic, group := v["topic"], v["group"]
+	limit := rt.opts.DefaultMax
+	if s := r.URL.Query().Get("max"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+				fmt.Sprintf("query parameter max must be an integer >= 1 (values above %d are capped); got %q", rt.c.MaxFetch(), s))
+			return
+		}
+		limit = n
+	}
+	limit = min(limit, rt.c.MaxFetch())
+	var wait time.Duration
+	if s := r.URL.Query().Get("wait"); s != "" {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms < 0 {
+			httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+				fmt.Sprintf("query parameter wait must be milliseconds >= 0 (values above %d are capped); got %q", rt.c.MaxWait().Milliseconds(), s))
+			return
+		}
+		wait = time.Duration(min(ms, rt.c.MaxWait().Milliseconds())) * time.Millisecond
+	}
+	session := r.Header.Get(SessionHeader)
+	started := false
+	if session == "" {
+		var err error
+		if session, err = rt.c.Acquire(topic, group); err != nil {
+			rt.fail(w, err)
+			return
+		}
+		started = true
+	}
+	if wait > 0 {
+		// The long poll must not run into the server's write timeout.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + rt.opts.WriteTimeout))
+	}
+	b, err := rt.c.Fetch(r.Context(), topic, group, session, limit, wait)
+	if err != nil {
+		if started {
+			// The client never learns this session: do not leave the
+			// group busy until the lease expires.
+			_, _ = rt.c.Release(topic, group, session)
+		}
+		rt.fail(w, err)
+		return
+	}
+	resp := FetchResponse{Topic: topic, Group: group, Session: session,
+		Messages: make([]Message, 0, len(b.Entries)), Committed: b.Committed, Next: b.Next}
+	for _, e := range b.Entries {
+		m := Message{Offset: e.Offset}
+		if json.Valid(e.Payload) {
+			m.Message = e.Payload
+		} else {
+			m.Error = "stored message is not valid JSON"
+		}
+		resp.Messages = append(resp.Messages, m)
+	}
+	w.Header().Set(SessionHeader, session)
+	httpapi.WriteJSON(w, http.StatusOK, resp)
+}
+
+func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	topic, group := v["topic"], v["group"]
+	session := r.Header.Get(SessionHeader)
+	if session == "" {
+		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+			"header "+SessionHeader+" is required (the session returned by fetch)")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
+	if err != nil {
+		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest, fmt.Sprintf("read body (at most %d bytes): %v", maxAckBody, err))
+		return
+	}
+	var req AckRequest
+	if err := json.Unmarshal(body, &req); err != nil || req.Offset == nil || *req.Offset < 0 {
+		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest, `body must be {"offset": n} with an integer n >= 0`)
+		return
+	}
+	committed, err := rt.c.Ack(topic, group, session, *req.Offset)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, AckResponse{Topic: topic, Group: group, Committed: committed})
+}
+
+func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	topic, group := v["topic"], v["group"]
+	session := r.Header.Get(SessionHeader)
+	if session == "" {
+		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+			"header "+SessionHeader+" is required (the session to release)")
+		return
+	}
+	released, err := rt.c.Release(topic, group, session)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	committed, err := rt.c.Committed(topic, group)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	httpapi.WriteJSON(w, http.StatusOK, ReleaseResponse{Topic: topic, Group: group, Released: released, Committed: committed})
+}
+
+// HTTPStatus maps an error of the coordinator to its HTTP status and
+// ErrorBody code: 400 BAD_REQUEST (ErrInvalidName), 404 NOT_FOUND
+// (ErrUnknownTopic), 409 GROUP_BUSY, NOT_DELIVERED, SESSION_EXPIRED,
+// NAME_TAKEN, 507 NO_SPACE (disk full on commit), otherwise 503
+// UNAVAILABLE (I/O or fsync error, topic closed, shutting down).
+func HTTPStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrInvalidName), errors.Is(err, topicqueue.ErrInvalidName):
+		return http.StatusBadRequest, httpapi.CodeBadRequest
+	case errors.Is(err, ErrUnknownTopic):
+		return http.StatusNotFound, httpapi.CodeNotFound
+	case errors.Is(err, ErrGroupBusy):
+		return http.StatusConflict, CodeGroupBusy
+	case errors.Is(err, ErrNotDelivered):
+		return http.StatusConflict, CodeNotDelivered
+	case errors.Is(err, ErrSessionExpired):
+		return http.StatusConflict, CodeSessionExpired
+	case errors.Is(err, ErrNameTaken):
+		return http.StatusConflict, CodeNameTaken
+	case errors.Is(err, storage.ErrNoSpace):
+		return http.StatusInsufficientStorage, httpapi.CodeNoSpace
+	}
+	return http.StatusServiceUnavailable, httpapi.CodeUnavailable
+}
+
+func (rt *Route) fail(w http.ResponseWriter, err error) {
+	status, code := HTTPStatus(err)
+	if status >= 500 && !errors.Is(err, context.Canceled) {
+		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
+	}
+	httpapi.WriteError(w, status, code, err.Error())
+}

@@ -1,0 +1,184 @@
+package groups
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/httpapi"
+)
+
+// newHTTP serves the real httpapi router with the groups Route.
+func newHTTP(t *testing.T, opts Options) (*env, *httptest.Server) {
+	e := newEnv(t, opts)
+	srv := httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t), NewRoute(e.c, RouteOptions{}))
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return e, ts
+}
+
+type httpResp struct {
+	status  int
+	session string
+	body    map[string]any
+	raw     string
+}
+
+func do(t *testing.T, method, url, session, body string) httpResp {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if session != "" {
+		req.Header.Set(SessionHeader, session)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := httpResp{status: resp.StatusCode, session: resp.Header.Get(SessionHeader), raw: string(raw)}
+	if err := json.Unmarshal(raw, &r.body); err != nil {
+		t.Fatalf("%s %s: body %q: %v", method, url, raw, err)
+	}
+	return r
+}
+
+func (r httpResp) code() string { s, _ := r.body["code"].(string); return s }
+
+func (r httpResp) offsets() []int64 {
+	var out []int64
+	ms, _ := r.body["messages"].([]any)
+	for _, m := range ms {
+		out = append(out, int64(m.(map[string]any)["offset"].(float64)))
+	}
+	return out
+}
+
+func TestHTTPFetchAckRelease(t *testing.T) {
+	e, ts := newHTTP(t, Options{})
+	e.publish(5)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+
+	r := do(t, "POST", base+"/fetch?max=3", "", "")
+	if r.status != 200 || r.session == "" || r.body["session"] != r.session {
+		t.Fatalf("fetch: %d %s (session header %q)", r.status, r.raw, r.session)
+	}
+	if got := r.offsets(); len(got) != 3 || got[0] != 0 || got[2] != 2 {
+		t.Fatalf("offsets %v", got)
+	}
+	if r.body["committed"].(float64) != 0 || r.body["topic"] != testTopic || r.body["group"] != "g" {
+		t.Fatalf("body %s", r.raw)
+	}
+	msg := r.body["messages"].([]any)[1].(map[string]any)["message"].(map[string]any)
+	if msg["n"].(float64) != 1 {
+		t.Fatalf("message %v", msg)
+	}
+	s := r.session
+
+	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != CodeGroupBusy || r.body["acknowledgement"] != "NACK" {
+		t.Fatalf("second consumer: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 3}`); r.status != 409 || r.code() != CodeNotDelivered {
+		t.Fatalf("ack beyond delivered: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 1}`); r.status != 200 || r.body["committed"].(float64) != 2 {
+		t.Fatalf("ack: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 0}`); r.status != 200 || r.body["committed"].(float64) != 2 {
+		t.Fatalf("ack below committed: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", "nope", `{"offset": 1}`); r.status != 409 || r.code() != CodeSessionExpired {
+		t.Fatalf("ack from another session: %d %s", r.status, r.raw)
+	}
+	r = do(t, "POST", base+"/fetch?max=10", s, "")
+	if got := r.offsets(); r.status != 200 || len(got) != 2 || got[0] != 3 {
+		t.Fatalf("continued fetch: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "DELETE", base+"/session", s, ""); r.status != 200 || r.body["released"] != true || r.body["committed"].(float64) != 2 {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	// Redelivery from the committed offset to the next session.
+	r = do(t, "POST", base+"/fetch?max=10", "", "")
+	if got := r.offsets(); r.status != 200 || len(got) != 3 || got[0] != 2 || r.session == s {
+		t.Fatalf("redelivery: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch", s, ""); r.status != 409 || r.code() != CodeSessionExpired {
+		t.Fatalf("fetch with a released session: %d %s", r.status, r.raw)
+	}
+}
+
+func TestHTTPLongPoll(t *testing.T) {
+	_, ts := newHTTP(t, Options{})
+	url := ts.URL + "/topics/" + testTopic + "/groups/g/fetch?wait=150"
+	start := time.Now()
+	r := do(t, "POST", url, "", "")
+	if r.status != 200 || len(r.offsets()) != 0 || !strings.Contains(r.raw, `"messages":[]`) {
+		t.Fatalf("empty long poll: %d %s", r.status, r.raw)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("answered after %s, before the wait", d)
+	}
+}
+
+func TestHTTPLeaseExpiry(t *testing.T) {
+	e, ts := newHTTP(t, Options{LeaseTimeout: 50 * time.Millisecond})
+	e.publish(3)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	r := do(t, "POST", base+"/fetch", "", "")
+	time.Sleep(120 * time.Millisecond)
+	if r := do(t, "POST", base+"/ack", r.session, `{"offset": 2}`); r.status != 409 || r.code() != CodeSessionExpired {
+		t.Fatalf("stale ack: %d %s", r.status, r.raw)
+	}
+	r = do(t, "POST", base+"/fetch", "", "")
+	if got := r.offsets(); r.status != 200 || len(got) != 3 || got[0] != 0 {
+		t.Fatalf("after expiry: %d %s", r.status, r.raw)
+	}
+}
+
+func TestHTTPErrors(t *testing.T) {
+	e, ts := newHTTP(t, Options{Reserved: func(n string) bool { return n == "disp" }})
+	e.publish(1)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	for _, tc := range []struct {
+		method, path, session, body string
+		status                      int
+		code                        string
+	}{
+		{"POST", base + "/fetch?max=0", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", base + "/fetch?max=x", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", base + "/fetch?wait=-1", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", base + "/fetch?wait=1.5", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", base + "/ack", "", `{"offset":0}`, 400, httpapi.CodeBadRequest},
+		{"POST", base + "/ack", "s", `{"offset":-1}`, 400, httpapi.CodeBadRequest},
+		{"POST", base + "/ack", "s", `{}`, 400, httpapi.CodeBadRequest},
+		{"POST", base + "/ack", "s", `nope`, 400, httpapi.CodeBadRequest},
+		{"DELETE", base + "/session", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", ts.URL + "/topics/no.such/groups/g/fetch", "", "", 404, httpapi.CodeNotFound},
+		{"POST", ts.URL + "/topics/bad..name/groups/g/fetch", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", ts.URL + "/topics/" + testTopic + "/groups/.g/fetch", "", "", 400, httpapi.CodeBadRequest},
+		{"POST", ts.URL + "/topics/" + testTopic + "/groups/disp/fetch", "", "", 409, CodeNameTaken},
+	} {
+		r := do(t, tc.method, tc.path, tc.session, tc.body)
+		if r.status != tc.status || r.code() != tc.code || r.body["acknowledgement"] != "NACK" {
+			t.Errorf("%s %s %q: %d %s, want %d %s", tc.method, tc.path, tc.body, r.status, r.raw, tc.status, tc.code)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "no.such")); !os.IsNotExist(err) {
+		t.Fatalf("fetch created a topic: %v", err)
+	}
+	// A failed fetch left no session behind.
+	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 200 {
+		t.Fatalf("fetch after errors: %d %s", r.status, r.raw)
+	}
+}

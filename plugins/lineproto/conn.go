@@ -1,0 +1,423 @@
+package lineproto
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Error codes of "ERR <CODE> <text>". The first five are seed 003's;
+// NOT_FOUND, SESSION_EXPIRED and NAME_TAKEN are mmmq's (the same codes as
+// the HTTP API).
+const (
+	CodeTooLarge       = "TOO_LARGE"
+	CodeGroupBusy      = groups.CodeGroupBusy
+	CodeNotDelivered   = groups.CodeNotDelivered
+	CodeBadRequest     = "BAD_REQUEST"
+	CodeUnavailable    = "UNAVAILABLE"
+	CodeNotFound       = "NOT_FOUND"
+	CodeSessionExpired = groups.CodeSessionExpired
+	CodeNameTaken      = groups.CodeNameTaken
+)
+
+// errLineTooLong: a request line over MaxLineBytes.
+var errLineTooLong = errors.New("lineproto: line too long")
+
+type groupKey struct{ topic, group string }
+
+// conn is one client connection: one request line at a time, one reply per
+// request. It is a consumer session: it holds the groups it fetched until it
+// closes.
+type conn struct {
+	s        *Server
+	nc       net.Conn
+	r        *bufio.Reader
+	w        *bufio.Writer
+	line     []byte
+	sessions map[groupKey]string // groups this connection holds
+	log      *zap.Logger
+}
+
+func (c *conn) serve() {
+	defer c.s.wg.Done()
+	defer c.s.remove(c)
+	defer c.nc.Close()
+	defer c.releaseAll()
+	for {
+		// Deadline first, then the closing check: Stop sets closing before
+		// it sets an immediate deadline, so one of the two always ends an
+		// idle read during shutdown.
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+		if c.s.closing.Load() {
+			return
+		}
+		line, err := c.readLine()
+		if errors.Is(err, errLineTooLong) {
+			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", CodeTooLarge, c.s.opts.MaxLineBytes)
+			c.flush()
+			c.closeGracefully()
+			return
+		}
+		if err == nil || (errors.Is(err, io.EOF) && len(line) > 0) {
+			// A reply longer than the write buffer is flushed while it is
+			// written: bound those writes too.
+			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+			c.handle(line)
+			if !c.flush() {
+				return
+			}
+		}
+		if cap(c.line) > keepLineBytes {
+			c.line = nil
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+				c.log.Debug("connection read failed", zap.Error(err))
+			}
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// readLine returns the next line without its "\n" or "\r\n". It takes
+// whatever has arrived, never waiting for a full buffer, so a line is
+// refused (errLineTooLong) as soon as more than MaxLineBytes+2 bytes of it
+// have arrived, and never more than that is kept. At EOF it returns an
+// unterminated last line with io.EOF.
+func (c *conn) readLine() ([]byte, error) {
+	c.line = c.line[:0]
+	limit := c.s.opts.MaxLineBytes + 2
+	for {
+		if c.r.Buffered() == 0 {
+			if _, err := c.r.Peek(1); err != nil { // one read from the socket
+				return c.trimmed(), err
+			}
+		}
+		buf, _ := c.r.Peek(c.r.Buffered())
+		n, done := len(buf), false
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
+			n, done = i+1, true
+		}
+		if len(c.line)+n > limit {
+			return nil, errLineTooLong
+		}
+		c.line = append(c.line, buf[:n]...)
+		_, _ = c.r.Discard(n)
+		if done {
+			break
+		}
+	}
+	line := c.trimmed()
+	if len(line) > c.s.opts.MaxLineBytes {
+		return nil, errLineTooLong
+	}
+	return line, nil
+}
+
+func (c *conn) trimmed() []byte {
+	l := c.line
+	if n := len(l); n > 0 && l[n-1] == '\n' {
+		l = l[:n-1]
+	}
+	if n := len(l); n > 0 && l[n-1] == '\r' {
+		l = l[:n-1]
+	}
+	return l
+}
+
+// closeGracefully sends FIN after the last reply, then discards what the
+// client still sends for a moment, so closing does not reset the connection
+// (a reset can make the client lose the ERR line it has not read yet).
+func (c *conn) closeGracefully() {
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, int64(4*c.s.opts.MaxLineBytes)))
+}
+
+func (c *conn) replyf(format string, args ...any) {
+	fmt.Fprintf(c.w, format, args...)
+	c.w.WriteByte('\n')
+}
+
+// replyErr writes "ERR <CODE> <text>" with text on one line.
+func (c *conn) replyErr(code string, err error) {
+	c.replyf("ERR %s %s", code, oneLine(err.Error()))
+}
+
+func oneLine(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		s = strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", " ").Replace(s)
+	}
+	return s
+}
+
+// flush sends the buffered reply; false when the connection is broken.
+func (c *conn) flush() bool {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	if err := c.w.Flush(); err != nil {
+		c.log.Debug("connection write failed", zap.Error(err))
+		return false
+	}
+	return true
+}
+
+func (c *conn) handle(line []byte) {
+	cmd, rest, _ := bytes.Cut(line, []byte{' '})
+	switch {
+	case len(bytes.TrimSpace(line)) == 0:
+		c.replyf("ERR %s empty request", CodeBadRequest)
+	case bytes.EqualFold(cmd, []byte("PUB")):
+		c.pub(rest)
+	case bytes.EqualFold(cmd, []byte("FETCH")):
+		c.fetch(rest)
+	case bytes.EqualFold(cmd, []byte("ACK")):
+		c.ack(rest)
+	case bytes.EqualFold(cmd, []byte("STATUS")):
+		c.status(rest)
+	default:
+		if len(cmd) > 32 {
+			cmd = cmd[:32]
+		}
+		c.replyf("ERR %s unknown command %q (want PUB, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
+	}
+}
+
+// pub: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload>
+func (c *conn) pub(rest []byte) {
+	const usage = "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
+	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
+	levelB, payload, ok2 := bytes.Cut(rest, []byte{' '})
+	payload = bytes.TrimSpace(payload)
+	if !ok1 || !ok2 || len(topicB) == 0 || len(levelB) == 0 || len(payload) == 0 {
+		c.replyf("ERR %s %s", CodeBadRequest, usage)
+		return
+	}
+	level, err := storage.ParseAckLevel(string(levelB))
+	if err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return
+	}
+	topic := string(topicB)
+	if err := topicqueue.ValidateName(topic); err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return
+	}
+	if len(payload) > c.s.opts.MaxRecordBytes {
+		c.replyf("ERR %s payload of %d bytes is over %d bytes (mmmq.broker.segment.max-record-bytes)",
+			CodeTooLarge, len(payload), c.s.opts.MaxRecordBytes)
+		return
+	}
+	if !utf8.Valid(payload) || !json.Valid(payload) {
+		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, usage)
+		return
+	}
+	stored, err := httpapi.EncodeMessage(topic, payload, "", nil, time.Now())
+	if err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return
+	}
+	q, err := c.s.reg.GetOrCreate(topic)
+	if err != nil {
+		c.replyErr(errCode(err), err)
+		return
+	}
+	// Not derived from the server's context: a PUB in progress during
+	// shutdown still gets its real answer.
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.PublishTimeout)
+	defer cancel()
+	off, err := q.Offer(ctx, stored, level)
+	if err != nil {
+		c.replyErr(errCode(err), err)
+		return
+	}
+	if level == storage.Accepted {
+		c.replyf("OK - %s", level) // seed 003: an ACCEPTED offset is not final
+		return
+	}
+	c.replyf("OK %d %s", off, level)
+}
+
+// fetch: FETCH <topic> <group> <max> <wait-ms>
+func (c *conn) fetch(rest []byte) {
+	f := strings.Fields(string(rest))
+	if len(f) != 4 {
+		c.replyf("ERR %s usage: FETCH <topic> <group> <max> <wait-ms>", CodeBadRequest)
+		return
+	}
+	limit, err1 := strconv.Atoi(f[2])
+	waitMS, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || limit < 1 || err2 != nil || waitMS < 0 {
+		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", CodeBadRequest)
+		return
+	}
+	wait := time.Duration(min(waitMS, c.s.groups.MaxWait().Milliseconds())) * time.Millisecond
+	k := groupKey{f[0], f[1]}
+	session, held := c.sessions[k]
+	if !held {
+		s, err := c.s.groups.Acquire(k.topic, k.group)
+		if err != nil {
+			c.replyErr(errCode(err), err)
+			return
+		}
+		session = s
+		c.sessions[k] = s
+	}
+	b, err := c.s.groups.Fetch(c.s.ctx, k.topic, k.group, session, limit, wait)
+	if err != nil {
+		if errors.Is(err, groups.ErrSessionExpired) || !held {
+			// Lost the group (expired lease), or the first fetch failed:
+			// the next FETCH starts a new session.
+			_, _ = c.s.groups.Release(k.topic, k.group, session)
+			delete(c.sessions, k)
+		}
+		if errors.Is(err, context.Canceled) {
+			err = errors.New("shutting down")
+		}
+		c.replyErr(errCode(err), err)
+		return
+	}
+	// The wait is over: the reply's writes get the whole write timeout.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	for _, e := range b.Entries {
+		c.w.WriteString("MSG ")
+		c.w.WriteString(strconv.FormatInt(e.Offset, 10))
+		c.w.WriteByte(' ')
+		c.w.Write(singleLine(e.Payload))
+		c.w.WriteByte('\n')
+	}
+	c.replyf("END %d", len(b.Entries))
+}
+
+// singleLine returns p without line breaks: the encoder stores compact JSON,
+// so this only matters for records written by other tools.
+func singleLine(p []byte) []byte {
+	if bytes.IndexAny(p, "\r\n") < 0 {
+		return p
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, p) == nil && bytes.IndexAny(buf.Bytes(), "\r\n") < 0 {
+		return buf.Bytes()
+	}
+	return bytes.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, p)
+}
+
+// ack: ACK <topic> <group> <offset>
+func (c *conn) ack(rest []byte) {
+	f := strings.Fields(string(rest))
+	if len(f) != 3 {
+		c.replyf("ERR %s usage: ACK <topic> <group> <offset>", CodeBadRequest)
+		return
+	}
+	off, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil || off < 0 {
+		c.replyf("ERR %s offset must be an integer >= 0", CodeBadRequest)
+		return
+	}
+	k := groupKey{f[0], f[1]}
+	session, ok := c.sessions[k]
+	if !ok {
+		c.replyf("ERR %s this connection has not fetched group %s of topic %s", CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
+		return
+	}
+	next, err := c.s.groups.Ack(k.topic, k.group, session, off)
+	if err != nil {
+		if errors.Is(err, groups.ErrSessionExpired) {
+			delete(c.sessions, k)
+		}
+		c.replyErr(errCode(err), err)
+		return
+	}
+	c.replyf("ACKED %d", next)
+}
+
+// status: STATUS [topic]
+func (c *conn) status(rest []byte) {
+	f := strings.Fields(string(rest))
+	var list []*topicqueue.TopicQueue
+	switch len(f) {
+	case 0:
+		list = c.s.reg.List()
+	case 1:
+		if err := topicqueue.ValidateName(f[0]); err != nil {
+			c.replyErr(CodeBadRequest, err)
+			return
+		}
+		q, ok := c.s.reg.Get(f[0])
+		if !ok {
+			c.replyf("ERR %s topic %q does not exist", CodeNotFound, f[0])
+			return
+		}
+		list = append(list, q)
+	default:
+		c.replyf("ERR %s usage: STATUS [topic]", CodeBadRequest)
+		return
+	}
+	for _, q := range list {
+		st := q.Stats()
+		c.replyf("TOPIC %s next=%d segments=%d bytes=%d", st.Topic, st.NextOffset, st.Segments, st.Bytes)
+		for _, g := range c.s.groups.Groups(q.Name()) {
+			c.replyf("GROUP %s %s committed=%d held=%t", g.Topic, g.Group, g.Committed, g.Held)
+		}
+	}
+	c.replyf("END %d", len(list))
+}
+
+// releaseAll releases every group the connection holds: their next consumer
+// starts at the committed offset (seed 003: redelivery after disconnect).
+func (c *conn) releaseAll() {
+	for k, s := range c.sessions {
+		if _, err := c.s.groups.Release(k.topic, k.group, s); err != nil {
+			c.log.Warn("release group on disconnect", zap.String("topic", k.topic), zap.String("group", k.group), zap.Error(err))
+		}
+	}
+	clear(c.sessions)
+}
+
+// errCode maps an error to its ERR code.
+func errCode(err error) string {
+	switch {
+	case errors.Is(err, storage.ErrRecordTooLarge):
+		return CodeTooLarge
+	case errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, groups.ErrInvalidName), errors.Is(err, storage.ErrEmptyRecord):
+		return CodeBadRequest
+	case errors.Is(err, groups.ErrGroupBusy):
+		return CodeGroupBusy
+	case errors.Is(err, groups.ErrNotDelivered):
+		return CodeNotDelivered
+	case errors.Is(err, groups.ErrSessionExpired):
+		return CodeSessionExpired
+	case errors.Is(err, groups.ErrNameTaken):
+		return CodeNameTaken
+	case errors.Is(err, groups.ErrUnknownTopic):
+		return CodeNotFound
+	}
+	return CodeUnavailable // I/O or fsync failure, disk full, queue full, timeout, shutting down
+}

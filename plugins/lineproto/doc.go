@@ -1,0 +1,115 @@
+// Package lineproto is the optional TCP line protocol of seed 003 ("协议是一行
+// 一个请求的 TCP 文本协议"), extended with a topic (issue 6). It is off by
+// default; mmmq.lineproto.addr turns it on. It publishes through the same
+// topic registry and message encoder as the HTTP API (httpapi.EncodeMessage),
+// so dispatchers and consumer groups deliver the same stored message JSON,
+// and consumes through the shared consumer-group coordinator (modules/groups).
+//
+// # Grammar
+//
+// One request per line, one reply per request (a reply may span several
+// lines and then ends with an END line). Lines end with "\n" ("\r\n" is
+// accepted). Tokens are separated by single spaces; the command word is
+// case-insensitive. Requests on one connection are answered in order; a
+// client may pipeline.
+//
+//	request  = pub / fetch / ack / status
+//	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
+//	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
+//	fetch    = "FETCH" SP topic SP group SP max SP wait-ms
+//	ack      = "ACK" SP topic SP group SP offset
+//	status   = "STATUS" [SP topic]
+//
+//	reply to PUB     "OK" SP offset SP level           ; WRITTEN, DURABLE
+//	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (seed 003), none is given
+//	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
+//	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
+//	reply to STATUS  *("TOPIC" SP name SP "next=" hw SP "segments=" n SP "bytes=" b
+//	                   *("GROUP" SP name SP group SP "committed=" c SP "held=" ("true"/"false")))
+//	                 "END" SP count-of-topics
+//	any error        "ERR" SP code SP text
+//
+// The payload of PUB is the content (any JSON value, on one line); the
+// stored message is {"topic":{"name":...},"content":<payload>,"id":...,
+// "timestamp":...} exactly as POST /messages stores it, and that stored
+// JSON (always one line) is what MSG carries. PUB creates the topic on its
+// first message, as HTTP publishing does; FETCH never creates a topic.
+//
+// FETCH returns up to max messages (capped at mmmq.broker.groups.max-fetch)
+// from the group's position, waiting up to wait-ms (capped at 30000) when
+// there is nothing yet; after the wait it answers "END 0" (seed 003: an empty
+// fetch returns 0 messages after the wait). END was added to seed 003's
+// protocol so clients know where a FETCH or STATUS reply stops. GROUP lines
+// list the groups used since the broker started.
+//
+// # Sessions
+//
+// A connection is a consumer session (seed 003): its first FETCH of a group
+// takes the group (ERR GROUP_BUSY while another connection or HTTP session
+// holds it), and it keeps it while it fetches or acks within
+// mmmq.broker.groups.lease-timeout (default 30s). ACK commits offset+1
+// durably and answers after the fsync; an offset not delivered on this
+// connection is ERR NOT_DELIVERED; an offset below the committed one is
+// answered with the unchanged committed offset (it never moves back).
+// Closing the connection releases its groups: the next consumer starts at
+// the committed offset, so unacknowledged messages are redelivered
+// (at-least-once). A connection whose lease expired gets ERR
+// SESSION_EXPIRED once (for FETCH or ACK) and its next FETCH starts a new
+// session from the committed offset.
+//
+// # Error codes
+//
+//	TOO_LARGE        line over max-line-bytes (the connection is then closed),
+//	                 or payload / stored message over max-record-bytes
+//	GROUP_BUSY       another consumer holds the group (seed 003)
+//	NOT_DELIVERED    ACK of an offset not delivered to this connection (seed 003)
+//	BAD_REQUEST      unknown command, wrong arguments, invalid topic or group
+//	                 name, payload not JSON, empty line
+//	UNAVAILABLE      storage failure (write or fsync error, disk full, queue
+//	                 full), publish timeout, shutting down, too many connections
+//	NOT_FOUND        FETCH or STATUS of a topic that does not exist (mmmq)
+//	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
+//	NAME_TAKEN       the group name is a dispatcher name (mmmq)
+//
+// # Limits
+//
+//	line length      mmmq.lineproto.max-line-bytes (default 1114112) without the
+//	                 line end; the server reads at most that much of a line, so
+//	                 memory per connection stays bounded; over it: ERR TOO_LARGE,
+//	                 then the connection is closed
+//	payload          mmmq.broker.segment.max-record-bytes (default 1 MiB)
+//	connections      1024 at a time; more get ERR UNAVAILABLE and are closed
+//	idle             a connection without a request for 5 minutes is closed
+//	                 (a FETCH wait is not idle time)
+//	reply write      30 s per reply, else the connection is closed
+//	PUB wait         30 s for the ack level, then ERR UNAVAILABLE (outcome unknown)
+//	FETCH            max capped at mmmq.broker.groups.max-fetch and about 16 MiB
+//	                 of payload; wait-ms capped at 30000
+//
+// A connection is not read while it waits in FETCH: a client that closes
+// during the wait is noticed when the wait ends.
+//
+// # Example
+//
+//	$ nc localhost 7070
+//	PUB order.created DURABLE {"orderId":42}
+//	OK 0 DURABLE
+//	PUB order.created ACCEPTED {"orderId":43}
+//	OK - ACCEPTED
+//	FETCH order.created billing 10 500
+//	MSG 0 {"topic":{"name":"order.created"},"content":{"orderId":42},"id":"9f0c2a1b7e4d3c56-1","timestamp":1767225600000}
+//	MSG 1 {"topic":{"name":"order.created"},"content":{"orderId":43},"id":"9f0c2a1b7e4d3c56-2","timestamp":1767225600004}
+//	END 2
+//	ACK order.created billing 0
+//	ACKED 1
+//	ACK order.created billing 5
+//	ERR NOT_DELIVERED groups: offset not delivered: offset 5 of topic order.created was not delivered to this session of group billing (delivered up to 2, exclusive)
+//	STATUS
+//	TOPIC order.created next=2 segments=1 bytes=262
+//	GROUP order.created billing committed=1 held=true
+//	END 1
+//
+// Stop closes the listener, ends FETCH waits, lets each connection finish
+// the request in progress (a PUB is answered), releases the groups and
+// waits for the handlers.
+package lineproto

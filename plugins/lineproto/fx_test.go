@@ -1,0 +1,71 @@
+package lineproto
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+func fxApp(t *testing.T, addr string, srv **Server) *fxtest.App {
+	cfg := config.Default()
+	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	cfg.MMMQ.Lineproto.Addr = addr
+	return fxtest.New(t,
+		config.Module, config.Supply(cfg),
+		fx.Supply(zaptest.NewLogger(t)),
+		storage.Module, topicqueue.Module, groups.Module,
+		Module,
+		fx.Populate(srv),
+	)
+}
+
+func TestFxDisabledByDefault(t *testing.T) {
+	var srv *Server
+	app := fxApp(t, "", &srv)
+	app.RequireStart()
+	defer app.RequireStop()
+	if srv != nil {
+		t.Fatal("a server was built with mmmq.lineproto.addr empty")
+	}
+}
+
+func TestFxListens(t *testing.T) {
+	var srv *Server
+	app := fxApp(t, "127.0.0.1:0", &srv)
+	app.RequireStart()
+	defer app.RequireStop()
+	nc, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(nc)
+	for _, step := range []struct{ send, want string }{
+		{`PUB a.b DURABLE {"x":1}`, "OK 0 DURABLE"},
+		{"FETCH a.b g 1 0", "MSG 0 "},
+		{"", "END 1"},
+		{"ACK a.b g 0", "ACKED 1"},
+	} {
+		if step.send != "" {
+			if _, err := nc.Write([]byte(step.send + "\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := r.ReadString('\n')
+		if err != nil || !strings.HasPrefix(l, step.want) {
+			t.Fatalf("%q: %q, %v; want %q", step.send, l, err, step.want)
+		}
+	}
+}

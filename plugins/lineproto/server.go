@@ -1,0 +1,251 @@
+package lineproto
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxLineBytes is the longest request line (mmmq.lineproto.max-line-bytes):
+	// a 1 MiB record plus 64 KiB of framing.
+	DefaultMaxLineBytes = 1<<20 + 64<<10
+	// DefaultMaxRecordBytes caps a PUB payload (mmmq.broker.segment.max-record-bytes).
+	DefaultMaxRecordBytes = 1 << 20
+	// DefaultMaxConns caps open connections; more are answered
+	// "ERR UNAVAILABLE" and closed.
+	DefaultMaxConns = 1024
+	// DefaultIdleTimeout closes a connection that sends nothing for this long.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultWriteTimeout bounds writing one reply.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultPublishTimeout bounds how long a PUB waits for its ack level
+	// (then ERR UNAVAILABLE, outcome unknown).
+	DefaultPublishTimeout = 30 * time.Second
+
+	// readBufferBytes is each connection's read buffer; a longer line is
+	// assembled in a line buffer that never grows past MaxLineBytes.
+	readBufferBytes = 32 << 10
+	// keepLineBytes: a line buffer that grew above this is dropped after use,
+	// so idle connections hold little memory.
+	keepLineBytes = 64 << 10
+)
+
+// Options configures a Server. The zero value of every field but Addr
+// means its default.
+type Options struct {
+	// Addr is the TCP listen address, host:port (mmmq.lineproto.addr);
+	// port 0 picks a free port (see Server.Addr).
+	Addr string
+	// MaxLineBytes is the longest request line, in bytes, without its
+	// "\n" or "\r\n" (mmmq.lineproto.max-line-bytes; default 1114112). A
+	// longer line is answered "ERR TOO_LARGE" and the connection is closed;
+	// the server reads at most MaxLineBytes+2 bytes of it.
+	MaxLineBytes int
+	// MaxRecordBytes caps the payload of PUB, in bytes
+	// (mmmq.broker.segment.max-record-bytes; default 1 MiB); the stored
+	// message, payload plus envelope, is capped again by the storage engine.
+	// Over it: "ERR TOO_LARGE", the connection stays open.
+	MaxRecordBytes int
+	// MaxConns caps simultaneous connections (default 1024).
+	MaxConns int
+	// IdleTimeout closes a connection without a request for this long
+	// (default 5m).
+	IdleTimeout time.Duration
+	// WriteTimeout bounds writing one reply (default 30s).
+	WriteTimeout time.Duration
+	// PublishTimeout bounds the wait of one PUB for its ack level (default 30s).
+	PublishTimeout time.Duration
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxLineBytes <= 0 {
+		o.MaxLineBytes = DefaultMaxLineBytes
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = DefaultPublishTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Server is the TCP line protocol listener (see the package documentation
+// for the grammar). Start listens; Stop closes the listener and the
+// connections and waits for their handlers.
+type Server struct {
+	opts   Options
+	reg    *topicqueue.Registry
+	groups *groups.Coordinator
+	log    *zap.Logger
+
+	ctx    context.Context // cancelled by Stop: ends FETCH waits
+	cancel context.CancelFunc
+
+	ln         net.Listener
+	acceptDone chan struct{}
+	closing    atomic.Bool
+	mu         sync.Mutex
+	conns      map[*conn]struct{}
+	wg         sync.WaitGroup // connection handlers
+}
+
+// New returns a server publishing to reg's topics and serving consumer
+// groups through coord; Start listens.
+func New(opts Options, reg *topicqueue.Registry, coord *groups.Coordinator) *Server {
+	opts = opts.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		opts:   opts,
+		reg:    reg,
+		groups: coord,
+		log:    opts.Logger,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  map[*conn]struct{}{},
+	}
+}
+
+// Addr is the listening address once started (useful with port 0).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return s.opts.Addr
+	}
+	return s.ln.Addr().String()
+}
+
+// Start listens on Options.Addr and accepts connections in the background.
+// It returns an error when the address cannot be bound.
+func (s *Server) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("lineproto: listen on %s: %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	s.acceptDone = make(chan struct{})
+	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()))
+	go s.acceptLoop()
+	return nil
+}
+
+func (s *Server) acceptLoop() {
+	defer close(s.acceptDone)
+	var delay time.Duration
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and the like: back off, keep serving.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", zap.Duration("retry-in", delay), zap.Error(err))
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return
+		}
+		if len(s.conns) >= s.opts.MaxConns {
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go s.refuse(nc)
+			continue
+		}
+		c := newConn(s, nc)
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// refuse answers a connection over MaxConns and closes it.
+func (s *Server) refuse(nc net.Conn) {
+	defer s.wg.Done()
+	s.log.Warn("connection refused: too many connections", zap.Int("max-conns", s.opts.MaxConns),
+		zap.String("remote", nc.RemoteAddr().String()))
+	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = fmt.Fprintf(nc, "ERR %s too many connections (max %d)\n", CodeUnavailable, s.opts.MaxConns)
+	nc.Close()
+}
+
+func (s *Server) remove(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Stop closes the listener, ends waiting FETCHes, interrupts idle reads so
+// every connection ends after its current request (a PUB in progress is
+// answered), releases the connections' groups, and waits for the handlers.
+// When ctx ends first the remaining connections are closed at once.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.ln == nil || s.closing.Swap(true) {
+		return nil
+	}
+	_ = s.ln.Close()
+	<-s.acceptDone
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.nc.SetReadDeadline(time.Now()) // see conn.serve: set after closing
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// newConn prepares a connection's state.
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{
+		s:        s,
+		nc:       nc,
+		r:        bufio.NewReaderSize(nc, readBufferBytes),
+		w:        bufio.NewWriterSize(nc, readBufferBytes),
+		sessions: map[groupKey]string{},
+		log:      s.log.With(zap.String("remote", nc.RemoteAddr().String())),
+	}
+}
