@@ -20,7 +20,8 @@ type Config struct {
 
 // ServerConfig configures the HTTP server (key "server").
 type ServerConfig struct {
-	// Port is the TCP port to listen on, 1..65535. Default 8080.
+	// Port is the TCP port to listen on, 0..65535 (0 picks a free port, for
+	// tests). Default 8080.
 	Port int `koanf:"port"`
 	// Host is the address to bind; "" binds all interfaces. Default "".
 	Host string `koanf:"host"`

@@ -243,9 +243,9 @@ func TestInvalidEnvValueNamesVarAndKey(t *testing.T) {
 	}
 
 	// A value that parses but fails validation is attributed to its variable.
-	_, err := load(t, "", "MMMQ_SERVER_PORT=0")
+	_, err := load(t, "", "MMMQ_SERVER_PORT=70000")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "config: server.port: must be between 1 and 65535; got 0 (from MMMQ_SERVER_PORT)")
+	assert.Contains(t, err.Error(), "config: server.port: must be between 0 and 65535; got 70000 (from MMMQ_SERVER_PORT)")
 }
 
 func TestInvalidValuesNameKey(t *testing.T) {
@@ -254,7 +254,7 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		yaml string
 		key  string // expected in the error
 	}{
-		{"port zero", "server: {port: 0}", "server.port"},
+		{"port negative", "server: {port: -1}", "server.port"},
 		{"port high", "server: {port: 65536}", "server.port"},
 		{"port string", "server: {port: http}", "server.port"},
 		{"duration zero", "server: {read-timeout: 0s}", "server.read-timeout"},
@@ -343,7 +343,7 @@ func dispatcherYAML(field string) string {
 
 func TestValidateJoinsAllProblems(t *testing.T) {
 	cfg := Default()
-	cfg.Server.Port = 0
+	cfg.Server.Port = -1
 	cfg.Logging.Format = "xml"
 	err := cfg.Validate()
 	require.Error(t, err)

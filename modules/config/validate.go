@@ -30,7 +30,7 @@ func (c *Config) Validate() error {
 	var v validator
 
 	s := c.Server
-	v.intRange("server.port", int64(s.Port), 1, 65535)
+	v.intRange("server.port", int64(s.Port), 0, 65535) // 0 = any free port (tests)
 	v.positive("server.read-header-timeout", s.ReadHeaderTimeout)
 	v.positive("server.read-timeout", s.ReadTimeout)
 	v.positive("server.write-timeout", s.WriteTimeout)

@@ -54,6 +54,7 @@ type Checkpoint struct {
 	f      vfs.File // nil until the first commit when the file did not exist
 	offset int64
 	size   int64 // file size seen at open; fixed to 8 on first commit
+	closed bool
 }
 
 // OpenCheckpoint opens <topicDir>/checkpoints/<name>.checkpoint and returns
@@ -134,12 +135,16 @@ func (c *Checkpoint) Offset() int64 {
 // before returning (seed 000 "커밋 시점과 fsync"). The first commit of a new
 // checkpoint creates the file and fsyncs the directory. On error the stored
 // value is unknown to the caller and Offset keeps the previous value.
+// After Close it returns an error wrapping ErrClosed.
 func (c *Checkpoint) Commit(next int64) error {
 	if next < 0 {
 		return fmt.Errorf("commit checkpoint %s: negative offset %d", c.name, next)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("commit checkpoint %s: %w", c.name, ErrClosed)
+	}
 	if c.f == nil {
 		if err := c.fs.MkdirAll(c.dir); err != nil {
 			return fmt.Errorf("create checkpoint dir %s: %w", c.dir, err)
@@ -187,10 +192,12 @@ func (c *Checkpoint) write(f vfs.File, next int64) error {
 	return nil
 }
 
-// Close closes the file. It does not commit.
+// Close closes the file. It does not commit; a later Commit returns
+// ErrClosed (it never re-creates the file).
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	if c.f == nil {
 		return nil
 	}
