@@ -1,0 +1,239 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/httpapi"
+)
+
+// received is what a test consumer saw: one push.
+type received struct {
+	Dispatcher, Topic, MessageID string
+	Offset, Attempt              int64
+	Body                         map[string]any
+}
+
+// consumer is an httptest consumer that ACKs and records every push.
+type consumer struct {
+	mu   sync.Mutex
+	got  []received
+	srv  *httptest.Server
+	want chan struct{}
+}
+
+func newConsumer(t *testing.T) *consumer {
+	c := &consumer{want: make(chan struct{}, 1000)}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		b, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Errorf("consumer got non-JSON body %q", b)
+		}
+		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
+		att, _ := strconv.ParseInt(r.Header.Get("mmmq-attempt"), 10, 64)
+		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		assert.Equal(t, "/mmmq/messages", r.URL.Path)
+		c.mu.Lock()
+		c.got = append(c.got, received{
+			Dispatcher: r.Header.Get("mmmq-consumer-id"), Topic: r.Header.Get("mmmq-topic"),
+			MessageID: r.Header.Get("mmmq-message-id"), Offset: off, Attempt: att, Body: body,
+		})
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"acknowledgement":"ACK"}`)
+		c.want <- struct{}{}
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *consumer) host(t *testing.T) dispatcher.Host {
+	h, err := dispatcher.ParseHost(c.srv.URL)
+	require.NoError(t, err)
+	return h
+}
+
+func (c *consumer) waitFor(t *testing.T, n int) []received {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		c.mu.Lock()
+		if len(c.got) >= n {
+			out := append([]received(nil), c.got...)
+			c.mu.Unlock()
+			return out
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.want:
+		case <-deadline:
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			t.Fatalf("consumer got %d pushes, want %d", len(c.got), n)
+		}
+	}
+}
+
+func testConfig(t *testing.T, root string) *config.Config {
+	cfg := config.Default()
+	cfg.Server.Port = 0
+	cfg.Server.Host = "127.0.0.1"
+	cfg.MMMQ.Broker.Storage.RootDir = root
+	cfg.MMMQ.Broker.Dispatch.BackoffInitial = 10 * time.Millisecond
+	cfg.MMMQ.Broker.Dispatch.BackoffMax = 50 * time.Millisecond
+	return cfg
+}
+
+// startBroker starts the full application and returns its base URL.
+func startBroker(t *testing.T, cfg *config.Config, opts ...fx.Option) (*fxtest.App, string) {
+	var srv *httpapi.Server
+	ta := fxtest.New(t, app.Options(append([]fx.Option{config.Supply(cfg), fx.Populate(&srv)}, opts...)...))
+	ta.RequireStart()
+	return ta, "http://" + srv.Addr()
+}
+
+func publish(t *testing.T, base, topic string, content any) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"topic": topic, "content": content})
+	resp, err := http.Post(base+"/messages", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func TestNewBuildsTheDefaultApp(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	require.NoError(t, app.New(config.Supply(cfg)).Err())
+}
+
+func TestPublishDeliverRestartResume(t *testing.T) {
+	root := t.TempDir()
+	cons := newConsumer(t)
+	plugin := dispatcher.Provide(func() *dispatcher.Dispatcher {
+		return dispatcher.New("order-dispatcher", cons.host(t), dispatcher.MustPattern("order.**"))
+	})
+	cfg := testConfig(t, root)
+	a, base := startBroker(t, cfg, plugin)
+
+	for i := 0; i < 5; i++ {
+		st, out := publish(t, base, "order.created", map[string]any{"orderId": i})
+		require.Equal(t, 200, st, out)
+		assert.Equal(t, "ACK", out["acknowledgement"])
+		assert.EqualValues(t, i, out["offset"])
+		assert.Equal(t, "DURABLE", out["level"])
+	}
+	st, _ := publish(t, base, "other.topic", 1) // not matched: never delivered
+	require.Equal(t, 200, st)
+	got := cons.waitFor(t, 5)
+	for i, r := range got[:5] {
+		assert.Equal(t, "order-dispatcher", r.Dispatcher)
+		assert.Equal(t, "order.created", r.Topic)
+		assert.EqualValues(t, i, r.Offset, "in order")
+		assert.EqualValues(t, 1, r.Attempt)
+		assert.NotEmpty(t, r.MessageID)
+		assert.Equal(t, map[string]any{"name": "order.created"}, r.Body["topic"])
+		assert.Equal(t, map[string]any{"orderId": float64(i)}, r.Body["content"])
+		assert.Equal(t, r.MessageID, r.Body["id"])
+	}
+	// The checkpoint is on disk: 8 bytes, next offset 5.
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(root, "order.created", "checkpoints", "order-dispatcher.checkpoint"))
+		return err == nil && len(b) == 8 && b[7] == 5
+	}, 10*time.Second, 10*time.Millisecond)
+	a.RequireStop()
+
+	// Restart on the same data: nothing acknowledged is resent; new data flows.
+	a2, base2 := startBroker(t, cfg, plugin)
+	defer a2.RequireStop()
+	st, out := publish(t, base2, "order.created", map[string]any{"orderId": 5})
+	require.Equal(t, 200, st)
+	assert.EqualValues(t, 5, out["offset"])
+	got = cons.waitFor(t, 6)
+	require.Len(t, got, 6, "only the new message was delivered after restart")
+	assert.EqualValues(t, 5, got[5].Offset)
+}
+
+func TestNewDispatcherNameReplaysFromZero(t *testing.T) {
+	root := t.TempDir()
+	cfg := testConfig(t, root)
+	a, base := startBroker(t, cfg)
+	for i := 0; i < 3; i++ {
+		st, _ := publish(t, base, "news.world", i)
+		require.Equal(t, 200, st)
+	}
+	a.RequireStop()
+	cons := newConsumer(t)
+	a2, _ := startBroker(t, cfg, dispatcher.Provide(func() *dispatcher.Dispatcher {
+		return dispatcher.New("late-dispatcher", cons.host(t), dispatcher.MustPattern("news.**"))
+	}))
+	defer a2.RequireStop()
+	got := cons.waitFor(t, 3)
+	for i, r := range got {
+		assert.EqualValues(t, i, r.Offset)
+	}
+}
+
+func TestDuplicateDispatcherNamesFailStartup(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	mk := func() *dispatcher.Dispatcher {
+		return dispatcher.New("same", dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: 9}, dispatcher.MustPattern("a.*"))
+	}
+	a := app.New(config.Supply(cfg), dispatcher.Provide(mk), fx.Provide(fx.Annotate(mk, fx.ResultTags(dispatcher.DispatcherTag))))
+	err := a.Start(context.Background())
+	if err == nil {
+		err = a.Err()
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `duplicate dispatcher name "same"`)
+}
+
+func TestConfigDispatchersDeliver(t *testing.T) {
+	cons := newConsumer(t)
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{
+		Name: "yaml-dispatcher", Host: cons.srv.URL, Patterns: []string{"payment.*"},
+	}}
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	st, _ := publish(t, base, "payment.captured", map[string]any{"amount": 10})
+	require.Equal(t, 200, st)
+	got := cons.waitFor(t, 1)
+	assert.Equal(t, "yaml-dispatcher", got[0].Dispatcher)
+}
+
+func TestInvalidTopicsCreateNothing(t *testing.T) {
+	root := t.TempDir()
+	a, base := startBroker(t, testConfig(t, root))
+	defer a.RequireStop()
+	long := bytes.Repeat([]byte("a"), 300)
+	for _, topic := range []string{"../x", "a..b", "", string(long), ".a", "a.", "a/b", "a\x00b", "a b"} {
+		st, out := publish(t, base, topic, 1)
+		assert.Equal(t, 400, st, "topic %q", topic)
+		assert.Equal(t, "NACK", out["acknowledgement"])
+		assert.NotEmpty(t, out["error"])
+	}
+	ents, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Empty(t, ents, "no directory may be created for an invalid topic")
+}

@@ -1,0 +1,654 @@
+package main
+
+// mmmq bench: the load tool of issue 5. It drives a broker over HTTP with N
+// keep-alive producers and prints msgs/s and per-request latency quantiles;
+// "plain" drives an in-process net/http handler that only answers (the HTTP
+// ceiling, same tool, same run); "deliver" runs a consumer that ACKs at once
+// and measures end-to-end delivery.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// benchConfig holds the flags of mmmq bench.
+type benchConfig struct {
+	mode         string
+	url          string
+	producers    int
+	size         int
+	duration     time.Duration
+	warmup       time.Duration
+	count        int64
+	ack          string
+	topics       int
+	topicPrefix  string
+	batch        int
+	consumerAddr string
+	noPublish    bool
+	idleTimeout  time.Duration
+	jsonOut      bool
+	progress     bool
+}
+
+// benchResult is what one run measured; -json prints it as one line.
+// Latencies are per HTTP request, in milliseconds.
+type benchResult struct {
+	Mode      string  `json:"mode"`
+	URL       string  `json:"url"`
+	Producers int     `json:"producers"`
+	Size      int     `json:"size"`
+	Ack       string  `json:"ack,omitempty"`
+	Topics    int     `json:"topics"`
+	Batch     int     `json:"batch,omitempty"`
+	Seconds   float64 `json:"seconds"`
+	Requests  int64   `json:"requests"`
+	Messages  int64   `json:"messages"`
+	Errors    int64   `json:"errors"`
+	// MsgsPerSec is published msgs/s (publish, plain) or delivered msgs/s
+	// from first to last arrival (deliver).
+	MsgsPerSec float64 `json:"msgsPerSec"`
+	P50Ms      float64 `json:"p50Ms"`
+	P99Ms      float64 `json:"p99Ms"`
+	P999Ms     float64 `json:"p999Ms"`
+	MaxMs      float64 `json:"maxMs"`
+	// FsyncsPerMsg is the broker's fsync count delta over the run divided
+	// by the messages published; absent when the broker does not expose
+	// fsyncs (GET /topics field "fsyncs", else a /metrics counter).
+	FsyncsPerMsg *float64 `json:"fsyncsPerMsg,omitempty"`
+	FsyncSource  string   `json:"fsyncSource,omitempty"`
+	// Deliver mode.
+	PublishMsgsPerSec float64 `json:"publishMsgsPerSec,omitempty"`
+	Delivered         int64   `json:"delivered,omitempty"`
+	Duplicates        int64   `json:"duplicates,omitempty"`
+	OrderViolations   int64   `json:"orderViolations,omitempty"`
+	DeliverSeconds    float64 `json:"deliverSeconds,omitempty"`
+	FirstError        string  `json:"firstError,omitempty"`
+}
+
+func bench(args []string) int {
+	var cfg benchConfig
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (in-process answer-only handler: the HTTP ceiling) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver)")
+	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
+	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
+	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
+	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
+	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable")
+	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.0 .. <prefix>.K-1)")
+	fs.StringVar(&cfg.topicPrefix, "topic-prefix", "bench", "topic name prefix")
+	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
+	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
+	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "deliver: give up after this long without an arrival")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
+	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|deliver] [flags]
+
+  mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
+  mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool
+  mmmq bench -c 4 -batch 1000 -count 1000000         # batch publish
+  mmmq bench -mode deliver -count 100000 -consumer-addr 127.0.0.1:18081
+      (the broker needs a dispatcher with host http://127.0.0.1:18081 and
+       patterns ["bench.**"])
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq bench:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var res *benchResult
+	var err error
+	switch cfg.mode {
+	case "publish":
+		res, err = runPublish(ctx, cfg)
+	case "plain":
+		res, err = runPlain(ctx, cfg)
+	case "deliver":
+		res, err = runDeliver(ctx, cfg)
+	}
+	if res != nil {
+		if cfg.jsonOut {
+			b, _ := json.Marshal(res)
+			fmt.Println(string(b))
+		} else {
+			printResult(os.Stdout, res)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq bench:", err)
+		return 1
+	}
+	return 0
+}
+
+func (c *benchConfig) validate() error {
+	switch c.mode {
+	case "publish", "plain", "deliver":
+	default:
+		return fmt.Errorf("-mode %q: want publish, plain or deliver", c.mode)
+	}
+	switch strings.ToLower(c.ack) {
+	case "accepted", "written", "durable":
+		c.ack = strings.ToLower(c.ack)
+	default:
+		return fmt.Errorf("-ack %q: want accepted, written or durable", c.ack)
+	}
+	if c.producers < 1 {
+		return fmt.Errorf("-c %d: want at least 1", c.producers)
+	}
+	if c.size < 0 || c.size > 1<<20 {
+		return fmt.Errorf("-size %d: want 0..1048576", c.size)
+	}
+	if c.topics < 1 {
+		return fmt.Errorf("-topics %d: want at least 1", c.topics)
+	}
+	if c.batch < 0 {
+		return fmt.Errorf("-batch %d: want 0 or more", c.batch)
+	}
+	if c.count < 0 {
+		return fmt.Errorf("-count %d: want 0 or more", c.count)
+	}
+	if c.count == 0 && c.duration <= 0 {
+		return errors.New("-duration must be > 0 without -count")
+	}
+	if c.mode == "deliver" {
+		if c.count == 0 {
+			return errors.New("-mode deliver needs -count")
+		}
+		if c.batch == 0 {
+			c.batch = 1000
+		}
+	}
+	c.url = strings.TrimRight(c.url, "/")
+	return nil
+}
+
+// content returns a JSON object of exactly size bytes when size >= 8
+// ({"p":"xxx..."}), else the smallest object {}.
+func benchContent(size int) []byte {
+	const frame = `{"p":""}`
+	if size < len(frame) {
+		return []byte(`{}`)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"p":"`...)
+	for i := 0; i < size-len(frame); i++ {
+		b = append(b, "0123456789abcdefghijklmnopqrstuvwxyz"[i%36])
+	}
+	return append(b, `"}`...)
+}
+
+// benchBody returns the request body for n messages to topic: one publish
+// object, or a JSON array of n of them for the batch endpoint.
+func benchBody(topic string, content []byte, n int, batch bool) []byte {
+	one := make([]byte, 0, len(content)+len(topic)+32)
+	one = append(one, `{"topic":"`...)
+	one = append(one, topic...)
+	one = append(one, `","content":`...)
+	one = append(one, content...)
+	one = append(one, '}')
+	if !batch {
+		return one
+	}
+	b := make([]byte, 0, n*(len(one)+1)+2)
+	b = append(b, '[')
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, one...)
+	}
+	return append(b, ']')
+}
+
+func benchTopic(cfg benchConfig, i int) string {
+	return cfg.topicPrefix + "." + strconv.Itoa(i%cfg.topics)
+}
+
+// loadGen is the producer side shared by every mode.
+type loadGen struct {
+	cfg      benchConfig
+	client   *http.Client
+	endpoint string // full URL with path and query
+	content  []byte
+	bodies   []map[int][]byte // per topic: messages per request -> body
+
+	remaining atomic.Int64 // count mode: messages not yet taken
+	total     atomic.Int64 // messages acknowledged, warmup included (progress)
+	measuring atomic.Bool
+
+	mu       sync.Mutex
+	firstErr string
+}
+
+// producerStats is one producer's measured share.
+type producerStats struct {
+	requests, messages, errors int64
+	hist                       latencyHistogram
+}
+
+func newLoadGen(cfg benchConfig, baseURL string) *loadGen {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        cfg.producers,
+		MaxIdleConnsPerHost: cfg.producers,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	path := "/messages"
+	if cfg.batch > 0 {
+		path = "/messages/batch"
+	}
+	g := &loadGen{
+		cfg:      cfg,
+		client:   &http.Client{Transport: tr, Timeout: 60 * time.Second},
+		endpoint: baseURL + path + "?ack=" + cfg.ack,
+		content:  benchContent(cfg.size),
+		bodies:   make([]map[int][]byte, cfg.topics),
+	}
+	per := 1
+	if cfg.batch > 0 {
+		per = cfg.batch
+	}
+	for t := range g.bodies {
+		g.bodies[t] = map[int][]byte{per: benchBody(benchTopic(cfg, t), g.content, per, cfg.batch > 0)}
+	}
+	return g
+}
+
+func (g *loadGen) body(topic, n int) []byte {
+	if b, ok := g.bodies[topic][n]; ok {
+		return b
+	}
+	// The last, partial batch of a count run; built once per producer.
+	return benchBody(benchTopic(g.cfg, topic), g.content, n, true)
+}
+
+func (g *loadGen) noteErr(s string) {
+	g.mu.Lock()
+	if g.firstErr == "" {
+		g.firstErr = s
+	}
+	g.mu.Unlock()
+}
+
+// take returns how many messages the next request carries, 0 when done.
+func (g *loadGen) take(per int, deadline time.Time) int {
+	if g.cfg.count > 0 {
+		left := g.remaining.Add(-int64(per)) + int64(per)
+		if left <= 0 {
+			return 0
+		}
+		return int(min(int64(per), left))
+	}
+	if !time.Now().Before(deadline) {
+		return 0
+	}
+	return per
+}
+
+// producer sends requests until the count is used up, the deadline passes
+// or ctx is done.
+func (g *loadGen) producer(ctx context.Context, id int, deadline time.Time, st *producerStats) {
+	per := 1
+	if g.cfg.batch > 0 {
+		per = g.cfg.batch
+	}
+	topic := id % g.cfg.topics
+	var resp bytes.Buffer
+	want := []byte(`"acknowledgement":"ACK"`)
+	for ctx.Err() == nil {
+		n := g.take(per, deadline)
+		if n == 0 {
+			return
+		}
+		body := g.body(topic, n)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.endpoint, bytes.NewReader(body))
+		if err != nil {
+			g.noteErr(err.Error())
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		r, err := g.client.Do(req)
+		ok := false
+		if err == nil {
+			resp.Reset()
+			_, err = resp.ReadFrom(r.Body)
+			r.Body.Close()
+			switch {
+			case err != nil:
+			case r.StatusCode != http.StatusOK:
+				err = fmt.Errorf("HTTP %d: %s", r.StatusCode, truncate(resp.Bytes(), 200))
+			case !bytes.Contains(resp.Bytes()[:min(resp.Len(), 64)], want):
+				err = fmt.Errorf("HTTP 200 without ACK: %s", truncate(resp.Bytes(), 200))
+			default:
+				ok = true
+			}
+		}
+		lat := time.Since(start)
+		measured := g.measuring.Load()
+		if !ok {
+			if ctx.Err() != nil {
+				return
+			}
+			g.noteErr(err.Error())
+			if measured {
+				st.errors++
+			}
+			if g.cfg.count > 0 {
+				g.remaining.Add(int64(n)) // retry these messages
+			}
+			time.Sleep(10 * time.Millisecond) // no hot loop against a dead broker
+			continue
+		}
+		g.total.Add(int64(n))
+		if measured {
+			st.requests++
+			st.messages += int64(n)
+			st.hist.Record(lat)
+		}
+	}
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// run drives the producers and fills res with throughput and latencies.
+func (g *loadGen) run(ctx context.Context, res *benchResult) {
+	cfg := g.cfg
+	g.remaining.Store(cfg.count)
+	var deadline time.Time
+	start := time.Now()
+	measureFrom := start
+	if cfg.count == 0 {
+		measureFrom = start.Add(cfg.warmup)
+		deadline = measureFrom.Add(cfg.duration)
+	}
+	if !measureFrom.After(start) {
+		g.measuring.Store(true)
+	} else {
+		t := time.AfterFunc(cfg.warmup, func() { g.measuring.Store(true) })
+		defer t.Stop()
+	}
+	stopProgress := g.startProgress(start)
+	stats := make([]producerStats, cfg.producers)
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.producers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.producer(ctx, i, deadline, &stats[i])
+		}()
+	}
+	wg.Wait()
+	end := time.Now()
+	stopProgress()
+	g.client.CloseIdleConnections()
+
+	var h latencyHistogram
+	for i := range stats {
+		res.Requests += stats[i].requests
+		res.Messages += stats[i].messages
+		res.Errors += stats[i].errors
+		h.Merge(&stats[i].hist)
+	}
+	res.Seconds = end.Sub(measureFrom).Seconds()
+	if res.Seconds > 0 {
+		res.MsgsPerSec = float64(res.Messages) / res.Seconds
+	}
+	res.P50Ms = ms(h.Quantile(0.50))
+	res.P99Ms = ms(h.Quantile(0.99))
+	res.P999Ms = ms(h.Quantile(0.999))
+	res.MaxMs = ms(h.Max())
+	res.FirstError = g.firstErr
+}
+
+func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+
+// startProgress prints msgs/s to stderr every second until the returned
+// function is called.
+func (g *loadGen) startProgress(start time.Time) func() {
+	if !g.cfg.progress {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		var last int64
+		lastAt := start
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				n := g.total.Load()
+				fmt.Fprintf(os.Stderr, "bench: %4.0fs %10.0f msgs/s now %10.0f msgs/s avg %12d msgs\n",
+					now.Sub(start).Seconds(), float64(n-last)/now.Sub(lastAt).Seconds(),
+					float64(n)/now.Sub(start).Seconds(), n)
+				last, lastAt = n, now
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func newResult(cfg benchConfig, url string) *benchResult {
+	r := &benchResult{Mode: cfg.mode, URL: url, Producers: cfg.producers, Size: cfg.size,
+		Topics: cfg.topics, Batch: cfg.batch}
+	if cfg.mode != "plain" {
+		r.Ack = strings.ToUpper(cfg.ack)
+	}
+	return r
+}
+
+func runPublish(ctx context.Context, cfg benchConfig) (*benchResult, error) {
+	res := newResult(cfg, cfg.url)
+	before, src, haveFsyncs := fetchFsyncs(cfg.url)
+	g := newLoadGen(cfg, cfg.url)
+	g.run(ctx, res)
+	if haveFsyncs && res.Messages > 0 {
+		if after, src2, ok := fetchFsyncs(cfg.url); ok && src2 == src {
+			// Warmup messages are in the delta too; divide by all of them.
+			v := float64(after-before) / float64(g.total.Load())
+			res.FsyncsPerMsg, res.FsyncSource = &v, src
+		}
+	}
+	if res.Messages == 0 {
+		return res, fmt.Errorf("no message acknowledged; first error: %s", res.FirstError)
+	}
+	return res, nil
+}
+
+// plainHandler is the HTTP ceiling: read the body, answer like a broker.
+func plainHandler(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(`{"acknowledgement":"ACK"}`))
+}
+
+func runPlain(ctx context.Context, cfg benchConfig) (*benchResult, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(plainHandler), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	url := "http://" + ln.Addr().String()
+	res := newResult(cfg, url)
+	g := newLoadGen(cfg, url)
+	g.run(ctx, res)
+	if res.Messages == 0 {
+		return res, fmt.Errorf("no message acknowledged; first error: %s", res.FirstError)
+	}
+	return res, nil
+}
+
+// fetchFsyncs returns the broker's fsync count: the sum of the per-topic
+// "fsyncs" field of GET /topics when present, else a fsync counter from
+// /metrics. ok is false when neither is available.
+func fetchFsyncs(base string) (n int64, source string, ok bool) {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer c.CloseIdleConnections()
+	if resp, err := c.Get(base + "/topics"); err == nil {
+		var body struct {
+			Topics []map[string]json.RawMessage `json:"topics"`
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if derr == nil && resp.StatusCode == http.StatusOK {
+			found := false
+			for _, t := range body.Topics {
+				if raw, has := t["fsyncs"]; has {
+					v, err := strconv.ParseInt(string(raw), 10, 64)
+					if err == nil {
+						n += v
+						found = true
+					}
+				}
+			}
+			// An empty topic list says nothing; look at /metrics then.
+			if found {
+				return n, "topics", true
+			}
+		}
+	}
+	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		return 0, "", false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, "", false
+	}
+	text, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, "", false
+	}
+	name, v, ok := fsyncsFromMetrics(string(text))
+	if !ok {
+		return 0, "", false
+	}
+	return int64(v), "metrics:" + name, true
+}
+
+// fsyncsFromMetrics finds a fsync counter in Prometheus text exposition:
+// a family named *fsyncs_total, else the _count of a fsync duration
+// histogram, else any *_total or *_count whose name mentions fsync. Series
+// of the chosen family are summed (all topics).
+func fsyncsFromMetrics(text string) (name string, total float64, ok bool) {
+	sums := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 {
+			continue
+		}
+		metric := line[:end]
+		if !strings.Contains(metric, "fsync") {
+			continue
+		}
+		rest := line[end:]
+		if i := strings.LastIndexByte(line, '}'); i >= end {
+			rest = line[i+1:]
+		}
+		fields := strings.Fields(rest) // value [timestamp]
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sums[metric] += v
+	}
+	names := make([]string, 0, len(sums))
+	for n := range sums {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, pick := range []func(string) bool{
+		func(n string) bool { return strings.HasSuffix(n, "fsyncs_total") },
+		func(n string) bool { return strings.HasSuffix(n, "_seconds_count") },
+		func(n string) bool { return strings.HasSuffix(n, "_total") || strings.HasSuffix(n, "_count") },
+	} {
+		for _, n := range names {
+			if pick(n) && !strings.Contains(n, "checkpoint") {
+				return n, sums[n], true
+			}
+		}
+	}
+	return "", 0, false
+}
+
+func printResult(w io.Writer, r *benchResult) {
+	fmt.Fprintf(w, "mode %s  url %s  producers %d  content %d B  topics %d", r.Mode, r.URL, r.Producers, r.Size, r.Topics)
+	if r.Ack != "" {
+		fmt.Fprintf(w, "  ack %s", r.Ack)
+	}
+	if r.Batch > 0 {
+		fmt.Fprintf(w, "  batch %d", r.Batch)
+	}
+	fmt.Fprintln(w)
+	if r.Mode == "deliver" {
+		if r.Requests > 0 {
+			fmt.Fprintf(w, "published  %d msgs at %.0f msgs/s\n", r.Messages, r.PublishMsgsPerSec)
+		}
+		fmt.Fprintf(w, "delivered  %d msgs in %.2fs (first to last arrival): %.0f msgs/s\n", r.Delivered, r.DeliverSeconds, r.MsgsPerSec)
+		fmt.Fprintf(w, "duplicates %d  order violations %d  errors %d\n", r.Duplicates, r.OrderViolations, r.Errors)
+	} else {
+		fmt.Fprintf(w, "%.2fs  %d requests  %d msgs  %d errors\n", r.Seconds, r.Requests, r.Messages, r.Errors)
+		fmt.Fprintf(w, "throughput %.0f msgs/s\n", r.MsgsPerSec)
+		fmt.Fprintf(w, "latency per request: p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  max %.3f ms\n", r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
+		if r.FsyncsPerMsg != nil {
+			fmt.Fprintf(w, "fsyncs/message %.4f (%s)\n", *r.FsyncsPerMsg, r.FsyncSource)
+		}
+	}
+	if r.FirstError != "" {
+		fmt.Fprintf(w, "first error: %s\n", r.FirstError)
+	}
+}

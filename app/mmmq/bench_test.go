@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+// exactQuantile is the nearest-rank quantile of sorted values.
+func exactQuantile(sorted []int64, q float64) int64 {
+	rank := int(math.Ceil(q*float64(len(sorted)) - 1e-9))
+	if rank < 1 {
+		rank = 1
+	}
+	return sorted[rank-1]
+}
+
+func TestBucketRangeCoversEveryValue(t *testing.T) {
+	// Every value lands in a bucket whose range holds it, buckets are
+	// contiguous and the last bucket reaches MaxInt64.
+	prevHi := int64(-1)
+	for i := 0; i < histBuckets; i++ {
+		lo, hi := bucketRange(i)
+		if lo != prevHi+1 {
+			t.Fatalf("bucket %d starts at %d, previous ended at %d", i, lo, prevHi)
+		}
+		if hi < lo {
+			t.Fatalf("bucket %d: hi %d < lo %d", i, hi, lo)
+		}
+		for _, v := range []int64{lo, hi, lo + (hi-lo)/2} {
+			if got := bucketOf(v); got != i {
+				t.Fatalf("bucketOf(%d) = %d, want %d", v, got, i)
+			}
+		}
+		if i >= 2*histSub && float64(hi-lo+1)/float64(lo) > 1.0/histSub+1e-12 {
+			t.Fatalf("bucket %d [%d,%d] wider than 1/%d of its values", i, lo, hi, histSub)
+		}
+		prevHi = hi
+		if hi == math.MaxInt64 {
+			if i != bucketOf(math.MaxInt64) {
+				t.Fatalf("MaxInt64 reached at bucket %d, bucketOf says %d", i, bucketOf(math.MaxInt64))
+			}
+			return
+		}
+	}
+	t.Fatalf("buckets end at %d, below MaxInt64", prevHi)
+}
+
+func TestQuantileMatchesSortedSample(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	dists := map[string]func() int64{
+		"uniform 0-10ms":       func() int64 { return rng.Int64N(int64(10 * time.Millisecond)) },
+		"lognormal around 1ms": func() int64 { return int64(math.Exp(rng.NormFloat64()) * float64(time.Millisecond)) },
+		"small exact values":   func() int64 { return rng.Int64N(100) },
+		"bimodal with tail": func() int64 {
+			if rng.IntN(1000) == 0 {
+				return int64(time.Second) + rng.Int64N(int64(time.Second))
+			}
+			return int64(200*time.Microsecond) + rng.Int64N(int64(50*time.Microsecond))
+		},
+	}
+	for name, gen := range dists {
+		t.Run(name, func(t *testing.T) {
+			var h latencyHistogram
+			vals := make([]int64, 20000)
+			for i := range vals {
+				vals[i] = gen()
+				h.Record(time.Duration(vals[i]))
+			}
+			sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
+			if h.Count() != uint64(len(vals)) {
+				t.Fatalf("count %d, want %d", h.Count(), len(vals))
+			}
+			for _, q := range []float64{0, 0.01, 0.5, 0.9, 0.99, 0.999, 0.9999, 1} {
+				want := exactQuantile(vals, q)
+				if q == 0 {
+					want = vals[0]
+				}
+				got := int64(h.Quantile(q))
+				tol := float64(want)/histSub + 1
+				if math.Abs(float64(got-want)) > tol {
+					t.Errorf("q%.4f = %d, want %d ± %.0f", q, got, want, tol)
+				}
+			}
+			if int64(h.Max()) != vals[len(vals)-1] {
+				t.Errorf("max %d, want %d", h.Max(), vals[len(vals)-1])
+			}
+		})
+	}
+}
+
+func TestQuantileSmallCounts(t *testing.T) {
+	var h latencyHistogram
+	if h.Quantile(0.5) != 0 || h.Max() != 0 {
+		t.Fatalf("empty histogram: q50 %v max %v, want 0", h.Quantile(0.5), h.Max())
+	}
+	h.Record(3 * time.Millisecond)
+	for _, q := range []float64{0, 0.5, 0.99, 1} {
+		if got := h.Quantile(q); got != 3*time.Millisecond {
+			t.Errorf("one value: q%v = %v, want 3ms (clamped to the exact min/max)", q, got)
+		}
+	}
+	// Nearest rank over 1..100 (exact range): p50 is 50, p99 is 99, p999 is 100.
+	var g latencyHistogram
+	for v := 1; v <= 100; v++ {
+		g.Record(time.Duration(v))
+	}
+	for q, want := range map[float64]time.Duration{0.5: 50, 0.99: 99, 0.999: 100, 0.01: 1} {
+		if got := g.Quantile(q); got != want {
+			t.Errorf("1..100: q%v = %d, want %d", q, got, want)
+		}
+	}
+	var n latencyHistogram
+	n.Record(-5)
+	if n.Quantile(1) != 0 {
+		t.Errorf("negative duration recorded as %v, want 0", n.Quantile(1))
+	}
+}
+
+func TestMergeEqualsRecordingEverything(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var all, a, b, empty latencyHistogram
+	for i := 0; i < 5000; i++ {
+		v := time.Duration(rng.Int64N(int64(time.Second)))
+		all.Record(v)
+		if i%3 == 0 {
+			a.Record(v)
+		} else {
+			b.Record(v)
+		}
+	}
+	var m latencyHistogram
+	m.Merge(&empty)
+	m.Merge(&a)
+	m.Merge(&b)
+	m.Merge(&empty)
+	if m != all {
+		t.Fatalf("merged histogram differs: count %d/%d min %d/%d max %d/%d",
+			m.total, all.total, m.min, all.min, m.max, all.max)
+	}
+}
+
+func TestBenchContentSizeAndBody(t *testing.T) {
+	for _, size := range []int{0, 7, 8, 9, 200, 4096} {
+		c := benchContent(size)
+		if !json.Valid(c) {
+			t.Fatalf("size %d: content %q is not JSON", size, c)
+		}
+		if size >= 8 && len(c) != size {
+			t.Errorf("size %d: content is %d bytes", size, len(c))
+		}
+	}
+	one := benchBody("bench.0", benchContent(200), 1, false)
+	var m struct {
+		Topic   string          `json:"topic"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(one, &m); err != nil || m.Topic != "bench.0" || len(m.Content) != 200 {
+		t.Fatalf("single body %q: %v %+v", one, err, m)
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal(benchBody("bench.1", benchContent(50), 7, true), &arr); err != nil || len(arr) != 7 {
+		t.Fatalf("batch body: %v, %d messages, want 7", err, len(arr))
+	}
+}
+
+func TestDeliveryCounter(t *testing.T) {
+	d := newDeliveryCounter()
+	now := time.Now()
+	for _, a := range []struct {
+		topic string
+		off   int64
+	}{
+		{"a", 0}, {"a", 1}, {"b", 5}, {"a", 1}, {"a", 2}, {"b", 6}, {"a", 4}, {"a", 3}, {"b", 6}, {"a", 200},
+	} {
+		d.record(a.topic, a.off, now)
+	}
+	// unique: a{0,1,2,4,3,200} + b{5,6} = 8; dups: a1, b6 = 2;
+	// violations: a4 (after 2), a3 (after 4), a200 (after 4) = 3.
+	if d.unique != 8 || d.dups != 2 || d.violations != 3 || d.arrivals != 10 {
+		t.Fatalf("unique %d dups %d violations %d arrivals %d, want 8 2 3 10",
+			d.unique, d.dups, d.violations, d.arrivals)
+	}
+}
+
+func TestFsyncsFromMetrics(t *testing.T) {
+	text := `# HELP mmmq_storage_fsync_duration_seconds fsync latency
+# TYPE mmmq_storage_fsync_duration_seconds histogram
+mmmq_storage_fsync_duration_seconds_bucket{topic="a",le="0.001"} 3
+mmmq_storage_fsync_duration_seconds_sum{topic="a"} 0.01
+mmmq_storage_fsync_duration_seconds_count{topic="a"} 10
+mmmq_storage_fsync_duration_seconds_count{topic="b"} 5 1700000000000
+mmmq_checkpoint_fsyncs_total 99
+go_goroutines 12
+`
+	name, v, ok := fsyncsFromMetrics(text)
+	if !ok || name != "mmmq_storage_fsync_duration_seconds_count" || v != 15 {
+		t.Fatalf("got %q %v %v, want the histogram count 15", name, v, ok)
+	}
+	name, v, ok = fsyncsFromMetrics(text + "mmmq_storage_fsyncs_total{topic=\"a\"} 7\n")
+	if !ok || name != "mmmq_storage_fsyncs_total" || v != 7 {
+		t.Fatalf("got %q %v %v, want the counter 7", name, v, ok)
+	}
+	if _, _, ok := fsyncsFromMetrics("go_goroutines 12\n"); ok {
+		t.Fatal("found a fsync counter in metrics without one")
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+func dump(args []string) int {
+	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
+	topic := fs.String("topic", "", "topic to dump (required)")
+	root := fs.String("root", "", "data root (default mmmq.broker.storage.root-dir)")
+	cfgPath := fs.String("config", "", "YAML config file")
+	from := fs.Int64("from", 0, "first offset")
+	count := fs.Int64("count", 0, "number of entries (0 = to the end)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := topicqueue.ValidateName(*topic); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq dump: --topic:", err)
+		return 2
+	}
+	dir, cfg, err := rootDir(*root, *cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		return 2
+	}
+	bad := 0
+	err = storage.Dump(filepath.Join(dir, *topic), storageOptions(cfg), *from, *count, func(e storage.DumpEntry) error {
+		if e.Problem != "" {
+			bad++
+			_, err := fmt.Printf("%d\tpos=%d\tCRC=BAD\t%s\n", e.Offset, e.Pos, e.Problem)
+			return err
+		}
+		_, err := fmt.Printf("%d\tpos=%d\tsize=%d\tCRC=OK\t%s\n", e.Offset, e.Pos, e.Size, e.Payload)
+		return err
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		return 3
+	}
+	if bad > 0 {
+		return 3
+	}
+	return 0
+}

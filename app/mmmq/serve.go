@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/plugins/lineproto"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "YAML config file (default configs/mmmq.yaml when present)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	a := app.New(
+		fx.Supply(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != ""}),
+		lineproto.Module, // TCP line protocol; listens only when mmmq.lineproto.addr is set
+		extraOptions(),
+	)
+	if err := a.Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	err := a.Start(startCtx)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
+		stopCtx, cancel := context.WithTimeout(context.Background(), app.StopTimeout)
+		_ = a.Stop(stopCtx)
+		cancel()
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case <-sig:
+	case <-a.Done():
+	}
+	signal.Stop(sig)
+	stopCtx, cancel := context.WithTimeout(context.Background(), app.StopTimeout)
+	defer cancel()
+	if err := a.Stop(stopCtx); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: stop:", oneLine(err))
+		return 1
+	}
+	return 0
+}
+
+// oneLine reduces an Fx error to its root cause on one line.
+func oneLine(err error) string {
+	root := dig.RootCause(err)
+	if root == nil {
+		root = err
+	}
+	var s string
+	if j, ok := root.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+		for i, e := range j.Unwrap() {
+			if i > 0 {
+				s += "; "
+			}
+			s += e.Error()
+		}
+	} else {
+		s = root.Error()
+	}
+	out := make([]rune, 0, len(s))
+	for _, r := range s {
+		if r == '\n' {
+			r = ' '
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}

@@ -1,0 +1,68 @@
+// Package configdispatchers contributes the Dispatchers declared in the
+// configuration (mmmq.broker.dispatchers) to the `group:"dispatchers"` value
+// group, so simple setups need no Go code (DESIGN §2):
+//
+//	mmmq:
+//	  broker:
+//	    dispatchers:
+//	      - name: order-dispatcher
+//	        host: http://localhost:8081      # scheme://address:port only
+//	        patterns: ["order.**", "payment.*"]
+//	        path: /mmmq/messages             # optional
+//	        timeout: 30s                     # optional, per attempt
+//	        commit: {policy: every-message}  # or {policy: interval, interval: 1s, max-count: 1000}
+//
+// It is part of the default mmmq binary (app.New).
+package configdispatchers
+
+import (
+	"fmt"
+
+	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+)
+
+// FromConfig builds one Dispatcher per configured entry. Errors name the
+// entry and the key (invalid host or pattern).
+func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
+	var out []*dispatcher.Dispatcher
+	for i, dc := range cfg.MMMQ.Broker.Dispatchers {
+		key := fmt.Sprintf("mmmq.broker.dispatchers[%d]", i)
+		host, err := dispatcher.ParseHost(dc.Host)
+		if err != nil {
+			return nil, fmt.Errorf("config: %s.host: %w", key, err)
+		}
+		pats := make([]dispatcher.Pattern, 0, len(dc.Patterns))
+		for j, s := range dc.Patterns {
+			p, err := dispatcher.ParsePattern(s)
+			if err != nil {
+				return nil, fmt.Errorf("config: %s.patterns[%d]: %w", key, j, err)
+			}
+			pats = append(pats, p)
+		}
+		d := dispatcher.New(dc.Name, host, pats...)
+		if dc.Path != "" {
+			d = d.WithPath(dc.Path)
+		}
+		if dc.Timeout > 0 {
+			d = d.WithTimeout(dc.Timeout)
+		}
+		pol := dispatcher.CommitPolicy{Mode: dispatcher.EveryMessage}
+		if dc.Commit.Policy == config.CommitInterval {
+			pol = dispatcher.CommitPolicy{Mode: dispatcher.Interval, Interval: dc.Commit.Interval, MaxCount: dc.Commit.MaxCount}
+		}
+		d = d.WithCommitPolicy(pol)
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", key, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Module provides the configured dispatchers into the dispatchers group.
+var Module = fx.Module("configdispatchers",
+	fx.Provide(fx.Annotate(FromConfig, fx.ResultTags(`group:"dispatchers,flatten"`))),
+)
