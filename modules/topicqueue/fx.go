@@ -20,6 +20,9 @@ type Params struct {
 	Lifecycle fx.Lifecycle
 	// Observer receives fsync and batch measurements (metrics plugin).
 	Observer storage.Observer `optional:"true"`
+	// Hooks are write-path injection points; only crash tests provide them
+	// (app/mmmq built with -tags crashpoints). Nil in production.
+	Hooks *storage.Hooks `optional:"true"`
 }
 
 // NewFromConfig builds the registry from the configuration and closes every
@@ -36,6 +39,7 @@ func NewFromConfig(p Params) *Registry {
 			SegmentMaxBytes: c.Segment.MaxBytes,
 			MaxRecordBytes:  int(c.Segment.MaxRecordBytes),
 			Observer:        p.Observer,
+			Hooks:           p.Hooks,
 		},
 	})
 	p.Lifecycle.Append(fx.StopHook(func(context.Context) error { return r.Close() }))
