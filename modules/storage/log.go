@@ -175,11 +175,26 @@ func Open(dir string, opts Options) (*Log, error) {
 // createTopic creates dir with an empty segment at base and fsyncs the
 // directory and its parent so the topic survives a power loss.
 func createTopic(fsys vfs.FS, dir string, base int64) (*segment, error) {
+	// top is the highest directory MkdirAll is about to create (the root dir
+	// too, on a fresh install): each new directory is durable only once its
+	// parent is synced, so sync every parent up to the first that existed.
+	top := dir
+	for p := filepath.Dir(top); p != top; p = filepath.Dir(top) {
+		if _, err := fsys.List(p); err == nil {
+			break
+		}
+		top = p
+	}
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("create topic dir %s: %w", dir, err)
 	}
-	if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
-		return nil, fmt.Errorf("sync root dir %s: %w", filepath.Dir(dir), err)
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return nil, fmt.Errorf("sync dir %s: %w", filepath.Dir(d), err)
+		}
+		if d == top {
+			break
+		}
 	}
 	return createSegment(fsys, dir, base, nil)
 }
@@ -330,20 +345,40 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 		n = int64(max)
 	}
 	rel := from - seg.base
-	pos, err := seg.readPositions(rel, n, nil)
+	// One index read also covers the entry before from (when it is in this
+	// segment), so every position is checked to be after the previous one:
+	// an index entry pointing backwards is reported instead of returning an
+	// earlier message under this offset. (One pointing forward into the
+	// middle of an entry fails the header or CRC check below.)
+	first := rel
+	if rel > 0 {
+		first = rel - 1
+	}
+	all, err := seg.readPositions(first, rel-first+n, nil)
 	if err != nil {
 		return nil, l.ioErr(err)
 	}
-	// Keep the span within the read budget (at least one entry).
+	pos := all[rel-first:]
 	k := len(pos)
-	for k > 1 && pos[k-1]-pos[0] > readBudget {
-		k--
-	}
-	for i := 1; i < k; i++ {
-		if pos[i] <= pos[i-1] {
-			k = i // index not increasing: entry i-1 is reported below
+	badAt := -1 // first index entry that is negative or not increasing
+	for i := 0; i < k; i++ {
+		if pos[i] < 0 || (i > 0 && pos[i] <= pos[i-1]) {
+			k, badAt = i, i
 			break
 		}
+	}
+	badIndex := func(i int, why string) error {
+		return l.corrupt(seg, seg.idxPath, (rel+int64(i))*IndexEntrySize, from+int64(i), why)
+	}
+	if k == 0 {
+		return nil, badIndex(0, fmt.Sprintf("offset index entry holds invalid position %d", pos[0]))
+	}
+	if rel > 0 && (all[0] < 0 || all[0] >= pos[0]) {
+		return nil, badIndex(0, fmt.Sprintf("offset index entry %d (position %d) is not after entry %d (position %d)", from, pos[0], from-1, all[0]))
+	}
+	// Keep the span within the read budget (at least one entry).
+	for k > 1 && pos[k-1]-pos[0] > readBudget {
+		k--
 	}
 	// The end of the last entry comes from its header.
 	var hdr [HeaderSize]byte
@@ -390,10 +425,17 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 			return out, l.corrupt(seg, seg.mmmPath, pos[i], from+int64(i), derr.Error())
 		}
 		if int64(size) != stop-off {
+			// Entry i itself is valid (its CRC matched); the next index
+			// entry is wrong. Deliver i, report i+1, so a caller that skips
+			// the reported offset does not silently lose i.
+			out = append(out, Entry{Offset: from + int64(i), Payload: payload})
 			return out, l.corrupt(seg, seg.idxPath, (rel+int64(i)+1)*IndexEntrySize, from+int64(i)+1,
 				fmt.Sprintf("index entry does not start where entry %d ends (%d != %d)", from+int64(i), pos[i]+int64(size), pos[i]+stop-off))
 		}
 		out = append(out, Entry{Offset: from + int64(i), Payload: payload})
+	}
+	if badAt >= 0 && k == badAt {
+		return out, badIndex(badAt, fmt.Sprintf("offset index entry %d holds position %d, not after entry %d", from+int64(badAt), pos[badAt], from+int64(badAt)-1))
 	}
 	return out, nil
 }

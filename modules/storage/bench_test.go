@@ -1,0 +1,180 @@
+package storage
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Benchmarks (issue 2 "How we will know"): 200-byte entries, DURABLE, on
+// the real filesystem (b.TempDir) wrapped in vfs.CountingFS. Run with
+//
+//	go test -run x -bench . -benchtime 2s ./modules/storage/
+//
+// msgs/s and fsyncs/msg are reported; compare BenchmarkAppend/appenders=64
+// with BenchmarkAppendJavaBaseline from the same run.
+
+var benchPayload = func() []byte { return payload(0, 200) }()
+
+func BenchmarkAppend(b *testing.B) {
+	for _, n := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprintf("appenders=%d", n), func(b *testing.B) {
+			fsys := vfs.NewCounting(vfs.OS{})
+			l, err := Open(filepath.Join(b.TempDir(), "bench"), Options{FS: fsys, Logger: zap.NewNop()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			b.SetBytes(int64(len(benchPayload)))
+			syncs0 := fsys.Syncs.Load()
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			per := b.N / n
+			extra := b.N % n
+			for g := 0; g < n; g++ {
+				k := per
+				if g < extra {
+					k++
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < k; i++ {
+						if _, err := l.Append(context.Background(), benchPayload, Durable); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+			b.ReportMetric(float64(fsys.Syncs.Load()-syncs0)/float64(b.N), "fsyncs/msg")
+		})
+	}
+}
+
+// BenchmarkAppendJavaBaseline does what the Java original does: one global
+// lock; per message WriteAt .mmm, fsync, WriteAt .idx, fsync. 64 appenders,
+// same filesystem and payload as BenchmarkAppend.
+func BenchmarkAppendJavaBaseline(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("appenders=%d", n), func(b *testing.B) {
+			fsys := vfs.NewCounting(vfs.OS{})
+			dir := filepath.Join(b.TempDir(), "bench")
+			if err := fsys.MkdirAll(dir); err != nil {
+				b.Fatal(err)
+			}
+			mmm, err := fsys.Create(filepath.Join(dir, SegmentName(0)+SegmentExt))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer mmm.Close()
+			idx, err := fsys.Create(filepath.Join(dir, SegmentName(0)+IndexExt))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer idx.Close()
+			var mu sync.Mutex
+			var size, count int64
+			entry := AppendEntry(nil, benchPayload)
+			appendOne := func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				if _, err := mmm.WriteAt(entry, size); err != nil {
+					return err
+				}
+				if err := mmm.Sync(); err != nil {
+					return err
+				}
+				var ib [IndexEntrySize]byte
+				binary.BigEndian.PutUint64(ib[:], uint64(size))
+				if _, err := idx.WriteAt(ib[:], count*IndexEntrySize); err != nil {
+					return err
+				}
+				if err := idx.Sync(); err != nil {
+					return err
+				}
+				size += int64(len(entry))
+				count++
+				return nil
+			}
+			b.SetBytes(int64(len(benchPayload)))
+			syncs0 := fsys.Syncs.Load()
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			per, extra := b.N/n, b.N%n
+			for g := 0; g < n; g++ {
+				k := per
+				if g < extra {
+					k++
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < k; i++ {
+						if err := appendOne(); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+			b.ReportMetric(float64(fsys.Syncs.Load()-syncs0)/float64(b.N), "fsyncs/msg")
+		})
+	}
+}
+
+// BenchmarkReadSequential replays 1M 200-byte entries from offset 0 with
+// ReadBatch (built once, outside the timer) and reports entries/s.
+func BenchmarkReadSequential(b *testing.B) {
+	const total = 1 << 20
+	dir := filepath.Join(b.TempDir(), "bench")
+	l, err := Open(dir, Options{Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	batch := make([][]byte, 4096)
+	for i := range batch {
+		batch[i] = benchPayload
+	}
+	for n := 0; n < total; n += len(batch) {
+		if _, err := l.AppendBatch(context.Background(), batch, Durable); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(total * int64(len(benchPayload)))
+	b.ResetTimer()
+	start := time.Now()
+	read := 0
+	for i := 0; i < b.N; i++ {
+		for off := int64(0); off < total; {
+			es, err := l.ReadBatch(off, 4096)
+			if err != nil || len(es) == 0 {
+				b.Fatalf("ReadBatch(%d): %d entries, %v", off, len(es), err)
+			}
+			off += int64(len(es))
+			read += len(es)
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(read)/el.Seconds(), "entries/s")
+}

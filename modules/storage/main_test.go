@@ -1,0 +1,100 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// long enables the long randomized crash rounds (make crash): -long or
+// MMMQ_LONG=1.
+var long = flag.Bool("long", false, "run the long randomized crash and power-loss rounds")
+
+func isLong() bool { return *long || os.Getenv("MMMQ_LONG") == "1" }
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testDir is the topic directory used with MemFS: a top-level directory, so
+// that createTopic's SyncDir of the parent makes it durable.
+const testDir = "orders"
+
+func openMem(t testing.TB, fsys *vfs.MemFS, o Options) *Log {
+	t.Helper()
+	o.FS = fsys
+	if o.Logger == nil {
+		if tt, ok := t.(*testing.T); ok {
+			o.Logger = zaptest.NewLogger(tt)
+		}
+	}
+	l, err := Open(testDir, o)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l
+}
+
+// payload returns a distinct JSON message of roughly n bytes (at least 2).
+func payload(i int, n int) []byte {
+	s := fmt.Sprintf(`{"i":%d,"p":"`, i)
+	pad := n - len(s) - 2
+	if pad < 0 {
+		pad = 0
+	}
+	return []byte(s + string(bytes.Repeat([]byte{'x'}, pad)) + `"}`)
+}
+
+func mustAppend(t testing.TB, l *Log, p []byte) int64 {
+	t.Helper()
+	off, err := l.Append(context.Background(), p, Durable)
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	return off
+}
+
+// readAll reads [0, hw) with ReadBatch and fails on any error or gap.
+func readAll(t testing.TB, l *Log, max int) []Entry {
+	t.Helper()
+	hw := l.HighWatermark()
+	var out []Entry
+	for off := int64(0); off < hw; {
+		es, err := l.ReadBatch(off, max)
+		if err != nil {
+			t.Fatalf("read batch at %d (hw %d): %v", off, hw, err)
+		}
+		if len(es) == 0 {
+			t.Fatalf("read batch at %d (hw %d): no entries", off, hw)
+		}
+		for _, e := range es {
+			if e.Offset != off {
+				t.Fatalf("read batch: offset %d, want %d", e.Offset, off)
+			}
+			out = append(out, Entry{Offset: e.Offset, Payload: bytes.Clone(e.Payload)})
+			off++
+		}
+	}
+	return out
+}
+
+func asCorruption(t testing.TB, err error) *CorruptionError {
+	t.Helper()
+	var ce *CorruptionError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want *CorruptionError, got %T: %v", err, err)
+	}
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("errors.Is(%v, ErrCorrupt) = false", err)
+	}
+	return ce
+}
