@@ -20,6 +20,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
+	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
 // StopTimeout bounds the whole graceful stop (HTTP drain, dispatch workers,
@@ -40,6 +41,7 @@ func Modules() fx.Option {
 		dispatcher.Module,
 		configdispatchers.Module,
 		groups.Module,
+		metrics.Module,
 		httpapi.Module,
 	)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -236,4 +237,42 @@ func TestInvalidTopicsCreateNothing(t *testing.T) {
 	ents, err := os.ReadDir(root)
 	require.NoError(t, err)
 	assert.Empty(t, ents, "no directory may be created for an invalid topic")
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	cons := newConsumer(t)
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "m-dispatcher", Host: cons.srv.URL, Patterns: []string{"m.*"}}}
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	for i := 0; i < 3; i++ {
+		st, _ := publish(t, base, "m.x", i)
+		require.Equal(t, 200, st)
+	}
+	cons.waitFor(t, 3)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		s := string(b)
+		return resp.StatusCode == 200 &&
+			strings.Contains(s, `mmmq_topic_next_offset{topic="m.x"} 3`) &&
+			strings.Contains(s, `mmmq_dispatch_committed_offset{dispatcher="m-dispatcher",topic="m.x"} 3`) &&
+			strings.Contains(s, `mmmq_dispatch_lag{dispatcher="m-dispatcher",topic="m.x"} 0`) &&
+			strings.Contains(s, "mmmq_fsyncs_total") && strings.Contains(s, "mmmq_fsync_seconds_bucket")
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+func TestMetricsCanBeDisabled(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Metrics.Enabled = false
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 404, resp.StatusCode)
 }

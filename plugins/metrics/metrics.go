@@ -1,0 +1,168 @@
+// Package metrics serves Prometheus metrics at GET /metrics: the write path
+// (fsync latency, group-commit batch sizes), every topic (high watermark,
+// bytes, segments) and every dispatch worker (committed offset, lag,
+// deliveries, NACKs, abnormal answers, skips). It is a plugin: the default
+// application includes it, and mmmq.metrics.enabled: false removes the route.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Metrics owns a Prometheus registry. It implements storage.Observer.
+type Metrics struct {
+	reg     *prometheus.Registry
+	fsync   prometheus.Histogram
+	batch   prometheus.Histogram
+	fsyncs  prometheus.Counter
+	entries prometheus.Counter
+}
+
+// New creates the registry with Go runtime and process collectors, and the
+// write-path metrics:
+//
+//	mmmq_fsync_seconds           histogram of segment and index fsyncs
+//	mmmq_group_commit_entries    histogram of entries per group commit
+//	mmmq_fsyncs_total            fsyncs of segment and index files
+//	mmmq_appended_entries_total  entries made durable
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.fsync = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "mmmq_fsync_seconds",
+		Help:    "Duration of fsyncs of segment (.mmm) and offset index (.idx) files.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs .. ~1.6s
+	})
+	m.batch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "mmmq_group_commit_entries",
+		Help:    "Entries written by one group commit (one fsync pair).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1 .. 8192
+	})
+	m.fsyncs = prometheus.NewCounter(prometheus.CounterOpts{Name: "mmmq_fsyncs_total", Help: "Fsyncs of segment and offset index files."})
+	m.entries = prometheus.NewCounter(prometheus.CounterOpts{Name: "mmmq_appended_entries_total", Help: "Entries committed to topic logs."})
+	m.reg.MustRegister(m.fsync, m.batch, m.fsyncs, m.entries,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the Prometheus registry, for plugins that add their own metrics.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveFsync implements storage.Observer.
+func (m *Metrics) ObserveFsync(_ string, d time.Duration) {
+	m.fsync.Observe(d.Seconds())
+	m.fsyncs.Inc()
+}
+
+// ObserveBatch implements storage.Observer.
+func (m *Metrics) ObserveBatch(_ string, entries int) {
+	m.batch.Observe(float64(entries))
+	m.entries.Add(float64(entries))
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Register implements httpapi.Route: GET /metrics.
+func (m *Metrics) Register(r *mux.Router) {
+	r.Handle("/metrics", m.Handler()).Methods(http.MethodGet)
+}
+
+var (
+	topicNext     = prometheus.NewDesc("mmmq_topic_next_offset", "High watermark: the next offset to become visible.", []string{"topic"}, nil)
+	topicBytes    = prometheus.NewDesc("mmmq_topic_bytes", "Bytes in the topic's segment files.", []string{"topic"}, nil)
+	topicSegments = prometheus.NewDesc("mmmq_topic_segments", "Segments of the topic.", []string{"topic"}, nil)
+	topicFailed   = prometheus.NewDesc("mmmq_topic_failed", "1 when the topic's log failed (write or fsync error) and refuses writes.", []string{"topic"}, nil)
+	quarantined   = prometheus.NewDesc("mmmq_topics_quarantined", "Topics refused by startup recovery and excluded.", nil, nil)
+)
+
+// topicCollector reads the registry at scrape time.
+type topicCollector struct{ reg *topicqueue.Registry }
+
+func (c topicCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- topicNext
+	ch <- topicBytes
+	ch <- topicSegments
+	ch <- topicFailed
+	ch <- quarantined
+}
+
+func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.reg.List() {
+		st := q.Stats()
+		ch <- prometheus.MustNewConstMetric(topicNext, prometheus.GaugeValue, float64(st.NextOffset), st.Topic)
+		ch <- prometheus.MustNewConstMetric(topicBytes, prometheus.GaugeValue, float64(st.Bytes), st.Topic)
+		ch <- prometheus.MustNewConstMetric(topicSegments, prometheus.GaugeValue, float64(st.Segments), st.Topic)
+		failed := 0.0
+		if st.Failed != "" {
+			failed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(topicFailed, prometheus.GaugeValue, failed, st.Topic)
+	}
+	ch <- prometheus.MustNewConstMetric(quarantined, prometheus.GaugeValue, float64(len(c.reg.Quarantined())))
+}
+
+var (
+	dLabels     = []string{"dispatcher", "topic"}
+	dCommitted  = prometheus.NewDesc("mmmq_dispatch_committed_offset", "Checkpoint of a dispatch worker: the next offset it will deliver after a restart.", dLabels, nil)
+	dLag        = prometheus.NewDesc("mmmq_dispatch_lag", "Messages between the worker's next offset and the topic's high watermark.", dLabels, nil)
+	dDelivered  = prometheus.NewDesc("mmmq_dispatch_delivered_total", "Messages ACKed by the consumer.", dLabels, nil)
+	dNacked     = prometheus.NewDesc("mmmq_dispatch_nacks_total", "NACK answers.", dLabels, nil)
+	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages skipped after 4 NACKed attempts (seed 000).", dLabels, nil)
+	dAbnormal   = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
+	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries skipped (seed 000).", dLabels, nil)
+	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
+	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dAbnormal, dSkipped, dBackoff}
+)
+
+// dispatchCollector reads the dispatch workers at scrape time.
+type dispatchCollector struct {
+	m   *dispatcher.Manager
+	reg *topicqueue.Registry
+}
+
+func (c dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range dispatchAll {
+		ch <- d
+	}
+}
+
+func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.m.Status() {
+		lv := []string{s.Dispatcher, s.Topic}
+		lag := 0.0
+		if q, ok := c.reg.Get(s.Topic); ok {
+			lag = float64(q.HighWatermark() - s.Next)
+		}
+		backoff := 0.0
+		if s.Backoff {
+			backoff = 1
+		}
+		ch <- prometheus.MustNewConstMetric(dCommitted, prometheus.GaugeValue, float64(s.Committed), lv...)
+		ch <- prometheus.MustNewConstMetric(dLag, prometheus.GaugeValue, lag, lv...)
+		ch <- prometheus.MustNewConstMetric(dDelivered, prometheus.CounterValue, float64(s.Delivered), lv...)
+		ch <- prometheus.MustNewConstMetric(dNacked, prometheus.CounterValue, float64(s.Nacked), lv...)
+		ch <- prometheus.MustNewConstMetric(dExhausted, prometheus.CounterValue, float64(s.Exhausted), lv...)
+		ch <- prometheus.MustNewConstMetric(dAbnormal, prometheus.CounterValue, float64(s.Abnormal), lv...)
+		ch <- prometheus.MustNewConstMetric(dSkipped, prometheus.CounterValue, float64(s.Skipped), lv...)
+		ch <- prometheus.MustNewConstMetric(dBackoff, prometheus.GaugeValue, backoff, lv...)
+	}
+}
+
+// WatchTopics adds per-topic gauges read from reg at scrape time.
+func (m *Metrics) WatchTopics(reg *topicqueue.Registry) { m.reg.MustRegister(topicCollector{reg}) }
+
+// WatchDispatchers adds per-worker metrics read from mgr at scrape time.
+func (m *Metrics) WatchDispatchers(mgr *dispatcher.Manager, reg *topicqueue.Registry) {
+	m.reg.MustRegister(dispatchCollector{m: mgr, reg: reg})
+}
