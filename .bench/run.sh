@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# .bench/run.sh — what `make bench` runs (issue 5). It prints ONE markdown
+# table with every figure of the run, the machine, the Go version and the
+# command.
+#
+#   make bench                       # full run, ~8-10 minutes
+#   BENCH_QUICK=1 make bench         # shorter runs, ~2-3 minutes
+#
+# Knobs (environment):
+#   BENCH_QUICK=1          2 s runs, replay of 100k instead of 1M messages
+#   BENCH_C="1 8 32"       producer counts of the publish sweep (default 1 8 32 128 512)
+#   BENCH_DURATION=4s      measured time per publish run (after BENCH_WARMUP=1s)
+#   BENCH_REPLAY_COUNT=N   messages stored and replayed by a new dispatcher (default 1000000)
+#   BENCH_REPLAY_TOPICS=K  topics they are spread over (default 1: one dispatch worker)
+#   BENCH_STARTUP_BYTES=N  size of the startup data dir (default 1 GiB over 10 topics)
+#   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks
+#   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
+#   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
+#
+# Every broker is a fresh `bin/mmmq serve` on a new data dir and a free
+# loopback port, logging at warn. Load comes from `bin/mmmq bench` (the same
+# tool drives the in-process plain handler, so the ratios compare like with
+# like). Peak RSS is VmHWM of the broker process just before it is stopped.
+# Requirements: bash, curl, jq, awk.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+GO=${GO:-go}
+QUICK=${BENCH_QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+	DUR=${BENCH_DURATION:-2s}
+	WARM=${BENCH_WARMUP:-500ms}
+	REPLAY_COUNT=${BENCH_REPLAY_COUNT:-100000}
+	GOBENCHTIME=${BENCH_GOBENCHTIME:-300ms}
+	DELIVER_EVERY=${BENCH_DELIVER_EVERY:-2000}
+	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-20000}
+	BATCH_COUNT=${BENCH_BATCH_COUNT:-200000}
+else
+	DUR=${BENCH_DURATION:-4s}
+	WARM=${BENCH_WARMUP:-1s}
+	REPLAY_COUNT=${BENCH_REPLAY_COUNT:-1000000}
+	GOBENCHTIME=${BENCH_GOBENCHTIME:-1s}
+	DELIVER_EVERY=${BENCH_DELIVER_EVERY:-5000}
+	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-50000}
+	BATCH_COUNT=${BENCH_BATCH_COUNT:-1000000}
+fi
+CS=${BENCH_C:-"1 8 32 128 512"}
+REPLAY_TOPICS=${BENCH_REPLAY_TOPICS:-1}
+STARTUP_BYTES=${BENCH_STARTUP_BYTES:-1073741824}
+SIZE=200
+
+for tool in curl jq awk; do
+	command -v "$tool" >/dev/null || { echo "bench: $tool is required" >&2; exit 1; }
+done
+
+TMP=$(mktemp -d "${BENCH_TMP:-/tmp}/mmmq-bench.XXXXXX")
+RESULTS=$TMP/results.jsonl
+: >"$RESULTS"
+BROKER_PID=""
+CONSUMER_PID=""
+cleanup() {
+	[ -n "$CONSUMER_PID" ] && kill "$CONSUMER_PID" 2>/dev/null || true
+	if [ -n "$BROKER_PID" ]; then
+		kill "$BROKER_PID" 2>/dev/null || true
+		wait "$BROKER_PID" 2>/dev/null || true
+	fi
+	if [ "${BENCH_KEEP:-0}" = 1 ]; then
+		echo "bench: kept $TMP" >&2
+	else
+		rm -rf "$TMP"
+	fi
+}
+trap cleanup EXIT
+
+say() { echo "bench: $*" >&2; }
+START_ALL=$(date +%s)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+make -s build >&2
+MMMQ=$ROOT/bin/mmmq
+
+# free_port prints a loopback TCP port nobody listens on, below the
+# ephemeral range (thousands of client sockets of the c=512 runs live there).
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+free_port() {
+	local p
+	while :; do
+		p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# start_broker DATA_DIR CONFIG_FILE: starts bin/mmmq serve on a free port,
+# sets BROKER_PID, BROKER_URL, READY_MS (exec to /readyz 200). A port taken
+# between the check and the bind is retried on another port.
+start_broker() {
+	local try
+	for try in 1 2 3; do
+		if start_broker_once "$@"; then
+			return 0
+		fi
+		say "port taken, retrying"
+	done
+	exit 1
+}
+
+start_broker_once() {
+	local data=$1 cfg=$2 port t0 t1 i
+	port=$(free_port)
+	BROKER_URL=http://127.0.0.1:$port
+	t0=$(date +%s%N)
+	MMMQ_SERVER_HOST=127.0.0.1 MMMQ_SERVER_PORT=$port MMMQ_BROKER_STORAGE_ROOT_DIR=$data \
+		"$MMMQ" serve --config "$cfg" >>"$TMP/broker.log" 2>&1 &
+	BROKER_PID=$!
+	for ((i = 0; i < 6000; i++)); do
+		if [ "$(curl -s -o /dev/null -w '%{http_code}' "$BROKER_URL/readyz" 2>/dev/null)" = 200 ]; then
+			t1=$(date +%s%N)
+			READY_MS=$(((t1 - t0) / 1000000))
+			return 0
+		fi
+		if ! kill -0 "$BROKER_PID" 2>/dev/null; then
+			wait "$BROKER_PID" 2>/dev/null || true
+			BROKER_PID=""
+			if tail -1 "$TMP/broker.log" | grep -q 'address already in use'; then
+				return 1
+			fi
+			say "broker exited at startup; log:"
+			tail -20 "$TMP/broker.log" >&2
+			exit 1
+		fi
+		sleep 0.005
+	done
+	say "broker not ready after 30s"
+	exit 1
+}
+
+# stop_broker: sets RSS_MIB (VmHWM) and stops the broker gracefully.
+stop_broker() {
+	RSS_MIB=$(awk '/^VmHWM:/ {printf "%.0f", $2 / 1024}' "/proc/$BROKER_PID/status" 2>/dev/null || echo "")
+	kill -TERM "$BROKER_PID"
+	wait "$BROKER_PID" || true
+	BROKER_PID=""
+}
+
+# row JSON SCENARIO [RSS] [NOTE]: appends a bench result line to the results
+# with the scenario name, the broker's peak RSS and a note.
+row() {
+	echo "$1" | jq -c --arg s "$2" --arg rss "${3:-}" --arg note "${4:-}" \
+		'. + {scenario: $s, rssMiB: $rss, note: $note}' >>"$RESULTS"
+}
+
+cat >"$TMP/base.yaml" <<'EOF'
+logging:
+  level: warn
+EOF
+
+dispatcher_yaml() { # NAME CONSUMER_PORT POLICY_YAML
+	cat <<EOF
+logging:
+  level: warn
+mmmq:
+  broker:
+    dispatchers:
+      - name: $1
+        host: http://127.0.0.1:$2
+        patterns: ["bench.**"]
+        commit: $3
+EOF
+}
+
+# ---------------------------------------------------------------- Go benchmarks
+say "go benchmarks (storage, publish handler), -benchtime $GOBENCHTIME"
+GOBENCH=$TMP/gobench.txt
+: >"$GOBENCH"
+if ls modules/storage/*_test.go >/dev/null 2>&1 && grep -qs '^func Benchmark' modules/storage/*_test.go; then
+	timeout 300 "$GO" test -run '^$' -bench . -benchtime "$GOBENCHTIME" ./modules/storage/ >>"$GOBENCH" 2>&1 ||
+		say "storage benchmarks failed or timed out (see below)"
+else
+	say "no storage benchmarks in modules/storage; skipped"
+fi
+timeout 300 "$GO" test -run '^$' -bench 'PublishHandler' -benchtime "$GOBENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
+	say "httpapi benchmarks failed or timed out"
+grep -E '^(FAIL|panic|---)' "$GOBENCH" >&2 || true
+
+# Each "BenchmarkX-N  iters  v unit  v unit ..." line becomes a row: msgs/s
+# from a reported msgs/s metric, else 1e9/ns_op (ops/s).
+awk '/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name); nsop = ""; rate = ""; fs = "null"; extra = ""
+	for (i = 3; i < NF; i += 2) {
+		if ($(i+1) == "ns/op") nsop = $i
+		else if ($(i+1) == "msgs/s") rate = $i
+		else if ($(i+1) ~ /^(entries|records|ops)\/s$/ && rate == "") { rate = $i; extra = extra ", rate = " $(i+1) }
+		else if ($(i+1) == "fsyncs/msg") fs = $i
+		else extra = extra ", " $i " " $(i+1)
+	}
+	note = "ns/op " nsop extra
+	if (rate == "" && nsop != "") { rate = 1e9 / nsop; note = note " (rate = ops/s from ns/op)" }
+	if (rate == "") next
+	printf "{\"scenario\":\"go: %s\",\"msgsPerSec\":%s,\"fsyncsPerMsg\":%s,\"note\":\"%s\",\"gobench\":true}\n", name, rate, fs, note
+}' "$GOBENCH" >>"$RESULTS"
+
+# ---------------------------------------------------------------- publish sweep
+for c in $CS; do
+	say "plain handler c=$c"
+	r=$("$MMMQ" bench -mode plain -c "$c" -size $SIZE -duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log")
+	row "$r" "plain net/http handler (HTTP ceiling)"
+	for ack in durable written; do
+		say "$ack publish c=$c"
+		start_broker "$TMP/data-$ack-$c" "$TMP/base.yaml"
+		r=$("$MMMQ" bench -url "$BROKER_URL" -c "$c" -size $SIZE -ack "$ack" -duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log") || true
+		[ -n "$r" ] || r='{}'
+		stop_broker
+		row "$r" "publish ${ack^^}" "$RSS_MIB"
+		rm -rf "$TMP/data-$ack-$c"
+	done
+done
+
+# ---------------------------------------------------------------- batch publish
+say "batch publish B=1000 DURABLE, $BATCH_COUNT msgs"
+start_broker "$TMP/data-batch" "$TMP/base.yaml"
+r=$("$MMMQ" bench -url "$BROKER_URL" -c 4 -batch 1000 -count "$BATCH_COUNT" -size $SIZE -json 2>>"$TMP/bench.log") || true
+[ -n "$r" ] || r='{}'
+stop_broker
+row "$r" "batch publish DURABLE, B=1000, 1 topic" "$RSS_MIB" "$BATCH_COUNT msgs"
+rm -rf "$TMP/data-batch"
+
+# ---------------------------------------------------------------- delivery
+for pol in every-message interval; do
+	if [ "$pol" = every-message ]; then n=$DELIVER_EVERY; py='{policy: every-message}'; else n=$DELIVER_INTERVAL; py='{policy: interval, interval: 1s, max-count: 1000}'; fi
+	say "delivery, commit $pol, $n msgs"
+	cport=$(free_port)
+	dispatcher_yaml "bench-$pol" "$cport" "$py" >"$TMP/deliver-$pol.yaml"
+	start_broker "$TMP/data-deliver-$pol" "$TMP/deliver-$pol.yaml"
+	r=$("$MMMQ" bench -mode deliver -url "$BROKER_URL" -consumer-addr "127.0.0.1:$cport" -count "$n" -c 2 -batch 1000 \
+		-size $SIZE -topic-prefix bench.deliver -json 2>>"$TMP/bench.log") || true
+	[ -n "$r" ] || r='{}'
+	stop_broker
+	row "$r" "delivery, 1 topic, commit $pol" "$RSS_MIB" "$n msgs, consumer ACKs at once"
+	rm -rf "$TMP/data-deliver-$pol"
+done
+
+# ---------------------------------------------------------------- replay
+say "replay: storing $REPLAY_COUNT msgs over $REPLAY_TOPICS topic(s)"
+start_broker "$TMP/data-replay" "$TMP/base.yaml"
+"$MMMQ" bench -url "$BROKER_URL" -c 4 -batch 1000 -count "$REPLAY_COUNT" -topics "$REPLAY_TOPICS" -size $SIZE \
+	-topic-prefix bench.replay -json >/dev/null 2>>"$TMP/bench.log"
+stop_broker
+cport=$(free_port)
+name=bench-replay-$(date +%s)
+dispatcher_yaml "$name" "$cport" '{policy: interval, interval: 1s, max-count: 1000}' >"$TMP/replay.yaml"
+say "replay: new dispatcher $name"
+"$MMMQ" bench -mode deliver -no-publish -count "$REPLAY_COUNT" -consumer-addr "127.0.0.1:$cport" -topics "$REPLAY_TOPICS" \
+	-idle-timeout 60s -json >"$TMP/replay.json" 2>>"$TMP/bench.log" &
+CONSUMER_PID=$!
+sleep 0.2
+start_broker "$TMP/data-replay" "$TMP/replay.yaml"
+wait "$CONSUMER_PID" || true
+CONSUMER_PID=""
+stop_broker
+row "$(cat "$TMP/replay.json" 2>/dev/null || echo '{}')" "replay by a new dispatcher, commit interval" "$RSS_MIB" \
+	"$REPLAY_COUNT stored msgs, $REPLAY_TOPICS topic(s); broker ready in ${READY_MS} ms"
+rm -rf "$TMP/data-replay"
+
+# ---------------------------------------------------------------- startup
+say "startup: generating $((STARTUP_BYTES >> 20)) MiB over 10 topics"
+gen=$("$GO" run .bench/gendata.go -dir "$TMP/data-startup" -topics 10 -bytes "$STARTUP_BYTES" -size $SIZE 2>&1 | tail -1)
+say "$gen"
+best=""
+for i in 1 2 3; do
+	start_broker "$TMP/data-startup" "$TMP/base.yaml"
+	ms=$READY_MS
+	stop_broker
+	if [ -z "$best" ] || [ "$ms" -lt "$best" ]; then best=$ms; fi
+	all="${all:-}${all:+, }$ms"
+done
+topics=$(ls "$TMP/data-startup" | grep -c '^bench\.startup\.' || true)
+du=$(du -sm "$TMP/data-startup" | awk '{print $1}')
+jq -nc --arg ms "$best" --arg rss "$RSS_MIB" --arg note "$du MiB, $topics topics (${gen#gendata: }); exec to /readyz 200, best of 3: $all ms; page cache warm" \
+	'{scenario: "startup (recovery) to /readyz", startupMs: ($ms|tonumber), rssMiB: $rss, note: $note}' >>"$RESULTS"
+rm -rf "$TMP/data-startup"
+
+# ---------------------------------------------------------------- table
+END_ALL=$(date +%s)
+echo
+echo "## mmmq bench — $(date -u +%Y-%m-%dT%H:%MZ)"
+echo
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo); $(uname -sr); data in $(df -P "$TMP" | awk 'NR==2 {print $1}')"
+echo "load average (1/5/15 min) at start: $LOAD_START, at end: $(cut -d' ' -f1-3 /proc/loadavg) — the 2 cores are shared; load above ~2 means other work ran during the measurement"
+echo "go: $("$GO" version | awk '{print $3, $4}'); mmmq $("$MMMQ" version | awk '{print $2}')"
+echo "command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }make bench  (.bench/run.sh; $((END_ALL - START_ALL)) s; publish runs ${WARM} warmup + ${DUR}, ${SIZE}-byte content, 1 topic)"
+echo
+jq -rs '
+  def f0: if . == null then "" else (. * 1 | round | tostring) end;
+  def f(n): if . == null then "" else ((. * pow(10; n) | round) / pow(10; n) | tostring) end;
+  (map(select(.mode == "plain")) | map({key: (.producers|tostring), value: .msgsPerSec}) | from_entries) as $plain
+  | (map(select(.gobench and (.scenario | test("JavaBaseline")))) | map({key: (.scenario | sub("^[^/]*"; "")), value: .msgsPerSec}) | from_entries) as $javaBy
+  | ([$javaBy[]] | max) as $javaBest
+  | "| scenario | producers | msgs/s | p50 ms | p99 ms | p999 ms | errors | ratio | fsyncs/msg | broker peak RSS MiB | notes |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    (.[] |
+      ((.msgsPerSec // null) | if . == null then "" else (f0) end) as $rate
+      | (if .mode == "publish" and ($plain[.producers|tostring] // 0) > 0 then
+            ((.msgsPerSec / $plain[.producers|tostring]) | f(2)) + "× plain"
+         elif .gobench and ($javaBest // 0) > 0 and (.scenario | test("BenchmarkAppend")) then
+            (.scenario | sub("^[^/]*"; "")) as $k
+            | if ($javaBy[$k] // 0) > 0 then ((.msgsPerSec / $javaBy[$k]) | f(1)) + "× Java design (same appenders)"
+              else ((.msgsPerSec / $javaBest) | f(1)) + "× best Java design" end
+         else "" end) as $ratio
+      | (if .mode == "deliver" then
+            "delivered \(.delivered // 0), dup \(.duplicates // 0), order violations \(.orderViolations // 0), \(.deliverSeconds // 0 | f(2)) s"
+            + (if (.publishMsgsPerSec // 0) > 0 then ", published at \(.publishMsgsPerSec | f0)/s" else "" end)
+            + (if .firstError then ", error: \(.firstError)" else "" end) + "; "
+         elif .firstError and .firstError != "" then "first error: \(.firstError); " else "" end) as $d
+      | "| \(.scenario) | \(.producers // "" | if . == 0 then "" else tostring end) | \(if .startupMs then "\(.startupMs) ms" else $rate end) | \(if .mode == "deliver" then "" else (.p50Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p99Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p999Ms | f(3)) end) | \(.errors // "") | \($ratio) | \(.fsyncsPerMsg | f(4)) | \(.rssMiB // "") | \($d)\(.note // "") |")
+' "$RESULTS"
+echo
+if ! grep -q '"fsyncsPerMsg"' "$RESULTS" || ! grep '"mode":"publish"' "$RESULTS" | grep -q fsyncsPerMsg; then
+	echo "fsyncs/msg for broker runs: the broker exposes no fsync count (no \"fsyncs\" in GET /topics, no fsync counter in /metrics); the go: rows count them in-process."
+fi
