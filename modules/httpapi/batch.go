@@ -132,7 +132,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	byTopic := map[string]*group{}
 	now := time.Now()
 	for i, m := range msgs {
-		topic, stored, err := decodeMessage(m, now, nil)
+		topic, _, stored, err := decodeMessage(m, now, nil)
 		if err != nil {
 			setErr(i, fmt.Errorf("message %d: %w", i, err))
 			continue

@@ -16,7 +16,8 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// PublishRequest is the body of POST /messages (DESIGN §2):
+// PublishRequest is the body of POST /messages (DESIGN §2), for Go clients
+// (the server itself scans the body without decoding it into this type):
 //
 //	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "..."}
 //
@@ -46,20 +47,78 @@ func badRequest(format string, args ...any) error {
 }
 
 // decodeMessage validates one publish request given as raw JSON and returns
-// its topic and the stored message JSON (Java mmmq shape plus our fields):
+// its topic, its id and the stored message JSON (Java mmmq shape plus our
+// fields), appended to dst[:0]:
 //
-//	{"topic":{"name":"t"},"content":<as sent>,"id":"...","timestamp":<unix ms>,"headers":{...}}
+//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
 //
-// Nothing is stored on error; the error is an *inputError.
-func decodeMessage(raw []byte, now time.Time, dst []byte) (topic string, stored []byte, err error) {
-	if !utf8.Valid(raw) {
-		return "", nil, badRequest("body is not valid UTF-8")
+// The body is scanned once (grammar, UTF-8, depth); only the small fields
+// (topic, id, headers) are decoded further. Nothing is stored on error; the
+// error is an *inputError.
+func decodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, stored []byte, err error) {
+	var f fields
+	sc := scanner{b: raw}
+	sc.ws()
+	if sc.i >= len(raw) || raw[sc.i] != '{' {
+		if err := validJSON(raw); err != nil {
+			return "", "", nil, badRequest("body is not valid JSON: %v", err)
+		}
+		return "", "", nil, badRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
 	}
-	var req PublishRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		return "", nil, badRequest("body is not a valid publish request: %s", jsonErrText(err))
+	if err := sc.object(func(key []byte, escaped bool, val []byte, ws bool) {
+		if escaped {
+			var k string
+			if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k) == nil {
+				key = []byte(k)
+			}
+		}
+		switch string(key) {
+		case "topic":
+			f.topic = val
+		case "content":
+			f.content, f.contentWS = val, ws
+		case "headers":
+			f.headers = val
+		case "id":
+			f.id = val
+		}
+	}); err != nil {
+		return "", "", nil, badRequest("body is not valid JSON: %v", err)
 	}
-	return req.encode(now, dst)
+	sc.ws()
+	if sc.i != len(raw) {
+		return "", "", nil, badRequest("body is not valid JSON: %v", sc.fail("data after the JSON object"))
+	}
+	if topic, err = parseTopic(f.topic); err != nil {
+		return "", "", nil, err
+	}
+	if f.id != nil {
+		if err := json.Unmarshal(f.id, &id); err != nil || f.id[0] != '"' {
+			return "", "", nil, badRequest(`field "id" must be a string`)
+		}
+		if id == "" || len(id) > maxIDBytes {
+			return "", "", nil, badRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
+		}
+	}
+	var headers map[string]string
+	if f.headers != nil && string(f.headers) != "null" {
+		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
+			return "", "", nil, badRequest(`field "headers" must be an object of strings {"k": "v"}`)
+		}
+	}
+	if f.content == nil {
+		return "", "", nil, badRequest(`field "content" is required (use null for a message without content)`)
+	}
+	if id == "" {
+		id = newID()
+	}
+	return topic, id, encodeStored(dst, topic, f.content, f.contentWS, id, headers, now), nil
+}
+
+// fields are the spans of a publish request's top-level members.
+type fields struct {
+	topic, content, headers, id []byte
+	contentWS                   bool // content has whitespace outside strings
 }
 
 // EncodeMessage returns the stored message JSON (DESIGN §2) for topic and
@@ -74,32 +133,36 @@ func decodeMessage(raw []byte, now time.Time, dst []byte) (topic string, stored 
 // value, null allowed); topic must pass topicqueue.ValidateName. An invalid
 // argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
 // and nothing else; the size limit is checked by the storage engine on
-// append (storage.ErrRecordTooLarge).
+// append (storage.ErrRecordTooLarge). The stored JSON never contains a raw
+// newline (content is compacted), so it can be framed by lines.
 func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
 	if content == nil {
 		return nil, badRequest(`field "content" is required (use null for a message without content)`)
 	}
-	if !utf8.Valid(content) || !json.Valid(content) {
-		return nil, badRequest("content is not valid JSON")
+	sc := scanner{b: content}
+	if err := sc.value(); err != nil {
+		return nil, badRequest("content is not valid JSON: %v", err)
 	}
-	if !utf8.ValidString(id) {
-		return nil, badRequest(`field "id" is not valid UTF-8`)
+	ws := sc.wsSeen > 0
+	sc.ws()
+	if sc.i != len(content) {
+		return nil, badRequest("content is not valid JSON: %v", sc.fail("data after the JSON value"))
+	}
+	if err := topicqueue.ValidateName(topic); err != nil {
+		return nil, badRequest("%s", err.Error())
+	}
+	if !utf8.ValidString(id) || len(id) > maxIDBytes {
+		return nil, badRequest(`field "id" must be valid UTF-8 of at most %d bytes`, maxIDBytes)
 	}
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return nil, badRequest("headers are not valid UTF-8")
 		}
 	}
-	rawTopic, err := json.Marshal(topic)
-	if err != nil {
-		return nil, badRequest("topic: %v", err)
+	if id == "" {
+		id = newID()
 	}
-	req := PublishRequest{Topic: rawTopic, Content: content, Headers: headers}
-	if id != "" {
-		req.ID = &id
-	}
-	_, stored, err := req.encode(now, nil)
-	return stored, err
+	return encodeStored(nil, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, headers, now), nil
 }
 
 func jsonErrText(err error) string {
@@ -117,35 +180,25 @@ func jsonErrText(err error) string {
 	return err.Error()
 }
 
-func (req *PublishRequest) encode(now time.Time, dst []byte) (string, []byte, error) {
-	topic, err := parseTopic(req.Topic)
-	if err != nil {
-		return "", nil, err
-	}
-	if req.Content == nil {
-		return "", nil, badRequest(`field "content" is required (use null for a message without content)`)
-	}
-	id := ""
-	if req.ID != nil {
-		id = *req.ID
-		if id == "" || len(id) > maxIDBytes {
-			return "", nil, badRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
-		}
-	} else {
-		id = newID()
-	}
+// encodeStored appends the stored message JSON to dst[:0]. content is valid
+// JSON; compact says it has whitespace to remove.
+func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, headers map[string]string, now time.Time) []byte {
 	b := append(dst[:0], `{"topic":{"name":"`...)
 	b = append(b, topic...) // validated: [A-Za-z0-9_.-] only, no escaping needed
 	b = append(b, `"},"content":`...)
-	b = appendCompact(b, req.Content)
+	if compact {
+		b = appendCompact(b, content)
+	} else {
+		b = append(b, content...)
+	}
 	b = append(b, `,"id":`...)
 	b = appendString(b, id)
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)
-	if len(req.Headers) > 0 {
+	if len(headers) > 0 {
 		b = append(b, `,"headers":{`...)
-		keys := make([]string, 0, len(req.Headers))
-		for k := range req.Headers {
+		keys := make([]string, 0, len(headers))
+		for k := range headers {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
@@ -155,12 +208,11 @@ func (req *PublishRequest) encode(now time.Time, dst []byte) (string, []byte, er
 			}
 			b = appendString(b, k)
 			b = append(b, ':')
-			b = appendString(b, req.Headers[k])
+			b = appendString(b, headers[k])
 		}
 		b = append(b, '}')
 	}
-	b = append(b, '}')
-	return topic, b, nil
+	return append(b, '}')
 }
 
 func parseTopic(raw json.RawMessage) (string, error) {
@@ -169,6 +221,8 @@ func parseTopic(raw json.RawMessage) (string, error) {
 	switch {
 	case len(raw) == 0:
 		return "", badRequest(`field "topic" is required`)
+	case raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0:
+		name = string(raw[1 : len(raw)-1]) // validated string without escapes
 	case raw[0] == '"':
 		if err := json.Unmarshal(raw, &name); err != nil {
 			return "", badRequest(`field "topic": %s`, jsonErrText(err))

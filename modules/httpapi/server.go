@@ -253,7 +253,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	defer s.putBuf(bp)
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
-	topic, stored, err := decodeMessage(*bp, time.Now(), *out)
+	topic, id, stored, err := decodeMessage(*bp, time.Now(), *out)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -271,12 +271,27 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	resp := PublishResponse{Acknowledgement: "ACK", Topic: topic, Level: lvl.String(), ID: messageID(stored)}
+	// The reply is appended by hand (no reflection): PublishResponse's shape.
+	b := append((*bp)[:0], `{"acknowledgement":"ACK","topic":"`...)
+	b = append(b, topic...) // validated name: no escaping needed
+	b = append(b, '"')
 	if lvl != storage.Accepted {
-		resp.Offset = &off
+		b = append(b, `,"offset":`...)
+		b = strconv.AppendInt(b, off, 10)
 	}
-	WriteJSON(w, http.StatusOK, resp)
+	b = append(b, `,"level":"`...)
+	b = append(b, lvl.String()...)
+	b = append(b, `","id":`...)
+	b = appendString(b, id)
+	b = append(b, "}\n"...)
+	*bp = b
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }
+
+var jsonContentType = []string{"application/json"}
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	status, code := classify(err)
@@ -284,35 +299,6 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		s.log.Warn("publish failed", zap.Int("status", status), zap.Error(err))
 	}
 	WriteError(w, status, code, err.Error())
-}
-
-// messageID extracts the id our encoder placed in a stored message.
-func messageID(stored []byte) string {
-	const key = `,"id":"`
-	i := indexOf(stored, key)
-	if i < 0 {
-		return ""
-	}
-	rest := stored[i+len(key):]
-	for j := 0; j < len(rest); j++ {
-		if rest[j] == '\\' {
-			j++
-			continue
-		}
-		if rest[j] == '"' {
-			return string(rest[:j])
-		}
-	}
-	return ""
-}
-
-func indexOf(b []byte, s string) int {
-	for i := 0; i+len(s) <= len(b); i++ {
-		if string(b[i:i+len(s)]) == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // TopicInfo is one row of GET /topics.

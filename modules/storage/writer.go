@@ -44,7 +44,8 @@ var requestPool = sync.Pool{New: func() any { return new(request) }}
 // full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
 func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
-	return l.AppendBatch(ctx, [][]byte{payload}, level)
+	one := [1][]byte{payload}
+	return l.AppendBatch(ctx, one[:], level)
 }
 
 // AppendBatch appends several message JSONs as one unit: they get

@@ -1,0 +1,90 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeMessage(t *testing.T) {
+	now := time.UnixMilli(1700000000123)
+	ok := []struct{ name, in, want string }{
+		{"string topic", `{"topic":"a.b","content":{"x":1},"id":"m1"}`,
+			`{"topic":{"name":"a.b"},"content":{"x":1},"id":"m1","timestamp":1700000000123}`},
+		{"object topic, whitespace compacted, headers sorted", " {\n \"topic\": {\"name\": \"a\"} , \"content\" : { \"x\" : [1, 2], \"s\": \"a b\" }, \"headers\": {\"z\":\"1\",\"a\":\"2\"}, \"id\": \"m\\n\" }\n",
+			`{"topic":{"name":"a"},"content":{"x":[1,2],"s":"a b"},"id":"m\n","timestamp":1700000000123,"headers":{"a":"2","z":"1"}}`},
+		{"null content kept", `{"topic":"a","content":null,"id":"i"}`,
+			`{"topic":{"name":"a"},"content":null,"id":"i","timestamp":1700000000123}`},
+		{"escaped key", `{"topic":"a","cont\u0065nt":"v","id":"i"}`,
+			`{"topic":{"name":"a"},"content":"v","id":"i","timestamp":1700000000123}`},
+		{"unknown fields ignored", `{"topic":"a","content":1,"id":"i","extra":{"deep":[true]}}`,
+			`{"topic":{"name":"a"},"content":1,"id":"i","timestamp":1700000000123}`},
+		{"unicode content", `{"topic":"a","content":"é\u2028","id":"i"}`,
+			`{"topic":{"name":"a"},"content":"é\u2028","id":"i","timestamp":1700000000123}`},
+	}
+	for _, c := range ok {
+		topic, id, stored, err := decodeMessage([]byte(c.in), now, nil)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if string(stored) != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, stored, c.want)
+		}
+		if !json.Valid(stored) || strings.Contains(string(stored), "\n") {
+			t.Errorf("%s: stored is not single-line valid JSON: %q", c.name, stored)
+		}
+		var m struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal(stored, &m)
+		if m.ID != id || topic == "" {
+			t.Errorf("%s: id %q topic %q, stored id %q", c.name, id, topic, m.ID)
+		}
+	}
+	bad := map[string]string{
+		`[1]`:                                                 "must be a JSON object",
+		`"x"`:                                                 "must be a JSON object",
+		`{"topic":"a","content":1} x`:                         "data after",
+		`{"topic":"a","content":}`:                            "invalid JSON",
+		`{"content":1}`:                                       `"topic" is required`,
+		`{"topic":"a"}`:                                       `"content" is required`,
+		`{"topic":5,"content":1}`:                             `"topic" must be a string`,
+		`{"topic":{"nom":"a"},"content":1}`:                   `{"name": "<topic>"}`,
+		`{"topic":"a..b","content":1}`:                        "empty segment",
+		`{"topic":"a","content":1,"id":5}`:                    `"id" must be a string`,
+		`{"topic":"a","content":1,"id":""}`:                   `"id" must be 1-256 bytes`,
+		`{"topic":"a","content":1,"headers":{"k":1}}`:         `"headers" must be an object of strings`,
+		`{"topic":"a","content":1,"headers":[]}`:              `"headers" must be an object of strings`,
+		"{\"topic\":\"a\",\"content\":\"\xff\"}":              "invalid UTF-8",
+		`{"topic":"a","content":` + strings.Repeat("[", 1000): "nested deeper",
+	}
+	for in, want := range bad {
+		_, _, stored, err := decodeMessage([]byte(in), now, nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("decodeMessage(%.40q) = %q, %v; want error containing %q", in, stored, err, want)
+		}
+		if _, ok := err.(*inputError); err != nil && !ok {
+			t.Errorf("decodeMessage(%.40q): error %T is not a client error", in, err)
+		}
+	}
+}
+
+func TestEncodeMessageMatchesDecode(t *testing.T) {
+	now := time.UnixMilli(42)
+	a, err := EncodeMessage("t", json.RawMessage(`{ "a" : [1, 2] }`), "id1", map[string]string{"k": "v"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, b, err := decodeMessage([]byte(`{"topic":"t","content":{ "a" : [1, 2] },"id":"id1","headers":{"k":"v"}}`), now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Fatalf("EncodeMessage %s != decodeMessage %s", a, b)
+	}
+	if _, err := EncodeMessage("t", json.RawMessage(`{`), "", nil, now); err == nil {
+		t.Fatal("invalid content accepted")
+	}
+}
