@@ -332,6 +332,12 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 // maxReadLimit caps GET /topics/{topic}/messages?limit=.
 const maxReadLimit = 1000
 
+// maxReadBytes bounds the message bytes of one GET /topics/{topic}/messages
+// page (at least one message is returned): without it one request could
+// hold limit × max-record-bytes (1000 × 1 MiB) in memory. A short page is
+// continued from its nextOffset.
+const maxReadBytes = 4 << 20
+
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
 	if err := topicqueue.ValidateName(name); err != nil {
@@ -361,12 +367,18 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	hw := q.HighWatermark()
 	items := []item{}
 	next := offset
-	for next < hw && int64(len(items)) < limit {
+	size := 0
+	for next < hw && int64(len(items)) < limit && size < maxReadBytes {
 		es, err := q.ReadBatch(next, int(limit)-len(items))
 		for _, e := range es {
+			if size >= maxReadBytes {
+				err = nil // continued from next on the following page
+				break
+			}
 			items = append(items, item{Offset: e.Offset, Message: e.Payload})
+			size += len(e.Payload)
+			next++
 		}
-		next += int64(len(es))
 		var ce *storage.CorruptionError
 		if errors.As(err, &ce) {
 			items = append(items, item{Offset: ce.Offset, Error: ce.Error()})

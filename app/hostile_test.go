@@ -1,0 +1,456 @@
+package app_test
+
+// Hostile HTTP input (issue 4 "Hostile input"): every test runs against a
+// real listening broker, most of them over raw TCP so that the client
+// cannot tidy up what it sends.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/httpapi"
+)
+
+// hostOf is the host:port of a base URL.
+func hostOf(base string) string { return strings.TrimPrefix(base, "http://") }
+
+// rawExchange writes raw to a new connection, then (after optional extra
+// actions by after) reads one response; the connection is closed on return.
+func rawExchange(t *testing.T, base, raw string, after func(net.Conn)) (*http.Response, []byte, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", hostOf(base))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(15*time.Second)))
+	_, err = io.WriteString(c, raw)
+	require.NoError(t, err)
+	if after != nil {
+		after(c)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// requireJSONNACK checks a raw answer: status, JSON NACK with code.
+func requireJSONNACK(t *testing.T, resp *http.Response, body []byte, status int, code string) {
+	t.Helper()
+	require.Equal(t, status, resp.StatusCode, "body %q", body)
+	var eb httpapi.ErrorBody
+	require.NoError(t, json.Unmarshal(body, &eb), "error answer is not JSON: %q", body)
+	assert.Equal(t, "NACK", eb.Acknowledgement)
+	assert.Equal(t, code, eb.Code)
+	assert.NotEmpty(t, eb.Error)
+}
+
+// requireNoTopics checks that nothing exists on disk under root and the
+// broker lists no topic.
+func requireNoTopics(t *testing.T, base, root string) {
+	t.Helper()
+	ents, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Empty(t, ents, "nothing may be created on disk")
+	resp, err := http.Get(base + "/topics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out struct{ Topics []httpapi.TopicInfo }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	assert.Empty(t, out.Topics)
+}
+
+// hostileBroker starts a broker whose data root is <tmp>/data, so that a
+// path escaping the root would be visible in <tmp>.
+func hostileBroker(t *testing.T, tune func(c *config.Config)) (base, root, parent string) {
+	parent = t.TempDir()
+	root = filepath.Join(parent, "data")
+	cfg := testConfig(t, root)
+	if tune != nil {
+		tune(cfg)
+	}
+	a, base := startBroker(t, cfg)
+	t.Cleanup(a.RequireStop)
+	return base, root, parent
+}
+
+// TestHostileTopics: path traversal, encoded traversal, empty segments, NUL,
+// over-long and non-string topics are 400 JSON NACKs and create nothing,
+// neither under the data root nor beside it; the same names in the read
+// path are refused too.
+func TestHostileTopics(t *testing.T) {
+	base, root, parent := hostileBroker(t, nil)
+	long := strings.Repeat("a", 300)
+	for _, topic := range []string{
+		`"../x"`, `"..\/x"`, `"%2e%2e/x"`, `"%2e%2e%2fx"`, `"a..b"`, `".."`, `"."`, `"/etc/passwd"`,
+		`"a/../../x"`, `"a\\b"`, `"a\u0000b"`, `"\u0000"`, `"` + long + `"`, `"x.` + long + `"`,
+		`""`, `" a"`, `"a\n"`, `"é"`, `"a:b"`,
+		`123`, `true`, `null`, `[]`, `["a"]`, `{}`, `{"name":"../x"}`, `{"name":5}`, `{"name":null}`,
+	} {
+		body := `{"topic":` + topic + `,"content":1}`
+		for _, path := range []string{"/messages", "/mmmq/messages"} {
+			st, out := postJSON(t, base+path, []byte(body))
+			requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+		}
+		// A batch answers with its own shape (BatchResponse), per message.
+		st, out := postJSON(t, base+"/messages/batch", []byte("["+body+"]"))
+		require.Equal(t, http.StatusBadRequest, st, "batch %v", out)
+		assert.Equal(t, "NACK", out["acknowledgement"])
+	}
+	// The read path: traversal in the URL never reaches the filesystem (a
+	// dot-dot path is cleaned and redirected by the router, 301, which is
+	// not followed here).
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range []string{"..%2Fx", "%2e%2e", "..", "a..b", "a%00b", long} {
+		resp, err := noFollow.Get(base + "/topics/" + p + "/messages")
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Contains(t, []int{301, 400, 404}, resp.StatusCode, "GET %s: %q", p, b)
+	}
+	requireNoTopics(t, base, root)
+	ents, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "nothing beside the data root")
+	assert.Equal(t, "data", ents[0].Name())
+}
+
+// TestContentLengthLies: a body shorter than its Content-Length times out
+// (server.read-timeout) or fails at EOF with 400; a body longer than its
+// Content-Length is cut to the declared length and is then invalid JSON
+// (400), and the surplus is not taken as a publish. Nothing is stored.
+func TestContentLengthLies(t *testing.T) {
+	base, root, _ := hostileBroker(t, func(c *config.Config) { c.Server.ReadTimeout = time.Second })
+	body := `{"topic":"lies.topic","content":{"a":1}}`
+	hdr := func(n int) string {
+		return fmt.Sprintf("POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+	}
+
+	t.Run("declared larger, client waits", func(t *testing.T) {
+		start := time.Now()
+		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, nil)
+		took := time.Since(start)
+		if err == nil {
+			requireJSONNACK(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+			t.Logf("answered %d %s after %v", resp.StatusCode, b, took)
+		} else { // the server closed the connection; also a clean failure
+			t.Logf("connection closed after %v: %v", took, err)
+		}
+		assert.Less(t, took, 10*time.Second, "the request ends after read-timeout, not never")
+	})
+	t.Run("declared larger, client closes its side", func(t *testing.T) {
+		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, func(c net.Conn) {
+			require.NoError(t, c.(*net.TCPConn).CloseWrite())
+		})
+		require.NoError(t, err)
+		requireJSONNACK(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+	})
+	t.Run("declared smaller", func(t *testing.T) {
+		// The surplus is the whole valid body again: it must not be stored.
+		raw := hdr(20) + body + "\r\n\r\n" + body
+		resp, b, err := rawExchange(t, base, raw, nil)
+		require.NoError(t, err)
+		requireJSONNACK(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+	})
+	t.Run("invalid Content-Length", func(t *testing.T) {
+		for _, cl := range []string{"-1", "abc", "1, 2", "99999999999999999999"} {
+			raw := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Length: " + cl + "\r\n\r\n" + body
+			resp, _, err := rawExchange(t, base, raw, nil)
+			if err == nil {
+				assert.GreaterOrEqual(t, resp.StatusCode, 400, "Content-Length %q", cl)
+				assert.Less(t, resp.StatusCode, 500, "Content-Length %q", cl)
+			}
+		}
+	})
+	requireNoTopics(t, base, root)
+}
+
+// zeros is an endless reader of 'a' bytes that allocates nothing per call.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// heapInUse forces two GCs and returns the live heap in bytes.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// TestOversizedBodies413FlatMemory: bodies over server.max-body-bytes are
+// 413 TOO_LARGE, with a Content-Length (refused before reading) or chunked
+// (cut by the reader); the live heap after many of them stays within a
+// generous bound; nothing is stored.
+func TestOversizedBodies413FlatMemory(t *testing.T) {
+	const max = 64 << 10
+	base, root, _ := hostileBroker(t, func(c *config.Config) {
+		c.Server.MaxBodyBytes = max
+		c.MMMQ.Broker.Segment.MaxRecordBytes = max + 1024
+	})
+	prefix := `{"topic":"big.topic","content":"`
+	send := func(t *testing.T, path string, size int64, chunked bool) (int, []byte) {
+		t.Helper()
+		var body io.Reader = io.MultiReader(strings.NewReader(prefix), io.LimitReader(zeros{}, size-int64(len(prefix))-2), strings.NewReader(`"}`))
+		req, err := http.NewRequest(http.MethodPost, base+path, body)
+		require.NoError(t, err)
+		if chunked {
+			req.ContentLength = -1 // Transfer-Encoding: chunked
+		} else {
+			req.ContentLength = size
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	check := func(t *testing.T, st int, b []byte) {
+		t.Helper()
+		check413(t, st, b, "server.max-body-bytes")
+	}
+	for _, path := range []string{"/messages", "/messages/batch"} {
+		for _, chunked := range []bool{false, true} {
+			st, b := send(t, path, max+1, chunked)
+			check(t, st, b)
+		}
+	}
+	// Just at the limit is accepted: the limit is the body, not less.
+	st, b := send(t, "/messages", max, false)
+	require.Equal(t, 200, st, "%q", b)
+
+	before := heapInUse()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				st, b := send(t, "/messages", 4<<20, (w+i)%2 == 0) // 4 MiB each, 800 MiB in all
+				check(t, st, b)
+			}
+		}()
+	}
+	wg.Wait()
+	after := heapInUse()
+	growth := int64(after) - int64(before)
+	t.Logf("live heap before %d KiB, after %d KiB after 200 oversized requests (800 MiB)", before>>10, after>>10)
+	assert.Less(t, growth, int64(32<<20), "memory stays flat")
+	st, page, _ := readTopic(t, base, "big.topic")
+	require.Equal(t, 200, st)
+	assert.Len(t, page.Messages, 1, "only the body at the limit was stored")
+	_ = root
+}
+
+// TestRecordTooLarge413: a body under server.max-body-bytes whose stored
+// record is over mmmq.broker.segment.max-record-bytes is 413 TOO_LARGE and
+// stores nothing, alone or in a batch.
+func TestRecordTooLarge413(t *testing.T) {
+	base, _, _ := hostileBroker(t, func(c *config.Config) { c.MMMQ.Broker.Segment.MaxRecordBytes = 1024 })
+	body := `{"topic":"rec.big","content":"` + strings.Repeat("a", 2048) + `"}`
+	st, out := postJSON(t, base+"/messages", []byte(body))
+	requireNACK(t, st, out, http.StatusRequestEntityTooLarge, httpapi.CodeTooLarge)
+	assert.Contains(t, out["error"], "record too large")
+	st, out = postJSON(t, base+"/messages/batch", []byte(`[{"topic":"rec.big","content":1},`+body+`]`))
+	require.Equal(t, http.StatusRequestEntityTooLarge, st, out)
+	st, page, _ := readTopic(t, base, "rec.big")
+	if st == 200 {
+		assert.Empty(t, page.Messages, "all or nothing: nothing stored")
+	}
+}
+
+// TestReadPageBounded: GET /topics/{t}/messages?limit=1000 on a topic of
+// large records answers a bounded page (a hostile reader cannot make the
+// broker hold limit × max-record-bytes in memory for one request), and
+// paging with nextOffset returns every message once, in order.
+func TestReadPageBounded(t *testing.T) {
+	base, _, _ := hostileBroker(t, nil)
+	const n, size = 12, 900 << 10 // 12 records of 900 KiB: 10.5 MiB
+	pad := strings.Repeat("r", size)
+	for i := range n {
+		st, out := publishAt(t, base, "page.big", map[string]any{"n": i, "pad": pad}, "")
+		require.Equal(t, 200, st, out)
+	}
+	next, seen := int64(0), 0
+	for pages := 0; next < n; pages++ {
+		require.Less(t, pages, n, "paging makes progress")
+		resp, err := http.Get(fmt.Sprintf("%s/topics/page.big/messages?offset=%d&limit=1000", base, next))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		assert.Less(t, len(b), 8<<20, "one page is bounded")
+		var page readPage
+		require.NoError(t, json.Unmarshal(b, &page))
+		require.NotEmpty(t, page.Messages)
+		for _, it := range page.Messages {
+			require.EqualValues(t, seen, it.Offset)
+			seen++
+		}
+		next = page.NextOffset
+	}
+	assert.Equal(t, n, seen)
+}
+
+// check413 checks a 413 TOO_LARGE JSON NACK whose error contains want.
+func check413(t *testing.T, st int, b []byte, want string) {
+	t.Helper()
+	require.Equal(t, http.StatusRequestEntityTooLarge, st, "body %q", b)
+	var eb httpapi.ErrorBody
+	require.NoError(t, json.Unmarshal(b, &eb))
+	assert.Equal(t, "NACK", eb.Acknowledgement)
+	assert.Equal(t, httpapi.CodeTooLarge, eb.Code)
+	assert.Contains(t, eb.Error, want)
+}
+
+// TestMalformedBodies400: malformed JSON, invalid UTF-8 and deeply nested
+// JSON are 400 JSON NACKs, each answered quickly; nothing is stored.
+func TestMalformedBodies400(t *testing.T) {
+	base, root, _ := hostileBroker(t, nil)
+	deep := strings.Repeat("[", 100_000)
+	deepClosed := deep + strings.Repeat("]", 100_000)
+	deepObj := strings.Repeat(`{"a":`, 50_000) + "1" + strings.Repeat("}", 50_000)
+	for name, body := range map[string]string{
+		"empty":                    ``,
+		"not json":                 `hello`,
+		"truncated":                `{"topic":"m.t","content":`,
+		"trailing garbage":         `{"topic":"m.t","content":1}x`,
+		"two values":               `{"topic":"m.t","content":1}{"topic":"m.t","content":2}`,
+		"array":                    `[{"topic":"m.t","content":1}]`,
+		"string":                   `"m.t"`,
+		"null":                     `null`,
+		"no content":               `{"topic":"m.t"}`,
+		"bad headers":              `{"topic":"m.t","content":1,"headers":{"a":1}}`,
+		"bad id":                   `{"topic":"m.t","content":1,"id":5}`,
+		"empty id":                 `{"topic":"m.t","content":1,"id":""}`,
+		"invalid UTF-8 in content": "{\"topic\":\"m.t\",\"content\":\"\xff\xfe\"}",
+		"invalid UTF-8 in topic":   "{\"topic\":\"m.\xc3\",\"content\":1}",
+		"invalid UTF-8 in header":  "{\"topic\":\"m.t\",\"content\":1,\"headers\":{\"k\":\"\xed\xa0\x80\"}}",
+		"overlong UTF-8":           "{\"topic\":\"m.t\",\"content\":\"\xc0\xaf\"}",
+		"100k [":                   deep,
+		"100k [ ] as content":      `{"topic":"m.t","content":` + deepClosed + `}`,
+		"50k nested objects":       `{"topic":"m.t","content":` + deepObj + `}`,
+		"100k [ as topic":          `{"topic":` + deepClosed + `,"content":1}`,
+		"NUL byte":                 "{\"topic\":\"m.t\",\x00\"content\":1}",
+		"unterminated string":      `{"topic":"m.t","content":"abc`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now()
+			st, out := postJSON(t, base+"/messages", []byte(body))
+			requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+			assert.Less(t, time.Since(start), 2*time.Second, "answered quickly")
+		})
+	}
+	requireNoTopics(t, base, root)
+}
+
+// TestSlowloris: connections trickling their request headers a byte at a
+// time are closed by server.read-header-timeout, and while they trickle a
+// normal publish completes within a generous bound.
+func TestSlowloris(t *testing.T) {
+	const conns = 64
+	base, _, _ := hostileBroker(t, func(c *config.Config) { c.Server.ReadHeaderTimeout = 500 * time.Millisecond })
+	head := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Padding: " +
+		strings.Repeat("p", 200) + "\r\n\r\n"
+	type result struct {
+		sent   int
+		closed time.Duration
+	}
+	results := make(chan result, conns)
+	start := time.Now()
+	for range conns {
+		c, err := net.Dial("tcp", hostOf(base))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		go func() {
+			closed := make(chan struct{})
+			go func() { // the server closing the connection ends the read
+				_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+				_, _ = io.Copy(io.Discard, c)
+				close(closed)
+			}()
+			sent := 0
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for sent < len(head) {
+				select {
+				case <-closed:
+					results <- result{sent, time.Since(start)}
+					return
+				case <-tick.C:
+				}
+				if _, err := c.Write([]byte{head[sent]}); err != nil {
+					<-closed
+					results <- result{sent, time.Since(start)}
+					return
+				}
+				sent++
+			}
+			<-closed
+			results <- result{sent, time.Since(start)}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // every trickler is connected and sending
+	for i := range 5 {
+		t0 := time.Now()
+		st, out := publishAt(t, base, "slow.topic", map[string]any{"n": i}, "")
+		require.Equal(t, 200, st, out)
+		assert.Less(t, time.Since(t0), 2*time.Second, "a normal publish completes during slowloris")
+	}
+	for range conns {
+		r := <-results
+		assert.Less(t, r.sent, len(head), "closed before the headers were complete")
+		assert.Less(t, r.closed, 10*time.Second, "closed by read-header-timeout")
+	}
+}
+
+// TestTooManyTopics503: beyond mmmq.broker.storage.max-topics a new topic is
+// 503 TOO_MANY_TOPICS with an error naming the key; nothing is created for
+// it; existing topics keep working.
+func TestTooManyTopics503(t *testing.T) {
+	const max = 5
+	base, root, _ := hostileBroker(t, func(c *config.Config) { c.MMMQ.Broker.Storage.MaxTopics = max })
+	for i := range max {
+		st, out := publishAt(t, base, fmt.Sprintf("cap.t%d", i), map[string]any{"n": 0}, "")
+		require.Equal(t, 200, st, out)
+	}
+	for i := max; i < 4*max; i++ {
+		st, out := publishAt(t, base, fmt.Sprintf("cap.t%d", i), map[string]any{"n": 0}, "")
+		requireNACK(t, st, out, http.StatusServiceUnavailable, httpapi.CodeTooManyTopics)
+		assert.Contains(t, out["error"], "mmmq.broker.storage.max-topics")
+	}
+	// The batch endpoint reports the same.
+	st, out := postJSON(t, base+"/messages/batch", []byte(`[{"topic":"cap.batch","content":1}]`))
+	assert.Equal(t, http.StatusServiceUnavailable, st, out)
+	assert.Contains(t, fmt.Sprint(out), "max-topics")
+	st, out = publishAt(t, base, "cap.t0", map[string]any{"n": 1}, "")
+	require.Equal(t, 200, st, out)
+	assert.EqualValues(t, 1, out["offset"])
+	ents, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Len(t, ents, max, "no directory for a refused topic")
+}
