@@ -276,3 +276,54 @@ func TestMetricsCanBeDisabled(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 404, resp.StatusCode)
 }
+
+func postBatch(t *testing.T, base, query, ctype, body string) (int, httpapi.BatchResponse) {
+	t.Helper()
+	resp, err := http.Post(base+"/messages/batch"+query, ctype, strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var out httpapi.BatchResponse
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+	return resp.StatusCode, out
+}
+
+func TestBatchPublish(t *testing.T) {
+	root := t.TempDir()
+	a, base := startBroker(t, testConfig(t, root))
+	defer a.RequireStop()
+
+	st, out := postBatch(t, base, "", "application/json",
+		`[{"topic":"b.one","content":1},{"topic":"b.two","content":2},{"topic":"b.one","content":3}]`)
+	require.Equal(t, 200, st, "%+v", out)
+	assert.Equal(t, "ACK", out.Acknowledgement)
+	assert.Equal(t, 3, out.Count)
+	require.Len(t, out.Results, 3)
+	assert.EqualValues(t, 0, *out.Results[0].Offset)
+	assert.EqualValues(t, 0, *out.Results[1].Offset)
+	assert.EqualValues(t, 1, *out.Results[2].Offset, "per-topic offsets are contiguous in request order")
+
+	st, out = postBatch(t, base, "?ack=written", "application/x-ndjson", "{\"topic\":\"b.one\",\"content\":4}\n\n{\"topic\":\"b.one\",\"content\":5}\n")
+	require.Equal(t, 200, st, "%+v", out)
+	assert.EqualValues(t, 2, *out.Results[0].Offset)
+	assert.EqualValues(t, 3, *out.Results[1].Offset)
+	assert.Equal(t, "WRITTEN", out.Level)
+
+	// One invalid message: nothing is stored, the NACK says why at the top
+	// level and per message.
+	st, out = postBatch(t, base, "", "application/json", `[{"topic":"b.three","content":1},{"topic":"b..bad","content":2}]`)
+	assert.Equal(t, 400, st)
+	assert.Equal(t, "NACK", out.Acknowledgement)
+	assert.Equal(t, httpapi.CodeBadRequest, out.Code)
+	assert.Contains(t, out.Error, "nothing stored")
+	assert.Equal(t, 1, out.Failed)
+	assert.Nil(t, out.Results[0].Offset)
+	assert.Contains(t, out.Results[1].Error, "empty segment")
+	_, err := os.Stat(filepath.Join(root, "b.three"))
+	assert.True(t, os.IsNotExist(err), "no topic created by a rejected batch")
+
+	for _, body := range []string{`[]`, `{}`, `[1,`, `[{"topic":"a","content":1}] x`} {
+		st, out = postBatch(t, base, "", "application/json", body)
+		assert.Equal(t, 400, st, body)
+		assert.Equal(t, "NACK", out.Acknowledgement, body)
+	}
+}

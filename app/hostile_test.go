@@ -133,7 +133,7 @@ func TestHostileTopics(t *testing.T) {
 }
 
 // TestContentLengthLies: a body shorter than its Content-Length times out
-// (server.read-timeout) or fails at EOF with 400; a body longer than its
+// (server.read-timeout: 408) or fails at EOF with 400; a body longer than its
 // Content-Length is cut to the declared length and is then invalid JSON
 // (400), and the surplus is not taken as a publish. Nothing is stored.
 func TestContentLengthLies(t *testing.T) {
@@ -148,7 +148,7 @@ func TestContentLengthLies(t *testing.T) {
 		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, nil)
 		took := time.Since(start)
 		if err == nil {
-			requireJSONNACK(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+			requireJSONNACK(t, resp, b, http.StatusRequestTimeout, httpapi.CodeTimeout)
 			t.Logf("answered %d %s after %v", resp.StatusCode, b, took)
 		} else { // the server closed the connection; also a clean failure
 			t.Logf("connection closed after %v: %v", took, err)

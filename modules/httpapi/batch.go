@@ -37,11 +37,15 @@ type BatchResult struct {
 // storage failure, and Results tells which messages were stored (with their
 // offsets) and which were not.
 type BatchResponse struct {
-	Acknowledgement string        `json:"acknowledgement"`
-	Level           string        `json:"level"`
-	Count           int           `json:"count"`
-	Failed          int           `json:"failed"`
-	Results         []BatchResult `json:"results"`
+	Acknowledgement string `json:"acknowledgement"`
+	// Error and Code summarise a NACK like every other error body
+	// (DESIGN §2): the first failure; Results has each message's.
+	Error   string        `json:"error,omitempty"`
+	Code    string        `json:"code,omitempty"`
+	Level   string        `json:"level"`
+	Count   int           `json:"count"`
+	Failed  int           `json:"failed"`
+	Results []BatchResult `json:"results"`
 }
 
 // splitBatch returns the raw messages of a batch body: a JSON array of
@@ -115,11 +119,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	resp := BatchResponse{Acknowledgement: "ACK", Level: lvl.String(), Count: len(msgs), Results: make([]BatchResult, len(msgs))}
 	firstStatus := 0
 	setErr := func(i int, err error) {
-		st, _ := classify(err)
+		st, code := classify(err)
 		resp.Results[i].Error, resp.Results[i].Status = err.Error(), st
 		resp.Failed++
 		if firstStatus == 0 {
 			firstStatus = st
+			resp.Error, resp.Code = fmt.Sprintf("%d of %d messages failed; first: %v", 1, len(msgs), err), code
 		}
 	}
 	// Validate everything first, grouping by topic in arrival order.
@@ -155,6 +160,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		resp.Acknowledgement = "NACK"
+		resp.Error = fmt.Sprintf("batch rejected, nothing stored: %d of %d messages are invalid; first: %s", resp.Failed, len(msgs), firstErr(resp.Results))
 		WriteJSON(w, firstStatus, resp)
 		return
 	}
@@ -192,9 +198,19 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if resp.Failed > 0 {
 		resp.Acknowledgement, status = "NACK", firstStatus
+		resp.Error = fmt.Sprintf("%d of %d messages were not stored; first: %s (the others have offsets in results)", resp.Failed, len(msgs), firstErr(resp.Results))
 		if status >= 500 {
 			s.log.Sugar().Warnw("batch publish partly failed", "failed", resp.Failed, "count", resp.Count)
 		}
 	}
 	WriteJSON(w, status, resp)
+}
+
+func firstErr(rs []BatchResult) string {
+	for _, r := range rs {
+		if r.Error != "" && r.Status != 0 {
+			return r.Error
+		}
+	}
+	return ""
 }

@@ -50,8 +50,11 @@ func classify(err error) (int, string) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &ie):
-		if ie.status == http.StatusRequestEntityTooLarge {
+		switch ie.status {
+		case http.StatusRequestEntityTooLarge:
 			return ie.status, CodeTooLarge
+		case http.StatusRequestTimeout:
+			return ie.status, CodeTimeout
 		}
 		return ie.status, CodeBadRequest
 	case errors.As(err, &mbe), errors.Is(err, storage.ErrRecordTooLarge):

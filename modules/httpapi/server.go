@@ -207,7 +207,12 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*[]byte, erro
 				return bp, nil
 			}
 			s.putBuf(bp)
-			return nil, badRequest("read body: %v", err)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return nil, &inputError{status: http.StatusRequestTimeout,
+					msg: "request body not received in time (server.read-timeout): fewer bytes arrived than Content-Length announced"}
+			}
+			return nil, badRequest("request body could not be read: the connection failed before the body was complete")
 		}
 	}
 }
