@@ -34,8 +34,9 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s each; make test uses 5s
 bench: ## Go benchmarks + end-to-end runs against bin/mmmq, one table (~10 min; BENCH_QUICK=1 ~2-3 min)
 	GO=$(GO) bash .bench/run.sh
 
-crash: ## long randomized crash and power-loss rounds
+crash: ## long randomized crash and power-loss rounds (storage engine, then the real binary under kill -9)
 	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Crash|PowerLoss' -v ./modules/storage/ 
+	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -v ./app/mmmq/crashtest/
 
 demo: ## broker + two consumers + producer on the 3000 order events; checks delivery
 	./examples/demo/demo.sh

@@ -39,6 +39,19 @@ type Options struct {
 	// BatchSize is how many entries a worker reads from the log at once.
 	// Default 256.
 	BatchSize int
+	// Hooks are test-only crash-injection points; nil in production. Only
+	// the crash-test build of app/mmmq (-tags crashpoints) sets them. A
+	// pointer keeps Options comparable.
+	Hooks *Hooks
+}
+
+// Hooks are test-only injection points of the dispatch workers (like
+// storage.Hooks for the write path). Each func is called, when non-nil, from
+// the worker's goroutine.
+type Hooks struct {
+	// AfterAck is called right after the consumer ACKed offset of topic and
+	// before the checkpoint is committed (written and fsynced).
+	AfterAck func(dispatcher, topic string, offset int64)
 }
 
 // Defaults of Options (see each field).

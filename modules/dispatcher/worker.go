@@ -263,6 +263,9 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			}
 			if out == ACK {
 				w.delivered.Add(1)
+				if h := w.m.opts.Hooks; h != nil && h.AfterAck != nil {
+					h.AfterAck(w.d.name, w.topicName, e.Offset) // test-only crash point
+				}
 				return nil
 			}
 			nacks++

@@ -1,0 +1,249 @@
+package crashtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of every process operation.
+const (
+	startTimeout = 20 * time.Second // exec to /readyz 200
+	stopTimeout  = 20 * time.Second // SIGTERM to exit
+	killTimeout  = 10 * time.Second // SIGKILL to reaped
+)
+
+// dispatcherConf is one entry of mmmq.broker.dispatchers.
+type dispatcherConf struct {
+	Name     string
+	Port     int
+	Patterns []string
+	// Interval, when > 0, sets commit: {policy: interval, interval, max-count: 8}.
+	Interval time.Duration
+}
+
+// brokerConf is what a test varies in the broker's YAML.
+type brokerConf struct {
+	DataDir         string
+	SegmentMaxBytes int64
+	Dispatchers     []dispatcherConf
+	// Crashpoint and CrashAfter set MMMQ_CRASHPOINT(_AFTER); "" for none.
+	Crashpoint string
+	CrashAfter int
+	// MayDieStarting accepts a death during startup (a crash point reached
+	// by the dispatchers before /readyz answers); startBroker then returns
+	// the dead broker.
+	MayDieStarting bool
+}
+
+// broker is one running mmmq child process.
+type broker struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	base    string // http://127.0.0.1:PORT
+	logPath string
+	exited  chan struct{}
+	waitErr error
+}
+
+var startSeq int
+
+// startBroker writes the config, starts the crash-test binary, waits until
+// /readyz answers 200 and returns the broker. The port is 0 (any free port);
+// the address is read from the broker's "http api listening" log line.
+func startBroker(t testing.TB, c brokerConf) *broker {
+	t.Helper()
+	startSeq++
+	dir := filepath.Dir(c.DataDir)
+	cfgPath := filepath.Join(dir, fmt.Sprintf("mmmq-%03d.yaml", startSeq))
+	logPath := filepath.Join(dir, fmt.Sprintf("mmmq-%03d.log", startSeq))
+	var y strings.Builder
+	fmt.Fprintf(&y, "server:\n  host: 127.0.0.1\n  port: 0\n  shutdown-timeout: 5s\nlogging:\n  level: info\n  format: json\n")
+	fmt.Fprintf(&y, "mmmq:\n  broker:\n    storage:\n      root-dir: %q\n", c.DataDir)
+	if c.SegmentMaxBytes > 0 {
+		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
+	}
+	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
+	if len(c.Dispatchers) > 0 {
+		y.WriteString("    dispatchers:\n")
+		for _, d := range c.Dispatchers {
+			pats, _ := json.Marshal(d.Patterns)
+			fmt.Fprintf(&y, "      - name: %s\n        host: http://127.0.0.1:%d\n        patterns: %s\n", d.Name, d.Port, pats)
+			if d.Interval > 0 {
+				fmt.Fprintf(&y, "        commit: {policy: interval, interval: %s, max-count: 8}\n", d.Interval)
+			}
+		}
+	}
+	y.WriteString("  metrics:\n    enabled: false\n")
+	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "MMMQ_") { // the config rejects unknown MMMQ_ variables
+			env = append(env, kv)
+		}
+	}
+	if c.Crashpoint != "" {
+		env = append(env, "MMMQ_CRASHPOINT="+c.Crashpoint)
+		if c.CrashAfter > 0 {
+			env = append(env, fmt.Sprintf("MMMQ_CRASHPOINT_AFTER=%d", c.CrashAfter))
+		}
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	b := &broker{t: t, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		b.waitErr = cmd.Wait()
+		logf.Close()
+		close(b.exited)
+	}()
+	t.Cleanup(func() { b.kill() })
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case <-b.exited:
+			if c.MayDieStarting {
+				return b
+			}
+			t.Fatalf("broker exited during startup: %v\n%s", b.waitErr, b.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.kill()
+			t.Fatalf("broker not ready within %s\n%s", startTimeout, b.logTail())
+		}
+		if b.base == "" {
+			b.base = b.listenAddr()
+		}
+		if b.base != "" {
+			resp, err := httpClient.Get(b.base + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return b
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// listenAddr returns "http://ADDR" from the log once the API listens.
+func (b *broker) listenAddr() string {
+	f, err := os.Open(b.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, []byte("http api listening")) {
+			continue
+		}
+		var v struct {
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &v) == nil && v.Addr != "" {
+			return "http://" + v.Addr
+		}
+	}
+	return ""
+}
+
+// kill sends SIGKILL and waits until the process is reaped.
+func (b *broker) kill() {
+	select {
+	case <-b.exited:
+		return
+	default:
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-b.exited:
+	case <-time.After(killTimeout):
+		b.t.Errorf("broker pid %d not reaped %s after SIGKILL", b.cmd.Process.Pid, killTimeout)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit (status 0).
+func (b *broker) stop() {
+	b.t.Helper()
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+		if b.waitErr != nil {
+			b.t.Fatalf("broker stop: %v\n%s", b.waitErr, b.logTail())
+		}
+	case <-time.After(stopTimeout):
+		b.kill()
+		b.t.Fatalf("broker did not stop within %s after SIGTERM", stopTimeout)
+	}
+}
+
+// waitDeath waits up to d for the process to end on its own (a crash point)
+// and reports whether it died of SIGKILL.
+func (b *broker) waitDeath(d time.Duration) (killed bool, err error) {
+	select {
+	case <-b.exited:
+	case <-time.After(d):
+		return false, fmt.Errorf("broker still alive %s later", d)
+	}
+	var ee *exec.ExitError
+	if errors.As(b.waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal() == syscall.SIGKILL, nil
+		}
+	}
+	return false, fmt.Errorf("broker exited without a signal: %v", b.waitErr)
+}
+
+func (b *broker) alive() bool {
+	select {
+	case <-b.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// logText is the broker's whole output.
+func (b *broker) logText() string {
+	data, _ := os.ReadFile(b.logPath)
+	return string(data)
+}
+
+func (b *broker) logTail() string {
+	s := b.logText()
+	if len(s) > 4000 {
+		s = "..." + s[len(s)-4000:]
+	}
+	return s
+}
+
+// withTimeout is context.WithTimeout on Background, for request loops.
+func withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

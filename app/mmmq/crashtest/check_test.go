@@ -1,0 +1,282 @@
+package crashtest
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+)
+
+// sentMsg is one publish of the harness and what it got back.
+type sentMsg struct {
+	Round   int
+	Topic   string
+	ID      string
+	Level   string // accepted | written | durable
+	Content []byte // compact JSON, as the broker stores it
+	Res     pubResult
+}
+
+// wkey is one dispatch worker: (dispatcher, topic).
+type wkey struct{ D, T string }
+
+func (k wkey) String() string { return k.D + "/" + k.T }
+
+// tally are the counters of the summary line.
+type tally struct {
+	AckedDurable, AckedWritten, AckedAccepted int
+	LostDurable, LostWritten, LostAccepted    int
+	Delivered, Duplicates                     int
+}
+
+// checkPrefix: everything visible in prev (an earlier read-back) is still
+// at the same offset, byte-identical, in cur: a visible offset never
+// changes owner, even across kill -9 (seed 003 invariant 2).
+func checkPrefix(prev, cur map[string][]stored) []string {
+	var bad []string
+	for t, p := range prev {
+		c := cur[t]
+		if len(c) < len(p) {
+			bad = append(bad, fmt.Sprintf("topic %s: high watermark went back from %d to %d", t, len(p), len(c)))
+		}
+		for i := 0; i < len(p) && i < len(c); i++ {
+			if !bytes.Equal(p[i].Raw, c[i].Raw) {
+				bad = append(bad, fmt.Sprintf("topic %s offset %d changed: was %s, now %s", t, i, p[i].Raw, c[i].Raw))
+				break
+			}
+		}
+	}
+	return bad
+}
+
+// checkAcked: every DURABLE and WRITTEN acknowledgement is at its offset with
+// its id and content, byte for byte. A process crash keeps the page cache,
+// so WRITTEN must survive kill -9 as well (seed 003: "通常仍在"); only a
+// power loss may take WRITTEN away. ACCEPTED has no offset: it is counted
+// lost when its id is nowhere in the log (allowed, seed 003).
+func checkAcked(sent []sentMsg, cur map[string][]stored, tl *tally) []string {
+	var bad []string
+	ids := map[string]bool{}
+	for _, l := range cur {
+		for _, s := range l {
+			ids[s.ID] = true
+		}
+	}
+	for _, m := range sent {
+		if !m.Res.Ack {
+			continue
+		}
+		switch m.Level {
+		case "accepted":
+			tl.AckedAccepted++
+			if !ids[m.ID] {
+				tl.LostAccepted++
+			}
+			continue
+		case "written":
+			tl.AckedWritten++
+		case "durable":
+			tl.AckedDurable++
+		}
+		l := cur[m.Topic]
+		var problem string
+		switch {
+		case m.Res.Offset < 0:
+			problem = "acknowledged without an offset"
+		case m.Res.Offset >= int64(len(l)):
+			problem = fmt.Sprintf("offset %d beyond the high watermark %d", m.Res.Offset, len(l))
+		case l[m.Res.Offset].ID != m.ID:
+			problem = fmt.Sprintf("offset %d holds id %q", m.Res.Offset, l[m.Res.Offset].ID)
+		case !bytes.Equal(l[m.Res.Offset].Content, m.Content):
+			problem = fmt.Sprintf("offset %d content %s, sent %s", m.Res.Offset, l[m.Res.Offset].Content, m.Content)
+		}
+		if problem == "" {
+			continue
+		}
+		if m.Level == "durable" {
+			tl.LostDurable++
+		} else {
+			tl.LostWritten++
+		}
+		bad = append(bad, fmt.Sprintf("%s-acknowledged %s (topic %s, round %d) lost: %s", m.Level, m.ID, m.Topic, m.Round, problem))
+	}
+	return bad
+}
+
+// checkLogIDs: every message in the log is one the harness sent, with the
+// content sent, and appears once (the random rounds never retry, so a
+// duplicate would be the broker's own doing).
+func checkLogIDs(sent []sentMsg, cur map[string][]stored) []string {
+	var bad []string
+	byID := make(map[string]*sentMsg, len(sent))
+	for i := range sent {
+		byID[sent[i].ID] = &sent[i]
+	}
+	where := map[string]string{}
+	for t, l := range cur {
+		for off, s := range l {
+			at := fmt.Sprintf("%s@%d", t, off)
+			if w, dup := where[s.ID]; dup {
+				bad = append(bad, fmt.Sprintf("id %s stored twice: %s and %s", s.ID, w, at))
+			}
+			where[s.ID] = at
+			m := byID[s.ID]
+			switch {
+			case m == nil:
+				bad = append(bad, fmt.Sprintf("%s holds id %q that was never sent", at, s.ID))
+			case m.Topic != t || !bytes.Equal(m.Content, s.Content):
+				bad = append(bad, fmt.Sprintf("%s holds id %s with other content/topic than sent", at, s.ID))
+			}
+		}
+	}
+	return bad
+}
+
+// checkDeliveries checks what the consumer received against the log and the
+// checkpoints read from disk between runs:
+//
+//   - every delivery is in the log at its offset, same id, byte-identical
+//     body: nothing beyond the high watermark was ever pushed;
+//   - per worker, within a run offsets go up by one (a resend repeats one);
+//   - a run starts exactly at the checkpoint on disk before it (cpStart), and
+//     never past the highest offset seen + 1 (no gap);
+//   - a run killed with every-message commits leaves the checkpoint at the
+//     last offset seen or one past it (cpEnd): at most that one offset, whose
+//     ACK was not committed, is delivered again. With the interval policy
+//     (interval[k]) the checkpoint may lag: cpStart <= cpEnd <= last + 1.
+//
+// cpStart[r] / cpEnd[r] map a worker to its checkpoint before run r started
+// and after run r was killed (absent worker: 0 / not checked). Duplicates are
+// deliveries of an offset already seen.
+func checkDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd map[int]map[wkey]int64, interval map[wkey]bool, tl *tally) []string {
+	var bad []string
+	byKey := map[wkey][]delivery{}
+	for _, d := range dels {
+		tl.Delivered++
+		l := cur[d.Topic]
+		switch {
+		case d.Offset < 0 || d.Offset >= int64(len(l)):
+			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d (id %s, run %d) is beyond the high watermark %d",
+				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, len(l)))
+		case l[d.Offset].ID != d.ID || !bytes.Equal(l[d.Offset].Raw, d.Body):
+			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d id %s (run %d) but the log holds id %s there",
+				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, l[d.Offset].ID))
+		}
+		k := wkey{d.Dispatcher, d.Topic}
+		byKey[k] = append(byKey[k], d)
+	}
+	keys := make([]wkey, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	for _, m := range cpEnd {
+		for k := range m {
+			if _, ok := byKey[k]; !ok {
+				byKey[k] = nil
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	rounds := map[int]bool{}
+	for r := range cpStart {
+		rounds[r] = true
+	}
+	for r := range cpEnd {
+		rounds[r] = true
+	}
+	for _, d := range dels {
+		rounds[d.Round] = true
+	}
+	order := make([]int, 0, len(rounds))
+	for r := range rounds {
+		order = append(order, r)
+	}
+	sort.Ints(order)
+	for _, k := range keys {
+		ds := byKey[k]
+		sort.SliceStable(ds, func(i, j int) bool { return ds[i].Round < ds[j].Round })
+		maxSeen := int64(-1)
+		i := 0
+		for _, r := range order {
+			start := cpStart[r][k]
+			j := i
+			for j < len(ds) && ds[j].Round == r {
+				j++
+			}
+			run := ds[i:j]
+			i = j
+			if len(run) > 0 {
+				if first := run[0].Offset; first != start {
+					bad = append(bad, fmt.Sprintf("%s run %d resumed at offset %d, but the checkpoint on disk was %d", k, r, first, start))
+				}
+				if run[0].Offset > maxSeen+1 {
+					bad = append(bad, fmt.Sprintf("%s run %d: gap, offsets %d..%d never delivered", k, r, maxSeen+1, run[0].Offset-1))
+				}
+			}
+			for n, d := range run {
+				if n > 0 && d.Offset != run[n-1].Offset+1 && d.Offset != run[n-1].Offset {
+					bad = append(bad, fmt.Sprintf("%s run %d: offset %d after %d (out of order or gap)", k, r, d.Offset, run[n-1].Offset))
+				}
+				if d.Offset <= maxSeen {
+					tl.Duplicates++
+					if d.Offset < start {
+						bad = append(bad, fmt.Sprintf("%s run %d: offset %d sent again below the checkpoint %d", k, r, d.Offset, start))
+					}
+				} else {
+					maxSeen = d.Offset
+				}
+			}
+			end, ok := cpEnd[r][k]
+			if !ok {
+				continue
+			}
+			if len(run) == 0 {
+				if end != start {
+					bad = append(bad, fmt.Sprintf("%s run %d: checkpoint moved from %d to %d without a delivery", k, r, start, end))
+				}
+				continue
+			}
+			last := run[len(run)-1].Offset
+			if interval[k] {
+				if end < start || end > last+1 {
+					bad = append(bad, fmt.Sprintf("%s run %d: killed with checkpoint %d after delivering %d..%d (want %d..%d)", k, r, end, run[0].Offset, last, start, last+1))
+				}
+				continue
+			}
+			if end != last && end != last+1 {
+				bad = append(bad, fmt.Sprintf("%s run %d: killed with checkpoint %d after delivering offset %d (want %d or %d)", k, r, end, last, last, last+1))
+			}
+		}
+	}
+	return bad
+}
+
+// checkComplete: after the final drain every offset of every worker's topic
+// was delivered at least once.
+func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []string {
+	var bad []string
+	seen := map[wkey]map[int64]bool{}
+	for _, d := range dels {
+		k := wkey{d.Dispatcher, d.Topic}
+		if seen[k] == nil {
+			seen[k] = map[int64]bool{}
+		}
+		seen[k][d.Offset] = true
+	}
+	for _, k := range keys {
+		missing := 0
+		first := int64(-1)
+		for off := range int64(len(cur[k.T])) {
+			if !seen[k][off] {
+				if first < 0 {
+					first = off
+				}
+				missing++
+			}
+		}
+		if missing > 0 {
+			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered (first %d)", k, missing, len(cur[k.T]), first))
+		}
+	}
+	return bad
+}

@@ -1,0 +1,17 @@
+// Package crashtest holds the black-box crash tests of the real mmmq binary
+// (issue 4 "Crash"): it builds app/mmmq with -tags crashpoints once, runs it
+// as a child process, drives producers and an in-test consumer over HTTP on
+// 127.0.0.1, kills it with SIGKILL (at random moments or at a named
+// injection point, see app/mmmq/crashpoints.go) and checks, after every
+// restart, what the broker promised:
+//
+//   - every DURABLE (and WRITTEN: a process crash keeps the page cache)
+//     acknowledged message is at its offset, byte-identical;
+//   - offsets are contiguous from 0 and never change once visible;
+//   - every message delivered to the consumer is in the log at that offset;
+//   - per (dispatcher, topic) delivery is in order without gaps, and after a
+//     crash it resumes exactly at the checkpoint left on disk.
+//
+// The package has only tests; `make test` runs a short version (5 rounds),
+// `make crash` a long one (MMMQ_LONG=1, 60 rounds, or -crash.rounds N).
+package crashtest

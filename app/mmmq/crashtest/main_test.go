@@ -1,0 +1,62 @@
+package crashtest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"testing"
+)
+
+// binPath is the crash-test build of mmmq, built once by TestMain.
+var binPath string
+
+var roundsFlag = flag.Int("crash.rounds", 0, "kill -9 rounds of TestCrashRandomKill (0: 5, or 60 with MMMQ_LONG=1)")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mmmq-crashtest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crashtest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "mmmq")
+	if err := buildBinary(binPath, "crashpoints"); err != nil {
+		fmt.Fprintln(os.Stderr, "crashtest:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// buildBinary builds github.com/mmmq/mmmq/app/mmmq into out with the given
+// build tags ("" for the release build), bounded to 5 minutes.
+func buildBinary(out, tags string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		gobin = "go"
+	}
+	args := []string{"build", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	args = append(args, "github.com/mmmq/mmmq/app/mmmq")
+	cmd := exec.CommandContext(ctx, gobin, args...)
+	// The broker is a separate, ordinary build: the -race of `make test`
+	// instruments this harness, not the child process.
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %v: %v\n%s", args, err, b)
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package crashtest
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Topics and dispatchers of the randomized rounds: d-all gets every topic,
+// d-one only the one-segment topics ("*" is exactly one segment), both
+// committing after every message; d-int gets ct.a and commits at most every
+// 8 messages or 30 ms (interval policy).
+var (
+	rkTopics      = []string{"ct.a", "ct.b", "ct.c.x"}
+	rkLevels      = []string{"accepted", "written", "durable"}
+	rkDispatchers = []dispatcherConf{
+		{Name: "d-all", Patterns: []string{"ct.**"}},
+		{Name: "d-one", Patterns: []string{"ct.*"}},
+		{Name: "d-int", Patterns: []string{"ct.a"}, Interval: 30 * time.Millisecond},
+	}
+)
+
+const (
+	rkProducers       = 6
+	rkMaxPerProducer  = 4000 // publishes per producer per round, at most
+	rkSegmentMaxBytes = 4096 // small: a rotation every ~20 messages
+)
+
+func rkRounds() int {
+	if *roundsFlag > 0 {
+		return *roundsFlag
+	}
+	if os.Getenv("MMMQ_LONG") != "" {
+		return 100
+	}
+	return 5
+}
+
+// rkWorkers are the (dispatcher, topic) pairs that exist.
+func rkWorkers() []wkey {
+	var ks []wkey
+	for _, t := range rkTopics {
+		ks = append(ks, wkey{"d-all", t})
+		if strings.Count(t, ".") == 1 {
+			ks = append(ks, wkey{"d-one", t})
+		}
+		if t == "ct.a" {
+			ks = append(ks, wkey{"d-int", t})
+		}
+	}
+	return ks
+}
+
+// readCheckpoints reads every worker's checkpoint file straight from disk
+// (8 bytes, int64 BE next offset; missing = 0).
+func readCheckpoints(t testing.TB, root string) map[wkey]int64 {
+	out := map[wkey]int64{}
+	for _, k := range rkWorkers() {
+		data, err := os.ReadFile(filepath.Join(root, k.T, "checkpoints", k.D+".checkpoint"))
+		switch {
+		case os.IsNotExist(err):
+			out[k] = 0
+		case err != nil:
+			t.Fatal(err)
+		case len(data) != 8:
+			t.Fatalf("checkpoint %s: %d bytes", k, len(data))
+		default:
+			out[k] = int64(binary.BigEndian.Uint64(data))
+		}
+	}
+	return out
+}
+
+// TestCrashRandomKill is the randomized kill -9 harness (issue 4): R rounds of
+// start → concurrent producers at every ack level on several topics while
+// two dispatchers push to the in-test consumer → SIGKILL 10–300 ms into the
+// load → restart and check (check_test.go). A final run drains the
+// dispatchers and checks that every offset was delivered.
+func TestCrashRandomKill(t *testing.T) {
+	rounds := rkRounds()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("rounds=%d seed=%d", rounds, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
+	dir := t.TempDir()
+	root := filepath.Join(dir, "data")
+	cons := &consumer{}
+	var (
+		sent     []sentMsg
+		prev     = map[string][]stored{}
+		cpStart  = map[int]map[wkey]int64{}
+		cpEnd    = map[int]map[wkey]int64{}
+		deadline = time.Now().Add(25 * time.Minute)
+	)
+	intervalKeys := map[wkey]bool{{"d-int", "ct.a"}: true}
+	conf := func(round int) brokerConf {
+		port, _ := cons.listen(t, round)
+		ds := make([]dispatcherConf, len(rkDispatchers))
+		for i, d := range rkDispatchers {
+			d.Port = port
+			ds[i] = d
+		}
+		return brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes, Dispatchers: ds}
+	}
+	// verify reads the whole log back and runs every check; final adds the
+	// completeness check.
+	verify := func(b *broker, label string, final bool) tally {
+		t.Helper()
+		cur := map[string][]stored{}
+		for _, tp := range rkTopics {
+			l, err := readAll(b.base, tp)
+			if err != nil {
+				t.Fatalf("%s: read back: %v", label, err)
+			}
+			cur[tp] = l
+		}
+		var tl tally
+		var bad []string
+		bad = append(bad, checkPrefix(prev, cur)...)
+		bad = append(bad, checkAcked(sent, cur, &tl)...)
+		bad = append(bad, checkLogIDs(sent, cur)...)
+		bad = append(bad, checkDeliveries(cons.deliveries(), cur, cpStart, cpEnd, intervalKeys, &tl)...)
+		if final {
+			bad = append(bad, checkComplete(cons.deliveries(), cur, rkWorkers())...)
+		}
+		if len(bad) > 0 {
+			if len(bad) > 30 {
+				bad = append(bad[:30], fmt.Sprintf("... and %d more", len(bad)-30))
+			}
+			t.Fatalf("%s: %d violations (seed %d, data %s):\n  %s", label, len(bad), seed, root, strings.Join(bad, "\n  "))
+		}
+		prev = cur
+		return tl
+	}
+
+	for r := 1; r <= rounds; r++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("out of time after %d rounds", r-1)
+		}
+		cpStart[r] = readCheckpoints(t, root)
+		b := startBroker(t, conf(r))
+		if r > 1 {
+			verify(b, fmt.Sprintf("round %d after restart", r), false)
+		}
+		killAfter := time.Duration(10+rng.IntN(291)) * time.Millisecond
+		var (
+			mu   sync.Mutex
+			wg   sync.WaitGroup
+			stop = make(chan struct{})
+		)
+		for g := range rkProducers {
+			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(g)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range rkMaxPerProducer {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					m := sentMsg{
+						Round: r,
+						Topic: rkTopics[prng.IntN(len(rkTopics))],
+						ID:    fmt.Sprintf("r%03d-g%d-%05d", r, g, n),
+						Level: rkLevels[prng.IntN(len(rkLevels))],
+					}
+					m.Content, _ = json.Marshal(map[string]any{
+						"id": m.ID, "level": m.Level, "pad": strings.Repeat("x", prng.IntN(160)),
+					})
+					m.Res = publish(b.base, m.Topic, m.ID, m.Content, m.Level)
+					mu.Lock()
+					sent = append(sent, m)
+					mu.Unlock()
+					if !m.Res.Replied {
+						return // the broker is gone
+					}
+					if !m.Res.Ack {
+						t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(killAfter)
+		b.kill()
+		close(stop)
+		wg.Wait()
+		cpEnd[r] = readCheckpoints(t, root)
+	}
+	// Final run: check, let both dispatchers drain, stop cleanly, check
+	// that everything was delivered.
+	final := rounds + 1
+	cpStart[final] = readCheckpoints(t, root)
+	b := startBroker(t, conf(final))
+	verify(b, "after the last restart", false)
+	hw := map[string]int{}
+	for tp, l := range prev {
+		hw[tp] = len(l)
+	}
+	drainBy := time.Now().Add(60 * time.Second)
+	for {
+		cp := readCheckpoints(t, root)
+		done := true
+		for _, k := range rkWorkers() {
+			done = done && cp[k] >= int64(hw[k.T])
+		}
+		if done {
+			break
+		}
+		if time.Now().After(drainBy) {
+			t.Fatalf("dispatchers did not drain within 60s: checkpoints %v, high watermarks %v", cp, hw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.stop()
+	cpEnd[final] = readCheckpoints(t, root)
+	b = startBroker(t, brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes})
+	tl := verify(b, "final", true)
+	b.stop()
+	if tl.LostDurable != 0 || tl.LostWritten != 0 {
+		t.Fatalf("lost acknowledged data: %+v", tl)
+	}
+	if tl.AckedDurable == 0 || tl.Delivered == 0 {
+		t.Fatalf("the load did nothing: %+v", tl)
+	}
+	noReply := 0
+	for _, m := range sent {
+		if !m.Res.Replied {
+			noReply++
+		}
+	}
+	segs, _ := filepath.Glob(filepath.Join(root, "*", "*.mmm"))
+	if len(segs) <= len(rkTopics) {
+		t.Fatalf("no segment rotation happened (%d segments): the rounds did not exercise rotation", len(segs))
+	}
+	line := fmt.Sprintf("rounds=%d acked_durable=%d acked_written=%d acked_accepted=%d lost_durable=%d lost_written=%d lost_accepted=%d delivered=%d duplicates=%d no_reply=%d segments=%d",
+		rounds, tl.AckedDurable, tl.AckedWritten, tl.AckedAccepted, tl.LostDurable, tl.LostWritten, tl.LostAccepted, tl.Delivered, tl.Duplicates, noReply, len(segs))
+	t.Log(line)
+	fmt.Println("crashtest:", line)
+}

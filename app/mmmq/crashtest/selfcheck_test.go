@@ -1,0 +1,103 @@
+package crashtest
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestCheckersCatchViolations feeds the checks of the kill -9 harness
+// histories that break each promise and requires every one to be reported:
+// the harness can fail.
+func TestCheckersCatchViolations(t *testing.T) {
+	msg := func(topic, id string) stored {
+		s, err := parseStored([]byte(`{"topic":{"name":"` + topic + `"},"content":{"id":"` + id + `"},"id":"` + id + `","timestamp":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sent := func(id, level string, off int64) sentMsg {
+		return sentMsg{Topic: "t", ID: id, Level: level, Content: []byte(`{"id":"` + id + `"}`),
+			Res: pubResult{Replied: true, Ack: true, Offset: off}}
+	}
+	log3 := map[string][]stored{"t": {msg("t", "a"), msg("t", "b"), msg("t", "c")}}
+	k := wkey{"d", "t"}
+	del := func(round int, off int64, id string) delivery {
+		return delivery{Round: round, Dispatcher: "d", Topic: "t", Offset: off, ID: id, Body: log3["t"][off].Raw}
+	}
+	cases := []struct {
+		name string
+		run  func(tl *tally) []string
+		want string
+	}{
+		{"durable lost", func(tl *tally) []string {
+			return checkAcked([]sentMsg{sent("d", "durable", 3)}, log3, tl)
+		}, "beyond the high watermark"},
+		{"durable at another offset", func(tl *tally) []string {
+			return checkAcked([]sentMsg{sent("b", "durable", 0)}, log3, tl)
+		}, "holds id"},
+		{"written lost", func(tl *tally) []string {
+			return checkAcked([]sentMsg{sent("w", "written", 7)}, log3, tl)
+		}, "written-acknowledged"},
+		{"visible offset changed", func(*tally) []string {
+			return checkPrefix(log3, map[string][]stored{"t": {msg("t", "a"), msg("t", "x"), msg("t", "c")}})
+		}, "changed"},
+		{"high watermark went back", func(*tally) []string {
+			return checkPrefix(log3, map[string][]stored{"t": {msg("t", "a")}})
+		}, "went back"},
+		{"duplicate id in log", func(*tally) []string {
+			return checkLogIDs([]sentMsg{sent("a", "durable", 0)}, map[string][]stored{"t": {msg("t", "a"), msg("t", "a")}})
+		}, "stored twice"},
+		{"unknown id in log", func(*tally) []string {
+			return checkLogIDs(nil, log3)
+		}, "never sent"},
+		{"delivered beyond the high watermark", func(tl *tally) []string {
+			d := del(1, 2, "c")
+			d.Offset = 5
+			return checkDeliveries([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(1, 2, "c"), d}, log3, nil, nil, nil, tl)
+		}, "beyond the high watermark"},
+		{"delivered other bytes", func(tl *tally) []string {
+			d := del(1, 0, "a")
+			d.Body = []byte(`{}`)
+			return checkDeliveries([]delivery{d}, log3, nil, nil, nil, tl)
+		}, "but the log holds"},
+		{"gap within a run", func(tl *tally) []string {
+			return checkDeliveries([]delivery{del(1, 0, "a"), del(1, 2, "c")}, log3, nil, nil, nil, tl)
+		}, "out of order or gap"},
+		{"resume not at the checkpoint", func(tl *tally) []string {
+			return checkDeliveries([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 0, "a")}, log3,
+				map[int]map[wkey]int64{2: {k: 1}}, map[int]map[wkey]int64{1: {k: 1}}, nil, tl)
+		}, "resumed at offset 0"},
+		{"gap across a restart", func(tl *tally) []string {
+			return checkDeliveries([]delivery{del(1, 0, "a"), del(2, 2, "c")}, log3,
+				map[int]map[wkey]int64{2: {k: 2}}, nil, nil, tl)
+		}, "gap"},
+		{"checkpoint behind the consumer", func(tl *tally) []string {
+			return checkDeliveries([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(1, 2, "c")}, log3,
+				nil, map[int]map[wkey]int64{1: {k: 1}}, nil, tl)
+		}, "killed with checkpoint 1"},
+		{"interval checkpoint past the consumer", func(tl *tally) []string {
+			return checkDeliveries([]delivery{del(1, 0, "a")}, log3,
+				nil, map[int]map[wkey]int64{1: {k: 3}}, map[wkey]bool{k: true}, tl)
+		}, "killed with checkpoint 3"},
+		{"never delivered", func(*tally) []string {
+			return checkComplete([]delivery{del(1, 0, "a")}, log3, []wkey{k})
+		}, "never delivered"},
+	}
+	for _, c := range cases {
+		var tl tally
+		bad := c.run(&tl)
+		if !strings.Contains(strings.Join(bad, "\n"), c.want) {
+			t.Errorf("%s: want a violation containing %q, got %q", c.name, c.want, bad)
+		}
+	}
+	// And a correct history passes: a kill between ACK and commit of
+	// offset 1, redelivered from the checkpoint.
+	var tl tally
+	bad := checkDeliveries([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 1, "b"), del(2, 2, "c")}, log3,
+		map[int]map[wkey]int64{1: {k: 0}, 2: {k: 1}}, map[int]map[wkey]int64{1: {k: 1}}, nil, &tl)
+	bad = append(bad, checkComplete([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 2, "c")}, log3, []wkey{k})...)
+	if len(bad) > 0 || tl.Duplicates != 1 {
+		t.Errorf("a correct history: %v, duplicates %d (want none, 1)", bad, tl.Duplicates)
+	}
+}
