@@ -24,6 +24,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // received is what a test consumer saw: one push.
@@ -234,9 +235,39 @@ func TestInvalidTopicsCreateNothing(t *testing.T) {
 		assert.Equal(t, "NACK", out["acknowledgement"])
 		assert.NotEmpty(t, out["error"])
 	}
+	assert.Empty(t, dataEntries(t, root), "no directory may be created for an invalid topic")
+}
+
+// dataEntries lists root without the broker's lock file.
+func dataEntries(t *testing.T, root string) []string {
+	t.Helper()
 	ents, err := os.ReadDir(root)
 	require.NoError(t, err)
-	assert.Empty(t, ents, "no directory may be created for an invalid topic")
+	var out []string
+	for _, e := range ents {
+		if e.Name() != topicqueue.LockFile {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func TestSecondBrokerOnSameRootRefused(t *testing.T) {
+	root := t.TempDir()
+	a, base := startBroker(t, testConfig(t, root))
+	defer a.RequireStop()
+	st, _ := publish(t, base, "lock.t", 1)
+	require.Equal(t, 200, st)
+	b := app.New(config.Supply(testConfig(t, root)))
+	err := b.Start(context.Background())
+	require.Error(t, err, "a second broker on the same data root must not start")
+	assert.ErrorIs(t, err, topicqueue.ErrRootInUse)
+	assert.Contains(t, err.Error(), "is locked (pid ")
+	_ = b.Stop(context.Background())
+	// The first broker is untouched and still accepts writes.
+	st, out := publish(t, base, "lock.t", 2)
+	require.Equal(t, 200, st)
+	assert.EqualValues(t, 1, out["offset"])
 }
 
 func TestMetricsEndpoint(t *testing.T) {

@@ -9,14 +9,12 @@ package recovery
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -55,7 +53,7 @@ func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, erro
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
 	fsys := reg.FS()
-	if err := mkdirDurable(fsys, reg.Root()); err != nil {
+	if err := storage.MkdirDurable(fsys, reg.Root()); err != nil {
 		return rep, err
 	}
 	ents, err := fsys.List(reg.Root())
@@ -96,36 +94,4 @@ func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, erro
 	log.Info("startup recovery finished", zap.Int("topics", rep.Topics), zap.Int("changed", len(rep.Changed)),
 		zap.Int("quarantined", len(rep.Quarantined)), zap.Duration("took", rep.Took))
 	return rep, nil
-}
-
-// mkdirDurable creates dir and its missing parents and fsyncs the parent of
-// every directory it created, so that on a fresh install the data root
-// itself survives a power loss (a new directory entry is durable only once
-// its parent is synced; without this every topic created under a new root
-// could vanish with it).
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	top := "" // highest directory that did not exist
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := fsys.List(d); err == nil {
-			break
-		}
-		top = d
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if err := fsys.MkdirAll(dir); err != nil {
-		return fmt.Errorf("create data root %s: %w", dir, err)
-	}
-	if top == "" {
-		return nil
-	}
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
-			return fmt.Errorf("create data root %s: sync dir %s: %w", dir, filepath.Dir(d), err)
-		}
-		if d == top {
-			return nil
-		}
-	}
 }

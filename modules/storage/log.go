@@ -172,31 +172,45 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// createTopic creates dir with an empty segment at base and fsyncs the
-// directory and its parent so the topic survives a power loss.
+// createTopic creates dir (durably, see MkdirDurable) with an empty segment
+// at base.
 func createTopic(fsys vfs.FS, dir string, base int64) (*segment, error) {
-	// top is the highest directory MkdirAll is about to create (the root dir
-	// too, on a fresh install): each new directory is durable only once its
-	// parent is synced, so sync every parent up to the first that existed.
-	top := dir
-	for p := filepath.Dir(top); p != top; p = filepath.Dir(top) {
-		if _, err := fsys.List(p); err == nil {
-			break
-		}
-		top = p
-	}
-	if err := fsys.MkdirAll(dir); err != nil {
-		return nil, fmt.Errorf("create topic dir %s: %w", dir, err)
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
-			return nil, fmt.Errorf("sync dir %s: %w", filepath.Dir(d), err)
-		}
-		if d == top {
-			break
-		}
+	if err := MkdirDurable(fsys, dir); err != nil {
+		return nil, fmt.Errorf("create topic dir: %w", err)
 	}
 	return createSegment(fsys, dir, base, nil)
+}
+
+// MkdirDurable creates dir and its missing parents and fsyncs the parent of
+// every directory it created, up to the first one that existed: a new
+// directory entry is durable only once its parent is synced (fsync(2)), so
+// without this a power loss could take a fresh data root, or a new topic,
+// with everything acknowledged under it.
+func MkdirDurable(fsys vfs.FS, dir string) error {
+	top := "" // highest directory that did not exist
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.List(d); err == nil {
+			break
+		}
+		top = d
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if top == "" {
+		return nil
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return fmt.Errorf("create %s: sync dir %s: %w", dir, filepath.Dir(d), err)
+		}
+		if d == top {
+			return nil
+		}
+	}
 }
 
 // createSegment creates the .mmm and .idx pair for base and fsyncs dir.

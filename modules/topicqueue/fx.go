@@ -25,9 +25,10 @@ type Params struct {
 	Hooks *storage.Hooks `optional:"true"`
 }
 
-// NewFromConfig builds the registry from the configuration and closes every
-// log when the application stops (after the HTTP server and the dispatchers,
-// which were started later and so stop first).
+// NewFromConfig builds the registry from the configuration. On start it
+// takes the data root's lock (LockRoot; two brokers on one directory refuse
+// to start); on stop it closes every log (after the HTTP server and the
+// dispatchers, which were started later and so stop first) and unlocks.
 func NewFromConfig(p Params) *Registry {
 	c := p.Config.MMMQ.Broker
 	r := New(Options{
@@ -42,7 +43,28 @@ func NewFromConfig(p Params) *Registry {
 			Hooks:           p.Hooks,
 		},
 	})
-	p.Lifecycle.Append(fx.StopHook(func(context.Context) error { return r.Close() }))
+	// The registry's hooks are the first appended, so the data root is
+	// locked before recovery runs and unlocked only after every log closed.
+	var release func() error
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			if _, real := p.FS.(vfs.OS); !real {
+				return nil // tests on an in-memory filesystem
+			}
+			var err error
+			release, err = LockRoot(c.Storage.RootDir)
+			return err
+		},
+		OnStop: func(context.Context) error {
+			err := r.Close()
+			if release != nil {
+				if rerr := release(); err == nil {
+					err = rerr
+				}
+			}
+			return err
+		},
+	})
 	return r
 }
 
