@@ -358,3 +358,17 @@ func TestBatchPublish(t *testing.T) {
 		assert.Equal(t, "NACK", out.Acknowledgement, body)
 	}
 }
+
+// NDJSON lines are taken from the body as they are, whatever surrounds them.
+func TestBatchNDJSONLines(t *testing.T) {
+	a, base := startBroker(t, testConfig(t, t.TempDir()))
+	defer a.RequireStop()
+	for _, body := range []string{
+		" {\"topic\":\"nd\",\"content\":1}\n{\"topic\":\"nd\",\"content\":2}",
+		"\n\n{\"topic\":\"nd\",\"content\":1}\r\n  {\"topic\":\"nd\",\"content\":2}  ",
+	} {
+		st, out := postBatch(t, base, "", "application/x-ndjson", body)
+		require.Equal(t, 200, st, "%q: %+v", body, out)
+		assert.Equal(t, 2, out.Count)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,7 +18,15 @@ func dump(args []string) int {
 	cfgPath := fs.String("config", "", "YAML config file")
 	from := fs.Int64("from", 0, "first offset")
 	count := fs.Int64("count", 0, "number of entries (0 = to the end)")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: mmmq dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *from < 0 || *count < 0 {
+		fmt.Fprintln(os.Stderr, "mmmq dump: --from and --count must be >= 0")
 		return 2
 	}
 	if err := topicqueue.ValidateName(*topic); err != nil {
@@ -39,11 +48,16 @@ func dump(args []string) int {
 		_, err := fmt.Printf("%d\tpos=%d\tsize=%d\tCRC=OK\t%s\n", e.Offset, e.Pos, e.Size, e.Payload)
 		return err
 	})
-	if err != nil {
+	var ce *storage.CorruptionError
+	switch {
+	case errors.As(err, &ce):
 		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
 		return 3
-	}
-	if bad > 0 {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		return 1
+	case bad > 0:
+		fmt.Fprintf(os.Stderr, "mmmq dump: %d corrupt entries\n", bad)
 		return 3
 	}
 	return 0

@@ -24,7 +24,10 @@ func main() {
 
 func run(args []string) int {
 	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+		cmd, args = "help", args[1:]
+	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -39,7 +42,7 @@ func run(args []string) int {
 	case "version":
 		fmt.Println("mmmq", version)
 		return 0
-	case "help":
+	case "help", "-h", "-help", "--help":
 		usage()
 		return 0
 	}

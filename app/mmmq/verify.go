@@ -65,6 +65,15 @@ func verify(args []string) int {
 			total += dirBytes(filepath.Join(dir, e.Name))
 		}
 	}
+	if *repair {
+		// Repair writes: never under a running broker.
+		release, err := topicqueue.LockRoot(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
+			return 1
+		}
+		defer release()
+	}
 	bar := newProgress(os.Stderr, total)
 	opts := storageOptions(cfg)
 	corrupt := 0

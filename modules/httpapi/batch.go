@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -55,17 +54,22 @@ func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []json.RawMessage
 	if ct == "application/x-ndjson" {
-		sc := bufio.NewScanner(bytes.NewReader(body))
-		sc.Buffer(nil, len(body)+1)
-		for line := 1; sc.Scan(); line++ {
-			l := bytes.TrimSpace(sc.Bytes())
-			if len(l) == 0 {
+		// Lines are sub-slices of body (no copy, no reused scanner buffer).
+		for rest := body; len(rest) > 0; {
+			line := rest
+			if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+				line, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = nil
+			}
+			line = bytes.TrimSpace(line)
+			if len(line) == 0 {
 				continue
 			}
 			if len(out) >= MaxBatchMessages {
 				return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
 			}
-			out = append(out, json.RawMessage(l))
+			out = append(out, json.RawMessage(line))
 		}
 		if len(out) == 0 {
 			return nil, badRequest("batch is empty")
@@ -138,6 +142,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	for i, m := range msgs {
 		topic, _, stored, err := decodeMessage(m, now, nil)
+		if err == nil {
+			err = s.checkSize(stored)
+		}
 		if err != nil {
 			setErr(i, fmt.Errorf("message %d: %w", i, err))
 			continue

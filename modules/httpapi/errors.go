@@ -30,11 +30,14 @@ const (
 	CodeTimeout       = "TIMEOUT"
 )
 
-// WriteJSON writes v as JSON with status.
+// WriteJSON writes v as JSON with status (no HTML escaping: error texts
+// keep their '<', '>' and '&').
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // WriteError writes an error response with its status and code.

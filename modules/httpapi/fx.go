@@ -36,6 +36,7 @@ func NewFromConfig(p Params) *Server {
 		IdleTimeout:       c.IdleTimeout,
 		MaxBodyBytes:      c.MaxBodyBytes,
 		ShutdownTimeout:   c.ShutdownTimeout,
+		MaxRecordBytes:    int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
 	}, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
 	return s

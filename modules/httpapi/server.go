@@ -48,6 +48,11 @@ type Options struct {
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish; default 30s.
 	ShutdownTimeout time.Duration
+	// MaxRecordBytes is mmmq.broker.segment.max-record-bytes: a message
+	// whose stored JSON is larger is refused with 413 before anything is
+	// written (a batch is then refused whole). 0 leaves the check to the
+	// storage engine.
+	MaxRecordBytes int
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -259,6 +264,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
 	topic, id, stored, err := decodeMessage(*bp, time.Now(), *out)
+	if err == nil {
+		err = s.checkSize(stored)
+	}
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -297,6 +305,16 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 }
 
 var jsonContentType = []string{"application/json"}
+
+// checkSize refuses a stored message over MaxRecordBytes (413).
+func (s *Server) checkSize(stored []byte) error {
+	if s.opts.MaxRecordBytes > 0 && len(stored) > s.opts.MaxRecordBytes {
+		return &inputError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
+			"message is %d bytes as stored, over the limit of %d bytes (mmmq.broker.segment.max-record-bytes)",
+			len(stored), s.opts.MaxRecordBytes)}
+	}
+	return nil
+}
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	status, code := classify(err)

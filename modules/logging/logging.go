@@ -49,7 +49,9 @@ func newLogger(cfg *config.Config, out zapcore.WriteSyncer) (*zap.Logger, error)
 	core := zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(level))
 	return zap.New(core,
 		zap.AddCaller(),
-		zap.AddStacktrace(zapcore.ErrorLevel),
+		// Stack traces only for DPanic and above: an operational error (a
+		// busy port, a failed fsync) is explained by its message and fields.
+		zap.AddStacktrace(zapcore.DPanicLevel),
 		zap.ErrorOutput(zapcore.Lock(os.Stderr)),
 	), nil
 }

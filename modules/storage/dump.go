@@ -34,7 +34,7 @@ func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error)
 		}
 	}()
 	if len(segs) == 0 {
-		return fmt.Errorf("topic dir %s has no segments", dir)
+		return fmt.Errorf("topic %s not found: %s does not exist or holds no segments", filepath.Base(dir), dir)
 	}
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > from }) - 1
 	if i < 0 {

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// capture runs the CLI in-process and returns its exit code and stdout.
+func capture(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	code := run(args)
+	os.Stdout = old
+	w.Close()
+	return code, <-done
+}
+
+// fixture writes topic "t" with n messages under a new root.
+func fixture(t *testing.T, n int) (root, seg string) {
+	t.Helper()
+	root = t.TempDir()
+	l, err := storage.Open(filepath.Join(root, "t"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return root, filepath.Join(root, "t", storage.SegmentName(0)+storage.SegmentExt)
+}
+
+func size(t *testing.T, path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+func TestVerifyExitCodes(t *testing.T) {
+	t.Run("healthy", func(t *testing.T) {
+		root, _ := fixture(t, 3)
+		code, out := capture(t, "verify", "--root", root)
+		if code != 0 || !strings.Contains(out, "OK entries=3") {
+			t.Fatalf("exit %d, output %q", code, out)
+		}
+		code, out = capture(t, "verify", "--root", root, "--json")
+		var rep storage.TopicReport
+		if code != 0 || json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Status != storage.StatusOK {
+			t.Fatalf("--json: exit %d, output %q", code, out)
+		}
+	})
+	t.Run("torn tail is reported, cut only with --repair", func(t *testing.T) {
+		root, seg := fixture(t, 3)
+		before := size(t, seg)
+		f, _ := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+		f.Write([]byte{0, 0, 0, 40, 1, 2}) // half an entry, never indexed
+		f.Close()
+		code, out := capture(t, "verify", "--root", root)
+		if code != 0 || !strings.Contains(out, "TORN_TAIL would cut") {
+			t.Fatalf("exit %d, output %q", code, out)
+		}
+		if got := size(t, seg); got != before+6 {
+			t.Fatalf("verify without --repair changed the segment: %d bytes", got)
+		}
+		code, out = capture(t, "verify", "--root", root, "--repair")
+		if code != 0 || !strings.Contains(out, "REPAIRED") || size(t, seg) != before {
+			t.Fatalf("--repair: exit %d, output %q, size %d want %d", code, out, size(t, seg), before)
+		}
+	})
+	t.Run("bit flip is corruption: exit 3, files untouched", func(t *testing.T) {
+		root, seg := fixture(t, 3)
+		b, _ := os.ReadFile(seg)
+		b[storage.HeaderSize+2] ^= 0x40 // inside the first entry's JSON
+		os.WriteFile(seg, b, 0o644)
+		code, out := capture(t, "verify", "--root", root)
+		if code != 3 || !strings.Contains(out, "CORRUPT at "+seg+" byte 0 offset 0: crc mismatch") {
+			t.Fatalf("exit %d, output %q", code, out)
+		}
+		if after, _ := os.ReadFile(seg); !bytes.Equal(after, b) {
+			t.Fatal("verify modified a corrupt segment")
+		}
+		// --repair never touches corruption.
+		if code, _ := capture(t, "verify", "--root", root, "--repair"); code != 3 {
+			t.Fatalf("--repair on corruption: exit %d", code)
+		}
+		if after, _ := os.ReadFile(seg); !bytes.Equal(after, b) {
+			t.Fatal("--repair modified a corrupt segment")
+		}
+	})
+}
+
+func TestDump(t *testing.T) {
+	root, seg := fixture(t, 3)
+	code, out := capture(t, "dump", "--root", root, "--topic", "t", "--from", "1", "--count", "1")
+	if code != 0 || !strings.Contains(out, "1\tpos=") || !strings.Contains(out, `CRC=OK	{"i":1}`) || strings.Contains(out, `{"i":2}`) {
+		t.Fatalf("exit %d, output %q", code, out)
+	}
+	b, _ := os.ReadFile(seg)
+	b[15+storage.HeaderSize+2] ^= 0x01 // inside the middle entry's JSON
+	os.WriteFile(seg, b, 0o644)
+	code, out = capture(t, "dump", "--root", root, "--topic", "t")
+	if code != 3 || !strings.Contains(out, "1\tpos=15\tCRC=BAD") || !strings.Contains(out, `{"i":0}`) || !strings.Contains(out, `{"i":2}`) {
+		t.Fatalf("exit %d, output %q", code, out)
+	}
+	if code, _ := capture(t, "dump", "--root", root, "--topic", "nope"); code != 1 {
+		t.Fatalf("missing topic: exit %d, want 1", code)
+	}
+	if code, _ := capture(t, "dump", "--root", root, "--topic", "../x"); code != 2 {
+		t.Fatalf("invalid topic: exit %d, want 2", code)
+	}
+}
+
+func TestServeStartupFailureExits1(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(cfg, []byte("server:\n  prot: 1\n"), 0o644)
+	if code, _ := capture(t, "serve", "--config", cfg); code != 1 {
+		t.Fatalf("unknown key: exit %d, want 1", code)
+	}
+	if code, out := capture(t, "version"); code != 0 || !strings.HasPrefix(out, "mmmq ") {
+		t.Fatalf("version: exit %d, %q", code, out)
+	}
+	if code, _ := capture(t, "nonsense"); code != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+}
