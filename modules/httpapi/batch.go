@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"sync"
@@ -76,25 +74,43 @@ func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
 		}
 		return out, nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
-	if err != nil || tok != json.Delim('[') {
+	// A JSON array: one scanner pass finds (and validates) every element;
+	// each is decoded again by decodeMessage, without reflection.
+	sc := scanner{b: body}
+	sc.ws()
+	if sc.i >= len(body) || body[sc.i] != '[' {
 		return nil, badRequest("batch body must be a JSON array of messages (or NDJSON with Content-Type: application/x-ndjson)")
 	}
-	for dec.More() {
-		if len(out) >= MaxBatchMessages {
-			return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
+	sc.i++
+	sc.depth = 1
+	sc.ws()
+	if sc.i < len(body) && body[sc.i] == ']' {
+		sc.i++
+	} else {
+		for {
+			if len(out) >= MaxBatchMessages {
+				return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
+			}
+			sc.ws()
+			start := sc.i
+			if err := sc.value(); err != nil {
+				return nil, badRequest("batch message %d: %v", len(out), err)
+			}
+			out = append(out, json.RawMessage(body[start:sc.i]))
+			sc.ws()
+			if sc.i < len(body) && body[sc.i] == ',' {
+				sc.i++
+				continue
+			}
+			if sc.i < len(body) && body[sc.i] == ']' {
+				sc.i++
+				break
+			}
+			return nil, badRequest("batch body: %v", sc.fail("expected ',' or ']' after message %d", len(out)-1))
 		}
-		var m json.RawMessage
-		if err := dec.Decode(&m); err != nil {
-			return nil, badRequest("batch message %d: %s", len(out), jsonErrText(err))
-		}
-		out = append(out, m)
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, badRequest("batch body: %s", jsonErrText(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	sc.ws()
+	if sc.i != len(body) {
 		return nil, badRequest("batch body has data after the closing ']'")
 	}
 	if len(out) == 0 {
