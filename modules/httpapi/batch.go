@@ -120,14 +120,8 @@ func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
-	lvl, err := ackLevel(r)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	bp, err := s.readBody(w, r)
-	if err != nil {
-		s.fail(w, err)
+	lvl, bp, ok := s.publishRequest(w, r)
+	if !ok {
 		return
 	}
 	defer s.putBuf(bp)

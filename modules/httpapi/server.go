@@ -262,15 +262,24 @@ func ackLevel(r *http.Request) (storage.AckLevel, error) {
 	return lvl, nil
 }
 
-func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
+// publishRequest reads what every publish route starts with: the ?ack=
+// level and the body (a pooled buffer the caller returns with putBuf). On
+// failure it has answered and returns ok=false.
+func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl storage.AckLevel, bp *[]byte, ok bool) {
 	lvl, err := ackLevel(r)
-	if err != nil {
-		s.fail(w, err)
-		return
+	if err == nil {
+		bp, err = s.readBody(w, r)
 	}
-	bp, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, err)
+		return 0, nil, false
+	}
+	return lvl, bp, true
+}
+
+func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
+	lvl, bp, ok := s.publishRequest(w, r)
+	if !ok {
 		return
 	}
 	defer s.putBuf(bp)

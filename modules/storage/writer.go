@@ -228,7 +228,6 @@ func (l *Log) commit(batch []*request) error {
 	seg := w.active
 	groupPos, groupCount := seg.size, seg.count
 	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
-	entries := 0
 	answered := 0 // cursor: batch[:answered] are fully visible and answered
 	for _, r := range batch {
 		r.first = w.next
@@ -256,17 +255,9 @@ func (l *Log) commit(batch []*request) error {
 			seg.count++
 			w.next++
 			off += size
-			entries++
 		}
 	}
-	if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
-		return err
-	}
-	l.batches.Add(1)
-	if l.opts.Observer != nil {
-		l.opts.Observer.ObserveBatch(l.topic, entries)
-	}
-	return nil
+	return l.flushGroup(seg, groupPos, groupCount, batch, &answered)
 }
 
 // flushGroup makes the buffered entries of seg durable in the order of
@@ -325,6 +316,12 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 		h.AfterIndexSync()
 	}
 	l.publish(w.next)
+	// Counted before anyone is answered, so that a caller that reads Stats
+	// after its append returned sees its group commit.
+	l.batches.Add(1)
+	if l.opts.Observer != nil {
+		l.opts.Observer.ObserveBatch(l.topic, len(w.ibuf)/IndexEntrySize)
+	}
 	// DURABLE (and anything not yet answered): every entry is visible.
 	for *answered < len(batch) {
 		r := batch[*answered]
