@@ -28,6 +28,8 @@ const (
 	// DefaultMaxFetchBytes bounds the payload bytes one fetch gathers
 	// (at least one entry is always returned).
 	DefaultMaxFetchBytes = 16 << 20
+	// DefaultMaxGroups caps the (topic, group) pairs the coordinator tracks.
+	DefaultMaxGroups = 100000
 )
 
 // Options configures a Coordinator. The zero value of every field means its
@@ -51,6 +53,11 @@ type Options struct {
 	// leases (they are also released lazily by the next request). Default
 	// LeaseTimeout/4, kept within 10ms..5s.
 	JanitorInterval time.Duration
+	// MaxGroups caps the (topic, group) pairs tracked in memory (each holds
+	// a small struct and an open checkpoint); a new pair beyond it fails
+	// with ErrTooManyGroups, so a client inventing group names cannot grow
+	// the broker's memory without bound. Default 100000.
+	MaxGroups int
 	// Reserved reports whether a name belongs to another user of the
 	// checkpoint name space (the dispatchers); such a group name is refused
 	// with ErrNameTaken. Nil reserves nothing.
@@ -65,6 +72,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxFetch <= 0 {
 		o.MaxFetch = DefaultMaxFetch
+	}
+	if o.MaxGroups <= 0 {
+		o.MaxGroups = DefaultMaxGroups
 	}
 	if o.MaxFetchBytes <= 0 {
 		o.MaxFetchBytes = DefaultMaxFetchBytes
@@ -268,6 +278,8 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 	defer c.mu.Unlock()
 	if g := c.groups[k]; g != nil && g.topic == q {
 		return g, nil
+	} else if g == nil && len(c.groups) >= c.opts.MaxGroups {
+		return nil, fmt.Errorf("%w: %d (topic, group) pairs are in use; group %s of topic %s is refused", ErrTooManyGroups, c.opts.MaxGroups, name, topic)
 	}
 	cp, err := q.Checkpoint(name)
 	if err != nil {

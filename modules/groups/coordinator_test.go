@@ -545,3 +545,21 @@ func TestConcurrentFetchersNeverShareOffsets(t *testing.T) {
 		}
 	}
 }
+
+// A client inventing group names cannot grow the coordinator beyond
+// MaxGroups; known pairs keep working.
+func TestMaxGroups(t *testing.T) {
+	e := newEnv(t, Options{MaxGroups: 2})
+	e.publish(1)
+	e.acquire("g1")
+	e.acquire("g2")
+	if _, err := e.c.Acquire(testTopic, "g3"); !errors.Is(err, ErrTooManyGroups) {
+		t.Fatalf("third group: %v, want ErrTooManyGroups", err)
+	}
+	if st, code := HTTPStatus(fmt.Errorf("x: %w", ErrTooManyGroups)); st != 503 || code != CodeTooManyGroups {
+		t.Fatalf("HTTPStatus = %d %s", st, code)
+	}
+	if _, err := e.c.Committed(testTopic, "g1"); err != nil {
+		t.Fatalf("known group: %v", err)
+	}
+}

@@ -31,6 +31,9 @@ var (
 	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
 	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
 	ErrInvalidName = errors.New("groups: invalid name")
+	// ErrTooManyGroups: Options.MaxGroups (topic, group) pairs are already
+	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR UNAVAILABLE.
+	ErrTooManyGroups = errors.New("groups: group limit reached")
 )
 
 // Error codes shared by the HTTP API (ErrorBody.code) and the line protocol
@@ -41,4 +44,5 @@ const (
 	CodeNotDelivered   = "NOT_DELIVERED"
 	CodeSessionExpired = "SESSION_EXPIRED"
 	CodeNameTaken      = "NAME_TAKEN"
+	CodeTooManyGroups  = "TOO_MANY_GROUPS"
 )

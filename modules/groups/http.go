@@ -254,6 +254,8 @@ func HTTPStatus(err error) (int, string) {
 		return http.StatusConflict, CodeSessionExpired
 	case errors.Is(err, ErrNameTaken):
 		return http.StatusConflict, CodeNameTaken
+	case errors.Is(err, ErrTooManyGroups):
+		return http.StatusServiceUnavailable, CodeTooManyGroups
 	case errors.Is(err, storage.ErrNoSpace):
 		return http.StatusInsufficientStorage, httpapi.CodeNoSpace
 	}
