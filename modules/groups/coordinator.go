@@ -304,9 +304,9 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	defer g.mu.Unlock()
 	c.expireLocked(g, now)
 	if l := g.lease; l != nil {
-		return "", fmt.Errorf("%w: group %s of topic %s has an active consumer (its lease ends within %s unless renewed)",
-			ErrGroupBusy, group, topic, max(l.expires.Sub(now), 0).Round(time.Millisecond))
+		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: max(l.expires.Sub(now), 0)}
 	}
+
 	id := newSessionID()
 	g.lease = &lease{id: id, expires: now.Add(c.opts.LeaseTimeout), next: g.cp.Offset()}
 	return id, nil

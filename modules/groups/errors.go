@@ -1,6 +1,10 @@
 package groups
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Sentinel errors of the coordinator. Test them with errors.Is; the returned
 // errors wrap them with the topic, group and offsets concerned.
@@ -46,3 +50,19 @@ const (
 	CodeNameTaken      = "NAME_TAKEN"
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"
 )
+
+// BusyError is the ErrGroupBusy returned by Acquire: it says how long the
+// holder's lease has left (renewed by its every fetch and ack), which the
+// HTTP API sends as Retry-After.
+type BusyError struct {
+	Topic, Group string
+	LeaseLeft    time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: group %s of topic %s has an active consumer (its lease ends within %s unless renewed)",
+		ErrGroupBusy, e.Group, e.Topic, e.LeaseLeft.Round(time.Millisecond))
+}
+
+// Unwrap makes errors.Is(err, ErrGroupBusy) true.
+func (e *BusyError) Unwrap() error { return ErrGroupBusy }

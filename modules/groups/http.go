@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -264,6 +265,10 @@ func HTTPStatus(err error) (int, string) {
 
 func (rt *Route) fail(w http.ResponseWriter, err error) {
 	status, code := HTTPStatus(err)
+	var be *BusyError
+	if errors.As(err, &be) {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(be.LeaseLeft.Seconds()))))
+	}
 	if status >= 500 && !errors.Is(err, context.Canceled) {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}

@@ -26,10 +26,11 @@ func newHTTP(t *testing.T, opts Options) (*env, *httptest.Server) {
 }
 
 type httpResp struct {
-	status  int
-	session string
-	body    map[string]any
-	raw     string
+	status     int
+	session    string
+	retryAfter string
+	body       map[string]any
+	raw        string
 }
 
 func do(t *testing.T, method, url, session, body string) httpResp {
@@ -47,7 +48,7 @@ func do(t *testing.T, method, url, session, body string) httpResp {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	r := httpResp{status: resp.StatusCode, session: resp.Header.Get(SessionHeader), raw: string(raw)}
+	r := httpResp{status: resp.StatusCode, session: resp.Header.Get(SessionHeader), retryAfter: resp.Header.Get("Retry-After"), raw: string(raw)}
 	if err := json.Unmarshal(raw, &r.body); err != nil {
 		t.Fatalf("%s %s: body %q: %v", method, url, raw, err)
 	}
@@ -86,8 +87,8 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	}
 	s := r.session
 
-	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != CodeGroupBusy || r.body["acknowledgement"] != "NACK" {
-		t.Fatalf("second consumer: %d %s", r.status, r.raw)
+	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != CodeGroupBusy || r.body["acknowledgement"] != "NACK" || r.retryAfter != "30" {
+		t.Fatalf("second consumer: %d %s (Retry-After %q, want the 30 s lease)", r.status, r.raw, r.retryAfter)
 	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 3}`); r.status != 409 || r.code() != CodeNotDelivered {
 		t.Fatalf("ack beyond delivered: %d %s", r.status, r.raw)
