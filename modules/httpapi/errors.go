@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"syscall"
 
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -64,7 +65,9 @@ func classify(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
 	case errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, storage.ErrEmptyRecord):
 		return http.StatusBadRequest, CodeBadRequest
-	case errors.Is(err, storage.ErrNoSpace):
+	case errors.Is(err, storage.ErrNoSpace), errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// ENOSPC also reaches here unwrapped when a new topic's files
+		// cannot be created.
 		return http.StatusInsufficientStorage, CodeNoSpace
 	case errors.Is(err, topicqueue.ErrTooManyTopics):
 		return http.StatusServiceUnavailable, CodeTooManyTopics

@@ -2,6 +2,11 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"syscall"
+
+	"github.com/mmmq/mmmq/modules/storage"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +91,18 @@ func TestEncodeMessageMatchesDecode(t *testing.T) {
 	}
 	if _, err := EncodeMessage("t", json.RawMessage(`{`), "", nil, now); err == nil {
 		t.Fatal("invalid content accepted")
+	}
+}
+
+// A full disk is 507 whether it fails a write of an open log (ErrNoSpace)
+// or the creation of a new topic's files (a bare ENOSPC).
+func TestClassifyNoSpace(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("create segment x: %w", &os.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC}),
+		fmt.Errorf("append: %w", storage.ErrNoSpace),
+	} {
+		if st, code := classify(err); st != 507 || code != CodeNoSpace {
+			t.Errorf("classify(%v) = %d %s, want 507 %s", err, st, code, CodeNoSpace)
+		}
 	}
 }

@@ -48,7 +48,7 @@ func NewFromConfig(p Params) *Registry {
 	var release func() error
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			if _, real := p.FS.(vfs.OS); !real {
+			if _, inMemory := p.FS.(*vfs.MemFS); inMemory {
 				return nil // tests on an in-memory filesystem
 			}
 			var err error
