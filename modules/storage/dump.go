@@ -52,7 +52,7 @@ func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error)
 				return err
 			}
 			e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos[0]}
-			payload, err := s.readEntryAt(pos[0], s.size, o.MaxRecordBytes)
+			payload, err := s.readEntryAt(pos[0], s.size, MaxEntryPayload)
 			var be *badEntry
 			switch {
 			case errors.As(err, &be):

@@ -31,6 +31,14 @@ const (
 	// DefaultMaxRecordBytes is the default cap on one message JSON
 	// (mmmq.broker.segment.max-record-bytes): 1 MiB.
 	DefaultMaxRecordBytes = 1 << 20
+	// MaxEntryPayload is the format's own ceiling on a payload: what the
+	// int32 length field can hold. Reads and recovery decode against it
+	// (bounded by the file's size, so a garbage length never allocates
+	// more than the file holds) rather than against the configured
+	// max-record-bytes, which only limits new appends: lowering that
+	// setting must never make entries written under the old limit look
+	// torn or corrupt.
+	MaxEntryPayload = 1<<31 - 1 - 4
 	// DefaultSegmentMaxBytes is the default rotation threshold
 	// (mmmq.broker.segment.max-bytes, seed 000): 64 MiB.
 	DefaultSegmentMaxBytes = 64 << 20

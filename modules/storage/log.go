@@ -399,7 +399,13 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	last := pos[k-1]
 	var spanEnd int64
 	if _, err := seg.mmm.ReadAt(hdr[:], last); err == nil {
-		if pl, _, herr := DecodeHeader(hdr[:], HeaderSize+int64(l.opts.MaxRecordBytes), l.opts.MaxRecordBytes); herr == nil {
+		pl, _, herr := DecodeHeader(hdr[:], HeaderSize+int64(l.opts.MaxRecordBytes), l.opts.MaxRecordBytes)
+		if herr != nil { // longer than today's limit: valid if the file holds it
+			if size, serr := seg.mmm.Size(); serr == nil {
+				pl, _, herr = DecodeHeader(hdr[:], size-last, MaxEntryPayload)
+			}
+		}
+		if herr == nil {
 			spanEnd = last + EntrySize(pl)
 		}
 	} else if !errors.Is(err, io.EOF) {
@@ -413,7 +419,9 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 		k--
 		spanEnd = pos[k]
 	}
-	if pos[0] < 0 || spanEnd-pos[0] > readBudget+HeaderSize+int64(l.opts.MaxRecordBytes) {
+	// The budget loop bounds pos[k-1]-pos[0]; the last entry's length was
+	// checked against the file: the span is bounded by what the file holds.
+	if pos[0] < 0 || pos[k-1]-pos[0] > readBudget {
 		_, rerr := seg.readEntryAt(pos[0], -1, l.opts.MaxRecordBytes)
 		return nil, l.entryErr(seg, pos[0], from, rerr)
 	}
@@ -434,7 +442,7 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 		if off >= int64(len(buf)) || stop > int64(len(buf)) {
 			return out, l.corrupt(seg, seg.mmmPath, pos[i], from+int64(i), "entry runs past end of file")
 		}
-		payload, size, derr := DecodeEntry(buf[off:stop], l.opts.MaxRecordBytes)
+		payload, size, derr := DecodeEntry(buf[off:stop], MaxEntryPayload) // bounded by buf
 		if derr != nil {
 			return out, l.corrupt(seg, seg.mmmPath, pos[i], from+int64(i), derr.Error())
 		}

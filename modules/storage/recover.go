@@ -294,7 +294,7 @@ func checkSegment(p *segPlan, last bool, o Options, rep *RecoveryReport,
 			pos[i] = int64(binary.BigEndian.Uint64(buf[i*IndexEntrySize:]))
 		}
 	}
-	maxGap := int64(HeaderSize + o.MaxRecordBytes)
+	maxGap := int64(HeaderSize + MaxEntryPayload)
 	plausible := func(i int) bool {
 		if i == 0 {
 			return pos[0] == 0
@@ -319,7 +319,7 @@ func checkSegment(p *segPlan, last bool, o Options, rep *RecoveryReport,
 		}
 		for j := k; j < n; j++ {
 			if pos[j] >= floor && pos[j] < p.mmmSize {
-				if _, err := (&segment{mmm: p.mmm}).readEntryAt(pos[j], p.mmmSize, o.MaxRecordBytes); err == nil {
+				if _, err := (&segment{mmm: p.mmm}).readEntryAt(pos[j], p.mmmSize, MaxEntryPayload); err == nil {
 					return corrupt(p.idxPath, k*IndexEntrySize, p.base+k,
 						"offset index entry %d is invalid (position %d) but entry %d after it is valid", p.base+k, pos[k], p.base+j)
 				}
@@ -338,7 +338,7 @@ func checkSegment(p *segPlan, last bool, o Options, rep *RecoveryReport,
 		if at >= p.mmmSize {
 			return corrupt(p.mmmPath, at, p.base+n-1, "segment is shorter (%d bytes) than its offset index says (entry at %d)", p.mmmSize, at)
 		}
-		payload, err := seg.readEntryAt(at, p.mmmSize, o.MaxRecordBytes)
+		payload, err := seg.readEntryAt(at, p.mmmSize, MaxEntryPayload)
 		if err == nil {
 			p.end = at + EntrySize(len(payload))
 			break
@@ -362,7 +362,7 @@ func checkSegment(p *segPlan, last bool, o Options, rep *RecoveryReport,
 		if _, err := p.mmm.ReadAt(hdr[:], at); err != nil {
 			return fmt.Errorf("read segment %s at %d: %w", p.mmmPath, at, err)
 		}
-		pl, _, err := DecodeHeader(hdr[:], p.mmmSize-at, o.MaxRecordBytes)
+		pl, _, err := DecodeHeader(hdr[:], p.mmmSize-at, MaxEntryPayload)
 		if err != nil || at+EntrySize(pl) != pos[n-1] {
 			return corrupt(p.idxPath, (n-1)*IndexEntrySize, p.base+n-1,
 				"offset index entry %d (position %d) does not start where entry %d ends", p.base+n-1, pos[n-1], p.base+n-2)

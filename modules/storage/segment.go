@@ -100,7 +100,9 @@ func bad(format string, args ...any) error { return &badEntry{reason: fmt.Sprint
 
 // readEntryAt reads and verifies the entry at byte pos of the .mmm file.
 // limit is the file size when known (recovery), or -1 (reads of visible
-// entries: the writer may be appending beyond them). It never allocates more
+// entries: the writer may be appending beyond them); then lengths up to
+// maxRecord are read directly and longer ones are checked against the
+// file's current size first. It never allocates more
 // than a validated length. Validation failures are *badEntry; I/O errors are
 // returned as they are.
 func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
@@ -119,6 +121,13 @@ func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 		return nil, fmt.Errorf("read header: %w", err)
 	}
 	n, crc, err := DecodeHeader(hdr[:], avail, maxRecord)
+	if err != nil && limit < 0 {
+		// Longer than the configured limit: an entry written under a
+		// higher one is still valid if the file holds it.
+		if size, serr := s.mmm.Size(); serr == nil {
+			n, crc, err = DecodeHeader(hdr[:], size-pos, MaxEntryPayload)
+		}
+	}
 	if err != nil {
 		return nil, bad("%s", err.Error())
 	}

@@ -64,7 +64,7 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 		if s.count == 0 {
 			continue
 		}
-		if ce, err := scanSegment(s, rep.Topic, o.MaxRecordBytes, buf, progress); err != nil {
+		if ce, err := scanSegment(s, rep.Topic, MaxEntryPayload, buf, progress); err != nil {
 			return rep, err
 		} else if ce != nil {
 			rep.Status, rep.Corruption = StatusCorrupt, ce
