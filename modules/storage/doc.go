@@ -21,9 +21,11 @@
 //	+-----------+-----------+------------------------+
 //	length = 4 + len(JSON); CRC over the JSON only.
 //
-// A length below 6 (4 + the 2-byte minimum JSON), above 4 + max-record-bytes,
-// or past the end of the file is rejected before anything is allocated, so
-// eight zero bytes (length 0, CRC32C("") = 0) never decode as an entry.
+// A length below 6 (4 + the 2-byte minimum JSON) or past the end of the file
+// is rejected before anything is allocated, so eight zero bytes (length 0,
+// CRC32C("") = 0) never decode as an entry. max-record-bytes limits appends;
+// reads and recovery accept any length the file actually holds, so lowering
+// the setting never hides entries written under a higher one.
 //
 // # Lookup (seed 000 "오프셋 인덱스로 메시지 찾기")
 //
