@@ -413,6 +413,36 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 	}
 }
 
+// Seek moves session's delivery position back to from, so that messages
+// whose fetch response was lost (a client timeout as a long poll returned, a
+// reset connection) are delivered again instead of being acknowledged
+// unseen by a later ack. from must lie between the committed offset and the
+// session's delivered-up-to offset (inclusive); a client sends the offset it
+// expects next. Errors: ErrNotDelivered when from is beyond what was
+// delivered, ErrInvalidOffset when it is below the committed offset,
+// ErrSessionExpired, and the errors of Fetch.
+func (c *Coordinator) Seek(topic, group, session string, from int64) error {
+	g, err := c.group(topic, group)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, err := c.holderLocked(g, session, time.Now())
+	if err != nil {
+		return err
+	}
+	committed := g.cp.Offset()
+	switch {
+	case from > l.next:
+		return fmt.Errorf("%w: from=%d but group %s of topic %s was delivered up to %d", ErrNotDelivered, from, group, topic, l.next)
+	case from < committed:
+		return fmt.Errorf("%w: from=%d is below the committed offset %d of group %s of topic %s", ErrInvalidOffset, from, committed, group, topic)
+	}
+	l.next = from
+	return nil
+}
+
 // readLocked reads up to limit entries from l.next and advances l.next past
 // what it returns and past skipped corrupt entries. g.mu is held.
 func (c *Coordinator) readLocked(g *group, l *lease, limit int) ([]storage.Entry, error) {

@@ -35,6 +35,10 @@ var (
 	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
 	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
 	ErrInvalidName = errors.New("groups: invalid name")
+	// ErrInvalidOffset: a fetch's from= is below the committed offset
+	// (those messages are acknowledged and will not be redelivered).
+	// HTTP 400 BAD_REQUEST.
+	ErrInvalidOffset = errors.New("groups: offset already committed")
 	// ErrTooManyGroups: Options.MaxGroups (topic, group) pairs are already
 	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR UNAVAILABLE.
 	ErrTooManyGroups = errors.New("groups: group limit reached")

@@ -158,6 +158,21 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		}
 		started = true
 	}
+	if s := r.URL.Query().Get("from"); s != "" {
+		from, err := strconv.ParseInt(s, 10, 64)
+		if err == nil {
+			err = rt.c.Seek(topic, group, session, from)
+		} else {
+			err = fmt.Errorf("%w: query parameter from must be an offset; got %q", ErrInvalidOffset, s)
+		}
+		if err != nil {
+			if started {
+				_, _ = rt.c.Release(topic, group, session)
+			}
+			rt.fail(w, err)
+			return
+		}
+	}
 	if wait > 0 {
 		// The long poll must not run into the server's write timeout.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + rt.opts.WriteTimeout))
@@ -243,7 +258,7 @@ func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
 // UNAVAILABLE (I/O or fsync error, topic closed, shutting down).
 func HTTPStatus(err error) (int, string) {
 	switch {
-	case errors.Is(err, ErrInvalidName), errors.Is(err, topicqueue.ErrInvalidName):
+	case errors.Is(err, ErrInvalidName), errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, ErrInvalidOffset):
 		return http.StatusBadRequest, httpapi.CodeBadRequest
 	case errors.Is(err, ErrUnknownTopic):
 		return http.StatusNotFound, httpapi.CodeNotFound

@@ -183,3 +183,34 @@ func TestHTTPErrors(t *testing.T) {
 		t.Fatalf("fetch after errors: %d %s", r.status, r.raw)
 	}
 }
+
+// A fetch response lost on the way (client timeout, reset) must not let a
+// later ack commit messages the consumer never saw: the consumer sends
+// from=<the offset it expects next> and gets them again.
+func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
+	e, ts := newHTTP(t, Options{})
+	e.publish(20)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	r := do(t, "POST", base+"/fetch?max=10", "", "") // response "lost": offsets 0..9
+	s := r.session
+	r = do(t, "POST", base+"/fetch?max=10&from=0", s, "")
+	if got := r.offsets(); r.status != 200 || len(got) != 10 || got[0] != 0 {
+		t.Fatalf("fetch from=0: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?from=15", s, ""); r.status != 409 || r.code() != CodeNotDelivered {
+		t.Fatalf("from beyond delivered: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 4}`); r.status != 200 {
+		t.Fatalf("ack: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?from=2", s, ""); r.status != 400 {
+		t.Fatalf("from below committed: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?from=x", s, ""); r.status != 400 {
+		t.Fatalf("from not a number: %d %s", r.status, r.raw)
+	}
+	r = do(t, "POST", base+"/fetch?max=3&from=5", s, "")
+	if got := r.offsets(); r.status != 200 || len(got) != 3 || got[0] != 5 {
+		t.Fatalf("fetch from=5: %d %s", r.status, r.raw)
+	}
+}
