@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -54,5 +55,44 @@ func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
 	es, err = l.ReadBatch(6, 100)
 	if err != nil || len(es) != 4 || string(es[0].Payload) != `{"i":6}` {
 		t.Fatalf("ReadBatch(6) = %d entries, %v; want offsets 6..9", len(es), err)
+	}
+}
+
+// A failure to create the next segment (EMFILE, a transient ENOSPC) refuses
+// that batch but does not fail the log: the next append rotates and
+// succeeds, and nothing acknowledged is lost.
+func TestRotationCreateFailureIsNotFatal(t *testing.T) {
+	fsys := vfs.NewMem()
+	dir := "root/t"
+	l, err := Open(dir, Options{FS: fsys, SegmentMaxBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	payload := []byte(`{"pad":"0123456789012345678901234567890123456789012345678901234567"}`)
+	if _, err := l.Append(ctx, payload, Durable); err != nil { // fills segment 0
+		t.Fatal(err)
+	}
+	failOnce := true
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpCreate && failOnce && filepath.Base(name) != SegmentName(0)+SegmentExt {
+			failOnce = false
+			return syscall.EMFILE
+		}
+		return nil
+	})
+	if _, err := l.Append(ctx, payload, Durable); !errors.Is(err, syscall.EMFILE) {
+		t.Fatalf("append during EMFILE: %v", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("the log failed: %v", l.Err())
+	}
+	off, err := l.Append(ctx, payload, Durable)
+	if err != nil || off != 1 {
+		t.Fatalf("append after EMFILE: offset %d, %v", off, err)
+	}
+	if st := l.Stats(); st.Segments != 2 || st.NextOffset != 2 {
+		t.Fatalf("stats %+v", st)
 	}
 }

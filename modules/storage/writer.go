@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"runtime"
@@ -10,6 +11,13 @@ import (
 
 	"go.uber.org/zap"
 )
+
+// rotateError is a failure to create the next segment: the batch fails,
+// the log does not.
+type rotateError struct{ err error }
+
+func (e *rotateError) Error() string { return "storage: rotate: " + e.err.Error() }
+func (e *rotateError) Unwrap() error { return e.err }
 
 // request is one Append or AppendBatch call waiting for the writer.
 type request struct {
@@ -168,7 +176,13 @@ func (l *Log) flushLoop() {
 			l.mu.Unlock()
 			if failed == nil {
 				if err := l.commit(batch); err != nil {
-					failed = l.fail(err)
+					var re *rotateError
+					if errors.As(err, &re) {
+						failed = err
+						l.log.Error("segment rotation failed; the batch is refused, the log stays open", zap.Error(re.err))
+					} else {
+						failed = l.fail(err)
+					}
 				}
 			}
 			for _, r := range batch {
@@ -240,7 +254,11 @@ func (l *Log) commit(batch []*request) error {
 				}
 				ns, err := createSegment(l.fs, l.dir, seg.base+seg.count, l.opts.Hooks.rotate())
 				if err != nil {
-					return fmt.Errorf("rotate: %w", err)
+					// Nothing ambiguous was written: everything before
+					// this entry is durable and published, and the files
+					// of the new segment are not in use. The batch fails;
+					// the log does not (the next batch tries again).
+					return &rotateError{err}
 				}
 				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
 				l.segs.Store(&segs)
