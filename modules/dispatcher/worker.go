@@ -39,6 +39,7 @@ type worker struct {
 	errMu                                                    sync.Mutex
 	errText                                                  string
 
+	ctx        context.Context // set by run; commit retries until it ends
 	cp         *storage.Checkpoint
 	bo         *backoff.ExponentialBackOff // abnormal responses; reset after any normal one
 	pending    int                         // finished but uncommitted messages
@@ -102,6 +103,7 @@ func (w *worker) status() WorkerStatus {
 // run is the worker's goroutine. It returns nil when stopped by ctx,
 // errTopicClosed when the topic closed, or the failure that ended it.
 func (w *worker) run(ctx context.Context) (err error) {
+	w.ctx = ctx
 	defer w.running.Store(false)
 	defer func() {
 		switch {
@@ -324,19 +326,39 @@ func (w *worker) flush() error {
 }
 
 // commit durably stores next (write + fsync, seed 000 "커밋 시점과 fsync").
-// An error ends the worker: after a failed fsync the stored value is
-// unknown, and going on as if committed could skip messages.
+// A failed commit (EIO, ENOSPC, EMFILE) is retried with backoff while
+// delivery waits: the checkpoint only ever holds the next offset after
+// finished messages, so a commit that did not happen means redelivery,
+// never a skip, and a retry rewrites the 8 bytes before it fsyncs. When the
+// worker is stopping it gives up (the messages are delivered again after
+// the restart).
 func (w *worker) commit(next int64) error {
-	if err := w.cp.Commit(next); err != nil {
-		w.log.Error("commit checkpoint failed; stopping this worker",
-			zap.Int64("offset", next), zap.String("checkpoint", w.cp.Path()), zap.Error(err))
-		return fmt.Errorf("commit offset %d: %w", next, err)
+	b := w.m.newBackoff()
+	for {
+		err := w.cp.Commit(next)
+		if err == nil {
+			w.committed.Store(next)
+			w.commits.Add(1)
+			w.pending = 0
+			w.lastCommit = time.Now()
+			return nil
+		}
+		if errors.Is(err, storage.ErrClosed) {
+			return errTopicClosed
+		}
+		if w.ctx == nil || w.ctx.Err() != nil {
+			return fmt.Errorf("commit offset %d: %w", next, err)
+		}
+		delay := b.NextBackOff()
+		w.log.Error("commit checkpoint failed; delivery waits and retries (nothing is skipped)",
+			zap.Int64("offset", next), zap.String("checkpoint", w.cp.Path()), zap.Duration("retry-in", delay), zap.Error(err))
+		w.backingOff.Store(true)
+		ok := sleep(w.ctx, delay)
+		w.backingOff.Store(false)
+		if !ok {
+			return errStopped
+		}
 	}
-	w.committed.Store(next)
-	w.commits.Add(1)
-	w.pending = 0
-	w.lastCommit = time.Now()
-	return nil
 }
 
 // sleep waits d or until ctx is done; it reports whether d elapsed.
