@@ -66,6 +66,9 @@ type FetchResult struct {
 	Session   string     `json:"session"`
 	Messages  []Delivery `json:"messages"`
 	Committed int64      `json:"committed"`
+	// Next is where the session's next fetch starts (the broker's
+	// delivered-up-to offset).
+	Next int64 `json:"next"`
 }
 
 // APIError is a non-2xx answer of the broker. Code is the machine-readable
@@ -100,6 +103,10 @@ type Client struct {
 	group   string
 	http    *http.Client
 	session string
+	// expect is the offset this client expects next in its session (-1:
+	// none yet). It is sent as from= so that a fetch whose response was
+	// lost is delivered again rather than acknowledged unseen.
+	expect int64
 }
 
 // NewClient returns a client for broker base URL (e.g. http://localhost:8080).
@@ -110,7 +117,7 @@ func NewClient(base, topic, group string, hc *http.Client) *Client {
 	}
 	c := *hc
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{base: strings.TrimRight(base, "/"), topic: topic, group: group, http: &c}
+	return &Client{base: strings.TrimRight(base, "/"), topic: topic, group: group, http: &c, expect: -1}
 }
 
 // Session is the current session id ("" before the first fetch or after
@@ -119,18 +126,21 @@ func (c *Client) Session() string { return c.session }
 
 // ResetSession forgets the session id; the next fetch starts a new session
 // at the group's committed offset.
-func (c *Client) ResetSession() { c.session = "" }
+func (c *Client) ResetSession() { c.session, c.expect = "", -1 }
 
 func (c *Client) url(suffix string) string {
 	return c.base + "/topics/" + url.PathEscape(c.topic) + "/groups/" + url.PathEscape(c.group) + suffix
 }
 
-// Fetch asks for up to max messages, long-polling up to wait when none is
+// Fetch asks for up to limit messages, long-polling up to wait when none is
 // available. A 200 with no messages means the group is caught up.
-func (c *Client) Fetch(ctx context.Context, max int, wait time.Duration) (*FetchResult, error) {
+func (c *Client) Fetch(ctx context.Context, limit int, wait time.Duration) (*FetchResult, error) {
 	q := url.Values{}
-	q.Set("max", strconv.Itoa(max))
+	q.Set("max", strconv.Itoa(limit))
 	q.Set("wait", strconv.FormatInt(wait.Milliseconds(), 10))
+	if c.session != "" && c.expect >= 0 {
+		q.Set("from", strconv.FormatInt(c.expect, 10))
+	}
 	var res FetchResult
 	h, err := c.do(ctx, "fetch", http.MethodPost, c.url("/fetch?"+q.Encode()), nil, &res)
 	if err != nil {
@@ -140,6 +150,10 @@ func (c *Client) Fetch(ctx context.Context, max int, wait time.Duration) (*Fetch
 		c.session = s
 	} else if res.Session != "" {
 		c.session = res.Session
+	}
+	c.expect = max(res.Next, res.Committed)
+	if n := len(res.Messages); n > 0 {
+		c.expect = max(c.expect, res.Messages[n-1].Offset+1)
 	}
 	return &res, nil
 }
@@ -170,7 +184,7 @@ func (c *Client) Release(ctx context.Context) error {
 		return nil
 	}
 	_, err := c.do(ctx, "release", http.MethodDelete, c.url("/session"), nil, nil)
-	c.session = ""
+	c.ResetSession()
 	return err
 }
 

@@ -14,11 +14,12 @@ import (
 // the answers of the groups API: the session header round trip, the ack body,
 // committed validation and error codes.
 func TestClientContract(t *testing.T) {
-	var gotSessions []string
+	var gotSessions, gotFrom []string
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /topics/orders.pg/groups/g1/fetch", func(w http.ResponseWriter, r *http.Request) {
 		gotSessions = append(gotSessions, r.Header.Get(SessionHeader))
-		if r.URL.Query().Get("max") != "7" || r.URL.Query().Get("wait") != "250" {
+		gotFrom = append(gotFrom, r.URL.Query().Get("from"))
+		if q := r.URL.Query(); q.Get("max") != "7" || q.Get("wait") != "250" {
 			t.Errorf("fetch query %q, want max=7&wait=250", r.URL.RawQuery)
 		}
 		w.Header().Set(SessionHeader, "s-1")
@@ -76,6 +77,11 @@ func TestClientContract(t *testing.T) {
 	}
 	if len(gotSessions) != 2 || gotSessions[0] != "" || gotSessions[1] != "s-1" {
 		t.Errorf("session headers sent on fetch: %q, want [\"\" \"s-1\"]", gotSessions)
+	}
+	// The second fetch of the session says where the client expects to
+	// continue (after offsets 3 and 4), so a lost response is redelivered.
+	if len(gotFrom) != 2 || gotFrom[0] != "" || gotFrom[1] != "5" {
+		t.Errorf("from sent on fetch: %q, want [\"\" \"5\"]", gotFrom)
 	}
 
 	if committed, err := c.Ack(ctx, 4); err != nil || committed != 5 {
