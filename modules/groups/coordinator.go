@@ -304,7 +304,13 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	defer g.mu.Unlock()
 	c.expireLocked(g, now)
 	if l := g.lease; l != nil {
-		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: max(l.expires.Sub(now), 0)}
+		left := max(l.expires.Sub(now), 0)
+		if l.fetching > 0 {
+			// A waiting fetch holds the lease and renews it when it
+			// returns: the group is busy for at least another lease.
+			left = max(left, c.opts.LeaseTimeout)
+		}
+		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: left}
 	}
 
 	id := newSessionID()

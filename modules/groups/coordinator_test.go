@@ -563,3 +563,26 @@ func TestMaxGroups(t *testing.T) {
 		t.Fatalf("known group: %v", err)
 	}
 }
+
+// While the holder waits in a long poll its lease keeps running down, but
+// the group stays busy until the poll returns and renews it: GROUP_BUSY
+// must then report at least a whole lease, never 0.
+func TestBusyDuringLongPollReportsAWholeLease(t *testing.T) {
+	e := newEnv(t, Options{LeaseTimeout: 100 * time.Millisecond})
+	s := e.acquire("g")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.c.Fetch(context.Background(), testTopic, "g", s, 1, 10*time.Second)
+	}()
+	time.Sleep(400 * time.Millisecond) // well past the lease; the poll still waits
+	_, err := e.c.Acquire(testTopic, "g")
+	var be *BusyError
+	if !errors.As(err, &be) || be.LeaseLeft < 100*time.Millisecond {
+		t.Fatalf("acquire during the poll: %v (%+v), want busy for a whole lease", err, be)
+	}
+	if _, err := e.c.Release(testTopic, "g", s); err != nil { // ends the poll
+		t.Fatal(err)
+	}
+	<-done
+}

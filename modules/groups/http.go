@@ -159,15 +159,19 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		started = true
 	}
 	if s := r.URL.Query().Get("from"); s != "" {
-		from, err := strconv.ParseInt(s, 10, 64)
-		if err == nil {
+		from, perr := strconv.ParseInt(s, 10, 64)
+		var err error
+		if perr == nil {
 			err = rt.c.Seek(topic, group, session, from)
-		} else {
-			err = fmt.Errorf("%w: query parameter from must be an offset; got %q", ErrInvalidOffset, s)
 		}
-		if err != nil {
+		if perr != nil || err != nil {
 			if started {
 				_, _ = rt.c.Release(topic, group, session)
+			}
+			if perr != nil {
+				httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+					fmt.Sprintf("query parameter from must be an integer offset; got %q", s))
+				return
 			}
 			rt.fail(w, err)
 			return
@@ -282,7 +286,7 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 	status, code := HTTPStatus(err)
 	var be *BusyError
 	if errors.As(err, &be) {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(be.LeaseLeft.Seconds()))))
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(be.LeaseLeft.Seconds())))))
 	}
 	if status >= 500 && !errors.Is(err, context.Canceled) {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))

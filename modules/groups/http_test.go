@@ -206,7 +206,7 @@ func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
 	if r := do(t, "POST", base+"/fetch?from=2", s, ""); r.status != 400 {
 		t.Fatalf("from below committed: %d %s", r.status, r.raw)
 	}
-	if r := do(t, "POST", base+"/fetch?from=x", s, ""); r.status != 400 {
+	if r := do(t, "POST", base+"/fetch?from=x", s, ""); r.status != 400 || !strings.Contains(r.raw, "must be an integer offset") {
 		t.Fatalf("from not a number: %d %s", r.status, r.raw)
 	}
 	r = do(t, "POST", base+"/fetch?max=3&from=5", s, "")
