@@ -147,6 +147,9 @@ type lease struct {
 	expires  time.Time
 	next     int64 // delivered up to (exclusive): the next offset to fetch
 	fetching int   // fetches in progress; a waiting fetch holds the lease
+	// gone is closed when the lease is released, so that a fetch waiting
+	// in a long poll ends at once instead of at its wait timeout.
+	gone chan struct{}
 }
 
 // New returns a coordinator over reg's topics. It works without Start
@@ -243,6 +246,7 @@ func (c *Coordinator) expireLocked(g *group, now time.Time) {
 		return
 	}
 	g.lease = nil
+	close(l.gone)
 	c.log.Info("consumer group lease expired; unacknowledged messages will be redelivered from the committed offset",
 		zap.String("topic", g.topic.Name()), zap.String("group", g.name),
 		zap.Int64("committed", g.cp.Offset()), zap.Int64("delivered-up-to", l.next))
@@ -314,7 +318,7 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	}
 
 	id := newSessionID()
-	g.lease = &lease{id: id, expires: now.Add(c.opts.LeaseTimeout), next: g.cp.Offset()}
+	g.lease = &lease{id: id, expires: now.Add(c.opts.LeaseTimeout), next: g.cp.Offset(), gone: make(chan struct{})}
 	return id, nil
 }
 
@@ -413,6 +417,7 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 			return Batch{Committed: committed, Next: pos}, nil
 		case <-c.drained:
 			return Batch{Committed: committed, Next: pos}, nil
+		case <-l.gone: // released while waiting: the loop reports it
 		case <-ctx.Done():
 			return Batch{}, ctx.Err()
 		}
@@ -550,6 +555,7 @@ func (c *Coordinator) Release(topic, group, session string) (bool, error) {
 		return false, nil
 	}
 	g.lease = nil
+	close(l.gone)
 	c.log.Info("consumer group released; unacknowledged messages will be redelivered from the committed offset",
 		zap.String("topic", topic), zap.String("group", group),
 		zap.Int64("committed", g.cp.Offset()), zap.Int64("delivered-up-to", l.next))

@@ -585,3 +585,27 @@ func TestBusyDuringLongPollReportsAWholeLease(t *testing.T) {
 	cancel() // ends the poll
 	<-done
 }
+
+// Releasing a session ends its waiting long poll at once (SESSION_EXPIRED)
+// instead of at the wait timeout.
+func TestReleaseEndsWaitingFetch(t *testing.T) {
+	e := newEnv(t, Options{})
+	s := e.acquire("g")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e.c.Fetch(context.Background(), testTopic, "g", s, 1, 20*time.Second)
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if ok, err := e.c.Release(testTopic, "g", s); !ok || err != nil {
+		t.Fatalf("release: %v %v", ok, err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrSessionExpired) {
+			t.Fatalf("waiting fetch after release: %v, want ErrSessionExpired", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting fetch did not end when its session was released")
+	}
+}
