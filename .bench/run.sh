@@ -59,7 +59,9 @@ RESULTS=$TMP/results.jsonl
 : >"$RESULTS"
 BROKER_PID=""
 CONSUMER_PID=""
+PLAIN_PID=""
 cleanup() {
+	[ -n "$PLAIN_PID" ] && kill "$PLAIN_PID" 2>/dev/null || true
 	[ -n "$CONSUMER_PID" ] && kill "$CONSUMER_PID" 2>/dev/null || true
 	if [ -n "$BROKER_PID" ]; then
 		kill "$BROKER_PID" 2>/dev/null || true
@@ -204,20 +206,40 @@ awk '/^Benchmark/ {
 }' "$GOBENCH" >>"$RESULTS"
 
 # ---------------------------------------------------------------- publish sweep
+# The HTTP ceiling is a net/http handler that only answers, in its own
+# process like the broker (mmmq bench -mode plain-server), driven by the same
+# tool; that row is what the ratio divides by. The in-process row (client
+# and handler sharing one Go scheduler) is shown for reference: it is not
+# like for like with a broker in another process.
+PLAIN_PORT=$(free_port)
+"$MMMQ" bench -mode plain-server -listen "127.0.0.1:$PLAIN_PORT" 2>>"$TMP/bench.log" &
+PLAIN_PID=$!
+for ((i = 0; i < 400; i++)); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$PLAIN_PORT") 2>/dev/null && break
+	sleep 0.01
+done
 for c in $CS; do
-	say "plain handler c=$c"
+	say "plain handler (separate process) c=$c"
+	r=$("$MMMQ" bench -mode plain -url "http://127.0.0.1:$PLAIN_PORT" -server-pid "$PLAIN_PID" -c "$c" -size $SIZE \
+		-duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log")
+	row "$r" "plain net/http handler, own process (HTTP ceiling)"
+	say "plain handler (in-process) c=$c"
 	r=$("$MMMQ" bench -mode plain -c "$c" -size $SIZE -duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log")
-	row "$r" "plain net/http handler (HTTP ceiling)"
+	row "$(echo "$r" | jq -c '. + {inProcess: true}')" "plain net/http handler, in the load tool's process (reference)"
 	for ack in durable written; do
 		say "$ack publish c=$c"
 		start_broker "$TMP/data-$ack-$c" "$TMP/base.yaml"
-		r=$("$MMMQ" bench -url "$BROKER_URL" -c "$c" -size $SIZE -ack "$ack" -duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log") || true
+		r=$("$MMMQ" bench -url "$BROKER_URL" -server-pid "$BROKER_PID" -c "$c" -size $SIZE -ack "$ack" \
+			-duration "$DUR" -warmup "$WARM" -json 2>>"$TMP/bench.log") || true
 		[ -n "$r" ] || r='{}'
 		stop_broker
 		row "$r" "publish ${ack^^}" "$RSS_MIB"
 		rm -rf "$TMP/data-$ack-$c"
 	done
 done
+kill "$PLAIN_PID" 2>/dev/null || true
+wait "$PLAIN_PID" 2>/dev/null || true
+PLAIN_PID=""
 
 # ---------------------------------------------------------------- batch publish
 say "batch publish B=1000 DURABLE, $BATCH_COUNT msgs"
@@ -296,11 +318,11 @@ echo
 jq -rs '
   def f0: if . == null then "" else (. * 1 | round | tostring) end;
   def f(n): if . == null then "" else ((. * pow(10; n) | round) / pow(10; n) | tostring) end;
-  (map(select(.mode == "plain")) | map({key: (.producers|tostring), value: .msgsPerSec}) | from_entries) as $plain
+  (map(select(.mode == "plain" and (.inProcess | not))) | map({key: (.producers|tostring), value: .msgsPerSec}) | from_entries) as $plain
   | (map(select(.gobench and (.scenario | test("JavaBaseline")))) | map({key: (.scenario | sub("^[^/]*"; "")), value: .msgsPerSec}) | from_entries) as $javaBy
   | ([$javaBy[]] | max) as $javaBest
-  | "| scenario | producers | msgs/s | p50 ms | p99 ms | p999 ms | errors | ratio | fsyncs/msg | broker peak RSS MiB | notes |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+  | "| scenario | producers | msgs/s | p50 ms | p99 ms | p999 ms | errors | ratio | fsyncs/msg | server CPU µs/msg | broker peak RSS MiB | notes |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     (.[] |
       ((.msgsPerSec // null) | if . == null then "" else (f0) end) as $rate
       | (if .mode == "publish" and ($plain[.producers|tostring] // 0) > 0 then
@@ -315,7 +337,7 @@ jq -rs '
             + (if (.publishMsgsPerSec // 0) > 0 then ", published at \(.publishMsgsPerSec | f0)/s" else "" end)
             + (if .firstError then ", error: \(.firstError)" else "" end) + "; "
          elif .firstError and .firstError != "" then "first error: \(.firstError); " else "" end) as $d
-      | "| \(.scenario) | \(.producers // "" | if . == 0 then "" else tostring end) | \(if .startupMs then "\(.startupMs) ms" else $rate end) | \(if .mode == "deliver" then "" else (.p50Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p99Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p999Ms | f(3)) end) | \(.errors // "") | \($ratio) | \(.fsyncsPerMsg | f(4)) | \(.rssMiB // "") | \($d)\(.note // "") |")
+      | "| \(.scenario) | \(.producers // "" | if . == 0 then "" else tostring end) | \(if .startupMs then "\(.startupMs) ms" else $rate end) | \(if .mode == "deliver" then "" else (.p50Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p99Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p999Ms | f(3)) end) | \(.errors // "") | \($ratio) | \(.fsyncsPerMsg | f(4)) | \(.serverCpuUsPerMsg | f(1)) | \(.rssMiB // "") | \($d)\(.note // "") |")
 ' "$RESULTS"
 echo
 if ! grep -q '"fsyncsPerMsg"' "$RESULTS" || ! grep '"mode":"publish"' "$RESULTS" | grep -q fsyncsPerMsg; then

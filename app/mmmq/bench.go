@@ -2,9 +2,11 @@ package main
 
 // mmmq bench: the load tool of issue 5. It drives a broker over HTTP with N
 // keep-alive producers and prints msgs/s and per-request latency quantiles;
-// "plain" drives an in-process net/http handler that only answers (the HTTP
-// ceiling, same tool, same run); "deliver" runs a consumer that ACKs at once
-// and measures end-to-end delivery.
+// "plain" drives a net/http handler that only answers (the HTTP ceiling, same
+// tool, same run): in-process, or in its own process ("plain-server") like
+// the broker, which is the like-for-like figure; "deliver" runs a consumer
+// that ACKs at once and measures end-to-end delivery. With -server-pid the
+// tool also reports the server process's CPU time per message.
 
 import (
 	"bytes"
@@ -46,6 +48,9 @@ type benchConfig struct {
 	idleTimeout  time.Duration
 	jsonOut      bool
 	progress     bool
+	listen       string
+	serverPID    int
+	urlSet       bool // -url given explicitly (plain: drive that server)
 }
 
 // benchResult is what one run measured; -json prints it as one line.
@@ -74,6 +79,11 @@ type benchResult struct {
 	// fsyncs (GET /topics field "fsyncs", else a /metrics counter).
 	FsyncsPerMsg *float64 `json:"fsyncsPerMsg,omitempty"`
 	FsyncSource  string   `json:"fsyncSource,omitempty"`
+	// ServerCPUUsPerMsg is the user+system CPU time of -server-pid over
+	// the measured window divided by the messages acknowledged in it, in
+	// microseconds (Linux /proc; absent without -server-pid). Less noisy
+	// than msgs/s on a shared machine.
+	ServerCPUUsPerMsg *float64 `json:"serverCpuUsPerMsg,omitempty"`
 	// Deliver mode.
 	PublishMsgsPerSec float64 `json:"publishMsgsPerSec,omitempty"`
 	Delivered         int64   `json:"delivered,omitempty"`
@@ -86,7 +96,7 @@ type benchResult struct {
 func bench(args []string) int {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (in-process answer-only handler: the HTTP ceiling) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
 	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver)")
 	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
 	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
@@ -102,11 +112,15 @@ func bench(args []string) int {
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "deliver: give up after this long without an arrival")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
 	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "report this local process's CPU time per message over the measured window (Linux)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|deliver] [flags]
 
   mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
-  mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool
+  mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
+  mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
+  mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
   mmmq bench -c 4 -batch 1000 -count 1000000         # batch publish
   mmmq bench -mode deliver -count 100000 -consumer-addr 127.0.0.1:18081
       (the broker needs a dispatcher with host http://127.0.0.1:18081 and
@@ -119,6 +133,7 @@ flags:
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	fs.Visit(func(f *flag.Flag) { cfg.urlSet = cfg.urlSet || f.Name == "url" })
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq bench:", err)
 		return 2
@@ -133,6 +148,8 @@ flags:
 		res, err = runPublish(ctx, cfg)
 	case "plain":
 		res, err = runPlain(ctx, cfg)
+	case "plain-server":
+		err = servePlain(ctx, cfg.listen)
 	case "deliver":
 		res, err = runDeliver(ctx, cfg)
 	}
@@ -153,9 +170,17 @@ flags:
 
 func (c *benchConfig) validate() error {
 	switch c.mode {
-	case "publish", "plain", "deliver":
+	case "publish", "plain", "plain-server", "deliver":
 	default:
-		return fmt.Errorf("-mode %q: want publish, plain or deliver", c.mode)
+		return fmt.Errorf("-mode %q: want publish, plain, plain-server or deliver", c.mode)
+	}
+	if c.serverPID < 0 {
+		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
+	}
+	if c.serverPID > 0 {
+		if _, err := processCPU(c.serverPID); err != nil {
+			return fmt.Errorf("-server-pid %d: %w", c.serverPID, err)
+		}
 	}
 	switch strings.ToLower(c.ack) {
 	case "accepted", "written", "durable":
@@ -400,10 +425,21 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 		measureFrom = start.Add(cfg.warmup)
 		deadline = measureFrom.Add(cfg.duration)
 	}
-	if !measureFrom.After(start) {
+	// The server's CPU time is read when measuring starts and at the end.
+	var cpuStart atomic.Int64
+	cpuStart.Store(-1)
+	beginMeasuring := func() {
+		if cfg.serverPID > 0 {
+			if d, err := processCPU(cfg.serverPID); err == nil {
+				cpuStart.Store(int64(d))
+			}
+		}
 		g.measuring.Store(true)
+	}
+	if !measureFrom.After(start) {
+		beginMeasuring()
 	} else {
-		t := time.AfterFunc(cfg.warmup, func() { g.measuring.Store(true) })
+		t := time.AfterFunc(cfg.warmup, beginMeasuring)
 		defer t.Stop()
 	}
 	stopProgress := g.startProgress(start)
@@ -418,6 +454,20 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 	}
 	wg.Wait()
 	end := time.Now()
+	if c0 := cpuStart.Load(); c0 >= 0 {
+		if c1, err := processCPU(cfg.serverPID); err == nil {
+			var msgs int64
+			for i := range stats {
+				msgs += stats[i].messages
+			}
+			if msgs > 0 {
+				v := math.Round(float64(time.Duration(c1-time.Duration(c0)))/1e3/float64(msgs)*10) / 10
+				res.ServerCPUUsPerMsg = &v
+			}
+		} else {
+			g.noteErr("server CPU time: " + err.Error())
+		}
+	}
 	stopProgress()
 	g.client.CloseIdleConnections()
 
@@ -507,15 +557,20 @@ func plainHandler(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(`{"acknowledgement":"ACK"}`))
 }
 
+// runPlain drives the plain handler: the server at -url when it was given
+// (a plain-server process), else one served in this process.
 func runPlain(ctx context.Context, cfg benchConfig) (*benchResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
+	url := cfg.url
+	if !cfg.urlSet {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		srv := newPlainServer()
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		url = "http://" + ln.Addr().String()
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(plainHandler), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
-	url := "http://" + ln.Addr().String()
 	res := newResult(cfg, url)
 	g := newLoadGen(cfg, url)
 	g.run(ctx, res)
@@ -523,6 +578,57 @@ func runPlain(ctx context.Context, cfg benchConfig) (*benchResult, error) {
 		return res, fmt.Errorf("no message acknowledged; first error: %s", res.FirstError)
 	}
 	return res, nil
+}
+
+func newPlainServer() *http.Server {
+	return &http.Server{Handler: http.HandlerFunc(plainHandler), ReadHeaderTimeout: 5 * time.Second}
+}
+
+// servePlain serves the plain handler on addr until ctx ends (SIGINT,
+// SIGTERM), so the HTTP ceiling can be measured against a separate process,
+// as the broker is.
+func servePlain(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := newPlainServer()
+	fmt.Fprintf(os.Stderr, "bench: plain handler on http://%s (stop with Ctrl-C)\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	case err := <-errc:
+		return err
+	}
+}
+
+// processCPU returns the user+system CPU time consumed so far by process
+// pid, from /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s,
+// the USER_HZ of every Linux architecture Go supports).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	// The command name (field 2) may hold spaces; fields restart after ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("read CPU time: malformed /proc stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("read CPU time: short /proc stat")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("read CPU time: malformed /proc stat")
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // fetchFsyncs returns the broker's fsync count: the sum of the per-topic
@@ -646,6 +752,9 @@ func printResult(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "latency per request: p50 %.3f ms  p99 %.3f ms  p999 %.3f ms  max %.3f ms\n", r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
 		if r.FsyncsPerMsg != nil {
 			fmt.Fprintf(w, "fsyncs/message %.4f (%s)\n", *r.FsyncsPerMsg, r.FsyncSource)
+		}
+		if r.ServerCPUUsPerMsg != nil {
+			fmt.Fprintf(w, "server CPU %.1f µs/message (user+system of the -server-pid process)\n", *r.ServerCPUUsPerMsg)
 		}
 	}
 	if r.FirstError != "" {

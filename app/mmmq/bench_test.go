@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"net"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -206,5 +209,65 @@ go_goroutines 12
 	}
 	if _, _, ok := fsyncsFromMetrics("go_goroutines 12\n"); ok {
 		t.Fatal("found a fsync counter in metrics without one")
+	}
+}
+
+func TestProcessCPUCountsWork(t *testing.T) {
+	pid := os.Getpid()
+	before, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn about 150 ms of CPU; the count has a 10 ms resolution.
+	x := uint64(1)
+	for start := time.Now(); time.Since(start) < 150*time.Millisecond; {
+		for i := 0; i < 1e5; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	after, err := processCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after - before; d < 50*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("CPU time grew by %v over ~150 ms of work (x=%d)", d, x)
+	}
+	if _, err := processCPU(1 << 30); err == nil {
+		t.Fatal("processCPU of a process that does not exist: want an error")
+	}
+}
+
+func TestPlainModeDrivesSeparateServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- servePlain(ctx, addr) }()
+	cfg := benchConfig{mode: "plain", url: "http://" + addr, urlSet: true, producers: 2, size: 50,
+		count: 200, ack: "durable", topics: 1, topicPrefix: "bench", serverPID: os.Getpid()}
+	var res *benchResult
+	for i := 0; i < 100; i++ { // wait for the listener
+		if res, err = runPlain(ctx, cfg); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Messages != 200 || res.URL != cfg.url {
+		t.Fatalf("plain run against %s: %d messages at %s, want 200 at the given URL", addr, res.Messages, res.URL)
+	}
+	if res.ServerCPUUsPerMsg == nil || *res.ServerCPUUsPerMsg < 0 {
+		t.Fatalf("server CPU per message missing or negative: %v", res.ServerCPUUsPerMsg)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("plain server stop: %v", err)
 	}
 }
