@@ -21,6 +21,7 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
 	"github.com/mmmq/mmmq/plugins/metrics"
+	"github.com/mmmq/mmmq/plugins/profiling"
 )
 
 // StopTimeout bounds the whole graceful stop (HTTP drain, dispatch workers,
@@ -42,6 +43,7 @@ func Modules() fx.Option {
 		configdispatchers.Module,
 		groups.Module,
 		metrics.Module,
+		profiling.Module,
 		httpapi.Module,
 	)
 }

@@ -69,6 +69,8 @@ type MMMQConfig struct {
 	Lineproto LineprotoConfig `koanf:"lineproto"`
 	// Metrics is the Prometheus metrics plugin (key "mmmq.metrics").
 	Metrics MetricsConfig `koanf:"metrics"`
+	// Profiling is the optional Go profiling endpoint (key "mmmq.profiling").
+	Profiling ProfilingConfig `koanf:"profiling"`
 }
 
 // BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").
@@ -206,6 +208,13 @@ type LineprotoConfig struct {
 	MaxLineBytes int64 `koanf:"max-line-bytes"`
 }
 
+// ProfilingConfig configures the profiling plugin (key "mmmq.profiling").
+type ProfilingConfig struct {
+	// Addr is the listen address (host:port) of /debug/pprof/; "" disables
+	// it. No authentication: use loopback or a private interface. Default "".
+	Addr string `koanf:"addr"`
+}
+
 // MetricsConfig configures the Prometheus metrics plugin (key "mmmq.metrics").
 type MetricsConfig struct {
 	// Enabled serves /metrics and records metrics. Default true.
@@ -266,6 +275,9 @@ func Default() *Config {
 			},
 			Metrics: MetricsConfig{
 				Enabled: true,
+			},
+			Profiling: ProfilingConfig{
+				Addr: "",
 			},
 		},
 	}

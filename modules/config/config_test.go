@@ -280,6 +280,8 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
 		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
 		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
+		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
+		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},
 		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},
 		{"dispatcher not a map", "mmmq: {broker: {dispatchers: [x]}}", "mmmq.broker.dispatchers[0]"},
 		{"dispatcher name", dispatcherYAML("name: .hidden"), "mmmq.broker.dispatchers[0].name"},

@@ -81,14 +81,9 @@ func (c *Config) Validate() error {
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 
 	lp := c.MMMQ.Lineproto
-	if lp.Addr != "" {
-		if _, port, err := net.SplitHostPort(lp.Addr); err != nil {
-			v.add(invalid("mmmq.lineproto.addr", "must be \"\" (off) or host:port; got %q", lp.Addr))
-		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-			v.add(invalid("mmmq.lineproto.addr", "port must be 0..65535; got %q", port))
-		}
-	}
+	v.listenAddr("mmmq.lineproto.addr", lp.Addr)
 	v.intRange("mmmq.lineproto.max-line-bytes", lp.MaxLineBytes, 1024, math.MaxInt32)
+	v.listenAddr("mmmq.profiling.addr", c.MMMQ.Profiling.Addr)
 
 	return errors.Join(v.errs...)
 }
@@ -184,4 +179,17 @@ func checkHost(h string) error {
 		return fmt.Errorf("port %q in %q is not 1..65535", u.Port(), h)
 	}
 	return nil
+}
+
+// listenAddr checks an optional TCP listen address: "" (off) or host:port
+// with a port of 0..65535.
+func (v *validator) listenAddr(key, addr string) {
+	if addr == "" {
+		return
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		v.add(invalid(key, "must be \"\" (off) or host:port; got %q", addr))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		v.add(invalid(key, "port must be 0..65535; got %q", port))
+	}
 }
