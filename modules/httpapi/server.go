@@ -13,7 +13,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,12 +256,34 @@ type PublishResponse struct {
 }
 
 func ackLevel(r *http.Request) (storage.AckLevel, error) {
-	v := r.URL.Query().Get("ack")
+	v := queryValue(r.URL.RawQuery, "ack")
 	lvl, err := storage.ParseAckLevel(v)
 	if err != nil {
 		return 0, badRequest("query parameter ack: %v", err)
 	}
 	return lvl, nil
+}
+
+// queryValue is url.Values.Get(key) of a raw query without building the
+// map: the first value of key. A query with escapes ('%', '+') or a ';'
+// takes the url.ParseQuery path, so the result is the same in every case.
+func queryValue(raw, key string) string {
+	if raw == "" {
+		return ""
+	}
+	if strings.ContainsAny(raw, "%+;") {
+		q, _ := url.ParseQuery(raw)
+		return q.Get(key)
+	}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 // publishRequest reads what every publish route starts with: the ?ack=

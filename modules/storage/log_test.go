@@ -976,3 +976,84 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("missing topic: %+v %v", rep, err)
 	}
 }
+
+// TestAnswersNeverCrossCallers: done channels are recycled, so a stale
+// answer must never reach a later caller. Many appenders, a third of them
+// with a context that ends while the writer is slowed down in fsync; every
+// offset a caller is told must hold that caller's own payload.
+func TestAnswersNeverCrossCallers(t *testing.T) {
+	fsys := vfs.NewMem()
+	var syncs atomic.Int64
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync && syncs.Add(1)%3 == 0 {
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	})
+	l := openMem(t, fsys, Options{})
+	// Closed at the end, not deferred: after a failure the writer may be
+	// stuck and Close would never return.
+	const workers, each = 16, 150
+	type ack struct {
+		id  int
+		off int64
+	}
+	acks := make(chan ack, workers*each)
+	var cancelled atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				id := w*each + i
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if id%3 == 0 {
+					ctx, cancel = context.WithTimeout(ctx, time.Duration(id%5)*50*time.Microsecond)
+				}
+				lvl := []AckLevel{Written, Durable}[id%2]
+				off, err := l.Append(ctx, payload(id, 60), lvl)
+				cancel()
+				switch {
+				case err == nil:
+					acks <- ack{id, off}
+				case errors.Is(err, context.DeadlineExceeded):
+					cancelled.Add(1)
+				default:
+					t.Errorf("append %d: %v", id, err)
+					return
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		// A stale answer left in a recycled channel blocks the writer.
+		t.Fatal("appends did not finish in 30 s: the writer is stuck answering")
+	}
+	close(acks)
+	<-l.Notify(workers*each - 1)
+	n := 0
+	seen := map[int64]int{}
+	for a := range acks {
+		n++
+		if prev, dup := seen[a.off]; dup {
+			t.Fatalf("offset %d answered to appends %d and %d", a.off, prev, a.id)
+		}
+		seen[a.off] = a.id
+		p, err := l.Read(a.off)
+		if err != nil || !bytes.Equal(p, payload(a.id, 60)) {
+			t.Fatalf("append %d was told offset %d, which holds %q (%v)", a.id, a.off, p, err)
+		}
+	}
+	if n+int(cancelled.Load()) != workers*each || n == 0 {
+		t.Fatalf("%d answered + %d cancelled, want %d in all", n, cancelled.Load(), workers*each)
+	}
+	t.Logf("%d answered, %d cancelled before their answer", n, cancelled.Load())
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -25,7 +25,7 @@ type request struct {
 	n     int    // number of entries
 	level AckLevel
 	first int64       // first assigned offset (set by the writer)
-	done  chan result // buffered(1), one per call; nil for ACCEPTED
+	done  chan result // buffered(1), from donePool; nil for ACCEPTED
 	// answered is set by the writer once done got its value.
 	answered bool
 }
@@ -37,8 +37,14 @@ type result struct {
 
 // requestPool recycles requests and their entry buffers. The writer owns a
 // request from enqueue on and puts it back after its batch; the caller only
-// keeps the done channel, which is never reused.
+// keeps the done channel.
 var requestPool = sync.Pool{New: func() any { return new(request) }}
+
+// donePool recycles done channels. The writer sends exactly once per request
+// (finish checks answered), so a channel whose value the caller received is
+// empty and unreferenced and can serve another call; one abandoned by a
+// caller whose ctx ended still gets the writer's value and is left to the GC.
+var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 
 // Append appends one message JSON and returns its offset once level is
 // reached (seed 003 ack levels; a caller is never told more than happened):
@@ -89,25 +95,28 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 	r.n, r.level, r.first, r.answered, r.done = len(payloads), level, -1, false, nil
 	var done chan result
 	if level != Accepted {
-		done = make(chan result, 1)
+		done = donePool.Get().(chan result)
 		r.done = done
 	}
 
 	l.mu.Lock()
+	var refused error
 	switch {
 	case l.failed != nil:
-		err := l.failed
-		l.mu.Unlock()
-		requestPool.Put(r)
-		return -1, err
+		refused = l.failed
 	case l.closing:
-		l.mu.Unlock()
-		requestPool.Put(r)
-		return -1, ErrClosed
+		refused = ErrClosed
 	case l.pendingBytes+int64(total) > l.opts.MaxPendingBytes && len(l.pending) > 0:
+		refused = fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
+	}
+	if refused != nil {
 		l.mu.Unlock()
+		if done != nil {
+			donePool.Put(done) // never handed to the writer
+		}
+		r.done = nil
 		requestPool.Put(r)
-		return -1, fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
+		return -1, refused
 	}
 	l.pending = append(l.pending, r)
 	l.pendingBytes += int64(total)
@@ -119,6 +128,7 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 	}
 	select {
 	case res := <-done:
+		donePool.Put(done)
 		if res.err != nil {
 			return -1, res.err
 		}
