@@ -138,8 +138,23 @@ func TestDump(t *testing.T) {
 func TestServeStartupFailureExits1(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("server:\n  prot: 1\n"), 0o644)
-	if code, _ := capture(t, "serve", "--config", cfg); code != 1 {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldErr := os.Stderr
+	os.Stderr = w
+	code, _ := capture(t, "serve", "--config", cfg)
+	os.Stderr = oldErr
+	w.Close()
+	stderr, _ := io.ReadAll(r)
+	if code != 1 {
 		t.Fatalf("unknown key: exit %d, want 1", code)
+	}
+	// One line naming the key, not Fx's event log.
+	if lines := strings.Split(strings.TrimSpace(string(stderr)), "\n"); len(lines) != 1 ||
+		!strings.Contains(lines[0], "server.prot") || !strings.HasPrefix(lines[0], "mmmq: startup failed:") {
+		t.Fatalf("config error on stderr: %q", stderr)
 	}
 	if code, out := capture(t, "version"); code != 0 || !strings.HasPrefix(out, "mmmq ") {
 		t.Fatalf("version: exit %d, %q", code, out)

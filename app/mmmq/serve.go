@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"go.uber.org/dig"
-	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
@@ -23,8 +22,16 @@ func serve(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// The configuration is loaded before the application is built, so that
+	// a bad key or value is reported on one line instead of after Fx's
+	// event log (which goes to stderr while no logger is configured).
+	cfg, err := config.Load(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != ""})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
+		return 1
+	}
 	a := app.New(
-		fx.Supply(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != ""}),
+		config.Supply(cfg),
 		lineproto.Module, // TCP line protocol; listens only when mmmq.lineproto.addr is set
 		extraOptions(),
 	)
@@ -33,7 +40,7 @@ func serve(args []string) int {
 		return 1
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	err := a.Start(startCtx)
+	err = a.Start(startCtx)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
