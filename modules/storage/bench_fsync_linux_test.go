@@ -14,13 +14,14 @@ import (
 //
 //   - append+fsync: what the segment file gets today (the file grows, so
 //     the inode is written too);
+//
 //   - overwrite+fdatasync: the same bytes into a preallocated, already
 //     written region (no size change, data only) — what a preallocated
 //     segment format would allow; DESIGN §3 does not (segments hold exactly
 //     their entries), so this is a measurement for that decision, not a
 //     code path.
 //
-//	go test -run '^$' -bench FsyncCost ./modules/storage/
+//     go test -run '^$' -bench FsyncCost ./modules/storage/
 func BenchmarkFsyncCost(b *testing.B) {
 	buf := make([]byte, 10<<10)
 	for i := range buf {
