@@ -22,6 +22,9 @@ func serve(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// Build-tagged additions first: the crash-test build reads and removes
+	// its own MMMQ_CRASHPOINT* variables, which the config would refuse.
+	extra := extraOptions()
 	// The configuration is loaded before the application is built, so that
 	// a bad key or value is reported on one line instead of after Fx's
 	// event log (which goes to stderr while no logger is configured).
@@ -33,7 +36,7 @@ func serve(args []string) int {
 	a := app.New(
 		config.Supply(cfg),
 		lineproto.Module, // TCP line protocol; listens only when mmmq.lineproto.addr is set
-		extraOptions(),
+		extra,
 	)
 	if err := a.Err(); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
