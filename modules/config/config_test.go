@@ -280,6 +280,8 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
 		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
 		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
+		{"port fraction", "server: {port: 80.5}", "server.port"},
+		{"max-topics fraction", "mmmq: {broker: {storage: {max-topics: 10.25}}}", "mmmq.broker.storage.max-topics"},
 		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
 		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},
 		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -257,7 +258,7 @@ func decode(k *koanf.Koanf, cfg *Config) error {
 		TagName:          "koanf",
 		ErrorUnused:      true,
 		WeaklyTypedInput: false,
-		DecodeHook:       durationHook,
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, integerHook),
 	}
 	err := k.UnmarshalWithConf("", cfg, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
 	if err == nil {
@@ -278,6 +279,26 @@ func decode(k *koanf.Koanf, cfg *Config) error {
 		errs = append(errs, fmt.Errorf("config: decode: %w", e))
 	}
 	return errors.Join(errs...)
+}
+
+// integerHook refuses a fraction where a whole number is wanted
+// ("port: 80.5", "max-topics: 1e3" is fine): mapstructure would truncate it
+// silently even without weak typing.
+func integerHook(from, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Float32, reflect.Float64:
+		f := reflect.ValueOf(data).Float()
+		if f != math.Trunc(f) || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("must be a whole number; got %v", data)
+		}
+	}
+	return data, nil
 }
 
 // durationHook parses Go duration strings ("30s", "1m30s") and refuses
