@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~8-10 minutes
+#   make bench                       # full run, ~6-7 minutes (the 1M replay is most of it)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~2-3 minutes
 #
 # Knobs (environment):
@@ -18,9 +18,11 @@
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
 #
 # Every broker is a fresh `bin/mmmq serve` on a new data dir and a free
-# loopback port, logging at warn. Load comes from `bin/mmmq bench` (the same
-# tool drives the in-process plain handler, so the ratios compare like with
-# like). Peak RSS is VmHWM of the broker process just before it is stopped.
+# loopback port, logging at warn. Load comes from `bin/mmmq bench`; the same
+# tool drives the HTTP ceiling, a plain handler in its own process
+# (`mmmq bench -mode plain-server`), so the ratios compare like with like.
+# The Go benchmarks write under BENCH_TMP too (TMPDIR). Peak RSS is VmHWM of
+# the broker process just before it is stopped.
 # Requirements: bash, curl, jq, awk.
 set -euo pipefail
 
@@ -179,12 +181,12 @@ say "go benchmarks (storage, publish handler), -benchtime $GOBENCHTIME"
 GOBENCH=$TMP/gobench.txt
 : >"$GOBENCH"
 if ls modules/storage/*_test.go >/dev/null 2>&1 && grep -qs '^func Benchmark' modules/storage/*_test.go; then
-	timeout 300 "$GO" test -run '^$' -bench . -benchtime "$GOBENCHTIME" ./modules/storage/ >>"$GOBENCH" 2>&1 ||
+	TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench . -benchtime "$GOBENCHTIME" ./modules/storage/ >>"$GOBENCH" 2>&1 ||
 		say "storage benchmarks failed or timed out (see below)"
 else
 	say "no storage benchmarks in modules/storage; skipped"
 fi
-timeout 300 "$GO" test -run '^$' -bench 'PublishHandler' -benchtime "$GOBENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
+TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench 'PublishHandler' -benchtime "$GOBENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
 	say "httpapi benchmarks failed or timed out"
 grep -E '^(FAIL|panic|---)' "$GOBENCH" >&2 || true
 
@@ -214,8 +216,13 @@ awk '/^Benchmark/ {
 PLAIN_PORT=$(free_port)
 "$MMMQ" bench -mode plain-server -listen "127.0.0.1:$PLAIN_PORT" 2>>"$TMP/bench.log" &
 PLAIN_PID=$!
-for ((i = 0; i < 400; i++)); do
+for ((i = 0; ; i++)); do
 	(exec 3<>"/dev/tcp/127.0.0.1/$PLAIN_PORT") 2>/dev/null && break
+	if ! kill -0 "$PLAIN_PID" 2>/dev/null || [ "$i" -ge 1000 ]; then
+		say "plain handler server did not start; log:"
+		tail -5 "$TMP/bench.log" >&2
+		exit 1
+	fi
 	sleep 0.01
 done
 for c in $CS; do

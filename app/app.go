@@ -21,7 +21,6 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
 	"github.com/mmmq/mmmq/plugins/metrics"
-	"github.com/mmmq/mmmq/plugins/profiling"
 )
 
 // StopTimeout bounds the whole graceful stop (HTTP drain, dispatch workers,
@@ -43,7 +42,6 @@ func Modules() fx.Option {
 		configdispatchers.Module,
 		groups.Module,
 		metrics.Module,
-		profiling.Module,
 		httpapi.Module,
 	)
 }

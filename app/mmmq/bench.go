@@ -97,7 +97,7 @@ func bench(args []string) int {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL")
 	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
 	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
@@ -109,13 +109,13 @@ func bench(args []string) int {
 	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
 	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
 	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "deliver: give up after this long without an arrival")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "give up after this long without an acknowledged publish (deliver: without an arrival)")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
 	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
-	fs.IntVar(&cfg.serverPID, "server-pid", 0, "report this local process's CPU time per message over the measured window (Linux)")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|deliver] [flags]
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|plain-server|deliver] [flags]
 
   mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
   mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
@@ -176,6 +176,15 @@ func (c *benchConfig) validate() error {
 	}
 	if c.serverPID < 0 {
 		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
+	}
+	if c.serverPID > 0 && !(c.mode == "publish" || c.mode == "plain" && c.urlSet) {
+		return errors.New("-server-pid needs -mode publish, or -mode plain with -url (a server in another process)")
+	}
+	if c.mode == "plain-server" {
+		if _, _, err := net.SplitHostPort(c.listen); err != nil {
+			return fmt.Errorf("-listen %q: want host:port: %v", c.listen, err)
+		}
+		return nil // the load flags do not apply
 	}
 	if c.serverPID > 0 {
 		if _, err := processCPU(c.serverPID); err != nil {
@@ -271,6 +280,8 @@ type loadGen struct {
 	remaining atomic.Int64 // count mode: messages not yet taken
 	total     atomic.Int64 // messages acknowledged, warmup included (progress)
 	measuring atomic.Bool
+
+	lastOK atomic.Int64 // UnixNano of the last acknowledged request (or the start)
 
 	mu       sync.Mutex
 	firstErr string
@@ -392,6 +403,10 @@ func (g *loadGen) producer(ctx context.Context, id int, deadline time.Time, st *
 			if measured {
 				st.errors++
 			}
+			if idle := time.Since(time.Unix(0, g.lastOK.Load())); idle > g.cfg.idleTimeout {
+				g.noteErr(fmt.Sprintf("nothing acknowledged for %s (-idle-timeout): giving up", idle.Round(time.Second)))
+				return
+			}
 			if g.cfg.count > 0 {
 				g.remaining.Add(int64(n)) // retry these messages
 			}
@@ -399,6 +414,7 @@ func (g *loadGen) producer(ctx context.Context, id int, deadline time.Time, st *
 			continue
 		}
 		g.total.Add(int64(n))
+		g.lastOK.Store(time.Now().UnixNano())
 		if measured {
 			st.requests++
 			st.messages += int64(n)
@@ -420,6 +436,7 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 	g.remaining.Store(cfg.count)
 	var deadline time.Time
 	start := time.Now()
+	g.lastOK.Store(start.UnixNano())
 	measureFrom := start
 	if cfg.count == 0 {
 		measureFrom = start.Add(cfg.warmup)
@@ -461,8 +478,12 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 				msgs += stats[i].messages
 			}
 			if msgs > 0 {
-				v := math.Round(float64(time.Duration(c1-time.Duration(c0)))/1e3/float64(msgs)*10) / 10
+				used := c1 - time.Duration(c0)
+				v := math.Round(float64(used)/1e3/float64(msgs)*10) / 10
 				res.ServerCPUUsPerMsg = &v
+				if used < 100*time.Millisecond {
+					fmt.Fprintf(os.Stderr, "bench: server CPU time is counted in 10 ms ticks and only %v was used: the per-message figure is coarse (is -server-pid the server?)\n", used)
+				}
 			}
 		} else {
 			g.noteErr("server CPU time: " + err.Error())
@@ -590,7 +611,7 @@ func newPlainServer() *http.Server {
 func servePlain(ctx context.Context, addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("-listen %s: %w", addr, err)
 	}
 	srv := newPlainServer()
 	fmt.Fprintf(os.Stderr, "bench: plain handler on http://%s (stop with Ctrl-C)\n", ln.Addr())
@@ -598,9 +619,14 @@ func servePlain(ctx context.Context, addr string) error {
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Finish answered requests for a moment, then cut the rest (a
+		// half-sent body must not hold the process): it is a load target.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+		return nil
 	case err := <-errc:
 		return err
 	}

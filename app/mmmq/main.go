@@ -56,7 +56,7 @@ func usage() {
   mmmq [serve] [--config FILE]          run the broker (default: configs/mmmq.yaml if present)
   mmmq verify [--root DIR] [--repair]   check every entry and CRC offline; exit 3 on corruption
   mmmq dump --topic T [--root DIR] [--from N] [--count K]
-  mmmq bench [-mode publish|plain|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
+  mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
   mmmq version
 `)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/plugins/lineproto"
+	"github.com/mmmq/mmmq/plugins/profiling"
 )
 
 func serve(args []string) int {
@@ -36,6 +37,10 @@ func serve(args []string) int {
 	a := app.New(
 		config.Supply(cfg),
 		lineproto.Module, // TCP line protocol; listens only when mmmq.lineproto.addr is set
+		// /debug/pprof/ on its own port when mmmq.profiling.addr is set. Not
+		// in app.Modules: importing net/http/pprof also registers its
+		// handlers on http.DefaultServeMux, which a custom binary may serve.
+		profiling.Module,
 		extra,
 	)
 	if err := a.Err(); err != nil {

@@ -11,8 +11,8 @@ import (
 // container, which the application supplies with one of (never both; Fx then
 // fails with "already provided"):
 //
-//	fx.Supply(config.LoadOptions{Path: flagPath, PathExplicit: set}) // binary: Load
-//	config.Supply(cfg)                                               // tests: a built Config
+//	fx.Supply(config.LoadOptions{Path: flagPath, PathExplicit: set}) // Load inside the app
+//	config.Supply(cfg)                                               // a Config built before (tests; mmmq serve, to report a bad key on one line)
 //
 // With neither, it loads as Load(LoadOptions{}) does: DefaultPath (or
 // $MMMQ_CONFIG) if present, then the process environment.

@@ -265,13 +265,14 @@ func ackLevel(r *http.Request) (storage.AckLevel, error) {
 }
 
 // queryValue is url.Values.Get(key) of a raw query without building the
-// map: the first value of key. A query with escapes ('%', '+') or a ';'
-// takes the url.ParseQuery path, so the result is the same in every case.
+// map: the first value of key. A query with escapes ('%', '+'), a ';' or
+// more than 1 KiB (url.ParseQuery refuses over 10000 parameters) takes the
+// url.ParseQuery path, so the result is the same in every case.
 func queryValue(raw, key string) string {
 	if raw == "" {
 		return ""
 	}
-	if strings.ContainsAny(raw, "%+;") {
+	if len(raw) > 1024 || strings.ContainsAny(raw, "%+;") {
 		q, _ := url.ParseQuery(raw)
 		return q.Get(key)
 	}

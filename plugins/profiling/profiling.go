@@ -6,7 +6,11 @@
 // interface only.
 //
 //	MMMQ_PROFILING_ADDR=127.0.0.1:6060 mmmq serve
-//	go tool pprof -top http://127.0.0.1:6060/debug/pprof/profile?seconds=10
+//	go tool pprof -top 'http://127.0.0.1:6060/debug/pprof/profile?seconds=10'
+//
+// The stock mmmq binary includes Module; app.Modules does not, because
+// importing net/http/pprof also registers its handlers on
+// http.DefaultServeMux, which a custom binary might serve.
 package profiling
 
 import (
