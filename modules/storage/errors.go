@@ -76,3 +76,13 @@ func (e *failedError) Unwrap() []error {
 }
 
 func newFailed(cause error) error { return &failedError{cause: cause} }
+
+// fdHint explains an open failure caused by the open-file limit (EMFILE,
+// ENFILE): every segment keeps its .mmm and .idx open for the life of the
+// log, so a topic with N segments holds 2N descriptors.
+func fdHint(err error) string {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		return " (open-file limit reached: every segment keeps its .mmm and .idx open; raise the limit — ulimit -n, systemd LimitNOFILE — or use a larger mmmq.broker.segment.max-bytes)"
+	}
+	return ""
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -1056,4 +1057,41 @@ func TestAnswersNeverCrossCallers(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOpenFileLimitIsExplained: reopening a log when the process is out of
+// file descriptors names the cause and the way out (every segment keeps
+// two files open), and the log opens normally once descriptors are back.
+func TestOpenFileLimitIsExplained(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{SegmentMaxBytes: 1024})
+	for i := 0; i < 40; i++ {
+		if _, err := l.Append(context.Background(), payload(i, 200), Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(segmentBases(t, fsys)); n < 3 {
+		t.Fatalf("want several segments, got %d", n)
+	}
+	var opens atomic.Int64
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpOpen && opens.Add(1) > 3 {
+			return &os.PathError{Op: "open", Path: name, Err: syscall.EMFILE}
+		}
+		return nil
+	})
+	_, err := Open(testDir, Options{FS: fsys, SegmentMaxBytes: 1024})
+	if err == nil || !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "open-file limit") ||
+		!strings.Contains(err.Error(), "segment.max-bytes") {
+		t.Fatalf("open with EMFILE: %v", err)
+	}
+	fsys.SetHook(nil)
+	l2, err := Open(testDir, Options{FS: fsys, SegmentMaxBytes: 1024})
+	if err != nil {
+		t.Fatalf("reopen once descriptors are back: %v", err)
+	}
+	l2.Close()
 }

@@ -132,7 +132,7 @@ func recoverDir(fsys vfs.FS, dir, topic string, o Options, apply bool) (segs []*
 		if pr.mmm {
 			if p.mmm, err = open(p.mmmPath); err != nil {
 				closeAll()
-				return nil, rep, fmt.Errorf("open segment %s: %w", p.mmmPath, err)
+				return nil, rep, fmt.Errorf("open segment %s: %w%s", p.mmmPath, err, fdHint(err))
 			}
 			if p.mmmSize, err = p.mmm.Size(); err != nil {
 				closeAll()
@@ -142,7 +142,7 @@ func recoverDir(fsys vfs.FS, dir, topic string, o Options, apply bool) (segs []*
 		if pr.idx {
 			if p.idx, err = open(p.idxPath); err != nil {
 				closeAll()
-				return nil, rep, fmt.Errorf("open index %s: %w", p.idxPath, err)
+				return nil, rep, fmt.Errorf("open index %s: %w%s", p.idxPath, err, fdHint(err))
 			}
 			if p.idxSize, err = p.idx.Size(); err != nil {
 				closeAll()
