@@ -45,7 +45,9 @@ type Options struct {
 	IdleTimeout       time.Duration // keep-alive; default 120s
 	MaxBodyBytes      int64         // request body cap; default 4 MiB
 	// PublishTimeout bounds how long a publish waits for its ack level
-	// (then 503, outcome unknown); default 30s.
+	// (then 503 TIMEOUT, outcome unknown; up to 100 ms later for a single
+	// publish, whose deadline is shared per tick); default 90% of
+	// WriteTimeout, so the answer is written before the write deadline.
 	PublishTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown: in-flight requests get
 	// this long to finish; default 30s.
@@ -71,6 +73,8 @@ type Server struct {
 	ln     net.Listener
 	bufs   sync.Pool
 	done   chan struct{}
+	// deadlines bounds single publishes' waits (PublishTimeout).
+	deadlines sharedDeadlines
 }
 
 // New builds the server and its routes; Start listens.
@@ -91,12 +95,14 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		opts.MaxBodyBytes = 4 << 20
 	}
 	if opts.PublishTimeout <= 0 {
-		opts.PublishTimeout = 30 * time.Second
+		// Inside the write deadline, so that the 503 can still be written.
+		opts.PublishTimeout = opts.WriteTimeout * 9 / 10
 	}
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
-	s := &Server{opts: opts, reg: reg, ready: ready, log: log, done: make(chan struct{})}
+	s := &Server{opts: opts, reg: reg, ready: ready, log: log, done: make(chan struct{}),
+		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r := mux.NewRouter()
 	r.HandleFunc("/messages", s.handlePublish).Methods(http.MethodPost)
@@ -310,7 +316,8 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	defer s.putBuf(bp)
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
-	topic, id, stored, err := decodeMessage(*bp, time.Now(), *out)
+	now := time.Now()
+	topic, id, stored, err := decodeMessage(*bp, now, *out)
 	if err == nil {
 		err = s.checkSize(stored)
 	}
@@ -324,9 +331,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.PublishTimeout)
-	defer cancel()
-	off, err := q.Offer(ctx, stored, lvl)
+	off, err := q.Offer(s.deadlines.get(now), stored, lvl)
 	if err != nil {
 		s.fail(w, err)
 		return

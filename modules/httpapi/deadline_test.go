@@ -1,0 +1,105 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+func TestSharedDeadlines(t *testing.T) {
+	d := sharedDeadlines{timeout: 30 * time.Second}
+	base := time.Date(2026, 11, 30, 8, 0, 0, 0, time.UTC)
+	c1 := d.get(base.Add(10 * time.Millisecond))
+	dl, ok := c1.Deadline()
+	if !ok || dl.Before(base.Add(10*time.Millisecond+30*time.Second)) || dl.After(base.Add(10*time.Millisecond+30*time.Second+deadlineTick)) {
+		t.Fatalf("deadline %v for a call at +10ms with a 30s timeout", dl)
+	}
+	if c2 := d.get(base.Add(90 * time.Millisecond)); c2 != c1 {
+		t.Fatal("a call in the same tick got a context of its own")
+	}
+	c3 := d.get(base.Add(120 * time.Millisecond))
+	if c3 == c1 {
+		t.Fatal("a call in the next tick got a context that ends too early")
+	}
+	if dl3, _ := c3.Deadline(); dl3.Before(base.Add(120*time.Millisecond + 30*time.Second)) {
+		t.Fatalf("deadline %v is less than the timeout after the call", dl3)
+	}
+
+	// A real short timeout ends the context.
+	short := sharedDeadlines{timeout: 50 * time.Millisecond}
+	start := time.Now()
+	ctx := short.get(start)
+	select {
+	case <-ctx.Done():
+		if el := time.Since(start); el < 50*time.Millisecond {
+			t.Fatalf("ended after %v, before the timeout", el)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the shared context never ended")
+	}
+	if ctx.Err() != context.DeadlineExceeded {
+		t.Fatalf("err %v, want DeadlineExceeded", ctx.Err())
+	}
+}
+
+// TestPublishTimeoutWhileDiskHangs: with fsync stuck, a DURABLE publish is
+// answered 503 TIMEOUT after PublishTimeout (plus at most one tick), never
+// 200, and never waits for the disk.
+func TestPublishTimeoutWhileDiskHangs(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	s := New(Options{PublishTimeout: 300 * time.Millisecond}, reg, nil, zap.NewNop())
+	h := s.Handler()
+	publish := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/messages",
+			bytes.NewReader([]byte(`{"topic":"t.hang","content":{"x":1}}`))))
+		return rec
+	}
+	if rec := publish(); rec.Code != http.StatusOK {
+		t.Fatalf("first publish: %d %s", rec.Code, rec.Body)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSync {
+			<-release
+		}
+		return nil
+	})
+	defer func() {
+		once.Do(func() { close(release) })
+		fsys.SetHook(nil)
+		reg.Close()
+	}()
+	start := time.Now()
+	recc := make(chan *httptest.ResponseRecorder, 1)
+	go func() { recc <- publish() }()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-recc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("publish still waiting for the hung disk after 5s with a 300ms publish timeout")
+	}
+	el := time.Since(start)
+	var body struct{ Acknowledgement, Code, Error string }
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || body.Code != CodeTimeout {
+		t.Fatalf("publish while fsync hangs: HTTP %d %s", rec.Code, rec.Body)
+	}
+	if el < 300*time.Millisecond || el > 300*time.Millisecond+deadlineTick+2*time.Second {
+		t.Fatalf("answered after %v with a 300ms publish timeout", el)
+	}
+	once.Do(func() { close(release) })
+}
