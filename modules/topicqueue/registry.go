@@ -23,18 +23,28 @@ type Options struct {
 	Storage storage.Options
 }
 
-// Registry holds every open TopicQueue by name. Lookups take a read lock;
-// creating a topic takes the write lock for the few fsyncs it needs.
+// Registry holds every open TopicQueue by name. Lookups take a read lock.
+// Opening or creating a topic (directory, files, a few fsyncs) runs outside
+// the lock, so publishes to other topics never wait for it; concurrent
+// callers for the same new topic wait for the one opening it.
 type Registry struct {
 	opts Options
 	log  *zap.Logger
 
 	mu          sync.RWMutex
 	topics      map[string]*TopicQueue
+	opening     map[string]*opening // topics being opened, counted in MaxTopics
 	quarantined map[string]error
 	subs        map[int]func(*TopicQueue)
 	nextSub     int
 	closed      bool
+}
+
+// opening is one topic being opened; done is closed when q or err is set.
+type opening struct {
+	done chan struct{}
+	q    *TopicQueue
+	err  error
 }
 
 // New returns an empty registry over opts.Root. Topics already on disk are
@@ -54,6 +64,7 @@ func New(opts Options) *Registry {
 		opts:        opts,
 		log:         l,
 		topics:      map[string]*TopicQueue{},
+		opening:     map[string]*opening{},
 		quarantined: map[string]error{},
 		subs:        map[int]func(*TopicQueue){},
 	}
@@ -103,6 +114,11 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 		r.mu.Unlock()
 		return q, nil
 	}
+	if o, ok := r.opening[name]; ok {
+		r.mu.Unlock()
+		<-o.done
+		return o.q, o.err
+	}
 	switch {
 	case r.closed:
 		r.mu.Unlock()
@@ -111,26 +127,42 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 		err := r.quarantined[name]
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s: %v", ErrQuarantined, name, err)
-	case len(r.topics) >= r.opts.MaxTopics:
+	case len(r.topics)+len(r.opening) >= r.opts.MaxTopics:
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%w: %d topics are open (mmmq.broker.storage.max-topics)", ErrTooManyTopics, r.opts.MaxTopics)
 	}
-	l, err := storage.Open(filepath.Join(r.opts.Root, name), r.opts.Storage)
-	if err != nil {
-		r.mu.Unlock()
-		return nil, err
-	}
-	q := &TopicQueue{name: name, log: l}
-	r.topics[name] = q
-	subs := r.subscribers()
+	o := &opening{done: make(chan struct{})}
+	r.opening[name] = o
 	r.mu.Unlock()
+
+	l, err := storage.Open(filepath.Join(r.opts.Root, name), r.opts.Storage)
+
+	r.mu.Lock()
+	delete(r.opening, name)
+	var subs []func(*TopicQueue)
+	switch {
+	case err != nil:
+		o.err = err
+	case r.closed: // Close waits for this opening, then closes what it finds
+		_ = l.Close()
+		o.err = ErrClosed
+	default:
+		o.q = &TopicQueue{name: name, log: l}
+		r.topics[name] = o.q
+		subs = r.subscribers()
+	}
+	r.mu.Unlock()
+	close(o.done)
+	if o.err != nil {
+		return nil, o.err
+	}
 	if announce {
 		r.log.Info("topic created", zap.String("topic", name))
 	}
 	for _, fn := range subs {
-		fn(q)
+		fn(o.q)
 	}
-	return q, nil
+	return o.q, nil
 }
 
 func (r *Registry) subscribers() []func(*TopicQueue) {
@@ -208,6 +240,16 @@ func (r *Registry) Subscribe(fn func(*TopicQueue)) (cancel func()) {
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	r.closed = true
+	pending := make([]*opening, 0, len(r.opening))
+	for _, o := range r.opening {
+		pending = append(pending, o)
+	}
+	r.mu.Unlock()
+	// A topic being opened finishes and, seeing closed, closes its log.
+	for _, o := range pending {
+		<-o.done
+	}
+	r.mu.Lock()
 	topics := make([]*TopicQueue, 0, len(r.topics))
 	for _, q := range r.topics {
 		topics = append(topics, q)
