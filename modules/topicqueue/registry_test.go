@@ -143,3 +143,36 @@ func TestCloseWaitsForATopicBeingCreated(t *testing.T) {
 		t.Fatal("a topic created during Close is registered")
 	}
 }
+
+// TestFailedCreationReachesEveryWaiter: when creating a topic fails, the
+// caller that was waiting for it gets the same error, and a later call
+// tries again (nothing is cached).
+func TestFailedCreationReachesEveryWaiter(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	defer reg.Close()
+	boom := errors.New("disk said no")
+	reached, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpCreate && strings.Contains(name, "/slow/") {
+			once.Do(func() { close(reached) })
+			<-gate
+			return boom
+		}
+		return nil
+	})
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := reg.GetOrCreate("slow"); first <- err }()
+	<-reached
+	go func() { _, err := reg.GetOrCreate("slow"); second <- err }()
+	time.Sleep(20 * time.Millisecond) // let the second caller start waiting
+	close(gate)
+	if e1, e2 := <-first, <-second; !errors.Is(e1, boom) || !errors.Is(e2, boom) {
+		t.Fatalf("failed creation: first %v, waiter %v; want both %v", e1, e2, boom)
+	}
+	fsys.SetHook(nil)
+	if q, err := reg.GetOrCreate("slow"); err != nil || q == nil {
+		t.Fatalf("retry after the failure: %v", err)
+	}
+}
