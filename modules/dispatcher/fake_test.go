@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -117,7 +118,7 @@ func (tp *memTopic) ReadBatch(from int64, max int) ([]storage.Entry, error) {
 	return out, nil
 }
 
-func (tp *memTopic) Checkpoint(name string) (*storage.Checkpoint, error) {
+func (tp *memTopic) Checkpoint(name string) (contract.Checkpoint, error) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	if tp.closed {

@@ -2,8 +2,10 @@ package dispatcher
 
 import (
 	"fmt"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 	"strings"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // segKind is the kind of one pattern segment.
@@ -89,11 +91,11 @@ func MustPattern(s string) Pattern {
 func (p Pattern) String() string { return p.raw }
 
 // Match reports whether topic matches p. A topic that is not a valid topic
-// name (topicqueue.ValidateName) matches nothing. The cost is O(segments(p) ×
+// name (contract.ValidateTopic) matches nothing. The cost is O(segments(p) ×
 // segments(topic)) time and O(segments(topic)) space, whatever the number of
 // "**" (dynamic programming, no backtracking).
 func (p Pattern) Match(topic string) bool {
-	if len(p.segs) == 0 || topicqueue.ValidateName(topic) != nil {
+	if len(p.segs) == 0 || contract.ValidateTopic(topic) != nil {
 		return false
 	}
 	t := strings.Split(topic, ".")

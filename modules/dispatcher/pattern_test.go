@@ -1,10 +1,12 @@
 package dispatcher
 
 import (
-	"github.com/mmmq/mmmq/modules/topicqueue"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 func TestPatternMatch(t *testing.T) {
@@ -174,7 +176,7 @@ func FuzzParsePattern(f *testing.F) {
 		}
 		// Valid patterns without wildcards are valid topics, and match themselves.
 		if !strings.Contains(s, "*") {
-			if err := topicqueue.ValidateName(s); err != nil {
+			if err := contract.ValidateTopic(s); err != nil {
 				t.Fatalf("literal pattern %q is not a valid topic: %v", s, err)
 			}
 			if !p.Match(s) {

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Outcome is a consumer's normal answer to a delivery (DESIGN §2).
@@ -167,7 +169,7 @@ func (s *HTTPSender) Send(ctx context.Context, d Delivery) (Outcome, error) {
 	req.Header[HeaderTopic] = []string{d.Topic}
 	req.Header[HeaderOffset] = []string{strconv.FormatInt(d.Offset, 10)}
 	req.Header[HeaderAttempt] = []string{strconv.Itoa(d.Attempt)}
-	if d.MessageID != "" && validHeaderValue(d.MessageID) {
+	if d.MessageID != "" && contract.ValidHeaderValue(d.MessageID) {
 		req.Header[HeaderMessageID] = []string{d.MessageID}
 	}
 	resp, err := s.client.Do(req)

@@ -1,12 +1,15 @@
 package dispatcher
 
-import "github.com/mmmq/mmmq/modules/storage"
+import (
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
 
 // Topic is one topic's log as the dispatcher sees it. The topic registry
 // (modules/topicqueue) adapts its topics to it. Implementations must be safe
 // for concurrent use.
 type Topic interface {
-	// Name is the topic name (valid per topicqueue.ValidateName).
+	// Name is the topic name (valid per contract.ValidateTopic).
 	Name() string
 	// ReadBatch returns up to max entries starting at from, all below the
 	// high watermark, in offset order without gaps; empty when from >=
@@ -22,7 +25,7 @@ type Topic interface {
 	Notify(offset int64) <-chan struct{}
 	// Checkpoint opens (or returns the already-open) durable checkpoint named
 	// name for this topic. The topic owns it and closes it; callers do not.
-	Checkpoint(name string) (*storage.Checkpoint, error)
+	Checkpoint(name string) (contract.Checkpoint, error)
 }
 
 // Source yields topics: Subscribe calls fn for every existing topic, then for
@@ -34,3 +37,14 @@ type Topic interface {
 type Source interface {
 	Subscribe(fn func(Topic)) (cancel func())
 }
+
+// MaxMessageIDBytes is the longest producer message id sent in the
+// mmmq-message-id header.
+//
+// Deprecated: use contract.MaxMessageIDBytes.
+const MaxMessageIDBytes = contract.MaxMessageIDBytes
+
+// MessageID returns the producer message id of a stored message JSON.
+//
+// Deprecated: use contract.MessageID.
+func MessageID(body []byte) string { return contract.MessageID(body) }

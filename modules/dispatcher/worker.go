@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -40,7 +41,7 @@ type worker struct {
 	errText                                                  string
 
 	ctx        context.Context // set by run; commit retries until it ends
-	cp         *storage.Checkpoint
+	cp         contract.Checkpoint
 	bo         *backoff.ExponentialBackOff // abnormal responses; reset after any normal one
 	pending    int                         // finished but uncommitted messages
 	lastCommit time.Time
@@ -146,7 +147,7 @@ func (w *worker) run(ctx context.Context) (err error) {
 
 // openCheckpoint opens the dispatcher's checkpoint of the topic, retrying
 // transient errors with backoff until ctx is done.
-func (w *worker) openCheckpoint(ctx context.Context) (*storage.Checkpoint, error) {
+func (w *worker) openCheckpoint(ctx context.Context) (contract.Checkpoint, error) {
 	b := w.m.newBackoff()
 	for {
 		cp, err := w.topic.Checkpoint(w.d.name)
@@ -240,7 +241,7 @@ func (w *worker) loop(ctx context.Context) error {
 // It returns nil when finished, errStopped when ctx ended first (e is then
 // not finished and must not be committed), or a commit error.
 func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
-	id := MessageID(e.Payload)
+	id := contract.MessageID(e.Payload)
 	nacks := 0
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {

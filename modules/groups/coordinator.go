@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -135,7 +136,7 @@ type key struct{ topic, group string }
 type group struct {
 	topic *topicqueue.TopicQueue
 	name  string
-	cp    *storage.Checkpoint
+	cp    contract.Checkpoint
 
 	mu    sync.Mutex
 	lease *lease // nil: free
@@ -264,7 +265,7 @@ func (c *Coordinator) holderLocked(g *group, session string, now time.Time) (*le
 
 // group returns the state of (topic, name), creating it on first use.
 func (c *Coordinator) group(topic, name string) (*group, error) {
-	if err := topicqueue.ValidateName(topic); err != nil {
+	if err := contract.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
 	if storage.ValidCheckpointName(name) != nil {

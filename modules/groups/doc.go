@@ -62,7 +62,7 @@
 //	  200 {"topic":"t","group":"g","released":true|false,"committed":c}
 //	  the next session starts at the committed offset
 //
-// Errors use httpapi.ErrorBody {"acknowledgement":"NACK","error":"...",
+// Errors use contract.ErrorBody {"acknowledgement":"NACK","error":"...",
 // "code":"..."}: 400 BAD_REQUEST (invalid topic or group name, max, wait,
 // body, missing header), 404 NOT_FOUND (unknown topic), 409 GROUP_BUSY,
 // NOT_DELIVERED, SESSION_EXPIRED, NAME_TAKEN (group named like a

@@ -1,58 +1,62 @@
 package groups
 
 import (
-	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Sentinel errors of the coordinator. Test them with errors.Is; the returned
-// errors wrap them with the topic, group and offsets concerned.
+// errors wrap them with the topic, group and offsets concerned. Each carries
+// its error code, so contract.Classify gives the HTTP status and the line
+// protocol's ERR code.
 var (
-	// ErrGroupBusy: another live session holds the group (seed 003:
-	// "同一组同时只允许一个活动连接，第二个连接得到 ERR GROUP_BUSY").
+	// ErrGroupBusy: another live session holds the group (the log-queue
+	// study: one active connection per group at a time; a second one gets
+	// ERR GROUP_BUSY).
 	// HTTP 409 GROUP_BUSY, TCP ERR GROUP_BUSY. Retry after the holder
 	// releases it or its lease expires.
-	ErrGroupBusy = errors.New("groups: group busy")
+	ErrGroupBusy = contract.NewError(contract.CodeGroupBusy, "groups: group busy")
 	// ErrNotDelivered: an ack names an offset at or beyond what the session
-	// was delivered (seed 003 "越界确认 ERR NOT_DELIVERED"). Nothing is
+	// was delivered (the log-queue study's out-of-range ack, ERR NOT_DELIVERED). Nothing is
 	// committed. HTTP 409 NOT_DELIVERED, TCP ERR NOT_DELIVERED.
-	ErrNotDelivered = errors.New("groups: offset not delivered")
+	ErrNotDelivered = contract.NewError(contract.CodeNotDelivered, "groups: offset not delivered")
 	// ErrSessionExpired: the session does not hold the group (its lease
 	// expired, it was released, or it never existed, e.g. after a broker
 	// restart). A stale consumer can never commit. Start a new session;
 	// delivery restarts at the committed offset. HTTP 409 SESSION_EXPIRED,
 	// TCP ERR SESSION_EXPIRED.
-	ErrSessionExpired = errors.New("groups: session expired")
+	ErrSessionExpired = contract.NewError(contract.CodeSessionExpired, "groups: session expired")
 	// ErrNameTaken: the group name is a dispatcher name. Both store their
 	// progress in <topic>/checkpoints/<name>.checkpoint, so one name space
 	// is shared (issue 6). HTTP 409 NAME_TAKEN, TCP ERR NAME_TAKEN.
-	ErrNameTaken = errors.New("groups: name used by a dispatcher")
+	ErrNameTaken = contract.NewError(contract.CodeNameTaken, "groups: name used by a dispatcher")
 	// ErrUnknownTopic: the topic does not exist (or is quarantined). Groups
 	// never create topics. HTTP 404 NOT_FOUND, TCP ERR NOT_FOUND.
-	ErrUnknownTopic = errors.New("groups: unknown topic")
+	ErrUnknownTopic = contract.NewError(contract.CodeNotFound, "groups: unknown topic")
 	// ErrInvalidName: the topic name (DESIGN §2) or the group name
 	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
 	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
-	ErrInvalidName = errors.New("groups: invalid name")
+	ErrInvalidName = contract.NewError(contract.CodeBadRequest, "groups: invalid name")
 	// ErrInvalidOffset: a fetch's from= is below the committed offset
 	// (those messages are acknowledged and will not be redelivered).
 	// HTTP 400 BAD_REQUEST.
-	ErrInvalidOffset = errors.New("groups: offset already committed")
+	ErrInvalidOffset = contract.NewError(contract.CodeBadRequest, "groups: offset already committed")
 	// ErrTooManyGroups: Options.MaxGroups (topic, group) pairs are already
-	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR UNAVAILABLE.
-	ErrTooManyGroups = errors.New("groups: group limit reached")
+	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR TOO_MANY_GROUPS.
+	ErrTooManyGroups = contract.NewError(contract.CodeTooManyGroups, "groups: group limit reached")
 )
 
-// Error codes shared by the HTTP API (ErrorBody.code) and the line protocol
-// (ERR <CODE>). GroupBusy and NotDelivered are seed 003's; the others are
-// mmmq's.
+// Error codes of the coordinator's errors.
+//
+// Deprecated: use the contract.Code constants.
 const (
-	CodeGroupBusy      = "GROUP_BUSY"
-	CodeNotDelivered   = "NOT_DELIVERED"
-	CodeSessionExpired = "SESSION_EXPIRED"
-	CodeNameTaken      = "NAME_TAKEN"
-	CodeTooManyGroups  = "TOO_MANY_GROUPS"
+	CodeGroupBusy      = contract.CodeGroupBusy
+	CodeNotDelivered   = contract.CodeNotDelivered
+	CodeSessionExpired = contract.CodeSessionExpired
+	CodeNameTaken      = contract.CodeNameTaken
+	CodeTooManyGroups  = contract.CodeTooManyGroups
 )
 
 // BusyError is the ErrGroupBusy returned by Acquire: it says how long the

@@ -14,9 +14,7 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/httpapi"
-	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // SessionHeader carries the session id of a consumer group: the fetch
@@ -43,8 +41,8 @@ type RouteOptions struct {
 	Logger *zap.Logger
 }
 
-// Route is the consumer-group part of the HTTP API, contributed to
-// httpapi's routes value group (httpapi.RouteTag) by Module:
+// Route is the consumer-group part of the HTTP API, contributed to the
+// routes value group (contract.ProvideRoute) by Module:
 //
 //	POST   /topics/{topic}/groups/{group}/fetch?max=N&wait=MS
 //	POST   /topics/{topic}/groups/{group}/ack        {"offset": n}
@@ -71,7 +69,11 @@ func NewRoute(c *Coordinator, opts RouteOptions) *Route {
 	return &Route{c: c, opts: opts, log: opts.Logger}
 }
 
-// Register adds the routes to r (httpapi.Route).
+// Drain ends the coordinator's waiting long polls (contract.Drainer): the
+// HTTP server calls it when its graceful shutdown begins.
+func (rt *Route) Drain(ctx context.Context) error { return rt.c.Drain(ctx) }
+
+// Register adds the routes to r (contract.Route).
 func (rt *Route) Register(r *mux.Router) {
 	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", rt.handleFetch).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/ack", rt.handleAck).Methods(http.MethodPost)
@@ -131,7 +133,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("max"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
-			httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
 				fmt.Sprintf("query parameter max must be an integer >= 1 (values above %d are capped); got %q", rt.c.MaxFetch(), s))
 			return
 		}
@@ -142,7 +144,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("wait"); s != "" {
 		ms, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || ms < 0 {
-			httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
 				fmt.Sprintf("query parameter wait must be milliseconds >= 0 (values above %d are capped); got %q", rt.c.MaxWait().Milliseconds(), s))
 			return
 		}
@@ -169,7 +171,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 				_, _ = rt.c.Release(topic, group, session)
 			}
 			if perr != nil {
-				httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+				contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
 					fmt.Sprintf("query parameter from must be an integer offset; got %q", s))
 				return
 			}
@@ -203,7 +205,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		resp.Messages = append(resp.Messages, m)
 	}
 	w.Header().Set(SessionHeader, session)
-	httpapi.WriteJSON(w, http.StatusOK, resp)
+	contract.WriteJSON(w, http.StatusOK, resp)
 }
 
 func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
@@ -211,18 +213,18 @@ func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
 	topic, group := v["topic"], v["group"]
 	session := r.Header.Get(SessionHeader)
 	if session == "" {
-		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
 			"header "+SessionHeader+" is required (the session returned by fetch)")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
 	if err != nil {
-		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest, fmt.Sprintf("read body (at most %d bytes): %v", maxAckBody, err))
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("read body (at most %d bytes): %v", maxAckBody, err))
 		return
 	}
 	var req AckRequest
 	if err := json.Unmarshal(body, &req); err != nil || req.Offset == nil || *req.Offset < 0 {
-		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest, `body must be {"offset": n} with an integer n >= 0`)
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, `body must be {"offset": n} with an integer n >= 0`)
 		return
 	}
 	committed, err := rt.c.Ack(topic, group, session, *req.Offset)
@@ -230,7 +232,7 @@ func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, AckResponse{Topic: topic, Group: group, Committed: committed})
+	contract.WriteJSON(w, http.StatusOK, AckResponse{Topic: topic, Group: group, Committed: committed})
 }
 
 func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +240,7 @@ func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
 	topic, group := v["topic"], v["group"]
 	session := r.Header.Get(SessionHeader)
 	if session == "" {
-		httpapi.WriteError(w, http.StatusBadRequest, httpapi.CodeBadRequest,
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
 			"header "+SessionHeader+" is required (the session to release)")
 		return
 	}
@@ -252,34 +254,19 @@ func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, err)
 		return
 	}
-	httpapi.WriteJSON(w, http.StatusOK, ReleaseResponse{Topic: topic, Group: group, Released: released, Committed: committed})
+	contract.WriteJSON(w, http.StatusOK, ReleaseResponse{Topic: topic, Group: group, Released: released, Committed: committed})
 }
 
 // HTTPStatus maps an error of the coordinator to its HTTP status and
-// ErrorBody code: 400 BAD_REQUEST (ErrInvalidName), 404 NOT_FOUND
+// ErrorBody code with the broker's one table (contract.Classify): 400
+// BAD_REQUEST (invalid names, a from= already committed), 404 NOT_FOUND
 // (ErrUnknownTopic), 409 GROUP_BUSY, NOT_DELIVERED, SESSION_EXPIRED,
-// NAME_TAKEN, 507 NO_SPACE (disk full on commit), otherwise 503
-// UNAVAILABLE (I/O or fsync error, topic closed, shutting down).
+// NAME_TAKEN, 507 NO_SPACE (disk full on commit), 503 TOO_MANY_GROUPS,
+// otherwise 503 UNAVAILABLE (I/O or fsync error, topic closed, shutting
+// down).
 func HTTPStatus(err error) (int, string) {
-	switch {
-	case errors.Is(err, ErrInvalidName), errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, ErrInvalidOffset):
-		return http.StatusBadRequest, httpapi.CodeBadRequest
-	case errors.Is(err, ErrUnknownTopic):
-		return http.StatusNotFound, httpapi.CodeNotFound
-	case errors.Is(err, ErrGroupBusy):
-		return http.StatusConflict, CodeGroupBusy
-	case errors.Is(err, ErrNotDelivered):
-		return http.StatusConflict, CodeNotDelivered
-	case errors.Is(err, ErrSessionExpired):
-		return http.StatusConflict, CodeSessionExpired
-	case errors.Is(err, ErrNameTaken):
-		return http.StatusConflict, CodeNameTaken
-	case errors.Is(err, ErrTooManyGroups):
-		return http.StatusServiceUnavailable, CodeTooManyGroups
-	case errors.Is(err, storage.ErrNoSpace):
-		return http.StatusInsufficientStorage, httpapi.CodeNoSpace
-	}
-	return http.StatusServiceUnavailable, httpapi.CodeUnavailable
+	c := contract.Classify(err)
+	return c.Status, c.Code
 }
 
 func (rt *Route) fail(w http.ResponseWriter, err error) {
@@ -291,5 +278,5 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 	if status >= 500 && !errors.Is(err, context.Canceled) {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}
-	httpapi.WriteError(w, status, code, err.Error())
+	contract.WriteError(w, status, code, err.Error())
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -50,73 +50,7 @@ type BatchResponse struct {
 // application/x-ndjson.
 func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var out []json.RawMessage
-	if ct == "application/x-ndjson" {
-		// Lines are sub-slices of body (no copy, no reused scanner buffer).
-		for rest := body; len(rest) > 0; {
-			line := rest
-			if i := bytes.IndexByte(rest, '\n'); i >= 0 {
-				line, rest = rest[:i], rest[i+1:]
-			} else {
-				rest = nil
-			}
-			line = bytes.TrimSpace(line)
-			if len(line) == 0 {
-				continue
-			}
-			if len(out) >= MaxBatchMessages {
-				return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
-			}
-			out = append(out, json.RawMessage(line))
-		}
-		if len(out) == 0 {
-			return nil, badRequest("batch is empty")
-		}
-		return out, nil
-	}
-	// A JSON array: one scanner pass finds (and validates) every element;
-	// each is decoded again by decodeMessage, without reflection.
-	sc := scanner{b: body}
-	sc.ws()
-	if sc.i >= len(body) || body[sc.i] != '[' {
-		return nil, badRequest("batch body must be a JSON array of messages (or NDJSON with Content-Type: application/x-ndjson)")
-	}
-	sc.i++
-	sc.depth = 1
-	sc.ws()
-	if sc.i < len(body) && body[sc.i] == ']' {
-		sc.i++
-	} else {
-		for {
-			if len(out) >= MaxBatchMessages {
-				return nil, badRequest("batch has more than %d messages", MaxBatchMessages)
-			}
-			sc.ws()
-			start := sc.i
-			if err := sc.value(); err != nil {
-				return nil, badRequest("batch message %d: %v", len(out), err)
-			}
-			out = append(out, json.RawMessage(body[start:sc.i]))
-			sc.ws()
-			if sc.i < len(body) && body[sc.i] == ',' {
-				sc.i++
-				continue
-			}
-			if sc.i < len(body) && body[sc.i] == ']' {
-				sc.i++
-				break
-			}
-			return nil, badRequest("batch body: %v", sc.fail("expected ',' or ']' after message %d", len(out)-1))
-		}
-	}
-	sc.ws()
-	if sc.i != len(body) {
-		return nil, badRequest("batch body has data after the closing ']'")
-	}
-	if len(out) == 0 {
-		return nil, badRequest("batch is empty")
-	}
-	return out, nil
+	return contract.SplitBatch(body, ct == "application/x-ndjson", MaxBatchMessages)
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
@@ -130,59 +64,89 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	resp := BatchResponse{Acknowledgement: "ACK", Level: lvl.String(), Count: len(msgs), Results: make([]BatchResult, len(msgs))}
-	firstStatus := 0
-	setErr := func(i int, err error) {
-		st, code := classify(err)
-		resp.Results[i].Error, resp.Results[i].Status = err.Error(), st
-		resp.Failed++
-		if firstStatus == 0 {
-			firstStatus = st
-			resp.Error, resp.Code = fmt.Sprintf("%d of %d messages failed; first: %v", 1, len(msgs), err), code
+	b := &batch{resp: BatchResponse{Acknowledgement: "ACK", Level: lvl.String(), Count: len(msgs), Results: make([]BatchResult, len(msgs))}}
+	groups := s.decodeBatch(b, msgs)
+	// Validation is all or nothing: one bad message and nothing is stored.
+	if b.resp.Failed > 0 {
+		for i := range b.resp.Results {
+			if b.resp.Results[i].Error == "" {
+				b.resp.Results[i].Error = "not stored: another message of the batch is invalid"
+			}
+		}
+		b.resp.Acknowledgement = "NACK"
+		b.resp.Error = fmt.Sprintf("batch rejected, nothing stored: %d of %d messages are invalid; first: %s", b.resp.Failed, len(msgs), firstErr(b.resp.Results))
+		contract.WriteJSON(w, b.firstStatus, b.resp)
+		return
+	}
+	s.storeBatch(r.Context(), b, groups, lvl)
+	status := http.StatusOK
+	if b.resp.Failed > 0 {
+		b.resp.Acknowledgement, status = "NACK", b.firstStatus
+		b.resp.Error = fmt.Sprintf("%d of %d messages were not stored; first: %s (the others have offsets in results)", b.resp.Failed, len(msgs), firstErr(b.resp.Results))
+		if status >= 500 {
+			s.log.Sugar().Warnw("batch publish partly failed", "failed", b.resp.Failed, "count", b.resp.Count)
 		}
 	}
-	// Validate everything first, grouping by topic in arrival order.
-	type group struct {
-		topic    string
-		idx      []int
-		payloads [][]byte
+	contract.WriteJSON(w, status, b.resp)
+}
+
+// batch is a batch response being built.
+type batch struct {
+	resp        BatchResponse
+	firstStatus int // status of the first failure, 0 while none
+}
+
+// setErr records message i's failure; the first one also sets the
+// response's Error and Code.
+func (b *batch) setErr(i int, err error) {
+	c := contract.Classify(err)
+	b.resp.Results[i].Error, b.resp.Results[i].Status = err.Error(), c.Status
+	b.resp.Failed++
+	if b.firstStatus == 0 {
+		b.firstStatus = c.Status
+		b.resp.Error, b.resp.Code = fmt.Sprintf("%d of %d messages failed; first: %v", 1, len(b.resp.Results), err), c.Code
 	}
-	var groups []*group
-	byTopic := map[string]*group{}
+}
+
+// topicGroup is the messages of a batch for one topic, in arrival order.
+type topicGroup struct {
+	topic    string
+	idx      []int // their positions in the batch
+	payloads [][]byte
+}
+
+// decodeBatch validates every message, recording failures in b, and
+// groups the stored messages by topic in order of first appearance.
+func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
+	var groups []*topicGroup
+	byTopic := map[string]*topicGroup{}
 	now := time.Now()
 	for i, m := range msgs {
-		topic, _, stored, err := decodeMessage(m, now, nil)
+		topic, _, stored, err := contract.DecodeMessage(m, now, nil)
 		if err == nil {
 			err = s.checkSize(stored)
 		}
 		if err != nil {
-			setErr(i, fmt.Errorf("message %d: %w", i, err))
+			b.setErr(i, fmt.Errorf("message %d: %w", i, err))
 			continue
 		}
-		resp.Results[i].Topic = topic
+		b.resp.Results[i].Topic = topic
 		g := byTopic[topic]
 		if g == nil {
-			g = &group{topic: topic}
+			g = &topicGroup{topic: topic}
 			byTopic[topic] = g
 			groups = append(groups, g)
 		}
 		g.idx = append(g.idx, i)
 		g.payloads = append(g.payloads, stored)
 	}
-	// Validation is all or nothing: one bad message and nothing is stored.
-	if resp.Failed > 0 {
-		for i := range resp.Results {
-			if resp.Results[i].Error == "" {
-				resp.Results[i].Error = "not stored: another message of the batch is invalid"
-			}
-		}
-		resp.Acknowledgement = "NACK"
-		resp.Error = fmt.Sprintf("batch rejected, nothing stored: %d of %d messages are invalid; first: %s", resp.Failed, len(msgs), firstErr(resp.Results))
-		WriteJSON(w, firstStatus, resp)
-		return
-	}
-	// One AppendBatch (one group commit) per topic, topics in parallel.
-	ctx, cancel := context.WithTimeout(r.Context(), s.opts.PublishTimeout)
+	return groups
+}
+
+// storeBatch appends each topic's messages with one AppendBatch (one group
+// commit), topics in parallel, and records offsets or failures in b.
+func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup, lvl storage.AckLevel) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	errs := make([]error, len(groups))
 	firsts := make([]int64, len(groups))
@@ -203,24 +167,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	for gi, g := range groups {
 		for k, i := range g.idx {
 			if errs[gi] != nil {
-				setErr(i, errs[gi])
+				b.setErr(i, errs[gi])
 				continue
 			}
 			if lvl != storage.Accepted {
 				off := firsts[gi] + int64(k)
-				resp.Results[i].Offset = &off
+				b.resp.Results[i].Offset = &off
 			}
 		}
 	}
-	status := http.StatusOK
-	if resp.Failed > 0 {
-		resp.Acknowledgement, status = "NACK", firstStatus
-		resp.Error = fmt.Sprintf("%d of %d messages were not stored; first: %s (the others have offsets in results)", resp.Failed, len(msgs), firstErr(resp.Results))
-		if status >= 500 {
-			s.log.Sugar().Warnw("batch publish partly failed", "failed", resp.Failed, "count", resp.Count)
-		}
-	}
-	WriteJSON(w, status, resp)
 }
 
 func firstErr(rs []BatchResult) string {

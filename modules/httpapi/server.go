@@ -22,19 +22,20 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Route is a plugin's contribution to the HTTP API. Provide it into the
-// value group RouteTag (e.g. fx.Annotate(ctor, fx.As(new(httpapi.Route)),
-// fx.ResultTags(httpapi.RouteTag))).
-type Route interface {
-	Register(r *mux.Router)
-}
+// Route is a plugin's contribution to the HTTP API.
+//
+// Deprecated: use contract.Route (provide it with contract.ProvideRoute).
+type Route = contract.Route
 
 // RouteTag is the value group of Routes.
-const RouteTag = `group:"routes"`
+//
+// Deprecated: use contract.RouteTag.
+const RouteTag = contract.RouteTag
 
 // Options configures the server.
 type Options struct {
@@ -111,7 +112,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	r.HandleFunc("/topics", s.handleTopics).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}/messages", s.handleRead).Methods(http.MethodGet)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		contract.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.handleReady).Methods(http.MethodGet)
 	for _, rt := range routes {
@@ -120,10 +121,10 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		}
 	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		WriteError(w, http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+		contract.WriteError(w, http.StatusMethodNotAllowed, contract.CodeMethod, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
 	})
 	s.router = r
 	s.srv = &http.Server{
@@ -135,6 +136,13 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		IdleTimeout:       opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
+	for _, rt := range routes {
+		if d, ok := rt.(contract.Drainer); ok {
+			// Runs once Stop has closed the listeners, while in-flight
+			// requests are still being waited for.
+			s.srv.RegisterOnShutdown(func() { _ = d.Drain(context.Background()) })
+		}
 	}
 	return s
 }
@@ -199,18 +207,17 @@ func (s *Server) Stop(ctx context.Context) error {
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil && !s.ready.Ready() {
-		WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false})
+		contract.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false})
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"ready": true})
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"ready": true})
 }
 
 // readBody reads the whole body, capped at MaxBodyBytes, into a pooled
 // buffer; the caller returns it with s.putBuf.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*[]byte, error) {
 	if r.ContentLength > s.opts.MaxBodyBytes {
-		return nil, &inputError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("body of %d bytes is over the limit of %d bytes (server.max-body-bytes)", r.ContentLength, s.opts.MaxBodyBytes)}
+		return nil, contract.TooLarge("body of %d bytes is over the limit of %d bytes (server.max-body-bytes)", r.ContentLength, s.opts.MaxBodyBytes)
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
 	bp := s.bufs.Get().(*[]byte)
@@ -226,8 +233,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*[]byte, erro
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				s.putBuf(bp)
-				return nil, &inputError{status: http.StatusRequestEntityTooLarge,
-					msg: fmt.Sprintf("body is over the limit of %d bytes (server.max-body-bytes)", s.opts.MaxBodyBytes)}
+				return nil, contract.TooLarge("body is over the limit of %d bytes (server.max-body-bytes)", s.opts.MaxBodyBytes)
 			}
 			if errors.Is(err, io.EOF) {
 				return bp, nil
@@ -235,10 +241,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*[]byte, erro
 			s.putBuf(bp)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return nil, &inputError{status: http.StatusRequestTimeout,
-					msg: "request body not received in time (server.read-timeout): fewer bytes arrived than Content-Length announced"}
+				return nil, contract.RequestTimeout("request body not received in time (server.read-timeout): fewer bytes arrived than Content-Length announced")
 			}
-			return nil, badRequest("request body could not be read: the connection failed before the body was complete")
+			return nil, contract.BadRequest("request body could not be read: the connection failed before the body was complete")
 		}
 	}
 }
@@ -265,7 +270,7 @@ func ackLevel(r *http.Request) (storage.AckLevel, error) {
 	v := queryValue(r.URL.RawQuery, "ack")
 	lvl, err := storage.ParseAckLevel(v)
 	if err != nil {
-		return 0, badRequest("query parameter ack: %v", err)
+		return 0, contract.BadRequest("query parameter ack: %v", err)
 	}
 	return lvl, nil
 }
@@ -317,7 +322,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
 	now := time.Now()
-	topic, id, stored, err := decodeMessage(*bp, now, *out)
+	topic, id, stored, err := contract.DecodeMessage(*bp, now, *out)
 	if err == nil {
 		err = s.checkSize(stored)
 	}
@@ -347,7 +352,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	b = append(b, `,"level":"`...)
 	b = append(b, lvl.String()...)
 	b = append(b, `","id":`...)
-	b = appendString(b, id)
+	b = contract.AppendJSONString(b, id)
 	b = append(b, "}\n"...)
 	*bp = b
 	h := w.Header()
@@ -361,19 +366,18 @@ var jsonContentType = []string{"application/json"}
 // checkSize refuses a stored message over MaxRecordBytes (413).
 func (s *Server) checkSize(stored []byte) error {
 	if s.opts.MaxRecordBytes > 0 && len(stored) > s.opts.MaxRecordBytes {
-		return &inputError{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf(
-			"message is %d bytes as stored, over the limit of %d bytes (mmmq.broker.segment.max-record-bytes)",
-			len(stored), s.opts.MaxRecordBytes)}
+		return contract.TooLarge("message is %d bytes as stored, over the limit of %d bytes (mmmq.broker.segment.max-record-bytes)",
+			len(stored), s.opts.MaxRecordBytes)
 	}
 	return nil
 }
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
-	status, code := classify(err)
-	if status >= 500 {
-		s.log.Warn("publish failed", zap.Int("status", status), zap.Error(err))
+	c := contract.Classify(err)
+	if c.Status >= 500 {
+		s.log.Warn("publish failed", zap.Int("status", c.Status), zap.Error(err))
 	}
-	WriteError(w, status, code, err.Error())
+	contract.WriteError(w, c.Status, c.Code, err.Error())
 }
 
 // TopicInfo is one row of GET /topics.
@@ -401,7 +405,7 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 			out.Quarantined[k] = v.Error()
 		}
 	}
-	WriteJSON(w, http.StatusOK, out)
+	contract.WriteJSON(w, http.StatusOK, out)
 }
 
 // maxReadLimit caps GET /topics/{topic}/messages?limit=.
@@ -415,23 +419,23 @@ const maxReadBytes = 4 << 20
 
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
-	if err := topicqueue.ValidateName(name); err != nil {
-		WriteError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+	if err := contract.ValidateTopic(name); err != nil {
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
 		return
 	}
 	q, ok := s.reg.Get(name)
 	if !ok {
-		WriteError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
+		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
 		return
 	}
 	offset, err := queryInt(r, "offset", 0)
 	if err != nil || offset < 0 {
-		WriteError(w, http.StatusBadRequest, CodeBadRequest, "query parameter offset must be an integer >= 0")
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, "query parameter offset must be an integer >= 0")
 		return
 	}
 	limit, err := queryInt(r, "limit", 100)
 	if err != nil || limit < 1 || limit > maxReadLimit {
-		WriteError(w, http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
 		return
 	}
 	type item struct {
@@ -468,7 +472,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{
+	contract.WriteJSON(w, http.StatusOK, map[string]any{
 		"topic": name, "messages": items, "nextOffset": next, "highWatermark": hw,
 	})
 }

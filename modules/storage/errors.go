@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Sentinel errors of the storage engine. Callers test them with errors.Is.
@@ -24,13 +26,13 @@ var (
 	ErrFailed = errors.New("storage: log failed")
 	// ErrNoSpace is a write failure caused by a full disk (ENOSPC). It is
 	// wrapped together with ErrFailed.
-	ErrNoSpace = errors.New("storage: no space left on device")
+	ErrNoSpace = contract.NewError(contract.CodeNoSpace, "storage: no space left on device")
 	// ErrRecordTooLarge is returned by Append when a payload exceeds
 	// Options.MaxRecordBytes. Nothing is written.
-	ErrRecordTooLarge = errors.New("storage: record too large")
+	ErrRecordTooLarge = contract.NewError(contract.CodeTooLarge, "storage: record too large")
 	// ErrEmptyRecord is returned by Append for a payload shorter than
 	// MinPayloadBytes. Nothing is written.
-	ErrEmptyRecord = errors.New("storage: record too small")
+	ErrEmptyRecord = contract.NewError(contract.CodeBadRequest, "storage: record too small")
 	// ErrQueueFull is returned by Append when the number of entries waiting
 	// for the writer exceeds Options.MaxPending.
 	ErrQueueFull = errors.New("storage: append queue full")

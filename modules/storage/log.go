@@ -473,20 +473,6 @@ func (l *Log) entryErr(seg *segment, pos, offset int64, err error) error {
 	return l.ioErr(fmt.Errorf("read offset %d: %w", offset, err))
 }
 
-// Stats is a point-in-time summary of a log.
-type Stats struct {
-	Topic         string `json:"name"`
-	NextOffset    int64  `json:"nextOffset"` // the high watermark
-	Segments      int    `json:"segments"`
-	Bytes         int64  `json:"bytes"`   // bytes in .mmm files
-	Fsyncs        int64  `json:"fsyncs"`  // fsyncs of segment and index files since open
-	Batches       int64  `json:"batches"` // group commits since open
-	Failed        string `json:"failed,omitempty"`
-	PendingBytes  int64  `json:"pendingBytes"`
-	FirstSegment  int64  `json:"firstSegment"`
-	ActiveSegment int64  `json:"activeSegment"`
-}
-
 // Stats returns counters for GET /topics and metrics.
 func (l *Log) Stats() Stats {
 	segs := *l.segs.Load()

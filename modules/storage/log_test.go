@@ -791,7 +791,7 @@ func TestConcurrentReadersDuringWrites(t *testing.T) {
 				return
 			}
 			for _, e := range es {
-				tailed = append(tailed, Entry{e.Offset, bytes.Clone(e.Payload)})
+				tailed = append(tailed, Entry{Offset: e.Offset, Payload: bytes.Clone(e.Payload)})
 			}
 			next += int64(len(es))
 			if len(es) == 0 {

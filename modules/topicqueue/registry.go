@@ -2,25 +2,29 @@ package topicqueue
 
 import (
 	"fmt"
-	"path/filepath"
 	"sort"
 	"sync"
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // Options configures a Registry.
 type Options struct {
-	// Root is the data root directory (mmmq.broker.storage.root-dir).
+	// Root is the data root directory (mmmq.broker.storage.root-dir) of
+	// the default local backend.
 	Root string
 	// MaxTopics caps the number of open topics (each holds two open files
 	// per segment); 0 means 10000.
 	MaxTopics int
-	// Storage is the template for every topic's log (FS, Logger, sizes).
+	// Storage is the template for every topic's log (FS, Logger, sizes) of
+	// the default local backend; its Logger is also the registry's.
 	Storage storage.Options
+	// Backend opens the topics; nil means &LocalBackend{Root, Storage}.
+	Backend Backend
 }
 
 // Registry holds every open TopicQueue by name. Lookups take a read lock.
@@ -47,14 +51,17 @@ type opening struct {
 	err  error
 }
 
-// New returns an empty registry over opts.Root. Topics already on disk are
-// opened by recovery (modules/recovery) through Open.
+// New returns an empty registry over opts.Backend. Topics already stored
+// are opened at startup by OpenAll (run by modules/recovery).
 func New(opts Options) *Registry {
 	if opts.MaxTopics <= 0 {
 		opts.MaxTopics = 10000
 	}
 	if opts.Storage.FS == nil {
 		opts.Storage.FS = vfs.OS{}
+	}
+	if opts.Backend == nil {
+		opts.Backend = &LocalBackend{Root: opts.Root, Storage: opts.Storage}
 	}
 	l := opts.Storage.Logger
 	if l == nil {
@@ -70,11 +77,18 @@ func New(opts Options) *Registry {
 	}
 }
 
-// Root is the data root directory.
+// Root is the data root directory of the local backend.
 func (r *Registry) Root() string { return r.opts.Root }
 
-// FS is the filesystem the registry's logs use.
+// FS is the filesystem of the local backend's logs.
 func (r *Registry) FS() vfs.FS { return r.opts.Storage.FS }
+
+// Backend is where the registry's topics live.
+func (r *Registry) Backend() Backend { return r.opts.Backend }
+
+// Lock takes the backend's exclusive lock (the data root's .lock for the
+// local backend); see Backend.Lock.
+func (r *Registry) Lock() (release func() error, err error) { return r.opts.Backend.Lock() }
 
 // Get returns the open topic name, if any.
 func (r *Registry) Get(name string) (*TopicQueue, bool) {
@@ -93,16 +107,16 @@ func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
 	if q, ok := r.Get(name); ok {
 		return q, nil
 	}
-	if err := ValidateName(name); err != nil {
+	if err := contract.ValidateTopic(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
 	return r.open(name, true)
 }
 
-// Open opens the existing topic directory name under the root (startup
-// recovery) and registers it. A *storage.CorruptionError is returned as is.
+// Open opens the existing topic name (startup recovery) and registers it.
+// A corruption error of the backend is returned as is.
 func (r *Registry) Open(name string) (*TopicQueue, error) {
-	if err := ValidateName(name); err != nil {
+	if err := contract.ValidateTopic(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
 	return r.open(name, false)
@@ -135,7 +149,7 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 	r.opening[name] = o
 	r.mu.Unlock()
 
-	l, err := storage.Open(filepath.Join(r.opts.Root, name), r.opts.Storage)
+	l, err := r.opts.Backend.Open(name, announce)
 
 	r.mu.Lock()
 	delete(r.opening, name)

@@ -8,7 +8,9 @@ package topicqueue
 import (
 	"context"
 	"errors"
+	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -17,14 +19,15 @@ import (
 // it independently through its own checkpoint. Safe for concurrent use.
 type TopicQueue struct {
 	name string
-	log  *storage.Log
+	log  contract.Log
 }
 
 // Name is the topic name.
 func (q *TopicQueue) Name() string { return q.name }
 
-// Log is the underlying storage log.
-func (q *TopicQueue) Log() *storage.Log { return q.log }
+// Log is the topic's log as its backend opened it (a *storage.Log for the
+// local backend).
+func (q *TopicQueue) Log() contract.Log { return q.log }
 
 // Offer appends one message JSON and answers when level is reached; see
 // storage.(*Log).Append for the offsets and errors (Accepted returns -1).
@@ -58,14 +61,21 @@ func (q *TopicQueue) Notify(offset int64) <-chan struct{} { return q.log.Notify(
 
 // Checkpoint returns the durable checkpoint name of this topic, opening it
 // on first use.
-func (q *TopicQueue) Checkpoint(name string) (*storage.Checkpoint, error) {
-	return q.log.Checkpoint(name)
+func (q *TopicQueue) Checkpoint(name string) (contract.Checkpoint, error) {
+	return q.log.OpenCheckpoint(name)
 }
+
+// StartOffset is the log start offset, the first offset still stored.
+func (q *TopicQueue) StartOffset() int64 { return q.log.StartOffset() }
+
+// OffsetAt is the first offset whose message timestamp is at or after t
+// (HighWatermark when none is).
+func (q *TopicQueue) OffsetAt(t time.Time) (int64, error) { return q.log.OffsetAt(t) }
 
 // Commit durably stores next as the checkpoint of name (seed 000
 // commit(name, offset)): it returns after the fsync.
 func (q *TopicQueue) Commit(name string, next int64) error {
-	cp, err := q.log.Checkpoint(name)
+	cp, err := q.log.OpenCheckpoint(name)
 	if err != nil {
 		return err
 	}
@@ -75,18 +85,29 @@ func (q *TopicQueue) Commit(name string, next int64) error {
 // Stats summarises the topic for GET /topics.
 func (q *TopicQueue) Stats() storage.Stats { return q.log.Stats() }
 
-// Errors of the registry.
+// Errors of the registry. Those that reach clients carry their error code
+// (see contract.Classify).
 var (
 	// ErrInvalidName wraps every topic name validation failure (HTTP 400).
-	ErrInvalidName = errors.New("topicqueue: invalid topic name")
+	ErrInvalidName = contract.NewError(contract.CodeBadRequest, "topicqueue: invalid topic name")
 	// ErrTooManyTopics is returned when creating a topic beyond the
-	// configured cap (mmmq.broker.storage.max-topics).
-	ErrTooManyTopics = errors.New("topicqueue: topic limit reached")
+	// configured cap (mmmq.broker.storage.max-topics): HTTP 503 TOO_MANY_TOPICS.
+	ErrTooManyTopics = contract.NewError(contract.CodeTooManyTopics, "topicqueue: topic limit reached")
 	// ErrQuarantined is returned for a topic that recovery refused as corrupt
-	// and that is excluded while the rest of the broker runs.
+	// and that is excluded while the rest of the broker runs (HTTP 503).
 	ErrQuarantined = errors.New("topicqueue: topic quarantined after corruption")
 	// ErrClosed is returned once the registry is closed (shutting down).
 	ErrClosed = errors.New("topicqueue: registry closed")
 	// ErrNotFound is returned by Get-style lookups of unknown topics.
 	ErrNotFound = errors.New("topicqueue: topic not found")
 )
+
+// MaxNameBytes is the longest topic name accepted, in bytes.
+//
+// Deprecated: use contract.MaxTopicBytes.
+const MaxNameBytes = contract.MaxTopicBytes
+
+// ValidateName checks a topic name; see contract.ValidateTopic.
+//
+// Deprecated: use contract.ValidateTopic.
+func ValidateName(name string) error { return contract.ValidateTopic(name) }

@@ -12,28 +12,29 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Error codes of "ERR <CODE> <text>". The first five are seed 003's;
-// NOT_FOUND, SESSION_EXPIRED and NAME_TAKEN are mmmq's (the same codes as
-// the HTTP API).
+// Error codes of "ERR <CODE> <text>": the broker's codes, the same as the
+// HTTP API's (contract.Classify gives them). GROUP_BUSY, NOT_DELIVERED,
+// TOO_LARGE, BAD_REQUEST and UNAVAILABLE are the log-queue study's.
+//
+// Deprecated: use the contract.Code constants.
 const (
-	CodeTooLarge       = "TOO_LARGE"
-	CodeGroupBusy      = groups.CodeGroupBusy
-	CodeNotDelivered   = groups.CodeNotDelivered
-	CodeBadRequest     = "BAD_REQUEST"
-	CodeUnavailable    = "UNAVAILABLE"
-	CodeNotFound       = "NOT_FOUND"
-	CodeSessionExpired = groups.CodeSessionExpired
-	CodeNameTaken      = groups.CodeNameTaken
+	CodeTooLarge       = contract.CodeTooLarge
+	CodeGroupBusy      = contract.CodeGroupBusy
+	CodeNotDelivered   = contract.CodeNotDelivered
+	CodeBadRequest     = contract.CodeBadRequest
+	CodeUnavailable    = contract.CodeUnavailable
+	CodeNotFound       = contract.CodeNotFound
+	CodeSessionExpired = contract.CodeSessionExpired
+	CodeNameTaken      = contract.CodeNameTaken
 )
 
 // errLineTooLong: a request line over MaxLineBytes.
@@ -221,7 +222,7 @@ func (c *conn) pub(rest []byte) {
 		return
 	}
 	topic := string(topicB)
-	if err := topicqueue.ValidateName(topic); err != nil {
+	if err := contract.ValidateTopic(topic); err != nil {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
@@ -230,11 +231,11 @@ func (c *conn) pub(rest []byte) {
 			CodeTooLarge, len(payload), c.s.opts.MaxRecordBytes)
 		return
 	}
-	if !utf8.Valid(payload) || !json.Valid(payload) {
+	if contract.ValidJSON(payload) != nil {
 		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, usage)
 		return
 	}
-	stored, err := httpapi.EncodeMessage(topic, payload, "", nil, time.Now())
+	stored, err := contract.EncodeMessage(topic, payload, "", nil, time.Now())
 	if err != nil {
 		c.replyErr(CodeBadRequest, err)
 		return
@@ -366,7 +367,7 @@ func (c *conn) status(rest []byte) {
 	case 0:
 		list = c.s.reg.List()
 	case 1:
-		if err := topicqueue.ValidateName(f[0]); err != nil {
+		if err := contract.ValidateTopic(f[0]); err != nil {
 			c.replyErr(CodeBadRequest, err)
 			return
 		}
@@ -401,23 +402,6 @@ func (c *conn) releaseAll() {
 	clear(c.sessions)
 }
 
-// errCode maps an error to its ERR code.
-func errCode(err error) string {
-	switch {
-	case errors.Is(err, storage.ErrRecordTooLarge):
-		return CodeTooLarge
-	case errors.Is(err, topicqueue.ErrInvalidName), errors.Is(err, groups.ErrInvalidName), errors.Is(err, storage.ErrEmptyRecord):
-		return CodeBadRequest
-	case errors.Is(err, groups.ErrGroupBusy):
-		return CodeGroupBusy
-	case errors.Is(err, groups.ErrNotDelivered):
-		return CodeNotDelivered
-	case errors.Is(err, groups.ErrSessionExpired):
-		return CodeSessionExpired
-	case errors.Is(err, groups.ErrNameTaken):
-		return CodeNameTaken
-	case errors.Is(err, groups.ErrUnknownTopic):
-		return CodeNotFound
-	}
-	return CodeUnavailable // I/O or fsync failure, disk full, queue full, timeout, shutting down
-}
+// errCode maps an error to its ERR code with the broker's one table
+// (contract.Classify): the same code the HTTP API would answer.
+func errCode(err error) string { return contract.Classify(err).Code }

@@ -1,7 +1,7 @@
 // Package lineproto is the optional TCP line protocol of seed 003 ("协议是一行
 // 一个请求的 TCP 文本协议"), extended with a topic (issue 6). It is off by
 // default; mmmq.lineproto.addr turns it on. It publishes through the same
-// topic registry and message encoder as the HTTP API (httpapi.EncodeMessage),
+// topic registry and message encoder as the HTTP API (contract.EncodeMessage),
 // so dispatchers and consumer groups deliver the same stored message JSON,
 // and consumes through the shared consumer-group coordinator (modules/groups).
 //
@@ -59,14 +59,20 @@
 //
 // # Error codes
 //
+// The codes are the HTTP API's (one table for both, contract.Classify):
+//
 //	TOO_LARGE        line over max-line-bytes (the connection is then closed),
 //	                 or payload / stored message over max-record-bytes
-//	GROUP_BUSY       another consumer holds the group (seed 003)
-//	NOT_DELIVERED    ACK of an offset not delivered to this connection (seed 003)
+//	GROUP_BUSY       another consumer holds the group (log-queue study)
+//	NOT_DELIVERED    ACK of an offset not delivered to this connection (log-queue study)
 //	BAD_REQUEST      unknown command, wrong arguments, invalid topic or group
 //	                 name, payload not JSON, empty line
-//	UNAVAILABLE      storage failure (write or fsync error, disk full, queue
-//	                 full), publish timeout, shutting down, too many connections
+//	NO_SPACE         the disk is full (HTTP 507)
+//	TIMEOUT          PUB did not reach its ack level within 30 s (outcome unknown)
+//	TOO_MANY_TOPICS  a new topic over mmmq.broker.storage.max-topics
+//	TOO_MANY_GROUPS  a new group over the consumer-group cap
+//	UNAVAILABLE      storage failure (write or fsync error, queue full),
+//	                 shutting down, too many connections
 //	NOT_FOUND        FETCH or STATUS of a topic that does not exist (mmmq)
 //	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
 //	NAME_TAKEN       the group name is a dispatcher name (mmmq)
@@ -82,7 +88,7 @@
 //	idle             a connection without a request for 5 minutes is closed
 //	                 (a FETCH wait is not idle time)
 //	reply write      30 s per reply, else the connection is closed
-//	PUB wait         30 s for the ack level, then ERR UNAVAILABLE (outcome unknown)
+//	PUB wait         30 s for the ack level, then ERR TIMEOUT (outcome unknown)
 //	FETCH            max capped at mmmq.broker.groups.max-fetch and about 16 MiB
 //	                 of payload; wait-ms capped at 30000
 //

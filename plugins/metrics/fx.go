@@ -4,8 +4,8 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -16,7 +16,7 @@ type Result struct {
 	fx.Out
 	Metrics  *Metrics
 	Observer storage.Observer
-	Route    httpapi.Route `group:"routes"`
+	Route    contract.Route `group:"routes"`
 }
 
 func provide(cfg *config.Config) Result {

@@ -73,7 +73,7 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
 
-// Register implements httpapi.Route: GET /metrics.
+// Register implements contract.Route: GET /metrics.
 func (m *Metrics) Register(r *mux.Router) {
 	r.Handle("/metrics", m.Handler()).Methods(http.MethodGet)
 }

@@ -1,4 +1,4 @@
-package storage
+package contract
 
 import (
 	"fmt"
@@ -6,7 +6,8 @@ import (
 )
 
 // AckLevel is how far an append must get before its caller is answered
-// (seed 003, "三条确认线"). A caller is never told more than happened.
+// (the log-queue study's three acknowledgement lines). A caller is never
+// told more than happened.
 //
 //	level     answered when                         survives kill -9   survives power loss
 //	ACCEPTED  queued in memory, offset not final     maybe              maybe

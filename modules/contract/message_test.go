@@ -1,12 +1,8 @@
-package httpapi
+package contract
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
-	"syscall"
 
-	"github.com/mmmq/mmmq/modules/storage"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +25,7 @@ func TestDecodeMessage(t *testing.T) {
 			`{"topic":{"name":"a"},"content":"é\u2028","id":"i","timestamp":1700000000123}`},
 	}
 	for _, c := range ok {
-		topic, id, stored, err := decodeMessage([]byte(c.in), now, nil)
+		topic, id, stored, err := DecodeMessage([]byte(c.in), now, nil)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -66,12 +62,12 @@ func TestDecodeMessage(t *testing.T) {
 		`{"topic":"a","content":` + strings.Repeat("[", 1000): "nested deeper",
 	}
 	for in, want := range bad {
-		_, _, stored, err := decodeMessage([]byte(in), now, nil)
+		_, _, stored, err := DecodeMessage([]byte(in), now, nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("decodeMessage(%.40q) = %q, %v; want error containing %q", in, stored, err, want)
+			t.Errorf("DecodeMessage(%.40q) = %q, %v; want error containing %q", in, stored, err, want)
 		}
-		if _, ok := err.(*inputError); err != nil && !ok {
-			t.Errorf("decodeMessage(%.40q): error %T is not a client error", in, err)
+		if _, ok := err.(*InputError); err != nil && !ok {
+			t.Errorf("DecodeMessage(%.40q): error %T is not a client error", in, err)
 		}
 	}
 }
@@ -82,7 +78,7 @@ func TestEncodeMessageMatchesDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, b, err := decodeMessage([]byte(`{"topic":"t","content":{ "a" : [1, 2] },"id":"id1","headers":{"k":"v"}}`), now, nil)
+	_, _, b, err := DecodeMessage([]byte(`{"topic":"t","content":{ "a" : [1, 2] },"id":"id1","headers":{"k":"v"}}`), now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,18 +87,5 @@ func TestEncodeMessageMatchesDecode(t *testing.T) {
 	}
 	if _, err := EncodeMessage("t", json.RawMessage(`{`), "", nil, now); err == nil {
 		t.Fatal("invalid content accepted")
-	}
-}
-
-// A full disk is 507 whether it fails a write of an open log (ErrNoSpace)
-// or the creation of a new topic's files (a bare ENOSPC).
-func TestClassifyNoSpace(t *testing.T) {
-	for _, err := range []error{
-		fmt.Errorf("create segment x: %w", &os.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC}),
-		fmt.Errorf("append: %w", storage.ErrNoSpace),
-	} {
-		if st, code := classify(err); st != 507 || code != CodeNoSpace {
-			t.Errorf("classify(%v) = %d %s, want 507 %s", err, st, code, CodeNoSpace)
-		}
 	}
 }

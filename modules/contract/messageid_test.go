@@ -1,4 +1,4 @@
-package dispatcher
+package contract
 
 import (
 	"encoding/json"
@@ -50,7 +50,7 @@ func FuzzMessageID(f *testing.F) {
 		}
 		want := ""
 		var id string
-		if raw, ok := m["id"]; ok && json.Unmarshal(raw, &id) == nil && len(id) <= MaxMessageIDBytes && validHeaderValue(id) {
+		if raw, ok := m["id"]; ok && json.Unmarshal(raw, &id) == nil && len(id) <= MaxMessageIDBytes && ValidHeaderValue(id) {
 			want = id
 		}
 		if got != want {

@@ -1,25 +1,24 @@
-package topicqueue
+package contract
 
 import (
 	"fmt"
 	"unicode/utf8"
 )
 
-// MaxNameBytes is the longest topic name accepted (DESIGN §2: 249 bytes, as
-// Kafka).
-const MaxNameBytes = 249
+// MaxTopicBytes is the longest topic name accepted, in bytes: 249, the same
+// limit as Kafka's topic names.
+const MaxTopicBytes = 249
 
-// ValidateName checks a topic name against DESIGN §2: segments separated by
-// '.', each one or more of [A-Za-z0-9_-], at most 249 bytes in all. So "..",
+// ValidateTopic checks a topic name: segments separated by '.', each one or more of [A-Za-z0-9_-], at most 249 bytes in all. So "..",
 // a leading or trailing '.', '/', NUL and the empty name are all refused,
 // and a valid name is always a safe directory name. The error says what is
 // wrong and is meant for the client (HTTP 400).
-func ValidateName(name string) error {
+func ValidateTopic(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("topic name is empty")
-	case len(name) > MaxNameBytes:
-		return fmt.Errorf("topic name is %d bytes, the maximum is %d", len(name), MaxNameBytes)
+	case len(name) > MaxTopicBytes:
+		return fmt.Errorf("topic name is %d bytes, the maximum is %d", len(name), MaxTopicBytes)
 	}
 	segStart := 0
 	for i := 0; i < len(name); i++ {

@@ -1,6 +1,7 @@
-package httpapi
+package contract
 
 import (
+	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 )
@@ -26,6 +27,11 @@ type scanner struct {
 	i      int
 	depth  int
 	wsSeen int // bytes of whitespace skipped so far (outside strings)
+	// lenient reads as encoding/json does: any bytes >= 0x80 inside strings
+	// (invalid UTF-8 decodes as U+FFFD) and nesting up to 10000 levels. It
+	// is for reading stored messages that another writer may have made;
+	// requests are checked strictly.
+	lenient bool
 }
 
 func (s *scanner) fail(format string, args ...any) error {
@@ -81,7 +87,7 @@ func (s *scanner) lit(l string) error {
 
 func (s *scanner) push() error {
 	s.depth++
-	if s.depth > maxDepth {
+	if s.depth > maxDepth && (!s.lenient || s.depth > 10000) {
 		return s.fail("nested deeper than %d levels", maxDepth)
 	}
 	return nil
@@ -203,7 +209,7 @@ func (s *scanner) str() (escaped bool, err error) {
 			}
 		case c < 0x20:
 			return escaped, s.fail("control character 0x%02x in string", c)
-		case c < utf8.RuneSelf:
+		case c < utf8.RuneSelf || s.lenient:
 			s.i++
 		default:
 			r, n := utf8.DecodeRune(s.b[s.i:])
@@ -270,3 +276,20 @@ func validJSON(b []byte) error {
 	}
 	return nil
 }
+
+// memberName returns an object member's name from its key span (without
+// quotes), unescaped when escaped says it holds escapes.
+func memberName(key []byte, escaped bool) []byte {
+	if escaped {
+		var k string
+		if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k) == nil {
+			return []byte(k)
+		}
+	}
+	return key
+}
+
+// ValidJSON reports whether b is exactly one valid JSON value (surrounding
+// whitespace allowed) with valid UTF-8 in its strings and at most 512
+// levels of nesting; the error says what is wrong and at which byte.
+func ValidJSON(b []byte) error { return validJSON(b) }

@@ -1,4 +1,4 @@
-package httpapi
+package contract
 
 import (
 	"bytes"
@@ -12,11 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// PublishRequest is the body of POST /messages (DESIGN §2), for Go clients
+// PublishRequest is the body of POST /messages, for Go clients
 // (the server itself scans the body without decoding it into this type):
 //
 //	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "..."}
@@ -33,46 +31,29 @@ type PublishRequest struct {
 // maxIDBytes caps a producer message id.
 const maxIDBytes = 256
 
-// inputError is a client error: HTTP 400 (or 413) with a message for the
-// client.
-type inputError struct {
-	status int
-	msg    string
-}
-
-func (e *inputError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) error {
-	return &inputError{status: 400, msg: fmt.Sprintf(format, args...)}
-}
-
-// decodeMessage validates one publish request given as raw JSON and returns
+// DecodeMessage validates one publish request given as raw JSON and returns
 // its topic, its id and the stored message JSON (Java mmmq shape plus our
 // fields), appended to dst[:0]:
 //
 //	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
 //
 // The body is scanned once (grammar, UTF-8, depth); only the small fields
-// (topic, id, headers) are decoded further. Nothing is stored on error; the
-// error is an *inputError.
-func decodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, stored []byte, err error) {
+// (topic, id, headers) are decoded further. id is the producer's, or a
+// generated one when the request has none. On error nothing is returned to
+// store and the error is an *InputError (400 BAD_REQUEST) saying what was
+// wrong.
+func DecodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, stored []byte, err error) {
 	var f fields
 	sc := scanner{b: raw}
 	sc.ws()
 	if sc.i >= len(raw) || raw[sc.i] != '{' {
 		if err := validJSON(raw); err != nil {
-			return "", "", nil, badRequest("body is not valid JSON: %v", err)
+			return "", "", nil, BadRequest("body is not valid JSON: %v", err)
 		}
-		return "", "", nil, badRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
+		return "", "", nil, BadRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
 	}
 	if err := sc.object(func(key []byte, escaped bool, val []byte, ws bool) {
-		if escaped {
-			var k string
-			if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k) == nil {
-				key = []byte(k)
-			}
-		}
-		switch string(key) {
+		switch string(memberName(key, escaped)) {
 		case "topic":
 			f.topic = val
 		case "content":
@@ -83,31 +64,31 @@ func decodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, sto
 			f.id = val
 		}
 	}); err != nil {
-		return "", "", nil, badRequest("body is not valid JSON: %v", err)
+		return "", "", nil, BadRequest("body is not valid JSON: %v", err)
 	}
 	sc.ws()
 	if sc.i != len(raw) {
-		return "", "", nil, badRequest("body is not valid JSON: %v", sc.fail("data after the JSON object"))
+		return "", "", nil, BadRequest("body is not valid JSON: %v", sc.fail("data after the JSON object"))
 	}
 	if topic, err = parseTopic(f.topic); err != nil {
 		return "", "", nil, err
 	}
 	if f.id != nil {
 		if err := json.Unmarshal(f.id, &id); err != nil || f.id[0] != '"' {
-			return "", "", nil, badRequest(`field "id" must be a string`)
+			return "", "", nil, BadRequest(`field "id" must be a string`)
 		}
 		if id == "" || len(id) > maxIDBytes {
-			return "", "", nil, badRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
+			return "", "", nil, BadRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
 		}
 	}
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
-			return "", "", nil, badRequest(`field "headers" must be an object of strings {"k": "v"}`)
+			return "", "", nil, BadRequest(`field "headers" must be an object of strings {"k": "v"}`)
 		}
 	}
 	if f.content == nil {
-		return "", "", nil, badRequest(`field "content" is required (use null for a message without content)`)
+		return "", "", nil, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
 	if id == "" {
 		id = newID()
@@ -121,7 +102,7 @@ type fields struct {
 	contentWS                   bool // content has whitespace outside strings
 }
 
-// EncodeMessage returns the stored message JSON (DESIGN §2) for topic and
+// EncodeMessage returns the stored message JSON for topic and
 // content, exactly as POST /messages stores it, so that every producer path
 // (HTTP, the TCP line protocol) stores the same shape and dispatchers and
 // consumer groups deliver it unchanged:
@@ -130,33 +111,33 @@ type fields struct {
 //
 // id "" generates a process-unique id; headers may be nil; now gives the
 // timestamp (Unix milliseconds). content must be valid UTF-8 JSON (any
-// value, null allowed); topic must pass topicqueue.ValidateName. An invalid
+// value, null allowed); topic must pass ValidateTopic. An invalid
 // argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
 // and nothing else; the size limit is checked by the storage engine on
 // append (storage.ErrRecordTooLarge). The stored JSON never contains a raw
 // newline (content is compacted), so it can be framed by lines.
 func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
 	if content == nil {
-		return nil, badRequest(`field "content" is required (use null for a message without content)`)
+		return nil, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
 	sc := scanner{b: content}
 	if err := sc.value(); err != nil {
-		return nil, badRequest("content is not valid JSON: %v", err)
+		return nil, BadRequest("content is not valid JSON: %v", err)
 	}
 	ws := sc.wsSeen > 0
 	sc.ws()
 	if sc.i != len(content) {
-		return nil, badRequest("content is not valid JSON: %v", sc.fail("data after the JSON value"))
+		return nil, BadRequest("content is not valid JSON: %v", sc.fail("data after the JSON value"))
 	}
-	if err := topicqueue.ValidateName(topic); err != nil {
-		return nil, badRequest("%s", err.Error())
+	if err := ValidateTopic(topic); err != nil {
+		return nil, BadRequest("%s", err.Error())
 	}
 	if !utf8.ValidString(id) || len(id) > maxIDBytes {
-		return nil, badRequest(`field "id" must be valid UTF-8 of at most %d bytes`, maxIDBytes)
+		return nil, BadRequest(`field "id" must be valid UTF-8 of at most %d bytes`, maxIDBytes)
 	}
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return nil, badRequest("headers are not valid UTF-8")
+			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
 	if id == "" {
@@ -192,7 +173,7 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 		b = append(b, content...)
 	}
 	b = append(b, `,"id":`...)
-	b = appendString(b, id)
+	b = AppendJSONString(b, id)
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)
 	if len(headers) > 0 {
@@ -206,9 +187,9 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = AppendJSONString(b, k)
 			b = append(b, ':')
-			b = appendString(b, headers[k])
+			b = AppendJSONString(b, headers[k])
 		}
 		b = append(b, '}')
 	}
@@ -220,26 +201,26 @@ func parseTopic(raw json.RawMessage) (string, error) {
 	var name string
 	switch {
 	case len(raw) == 0:
-		return "", badRequest(`field "topic" is required`)
+		return "", BadRequest(`field "topic" is required`)
 	case raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0:
 		name = string(raw[1 : len(raw)-1]) // validated string without escapes
 	case raw[0] == '"':
 		if err := json.Unmarshal(raw, &name); err != nil {
-			return "", badRequest(`field "topic": %s`, jsonErrText(err))
+			return "", BadRequest(`field "topic": %s`, jsonErrText(err))
 		}
 	case raw[0] == '{':
 		var obj struct {
 			Name *string `json:"name"`
 		}
 		if err := json.Unmarshal(raw, &obj); err != nil || obj.Name == nil {
-			return "", badRequest(`field "topic" as an object must be {"name": "<topic>"}`)
+			return "", BadRequest(`field "topic" as an object must be {"name": "<topic>"}`)
 		}
 		name = *obj.Name
 	default:
-		return "", badRequest(`field "topic" must be a string or {"name": "<topic>"}`)
+		return "", BadRequest(`field "topic" must be a string or {"name": "<topic>"}`)
 	}
-	if err := topicqueue.ValidateName(name); err != nil {
-		return "", badRequest("%s", err.Error())
+	if err := ValidateTopic(name); err != nil {
+		return "", BadRequest("%s", err.Error())
 	}
 	return name, nil
 }
@@ -257,7 +238,7 @@ func appendCompact(b []byte, raw []byte) []byte {
 const hexDigits = "0123456789abcdef"
 
 // appendString appends s as a JSON string (s is valid UTF-8).
-func appendString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
@@ -302,4 +283,80 @@ func newIDPrefix() string {
 // a counter.
 func newID() string {
 	return idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 16)
+}
+
+// SplitBatch returns the raw messages of a batch body: a JSON array of
+// publish requests, or NDJSON (one request per line, blank lines skipped)
+// when ndjson is set. Array elements are validated by the scanner; NDJSON
+// lines are validated when each is decoded. More than max messages, an
+// empty batch or a malformed array is an *InputError (400). The messages
+// are sub-slices of body.
+func SplitBatch(body []byte, ndjson bool, max int) ([]json.RawMessage, error) {
+	var out []json.RawMessage
+	if ndjson {
+		// Lines are sub-slices of body (no copy, no reused scanner buffer).
+		for rest := body; len(rest) > 0; {
+			line := rest
+			if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+				line, rest = rest[:i], rest[i+1:]
+			} else {
+				rest = nil
+			}
+			line = bytes.TrimSpace(line)
+			if len(line) == 0 {
+				continue
+			}
+			if len(out) >= max {
+				return nil, BadRequest("batch has more than %d messages", max)
+			}
+			out = append(out, json.RawMessage(line))
+		}
+		if len(out) == 0 {
+			return nil, BadRequest("batch is empty")
+		}
+		return out, nil
+	}
+	// A JSON array: one scanner pass finds (and validates) every element;
+	// each is decoded again by DecodeMessage, without reflection.
+	sc := scanner{b: body}
+	sc.ws()
+	if sc.i >= len(body) || body[sc.i] != '[' {
+		return nil, BadRequest("batch body must be a JSON array of messages (or NDJSON with Content-Type: application/x-ndjson)")
+	}
+	sc.i++
+	sc.depth = 1
+	sc.ws()
+	if sc.i < len(body) && body[sc.i] == ']' {
+		sc.i++
+	} else {
+		for {
+			if len(out) >= max {
+				return nil, BadRequest("batch has more than %d messages", max)
+			}
+			sc.ws()
+			start := sc.i
+			if err := sc.value(); err != nil {
+				return nil, BadRequest("batch message %d: %v", len(out), err)
+			}
+			out = append(out, json.RawMessage(body[start:sc.i]))
+			sc.ws()
+			if sc.i < len(body) && body[sc.i] == ',' {
+				sc.i++
+				continue
+			}
+			if sc.i < len(body) && body[sc.i] == ']' {
+				sc.i++
+				break
+			}
+			return nil, BadRequest("batch body: %v", sc.fail("expected ',' or ']' after message %d", len(out)-1))
+		}
+	}
+	sc.ws()
+	if sc.i != len(body) {
+		return nil, BadRequest("batch body has data after the closing ']'")
+	}
+	if len(out) == 0 {
+		return nil, BadRequest("batch is empty")
+	}
+	return out, nil
 }

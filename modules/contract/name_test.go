@@ -1,4 +1,4 @@
-package topicqueue
+package contract
 
 import (
 	"strings"
@@ -7,8 +7,8 @@ import (
 
 func TestValidateName(t *testing.T) {
 	for _, ok := range []string{"a", "order.created", "A-b_9.x", strings.Repeat("a", 249), "a.b.c.d"} {
-		if err := ValidateName(ok); err != nil {
-			t.Errorf("ValidateName(%q) = %v", ok, err)
+		if err := ValidateTopic(ok); err != nil {
+			t.Errorf("ValidateTopic(%q) = %v", ok, err)
 		}
 	}
 	bad := map[string]string{
@@ -26,9 +26,9 @@ func TestValidateName(t *testing.T) {
 		strings.Repeat("a", 250): "250 bytes, the maximum is 249",
 	}
 	for in, want := range bad {
-		err := ValidateName(in)
+		err := ValidateTopic(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ValidateName(%q) = %v, want an error mentioning %q", in, err, want)
+			t.Errorf("ValidateTopic(%q) = %v, want an error mentioning %q", in, err, want)
 		}
 	}
 }

@@ -1,0 +1,23 @@
+// Package contract holds what mmmq's modules and plugins share, so that none
+// of them imports another for it, and it imports no other mmmq package:
+//
+//   - the stored message: its JSON shape, its encoder and decoder
+//     ([EncodeMessage], [DecodeMessage]), the producer message id
+//     ([MessageID]) and the topic name rules ([ValidateTopic]);
+//   - one JSON scanner (grammar, UTF-8 and depth in one pass, no
+//     allocation) used by all of the above and by batch splitting;
+//   - the error table: error codes, sentinel errors that carry their code
+//     ([NewError]), client input errors ([InputError]) and [Classify], which
+//     turns any error into its HTTP status and code for the HTTP API, the
+//     consumer-group routes and the line protocol alike;
+//   - HTTP route registration: the [Route] interface, its value-group tag
+//     and the [ProvideRoute] helper, plus the JSON error body writers;
+//   - the storage-backend seam: the [Log] interface through which the topic
+//     registry hands out topics, and the [Checkpoint] interface, with the
+//     value types they use ([AckLevel], [Entry], [Stats]).
+//
+// The stored message keeps the original Java mmmq's shape so the data stays
+// readable by both, plus mmmq's own fields:
+//
+//	{"topic":{"name":"order.created"},"content":<any JSON>,"id":"...","timestamp":<Unix ms>,"headers":{"k":"v"}}
+package contract

@@ -1,0 +1,73 @@
+package contract_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// TestClassify pins the one error table: every error kind a transport
+// answers, wrapped as the modules wrap them, and the precedence when an
+// error carries several codes.
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"bad request", contract.BadRequest("x"), 400, contract.CodeBadRequest},
+		{"too large input", contract.TooLarge("x"), 413, contract.CodeTooLarge},
+		{"body not in time", contract.RequestTimeout("x"), 408, contract.CodeTimeout},
+		{"max bytes reader", fmt.Errorf("read: %w", &http.MaxBytesError{Limit: 1}), 413, contract.CodeTooLarge},
+		{"record too large", fmt.Errorf("append: %w", storage.ErrRecordTooLarge), 413, contract.CodeTooLarge},
+		{"empty record", fmt.Errorf("append: %w", storage.ErrEmptyRecord), 400, contract.CodeBadRequest},
+		{"invalid topic", fmt.Errorf("%w: empty", topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
+		{"too many topics", topicqueue.ErrTooManyTopics, 503, contract.CodeTooManyTopics},
+		{"failed log, disk full", fmt.Errorf("write: %w", errors.Join(storage.ErrFailed, storage.ErrNoSpace)), 507, contract.CodeNoSpace},
+		{"failed log, disk full (wrapped %w %w)", fmt.Errorf("%w: %w", storage.ErrFailed, storage.ErrNoSpace), 507, contract.CodeNoSpace},
+		{"bare ENOSPC", &os.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC}, 507, contract.CodeNoSpace},
+		{"bare EDQUOT", fmt.Errorf("mkdir: %w", syscall.EDQUOT), 507, contract.CodeNoSpace},
+		{"failed log", fmt.Errorf("fsync: %w", storage.ErrFailed), 503, contract.CodeUnavailable},
+		{"queue full", storage.ErrQueueFull, 503, contract.CodeUnavailable},
+		{"deadline", fmt.Errorf("append: %w", context.DeadlineExceeded), 503, contract.CodeTimeout},
+		{"group busy", &groups.BusyError{Topic: "t", Group: "g"}, 409, contract.CodeGroupBusy},
+		{"not delivered", fmt.Errorf("ack: %w", groups.ErrNotDelivered), 409, contract.CodeNotDelivered},
+		{"session expired", groups.ErrSessionExpired, 409, contract.CodeSessionExpired},
+		{"name taken", groups.ErrNameTaken, 409, contract.CodeNameTaken},
+		{"unknown topic", groups.ErrUnknownTopic, 404, contract.CodeNotFound},
+		{"invalid group name", groups.ErrInvalidName, 400, contract.CodeBadRequest},
+		{"offset committed", groups.ErrInvalidOffset, 400, contract.CodeBadRequest},
+		{"too many groups", groups.ErrTooManyGroups, 503, contract.CodeTooManyGroups},
+		{"invalid name inside a busy group error", errors.Join(groups.ErrGroupBusy, topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
+		{"unknown error", errors.New("boom"), 503, contract.CodeUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := contract.Classify(tt.err)
+			if c.Status != tt.status || c.Code != tt.code {
+				t.Errorf("Classify(%v) = %d %s, want %d %s", tt.err, c.Status, c.Code, tt.status, tt.code)
+			}
+		})
+	}
+}
+
+// Sentinels made by NewError keep their text and their identity.
+func TestNewErrorIsASentinel(t *testing.T) {
+	if got := storage.ErrNoSpace.Error(); got != "storage: no space left on device" {
+		t.Errorf("text = %q", got)
+	}
+	wrapped := fmt.Errorf("append: %w", storage.ErrNoSpace)
+	if !errors.Is(wrapped, storage.ErrNoSpace) || errors.Is(wrapped, storage.ErrRecordTooLarge) {
+		t.Error("errors.Is does not tell the sentinels apart")
+	}
+}

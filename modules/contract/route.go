@@ -1,0 +1,73 @@
+package contract
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/fx"
+)
+
+// Route is a module's or plugin's contribution to the HTTP API: Register
+// adds its handlers to the broker's router. Contribute one with
+// [ProvideRoute]; the HTTP server (modules/httpapi) registers every member
+// of the value group, sorted as Fx gives them (routes must not overlap).
+type Route interface {
+	Register(r *mux.Router)
+}
+
+// Drainer is implemented by a Route whose requests may wait (long polls):
+// the HTTP server calls Drain when it starts its graceful shutdown, right
+// after it stops accepting connections, so that waiting requests answer at
+// once instead of holding the shutdown for up to their wait.
+type Drainer interface {
+	Drain(ctx context.Context) error
+}
+
+// RouteTag is the value group of Routes.
+const RouteTag = `group:"routes"`
+
+// ProvideRoute registers ctor, a constructor whose result implements Route
+// (optionally with an error, and with any Fx-supplied parameters), as a
+// member of the routes value group:
+//
+//	contract.ProvideRoute(groups.NewRouteFromConfig)
+//
+// A constructor may return a nil Route to contribute nothing.
+func ProvideRoute(ctor any) fx.Option {
+	return fx.Provide(fx.Annotate(ctor, fx.As(new(Route)), fx.ResultTags(RouteTag)))
+}
+
+// ErrorBody is the JSON body of every HTTP error answer: a NACK with a
+// human-readable error and a stable machine-readable code:
+//
+//	{"acknowledgement":"NACK","error":"topic name is empty","code":"BAD_REQUEST"}
+type ErrorBody struct {
+	Acknowledgement string `json:"acknowledgement"` // always "NACK"
+	Error           string `json:"error"`
+	Code            string `json:"code"`
+}
+
+// WriteJSON writes v as JSON with status and Content-Type
+// application/json (no HTML escaping: error texts keep their '<', '>' and
+// '&').
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// WriteError writes an ErrorBody with status, code and msg.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	WriteJSON(w, status, ErrorBody{Acknowledgement: "NACK", Error: msg, Code: code})
+}
+
+// WriteErr writes err as an ErrorBody, its status and code from [Classify]
+// and its text as the message.
+func WriteErr(w http.ResponseWriter, err error) {
+	c := Classify(err)
+	WriteError(w, c.Status, c.Code, err.Error())
+}

@@ -1,0 +1,70 @@
+package storage
+
+import (
+	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// AckLevel is how far an append must get before its caller is answered; it
+// is contract.AckLevel, kept here so storage callers need one import.
+type AckLevel = contract.AckLevel
+
+// The ack levels (see contract.AckLevel).
+const (
+	Accepted = contract.Accepted
+	Written  = contract.Written
+	Durable  = contract.Durable
+)
+
+// ParseAckLevel parses accepted|written|durable, case-insensitively; the
+// empty string is Durable. See contract.ParseAckLevel.
+func ParseAckLevel(s string) (AckLevel, error) { return contract.ParseAckLevel(s) }
+
+// Entry is one message read back from the log (contract.Entry).
+type Entry = contract.Entry
+
+// Stats is a point-in-time summary of a log (contract.Stats).
+type Stats = contract.Stats
+
+// *Log is the local backend of the storage seam.
+var _ contract.Log = (*Log)(nil)
+
+// StartOffset is the log start offset: the base offset of the first
+// segment (0 until retention deletes whole segments from the head).
+func (l *Log) StartOffset() int64 { return (*l.segs.Load())[0].base }
+
+// OffsetAt returns the first offset whose stored timestamp (Unix ms, the
+// message's "timestamp" member) is at or after t, or HighWatermark() when
+// there is none. It binary-searches the offsets, reading O(log n) entries;
+// timestamps are taken when a publish is decoded, so concurrent producers
+// may store them a few milliseconds out of order, and the answer is then
+// within those few milliseconds of the exact one. A message without a
+// timestamp (written by another client) counts as older than any t. A
+// corrupt entry on the search path returns its *CorruptionError.
+func (l *Log) OffsetAt(t time.Time) (int64, error) {
+	want := t.UnixMilli()
+	lo, hi := l.StartOffset(), l.HighWatermark()
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		p, err := l.Read(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ts, ok := contract.MessageTimestamp(p); ok && ts >= want {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}
+
+// OpenCheckpoint is Checkpoint behind the contract.Checkpoint interface.
+func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
+	cp, err := l.Checkpoint(name)
+	if err != nil {
+		return nil, err
+	}
+	return cp, nil
+}

@@ -1,0 +1,93 @@
+package topicqueue
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Backend is where the registry's topics live: the storage-backend seam.
+// The default is the local segmented log (LocalBackend); a replicated
+// backend implements the same three methods, and everything above the
+// registry (dispatchers, consumer groups, HTTP, line protocol) is unchanged.
+// Replace it in an Fx application with
+// fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine }).
+type Backend interface {
+	// Open opens topic name's log. With create it makes the topic when it
+	// does not exist (the first message of a new topic); without, the topic
+	// must exist (startup). Errors: a corruption error (*storage.CorruptionError
+	// for the local backend) for a topic refused by its repair, or an I/O
+	// error. name is valid (contract.ValidateTopic).
+	Open(name string, create bool) (contract.Log, error)
+	// Topics lists the stored topics by name, sorted, and the entries of
+	// the store that are not topics (skipped at startup, with a warning).
+	Topics() (names, skipped []string, err error)
+	// Lock takes the store's exclusive lock for this process's life, so
+	// that two brokers never write one store: release gives it back.
+	// Errors: ErrRootInUse when another process holds it.
+	Lock() (release func() error, err error)
+}
+
+// LocalBackend is the default Backend: one directory per topic under Root
+// with segment and offset-index files, opened by the storage engine (which
+// repairs a torn tail and refuses corruption).
+type LocalBackend struct {
+	// Root is the data root directory (mmmq.broker.storage.root-dir).
+	Root string
+	// Storage is the template for every topic's log (FS, Logger, sizes).
+	Storage storage.Options
+}
+
+// Open opens (create: or creates) the topic directory Root/name.
+func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
+	l, err := storage.Open(filepath.Join(b.Root, name), b.Storage)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Topics creates Root (durably) when missing and lists its directories:
+// valid topic names are topics, other directories are skipped; plain files
+// (the lock file) are ignored.
+func (b *LocalBackend) Topics() (names, skipped []string, err error) {
+	fsys := b.fs()
+	if err := storage.MkdirDurable(fsys, b.Root); err != nil {
+		return nil, nil, err
+	}
+	ents, err := fsys.List(b.Root)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list data root %s: %w", b.Root, err)
+	}
+	for _, e := range ents {
+		switch {
+		case !e.IsDir:
+		case contract.ValidateTopic(e.Name) != nil:
+			skipped = append(skipped, e.Name)
+		default:
+			names = append(names, e.Name)
+		}
+	}
+	sort.Strings(names)
+	return names, skipped, nil
+}
+
+// Lock takes the data root's lock (LockRoot). On the in-memory test
+// filesystem there is no other process to exclude and nothing is locked.
+func (b *LocalBackend) Lock() (func() error, error) {
+	if _, inMemory := b.fs().(*vfs.MemFS); inMemory {
+		return func() error { return nil }, nil
+	}
+	return LockRoot(b.Root)
+}
+
+func (b *LocalBackend) fs() vfs.FS {
+	if b.Storage.FS == nil {
+		return vfs.OS{}
+	}
+	return b.Storage.FS
+}

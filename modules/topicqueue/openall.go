@@ -1,0 +1,84 @@
+package topicqueue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// Policy is what OpenAll does with a topic refused as corrupt
+// (mmmq.broker.storage.on-corruption).
+type Policy string
+
+// Policies of OpenAll.
+const (
+	// FailOnCorruption stops startup (the default): the log-queue study
+	// refuses to start rather than skip records that may have been
+	// acknowledged.
+	FailOnCorruption Policy = "fail"
+	// QuarantineOnCorruption excludes the corrupt topic (files left
+	// untouched, error logged) and serves the others.
+	QuarantineOnCorruption Policy = "quarantine"
+)
+
+// Report sums up a startup recovery (OpenAll).
+type Report struct {
+	Topics      int                      // topics opened
+	Changed     []storage.RecoveryReport // topics whose tail was cut or truncated
+	Quarantined map[string]error         // topics refused and excluded
+	Skipped     []string                 // store entries that are not topics
+	Took        time.Duration
+}
+
+// OpenAll opens every topic of the backend (startup recovery: the
+// original mmmq scans its data root and makes one TopicQueue per topic
+// directory, each segment trimmed to its offset index). A topic refused as
+// corrupt stops it with an error naming the topic, file, byte position and
+// offset when policy is FailOnCorruption, or is quarantined (Quarantined,
+// publishing to it fails with ErrQuarantined) under QuarantineOnCorruption.
+// Other errors (I/O) stop it. log receives one line per skipped entry or
+// refused topic and a summary.
+func (r *Registry) OpenAll(policy Policy, log *zap.Logger) (Report, error) {
+	start := time.Now()
+	rep := Report{Quarantined: map[string]error{}}
+	names, skipped, err := r.opts.Backend.Topics()
+	if err != nil {
+		return rep, err
+	}
+	for _, name := range skipped {
+		rep.Skipped = append(rep.Skipped, name)
+		log.Warn("skipping directory that is not a topic", zap.String("name", name), zap.Error(ValidateName(name)))
+	}
+	for _, name := range names {
+		q, err := r.Open(name)
+		var ce *storage.CorruptionError
+		switch {
+		case errors.As(err, &ce):
+			log.Error("topic refused: corruption found by startup recovery; files left untouched",
+				zap.String("topic", ce.Topic), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
+				zap.Int64("offset", ce.Offset), zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
+			if policy != QuarantineOnCorruption {
+				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
+			}
+			r.Quarantine(name, ce)
+			rep.Quarantined[name] = ce
+			continue
+		case err != nil:
+			return rep, fmt.Errorf("recovery: open topic %s: %w", name, err)
+		}
+		rep.Topics++
+		if rl, ok := q.log.(interface{ Recovery() storage.RecoveryReport }); ok {
+			if rr := rl.Recovery(); !rr.Clean() {
+				rep.Changed = append(rep.Changed, rr)
+			}
+		}
+	}
+	rep.Took = time.Since(start)
+	log.Info("startup recovery finished", zap.Int("topics", rep.Topics), zap.Int("changed", len(rep.Changed)),
+		zap.Int("quarantined", len(rep.Quarantined)), zap.Duration("took", rep.Took))
+	return rep, nil
+}
