@@ -3,10 +3,17 @@
 // own plugins (for example Dispatchers provided with dispatcher.Provide):
 //
 //	app.New(orders.Module).Run()
+//
+// A custom binary drops or replaces a default module by name with Without
+// and Replace, passed to New like any other option:
+//
+//	app.New(app.Without(app.LineProto), orders.Module)
+//	app.New(app.Replace(app.Metrics, mymetrics.Module))
 package app
 
 import (
-	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/fx"
@@ -20,6 +27,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
+	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
@@ -27,26 +35,135 @@ import (
 // closing the logs). server.shutdown-timeout bounds the HTTP part inside it.
 const StopTimeout = 90 * time.Second
 
-// Modules is the default module set, in start order: the topic registry
-// and recovery first, then dispatchers, then the HTTP API (stop runs in
-// reverse, so the API stops accepting first and the logs close last).
-func Modules() fx.Option {
-	return fx.Options(
-		config.Module,
-		logging.Module,
-		storage.Module,
-		topicqueue.Module,
-		recovery.Module,
-		fx.Provide(DispatcherSource, DispatcherOptions),
-		dispatcher.Module,
-		configdispatchers.Module,
-		groups.Module,
-		metrics.Module,
-		httpapi.Module,
-	)
+// Names of the default modules, for Without and Replace.
+const (
+	Config            = "config"
+	Logging           = "logging"
+	Storage           = "storage"
+	TopicQueue        = "topicqueue"
+	Recovery          = "recovery"
+	Dispatcher        = "dispatcher"
+	ConfigDispatchers = "configdispatchers"
+	Groups            = "groups"
+	Metrics           = "metrics"
+	HTTPAPI           = "httpapi"
+	LineProto         = "lineproto"
+	Ready             = "ready"
+)
+
+// module is one entry of the default module set.
+type module struct {
+	name string
+	opt  fx.Option
 }
 
-// New returns the mmmq application: the default modules plus opts (plugins,
+// defaults is the default module set in start order. Each module appends
+// its start and stop hooks from its own fx.Invoke, so hooks run in this
+// order on start and in reverse on stop:
+//
+//	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
+//	       consumer groups → metrics → HTTP API → line protocol → ready
+//	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
+//	       the groups' long polls, then waits for in-flight requests) →
+//	       consumer groups → dispatchers drain → logs close → lock released
+//	       → logger flushed
+//
+// app_test.go's stop-order test pins this.
+func defaults() []module {
+	return []module{
+		{Config, config.Module},
+		{Logging, logging.Module},
+		{Storage, storage.Module},
+		{TopicQueue, topicqueue.Module},
+		{Recovery, recovery.Module},
+		{Dispatcher, fx.Options(fx.Provide(DispatcherOptions), dispatcher.Module)},
+		{ConfigDispatchers, configdispatchers.Module},
+		{Groups, groups.Module},
+		{Metrics, metrics.Module},
+		{HTTPAPI, httpapi.Module},
+		{LineProto, lineproto.Module}, // listens only when mmmq.lineproto.addr is set
+		{Ready, recovery.Ready},
+	}
+}
+
+// Modules is the default module set, in start order (see the package
+// documentation for Without and Replace, which edit it by name). New adds
+// the caller's options before the last one, Ready, so that readiness still
+// comes after every start hook.
+func Modules() fx.Option {
+	main, ready := modulesWith(nil)
+	return fx.Options(main, ready)
+}
+
+// ModuleNames lists the names of the default modules in start order.
+func ModuleNames() []string {
+	var out []string
+	for _, m := range defaults() {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+// edit is an option of New that edits the default module set instead of
+// adding to the graph. It embeds an empty fx.Option so that it can be passed
+// among New's fx options.
+type edit struct {
+	fx.Option
+	name    string
+	replace fx.Option // nil: drop the module
+}
+
+// Without drops the default module name (one of the constants above) from
+// the application built by New or Options: for example
+// app.Without(app.LineProto) for a binary without the TCP listener. Whatever
+// else needs what that module provided must then get it elsewhere, or Fx
+// reports the missing type when the application is built. An unknown name
+// makes New fail with the list of valid names.
+func Without(name string) fx.Option {
+	return &edit{Option: fx.Options(), name: name}
+}
+
+// Replace puts opt in the place of the default module name (same position,
+// so the same start and stop order): for example a module providing another
+// *httpapi.Server. An unknown name makes New fail.
+func Replace(name string, opt fx.Option) fx.Option {
+	if opt == nil {
+		opt = fx.Options()
+	}
+	return &edit{Option: fx.Options(), name: name, replace: opt}
+}
+
+// modulesWith returns the default modules edited by edits, the last one
+// (Ready) apart.
+func modulesWith(edits []*edit) (main, ready fx.Option) {
+	mods := defaults()
+	var opts []fx.Option
+	known := map[string]bool{}
+	for _, m := range mods {
+		known[m.name] = true
+	}
+	for _, e := range edits {
+		if !known[e.name] {
+			return fx.Error(fmt.Errorf("app: no default module %q (have %s)", e.name, strings.Join(ModuleNames(), ", "))), fx.Options()
+		}
+	}
+	for _, m := range mods {
+		opt := m.opt
+		for _, e := range edits {
+			if e.name == m.name {
+				opt = e.replace
+			}
+		}
+		if opt == nil {
+			opt = fx.Options()
+		}
+		opts = append(opts, opt)
+	}
+	return fx.Options(opts[:len(opts)-1]...), opts[len(opts)-1]
+}
+
+// New returns the mmmq application: the default modules (edited by any
+// Without or Replace among opts) plus opts (plugins,
 // fx.Supply(config.LoadOptions{...}), fx.Decorate overrides). The broker
 // reports ready (/readyz) once every start hook has run.
 func New(opts ...fx.Option) *fx.App {
@@ -56,30 +173,29 @@ func New(opts ...fx.Option) *fx.App {
 // Options is everything New passes to fx.New, for tests that build the
 // application with fxtest.New(t, app.Options(...)).
 func Options(opts ...fx.Option) fx.Option {
+	var edits []*edit
+	var rest []fx.Option
+	for _, o := range opts {
+		if e, ok := o.(*edit); ok {
+			edits = append(edits, e)
+			continue
+		}
+		rest = append(rest, o)
+	}
+	main, ready := modulesWith(edits)
 	return fx.Options(
-		Modules(),
-		fx.Options(opts...),
-		fx.Invoke(markReady),
+		main,
+		fx.Options(rest...),
+		ready,
 		fx.StopTimeout(StopTimeout),
 	)
 }
 
-func markReady(lc fx.Lifecycle, r *recovery.Readiness, _ *httpapi.Server, _ *dispatcher.Manager) {
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error { r.Set(true); return nil },
-		OnStop:  func(context.Context) error { r.Set(false); return nil },
-	})
-}
-
-// registrySource adapts the topic registry to dispatcher.Source.
-type registrySource struct{ r *topicqueue.Registry }
-
-func (s registrySource) Subscribe(fn func(dispatcher.Topic)) (cancel func()) {
-	return s.r.Subscribe(func(q *topicqueue.TopicQueue) { fn(q) })
-}
-
 // DispatcherSource exposes the topic registry to the dispatcher module.
-func DispatcherSource(r *topicqueue.Registry) dispatcher.Source { return registrySource{r} }
+//
+// Deprecated: dispatcher.Module adapts the registry itself
+// (dispatcher.RegistrySource).
+func DispatcherSource(r *topicqueue.Registry) dispatcher.Source { return dispatcher.RegistrySource(r) }
 
 // DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options.
 func DispatcherOptions(cfg *config.Config) dispatcher.Options {

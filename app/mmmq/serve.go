@@ -13,7 +13,6 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/profiling"
 )
 
@@ -36,7 +35,6 @@ func serve(args []string) int {
 	}
 	a := app.New(
 		config.Supply(cfg),
-		lineproto.Module, // TCP line protocol; listens only when mmmq.lineproto.addr is set
 		// /debug/pprof/ on its own port when mmmq.profiling.addr is set. Not
 		// in app.Modules: importing net/http/pprof also registers its
 		// handlers on http.DefaultServeMux, which a custom binary may serve.

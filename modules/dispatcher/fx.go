@@ -1,8 +1,12 @@
 package dispatcher
 
 import (
+	"errors"
+
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // Module wires the dispatcher set, the default HTTP sender and the Manager:
@@ -10,8 +14,9 @@ import (
 //	provides *Set (from the `group:"dispatchers"` value group, see Provide),
 //	         Sender (an *HTTPSender; replace it with fx.Decorate or fx.Replace),
 //	         *Manager
-//	needs    Source (the topic registry adapted to this package's interfaces),
-//	         *zap.Logger, and optionally Options (defaults when absent)
+//	needs    *topicqueue.Registry (adapted to Source by RegistrySource) or a
+//	         Source supplied instead (tests), *zap.Logger, and optionally
+//	         Options (defaults when absent)
 //
 // The Manager starts on app start and stops on app stop; list this module
 // after the one owning the topics, so its workers stop before the topics
@@ -39,8 +44,10 @@ type ManagerParams struct {
 
 	// Set is provided by this module (NewSet).
 	Set *Set
-	// Source is the topic registry, provided by the application.
-	Source Source
+	// Source yields the topics; absent means RegistrySource(Registry).
+	Source Source `optional:"true"`
+	// Registry is the topic registry (modules/topicqueue).
+	Registry *topicqueue.Registry `optional:"true"`
 	// Sender is provided by this module (*HTTPSender) unless replaced.
 	Sender Sender
 	// Options tunes the manager; absent means all defaults.
@@ -49,9 +56,27 @@ type ManagerParams struct {
 	Log *zap.Logger
 }
 
-func newManagerFx(p ManagerParams) *Manager {
-	return NewManager(p.Set, p.Source, p.Sender, p.Options, p.Log.Named("dispatcher"))
+func newManagerFx(p ManagerParams) (*Manager, error) {
+	src := p.Source
+	if src == nil {
+		if p.Registry == nil {
+			return nil, errors.New("dispatcher: neither a Source nor a *topicqueue.Registry in the application (add topicqueue.Module)")
+		}
+		src = RegistrySource(p.Registry)
+	}
+	return NewManager(p.Set, src, p.Sender, p.Options, p.Log.Named("dispatcher")), nil
 }
+
+// registrySource adapts the topic registry to Source.
+type registrySource struct{ r *topicqueue.Registry }
+
+func (s registrySource) Subscribe(fn func(Topic)) (cancel func()) {
+	return s.r.Subscribe(func(q *topicqueue.TopicQueue) { fn(q) })
+}
+
+// RegistrySource is the topic registry as a Source: every open topic, then
+// every topic created later.
+func RegistrySource(r *topicqueue.Registry) Source { return registrySource{r} }
 
 func registerLifecycle(lc fx.Lifecycle, m *Manager, s Sender) {
 	if c, ok := s.(interface{ CloseIdleConnections() }); ok {

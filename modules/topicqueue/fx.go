@@ -14,24 +14,26 @@ import (
 // Params are the registry's dependencies in the Fx graph.
 type Params struct {
 	fx.In
-	Config    *config.Config
-	Logger    *zap.Logger
-	FS        vfs.FS
-	Lifecycle fx.Lifecycle
+	Config *config.Config
+	Logger *zap.Logger
+	FS     vfs.FS
 	// Observer receives fsync and batch measurements (metrics plugin).
 	Observer storage.Observer `optional:"true"`
 	// Hooks are write-path injection points; only crash tests provide them
 	// (app/mmmq built with -tags crashpoints). Nil in production.
 	Hooks *storage.Hooks `optional:"true"`
+	// Backend replaces the local segmented log (a replicated store);
+	// absent means LocalBackend over mmmq.broker.storage.root-dir.
+	Backend Backend `optional:"true"`
 }
 
-// NewFromConfig builds the registry from the configuration. On start it
-// takes the data root's lock (LockRoot; two brokers on one directory refuse
-// to start); on stop it closes every log (after the HTTP server and the
-// dispatchers, which were started later and so stop first) and unlocks.
+// NewFromConfig builds the registry from the configuration. Module takes
+// the backend's lock (the data root's .lock: two brokers on one directory
+// refuse to start) when the application starts, and on stop closes every
+// log and releases the lock.
 func NewFromConfig(p Params) *Registry {
 	c := p.Config.MMMQ.Broker
-	r := New(Options{
+	return New(Options{
 		Root:      c.Storage.RootDir,
 		MaxTopics: c.Storage.MaxTopics,
 		Storage: storage.Options{
@@ -42,17 +44,19 @@ func NewFromConfig(p Params) *Registry {
 			Observer:        p.Observer,
 			Hooks:           p.Hooks,
 		},
+		Backend: p.Backend,
 	})
-	// The registry's hooks are the first appended, so the data root is
-	// locked before recovery runs and unlocked only after every log closed.
+}
+
+// registerLifecycle locks the store on start, before recovery opens
+// anything, and on stop closes every log, after the HTTP server and the
+// dispatchers (which started later, so stop first), then unlocks.
+func registerLifecycle(lc fx.Lifecycle, r *Registry) {
 	var release func() error
-	p.Lifecycle.Append(fx.Hook{
+	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			if _, inMemory := p.FS.(*vfs.MemFS); inMemory {
-				return nil // tests on an in-memory filesystem
-			}
 			var err error
-			release, err = LockRoot(c.Storage.RootDir)
+			release, err = r.Lock()
 			return err
 		},
 		OnStop: func(context.Context) error {
@@ -65,8 +69,12 @@ func NewFromConfig(p Params) *Registry {
 			return err
 		},
 	})
-	return r
 }
 
-// Module provides the *Registry.
-var Module = fx.Module("topicqueue", fx.Provide(NewFromConfig))
+// Module provides the *Registry and ties its lock and its logs to the
+// application's start and stop. The Backend is the local segmented log
+// unless one is provided (or decorated) in the graph.
+var Module = fx.Module("topicqueue",
+	fx.Provide(NewFromConfig),
+	fx.Invoke(registerLifecycle),
+)

@@ -18,34 +18,37 @@ type Params struct {
 	Logger    *zap.Logger
 	Registry  *topicqueue.Registry
 	Groups    *groups.Coordinator
-	Lifecycle fx.Lifecycle
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
-// max-line-bytes) and mmmq.broker.segment.max-record-bytes, and registers
-// its start (listen) and stop (graceful close) hooks. It returns nil, and
-// registers nothing, when mmmq.lineproto.addr is "" (the default): no TCP
-// listener.
+// max-line-bytes) and mmmq.broker.segment.max-record-bytes; Module starts
+// it (listen) and stops it (graceful close). It returns nil when
+// mmmq.lineproto.addr is "" (the default): no TCP listener.
 func NewFromConfig(p Params) *Server {
 	lc := p.Config.MMMQ.Lineproto
 	if lc.Addr == "" {
 		return nil
 	}
-	s := New(Options{
+	return New(Options{
 		Addr:           lc.Addr,
 		MaxLineBytes:   int(lc.MaxLineBytes),
 		MaxRecordBytes: int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
 		Logger:         p.Logger.Named("lineproto"),
 	}, p.Registry, p.Groups)
-	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
-	return s
 }
 
 // Module provides *Server (nil when mmmq.lineproto.addr is empty) and
 // starts it with the application. It needs *topicqueue.Registry and
-// *groups.Coordinator (groups.Module). It is a plugin: a binary without it
-// has no TCP listener.
+// *groups.Coordinator (groups.Module). It is part of app.Modules (and so of
+// the stock binary and of every app.New binary), and listens only when
+// mmmq.lineproto.addr is set.
 var Module = fx.Module("lineproto",
 	fx.Provide(NewFromConfig),
-	fx.Invoke(func(*Server) {}),
+	fx.Invoke(registerLifecycle),
 )
+
+func registerLifecycle(lc fx.Lifecycle, s *Server) {
+	if s != nil {
+		lc.Append(fx.StartStopHook(s.Start, s.Stop))
+	}
+}

@@ -1,0 +1,102 @@
+package app_test
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+)
+
+// hookOrder builds the default application with opts, starts and stops it,
+// and returns the packages that registered each start hook and each stop
+// hook, in the order Fx ran them (from Fx's own events, logged at debug).
+func hookOrder(t *testing.T, cfg *config.Config, opts ...fx.Option) (start, stop []string) {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	opts = append([]fx.Option{
+		config.Supply(cfg),
+		fx.Decorate(func(*zap.Logger) *zap.Logger { return zap.New(core) }),
+	}, opts...)
+	a := fxtest.New(t, app.Options(opts...))
+	a.RequireStart()
+	a.RequireStop()
+	pkg := func(e observer.LoggedEntry) string {
+		caller := e.ContextMap()["caller"].(string)
+		caller = strings.TrimPrefix(caller, "github.com/mmmq/mmmq/")
+		return caller[:strings.LastIndex(caller, ".")]
+	}
+	for _, e := range logs.FilterMessage("OnStart hook executing").All() {
+		start = append(start, pkg(e))
+	}
+	for _, e := range logs.FilterMessage("OnStop hook executing").All() {
+		stop = append(stop, pkg(e))
+	}
+	return start, stop
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The stop order is what keeps acknowledged data safe on shutdown: the
+// broker says it is not ready, HTTP and the line protocol stop accepting
+// (HTTP drains the groups' long polls and waits for in-flight requests),
+// the consumer groups and the dispatchers drain, then the logs close and
+// the data root's lock is released, and the logger is flushed last.
+func TestStartAndStopOrder(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	start, stop := hookOrder(t, cfg)
+	wantStop := []string{
+		"modules/recovery",   // ready = false
+		"plugins/lineproto",  // stop accepting TCP, close connections
+		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
+		"modules/groups",     // lease janitor
+		"modules/dispatcher", // dispatch workers drain
+		"modules/dispatcher", // then their idle connections close
+		"modules/topicqueue", // logs close, lock released
+		"modules/logging",    // logger flushed
+	}
+	require.Equal(t, wantStop, stop, "stop hooks by registering package")
+	wantStart := []string{
+		"modules/topicqueue", // lock the data root
+		"modules/recovery",   // open every topic
+		"modules/dispatcher",
+		"modules/groups",
+		"modules/httpapi",
+		"plugins/lineproto",
+		"modules/recovery", // ready = true
+	}
+	require.Equal(t, wantStart, start, "start hooks by registering package")
+}
+
+// Without and Replace edit the default set by name and keep the order of
+// the rest; an unknown name fails with the valid names.
+func TestWithoutAndReplace(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	_, stop := hookOrder(t, cfg, app.Without(app.LineProto))
+	require.NotContains(t, stop, "plugins/lineproto")
+	require.Equal(t, "modules/httpapi", stop[1])
+
+	var replaced bool
+	_, stop = hookOrder(t, cfg, app.Replace(app.LineProto, fx.Invoke(func() { replaced = true })))
+	require.True(t, replaced, "replacement module ran")
+	require.NotContains(t, stop, "plugins/lineproto")
+
+	err := app.New(config.Supply(cfg), app.Without("nope")).Err()
+	require.ErrorContains(t, err, `no default module "nope"`)
+	require.ErrorContains(t, err, "lineproto")
+}
