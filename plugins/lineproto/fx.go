@@ -14,10 +14,10 @@ import (
 type Params struct {
 	fx.In
 
-	Config    *config.Config
-	Logger    *zap.Logger
-	Registry  *topicqueue.Registry
-	Groups    *groups.Coordinator
+	Config   *config.Config
+	Logger   *zap.Logger
+	Registry *topicqueue.Registry
+	Groups   *groups.Coordinator
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
