@@ -46,22 +46,11 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 	limit = min(max(limit, 1), c.opts.MaxFetch)
 	wait = min(max(wait, 0), c.opts.MaxWait)
 
-	g.mu.Lock()
-	l, err := c.holderLocked(g, session, time.Now())
+	l, unhold, err := c.holdForFetch(g, session)
 	if err != nil {
-		g.mu.Unlock()
 		return Batch{}, err
 	}
-	l.fetching++
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		l.fetching--
-		if g.lease == l {
-			l.expires = time.Now().Add(c.opts.LeaseTimeout)
-		}
-		g.mu.Unlock()
-	}()
+	defer unhold()
 
 	var timeout <-chan time.Time
 	if wait > 0 {

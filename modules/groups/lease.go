@@ -72,6 +72,29 @@ func (c *Coordinator) holderLocked(g *group, session string, now time.Time) (*le
 		ErrSessionExpired, session, g.name, g.topic.Name())
 }
 
+// holdForFetch marks a fetch in progress on session's lease of g, so that
+// the lease does not expire while the fetch waits. It returns the lease and
+// the function that ends the hold and renews the lease (when g still has
+// it); the error is ErrSessionExpired when session does not hold g.
+func (c *Coordinator) holdForFetch(g *group, session string) (*lease, func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, err := c.holderLocked(g, session, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	l.fetching++
+	unhold := func() {
+		g.mu.Lock()
+		l.fetching--
+		if g.lease == l {
+			l.expires = time.Now().Add(c.opts.LeaseTimeout)
+		}
+		g.mu.Unlock()
+	}
+	return l, unhold, nil
+}
+
 // Acquire starts a session on group of topic and returns its id (32 hex
 // digits). Its first Fetch starts at the committed offset (0 for a new
 // group). Errors: ErrGroupBusy while another session's lease is live,
