@@ -271,3 +271,20 @@ func TestPlainModeDrivesSeparateServer(t *testing.T) {
 		t.Fatalf("plain server stop: %v", err)
 	}
 }
+
+func TestMainExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-mode", "nope"}, 2},
+		{[]string{"-c", "0"}, 2},
+		{[]string{"-no-such-flag"}, 2},
+		{[]string{"-h"}, 2},
+		{[]string{"-mode", "plain", "-c", "2", "-count", "50", "-progress=false", "-json"}, 0},
+	} {
+		if got := Main(c.args); got != c.want {
+			t.Errorf("Main(%q) = %d, want %d", c.args, got, c.want)
+		}
+	}
+}
