@@ -249,7 +249,10 @@ func TestPlainModeDrivesSeparateServer(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- servePlain(ctx, addr) }()
 	cfg := benchConfig{mode: "plain", url: "http://" + addr, urlSet: true, producers: 2, size: 50,
-		count: 200, ack: "durable", topics: 1, topicPrefix: "bench", serverPID: os.Getpid()}
+		count: 200, ack: "durable", topics: 1, topicPrefix: "bench", serverPID: os.Getpid(),
+		// A producer whose first dial is refused (the server is still
+		// starting) retries instead of giving up with its message.
+		idleTimeout: time.Minute}
 	var res *benchResult
 	for i := 0; i < 100; i++ { // wait for the listener
 		if res, err = runPlain(ctx, cfg); err == nil {
