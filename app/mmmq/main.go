@@ -13,6 +13,8 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/mmmq/mmmq/app/loadgen"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -38,7 +40,7 @@ func run(args []string) int {
 	case "dump":
 		return dump(args)
 	case "bench":
-		return bench(args)
+		return loadgen.Main(args)
 	case "version":
 		fmt.Println("mmmq", version)
 		return 0

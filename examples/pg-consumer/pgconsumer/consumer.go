@@ -116,132 +116,208 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	defer store.Close(context.WithoutCancel(ctx))
-	client := NewClient(cfg.Broker, cfg.Topic, cfg.Group, cfg.HTTPClient)
-
-	var (
-		pending   int   // messages applied since the last ack
-		toAck     int64 // highest applied offset not yet acknowledged
-		busySince time.Time
-		started   bool // the current session has answered a fetch
-	)
-	ack := func(ctx context.Context) error {
-		committed, err := client.Ack(ctx, toAck)
-		if err != nil {
-			return err
-		}
-		res.Committed = committed
-		pending = 0
-		fmt.Fprintf(cfg.Log, "CONSUMER_ACK offset=%d committed=%d\n", toAck, committed)
-		return nil
+	c := &consumer{
+		cfg:    cfg,
+		client: NewClient(cfg.Broker, cfg.Topic, cfg.Group, cfg.HTTPClient),
+		store:  store,
+		res:    res,
 	}
-
 loop:
 	for ctx.Err() == nil {
-		fr, err := client.Fetch(ctx, cfg.Max, cfg.Wait)
+		next, err := c.round(ctx)
 		switch {
-		case ctx.Err() != nil:
-			break loop
-		case HasCode(err, CodeGroupBusy):
-			if busySince.IsZero() {
-				busySince = time.Now()
-				fmt.Fprintf(cfg.Log, "CONSUMER_WAIT group %q is busy (another session holds it); retrying for up to %s\n", cfg.Group, cfg.BusyTimeout)
-			}
-			if time.Since(busySince) > cfg.BusyTimeout {
-				return res, fmt.Errorf("group %q still busy after %s: %w", cfg.Group, cfg.BusyTimeout, err)
-			}
-			select {
-			case <-ctx.Done():
-				break loop
-			case <-time.After(busyPoll):
-			}
-			continue
-		case HasCode(err, CodeSessionExpired):
-			// Our lease ran out: what we applied but did not ack will be
-			// redelivered to the new session and deduplicated.
-			fmt.Fprintf(cfg.Log, "CONSUMER_SESSION_EXPIRED redelivery from committed offset; %d unacked messages will come again\n", pending)
-			client.ResetSession()
-			pending, started = 0, false
-			continue
 		case err != nil:
-			return res, err
-		}
-		if !busySince.IsZero() {
-			fmt.Fprintf(cfg.Log, "CONSUMER_WAIT done after %s\n", time.Since(busySince).Round(time.Millisecond))
-			busySince = time.Time{}
-		}
-		if !started {
-			started = true
-			res.Committed = fr.Committed
-			fmt.Fprintf(cfg.Log, "CONSUMER_START session=%s committed=%d\n", client.Session(), fr.Committed)
-		}
-		if len(fr.Messages) == 0 {
-			if cfg.Follow {
-				continue
-			}
+			return c.res, err
+		case next == stepHalt:
+			return c.res, nil
+		case next == stepEnd:
 			break loop
-		}
-		for _, d := range fr.Messages {
-			if res.FirstOffset < 0 {
-				res.FirstOffset = d.Offset
-			}
-			res.Seen++
-			res.LastOffset = d.Offset
-			if d.Error != "" {
-				// Applied with NULL content so the offset is accounted for.
-				fmt.Fprintf(cfg.Log, "CONSUMER_BAD_RECORD offset=%d: %s\n", d.Offset, d.Error)
-			}
-			inserted, err := store.Apply(ctx, cfg.Topic, d)
-			if err != nil {
-				if ctx.Err() != nil {
-					break loop
-				}
-				return res, err
-			}
-			if inserted {
-				res.Applied++
-			} else {
-				res.Skipped++
-			}
-			pending++
-			toAck = d.Offset // offsets grow within a session
-			if cfg.HaltAfter > 0 && res.Seen >= int64(cfg.HaltAfter) {
-				// Abrupt stop: the side effect is in PostgreSQL, the ack is
-				// not sent and the session is not released.
-				res.Halted = true
-				return res, nil
-			}
-			if pending >= cfg.AckEvery {
-				switch err := ack(ctx); {
-				case HasCode(err, CodeSessionExpired):
-					fmt.Fprintf(cfg.Log, "CONSUMER_SESSION_EXPIRED on ack of %d; redelivery from committed offset\n", toAck)
-					client.ResetSession()
-					pending, started = 0, false
-					continue loop
-				case err != nil:
-					if ctx.Err() != nil {
-						break loop
-					}
-					return res, err
-				}
-			}
 		}
 	}
+	err = c.finish(ctx)
+	return c.res, err
+}
 
-	// Normal end (caught up, or ctx cancelled): ack the rest, release, count.
+// step says how a run goes on after one part of it.
+type step int
+
+const (
+	stepContinue step = iota // the next message of the batch, or the next fetch
+	stepRefetch              // drop the rest of the batch and fetch again
+	stepEnd                  // normal end: final ack, release, count the table
+	stepHalt                 // abrupt stop (HaltAfter): no ack, no release
+)
+
+// consumer is the state of one Run.
+type consumer struct {
+	cfg    Config
+	client *Client
+	store  *Store
+	res    Result
+
+	pending   int   // messages applied since the last ack
+	toAck     int64 // highest applied offset not yet acknowledged
+	busySince time.Time
+	started   bool // the current session has answered a fetch
+}
+
+// round fetches one batch and applies it. A returned error ends the run at
+// once, without final ack or release.
+func (c *consumer) round(ctx context.Context) (step, error) {
+	fr, err := c.client.Fetch(ctx, c.cfg.Max, c.cfg.Wait)
+	if ctx.Err() != nil {
+		return stepEnd, nil
+	}
+	if err != nil {
+		return c.fetchFailed(ctx, err)
+	}
+	c.fetched(fr)
+	if len(fr.Messages) == 0 {
+		if c.cfg.Follow {
+			return stepContinue, nil
+		}
+		return stepEnd, nil
+	}
+	for _, d := range fr.Messages {
+		next, err := c.apply(ctx, d)
+		if err != nil || next != stepContinue {
+			return next, err
+		}
+	}
+	return stepContinue, nil
+}
+
+// fetchFailed handles a fetch error: GROUP_BUSY is retried for up to
+// BusyTimeout, SESSION_EXPIRED starts a new session (redelivery from the
+// committed offset); any other error is returned.
+func (c *consumer) fetchFailed(ctx context.Context, err error) (step, error) {
+	switch {
+	case HasCode(err, CodeGroupBusy):
+		if c.busySince.IsZero() {
+			c.busySince = time.Now()
+			fmt.Fprintf(c.cfg.Log, "CONSUMER_WAIT group %q is busy (another session holds it); retrying for up to %s\n", c.cfg.Group, c.cfg.BusyTimeout)
+		}
+		if time.Since(c.busySince) > c.cfg.BusyTimeout {
+			return stepEnd, fmt.Errorf("group %q still busy after %s: %w", c.cfg.Group, c.cfg.BusyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return stepEnd, nil
+		case <-time.After(busyPoll):
+		}
+		return stepContinue, nil
+	case HasCode(err, CodeSessionExpired):
+		// Our lease ran out: what we applied but did not ack will be
+		// redelivered to the new session and deduplicated.
+		fmt.Fprintf(c.cfg.Log, "CONSUMER_SESSION_EXPIRED redelivery from committed offset; %d unacked messages will come again\n", c.pending)
+		c.newSession()
+		return stepContinue, nil
+	}
+	return stepEnd, err
+}
+
+// fetched notes a successful fetch: the end of a busy wait, and the start of
+// a session (its committed offset).
+func (c *consumer) fetched(fr *FetchResult) {
+	if !c.busySince.IsZero() {
+		fmt.Fprintf(c.cfg.Log, "CONSUMER_WAIT done after %s\n", time.Since(c.busySince).Round(time.Millisecond))
+		c.busySince = time.Time{}
+	}
+	if !c.started {
+		c.started = true
+		c.res.Committed = fr.Committed
+		fmt.Fprintf(c.cfg.Log, "CONSUMER_START session=%s committed=%d\n", c.client.Session(), fr.Committed)
+	}
+}
+
+// apply writes one delivery to PostgreSQL, counts it, and acknowledges when
+// AckEvery messages are pending. It returns stepHalt once HaltAfter
+// messages were seen, stepRefetch when the ack found the session expired,
+// and stepEnd (with a nil error) when ctx ended during the insert or ack.
+func (c *consumer) apply(ctx context.Context, d Delivery) (step, error) {
+	if c.res.FirstOffset < 0 {
+		c.res.FirstOffset = d.Offset
+	}
+	c.res.Seen++
+	c.res.LastOffset = d.Offset
+	if d.Error != "" {
+		// Applied with NULL content so the offset is accounted for.
+		fmt.Fprintf(c.cfg.Log, "CONSUMER_BAD_RECORD offset=%d: %s\n", d.Offset, d.Error)
+	}
+	inserted, err := c.store.Apply(ctx, c.cfg.Topic, d)
+	if err != nil {
+		if ctx.Err() != nil {
+			return stepEnd, nil
+		}
+		return stepEnd, err
+	}
+	if inserted {
+		c.res.Applied++
+	} else {
+		c.res.Skipped++
+	}
+	c.pending++
+	c.toAck = d.Offset // offsets grow within a session
+	if c.cfg.HaltAfter > 0 && c.res.Seen >= int64(c.cfg.HaltAfter) {
+		// Abrupt stop: the side effect is in PostgreSQL, the ack is
+		// not sent and the session is not released.
+		c.res.Halted = true
+		return stepHalt, nil
+	}
+	if c.pending < c.cfg.AckEvery {
+		return stepContinue, nil
+	}
+	switch err := c.ack(ctx); {
+	case HasCode(err, CodeSessionExpired):
+		fmt.Fprintf(c.cfg.Log, "CONSUMER_SESSION_EXPIRED on ack of %d; redelivery from committed offset\n", c.toAck)
+		c.newSession()
+		return stepRefetch, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return stepEnd, nil
+		}
+		return stepEnd, err
+	}
+	return stepContinue, nil
+}
+
+// ack acknowledges up to toAck and records the committed offset.
+func (c *consumer) ack(ctx context.Context) error {
+	committed, err := c.client.Ack(ctx, c.toAck)
+	if err != nil {
+		return err
+	}
+	c.res.Committed = committed
+	c.pending = 0
+	fmt.Fprintf(c.cfg.Log, "CONSUMER_ACK offset=%d committed=%d\n", c.toAck, committed)
+	return nil
+}
+
+// newSession forgets the expired session: the next fetch starts a new one
+// at the committed offset.
+func (c *consumer) newSession() {
+	c.client.ResetSession()
+	c.pending, c.started = 0, false
+}
+
+// finish is the normal end (caught up, or ctx cancelled): it acknowledges
+// the rest, releases the session and counts the table, with 10 seconds of
+// its own even when ctx is done.
+func (c *consumer) finish(ctx context.Context) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if pending > 0 && client.Session() != "" {
-		if err := ack(fctx); err != nil {
-			return res, fmt.Errorf("final ack: %w", err)
+	if c.pending > 0 && c.client.Session() != "" {
+		if err := c.ack(fctx); err != nil {
+			return fmt.Errorf("final ack: %w", err)
 		}
 	}
-	if err := client.Release(fctx); err != nil {
-		return res, err
+	if err := c.client.Release(fctx); err != nil {
+		return err
 	}
-	rows, distinct, err := store.Counts(fctx)
+	rows, distinct, err := c.store.Counts(fctx)
 	if err != nil {
-		return res, err
+		return err
 	}
-	res.Rows, res.DistinctOffsets = rows, distinct
-	return res, nil
+	c.res.Rows, c.res.DistinctOffsets = rows, distinct
+	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -120,43 +120,63 @@ func runDeliver(ctx context.Context, cfg benchConfig) (*benchResult, error) {
 	}
 	expect := cfg.count
 	if !cfg.noPublish {
-		pub := newResult(cfg, cfg.url)
-		g := newLoadGen(cfg, cfg.url)
-		p := cfg
-		p.progress = false
-		g.cfg = p
-		g.run(ctx, pub)
-		res.Requests, res.Messages, res.Errors = pub.Requests, pub.Messages, pub.Errors
-		res.PublishMsgsPerSec = pub.MsgsPerSec
-		res.P50Ms, res.P99Ms, res.P999Ms, res.MaxMs = pub.P50Ms, pub.P99Ms, pub.P999Ms, pub.MaxMs
-		res.FirstError = pub.FirstError
+		published := publishForDelivery(ctx, cfg, res)
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		if pub.Messages < cfg.count {
-			expect = pub.Messages
+		if published < cfg.count {
+			expect = published
 		}
 	}
 
-	// Wait for every message, printing progress.
+	waitErr := dc.await(ctx, cfg, expect)
+	// A short grace period so late duplicates show up in the counts.
+	time.Sleep(200 * time.Millisecond)
+	dc.fill(res)
+	if waitErr == nil && res.Delivered == 0 && expect > 0 {
+		waitErr = errors.New("nothing delivered")
+	}
+	return res, waitErr
+}
+
+// publishForDelivery publishes cfg.count messages as -mode publish would,
+// without progress lines, and copies the publish figures (requests,
+// messages, errors, msgs/s, latencies, first error) into res. It returns
+// the number of messages acknowledged.
+func publishForDelivery(ctx context.Context, cfg benchConfig, res *benchResult) int64 {
+	pub := newResult(cfg, cfg.url)
+	g := newLoadGen(cfg, cfg.url)
+	p := cfg
+	p.progress = false
+	g.cfg = p
+	g.run(ctx, pub)
+	res.Requests, res.Messages, res.Errors = pub.Requests, pub.Messages, pub.Errors
+	res.PublishMsgsPerSec = pub.MsgsPerSec
+	res.P50Ms, res.P99Ms, res.P999Ms, res.MaxMs = pub.P50Ms, pub.P99Ms, pub.P999Ms, pub.MaxMs
+	res.FirstError = pub.FirstError
+	return pub.Messages
+}
+
+// await waits until expect distinct messages have arrived, printing
+// progress to stderr every second when cfg.progress is set. It returns nil
+// then, an error when nothing arrived for cfg.idleTimeout, or ctx.Err().
+func (d *deliveryCounter) await(ctx context.Context, cfg benchConfig, expect int64) error {
 	started := time.Now()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var lastPrint time.Time
 	var lastN int64
-	var waitErr error
 	for {
-		n, last := dc.snapshot()
+		n, last := d.snapshot()
 		if n >= expect {
-			break
+			return nil
 		}
 		ref := last
 		if ref.IsZero() {
 			ref = started
 		}
 		if time.Since(ref) > cfg.idleTimeout {
-			waitErr = fmt.Errorf("no arrival for %s: delivered %d of %d", cfg.idleTimeout, n, expect)
-			break
+			return fmt.Errorf("no arrival for %s: delivered %d of %d", cfg.idleTimeout, n, expect)
 		}
 		if cfg.progress && time.Since(lastPrint) >= time.Second {
 			if !lastPrint.IsZero() {
@@ -167,28 +187,25 @@ func runDeliver(ctx context.Context, cfg benchConfig) (*benchResult, error) {
 		}
 		select {
 		case <-ctx.Done():
-			waitErr = ctx.Err()
+			return ctx.Err()
 		case <-tick.C:
 		}
-		if waitErr != nil {
-			break
-		}
 	}
-	// A short grace period so late duplicates show up in the counts.
-	time.Sleep(200 * time.Millisecond)
-	dc.mu.Lock()
-	res.Delivered, res.Duplicates, res.OrderViolations = dc.unique, dc.dups, dc.violations
-	res.Errors += dc.bad
-	if !dc.first.IsZero() {
-		res.DeliverSeconds = dc.last.Sub(dc.first).Seconds()
+}
+
+// fill copies the delivery counts into res: unique deliveries, duplicates,
+// order violations, unusable deliveries (added to Errors), and the seconds
+// and msgs/s from the first to the last arrival.
+func (d *deliveryCounter) fill(res *benchResult) {
+	d.mu.Lock()
+	res.Delivered, res.Duplicates, res.OrderViolations = d.unique, d.dups, d.violations
+	res.Errors += d.bad
+	if !d.first.IsZero() {
+		res.DeliverSeconds = d.last.Sub(d.first).Seconds()
 	}
-	dc.mu.Unlock()
+	d.mu.Unlock()
 	if res.DeliverSeconds > 0 {
 		res.MsgsPerSec = float64(res.Delivered) / res.DeliverSeconds
 	}
 	res.Seconds = res.DeliverSeconds
-	if waitErr == nil && res.Delivered == 0 && expect > 0 {
-		waitErr = errors.New("nothing delivered")
-	}
-	return res, waitErr
 }

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -249,7 +249,10 @@ func TestPlainModeDrivesSeparateServer(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- servePlain(ctx, addr) }()
 	cfg := benchConfig{mode: "plain", url: "http://" + addr, urlSet: true, producers: 2, size: 50,
-		count: 200, ack: "durable", topics: 1, topicPrefix: "bench", serverPID: os.Getpid()}
+		count: 200, ack: "durable", topics: 1, topicPrefix: "bench", serverPID: os.Getpid(),
+		// A producer whose first dial is refused (the server is still
+		// starting) retries instead of giving up with its message.
+		idleTimeout: time.Minute}
 	var res *benchResult
 	for i := 0; i < 100; i++ { // wait for the listener
 		if res, err = runPlain(ctx, cfg); err == nil {
@@ -269,5 +272,22 @@ func TestPlainModeDrivesSeparateServer(t *testing.T) {
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("plain server stop: %v", err)
+	}
+}
+
+func TestMainExitCodes(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"-mode", "nope"}, 2},
+		{[]string{"-c", "0"}, 2},
+		{[]string{"-no-such-flag"}, 2},
+		{[]string{"-h"}, 2},
+		{[]string{"-mode", "plain", "-c", "2", "-count", "50", "-progress=false", "-json"}, 0},
+	} {
+		if got := Main(c.args); got != c.want {
+			t.Errorf("Main(%q) = %d, want %d", c.args, got, c.want)
+		}
 	}
 }

@@ -1,12 +1,14 @@
-package main
-
-// mmmq bench: the load tool of issue 5. It drives a broker over HTTP with N
-// keep-alive producers and prints msgs/s and per-request latency quantiles;
-// "plain" drives a net/http handler that only answers (the HTTP ceiling, same
-// tool, same run): in-process, or in its own process ("plain-server") like
-// the broker, which is the like-for-like figure; "deliver" runs a consumer
-// that ACKs at once and measures end-to-end delivery. With -server-pid the
-// tool also reports the server process's CPU time per message.
+// Package loadgen is the load tool behind `mmmq bench`. It drives a broker
+// over HTTP with N keep-alive producers and prints msgs/s and per-request
+// latency quantiles. Mode "plain" drives a net/http handler that only
+// answers (the HTTP ceiling, same tool, same run): in-process, or in its own
+// process ("plain-server") like the broker, which is the like-for-like
+// figure. Mode "deliver" runs a consumer that ACKs at once and measures
+// end-to-end delivery. With -server-pid the tool also reports the server
+// process's CPU time per message.
+//
+// Main is the whole command; the package has no other exported API.
+package loadgen
 
 import (
 	"bytes"
@@ -93,7 +95,15 @@ type benchResult struct {
 	FirstError        string  `json:"firstError,omitempty"`
 }
 
-func bench(args []string) int {
+// Main runs `mmmq bench` with args (the arguments after "bench") and
+// returns the process exit code: 0 when the run succeeded (plain-server:
+// when it stopped on SIGINT or SIGTERM), 1 when it failed, 2 for bad usage
+// (an unknown or invalid flag, or -h). The result goes to standard output
+// (text, or one JSON line with -json), also after a failed run that measured
+// something; progress, warnings and the one-line failure reason
+// ("mmmq bench: ...") go to standard error. SIGINT and SIGTERM end a run
+// early.
+func Main(args []string) int {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")

@@ -1,0 +1,58 @@
+package groups
+
+import (
+	"fmt"
+	"time"
+)
+
+// Ack acknowledges every offset up to and including offset for session: it
+// commits offset+1 to the group's checkpoint, fsynced, and returns the new
+// committed offset only after the fsync (seed 003: "已提交偏移只有在持久化之后
+// 才回复 ACKED"). It renews the lease.
+//
+//   - offset >= the session's delivered-up-to offset: ErrNotDelivered,
+//     nothing is committed;
+//   - offset+1 <= the committed offset (including any negative offset): a
+//     no-op returning the current committed offset, which never moves back;
+//   - a session that does not hold the group (expired, released, unknown):
+//     ErrSessionExpired, so a stale consumer can never commit.
+//
+// Other errors: ErrUnknownTopic, ErrInvalidName, ErrNameTaken, or the
+// checkpoint's write/fsync error (the committed offset is then unknown; it
+// is never reported higher than what was fsynced).
+func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, error) {
+	g, err := c.group(topic, group)
+	if err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, err := c.holderLocked(g, session, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	l.expires = time.Now().Add(c.opts.LeaseTimeout)
+	if offset >= l.next {
+		return 0, fmt.Errorf("%w: offset %d of topic %s was not delivered to this session of group %s (delivered up to %d, exclusive)",
+			ErrNotDelivered, offset, topic, group, l.next)
+	}
+	committed := g.cp.Offset()
+	if offset < committed { // offset+1 <= committed, without overflow
+		return committed, nil
+	}
+	if err := g.cp.Commit(offset + 1); err != nil {
+		return 0, fmt.Errorf("commit group %s of topic %s at %d: %w", group, topic, offset+1, err)
+	}
+	l.expires = time.Now().Add(c.opts.LeaseTimeout)
+	return offset + 1, nil
+}
+
+// Committed returns the durable committed offset of group on topic (0 for
+// a group that never committed). Errors as Release.
+func (c *Coordinator) Committed(topic, group string) (int64, error) {
+	g, err := c.group(topic, group)
+	if err != nil {
+		return 0, err
+	}
+	return g.cp.Offset(), nil
+}
