@@ -48,11 +48,8 @@ func NewFromConfig(p Params) *Registry {
 	var release func() error
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			if _, inMemory := p.FS.(*vfs.MemFS); inMemory {
-				return nil // tests on an in-memory filesystem
-			}
 			var err error
-			release, err = LockRoot(c.Storage.RootDir)
+			release, err = LockRoot(p.FS, c.Storage.RootDir)
 			return err
 		},
 		OnStop: func(context.Context) error {
