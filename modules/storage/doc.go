@@ -1,7 +1,9 @@
 // Package storage is the mmmq storage engine: a per-topic, append-only,
 // segmented log on local disk with an offset index, CRC32C per entry, group
-// commit, durable checkpoints and index-based startup recovery. It works
-// without Fx; fx.go only wires it into the application.
+// commit, durable checkpoints and an index-based repair of each topic when
+// it is opened. It works without Fx; fx.go only wires it into the
+// application. ("Repair" is this per-topic engine; the broker's startup
+// pass over every topic, which calls it through Open, is modules/recovery.)
 //
 // # Layout (seed 000 "디렉토리 레이아웃", DESIGN §3)
 //
@@ -24,7 +26,7 @@
 // A length below 6 (4 + the 2-byte minimum JSON) or past the end of the file
 // is rejected before anything is allocated, so eight zero bytes (length 0,
 // CRC32C("") = 0) never decode as an entry. max-record-bytes limits appends;
-// reads and recovery accept any length the file actually holds, so lowering
+// reads and repair accept any length the file actually holds, so lowering
 // the setting never hides entries written under a higher one.
 //
 // # Lookup (seed 000 "오프셋 인덱스로 메시지 찾기")
@@ -58,7 +60,7 @@
 // A failed write or fsync fails the log: the waiters of that batch and every
 // later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
 // The log never retries an fsync and then acknowledges (PostgreSQL
-// "fsyncgate"); reopening the topic runs recovery to the last good state.
+// "fsyncgate"); reopening the topic runs repair to the last good state.
 //
 // # Rotation
 //
@@ -67,7 +69,7 @@
 // and the topic directory is fsynced, next = start + entry count of the
 // previous segment (seed 000 "세그먼트 회전").
 //
-// # Startup recovery (recover.go): index-based, no full scan
+// # Repair on open (repair.go): index-based, no full scan
 //
 // The offset index is the single source of truth. Per segment, in order:
 //

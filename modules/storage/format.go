@@ -32,7 +32,7 @@ const (
 	// (mmmq.broker.segment.max-record-bytes): 1 MiB.
 	DefaultMaxRecordBytes = 1 << 20
 	// MaxEntryPayload is the format's own ceiling on a payload: what the
-	// int32 length field can hold. Reads and recovery decode against it
+	// int32 length field can hold. Reads and repair decode against it
 	// (bounded by the file's size, so a garbage length never allocates
 	// more than the file holds) rather than against the configured
 	// max-record-bytes, which only limits new appends: lowering that

@@ -20,7 +20,7 @@ import (
 type Options struct {
 	// FS is the filesystem; default vfs.OS{}.
 	FS vfs.FS
-	// Logger receives recovery reports, slow-fsync warnings and failures;
+	// Logger receives repair reports, slow-fsync warnings and failures;
 	// default zap.NewNop().
 	Logger *zap.Logger
 	// SegmentMaxBytes is the rotation threshold in bytes
@@ -124,13 +124,13 @@ type Log struct {
 	fsyncs  atomic.Int64
 	batches atomic.Int64
 
-	report RecoveryReport
+	report RepairReport
 }
 
 // Open opens the log in dir (<root>/<topic>; the topic name is the
 // directory's base name), creating it with an empty first segment when it
-// does not exist, and otherwise running startup recovery (see doc.go).
-// A topic refused by recovery returns a *CorruptionError and leaves every
+// does not exist, and otherwise running repair (see the package doc).
+// A topic refused by repair returns a *CorruptionError and leaves every
 // file untouched.
 func Open(dir string, opts Options) (*Log, error) {
 	o := opts.withDefaults()
@@ -147,7 +147,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	ch := make(chan struct{})
 	l.notify.Store(&ch)
 
-	segs, rep, err := recoverDir(o.FS, dir, l.topic, o, true)
+	segs, rep, err := repairDir(o.FS, dir, l.topic, o, true)
 	if err != nil {
 		return nil, err
 	}
@@ -242,8 +242,13 @@ func (l *Log) Topic() string { return l.topic }
 // Dir is the topic directory.
 func (l *Log) Dir() string { return l.dir }
 
-// Recovery is what startup recovery found and did.
-func (l *Log) Recovery() RecoveryReport { return l.report }
+// Repair is what repair found and did when Open checked the topic.
+func (l *Log) Repair() RepairReport { return l.report }
+
+// Recovery is the old name of Repair.
+//
+// Deprecated: use Repair.
+func (l *Log) Recovery() RepairReport { return l.Repair() }
 
 // HighWatermark is the next offset to be made visible: every offset below it
 // is durable (segment and index fsynced) and readable.

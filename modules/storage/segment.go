@@ -99,7 +99,7 @@ func (e *badEntry) Error() string { return e.reason }
 func bad(format string, args ...any) error { return &badEntry{reason: fmt.Sprintf(format, args...)} }
 
 // readEntryAt reads and verifies the entry at byte pos of the .mmm file.
-// limit is the file size when known (recovery), or -1 (reads of visible
+// limit is the file size when known (repair), or -1 (reads of visible
 // entries: the writer may be appending beyond them); then lengths up to
 // maxRecord are read directly and longer ones are checked against the
 // file's current size first. It never allocates more

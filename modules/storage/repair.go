@@ -14,16 +14,18 @@ import (
 )
 
 // TmpExt marks files written through tmp + fsync + rename; a leftover one is
-// from an interrupted rename and is removed by recovery.
+// from an interrupted rename and is removed by repair when the topic opens.
 const TmpExt = ".tmp"
 
-// RecoveryReport is what startup recovery found in one topic and what it
-// did (or, when checking only, would do) to bring it to the last state the
-// offset index vouches for.
-type RecoveryReport struct {
+// RepairReport is what repair (the per-topic startup check run by Open)
+// found in one topic and what it did (or, when checking only, would do) to
+// bring it to the last state the offset index vouches for. Counts are in
+// entries, sizes in bytes; the JSON field names are part of `mmmq verify
+// --json` output.
+type RepairReport struct {
 	Topic          string   `json:"topic"`
 	Segments       int      `json:"segments"`
-	Entries        int64    `json:"entries"`        // the high watermark after recovery
+	Entries        int64    `json:"entries"`        // the high watermark after repair
 	CutIndexBytes  int64    `json:"cutIndexBytes"`  // torn or invalid trailing index bytes removed
 	CutEntries     int64    `json:"cutEntries"`     // trailing index entries removed (never acknowledged)
 	TruncatedBytes int64    `json:"truncatedBytes"` // segment bytes beyond the last indexed entry removed
@@ -31,10 +33,15 @@ type RecoveryReport struct {
 	Actions        []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
 }
 
-// Clean reports whether recovery found nothing to change.
-func (r RecoveryReport) Clean() bool { return len(r.Actions) == 0 }
+// RecoveryReport is the old name of RepairReport.
+//
+// Deprecated: use RepairReport.
+type RecoveryReport = RepairReport
 
-// plan is the recovery decision for one segment, applied only when the whole
+// Clean reports whether repair found nothing to change.
+func (r RepairReport) Clean() bool { return len(r.Actions) == 0 }
+
+// segPlan is the repair decision for one segment, applied only when the whole
 // topic is free of corruption (so a refused topic keeps its files untouched).
 type segPlan struct {
 	base             int64
@@ -49,11 +56,11 @@ type segPlan struct {
 	end              int64 // segment bytes kept
 }
 
-// recoverDir runs startup recovery of the topic in dir (DESIGN §3). With
+// repairDir runs repair of the topic in dir. With
 // apply=false nothing is modified: the segments come back opened read-only
 // as they would be kept (idx may be nil for a rotation to complete) and the
 // report says what would be done. A missing dir returns no segments.
-func recoverDir(fsys vfs.FS, dir, topic string, o Options, apply bool) (segs []*segment, rep RecoveryReport, err error) {
+func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) (segs []*segment, rep RepairReport, err error) {
 	rep.Topic = topic
 	ents, err := fsys.List(dir)
 	if vfs.IsNotExist(err) {
@@ -273,7 +280,7 @@ func truncSync(f vfs.File, size int64) error {
 // scan): the index must be a plausible increasing sequence, the last kept
 // entry must be complete with a valid CRC and must start where the entry
 // before it ends. Only the last segment may lose a torn or invalid tail.
-func checkSegment(p *segPlan, last bool, o Options, rep *RecoveryReport,
+func checkSegment(p *segPlan, last bool, o Options, rep *RepairReport,
 	corrupt func(file string, pos, offset int64, format string, args ...any) error) error {
 	name := filepath.Base(p.idxPath)
 	if rem := p.idxSize % IndexEntrySize; rem != 0 {

@@ -534,7 +534,7 @@ func TestRecoveryCorruption(t *testing.T) {
 			if err != nil {
 				t.Fatalf("open: %v", err)
 			}
-			rep := l.Recovery()
+			rep := l.Repair()
 			if l.HighWatermark() != w.hw || rep.Entries != w.hw || rep.CutEntries != w.cutEntries ||
 				rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated {
 				t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d",
@@ -598,8 +598,8 @@ func TestRecoveryCorruption(t *testing.T) {
 				t.Fatalf("second open: %v", err)
 			}
 			defer l2.Close()
-			if !l2.Recovery().Clean() || l2.HighWatermark() != hw {
-				t.Errorf("second open: hw %d (want %d), report %+v", l2.HighWatermark(), hw, l2.Recovery())
+			if !l2.Repair().Clean() || l2.HighWatermark() != hw {
+				t.Errorf("second open: hw %d (want %d), report %+v", l2.HighWatermark(), hw, l2.Repair())
 			}
 		})
 	}
