@@ -83,113 +83,144 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	if seg == nil {
 		return nil, fmt.Errorf("read offset %d: %w", from, ErrOutOfRange)
 	}
-	if end > hw {
-		end = hw
-	}
-	n := end - from
+	n := min(end, hw) - from
 	if n > int64(max) {
 		n = int64(max)
 	}
-	rel := from - seg.base
+	b := &batchRead{l: l, seg: seg, from: from, rel: from - seg.base}
+	if err := b.positions(n); err != nil {
+		return nil, err
+	}
+	if err := b.span(); err != nil {
+		return nil, err
+	}
+	return b.decode()
+}
+
+// batchRead is one ReadBatch call within one segment: the index positions
+// it read, how many of them form the span read from the segment, and where
+// that span ends.
+type batchRead struct {
+	l       *Log
+	seg     *segment
+	from    int64   // first offset asked for
+	rel     int64   // from - seg.base
+	pos     []int64 // byte positions of entries from, from+1, ...
+	k       int     // entries in the span: pos[:k]
+	badAt   int     // first index entry that is negative or not increasing, or -1
+	spanEnd int64   // byte position just past entry k-1
+}
+
+// badIndex is the *CorruptionError for the index entry of offset from+i.
+func (b *batchRead) badIndex(i int, why string) error {
+	return b.l.corrupt(b.seg, b.seg.idxPath, (b.rel+int64(i))*IndexEntrySize, b.from+int64(i), why)
+}
+
+// positions reads the index entries of the n offsets from b.from on, and
+// stops the span at the first one that is negative or not after the one
+// before it, and at the read budget (at least one entry).
+func (b *batchRead) positions(n int64) error {
 	// One index read also covers the entry before from (when it is in this
 	// segment), so every position is checked to be after the previous one:
 	// an index entry pointing backwards is reported instead of returning an
 	// earlier message under this offset. (One pointing forward into the
-	// middle of an entry fails the header or CRC check below.)
-	first := rel
-	if rel > 0 {
-		first = rel - 1
+	// middle of an entry fails the header or CRC check in decode.)
+	first := b.rel
+	if b.rel > 0 {
+		first = b.rel - 1
 	}
-	all, err := seg.readPositions(first, rel-first+n, nil)
+	all, err := b.seg.readPositions(first, b.rel-first+n, nil)
 	if err != nil {
-		return nil, l.ioErr(err)
+		return b.l.ioErr(err)
 	}
-	pos := all[rel-first:]
-	k := len(pos)
-	badAt := -1 // first index entry that is negative or not increasing
-	for i := 0; i < k; i++ {
-		if pos[i] < 0 || (i > 0 && pos[i] <= pos[i-1]) {
-			k, badAt = i, i
+	b.pos = all[b.rel-first:]
+	b.k, b.badAt = len(b.pos), -1
+	for i := 0; i < b.k; i++ {
+		if b.pos[i] < 0 || (i > 0 && b.pos[i] <= b.pos[i-1]) {
+			b.k, b.badAt = i, i
 			break
 		}
 	}
-	badIndex := func(i int, why string) error {
-		return l.corrupt(seg, seg.idxPath, (rel+int64(i))*IndexEntrySize, from+int64(i), why)
+	if b.k == 0 {
+		return b.badIndex(0, fmt.Sprintf("offset index entry holds invalid position %d", b.pos[0]))
 	}
-	if k == 0 {
-		return nil, badIndex(0, fmt.Sprintf("offset index entry holds invalid position %d", pos[0]))
-	}
-	if rel > 0 && (all[0] < 0 || all[0] >= pos[0]) {
-		return nil, badIndex(0, fmt.Sprintf("offset index entry %d (position %d) is not after entry %d (position %d)", from, pos[0], from-1, all[0]))
+	if b.rel > 0 && (all[0] < 0 || all[0] >= b.pos[0]) {
+		return b.badIndex(0, fmt.Sprintf("offset index entry %d (position %d) is not after entry %d (position %d)", b.from, b.pos[0], b.from-1, all[0]))
 	}
 	// Keep the span within the read budget (at least one entry).
-	for k > 1 && pos[k-1]-pos[0] > readBudget {
-		k--
+	for b.k > 1 && b.pos[b.k-1]-b.pos[0] > readBudget {
+		b.k--
 	}
-	// The end of the last entry comes from its header.
+	return nil
+}
+
+// span sets spanEnd from the header of the span's last entry. A bad last
+// header ends the span before that entry, or, when it is the only one, is
+// reported as the corruption of from.
+func (b *batchRead) span() error {
 	var hdr [HeaderSize]byte
-	last := pos[k-1]
-	var spanEnd int64
-	if _, err := seg.mmm.ReadAt(hdr[:], last); err == nil {
-		pl, _, herr := DecodeHeader(hdr[:], HeaderSize+int64(l.opts.MaxRecordBytes), l.opts.MaxRecordBytes)
-		if herr != nil { // longer than today's limit: valid if the file holds it
-			if size, serr := seg.mmm.Size(); serr == nil {
-				pl, _, herr = DecodeHeader(hdr[:], size-last, MaxEntryPayload)
-			}
-		}
-		if herr == nil {
-			spanEnd = last + EntrySize(pl)
+	last := b.pos[b.k-1]
+	if _, err := b.seg.mmm.ReadAt(hdr[:], last); err == nil {
+		if pl, _, herr := b.seg.decodeVisibleHeader(hdr[:], last, b.l.opts.MaxRecordBytes); herr == nil {
+			b.spanEnd = last + EntrySize(pl)
 		}
 	} else if !errors.Is(err, io.EOF) {
-		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", from+int64(k-1), err))
+		return b.l.ioErr(fmt.Errorf("read offset %d: %w", b.from+int64(b.k-1), err))
 	}
-	if spanEnd == 0 { // bad last header: stop before it, or report it alone
-		if k == 1 {
-			_, rerr := seg.readEntryAt(last, -1, l.opts.MaxRecordBytes)
-			return nil, l.entryErr(seg, last, from, rerr)
+	if b.spanEnd == 0 { // bad last header: stop before it, or report it alone
+		if b.k == 1 {
+			_, rerr := b.seg.readEntryAt(last, -1, b.l.opts.MaxRecordBytes)
+			return b.l.entryErr(b.seg, last, b.from, rerr)
 		}
-		k--
-		spanEnd = pos[k]
+		b.k--
+		b.spanEnd = b.pos[b.k]
 	}
 	// The budget loop bounds pos[k-1]-pos[0]; the last entry's length was
 	// checked against the file: the span is bounded by what the file holds.
-	if pos[0] < 0 || pos[k-1]-pos[0] > readBudget {
-		_, rerr := seg.readEntryAt(pos[0], -1, l.opts.MaxRecordBytes)
-		return nil, l.entryErr(seg, pos[0], from, rerr)
+	if b.pos[0] < 0 || b.pos[b.k-1]-b.pos[0] > readBudget {
+		_, rerr := b.seg.readEntryAt(b.pos[0], -1, b.l.opts.MaxRecordBytes)
+		return b.l.entryErr(b.seg, b.pos[0], b.from, rerr)
 	}
-	buf := make([]byte, spanEnd-pos[0])
-	if nr, err := seg.mmm.ReadAt(buf, pos[0]); err != nil {
+	return nil
+}
+
+// decode reads the span in one ReadAt and decodes its entries, each of
+// which must end where the next index entry says the next one starts. It
+// returns the entries before the first problem and that problem.
+func (b *batchRead) decode() ([]Entry, error) {
+	buf := make([]byte, b.spanEnd-b.pos[0])
+	if nr, err := b.seg.mmm.ReadAt(buf, b.pos[0]); err != nil {
 		if !errors.Is(err, io.EOF) {
-			return nil, l.ioErr(fmt.Errorf("read offset %d: %w", from, err))
+			return nil, b.l.ioErr(fmt.Errorf("read offset %d: %w", b.from, err))
 		}
 		buf = buf[:nr]
 	}
-	out := make([]Entry, 0, k)
-	for i := 0; i < k; i++ {
-		off := pos[i] - pos[0]
+	out := make([]Entry, 0, b.k)
+	for i := 0; i < b.k; i++ {
+		off := b.pos[i] - b.pos[0]
 		stop := int64(len(buf))
-		if i+1 < k {
-			stop = pos[i+1] - pos[0]
+		if i+1 < b.k {
+			stop = b.pos[i+1] - b.pos[0]
 		}
+		at := b.from + int64(i)
 		if off >= int64(len(buf)) || stop > int64(len(buf)) {
-			return out, l.corrupt(seg, seg.mmmPath, pos[i], from+int64(i), "entry runs past end of file")
+			return out, b.l.corrupt(b.seg, b.seg.mmmPath, b.pos[i], at, "entry runs past end of file")
 		}
 		payload, size, derr := DecodeEntry(buf[off:stop], MaxEntryPayload) // bounded by buf
 		if derr != nil {
-			return out, l.corrupt(seg, seg.mmmPath, pos[i], from+int64(i), derr.Error())
+			return out, b.l.corrupt(b.seg, b.seg.mmmPath, b.pos[i], at, derr.Error())
 		}
+		out = append(out, Entry{Offset: at, Payload: payload})
 		if int64(size) != stop-off {
 			// Entry i itself is valid (its CRC matched); the next index
 			// entry is wrong. Deliver i, report i+1, so a caller that skips
 			// the reported offset does not silently lose i.
-			out = append(out, Entry{Offset: from + int64(i), Payload: payload})
-			return out, l.corrupt(seg, seg.idxPath, (rel+int64(i)+1)*IndexEntrySize, from+int64(i)+1,
-				fmt.Sprintf("index entry does not start where entry %d ends (%d != %d)", from+int64(i), pos[i]+int64(size), pos[i]+stop-off))
+			return out, b.l.corrupt(b.seg, b.seg.idxPath, (b.rel+int64(i)+1)*IndexEntrySize, at+1,
+				fmt.Sprintf("index entry does not start where entry %d ends (%d != %d)", at, b.pos[i]+int64(size), b.pos[i]+stop-off))
 		}
-		out = append(out, Entry{Offset: from + int64(i), Payload: payload})
 	}
-	if badAt >= 0 && k == badAt {
-		return out, badIndex(badAt, fmt.Sprintf("offset index entry %d holds position %d, not after entry %d", from+int64(badAt), pos[badAt], from+int64(badAt)-1))
+	if b.badAt >= 0 && b.k == b.badAt {
+		return out, b.badIndex(b.badAt, fmt.Sprintf("offset index entry %d holds position %d, not after entry %d", b.from+int64(b.badAt), b.pos[b.badAt], b.from+int64(b.badAt)-1))
 	}
 	return out, nil
 }
@@ -232,18 +263,13 @@ func bad(format string, args ...any) error { return &badEntry{reason: fmt.Sprint
 
 // readEntryAt reads and verifies the entry at byte pos of the .mmm file.
 // limit is the file size when known (repair), or -1 (reads of visible
-// entries: the writer may be appending beyond them); then lengths up to
-// maxRecord are read directly and longer ones are checked against the
-// file's current size first. It never allocates more
-// than a validated length. Validation failures are *badEntry; I/O errors are
+// entries: the writer may be appending beyond them); then the header is
+// validated by decodeVisibleHeader. It never allocates more than a
+// validated length. Validation failures are *badEntry; I/O errors are
 // returned as they are.
 func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 	var hdr [HeaderSize]byte
-	avail := limit - pos
-	if limit < 0 {
-		avail = HeaderSize + int64(maxRecord)
-	}
-	if pos < 0 || avail < HeaderSize {
+	if pos < 0 || (limit >= 0 && limit-pos < HeaderSize) {
 		return nil, bad("position %d outside segment of %d bytes", pos, limit)
 	}
 	if _, err := s.mmm.ReadAt(hdr[:], pos); err != nil {
@@ -252,13 +278,13 @@ func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("read header: %w", err)
 	}
-	n, crc, err := DecodeHeader(hdr[:], avail, maxRecord)
-	if err != nil && limit < 0 {
-		// Longer than the configured limit: an entry written under a
-		// higher one is still valid if the file holds it.
-		if size, serr := s.mmm.Size(); serr == nil {
-			n, crc, err = DecodeHeader(hdr[:], size-pos, MaxEntryPayload)
-		}
+	var n int
+	var crc uint32
+	var err error
+	if limit < 0 {
+		n, crc, err = s.decodeVisibleHeader(hdr[:], pos, maxRecord)
+	} else {
+		n, crc, err = DecodeHeader(hdr[:], limit-pos, maxRecord)
 	}
 	if err != nil {
 		return nil, bad("%s", err.Error())
@@ -274,4 +300,22 @@ func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 		return nil, bad("crc mismatch: stored %08x, computed %08x", crc, got)
 	}
 	return payload, nil
+}
+
+// decodeVisibleHeader validates the header hdr of an entry at byte pos that
+// is below the high watermark, where the writer may be appending beyond it
+// so the file's size is not a fixed bound. A length up to maxRecord (the
+// configured max-record-bytes) is accepted as it is; a longer one is checked
+// against the file's current size and the format's own ceiling,
+// MaxEntryPayload: an entry written under a higher max-record-bytes stays
+// valid when the setting is lowered. If the size cannot be read, the first
+// error stands. This is the only place with that fallback.
+func (s *segment) decodeVisibleHeader(hdr []byte, pos int64, maxRecord int) (payloadLen int, crc uint32, err error) {
+	payloadLen, crc, err = DecodeHeader(hdr, HeaderSize+int64(maxRecord), maxRecord)
+	if err != nil {
+		if size, serr := s.mmm.Size(); serr == nil {
+			payloadLen, crc, err = DecodeHeader(hdr, size-pos, MaxEntryPayload)
+		}
+	}
+	return payloadLen, crc, err
 }
