@@ -69,24 +69,37 @@
 // and the topic directory is fsynced, next = start + entry count of the
 // previous segment (seed 000 "세그먼트 회전").
 //
-// # Repair on open (repair.go): index-based, no full scan
+// # Repair on open (repair*.go): index-based, no full scan
 //
-// The offset index is the single source of truth. Per segment, in order:
+// Open repairs the topic in three steps. Scan (repair_scan.go) lists the
+// directory, opens each segment's files and reads its offset index. Plan
+// (repair_plan.go) decides what to keep, per segment in offset order,
+// reading only the few entries a decision needs and writing nothing; the
+// first corruption refuses the topic. Apply (repair_apply.go) then cuts,
+// creates and removes files and fsyncs them. Verify and Dump stop after
+// plan.
 //
-//	.idx length % 8 != 0          → cut the torn entry (last segment; else CORRUPT)
-//	index positions implausible   → trailing, no valid entry after: cut (last segment)
-//	  (not increasing by a          otherwise: CORRUPT
+// The offset index is the single source of truth. Per segment, in order
+// (the plan step that decides it on the right):
+//
+//	segment start != previous     → CORRUPT (gap or overlap        planSegment
+//	  start + previous count        in the chain)
+//	.idx length % 8 != 0          → cut the torn entry             planIndexLength
+//	                                (last segment; else CORRUPT)
+//	index positions implausible   → trailing, no valid entry       planIndexPositions
+//	  (first not 0, or not          after: cut (last segment);
+//	   increasing by a              otherwise: CORRUPT
 //	   plausible entry size)
-//	index entry at/after .mmm end → CORRUPT: the segment is shorter than its index
-//	last entry torn (bad header,  → cut it and walk back (last segment only)
-//	  runs past end, CRC wrong)
-//	entry before the last one     → CORRUPT ("index entry points into the
-//	  does not end where the        middle of an entry")
+//	index entry at/after .mmm end → CORRUPT: the segment is        planTornEntries
+//	                                shorter than its index
+//	last entry torn (bad header,  → cut it and walk back           planTornEntries
+//	  runs past end, CRC wrong)     (last segment; else CORRUPT)
+//	entry before the last one     → CORRUPT ("index entry points   checkJoin
+//	  does not end where the        into the middle of an entry")
 //	  last one starts
-//	.mmm longer than the end of   → truncate and fsync (bytes never indexed,
-//	  the last kept entry            never acknowledged)
-//	segment start != previous     → CORRUPT (gap or overlap in the chain)
-//	  start + previous count
+//	.mmm longer than the end of   → truncate and fsync (bytes      planPair, applySegment
+//	  the last kept entry           never indexed, never
+//	                                acknowledged)
 //
 // Files a crash during rotation can leave: a lone empty .mmm at the tail gets
 // its .idx created (the rotation completes); a lone empty .idx at the tail is
@@ -95,9 +108,9 @@
 // and left alone.
 //
 // On corruption Open returns a *CorruptionError naming the topic, file, byte
-// position and offset, and no file is modified: every decision is made
-// before anything is cut. Verify (verify.go) additionally reads every entry
-// and CRC for `mmmq verify`.
+// position and offset, and no file is modified: every decision is planned
+// before anything is applied. Verify (verify.go) additionally reads every
+// entry and CRC for `mmmq verify`.
 //
 // Entries in the middle of the log are not read at startup; a CRC mismatch
 // there is found at read time as a *CorruptionError for that one offset,
