@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// AckLevel is how far an append must get before its caller is answered
-// (seed 003, "三条确认线"). A caller is never told more than happened.
+// AckLevel is how far an append must get before its caller is answered.
+// A caller is never told more than happened.
 //
 //	level     answered when                         survives kill -9   survives power loss
 //	ACCEPTED  queued in memory, offset not final     maybe              maybe

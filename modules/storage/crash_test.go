@@ -325,7 +325,7 @@ func TestPowerLossNegativeControl(t *testing.T) {
 
 // TestCrashAtNamedPoints takes the crash snapshot inside each write-path
 // hook, while a DURABLE batch of 3 entries is in flight after 5 acked ones,
-// and checks what the write order (DESIGN §3) implies.
+// and checks what the write order (see the package doc) implies.
 func TestCrashAtNamedPoints(t *testing.T) {
 	const acked, inflight = 5, 3
 	entrySize := EntrySize(len(payload(0, 40)))

@@ -5,7 +5,7 @@
 // application. ("Repair" is this per-topic engine; the broker's startup
 // pass over every topic, which calls it through Open, is modules/recovery.)
 //
-// # Layout (seed 000 "디렉토리 레이아웃", DESIGN §3)
+// # Layout
 //
 //	<root>/
 //	  <topic>/
@@ -29,7 +29,7 @@
 // reads and repair accept any length the file actually holds, so lowering
 // the setting never hides entries written under a higher one.
 //
-// # Lookup (seed 000 "오프셋 인덱스로 메시지 찾기")
+// # Lookup
 //
 //	offset 1030 → segment with the greatest start <= 1030 (binary search): 1024
 //	            → relative offset 6 → .idx bytes 48..55 = position 412
@@ -67,7 +67,7 @@
 // Before each entry, if the active segment holds >= SegmentMaxBytes, the
 // buffered group is made durable, then <next>.mmm and <next>.idx are created
 // and the topic directory is fsynced, next = start + entry count of the
-// previous segment (seed 000 "세그먼트 회전").
+// previous segment.
 //
 // # Repair on open (repair*.go): index-based, no full scan
 //
@@ -114,7 +114,7 @@
 //
 // Entries in the middle of the log are not read at startup; a CRC mismatch
 // there is found at read time as a *CorruptionError for that one offset,
-// which the dispatcher logs and skips (seed 000 "무결성 검증").
+// which the dispatcher logs and skips.
 //
 // # Checkpoints (checkpoint.go)
 //

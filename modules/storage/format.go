@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 )
 
-// Entry layout in a segment file (seed 000 "세그먼트"; wire format, do not change):
+// Entry layout in a segment file (on-disk format, do not change):
 //
 //	0         4         8                      8+len-4
 //	+---------+---------+----------------------+
@@ -40,7 +40,7 @@ const (
 	// torn or corrupt.
 	MaxEntryPayload = 1<<31 - 1 - 4
 	// DefaultSegmentMaxBytes is the default rotation threshold
-	// (mmmq.broker.segment.max-bytes, seed 000): 64 MiB.
+	// (mmmq.broker.segment.max-bytes): 64 MiB.
 	DefaultSegmentMaxBytes = 64 << 20
 )
 

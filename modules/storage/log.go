@@ -12,8 +12,8 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Log is the append-only segmented log of one topic (seed 000 TopicQueue
-// storage). Appends from any goroutine are group-committed by one writer
+// Log is the append-only segmented log of one topic, the storage behind a
+// topic queue. Appends from any goroutine are group-committed by one writer
 // goroutine; reads take no lock and see only offsets below the high
 // watermark.
 type Log struct {

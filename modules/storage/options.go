@@ -17,7 +17,7 @@ type Options struct {
 	Logger *zap.Logger
 	// SegmentMaxBytes is the rotation threshold in bytes
 	// (mmmq.broker.segment.max-bytes); default 64 MiB. Rotation is checked
-	// before each append (seed 000), so a segment may end up to one entry
+	// before each append, so a segment may end up to one entry
 	// larger.
 	SegmentMaxBytes int64
 	// MaxRecordBytes caps one message JSON (mmmq.broker.segment.max-record-bytes);

@@ -35,7 +35,7 @@ func (l *Log) ioErr(err error) error {
 
 // Read returns the message JSON stored at offset. Errors: ErrOutOfRange for
 // offset < 0 or >= HighWatermark(); *CorruptionError when the entry fails
-// validation (the caller decides to skip it: seed 000); I/O errors as they are.
+// validation (the caller decides to skip it); I/O errors as they are.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	hw := l.hw.Load()
 	if offset < 0 || offset >= hw {

@@ -775,7 +775,7 @@ func checkReopen(t *testing.T, l *Log, fsys *vfs.MemFS) {
 }
 
 // readSkipping reads [0, hw) with ReadBatch of max entries the way the
-// dispatcher does (seed 000): on a *CorruptionError it keeps the entries
+// dispatcher does: on a *CorruptionError it keeps the entries
 // before the bad offset, skips that one offset and goes on.
 func readSkipping(t *testing.T, l *Log, max int) (got []Entry, skipped []int64) {
 	t.Helper()

@@ -9,7 +9,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// File names (seed 000 "세그먼트"; wire format, do not change): a segment is
+// File names (on-disk format, do not change): a segment is
 // the pair <start>.mmm + <start>.idx where <start> is the segment's first
 // offset written as 19 decimal digits.
 const (
