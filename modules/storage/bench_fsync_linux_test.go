@@ -17,7 +17,7 @@ import (
 //
 //   - overwrite+fdatasync: the same bytes into a preallocated, already
 //     written region (no size change, data only) — what a preallocated
-//     segment format would allow; DESIGN §3 does not (segments hold exactly
+//     segment format would allow; this format does not (segments hold exactly
 //     their entries), so this is a measurement for that decision, not a
 //     code path.
 //

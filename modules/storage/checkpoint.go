@@ -12,7 +12,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Checkpoint file layout (seed 000 "체크포인트"; wire format, do not change):
+// Checkpoint file layout (on-disk format, do not change):
 //
 //	checkpoints/<name>.checkpoint
 //	+----------------------------+
@@ -60,7 +60,7 @@ type Checkpoint struct {
 // OpenCheckpoint opens <topicDir>/checkpoints/<name>.checkpoint and returns
 // it with its offset decided as follows (logEnd = the topic's high watermark):
 //
-//	file missing                 → 0 (a new name replays from offset 0, seed 000)
+//	file missing                 → 0 (a new name replays from offset 0)
 //	shorter/longer than 8 bytes  → 0, logged as an error (at-least-once: never skip)
 //	negative value               → 0, logged as an error
 //	value > logEnd               → logEnd, logged as a warning
@@ -132,7 +132,7 @@ func (c *Checkpoint) Offset() int64 {
 }
 
 // Commit durably stores next: it overwrites the 8 bytes in place and fsyncs
-// before returning (seed 000 "커밋 시점과 fsync"). The first commit of a new
+// before returning. The first commit of a new
 // checkpoint creates the file and fsyncs the directory. On error the stored
 // value is unknown to the caller and Offset keeps the previous value.
 // After Close it returns an error wrapping ErrClosed.

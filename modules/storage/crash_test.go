@@ -192,7 +192,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 		return c, append(violations, "reopen after power loss: "+err.Error())
 	}
 	defer rl.Close()
-	rep := rl.Recovery()
+	rep := rl.Repair()
 	c.cutEntries, c.truncBytes = rep.CutEntries, rep.TruncatedBytes
 	got, err := readAllErr(rl)
 	if err != nil {
@@ -325,7 +325,7 @@ func TestPowerLossNegativeControl(t *testing.T) {
 
 // TestCrashAtNamedPoints takes the crash snapshot inside each write-path
 // hook, while a DURABLE batch of 3 entries is in flight after 5 acked ones,
-// and checks what the write order (DESIGN §3) implies.
+// and checks what the write order (see the package doc) implies.
 func TestCrashAtNamedPoints(t *testing.T) {
 	const acked, inflight = 5, 3
 	entrySize := EntrySize(len(payload(0, 40)))
@@ -411,15 +411,15 @@ func TestCrashAtNamedPoints(t *testing.T) {
 				rl := openMem(t, snap, Options{SegmentMaxBytes: segMax})
 				hw := rl.HighWatermark()
 				if hw < tc.want.min || hw > tc.want.max {
-					t.Fatalf("seed %d: hw %d after crash at %s, want [%d, %d] (report %+v)", seed, hw, tc.point, tc.want.min, tc.want.max, rl.Recovery())
+					t.Fatalf("seed %d: hw %d after crash at %s, want [%d, %d] (report %+v)", seed, hw, tc.point, tc.want.min, tc.want.max, rl.Repair())
 				}
 				for i, e := range readAll(t, rl, 100) {
 					if !bytes.Equal(e.Payload, payload(i, 40)) {
 						t.Fatalf("offset %d = %q", i, e.Payload)
 					}
 				}
-				if tc.wantActions != "" && !strings.Contains(strings.Join(rl.Recovery().Actions, "|"), tc.wantActions) {
-					t.Fatalf("actions %q, want one containing %q", rl.Recovery().Actions, tc.wantActions)
+				if tc.wantActions != "" && !strings.Contains(strings.Join(rl.Repair().Actions, "|"), tc.wantActions) {
+					t.Fatalf("actions %q, want one containing %q", rl.Repair().Actions, tc.wantActions)
 				}
 				// The log accepts writes at hw after the crash.
 				if off := mustAppend(t, rl, payload(int(hw), 40)); off != hw {

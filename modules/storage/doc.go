@@ -1,9 +1,11 @@
 // Package storage is the mmmq storage engine: a per-topic, append-only,
 // segmented log on local disk with an offset index, CRC32C per entry, group
-// commit, durable checkpoints and index-based startup recovery. It works
-// without Fx; fx.go only wires it into the application.
+// commit, durable checkpoints and an index-based repair of each topic when
+// it is opened. It works without Fx; fx.go only wires it into the
+// application. ("Repair" is this per-topic engine; the broker's startup
+// pass over every topic, which calls it through Open, is modules/recovery.)
 //
-// # Layout (seed 000 "디렉토리 레이아웃", DESIGN §3)
+// # Layout
 //
 //	<root>/
 //	  <topic>/
@@ -24,10 +26,10 @@
 // A length below 6 (4 + the 2-byte minimum JSON) or past the end of the file
 // is rejected before anything is allocated, so eight zero bytes (length 0,
 // CRC32C("") = 0) never decode as an entry. max-record-bytes limits appends;
-// reads and recovery accept any length the file actually holds, so lowering
+// reads and repair accept any length the file actually holds, so lowering
 // the setting never hides entries written under a higher one.
 //
-// # Lookup (seed 000 "오프셋 인덱스로 메시지 찾기")
+// # Lookup
 //
 //	offset 1030 → segment with the greatest start <= 1030 (binary search): 1024
 //	            → relative offset 6 → .idx bytes 48..55 = position 412
@@ -58,33 +60,46 @@
 // A failed write or fsync fails the log: the waiters of that batch and every
 // later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
 // The log never retries an fsync and then acknowledges (PostgreSQL
-// "fsyncgate"); reopening the topic runs recovery to the last good state.
+// "fsyncgate"); reopening the topic runs repair to the last good state.
 //
 // # Rotation
 //
 // Before each entry, if the active segment holds >= SegmentMaxBytes, the
 // buffered group is made durable, then <next>.mmm and <next>.idx are created
 // and the topic directory is fsynced, next = start + entry count of the
-// previous segment (seed 000 "세그먼트 회전").
+// previous segment.
 //
-// # Startup recovery (recover.go): index-based, no full scan
+// # Repair on open (repair*.go): index-based, no full scan
 //
-// The offset index is the single source of truth. Per segment, in order:
+// Open repairs the topic in three steps. Scan (repair_scan.go) lists the
+// directory, opens each segment's files and reads its offset index. Plan
+// (repair_plan.go) decides what to keep, per segment in offset order,
+// reading only the few entries a decision needs and writing nothing; the
+// first corruption refuses the topic. Apply (repair_apply.go) then cuts,
+// creates and removes files and fsyncs them. Verify and Dump stop after
+// plan.
 //
-//	.idx length % 8 != 0          → cut the torn entry (last segment; else CORRUPT)
-//	index positions implausible   → trailing, no valid entry after: cut (last segment)
-//	  (not increasing by a          otherwise: CORRUPT
+// The offset index is the single source of truth. Per segment, in order
+// (the plan step that decides it on the right):
+//
+//	segment start != previous     → CORRUPT (gap or overlap        planSegment
+//	  start + previous count        in the chain)
+//	.idx length % 8 != 0          → cut the torn entry             planIndexLength
+//	                                (last segment; else CORRUPT)
+//	index positions implausible   → trailing, no valid entry       planIndexPositions
+//	  (first not 0, or not          after: cut (last segment);
+//	   increasing by a              otherwise: CORRUPT
 //	   plausible entry size)
-//	index entry at/after .mmm end → CORRUPT: the segment is shorter than its index
-//	last entry torn (bad header,  → cut it and walk back (last segment only)
-//	  runs past end, CRC wrong)
-//	entry before the last one     → CORRUPT ("index entry points into the
-//	  does not end where the        middle of an entry")
+//	index entry at/after .mmm end → CORRUPT: the segment is        planTornEntries
+//	                                shorter than its index
+//	last entry torn (bad header,  → cut it and walk back           planTornEntries
+//	  runs past end, CRC wrong)     (last segment; else CORRUPT)
+//	entry before the last one     → CORRUPT ("index entry points   checkJoin
+//	  does not end where the        into the middle of an entry")
 //	  last one starts
-//	.mmm longer than the end of   → truncate and fsync (bytes never indexed,
-//	  the last kept entry            never acknowledged)
-//	segment start != previous     → CORRUPT (gap or overlap in the chain)
-//	  start + previous count
+//	.mmm longer than the end of   → truncate and fsync (bytes      planPair, applySegment
+//	  the last kept entry           never indexed, never
+//	                                acknowledged)
 //
 // Files a crash during rotation can leave: a lone empty .mmm at the tail gets
 // its .idx created (the rotation completes); a lone empty .idx at the tail is
@@ -93,13 +108,13 @@
 // and left alone.
 //
 // On corruption Open returns a *CorruptionError naming the topic, file, byte
-// position and offset, and no file is modified: every decision is made
-// before anything is cut. Verify (verify.go) additionally reads every entry
-// and CRC for `mmmq verify`.
+// position and offset, and no file is modified: every decision is planned
+// before anything is applied. Verify (verify.go) additionally reads every
+// entry and CRC for `mmmq verify`.
 //
 // Entries in the middle of the log are not read at startup; a CRC mismatch
 // there is found at read time as a *CorruptionError for that one offset,
-// which the dispatcher logs and skips (seed 000 "무결성 검증").
+// which the dispatcher logs and skips.
 //
 // # Checkpoints (checkpoint.go)
 //

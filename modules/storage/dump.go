@@ -19,12 +19,12 @@ type DumpEntry struct {
 
 // Dump calls fn for count entries of the topic in dir starting at offset
 // from (count <= 0: to the end), without modifying any file: the segments
-// are opened read-only as startup recovery would keep them (a torn tail is
+// are opened read-only as repair would keep them (a torn tail is
 // not shown). A corrupt entry is reported through DumpEntry.Problem and the
-// dump goes on. A topic refused by recovery returns its *CorruptionError.
+// dump goes on. A topic refused by repair returns its *CorruptionError.
 func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error) error {
 	o := opts.withDefaults()
-	segs, _, err := recoverDir(o.FS, dir, filepath.Base(dir), o, false)
+	segs, _, err := repairDir(o.FS, dir, filepath.Base(dir), o, false)
 	if err != nil {
 		return err
 	}

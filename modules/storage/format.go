@@ -6,7 +6,7 @@ import (
 	"hash/crc32"
 )
 
-// Entry layout in a segment file (seed 000 "세그먼트"; wire format, do not change):
+// Entry layout in a segment file (on-disk format, do not change):
 //
 //	0         4         8                      8+len-4
 //	+---------+---------+----------------------+
@@ -32,7 +32,7 @@ const (
 	// (mmmq.broker.segment.max-record-bytes): 1 MiB.
 	DefaultMaxRecordBytes = 1 << 20
 	// MaxEntryPayload is the format's own ceiling on a payload: what the
-	// int32 length field can hold. Reads and recovery decode against it
+	// int32 length field can hold. Reads and repair decode against it
 	// (bounded by the file's size, so a garbage length never allocates
 	// more than the file holds) rather than against the configured
 	// max-record-bytes, which only limits new appends: lowering that
@@ -40,7 +40,7 @@ const (
 	// torn or corrupt.
 	MaxEntryPayload = 1<<31 - 1 - 4
 	// DefaultSegmentMaxBytes is the default rotation threshold
-	// (mmmq.broker.segment.max-bytes, seed 000): 64 MiB.
+	// (mmmq.broker.segment.max-bytes): 64 MiB.
 	DefaultSegmentMaxBytes = 64 << 20
 )
 

@@ -133,8 +133,8 @@ func TestRoundTripManySegments(t *testing.T) {
 	}
 	l = openMem(t, fsys, opts)
 	defer l.Close()
-	if !l.Recovery().Clean() {
-		t.Fatalf("clean reopen reported %+v", l.Recovery())
+	if !l.Repair().Clean() {
+		t.Fatalf("clean reopen reported %+v", l.Repair())
 	}
 	check(l)
 	// Appends continue at hw after reopen.
@@ -538,7 +538,7 @@ func TestNoSpace(t *testing.T) {
 	}
 	l2 := openMem(t, fsys, opts)
 	if int(l2.HighWatermark()) != len(acked) {
-		t.Fatalf("reopen hw %d, acked %d (report %+v)", l2.HighWatermark(), len(acked), l2.Recovery())
+		t.Fatalf("reopen hw %d, acked %d (report %+v)", l2.HighWatermark(), len(acked), l2.Repair())
 	}
 	l2.Close()
 

@@ -33,8 +33,8 @@ func TestLoweredMaxRecordBytesKeepsOldEntries(t *testing.T) {
 		t.Fatalf("reopen with a lower limit: %v", err)
 	}
 	defer l.Close()
-	if hw := l.HighWatermark(); hw != 4 || !l.Recovery().Clean() {
-		t.Fatalf("hw %d, recovery %+v: acknowledged entries were cut", hw, l.Recovery())
+	if hw := l.HighWatermark(); hw != 4 || !l.Repair().Clean() {
+		t.Fatalf("hw %d, recovery %+v: acknowledged entries were cut", hw, l.Repair())
 	}
 	for off := int64(0); off < 4; off++ {
 		p, err := l.Read(off)

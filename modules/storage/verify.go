@@ -12,10 +12,10 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Verify statuses (seed 003 recovery scan vocabulary).
+// Verify statuses, the vocabulary `mmmq verify` prints per topic.
 const (
 	StatusOK       = "OK"        // every indexed entry is valid
-	StatusTornTail = "TORN_TAIL" // startup recovery would cut a never-acknowledged tail
+	StatusTornTail = "TORN_TAIL" // repair would cut a never-acknowledged tail on open
 	StatusCorrupt  = "CORRUPT"   // refused: corruption with valid data after it, or a bad old entry
 )
 
@@ -25,14 +25,14 @@ type TopicReport struct {
 	Status      string           `json:"status"`
 	Entries     int64            `json:"entries"`
 	Bytes       int64            `json:"bytes"`
-	Recovery    RecoveryReport   `json:"recovery"`
+	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
 	Corruption  *CorruptionError `json:"corruption,omitempty"`
 	Checkpoints []string         `json:"checkpointProblems,omitempty"`
 }
 
 // Verify walks every index entry and every CRC of the topic in dir without
-// modifying anything (for `mmmq verify`). It first runs recovery in check
-// mode (what startup would cut or refuse), then reads every kept entry
+// modifying anything (for `mmmq verify`). It first runs repair in check
+// mode (what Open would cut or refuse), then reads every kept entry
 // sequentially, checking that each index entry starts where the previous
 // entry ends and that every CRC matches, and finally checks the checkpoint
 // files. progress, when set, is called with the number of segment bytes
@@ -41,7 +41,7 @@ type TopicReport struct {
 func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, error) {
 	o := opts.withDefaults()
 	rep := TopicReport{Topic: filepath.Base(dir), Status: StatusOK}
-	segs, rr, err := recoverDir(o.FS, dir, rep.Topic, o, false)
+	segs, rr, err := repairDir(o.FS, dir, rep.Topic, o, false)
 	rep.Recovery = rr
 	var ce *CorruptionError
 	if errors.As(err, &ce) {

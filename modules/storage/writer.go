@@ -47,7 +47,7 @@ var requestPool = sync.Pool{New: func() any { return new(request) }}
 var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 
 // Append appends one message JSON and returns its offset once level is
-// reached (seed 003 ack levels; a caller is never told more than happened):
+// reached (a caller is never told more than happened):
 //
 //	Accepted → returns -1 as soon as the entry is queued (offset not final)
 //	Written  → returns the offset after the segment and index write(2)
@@ -257,7 +257,7 @@ func (l *Log) commit(batch []*request) error {
 		r.first = w.next
 		for off := 0; off < len(r.data); {
 			size := HeaderSize + int(binary.BigEndian.Uint32(r.data[off:])) - 4
-			// Rotation is checked before each append (seed 000).
+			// Rotation is checked before each append.
 			if seg.size >= l.opts.SegmentMaxBytes && seg.count > 0 {
 				if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
 					return err
@@ -288,8 +288,8 @@ func (l *Log) commit(batch []*request) error {
 	return l.flushGroup(seg, groupPos, groupCount, batch, &answered)
 }
 
-// flushGroup makes the buffered entries of seg durable in the order of
-// DESIGN §3: .mmm write → fsync → .idx write → fsync → publish the high
+// flushGroup makes the buffered entries of seg durable in the order the
+// package doc gives: .mmm write → fsync → .idx write → fsync → publish the high
 // watermark → answer waiters whose entries are all visible.
 func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answered *int) error {
 	w := &l.w

@@ -76,13 +76,10 @@ func (b *LocalBackend) Topics() (names, skipped []string, err error) {
 	return names, skipped, nil
 }
 
-// Lock takes the data root's lock (LockRoot). On the in-memory test
-// filesystem there is no other process to exclude and nothing is locked.
+// Lock takes the data root's lock through the filesystem (LockRoot): a
+// flock(2) on Root/.lock for the OS, an in-process lock in memory.
 func (b *LocalBackend) Lock() (func() error, error) {
-	if _, inMemory := b.fs().(*vfs.MemFS); inMemory {
-		return func() error { return nil }, nil
-	}
-	return LockRoot(b.Root)
+	return LockRoot(b.fs(), b.Root)
 }
 
 func (b *LocalBackend) fs() vfs.FS {

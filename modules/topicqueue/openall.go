@@ -27,10 +27,10 @@ const (
 
 // Report sums up a startup recovery (OpenAll).
 type Report struct {
-	Topics      int                      // topics opened
-	Changed     []storage.RecoveryReport // topics whose tail was cut or truncated
-	Quarantined map[string]error         // topics refused and excluded
-	Skipped     []string                 // store entries that are not topics
+	Topics      int                    // topics opened
+	Changed     []storage.RepairReport // topics whose tail was cut or truncated
+	Quarantined map[string]error       // topics refused and excluded
+	Skipped     []string               // store entries that are not topics
 	Took        time.Duration
 }
 
@@ -71,8 +71,8 @@ func (r *Registry) OpenAll(policy Policy, log *zap.Logger) (Report, error) {
 			return rep, fmt.Errorf("recovery: open topic %s: %w", name, err)
 		}
 		rep.Topics++
-		if rl, ok := q.log.(interface{ Recovery() storage.RecoveryReport }); ok {
-			if rr := rl.Recovery(); !rr.Clean() {
+		if rl, ok := q.log.(interface{ Repair() storage.RepairReport }); ok {
+			if rr := rl.Repair(); !rr.Clean() {
 				rep.Changed = append(rep.Changed, rr)
 			}
 		}

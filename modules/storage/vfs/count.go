@@ -5,8 +5,8 @@ import "sync/atomic"
 // CountingFS wraps an FS and counts File.Sync calls on the files it opens,
 // for benchmarks that report fsyncs per message on the real filesystem
 // (&CountingFS{FS: OS{}}). Files from Create, OpenRW and Open wrap the inner
-// files; every other method is the inner FS's. Use it by pointer: the
-// counter must not be copied.
+// files; every other method, Lock included, is the inner FS's (forwarded by
+// embedding). Use it by pointer: the counter must not be copied.
 type CountingFS struct {
 	FS
 	// Syncs is the number of File.Sync calls, failed ones included.

@@ -139,6 +139,8 @@ type MemFS struct {
 
 	syncs    atomic.Int64
 	dirSyncs atomic.Int64
+
+	locks memLocks // held Lock names; not part of the namespace
 }
 
 var _ FS = (*MemFS)(nil)

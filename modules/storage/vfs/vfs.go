@@ -10,6 +10,7 @@ package vfs
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 )
 
@@ -62,6 +63,17 @@ type FS interface {
 	// removed entries survive a power loss (fsync(2): syncing a file does not
 	// sync its directory entry).
 	SyncDir(dir string) error
+	// Lock takes an exclusive, non-blocking lock on the file name, held
+	// until the returned io.Closer is closed (the shape of pebble's
+	// vfs.FS.Lock). It fails at once, never waits, when the lock is held:
+	// the error is a *LockedError, naming the holder's pid when known.
+	// Other errors say which step failed ("open lock file <name>: ...",
+	// "lock <name>: ..."). The parent directory must exist. A lock is
+	// released by Close or when the process ends, so a crashed holder
+	// never blocks its restart. OS locks with flock(2) and writes this
+	// process's pid into the file; MemFS keeps the lock in memory only
+	// (see MemFS.Lock). Wrappers such as CountingFS forward it.
+	Lock(name string) (io.Closer, error)
 }
 
 // IsNotExist reports whether err says a file or directory does not exist.

@@ -1,0 +1,84 @@
+package storage
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Options configures a Log. The zero value of every field means its default.
+type Options struct {
+	// FS is the filesystem; default vfs.OS{}.
+	FS vfs.FS
+	// Logger receives repair reports, slow-fsync warnings and failures;
+	// default zap.NewNop().
+	Logger *zap.Logger
+	// SegmentMaxBytes is the rotation threshold in bytes
+	// (mmmq.broker.segment.max-bytes); default 64 MiB. Rotation is checked
+	// before each append, so a segment may end up to one entry
+	// larger.
+	SegmentMaxBytes int64
+	// MaxRecordBytes caps one message JSON (mmmq.broker.segment.max-record-bytes);
+	// default 1 MiB. Decoding never allocates more than this from a length field.
+	MaxRecordBytes int
+	// MaxPendingBytes caps the bytes queued for the writer; Append beyond it
+	// fails fast with ErrQueueFull (HTTP 503). Default 64 MiB.
+	MaxPendingBytes int64
+	// SlowFsync is the fsync duration above which a warning is logged;
+	// default 1s.
+	SlowFsync time.Duration
+	// Observer, when set, is told about every fsync and every committed batch
+	// (metrics). It is called from the writer goroutine and must not block.
+	Observer Observer
+	// Hooks are crash-injection points for tests; nil in production.
+	Hooks *Hooks
+}
+
+// Observer receives write-path measurements (for Prometheus metrics).
+type Observer interface {
+	// ObserveFsync is called after each fsync of a segment or index file.
+	ObserveFsync(topic string, d time.Duration)
+	// ObserveBatch is called after each group commit with its entry count.
+	ObserveBatch(topic string, entries int)
+}
+
+// Hooks are named injection points on the write path, used by crash and
+// power-loss tests to stop the process (or snapshot a MemFS) at an exact
+// moment. Each func is called, when non-nil, from the writer goroutine.
+type Hooks struct {
+	AfterSegmentWrite  func() // .mmm write returned, not fsynced
+	AfterSegmentSync   func() // .mmm fsynced, .idx not yet written
+	AfterIndexWrite    func() // .idx write returned, not fsynced
+	AfterIndexSync     func() // .idx fsynced, before the high watermark moves and waiters are answered
+	AfterRotateSegment func() // rotation: new .mmm created, .idx not yet created
+	// AckBeforeSync, when true, makes DURABLE waiters be answered right
+	// after the .mmm write, before any fsync. It is the deliberately wrong
+	// variant used as the negative control of the power-loss tests: it must
+	// lose acknowledged data. Never set outside tests.
+	AckBeforeSync bool
+}
+
+func (o *Options) withDefaults() Options {
+	r := *o
+	if r.FS == nil {
+		r.FS = vfs.OS{}
+	}
+	if r.Logger == nil {
+		r.Logger = zap.NewNop()
+	}
+	if r.SegmentMaxBytes <= 0 {
+		r.SegmentMaxBytes = DefaultSegmentMaxBytes
+	}
+	if r.MaxRecordBytes <= 0 {
+		r.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if r.MaxPendingBytes <= 0 {
+		r.MaxPendingBytes = 64 << 20
+	}
+	if r.SlowFsync <= 0 {
+		r.SlowFsync = time.Second
+	}
+	return r
+}

@@ -1,0 +1,92 @@
+package storage
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// TmpExt marks files written through tmp + fsync + rename; a leftover one is
+// from an interrupted rename and is removed by repair when the topic opens.
+const TmpExt = ".tmp"
+
+// RepairReport is what repair (the per-topic startup check run by Open)
+// found in one topic and what it did (or, when checking only, would do) to
+// bring it to the last state the offset index vouches for. Counts are in
+// entries, sizes in bytes; the JSON field names are part of `mmmq verify
+// --json` output.
+type RepairReport struct {
+	Topic          string   `json:"topic"`
+	Segments       int      `json:"segments"`
+	Entries        int64    `json:"entries"`        // the high watermark after repair
+	CutIndexBytes  int64    `json:"cutIndexBytes"`  // torn or invalid trailing index bytes removed
+	CutEntries     int64    `json:"cutEntries"`     // trailing index entries removed (never acknowledged)
+	TruncatedBytes int64    `json:"truncatedBytes"` // segment bytes beyond the last indexed entry removed
+	Removed        []string `json:"removed,omitempty"`
+	Actions        []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
+}
+
+// RecoveryReport is the old name of RepairReport.
+//
+// Deprecated: use RepairReport.
+type RecoveryReport = RepairReport
+
+// Clean reports whether repair found nothing to change.
+func (r RepairReport) Clean() bool { return len(r.Actions) == 0 }
+
+// repairDir runs repair of the topic in dir in three steps, the shape of
+// etcd's wal repair: scan (repair_scan.go) lists the directory, opens the
+// files and reads the offset indexes; plan (repair_plan.go) decides, per
+// segment and without writing anything, what to keep or refuses the topic
+// with a *CorruptionError; apply (repair_apply.go) truncates, creates and
+// removes files and fsyncs them, and runs only when apply is true and no
+// segment was refused, so a refused topic keeps every file untouched.
+//
+// Scan and plan alternate segment by segment, in offset order, so the first
+// problem in the chain is the one reported. With apply=false nothing is
+// modified: the segments come back opened read-only as they would be kept
+// (idx may be nil for a rotation to complete) and the report says what
+// would be done. A missing dir returns no segments and no error.
+func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segment, RepairReport, error) {
+	rep := RepairReport{Topic: topic}
+	d, err := scanDir(fsys, dir)
+	if vfs.IsNotExist(err) {
+		return nil, rep, nil
+	}
+	if err != nil {
+		return nil, rep, fmt.Errorf("list topic dir %s: %w", dir, err)
+	}
+	log := o.Logger.With(zap.String("topic", topic))
+	d.logUnknown(log)
+	open := fsys.Open
+	if apply {
+		open = fsys.OpenRW
+	}
+	pl := &planner{topic: topic, rep: &rep}
+	plans, err := pl.planSegments(open, dir, d)
+	if err != nil {
+		return nil, rep, err
+	}
+	pl.planTmps(d.tmps)
+	var segs []*segment
+	if apply {
+		if segs, err = applyPlans(fsys, dir, plans, d.tmps, &rep); err != nil {
+			return nil, rep, err
+		}
+	} else {
+		segs = keptSegments(plans)
+	}
+	rep.Segments = len(segs)
+	if len(segs) > 0 {
+		last := segs[len(segs)-1]
+		rep.Entries = last.base + last.count
+	}
+	if apply && !rep.Clean() {
+		log.Warn("recovery changed the topic to the last state its offset index vouches for",
+			zap.Strings("actions", rep.Actions), zap.Int64("cut-entries", rep.CutEntries),
+			zap.Int64("truncated-bytes", rep.TruncatedBytes))
+	}
+	return segs, rep, nil
+}

@@ -1,0 +1,275 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// Plan: the second step of repair. It decides, per segment, how many index
+// entries and segment bytes to keep, following the decision table in the
+// package doc, or refuses the topic with a *CorruptionError. It reads entry
+// headers and payloads where a decision needs them (a few per segment, not
+// a full scan) and writes nothing.
+
+// segPlan is the repair decision for one segment: what scan found plus what
+// to keep. It is applied only when the whole topic is free of corruption.
+type segPlan struct {
+	segScan
+	createIdx bool  // complete an interrupted rotation: create the missing .idx
+	removeIdx bool  // drop a lone empty .idx left by an interrupted rotation
+	count     int64 // index entries kept
+	end       int64 // segment bytes kept
+}
+
+// segment is the kept segment p describes, its files as opened by scan (or
+// created by apply).
+func (p *segPlan) segment() *segment {
+	return &segment{base: p.base, mmm: p.mmm, idx: p.idx, mmmPath: p.mmmPath, idxPath: p.idxPath, size: p.end, count: p.count}
+}
+
+// closePlans closes every file the plans hold.
+func closePlans(plans []*segPlan) {
+	for _, p := range plans {
+		if p.mmm != nil {
+			p.mmm.Close()
+		}
+		if p.idx != nil {
+			p.idx.Close()
+		}
+	}
+}
+
+// planner carries what every planning step shares: the topic named in a
+// *CorruptionError and the report the decisions are written to.
+type planner struct {
+	topic string
+	rep   *RepairReport
+}
+
+// corrupt is the refusal of the topic: corruption at byte pos of file,
+// concerning offset.
+func (pl *planner) corrupt(file string, pos, offset int64, format string, args ...any) error {
+	return &CorruptionError{Topic: pl.topic, File: file, Pos: pos, Offset: offset, Reason: fmt.Sprintf(format, args...)}
+}
+
+// act records one planned change in the report.
+func (pl *planner) act(format string, args ...any) {
+	pl.rep.Actions = append(pl.rep.Actions, fmt.Sprintf(format, args...))
+}
+
+// planSegments scans and plans the segments of d in offset order and stops
+// at the first corruption or I/O error, closing every file opened so far.
+func (pl *planner) planSegments(open func(string) (vfs.File, error), dir string, d *dirScan) ([]*segPlan, error) {
+	plans := make([]*segPlan, 0, len(d.bases))
+	var nextBase int64 = -1
+	for i, base := range d.bases {
+		p := &segPlan{}
+		plans = append(plans, p)
+		err := scanSegmentFiles(open, dir, base, d.pairs[base], &p.segScan)
+		if err == nil {
+			nextBase, err = pl.planSegment(p, nextBase, i == len(d.bases)-1)
+		}
+		if err != nil {
+			closePlans(plans)
+			return nil, err
+		}
+	}
+	return plans, nil
+}
+
+// planSegment plans one segment given where the previous one ends
+// (nextBase, -1 for the first) and returns where this one ends.
+func (pl *planner) planSegment(p *segPlan, nextBase int64, last bool) (int64, error) {
+	if nextBase >= 0 && p.base != nextBase {
+		f := p.mmmPath
+		if !p.hasMMM {
+			f = p.idxPath
+		}
+		return 0, pl.corrupt(f, 0, p.base, "segment starts at offset %d but the previous segment ends at %d", p.base, nextBase)
+	}
+	// A pair with one file missing: only a crash during rotation at the
+	// tail, leaving the other file empty, is expected.
+	if !p.hasMMM || !p.hasIdx {
+		switch {
+		case last && !p.hasIdx && p.mmmSize == 0:
+			p.createIdx = true
+			pl.act("complete interrupted rotation: create %s", filepath.Base(p.idxPath))
+			return p.base, nil
+		case last && !p.hasMMM && p.idxSize == 0:
+			p.removeIdx = true
+			pl.act("remove lone empty index %s left by an interrupted rotation", filepath.Base(p.idxPath))
+			return nextBase, nil
+		case !p.hasIdx:
+			return 0, pl.corrupt(p.mmmPath, 0, p.base, "offset index file %s is missing", filepath.Base(p.idxPath))
+		default:
+			return 0, pl.corrupt(p.idxPath, 0, p.base, "segment file %s is missing", filepath.Base(p.mmmPath))
+		}
+	}
+	if err := pl.planPair(p, last); err != nil {
+		return 0, err
+	}
+	return p.base + p.count, nil
+}
+
+// planPair decides how much of a segment with both files to keep,
+// index-based (no full scan): the index must be a plausible increasing
+// sequence, the last kept entry must be complete with a valid CRC and must
+// start where the entry before it ends. Only the last segment may lose a
+// torn or invalid tail; the bytes after the last kept entry are cut.
+func (pl *planner) planPair(p *segPlan, last bool) error {
+	n, err := pl.planIndexLength(p, last)
+	if err == nil {
+		n, err = pl.planIndexPositions(p, last, n)
+	}
+	if err == nil {
+		n, err = pl.planTornEntries(p, last, n)
+	}
+	if err == nil {
+		err = pl.checkJoin(p, n)
+	}
+	if err != nil {
+		return err
+	}
+	p.count = n
+	if n == 0 {
+		p.end = 0
+	}
+	if p.mmmSize > p.end {
+		pl.rep.TruncatedBytes += p.mmmSize - p.end
+		pl.act("truncate %s from %d to %d bytes (not indexed, never acknowledged)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
+	}
+	return nil
+}
+
+// planIndexLength cuts a torn index entry (a length not a multiple of
+// IndexEntrySize) of the last segment and refuses one in a sealed segment.
+// It returns the number of complete index entries.
+func (pl *planner) planIndexLength(p *segPlan, last bool) (int64, error) {
+	if rem := p.idxSize % IndexEntrySize; rem != 0 {
+		if !last {
+			return 0, pl.corrupt(p.idxPath, p.idxSize-rem, p.base+p.idxSize/IndexEntrySize, "sealed offset index has a torn entry (%d bytes)", rem)
+		}
+		pl.rep.CutIndexBytes += rem
+		pl.act("cut torn index tail of %s: %d bytes", filepath.Base(p.idxPath), rem)
+	}
+	if p.posErr != nil {
+		return 0, p.posErr
+	}
+	return int64(len(p.pos)), nil
+}
+
+// plausiblePrefix is the number of leading index positions that form a
+// plausible sequence: the first is 0 and each next one is after the
+// previous by at least the smallest entry and at most the largest.
+func plausiblePrefix(pos []int64) int64 {
+	const maxGap = int64(HeaderSize + MaxEntryPayload)
+	k := 0
+	for k < len(pos) {
+		if k == 0 && pos[0] != 0 {
+			break
+		}
+		if k > 0 {
+			if d := pos[k] - pos[k-1]; d < HeaderSize+MinPayloadBytes || d > maxGap {
+				break
+			}
+		}
+		k++
+	}
+	return int64(k)
+}
+
+// planIndexPositions keeps the plausible prefix of the first n index
+// entries. Implausible entries are cut as a torn tail only in the last
+// segment and only when no valid entry follows them; otherwise the topic
+// is refused. It returns the number of entries kept.
+func (pl *planner) planIndexPositions(p *segPlan, last bool, n int64) (int64, error) {
+	pos := p.pos[:n]
+	k := plausiblePrefix(pos)
+	if k == n {
+		return n, nil
+	}
+	if !last {
+		return 0, pl.corrupt(p.idxPath, k*IndexEntrySize, p.base+k, "offset index entry holds implausible position %d", pos[k])
+	}
+	floor := int64(0)
+	if k > 0 {
+		floor = pos[k-1] + HeaderSize + MinPayloadBytes
+	}
+	for j := k; j < n; j++ {
+		if pos[j] >= floor && pos[j] < p.mmmSize {
+			if _, err := p.entryAt(pos[j]); err == nil {
+				return 0, pl.corrupt(p.idxPath, k*IndexEntrySize, p.base+k,
+					"offset index entry %d is invalid (position %d) but entry %d after it is valid", p.base+k, pos[k], p.base+j)
+			}
+		}
+	}
+	cut := n - k
+	pl.rep.CutEntries += cut
+	pl.rep.CutIndexBytes += cut * IndexEntrySize
+	pl.act("cut %d invalid trailing index entries of %s from offset %d (never acknowledged)", cut, filepath.Base(p.idxPath), p.base+k)
+	return k, nil
+}
+
+// planTornEntries walks back over the trailing entries (of the first n)
+// whose bytes are torn: a bad header, a length past the end of the file or
+// a CRC mismatch. They are cut in the last segment; in a sealed one, or
+// when an index entry points past the end of the segment, the topic is
+// refused. It sets p.end to the end of the last valid entry and returns
+// the number of entries kept.
+func (pl *planner) planTornEntries(p *segPlan, last bool, n int64) (int64, error) {
+	for n > 0 {
+		at := p.pos[n-1]
+		if at >= p.mmmSize {
+			return 0, pl.corrupt(p.mmmPath, at, p.base+n-1, "segment is shorter (%d bytes) than its offset index says (entry at %d)", p.mmmSize, at)
+		}
+		payload, err := p.entryAt(at)
+		if err == nil {
+			p.end = at + EntrySize(len(payload))
+			return n, nil
+		}
+		var be *badEntry
+		if !errors.As(err, &be) {
+			return 0, fmt.Errorf("read segment %s at %d: %w", p.mmmPath, at, err)
+		}
+		if !last {
+			return 0, pl.corrupt(p.mmmPath, at, p.base+n-1, "last entry of a sealed segment is invalid: %s", be.reason)
+		}
+		pl.rep.CutEntries++
+		pl.rep.CutIndexBytes += IndexEntrySize
+		pl.act("cut torn entry at offset %d (%s byte %d: %s; never acknowledged)", p.base+n-1, filepath.Base(p.mmmPath), at, be.reason)
+		n--
+	}
+	return 0, nil
+}
+
+// checkJoin refuses the topic unless the entry before the last kept one
+// (of n) ends exactly where the last one starts: an index entry pointing
+// into the middle of an entry is corruption, not a torn tail.
+func (pl *planner) checkJoin(p *segPlan, n int64) error {
+	if n < 2 {
+		return nil
+	}
+	var hdr [HeaderSize]byte
+	at := p.pos[n-2]
+	if _, err := p.mmm.ReadAt(hdr[:], at); err != nil {
+		return fmt.Errorf("read segment %s at %d: %w", p.mmmPath, at, err)
+	}
+	plen, _, err := DecodeHeader(hdr[:], p.mmmSize-at, MaxEntryPayload)
+	if err != nil || at+EntrySize(plen) != p.pos[n-1] {
+		return pl.corrupt(p.idxPath, (n-1)*IndexEntrySize, p.base+n-1,
+			"offset index entry %d (position %d) does not start where entry %d ends", p.base+n-1, p.pos[n-1], p.base+n-2)
+	}
+	return nil
+}
+
+// planTmps plans the removal of leftover *.tmp files (names relative to
+// the topic directory).
+func (pl *planner) planTmps(tmps []string) {
+	for _, t := range tmps {
+		pl.rep.Removed = append(pl.rep.Removed, t)
+		pl.act("remove leftover %s", t)
+	}
+}
