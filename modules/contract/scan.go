@@ -289,6 +289,19 @@ func memberName(key []byte, escaped bool) []byte {
 	return key
 }
 
+// ValidStoredJSON reports whether b is exactly one JSON value as
+// encoding/json's json.Valid judges it (any bytes >= 0x80 inside strings,
+// up to 10000 levels): the check for stored messages, which another writer
+// may have made, before they are sent on.
+func ValidStoredJSON(b []byte) bool {
+	s := scanner{b: b, lenient: true}
+	if s.value() != nil {
+		return false
+	}
+	s.ws()
+	return s.i == len(b)
+}
+
 // ValidJSON reports whether b is exactly one valid JSON value (surrounding
 // whitespace allowed) with valid UTF-8 in its strings and at most 512
 // levels of nesting; the error says what is wrong and at which byte.

@@ -54,3 +54,16 @@ func FuzzValidJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidStoredJSON: the lenient check for stored messages accepts
+// exactly what encoding/json's json.Valid accepts.
+func FuzzValidStoredJSON(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2,{"b":null}]}`, "\"\xff\"", `[`, `{"a":1}x`, `  7 `, strings.Repeat("[", 600) + strings.Repeat("]", 600)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := ValidStoredJSON(b), json.Valid(b); got != want {
+			t.Fatalf("ValidStoredJSON(%q) = %v, json.Valid says %v", b, got, want)
+		}
+	})
+}

@@ -129,53 +129,37 @@ type ReleaseResponse struct {
 func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	v := mux.Vars(r)
 	topic, group := v["topic"], v["group"]
-	limit := rt.opts.DefaultMax
-	if s := r.URL.Query().Get("max"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
-				fmt.Sprintf("query parameter max must be an integer >= 1 (values above %d are capped); got %q", rt.c.MaxFetch(), s))
-			return
-		}
-		limit = n
-	}
-	limit = min(limit, rt.c.MaxFetch())
-	var wait time.Duration
-	if s := r.URL.Query().Get("wait"); s != "" {
-		ms, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || ms < 0 {
-			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
-				fmt.Sprintf("query parameter wait must be milliseconds >= 0 (values above %d are capped); got %q", rt.c.MaxWait().Milliseconds(), s))
-			return
-		}
-		wait = time.Duration(min(ms, rt.c.MaxWait().Milliseconds())) * time.Millisecond
+	limit, wait, err := rt.fetchParams(r)
+	if err != nil {
+		rt.fail(w, err)
+		return
 	}
 	session := r.Header.Get(SessionHeader)
 	started := false
 	if session == "" {
-		var err error
 		if session, err = rt.c.Acquire(topic, group); err != nil {
 			rt.fail(w, err)
 			return
 		}
 		started = true
 	}
+	// A session this request started is released on failure: the client
+	// never learns it, so it must not leave the group busy until the lease
+	// expires.
+	failed := func(err error) {
+		if started {
+			_, _ = rt.c.Release(topic, group, session)
+		}
+		rt.fail(w, err)
+	}
 	if s := r.URL.Query().Get("from"); s != "" {
 		from, perr := strconv.ParseInt(s, 10, 64)
-		var err error
-		if perr == nil {
-			err = rt.c.Seek(topic, group, session, from)
+		if perr != nil {
+			failed(contract.BadRequest("query parameter from must be an integer offset; got %q", s))
+			return
 		}
-		if perr != nil || err != nil {
-			if started {
-				_, _ = rt.c.Release(topic, group, session)
-			}
-			if perr != nil {
-				contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
-					fmt.Sprintf("query parameter from must be an integer offset; got %q", s))
-				return
-			}
-			rt.fail(w, err)
+		if err := rt.c.Seek(topic, group, session, from); err != nil {
+			failed(err)
 			return
 		}
 	}
@@ -185,19 +169,14 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := rt.c.Fetch(r.Context(), topic, group, session, limit, wait)
 	if err != nil {
-		if started {
-			// The client never learns this session: do not leave the
-			// group busy until the lease expires.
-			_, _ = rt.c.Release(topic, group, session)
-		}
-		rt.fail(w, err)
+		failed(err)
 		return
 	}
 	resp := FetchResponse{Topic: topic, Group: group, Session: session,
 		Messages: make([]Message, 0, len(b.Entries)), Committed: b.Committed, Next: b.Next}
 	for _, e := range b.Entries {
 		m := Message{Offset: e.Offset}
-		if json.Valid(e.Payload) {
+		if contract.ValidStoredJSON(e.Payload) {
 			m.Message = e.Payload
 		} else {
 			m.Error = "stored message is not valid JSON"
@@ -206,6 +185,29 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(SessionHeader, session)
 	contract.WriteJSON(w, http.StatusOK, resp)
+}
+
+// fetchParams reads ?max= (default RouteOptions.DefaultMax) and ?wait=
+// (milliseconds, default 0), both capped by the coordinator. A malformed
+// value is a 400 *contract.InputError.
+func (rt *Route) fetchParams(r *http.Request) (limit int, wait time.Duration, err error) {
+	limit = rt.opts.DefaultMax
+	if s := r.URL.Query().Get("max"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return 0, 0, contract.BadRequest("query parameter max must be an integer >= 1 (values above %d are capped); got %q", rt.c.MaxFetch(), s)
+		}
+		limit = n
+	}
+	limit = min(limit, rt.c.MaxFetch())
+	if s := r.URL.Query().Get("wait"); s != "" {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ms < 0 {
+			return 0, 0, contract.BadRequest("query parameter wait must be milliseconds >= 0 (values above %d are capped); got %q", rt.c.MaxWait().Milliseconds(), s)
+		}
+		wait = time.Duration(min(ms, rt.c.MaxWait().Milliseconds())) * time.Millisecond
+	}
+	return limit, wait, nil
 }
 
 func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
