@@ -1,0 +1,244 @@
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// memBackend is a storage backend that keeps everything in memory: the
+// proof that everything above the registry (HTTP publish and read-back,
+// dispatchers, consumer groups, the line protocol) works through
+// topicqueue.Backend and contract.Log alone.
+type memBackend struct {
+	mu     sync.Mutex
+	logs   map[string]*memLog
+	locked bool
+}
+
+var errMemClosed = errors.New("memlog: closed")
+
+func (b *memBackend) Open(name string, create bool) (contract.Log, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l, ok := b.logs[name]; ok {
+		return l, nil
+	}
+	if !create {
+		return nil, fmt.Errorf("memlog: no topic %s", name)
+	}
+	l := &memLog{name: name, notify: make(chan struct{}), cps: map[string]*memCheckpoint{}}
+	b.logs[name] = l
+	return l, nil
+}
+
+func (b *memBackend) Topics() (names, skipped []string, err error) { return nil, nil, nil }
+
+func (b *memBackend) Lock() (func() error, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.locked {
+		return nil, topicqueue.ErrRootInUse
+	}
+	b.locked = true
+	return func() error { b.mu.Lock(); b.locked = false; b.mu.Unlock(); return nil }, nil
+}
+
+type memLog struct {
+	name   string
+	mu     sync.Mutex
+	msgs   [][]byte
+	notify chan struct{} // closed and replaced on every append
+	closed bool
+	cps    map[string]*memCheckpoint
+}
+
+func (l *memLog) Append(ctx context.Context, p []byte, lvl contract.AckLevel) (int64, error) {
+	return l.AppendBatch(ctx, [][]byte{p}, lvl)
+}
+
+func (l *memLog) AppendBatch(_ context.Context, ps [][]byte, lvl contract.AckLevel) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return -1, errMemClosed
+	}
+	first := int64(len(l.msgs))
+	for _, p := range ps {
+		l.msgs = append(l.msgs, append([]byte(nil), p...))
+	}
+	close(l.notify)
+	l.notify = make(chan struct{})
+	if lvl == contract.Accepted {
+		return -1, nil
+	}
+	return first, nil
+}
+
+func (l *memLog) Read(offset int64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if offset < 0 || offset >= int64(len(l.msgs)) {
+		return nil, fmt.Errorf("memlog: offset %d out of range", offset)
+	}
+	return l.msgs[offset], nil
+}
+
+func (l *memLog) ReadBatch(from int64, max int) ([]contract.Entry, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errMemClosed
+	}
+	var out []contract.Entry
+	for o := from; o < int64(len(l.msgs)) && len(out) < max; o++ {
+		out = append(out, contract.Entry{Offset: o, Payload: l.msgs[o]})
+	}
+	return out, nil
+}
+
+func (l *memLog) HighWatermark() int64 { l.mu.Lock(); defer l.mu.Unlock(); return int64(len(l.msgs)) }
+
+func (l *memLog) Notify(offset int64) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || int64(len(l.msgs)) > offset {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return l.notify
+}
+
+func (l *memLog) StartOffset() int64 { return 0 }
+
+func (l *memLog) OffsetAt(t time.Time) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, m := range l.msgs {
+		if ts, ok := contract.MessageTimestamp(m); ok && ts >= t.UnixMilli() {
+			return int64(i), nil
+		}
+	}
+	return int64(len(l.msgs)), nil
+}
+
+func (l *memLog) Stats() contract.Stats {
+	return contract.Stats{Topic: l.name, NextOffset: l.HighWatermark()}
+}
+
+func (l *memLog) OpenCheckpoint(name string) (contract.Checkpoint, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, errMemClosed
+	}
+	cp := l.cps[name]
+	if cp == nil {
+		cp = &memCheckpoint{name: name}
+		l.cps[name] = cp
+	}
+	return cp, nil
+}
+
+func (l *memLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.notify)
+	}
+	return nil
+}
+
+type memCheckpoint struct {
+	name string
+	mu   sync.Mutex
+	next int64
+}
+
+func (c *memCheckpoint) Name() string  { return c.name }
+func (c *memCheckpoint) Path() string  { return "memory:" + c.name }
+func (c *memCheckpoint) Offset() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.next }
+func (c *memCheckpoint) Commit(next int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next = next
+	return nil
+}
+
+// The whole broker runs on a storage backend supplied in the graph: HTTP
+// publish and read-back, a dispatcher, a consumer group and the line
+// protocol all go through it, and nothing is written to the data root.
+func TestFakeBackendEndToEnd(t *testing.T) {
+	root := t.TempDir()
+	be := &memBackend{logs: map[string]*memLog{}}
+	cons := newConsumer(t)
+	cfg := testConfig(t, root)
+	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	a, base := startBroker(t, cfg,
+		fx.Supply(fx.Annotate(be, fx.As(new(topicqueue.Backend)))),
+		dispatcher.Provide(func() *dispatcher.Dispatcher {
+			return dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))
+		}))
+	defer a.RequireStop()
+
+	for i := 0; i < 3; i++ {
+		st, out := publish(t, base, "order.created", map[string]any{"n": i})
+		require.Equal(t, 200, st, out)
+		require.EqualValues(t, i, out["offset"])
+	}
+	got := cons.waitFor(t, 3)
+	for i, r := range got {
+		require.EqualValues(t, i, r.Offset)
+		require.Equal(t, map[string]any{"n": float64(i)}, r.Body["content"])
+	}
+	require.Eventually(t, func() bool { return be.logs["order.created"].cps["d"].Offset() == 3 },
+		5*time.Second, 10*time.Millisecond, "the dispatcher's checkpoint is committed through the backend")
+
+	// HTTP read-back and a consumer group.
+	resp, err := http.Get(base + "/topics/order.created/messages?offset=1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	resp, err = http.Post(base+"/topics/order.created/groups/g/fetch?max=10", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	// The line protocol.
+	c, err := net.Dial("tcp", cfg.MMMQ.Lineproto.Addr)
+	require.NoError(t, err)
+	defer c.Close()
+	rd := bufio.NewReader(c)
+	fmt.Fprintf(c, "PUB order.created DURABLE {\"n\":3}\n")
+	line, err := rd.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "OK 3 DURABLE\n", line)
+	fmt.Fprintf(c, "FETCH order.created g2 10 0\n")
+	line, err = rd.ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(line, "MSG 0 "), line)
+
+	require.Equal(t, 4, len(be.logs["order.created"].msgs))
+	ents, err := os.ReadDir(root)
+	require.NoError(t, err)
+	for _, e := range ents {
+		require.False(t, e.IsDir(), "the local backend created %s", e.Name())
+	}
+}
