@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/fx"
+	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -46,6 +47,17 @@ func Modules() fx.Option {
 	)
 }
 
+// Sections returns the configuration sections of the plugins in Modules
+// (today mmmq.metrics), in a new slice. A binary that loads the configuration
+// before building the application passes them, plus those of the plugins it
+// adds, in config.LoadOptions.Sections, so that it reads the same keys as
+// app.New loading inside the graph:
+//
+//	config.Load(config.LoadOptions{Sections: append(app.Sections(), lineproto.ConfigSection)})
+func Sections() []config.Section {
+	return []config.Section{metrics.ConfigSection}
+}
+
 // New returns the mmmq application: the default modules plus opts (plugins,
 // fx.Supply(config.LoadOptions{...}), fx.Decorate overrides). The broker
 // reports ready (/readyz) once every start hook has run.
@@ -59,7 +71,7 @@ func Options(opts ...fx.Option) fx.Option {
 	return fx.Options(
 		Modules(),
 		fx.Options(opts...),
-		fx.Invoke(markReady),
+		fx.Invoke(markReady, logConfigWarnings),
 		fx.StopTimeout(StopTimeout),
 	)
 }
@@ -69,6 +81,14 @@ func markReady(lc fx.Lifecycle, r *recovery.Readiness, _ *httpapi.Server, _ *dis
 		OnStart: func(context.Context) error { r.Set(true); return nil },
 		OnStop:  func(context.Context) error { r.Set(false); return nil },
 	})
+}
+
+// logConfigWarnings logs the configuration's warnings (keys of stock
+// plugins this binary does not contain, at their defaults), one line each.
+func logConfigWarnings(cfg *config.Config, log *zap.Logger) {
+	for _, w := range cfg.Warnings {
+		log.Warn(w.String(), zap.String("key", w.Key), zap.String("plugin", w.Plugin))
+	}
 }
 
 // registrySource adapts the topic registry to dispatcher.Source.

@@ -18,7 +18,7 @@ import (
 
 // rootFlag resolves --root, falling back to the configured root-dir.
 func rootDir(root, cfgPath string) (string, config.Config, error) {
-	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != ""})
+	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != "", Sections: sections()})
 	if err != nil {
 		return "", config.Config{}, err
 	}

@@ -14,7 +14,10 @@ import (
 type Params struct {
 	fx.In
 
-	Config    *config.Config
+	// Config is mmmq.lineproto (ConfigSection, provided by Module).
+	Config Config
+	// Segment is mmmq.broker.segment (config.Module).
+	Segment   config.SegmentConfig
 	Logger    *zap.Logger
 	Registry  *topicqueue.Registry
 	Groups    *groups.Coordinator
@@ -27,25 +30,22 @@ type Params struct {
 // registers nothing, when mmmq.lineproto.addr is "" (the default): no TCP
 // listener.
 func NewFromConfig(p Params) *Server {
-	lc := p.Config.MMMQ.Lineproto
-	if lc.Addr == "" {
+	if p.Config.Addr == "" {
 		return nil
 	}
-	s := New(Options{
-		Addr:           lc.Addr,
-		MaxLineBytes:   int(lc.MaxLineBytes),
-		MaxRecordBytes: int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
-		Logger:         p.Logger.Named("lineproto"),
-	}, p.Registry, p.Groups)
+	opts := OptionsFromConfig(p.Config, p.Segment)
+	opts.Logger = p.Logger.Named("lineproto")
+	s := New(opts, p.Registry, p.Groups)
 	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
 	return s
 }
 
-// Module provides *Server (nil when mmmq.lineproto.addr is empty) and
-// starts it with the application. It needs *topicqueue.Registry and
-// *groups.Coordinator (groups.Module). It is a plugin: a binary without it
-// has no TCP listener.
+// Module registers ConfigSection (and provides Config), provides *Server
+// (nil when mmmq.lineproto.addr is empty) and starts it with the
+// application. It needs *topicqueue.Registry and *groups.Coordinator
+// (groups.Module). It is a plugin: a binary without it has no TCP listener.
 var Module = fx.Module("lineproto",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),
 	fx.Invoke(func(*Server) {}),
 )
