@@ -29,10 +29,7 @@ func rootDir(root, cfgPath string) (string, config.Config, error) {
 }
 
 func storageOptions(cfg config.Config) storage.Options {
-	return storage.Options{
-		SegmentMaxBytes: cfg.MMMQ.Broker.Segment.MaxBytes,
-		MaxRecordBytes:  int(cfg.MMMQ.Broker.Segment.MaxRecordBytes),
-	}
+	return topicqueue.StorageOptionsFromConfig(cfg.MMMQ.Broker.Segment)
 }
 
 func verify(args []string) int {

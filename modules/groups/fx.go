@@ -14,7 +14,8 @@ import (
 type Params struct {
 	fx.In
 
-	Config    *config.Config
+	// Groups is mmmq.broker.groups (config.Module).
+	Groups    config.GroupsConfig
 	Logger    *zap.Logger
 	Registry  *topicqueue.Registry
 	Lifecycle fx.Lifecycle
@@ -23,16 +24,24 @@ type Params struct {
 	Dispatchers *dispatcher.Set `optional:"true"`
 }
 
+// OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout and
+// MaxFetch; the other fields keep their defaults.
+func OptionsFromConfig(g config.GroupsConfig) Options {
+	return Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch}
+}
+
+// RouteOptionsFromConfig maps the "server" section to RouteOptions:
+// WriteTimeout, by which long polls extend their write deadline.
+func RouteOptionsFromConfig(s config.ServerConfig) RouteOptions {
+	return RouteOptions{WriteTimeout: s.WriteTimeout}
+}
+
 // NewFromConfig builds the coordinator from mmmq.broker.groups
 // (lease-timeout, max-fetch) and starts its lease janitor with the
 // application (stopped on app stop).
 func NewFromConfig(p Params) *Coordinator {
-	g := p.Config.MMMQ.Broker.Groups
-	opts := Options{
-		LeaseTimeout: g.LeaseTimeout,
-		MaxFetch:     g.MaxFetch,
-		Logger:       p.Logger.Named("groups"),
-	}
+	opts := OptionsFromConfig(p.Groups)
+	opts.Logger = p.Logger.Named("groups")
 	if set := p.Dispatchers; set != nil {
 		opts.Reserved = func(name string) bool { _, ok := set.Get(name); return ok }
 	}
@@ -46,17 +55,17 @@ type RouteParams struct {
 	fx.In
 
 	Coordinator *Coordinator
-	Config      *config.Config
-	Logger      *zap.Logger
+	// Server is the "server" section (config.Module).
+	Server config.ServerConfig
+	Logger *zap.Logger
 }
 
 // NewRouteFromConfig builds the HTTP routes; long polls extend their write
 // deadline by server.write-timeout.
 func NewRouteFromConfig(p RouteParams) *Route {
-	return NewRoute(p.Coordinator, RouteOptions{
-		WriteTimeout: p.Config.Server.WriteTimeout,
-		Logger:       p.Logger.Named("groups"),
-	})
+	opts := RouteOptionsFromConfig(p.Server)
+	opts.Logger = p.Logger.Named("groups")
+	return NewRoute(p.Coordinator, opts)
 }
 
 type drainParams struct {
@@ -77,7 +86,8 @@ func registerDrain(p drainParams) {
 // Module provides the consumer-group *Coordinator (janitor started and
 // stopped with the app) and contributes its HTTP routes (*Route) to the
 // httpapi routes value group (httpapi.RouteTag). It needs the topic
-// registry, the config and the logger; *dispatcher.Set is optional. The
+// registry, the config sections (config.Module) and the logger;
+// *dispatcher.Set is optional. The
 // line protocol plugin (plugins/lineproto) uses the same *Coordinator.
 var Module = fx.Module("groups",
 	fx.Provide(NewFromConfig),

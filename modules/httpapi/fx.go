@@ -15,7 +15,10 @@ import (
 // plugins through the value group RouteTag.
 type Params struct {
 	fx.In
-	Config    *config.Config
+	// Server is the "server" section (config.Module).
+	Server config.ServerConfig
+	// Segment is mmmq.broker.segment, for max-record-bytes (config.Module).
+	Segment   config.SegmentConfig
 	Logger    *zap.Logger
 	Registry  *topicqueue.Registry
 	Ready     *recovery.Readiness
@@ -23,12 +26,11 @@ type Params struct {
 	Lifecycle fx.Lifecycle
 }
 
-// NewFromConfig builds the server from the configuration and registers its
-// start (listen) and stop (graceful shutdown within server.shutdown-timeout)
-// hooks.
-func NewFromConfig(p Params) *Server {
-	c := p.Config.Server
-	s := New(Options{
+// OptionsFromConfig maps the "server" section and
+// mmmq.broker.segment.max-record-bytes to Options: Addr is "host:port",
+// durations and sizes are copied (bytes).
+func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options {
+	return Options{
 		Addr:              fmt.Sprintf("%s:%d", c.Host, c.Port),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       c.ReadTimeout,
@@ -36,8 +38,15 @@ func NewFromConfig(p Params) *Server {
 		IdleTimeout:       c.IdleTimeout,
 		MaxBodyBytes:      c.MaxBodyBytes,
 		ShutdownTimeout:   c.ShutdownTimeout,
-		MaxRecordBytes:    int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
-	}, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+		MaxRecordBytes:    int(seg.MaxRecordBytes),
+	}
+}
+
+// NewFromConfig builds the server from the configuration and registers its
+// start (listen) and stop (graceful shutdown within server.shutdown-timeout)
+// hooks.
+func NewFromConfig(p Params) *Server {
+	s := New(OptionsFromConfig(p.Server, p.Segment), p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
 	return s
 }

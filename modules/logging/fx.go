@@ -9,7 +9,8 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// Module provides the *zap.Logger (from *config.Config, see New), makes Fx
+// Module provides the *zap.Logger (from config.LoggingConfig, see
+// NewFromConfig), makes Fx
 // log its own events through it (see NewFxLogger) and syncs it on stop.
 //
 // fx.WithLogger sits outside the fx.Module scope on purpose: inside a module
@@ -17,7 +18,7 @@ import (
 // Replace the logger in tests with fx.Decorate(func(*zap.Logger) *zap.Logger {...}).
 var Module = fx.Options(
 	fx.Module("logging",
-		fx.Provide(New),
+		fx.Provide(NewFromConfig),
 		fx.Invoke(registerSync),
 	),
 	fx.WithLogger(NewFxLogger),

@@ -18,9 +18,10 @@ var Module = fx.Module("recovery",
 	fx.Invoke(register),
 )
 
-func register(lc fx.Lifecycle, reg *topicqueue.Registry, cfg *config.Config, log *zap.Logger) {
+// register takes mmmq.broker.storage for its on-corruption policy.
+func register(lc fx.Lifecycle, reg *topicqueue.Registry, st config.StorageConfig, log *zap.Logger) {
 	lc.Append(fx.StartHook(func(context.Context) error {
-		_, err := Run(reg, Policy(cfg.MMMQ.Broker.Storage.OnCorruption), log.Named("recovery"))
+		_, err := Run(reg, st.OnCorruption, log.Named("recovery"))
 		return err
 	}))
 }

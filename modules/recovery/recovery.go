@@ -14,17 +14,28 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Policy is what to do with a topic refused as corrupt.
-type Policy string
+// Policy is what to do with a topic refused as corrupt: the value of
+// mmmq.broker.storage.on-corruption. It is an alias of config.OnCorruption,
+// which owns this enum.
+//
+// Deprecated: use config.OnCorruption.
+type Policy = config.OnCorruption
 
 // Policies (mmmq.broker.storage.on-corruption).
 const (
-	Fail       Policy = "fail"       // stop startup (default)
-	Quarantine Policy = "quarantine" // exclude the topic, serve the rest
+	// Fail stops startup (the default).
+	//
+	// Deprecated: use config.OnCorruptionFail.
+	Fail = config.OnCorruptionFail
+	// Quarantine excludes the topic and serves the rest.
+	//
+	// Deprecated: use config.OnCorruptionQuarantine.
+	Quarantine = config.OnCorruptionQuarantine
 )
 
 // Readiness is the broker's "ready" flag (/readyz): false until recovery has
@@ -47,9 +58,9 @@ type Report struct {
 }
 
 // Run opens every topic directory under reg's root. It returns an error when
-// a topic is corrupt and policy is Fail (the error names the topic, file,
+// a topic is corrupt and policy is config.OnCorruptionFail (the error names the topic, file,
 // position and offset), or on an I/O error.
-func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, error) {
+func Run(reg *topicqueue.Registry, policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
 	fsys := reg.FS()
@@ -76,7 +87,7 @@ func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, erro
 			log.Error("topic refused: corruption found by startup recovery; files left untouched",
 				zap.String("topic", ce.Topic), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
 				zap.Int64("offset", ce.Offset), zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
-			if policy != Quarantine {
+			if policy != config.OnCorruptionQuarantine {
 				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
 			}
 			reg.Quarantine(e.Name, ce)
