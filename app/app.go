@@ -38,7 +38,7 @@ func Modules() fx.Option {
 		storage.Module,
 		topicqueue.Module,
 		recovery.Module,
-		fx.Provide(DispatcherSource, DispatcherOptions),
+		fx.Provide(DispatcherSource, dispatcher.OptionsFromConfig),
 		dispatcher.Module,
 		configdispatchers.Module,
 		groups.Module,
@@ -101,19 +101,11 @@ func (s registrySource) Subscribe(fn func(dispatcher.Topic)) (cancel func()) {
 // DispatcherSource exposes the topic registry to the dispatcher module.
 func DispatcherSource(r *topicqueue.Registry) dispatcher.Source { return registrySource{r} }
 
-// DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options.
+// DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options, with
+// the defaults filled in.
+//
+// Deprecated: use dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch),
+// which Modules provides.
 func DispatcherOptions(cfg *config.Config) dispatcher.Options {
-	d := cfg.MMMQ.Broker.Dispatch
-	resends := d.MaxResends
-	if resends == 0 {
-		resends = -1 // config 0 = no resend; dispatcher 0 = default
-	}
-	return dispatcher.Options{
-		MaxResends:       resends,
-		BackoffInitial:   d.BackoffInitial,
-		BackoffMax:       d.BackoffMax,
-		DefaultTimeout:   d.Timeout,
-		MaxResponseBytes: d.MaxResponseBytes,
-		DefaultPath:      d.Path,
-	}.WithDefaults()
+	return dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch).WithDefaults()
 }

@@ -58,9 +58,9 @@ func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
 		if dc.Timeout > 0 {
 			d = d.WithTimeout(dc.Timeout)
 		}
-		pol := dispatcher.CommitPolicy{Mode: dispatcher.EveryMessage}
+		pol := dispatcher.CommitPolicy{Mode: dc.Commit.Policy}
 		if dc.Commit.Policy == config.CommitInterval {
-			pol = dispatcher.CommitPolicy{Mode: dispatcher.Interval, Interval: dc.Commit.Interval, MaxCount: dc.Commit.MaxCount}
+			pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
 		}
 		d = d.WithCommitPolicy(pol)
 		if err := d.Validate(); err != nil {
