@@ -218,8 +218,9 @@ const (
 	defaultCommitMaxCount = 1000
 )
 
-// Default returns the built-in defaults; it validates. Each call returns a
-// new value.
+// Default returns the built-in defaults of the core keys, the one place
+// they are written (plugin sections carry theirs, see [NewSection]); it
+// validates. Each call returns a new value.
 func Default() *Config {
 	return &Config{
 		Server: ServerConfig{
