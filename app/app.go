@@ -76,7 +76,7 @@ func defaults() []module {
 		{Storage, storage.Module},
 		{TopicQueue, topicqueue.Module},
 		{Recovery, recovery.Module},
-		{Dispatcher, fx.Options(fx.Provide(DispatcherOptions), dispatcher.Module)},
+		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromConfig), dispatcher.Module)},
 		{ConfigDispatchers, configdispatchers.Module},
 		{Groups, groups.Module},
 		{Metrics, metrics.Module},
@@ -93,6 +93,17 @@ func defaults() []module {
 func Modules() fx.Option {
 	main, ready := modulesWith(nil)
 	return fx.Options(main, ready)
+}
+
+// Sections returns the configuration sections of the plugins in Modules
+// (mmmq.metrics and mmmq.lineproto), in a new slice. A binary that loads the
+// configuration before building the application passes them, plus those of
+// the plugins it adds, in config.LoadOptions.Sections, so that it reads the
+// same keys as app.New loading inside the graph:
+//
+//	config.Load(config.LoadOptions{Sections: append(app.Sections(), profiling.ConfigSection)})
+func Sections() []config.Section {
+	return []config.Section{metrics.ConfigSection, lineproto.ConfigSection}
 }
 
 // ModuleNames lists the names of the default modules in start order.
@@ -197,19 +208,11 @@ func Options(opts ...fx.Option) fx.Option {
 // (dispatcher.RegistrySource).
 func DispatcherSource(r *topicqueue.Registry) dispatcher.Source { return dispatcher.RegistrySource(r) }
 
-// DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options.
+// DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options, with
+// the defaults filled in.
+//
+// Deprecated: use dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch),
+// which Modules provides.
 func DispatcherOptions(cfg *config.Config) dispatcher.Options {
-	d := cfg.MMMQ.Broker.Dispatch
-	resends := d.MaxResends
-	if resends == 0 {
-		resends = -1 // config 0 = no resend; dispatcher 0 = default
-	}
-	return dispatcher.Options{
-		MaxResends:       resends,
-		BackoffInitial:   d.BackoffInitial,
-		BackoffMax:       d.BackoffMax,
-		DefaultTimeout:   d.Timeout,
-		MaxResponseBytes: d.MaxResponseBytes,
-		DefaultPath:      d.Path,
-	}.WithDefaults()
+	return dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch).WithDefaults()
 }

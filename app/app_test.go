@@ -25,6 +25,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
 // received is what a test consumer saw: one push.
@@ -299,7 +300,7 @@ func TestMetricsEndpoint(t *testing.T) {
 
 func TestMetricsCanBeDisabled(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Metrics.Enabled = false
+	config.SetSectionValue(cfg, metrics.ConfigSection, metrics.Config{Enabled: false})
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	resp, err := http.Get(base + "/metrics")

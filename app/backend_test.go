@@ -16,9 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
 // memBackend is a storage backend that keeps everything in memory: the
@@ -190,7 +192,8 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	be := &memBackend{logs: map[string]*memLog{}}
 	cons := newConsumer(t)
 	cfg := testConfig(t, root)
-	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	lpAddr := freeAddr(t)
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	a, base := startBroker(t, cfg,
 		fx.Supply(fx.Annotate(be, fx.As(new(topicqueue.Backend)))),
 		dispatcher.Provide(func() *dispatcher.Dispatcher {
@@ -222,7 +225,7 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 
 	// The line protocol.
-	c, err := net.Dial("tcp", cfg.MMMQ.Lineproto.Addr)
+	c, err := net.Dial("tcp", lpAddr)
 	require.NoError(t, err)
 	defer c.Close()
 	rd := bufio.NewReader(c)

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"bufio"
+	"context"
 	"net"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
 // hookOrder builds the default application with opts, starts and stops it,
@@ -57,7 +60,8 @@ func freeAddr(t *testing.T) string {
 // the data root's lock is released, and the logger is flushed last.
 func TestStartAndStopOrder(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	lpAddr := freeAddr(t)
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	start, stop := hookOrder(t, cfg)
 	wantStop := []string{
 		"modules/recovery",   // ready = false
@@ -86,7 +90,8 @@ func TestStartAndStopOrder(t *testing.T) {
 // the rest; an unknown name fails with the valid names.
 func TestWithoutAndReplace(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Lineproto.Addr = freeAddr(t)
+	lpAddr := freeAddr(t)
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	_, stop := hookOrder(t, cfg, app.Without(app.LineProto))
 	require.NotContains(t, stop, "plugins/lineproto")
 	require.Equal(t, "modules/httpapi", stop[1])
@@ -99,4 +104,23 @@ func TestWithoutAndReplace(t *testing.T) {
 	err := app.New(config.Supply(cfg), app.Without("nope")).Err()
 	require.ErrorContains(t, err, `no default module "nope"`)
 	require.ErrorContains(t, err, "lineproto")
+}
+
+// A custom binary built with app.New gets the line protocol: with
+// mmmq.lineproto.addr set it listens on TCP and stores a PUB.
+func TestNewListensOnLineProtocol(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	addr := freeAddr(t)
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: addr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	a := app.New(fx.NopLogger, config.Supply(cfg))
+	require.NoError(t, a.Start(context.Background()))
+	defer func() { require.NoError(t, a.Stop(context.Background())) }()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("PUB t DURABLE {\"a\":1}\n"))
+	require.NoError(t, err)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "OK 0 DURABLE\n", line)
 }

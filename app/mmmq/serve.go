@@ -28,7 +28,10 @@ func serve(args []string) int {
 	// The configuration is loaded before the application is built, so that
 	// a bad key or value is reported on one line instead of after Fx's
 	// event log (which goes to stderr while no logger is configured).
-	cfg, err := config.Load(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != ""})
+	// The sections of every plugin below are passed to the loader (the
+	// plugins' modules register them again with config.ProvideSection, which
+	// config.Supply ignores); the app logs cfg.Warnings.
+	cfg, err := config.Load(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != "", Sections: sections()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
 		return 1
@@ -69,6 +72,13 @@ func serve(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// sections are the configuration sections of the plugins in this binary:
+// those of app.Modules (app.Sections) plus profiling, which serve adds.
+// serve, verify and dump load the configuration with them.
+func sections() []config.Section {
+	return append(app.Sections(), profiling.ConfigSection)
 }
 
 // oneLine reduces an Fx error to its root cause on one line.

@@ -18,7 +18,7 @@ import (
 
 // rootFlag resolves --root, falling back to the configured root-dir.
 func rootDir(root, cfgPath string) (string, config.Config, error) {
-	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != ""})
+	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != "", Sections: sections()})
 	if err != nil {
 		return "", config.Config{}, err
 	}
@@ -29,10 +29,7 @@ func rootDir(root, cfgPath string) (string, config.Config, error) {
 }
 
 func storageOptions(cfg config.Config) storage.Options {
-	return storage.Options{
-		SegmentMaxBytes: cfg.MMMQ.Broker.Segment.MaxBytes,
-		MaxRecordBytes:  int(cfg.MMMQ.Broker.Segment.MaxRecordBytes),
-	}
+	return topicqueue.StorageOptionsFromConfig(cfg.MMMQ.Broker.Segment)
 }
 
 func verify(args []string) int {

@@ -8,14 +8,25 @@ import "time"
 const DefaultPath = "configs/mmmq.yaml"
 
 // Config is the whole mmmq configuration. The koanf tags are the YAML keys;
-// see configs/mmmq.yaml for the documented defaults.
+// see configs/mmmq.yaml for the documented defaults. Plugin sections
+// (mmmq.<name>, see [Section]) are held inside it, unexported; read them with
+// [SectionValue].
 type Config struct {
 	// Server is the HTTP listener (key "server").
 	Server ServerConfig `koanf:"server"`
 	// Logging is the zap logger setup (key "logging").
 	Logging LoggingConfig `koanf:"logging"`
-	// MMMQ is the broker and its plugins (key "mmmq").
+	// MMMQ is the broker (key "mmmq"); plugin sections under it are not
+	// fields (see [Section]).
 	MMMQ MMMQConfig `koanf:"mmmq"`
+	// Warnings are the problems Load found that do not stop startup: keys of
+	// a stock plugin this binary does not contain, set to their documented
+	// default (see [StockPluginKeys]). Not a key; nil from Default. The
+	// caller logs them (app.New does, through zap).
+	Warnings []Warning `koanf:"-"`
+
+	// sections holds the decoded plugin sections by name.
+	sections map[string]sectionValue
 }
 
 // ServerConfig configures the HTTP server (key "server").
@@ -61,16 +72,12 @@ type LoggingConfig struct {
 	Format LogFormat `koanf:"format"`
 }
 
-// MMMQConfig groups the broker and its optional plugins (key "mmmq").
+// MMMQConfig holds the broker (key "mmmq"). The plugins' keys
+// (mmmq.lineproto, mmmq.metrics, mmmq.profiling, or a custom plugin's) are
+// sections registered by the plugins, see [Section].
 type MMMQConfig struct {
 	// Broker is the core broker (key "mmmq.broker").
 	Broker BrokerConfig `koanf:"broker"`
-	// Lineproto is the optional TCP line protocol plugin (key "mmmq.lineproto").
-	Lineproto LineprotoConfig `koanf:"lineproto"`
-	// Metrics is the Prometheus metrics plugin (key "mmmq.metrics").
-	Metrics MetricsConfig `koanf:"metrics"`
-	// Profiling is the optional Go profiling endpoint (key "mmmq.profiling").
-	Profiling ProfilingConfig `koanf:"profiling"`
 }
 
 // BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").
@@ -83,13 +90,14 @@ type BrokerConfig struct {
 	Dispatch DispatchConfig `koanf:"dispatch"`
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
-	Dispatchers []DispatcherConfig `koanf:"dispatchers"`
+	Dispatchers DispatchersConfig `koanf:"dispatchers"`
 	// Groups configures pull consumer groups (key "mmmq.broker.groups").
 	Groups GroupsConfig `koanf:"groups"`
 }
 
 // OnCorruption says what startup does with a topic whose files are corrupt
-// (key "mmmq.broker.storage.on-corruption").
+// (key "mmmq.broker.storage.on-corruption"). It is the one enum of this
+// concept: recovery.Policy is an alias of it.
 type OnCorruption string
 
 // Values accepted by mmmq.broker.storage.on-corruption.
@@ -124,13 +132,13 @@ type SegmentConfig struct {
 }
 
 // DispatchConfig holds the push delivery defaults shared by all dispatchers
-// (key "mmmq.broker.dispatch"). Seed 000 fixes the defaults.
+// (key "mmmq.broker.dispatch").
 type DispatchConfig struct {
 	// Timeout bounds one delivery attempt. Default 30s.
 	Timeout time.Duration `koanf:"timeout"`
 	// MaxResends is how many times a NACKed message is sent again before it
-	// is logged, committed and skipped; 0 or more. Default 3 (seed 000: 3
-	// resends, 4 attempts).
+	// is logged, committed and skipped; 0 or more (0: one attempt, no
+	// resend). Default 3 (4 attempts).
 	MaxResends int `koanf:"max-resends"`
 	// BackoffInitial is the first wait after an abnormal response; it doubles
 	// per failure up to BackoffMax. Default 1s.
@@ -146,7 +154,9 @@ type DispatchConfig struct {
 }
 
 // CommitPolicy says when a dispatcher fsyncs its checkpoint
-// (key "mmmq.broker.dispatchers[i].commit.policy").
+// (key "mmmq.broker.dispatchers[i].commit.policy"). It is the one enum of
+// this concept: dispatcher.CommitMode is an alias of it. The empty value
+// means CommitEveryMessage.
 type CommitPolicy string
 
 // Values accepted by commit.policy.
@@ -157,6 +167,10 @@ const (
 	// comes first; a crash may redeliver up to that many.
 	CommitInterval CommitPolicy = "interval"
 )
+
+// DispatchersConfig is the list of push dispatchers declared in the file
+// (key "mmmq.broker.dispatchers"), normalized by Load. Default empty.
+type DispatchersConfig []DispatcherConfig
 
 // DispatcherConfig declares one push dispatcher in the file
 // (list key "mmmq.broker.dispatchers").
@@ -198,37 +212,15 @@ type GroupsConfig struct {
 	MaxFetch int `koanf:"max-fetch"`
 }
 
-// LineprotoConfig configures the TCP line protocol plugin (key "mmmq.lineproto").
-type LineprotoConfig struct {
-	// Addr is the TCP listen address (host:port); "" disables the listener.
-	// Default "".
-	Addr string `koanf:"addr"`
-	// MaxLineBytes is the longest accepted line, in bytes; at least 1024.
-	// Default 1114112 (1 MiB record + 64 KiB framing).
-	MaxLineBytes int64 `koanf:"max-line-bytes"`
-}
-
-// ProfilingConfig configures the profiling plugin (key "mmmq.profiling").
-type ProfilingConfig struct {
-	// Addr is the listen address (host:port) of /debug/pprof/; "" disables
-	// it. No authentication: use loopback or a private interface. Default "".
-	Addr string `koanf:"addr"`
-}
-
-// MetricsConfig configures the Prometheus metrics plugin (key "mmmq.metrics").
-type MetricsConfig struct {
-	// Enabled serves /metrics and records metrics. Default true.
-	Enabled bool `koanf:"enabled"`
-}
-
 // Per-dispatcher defaults filled in by Normalize.
 const (
 	defaultCommitInterval = time.Second
 	defaultCommitMaxCount = 1000
 )
 
-// Default returns the built-in defaults; it validates. Each call returns a
-// new value.
+// Default returns the built-in defaults of the core keys, the one place
+// they are written (plugin sections carry theirs, see [NewSection]); it
+// validates. Each call returns a new value.
 func Default() *Config {
 	return &Config{
 		Server: ServerConfig{
@@ -268,16 +260,6 @@ func Default() *Config {
 					LeaseTimeout: 30 * time.Second,
 					MaxFetch:     1000,
 				},
-			},
-			Lineproto: LineprotoConfig{
-				Addr:         "",
-				MaxLineBytes: 1<<20 + 64<<10,
-			},
-			Metrics: MetricsConfig{
-				Enabled: true,
-			},
-			Profiling: ProfilingConfig{
-				Addr: "",
 			},
 		},
 	}

@@ -97,8 +97,6 @@ mmmq:
           policy: interval
           interval: 250ms
           max-count: 10
-  metrics:
-    enabled: false
 `)
 	require.NoError(t, err)
 
@@ -123,7 +121,6 @@ mmmq:
 			Commit: CommitConfig{Policy: CommitInterval, Interval: 250 * time.Millisecond, MaxCount: 10},
 		},
 	}
-	want.MMMQ.Metrics.Enabled = false
 	assert.Equal(t, want, cfg)
 }
 
@@ -152,7 +149,6 @@ mmmq:
 		"MMMQ_BROKER_STORAGE_ROOT_DIR=/from/env",
 		"MMMQ_LOGGING_LEVEL=debug",
 		"MMMQ_SERVER_IDLE_TIMEOUT=2m",
-		"MMMQ_METRICS_ENABLED=false",
 		"MMMQ_SERVER_HOST=",
 		"MMMQ_BROKER_SEGMENT_MAX_RECORD_BYTES=4096",
 		"UNRELATED=1",
@@ -163,7 +159,6 @@ mmmq:
 	assert.Equal(t, "/from/env", cfg.MMMQ.Broker.Storage.RootDir)
 	assert.Equal(t, "debug", cfg.Logging.Level)
 	assert.Equal(t, 2*time.Minute, cfg.Server.IdleTimeout)
-	assert.False(t, cfg.MMMQ.Metrics.Enabled)
 	assert.Equal(t, int64(4096), cfg.MMMQ.Broker.Segment.MaxRecordBytes)
 }
 
@@ -232,7 +227,7 @@ func TestInvalidEnvValueNamesVarAndKey(t *testing.T) {
 	for _, kv := range []string{
 		"MMMQ_SERVER_PORT=http",
 		"MMMQ_SERVER_READ_TIMEOUT=30",
-		"MMMQ_METRICS_ENABLED=maybe",
+		"MMMQ_BROKER_STORAGE_MAX_TOPICS=many",
 	} {
 		_, err := load(t, "", kv)
 		require.Error(t, err, kv)
@@ -277,13 +272,8 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"dispatch path", "mmmq: {broker: {dispatch: {path: messages}}}", "mmmq.broker.dispatch.path"},
 		{"lease", "mmmq: {broker: {groups: {lease-timeout: 0s}}}", "mmmq.broker.groups.lease-timeout"},
 		{"max-fetch", "mmmq: {broker: {groups: {max-fetch: 0}}}", "mmmq.broker.groups.max-fetch"},
-		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
-		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
-		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
 		{"port fraction", "server: {port: 80.5}", "server.port"},
 		{"max-topics fraction", "mmmq: {broker: {storage: {max-topics: 10.25}}}", "mmmq.broker.storage.max-topics"},
-		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
-		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},
 		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},
 		{"dispatcher not a map", "mmmq: {broker: {dispatchers: [x]}}", "mmmq.broker.dispatchers[0]"},
 		{"dispatcher name", dispatcherYAML("name: .hidden"), "mmmq.broker.dispatchers[0].name"},
@@ -356,16 +346,31 @@ func TestValidateJoinsAllProblems(t *testing.T) {
 	assert.Contains(t, err.Error(), "logging.format")
 }
 
+// TestCommittedYAMLEqualsDefault is the defaults test: configs/mmmq.yaml,
+// loaded with an empty environment, must equal Default(), and its stock
+// plugin keys (read here without the plugins) must equal their documented
+// defaults (StockPluginKeys), which only warns. The app package checks the
+// same file with the plugins' sections.
 func TestCommittedYAMLEqualsDefault(t *testing.T) {
 	p := filepath.Join("..", "..", "configs", "mmmq.yaml")
 	cfg, err := Load(LoadOptions{Path: p, PathExplicit: true, Environ: []string{}})
 	require.NoError(t, err)
+	var warned []string
+	for _, w := range cfg.Warnings {
+		warned = append(warned, w.Key)
+	}
+	var stock []string
+	for _, k := range StockPluginKeys() {
+		stock = append(stock, k.Key)
+	}
+	assert.ElementsMatch(t, stock, warned, "every stock plugin key is in the file, at its default")
+	cfg.Warnings = nil
 	assert.Equal(t, Default(), cfg)
 
 	// Every key is written out (not merely defaulted), so the file documents it.
 	raw, err := os.ReadFile(p)
 	require.NoError(t, err)
-	for _, key := range Keys() {
+	for _, key := range append(Keys(), stock...) {
 		last := key[strings.LastIndex(key, ".")+1:]
 		assert.Contains(t, string(raw), "\n"+strings.Repeat(" ", 2*strings.Count(key, "."))+last+":", "configs/mmmq.yaml lacks %s", key)
 	}

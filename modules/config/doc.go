@@ -10,7 +10,35 @@
 //  3. environment variables (the rule below).
 //
 // configs/mmmq.yaml in the repository lists every key with its default and is
-// checked by a test to equal [Default].
+// checked by a test to equal [Default] (and, in package app, the stock
+// plugins' section defaults). [Default] is the one place the core defaults
+// are written; modules used without configuration take their zero-value
+// defaults from it.
+//
+// # Module sections
+//
+// [Module] provides *Config and, through [ModuleSections], each module's
+// section as its own value ([ServerConfig], [LoggingConfig], [StorageConfig],
+// [SegmentConfig], [DispatchConfig], [DispatchersConfig], [GroupsConfig]).
+// Each module maps its section(s) to its Options with one function (for
+// example topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
+//
+// # Plugin sections
+//
+// A plugin owns the keys under "mmmq.<name>": it declares them with
+// [NewSection] (a struct with koanf tags, its defaults, its validation), and
+// its module includes [ProvideSection], which registers the section with
+// [Module] and provides the decoded value. An application that loads the
+// configuration before building the Fx graph passes the sections of the
+// plugins it contains in [LoadOptions].Sections; [SectionValue] reads a
+// section out of a *Config. Sections follow the same environment rule and
+// the same strictness as the core keys.
+//
+// The keys of the stock plugins (lineproto, metrics, profiling; see
+// [StockPluginKeys]) are known even when the binary lacks the plugin, so one
+// configs/mmmq.yaml serves every binary: such a key at its documented
+// default only adds a [Warning] to Config.Warnings; another value is an
+// error wrapping [ErrPluginMissing], naming the key and the plugin.
 //
 // # Environment rule
 //
@@ -24,8 +52,9 @@
 // Variables are resolved by matching against the set of known scalar keys, so
 // "-" versus "." is never ambiguous. MMMQ_CONFIG is not a key: it names the
 // YAML file when no path was given explicitly. Any other MMMQ_ variable that
-// matches no key is an error naming the variable. The list
-// mmmq.broker.dispatchers cannot be set from the environment; use the file.
+// matches no key (core or registered section) is an error naming the
+// variable. The list mmmq.broker.dispatchers cannot be set from the
+// environment; use the file.
 // Values are parsed as the key's type: integers in base 10, booleans as
 // accepted by strconv.ParseBool, durations in Go syntax ("30s", "1m30s").
 //

@@ -12,11 +12,15 @@ var (
 	ErrUnknownKey = errors.New("config: unknown key")
 	// ErrInvalidValue marks a value outside what its key allows.
 	ErrInvalidValue = errors.New("config: invalid value")
+	// ErrPluginMissing marks a key of a stock plugin the binary does not
+	// contain, set to a value other than its documented default (see
+	// [StockPluginKeys]). It wraps [ErrUnknownKey].
+	ErrPluginMissing = fmt.Errorf("%w of a plugin this binary does not contain", ErrUnknownKey)
 )
 
 // KeyError is one configuration problem tied to a key. Load and Validate
 // return one or more of them joined with errors.Join; it unwraps to
-// [ErrUnknownKey] or [ErrInvalidValue].
+// [ErrUnknownKey], [ErrInvalidValue] or [ErrPluginMissing].
 type KeyError struct {
 	// Key is the full key, e.g. "server.port" or
 	// "mmmq.broker.dispatchers[0].host"; empty for an unknown variable.
@@ -42,8 +46,9 @@ func invalid(key, format string, args ...any) *KeyError {
 }
 
 // Error returns e.g. `config: unknown key "mmmq.broker.segmnt.max-bytes"`,
-// `config: unknown environment variable MMMQ_FOO` or
-// `config: server.port: must be 1..65535, got 0 (from MMMQ_SERVER_PORT)`.
+// `config: unknown environment variable MMMQ_FOO`,
+// `config: server.port: must be 1..65535, got 0 (from MMMQ_SERVER_PORT)` or
+// `config: mmmq.profiling.addr: is read by plugin ..., which this binary does not contain; ...`.
 func (e *KeyError) Error() string {
 	switch {
 	case e.kind == ErrUnknownKey && e.Key == "":
@@ -62,5 +67,5 @@ func (e *KeyError) Error() string {
 	return msg
 }
 
-// Unwrap returns [ErrUnknownKey] or [ErrInvalidValue].
+// Unwrap returns [ErrUnknownKey], [ErrInvalidValue] or [ErrPluginMissing].
 func (e *KeyError) Unwrap() error { return e.kind }

@@ -2,53 +2,125 @@ package config
 
 import (
 	"errors"
+	"maps"
 	"slices"
 
 	"go.uber.org/fx"
 )
 
-// Module provides *Config. It is built from the LoadOptions value in the
-// container, which the application supplies with one of (never both; Fx then
-// fails with "already provided"):
+// Module provides *Config and, through [ModuleSections], each module's
+// section as its own value (ServerConfig, LoggingConfig, StorageConfig,
+// SegmentConfig, DispatchConfig, DispatchersConfig, GroupsConfig), so a
+// module's constructor takes only the section(s) it reads. *Config is built
+// from the LoadOptions value in the container, which the application
+// supplies with one of (never both; Fx then fails with "already provided"):
 //
 //	fx.Supply(config.LoadOptions{Path: flagPath, PathExplicit: set}) // Load inside the app
 //	config.Supply(cfg)                                               // a Config built before (tests; mmmq serve, to report a bad key on one line)
 //
 // With neither, it loads as Load(LoadOptions{}) does: DefaultPath (or
-// $MMMQ_CONFIG) if present, then the process environment.
-var Module = fx.Module("config", fx.Provide(provide))
+// $MMMQ_CONFIG) if present, then the process environment. When it loads, the
+// sections registered with [ProvideSection] are added to
+// LoadOptions.Sections; a supplied Config is used as it is (a section it
+// does not hold reads as its defaults, see [SectionValue]).
+var Module = fx.Module("config", fx.Provide(provide, provideSections))
+
+// sectionsGroup is the value group of the sections registered by ProvideSection.
+const sectionsGroup = `group:"config.sections"`
 
 type params struct {
 	fx.In
 
-	Options LoadOptions `optional:"true"`
+	Options  LoadOptions `optional:"true"`
+	Sections []Section   `group:"config.sections"`
 }
 
 func provide(p params) (*Config, error) {
 	if cfg := p.Options.supplied; cfg != nil {
 		return cfg, nil
 	}
-	return Load(p.Options)
+	opts := p.Options
+	opts.Sections = append(slices.Clone(opts.Sections), p.Sections...)
+	return Load(opts)
+}
+
+// ModuleSections is what Module provides besides *Config: one value per
+// module section, copied from the *Config. A module's Fx constructor takes
+// the section(s) it reads instead of *Config.
+type ModuleSections struct {
+	fx.Out
+
+	// Server is the "server" section (httpapi; groups' long-poll deadline).
+	Server ServerConfig
+	// Logging is the "logging" section (logging).
+	Logging LoggingConfig
+	// Storage is "mmmq.broker.storage" (topicqueue, recovery).
+	Storage StorageConfig
+	// Segment is "mmmq.broker.segment" (topicqueue, httpapi, lineproto).
+	Segment SegmentConfig
+	// Dispatch is "mmmq.broker.dispatch" (dispatcher).
+	Dispatch DispatchConfig
+	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
+	// (configdispatchers); the slice is a copy.
+	Dispatchers DispatchersConfig
+	// Groups is "mmmq.broker.groups" (groups).
+	Groups GroupsConfig
+}
+
+// SectionsOf returns cfg's module sections, the dispatcher list copied.
+func SectionsOf(cfg *Config) ModuleSections {
+	b := cfg.MMMQ.Broker
+	return ModuleSections{
+		Server:      cfg.Server,
+		Logging:     cfg.Logging,
+		Storage:     b.Storage,
+		Segment:     b.Segment,
+		Dispatch:    b.Dispatch,
+		Dispatchers: cloneDispatchers(b.Dispatchers),
+		Groups:      b.Groups,
+	}
+}
+
+func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
+
+// ProvideSection returns an option that registers sec with Module (through
+// a value group, so that a Module that loads the configuration reads sec's
+// keys) and provides sec's value of type T (see [SectionValue]) to the
+// graph. A plugin module includes it; an application that loads before
+// building the graph (mmmq serve) must also list sec in LoadOptions.Sections.
+// Two ProvideSection of one T fail with Fx's "already provided".
+func ProvideSection[T any](sec *SectionOf[T]) fx.Option {
+	return fx.Options(
+		fx.Provide(fx.Annotate(func() Section { return sec }, fx.ResultTags(sectionsGroup))),
+		fx.Provide(func(cfg *Config) T { return SectionValue(cfg, sec) }),
+	)
 }
 
 // Supply returns an option that makes Module provide a copy of cfg instead
 // of loading: the copy is normalized (see [Config.Normalize]) and
-// validated now; an invalid cfg makes the application fail with the
-// validation error. It supplies a LoadOptions value, so it cannot be combined
-// with fx.Supply(LoadOptions{...}). Module must still be part of the app.
+// validated now, plugin sections included; an invalid cfg makes the
+// application fail with the validation error. It supplies a LoadOptions
+// value, so it cannot be combined with fx.Supply(LoadOptions{...}). Module
+// must still be part of the app.
 func Supply(cfg *Config) fx.Option {
 	if cfg == nil {
 		return fx.Error(errors.New("config: Supply(nil)"))
 	}
 	c := *cfg
-	c.MMMQ.Broker.Dispatchers = slices.Clone(cfg.MMMQ.Broker.Dispatchers)
-	for i := range c.MMMQ.Broker.Dispatchers {
-		d := &c.MMMQ.Broker.Dispatchers[i]
-		d.Patterns = slices.Clone(d.Patterns)
-	}
+	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
+	c.Warnings = slices.Clone(cfg.Warnings)
+	c.sections = maps.Clone(cfg.sections)
 	c.Normalize()
 	if err := c.Validate(); err != nil {
 		return fx.Error(err)
 	}
 	return fx.Supply(LoadOptions{supplied: &c})
+}
+
+func cloneDispatchers(ds DispatchersConfig) DispatchersConfig {
+	out := slices.Clone(ds)
+	for i := range out {
+		out[i].Patterns = slices.Clone(out[i].Patterns)
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -68,32 +70,63 @@ func EnvVar(key string) string {
 	return envPrefix + k
 }
 
-// envKeys maps each variable to its scalar key; built once, panics on a
+// envKeys maps each variable to its core scalar key; built once, panics on a
 // collision (a programming error in the struct tags).
 var envKeys = func() map[string]leaf {
-	m := make(map[string]leaf, len(configSchema.leaves))
-	for key, l := range configSchema.leaves {
+	m, err := envTable(configSchema)
+	if err != nil {
+		panic(err.Error())
+	}
+	return m
+}()
+
+// envTable maps each variable to its scalar key of s; lists are file-only.
+// Two keys sharing a variable, or a key named like EnvConfigVar, is an error.
+func envTable(s schema) (map[string]leaf, error) {
+	m := make(map[string]leaf, len(s.leaves))
+	for _, key := range slices.Sorted(maps.Keys(s.leaves)) {
+		l := s.leaves[key]
 		if l.typ.Kind() == reflect.Slice {
 			continue // lists are file-only
 		}
 		name := EnvVar(key)
 		if prev, dup := m[name]; dup {
-			panic("config: keys " + prev.key + " and " + key + " share variable " + name)
+			return nil, fmt.Errorf("config: keys %s and %s share variable %s", prev.key, key, name)
 		}
 		if name == EnvConfigVar {
-			panic("config: key " + key + " collides with " + EnvConfigVar)
+			return nil, fmt.Errorf("config: key %s collides with %s", key, EnvConfigVar)
 		}
 		m[name] = l
 	}
-	return m
-}()
+	return m, nil
+}
 
-// Keys returns every scalar key, sorted; each is settable through
-// [EnvVar](key). The list mmmq.broker.dispatchers is not included.
-func Keys() []string {
-	out := make([]string, 0, len(envKeys))
-	for _, l := range envKeys {
-		out = append(out, l.key)
+// loadSchema is the key set of one Load: the core keys, the registered
+// sections under their keys, and the keys of absent stock plugins (so that
+// they are recognised, and compared with their defaults).
+func loadSchema(secs []Section, absent []PluginKey) schema {
+	s := schema{leaves: maps.Clone(configSchema.leaves), sections: maps.Clone(configSchema.sections)}
+	for _, sec := range secs {
+		s.sections[sec.Key()] = true
+		s.walk(sec.typ(), sec.Key()+".")
+	}
+	for _, p := range absent {
+		s.sections["mmmq."+p.section()] = true
+		s.leaves[p.Key] = leaf{key: p.Key, typ: reflect.TypeOf(p.Default)}
+	}
+	return s
+}
+
+// Keys returns every scalar key of the core configuration and of the given
+// sections, sorted; each is settable through [EnvVar](key). The list
+// mmmq.broker.dispatchers (and any list in a section) is not included.
+func Keys(sections ...Section) []string {
+	s := loadSchema(sections, nil)
+	var out []string
+	for key, l := range s.leaves {
+		if l.typ.Kind() != reflect.Slice {
+			out = append(out, key)
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -30,6 +30,14 @@ type LoadOptions struct {
 	PathExplicit bool
 	// Environ is the environment as "KEY=value" strings; nil means os.Environ().
 	Environ []string
+	// Sections are the plugin sections the binary contains (see [Section]):
+	// their keys under mmmq.<name> are decoded, validated and settable from
+	// the environment; other keys under their prefix are unknown keys. The
+	// same section listed twice counts once; two sections with one name are
+	// an error. Keys of a stock plugin missing here are handled as described
+	// at [StockPluginKeys]. config.Module adds the sections registered with
+	// [ProvideSection].
+	Sections []Section
 
 	// supplied is set by Supply: the fx provider returns it instead of loading.
 	supplied *Config
@@ -37,9 +45,22 @@ type LoadOptions struct {
 
 // Load builds the configuration from the defaults, the YAML file and the
 // environment, in that order of precedence, then normalizes and validates
-// it. Errors name the offending key or variable (see [KeyError]); a missing
-// explicit file is an error wrapping fs.ErrNotExist.
+// it, core keys and opts.Sections alike. Errors name the offending key or
+// variable (see [KeyError]); a missing explicit file is an error wrapping
+// fs.ErrNotExist. Keys of absent stock plugins set to their defaults are
+// returned in Config.Warnings.
 func Load(opts LoadOptions) (*Config, error) {
+	secs, err := uniqueSections(opts.Sections)
+	if err != nil {
+		return nil, err
+	}
+	absent := absentStockKeys(secs)
+	ls := loadSchema(secs, absent)
+	envTab, err := envTable(ls)
+	if err != nil {
+		return nil, err // a section whose variables collide with other keys
+	}
+
 	environ := opts.Environ
 	if environ == nil {
 		environ = os.Environ()
@@ -50,12 +71,12 @@ func Load(opts LoadOptions) (*Config, error) {
 
 	k := koanf.New(".")
 	if path != "" {
-		if err := loadFile(k, path, explicit); err != nil {
+		if err := loadFile(k, path, explicit, ls); err != nil {
 			return nil, err
 		}
 	}
 
-	envMap, fromEnv, err := envOverrides(env)
+	envMap, fromEnv, err := envOverrides(env, envTab)
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +85,31 @@ func Load(opts LoadOptions) (*Config, error) {
 	}
 
 	cfg := Default()
-	if err := decode(k, cfg); err != nil {
+	var errs []error
+	for _, sec := range secs {
+		v, err := sec.decode(k.Cut(sec.Key()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cfg.sections == nil {
+			cfg.sections = map[string]sectionValue{}
+		}
+		cfg.sections[sec.Name()] = sectionValue{sec: sec, value: v}
+		k.Delete(sec.Key())
+	}
+	warns, perrs := checkAbsentPlugins(k, absent, fromEnv)
+	errs = append(errs, perrs...)
+	for _, p := range absent {
+		k.Delete("mmmq." + p.section())
+	}
+	if err := decode(k, cfg, ""); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	cfg.Warnings = warns
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, attributeVars(err, fromEnv)
@@ -102,7 +145,7 @@ func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
 	return DefaultPath, false
 }
 
-func loadFile(k *koanf.Koanf, path string, explicit bool) error {
+func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) error {
 	if _, err := os.Stat(path); err != nil {
 		if !explicit && errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -113,17 +156,17 @@ func loadFile(k *koanf.Koanf, path string, explicit bool) error {
 	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 		return fmt.Errorf("config: read %s: %w", path, err)
 	}
-	if err := checkKeys(fk.Raw()); err != nil {
+	if err := checkKeys(fk.Raw(), s); err != nil {
 		return err // each error names its full key
 	}
 	return k.Merge(fk)
 }
 
-// checkKeys reports every file key that is not part of the schema, by full
+// checkKeys reports every file key that is not part of the schema s, by full
 // name, and sections given a scalar.
-func checkKeys(raw map[string]any) error {
+func checkKeys(raw map[string]any, s schema) error {
 	var errs []error
-	walkKeys(configSchema, raw, "", "", &errs)
+	walkKeys(s, raw, "", "", &errs)
 	return errors.Join(errs...)
 }
 
@@ -190,8 +233,9 @@ func unknownLeaves(v any, full string, errs *[]error) {
 }
 
 // envOverrides turns the MMMQ_ variables into a flat key -> value map with
-// values already of the key's type, and remembers which variable set which key.
-func envOverrides(env map[string]string) (map[string]any, map[string]string, error) {
+// values already of the key's type, and remembers which variable set which
+// key. envTab maps each known variable to its key.
+func envOverrides(env map[string]string, envTab map[string]leaf) (map[string]any, map[string]string, error) {
 	names := make([]string, 0, len(env))
 	for name := range env {
 		names = append(names, name)
@@ -205,7 +249,7 @@ func envOverrides(env map[string]string) (map[string]any, map[string]string, err
 		if name == EnvConfigVar {
 			continue
 		}
-		l, ok := envKeys[name]
+		l, ok := envTab[name]
 		if !ok {
 			problem := "matches no key (rule: MMMQ_ + key without leading \"mmmq.\", upper-cased, \".\" and \"-\" as \"_\")"
 			if name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_") {
@@ -251,16 +295,18 @@ func parseEnvValue(t reflect.Type, s string) (any, error) {
 	return nil, fmt.Errorf("type %s cannot be set from the environment", t)
 }
 
-// decode unmarshals k onto cfg (which holds the defaults) strictly: no
-// unused keys, no weak typing, durations only as strings with a unit.
-func decode(k *koanf.Koanf, cfg *Config) error {
+// decode unmarshals k onto out (a pointer to a struct holding the defaults)
+// strictly: no unused keys, no weak typing, durations only as strings with a
+// unit. prefix is put before the keys named in errors ("mmmq.lineproto." for
+// a section's sub-tree, "" for the whole configuration).
+func decode(k *koanf.Koanf, out any, prefix string) error {
 	dc := mapstructure.DecoderConfig{
 		TagName:          "koanf",
 		ErrorUnused:      true,
 		WeaklyTypedInput: false,
 		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, integerHook),
 	}
-	err := k.UnmarshalWithConf("", cfg, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
+	err := k.UnmarshalWithConf("", out, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
 	if err == nil {
 		return nil
 	}
@@ -270,10 +316,10 @@ func decode(k *koanf.Koanf, cfg *Config) error {
 		if errors.As(e, &de) {
 			var ue *mapstructure.UnconvertibleTypeError
 			if errors.As(de, &ue) {
-				errs = append(errs, invalid(de.Name(), "must be of type %s; got %T %#v", ue.Expected.Type(), ue.Value, ue.Value))
+				errs = append(errs, invalid(prefix+de.Name(), "must be of type %s; got %T %#v", ue.Expected.Type(), ue.Value, ue.Value))
 				continue
 			}
-			errs = append(errs, invalid(de.Name(), "%v", de.Unwrap()))
+			errs = append(errs, invalid(prefix+de.Name(), "%v", de.Unwrap()))
 			continue
 		}
 		errs = append(errs, fmt.Errorf("config: decode: %w", e))

@@ -22,8 +22,9 @@ var dispatcherNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`
 // int32 length field counts the 4 CRC bytes plus the JSON.
 const maxRecordLimit = math.MaxInt32 - 4
 
-// Validate checks every value and returns all problems joined with
-// errors.Join, each a [*KeyError] naming its key and what is allowed. It
+// Validate checks every value, the plugin sections held included (with
+// their own validation), and returns all problems joined with errors.Join,
+// each a [*KeyError] naming its key and what is allowed. It
 // expects a normalized Config (see [Config.Normalize]) but accepts the zero
 // "inherit" values of dispatcher path, timeout and commit settings.
 func (c *Config) Validate() error {
@@ -80,11 +81,7 @@ func (c *Config) Validate() error {
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 
-	lp := c.MMMQ.Lineproto
-	v.listenAddr("mmmq.lineproto.addr", lp.Addr)
-	v.intRange("mmmq.lineproto.max-line-bytes", lp.MaxLineBytes, 1024, math.MaxInt32)
-	v.listenAddr("mmmq.profiling.addr", c.MMMQ.Profiling.Addr)
-
+	v.errs = append(v.errs, c.validateSections()...)
 	return errors.Join(v.errs...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -97,31 +98,24 @@ func ParseHost(s string) (Host, error) {
 	return h, nil
 }
 
-// CommitMode says when a worker commits its checkpoint.
-type CommitMode uint8
+// CommitMode says when a worker commits its checkpoint: the value of a
+// dispatcher's commit.policy key. It is an alias of config.CommitPolicy,
+// which owns this enum (a string: "every-message", "interval"); the empty
+// value means EveryMessage. (It was a uint8 with a String method; its values
+// now print as their names without one.)
+type CommitMode = config.CommitPolicy
 
 const (
 	// EveryMessage commits (write + fsync) after every message, before the
-	// next is sent (seed 000 "커밋 시점과 fsync"). The default.
-	EveryMessage CommitMode = iota
+	// next is sent. The default.
+	EveryMessage = config.CommitEveryMessage
 	// Interval commits at most once per CommitPolicy.Interval or once every
 	// CommitPolicy.MaxCount messages, and always before the worker waits
 	// (no more data, or a backoff) and when it stops. A crash redelivers at
 	// most the messages finished since the last commit: delivery stays
 	// at-least-once, only the number of duplicates grows.
-	Interval
+	Interval = config.CommitInterval
 )
-
-// String returns "every-message" or "interval".
-func (m CommitMode) String() string {
-	switch m {
-	case EveryMessage:
-		return "every-message"
-	case Interval:
-		return "interval"
-	}
-	return fmt.Sprintf("CommitMode(%d)", uint8(m))
-}
 
 // CommitPolicy is when a dispatcher's workers commit. The zero value is
 // EveryMessage.
@@ -140,7 +134,7 @@ type CommitPolicy struct {
 // Interval policy with neither trigger set.
 func (p CommitPolicy) Validate() error {
 	switch p.Mode {
-	case EveryMessage:
+	case "", EveryMessage:
 	case Interval:
 		if p.Interval < 0 || p.MaxCount < 0 {
 			return fmt.Errorf("invalid commit policy: negative interval %s or max count %d", p.Interval, p.MaxCount)
@@ -149,7 +143,7 @@ func (p CommitPolicy) Validate() error {
 			return errors.New("invalid commit policy: interval mode needs an interval or a max count")
 		}
 	default:
-		return fmt.Errorf("invalid commit policy: unknown mode %d", p.Mode)
+		return fmt.Errorf("invalid commit policy: unknown mode %q", p.Mode)
 	}
 	return nil
 }
@@ -175,7 +169,8 @@ type Dispatcher struct {
 // patterns to host. Nothing is checked here; Validate (called by NewSet)
 // reports a bad name, host or an empty pattern list.
 func New(name string, host Host, patterns ...Pattern) *Dispatcher {
-	return &Dispatcher{name: name, host: host, patterns: append([]Pattern(nil), patterns...)}
+	return &Dispatcher{name: name, host: host, patterns: append([]Pattern(nil), patterns...),
+		commit: CommitPolicy{Mode: EveryMessage}}
 }
 
 // WithPath returns a copy of d posting to path p on the host (must start
@@ -195,9 +190,13 @@ func (d *Dispatcher) WithTimeout(t time.Duration) *Dispatcher {
 	return &c
 }
 
-// WithCommitPolicy returns a copy of d with commit policy p.
+// WithCommitPolicy returns a copy of d with commit policy p; an empty
+// p.Mode is taken as EveryMessage.
 func (d *Dispatcher) WithCommitPolicy(p CommitPolicy) *Dispatcher {
 	c := *d
+	if p.Mode == "" {
+		p.Mode = EveryMessage
+	}
 	c.commit = p
 	return &c
 }

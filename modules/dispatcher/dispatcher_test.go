@@ -88,7 +88,7 @@ func TestDispatcher(t *testing.T) {
 		{New("d", h, MustPattern("a")).WithPath("in"), "path"},
 		{New("d", h, MustPattern("a")).WithTimeout(-1), "negative timeout"},
 		{New("d", h, MustPattern("a")).WithCommitPolicy(CommitPolicy{Mode: Interval}), "interval mode needs"},
-		{New("d", h, MustPattern("a")).WithCommitPolicy(CommitPolicy{Mode: 7}), "unknown mode"},
+		{New("d", h, MustPattern("a")).WithCommitPolicy(CommitPolicy{Mode: "sometimes"}), "unknown mode"},
 	}
 	for _, tt := range bad {
 		err := tt.d.Validate()

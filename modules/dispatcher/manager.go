@@ -10,31 +10,36 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
 )
 
 // Options tunes the Manager and the HTTPSender. The zero value means "all
-// defaults"; WithDefaults fills zero fields.
+// defaults"; WithDefaults fills zero fields. The defaults of the fields that
+// are configuration keys (mmmq.broker.dispatch.*) are config.Default()'s;
+// OptionsFromConfig maps that section to Options.
 type Options struct {
 	// MaxResends is how many times a NACKed message is sent again before the
-	// worker logs it, commits past it and moves on (seed 000: "최대 세 번
-	// 재전송", 3 resends = 4 attempts in all). 0 means the default 3; a
-	// negative value means no resend (one attempt). Abnormal attempts do not
-	// count.
+	// worker logs it, commits past it and moves on (3 resends = 4 attempts
+	// in all). Abnormal attempts do not count. A zero MaxResends is "unset"
+	// (the default, 3) unless it was set explicitly with WithMaxResends or
+	// OptionsFromConfig, which mark it set: then 0 means no resend (one
+	// attempt). A negative value also means no resend.
 	MaxResends int
-	// BackoffInitial is the first wait after an abnormal response (seed 000:
-	// 1 s); each further abnormal response doubles it. Default 1s.
+	// BackoffInitial is the first wait after an abnormal response; each
+	// further abnormal response doubles it. Default 1s.
 	BackoffInitial time.Duration
-	// BackoffMax caps the wait (seed 000: 60 s). Default 60s; raised to
-	// BackoffInitial when smaller.
+	// BackoffMax caps the wait. Default 60s; raised to BackoffInitial when
+	// smaller.
 	BackoffMax time.Duration
 	// DefaultTimeout bounds one delivery attempt of a dispatcher without its
-	// own WithTimeout (DESIGN §2: 30 s). Default 30s.
+	// own WithTimeout. Default 30s.
 	DefaultTimeout time.Duration
 	// MaxResponseBytes is the most of a consumer's response body read; a
 	// longer body is abnormal. Default 65536 (64 KiB).
 	MaxResponseBytes int64
-	// DefaultPath is the path posted to when a dispatcher has no WithPath
-	// (DESIGN §2: what Java mmmq consumers serve). Default "/mmmq/messages".
+	// DefaultPath is the path posted to when a dispatcher has no WithPath.
+	// Default "/mmmq/messages".
 	DefaultPath string
 	// BatchSize is how many entries a worker reads from the log at once.
 	// Default 256.
@@ -43,6 +48,9 @@ type Options struct {
 	// the crash-test build of app/mmmq (-tags crashpoints) sets them. A
 	// pointer keeps Options comparable.
 	Hooks *Hooks
+
+	// resendsSet says MaxResends was set explicitly, so that 0 is kept.
+	resendsSet bool
 }
 
 // Hooks are test-only injection points of the dispatch workers (like
@@ -54,42 +62,63 @@ type Hooks struct {
 	AfterAck func(dispatcher, topic string, offset int64)
 }
 
-// Defaults of Options (see each field).
-const (
-	DefaultMaxResends       = 3
-	DefaultBackoffInitial   = time.Second
-	DefaultBackoffMax       = 60 * time.Second
-	DefaultTimeout          = 30 * time.Second
-	DefaultMaxResponseBytes = 64 << 10
-	DefaultPath             = "/mmmq/messages"
-	DefaultBatchSize        = 256
+// dispatchDefaults are the defaults of mmmq.broker.dispatch, the zero-value
+// defaults of Options.
+var dispatchDefaults = config.Default().MMMQ.Broker.Dispatch
+
+// DefaultBatchSize is the default of Options.BatchSize (not a configuration key).
+const DefaultBatchSize = 256
+
+// Defaults of Options that are configuration keys.
+//
+// Deprecated: they are config.Default().MMMQ.Broker.Dispatch's values (the one
+// place they are written); read them there. They were constants; they are
+// variables now.
+var (
+	DefaultMaxResends       = dispatchDefaults.MaxResends
+	DefaultBackoffInitial   = dispatchDefaults.BackoffInitial
+	DefaultBackoffMax       = dispatchDefaults.BackoffMax
+	DefaultTimeout          = dispatchDefaults.Timeout
+	DefaultMaxResponseBytes = dispatchDefaults.MaxResponseBytes
+	DefaultPath             = dispatchDefaults.Path
 )
 
-// WithDefaults returns o with every zero field set to its default.
+// WithMaxResends returns o with MaxResends n, marked as set: 0 then means no
+// resend instead of the default (a negative n also means no resend).
+func (o Options) WithMaxResends(n int) Options {
+	o.MaxResends = n
+	o.resendsSet = true
+	return o
+}
+
+// WithDefaults returns o with every unset field set to its default: zero
+// durations, sizes, path and batch size, and a zero MaxResends not marked
+// set (see MaxResends); a negative MaxResends becomes 0, marked set. It is
+// idempotent.
 func (o Options) WithDefaults() Options {
 	switch {
-	case o.MaxResends == 0:
-		o.MaxResends = DefaultMaxResends
 	case o.MaxResends < 0:
-		o.MaxResends = 0
+		o = o.WithMaxResends(0)
+	case o.MaxResends == 0 && !o.resendsSet:
+		o.MaxResends = dispatchDefaults.MaxResends
 	}
 	if o.BackoffInitial <= 0 {
-		o.BackoffInitial = DefaultBackoffInitial
+		o.BackoffInitial = dispatchDefaults.BackoffInitial
 	}
 	if o.BackoffMax <= 0 {
-		o.BackoffMax = DefaultBackoffMax
+		o.BackoffMax = dispatchDefaults.BackoffMax
 	}
 	if o.BackoffMax < o.BackoffInitial {
 		o.BackoffMax = o.BackoffInitial
 	}
 	if o.DefaultTimeout <= 0 {
-		o.DefaultTimeout = DefaultTimeout
+		o.DefaultTimeout = dispatchDefaults.Timeout
 	}
 	if o.MaxResponseBytes <= 0 {
-		o.MaxResponseBytes = DefaultMaxResponseBytes
+		o.MaxResponseBytes = dispatchDefaults.MaxResponseBytes
 	}
 	if o.DefaultPath == "" {
-		o.DefaultPath = DefaultPath
+		o.DefaultPath = dispatchDefaults.Path
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize

@@ -310,7 +310,7 @@ func (w *worker) advance(next int64) error {
 	w.next.Store(next)
 	w.pending++
 	p := w.d.commit
-	if p.Mode == EveryMessage ||
+	if p.Mode != Interval || // EveryMessage (or its empty form)
 		p.MaxCount > 0 && w.pending >= p.MaxCount ||
 		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval {
 		return w.commit(next)

@@ -14,7 +14,8 @@ import (
 type Params struct {
 	fx.In
 
-	Config   *config.Config
+	// Groups is mmmq.broker.groups (config.Module).
+	Groups   config.GroupsConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	// Dispatchers, when present, reserve their names: a group may not use
@@ -22,15 +23,23 @@ type Params struct {
 	Dispatchers *dispatcher.Set `optional:"true"`
 }
 
+// OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout and
+// MaxFetch; the other fields keep their defaults.
+func OptionsFromConfig(g config.GroupsConfig) Options {
+	return Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch}
+}
+
+// RouteOptionsFromConfig maps the "server" section to RouteOptions:
+// WriteTimeout, by which long polls extend their write deadline.
+func RouteOptionsFromConfig(s config.ServerConfig) RouteOptions {
+	return RouteOptions{WriteTimeout: s.WriteTimeout}
+}
+
 // NewFromConfig builds the coordinator from mmmq.broker.groups
 // (lease-timeout, max-fetch). Module starts and stops its lease janitor.
 func NewFromConfig(p Params) *Coordinator {
-	g := p.Config.MMMQ.Broker.Groups
-	opts := Options{
-		LeaseTimeout: g.LeaseTimeout,
-		MaxFetch:     g.MaxFetch,
-		Logger:       p.Logger.Named("groups"),
-	}
+	opts := OptionsFromConfig(p.Groups)
+	opts.Logger = p.Logger.Named("groups")
 	if set := p.Dispatchers; set != nil {
 		opts.Reserved = func(name string) bool { _, ok := set.Get(name); return ok }
 	}
@@ -42,17 +51,17 @@ type RouteParams struct {
 	fx.In
 
 	Coordinator *Coordinator
-	Config      *config.Config
-	Logger      *zap.Logger
+	// Server is the "server" section (config.Module).
+	Server config.ServerConfig
+	Logger *zap.Logger
 }
 
 // NewRouteFromConfig builds the HTTP routes; long polls extend their write
 // deadline by server.write-timeout.
 func NewRouteFromConfig(p RouteParams) *Route {
-	return NewRoute(p.Coordinator, RouteOptions{
-		WriteTimeout: p.Config.Server.WriteTimeout,
-		Logger:       p.Logger.Named("groups"),
-	})
+	opts := RouteOptionsFromConfig(p.Server)
+	opts.Logger = p.Logger.Named("groups")
+	return NewRoute(p.Coordinator, opts)
 }
 
 // registerLifecycle starts the lease janitor with the application and stops

@@ -16,18 +16,21 @@ import (
 // plugins through the value group RouteTag.
 type Params struct {
 	fx.In
-	Config   *config.Config
+	// Server is the "server" section (config.Module).
+	Server config.ServerConfig
+	// Segment is mmmq.broker.segment, for max-record-bytes (config.Module).
+	Segment  config.SegmentConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Ready    *recovery.Readiness
 	Routes   []contract.Route `group:"routes"`
 }
 
-// NewFromConfig builds the server from the configuration; Module starts it
-// (listen) and stops it (graceful shutdown within server.shutdown-timeout).
-func NewFromConfig(p Params) *Server {
-	c := p.Config.Server
-	return New(Options{
+// OptionsFromConfig maps the "server" section and
+// mmmq.broker.segment.max-record-bytes to Options: Addr is "host:port",
+// durations and sizes are copied (bytes).
+func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options {
+	return Options{
 		Addr:              fmt.Sprintf("%s:%d", c.Host, c.Port),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       c.ReadTimeout,
@@ -35,8 +38,14 @@ func NewFromConfig(p Params) *Server {
 		IdleTimeout:       c.IdleTimeout,
 		MaxBodyBytes:      c.MaxBodyBytes,
 		ShutdownTimeout:   c.ShutdownTimeout,
-		MaxRecordBytes:    int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
-	}, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+		MaxRecordBytes:    int(seg.MaxRecordBytes),
+	}
+}
+
+// NewFromConfig builds the server from the configuration; Module starts it
+// (listen) and stops it (graceful shutdown within server.shutdown-timeout).
+func NewFromConfig(p Params) *Server {
+	return New(OptionsFromConfig(p.Server, p.Segment), p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 }
 
 // Module provides the *Server, starts it with the application and stops it

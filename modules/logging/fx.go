@@ -7,18 +7,21 @@ import (
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/mmmq/mmmq/modules/config"
 )
 
-// Module provides the *zap.Logger (from *config.Config, see New), makes Fx
-// log its own events through it (see NewFxLogger) and syncs it on stop.
+// Module provides the *zap.Logger (from config.LoggingConfig, see
+// NewFromConfig), makes Fx log its own events through it (see NewFxLogger),
+// logs the configuration's warnings once and syncs the logger on stop.
 //
 // fx.WithLogger sits outside the fx.Module scope on purpose: inside a module
 // it would only apply to that module's events, not the application's.
 // Replace the logger in tests with fx.Decorate(func(*zap.Logger) *zap.Logger {...}).
 var Module = fx.Options(
 	fx.Module("logging",
-		fx.Provide(New),
-		fx.Invoke(registerSync),
+		fx.Provide(NewFromConfig),
+		fx.Invoke(registerSync, logConfigWarnings),
 	),
 	fx.WithLogger(NewFxLogger),
 )
@@ -38,4 +41,13 @@ func NewFxLogger(l *zap.Logger) fxevent.Logger {
 // and this hook runs after theirs.
 func registerSync(lc fx.Lifecycle, l *zap.Logger) {
 	lc.Append(fx.StopHook(func(context.Context) error { return Sync(l) }))
+}
+
+// logConfigWarnings logs the configuration's warnings (keys of stock
+// plugins this binary does not contain, set to their defaults), one line
+// each.
+func logConfigWarnings(cfg *config.Config, log *zap.Logger) {
+	for _, w := range cfg.Warnings {
+		log.Warn(w.String(), zap.String("key", w.Key), zap.String("plugin", w.Plugin))
+	}
 }

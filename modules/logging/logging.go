@@ -17,22 +17,30 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 )
 
-// New returns a logger writing to stderr at cfg.Logging.Level: one JSON
-// object per line for format "json" (keys ts, level, logger, caller, msg,
-// stacktrace; RFC 3339 time), or human-readable lines with colored levels
-// and local time for "console". Error and above carry a stack trace. No
-// sampling: every entry is written. It fails on an unknown level or format.
-func New(cfg *config.Config) (*zap.Logger, error) {
-	return newLogger(cfg, zapcore.Lock(os.Stderr))
+// NewFromConfig returns a logger writing to stderr at c.Level (section
+// "logging"): one JSON object per line for format "json" (keys ts, level,
+// logger, caller, msg, stacktrace; RFC 3339 time), or human-readable lines
+// with colored levels and local time for "console". DPanic and above carry a
+// stack trace. No sampling: every entry is written. It fails on an unknown
+// level or format. Module provides the logger with it.
+func NewFromConfig(c config.LoggingConfig) (*zap.Logger, error) {
+	return newLogger(c, zapcore.Lock(os.Stderr))
 }
 
-func newLogger(cfg *config.Config, out zapcore.WriteSyncer) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(cfg.Logging.Level)
+// New returns NewFromConfig(cfg.Logging).
+//
+// Deprecated: use NewFromConfig, which takes only the logging section.
+func New(cfg *config.Config) (*zap.Logger, error) {
+	return NewFromConfig(cfg.Logging)
+}
+
+func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, fmt.Errorf("logging: level: %w", err)
 	}
 	var enc zapcore.Encoder
-	switch cfg.Logging.Format {
+	switch c.Format {
 	case config.FormatJSON:
 		ec := zap.NewProductionEncoderConfig()
 		ec.EncodeTime = zapcore.RFC3339NanoTimeEncoder
@@ -44,7 +52,7 @@ func newLogger(cfg *config.Config, out zapcore.WriteSyncer) (*zap.Logger, error)
 		ec.EncodeTime = zapcore.TimeEncoderOfLayout("2006-01-02 15:04:05.000")
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:
-		return nil, fmt.Errorf("logging: unknown format %q (want %q or %q)", cfg.Logging.Format, config.FormatJSON, config.FormatConsole)
+		return nil, fmt.Errorf("logging: unknown format %q (want %q or %q)", c.Format, config.FormatJSON, config.FormatConsole)
 	}
 	core := zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(level))
 	return zap.New(core,

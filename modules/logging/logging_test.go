@@ -28,7 +28,7 @@ func (*buffer) Sync() error { return nil }
 func TestNewJSON(t *testing.T) {
 	cfg := config.Default()
 	var buf buffer
-	l, err := newLogger(cfg, &buf)
+	l, err := newLogger(cfg.Logging, &buf)
 	require.NoError(t, err)
 	l.Debug("hidden")
 	l.Info("published", zap.String("topic", "order.created"), zap.Int64("offset", 17))
@@ -49,7 +49,7 @@ func TestNewConsole(t *testing.T) {
 	cfg.Logging.Format = config.FormatConsole
 	cfg.Logging.Level = "debug"
 	var buf buffer
-	l, err := newLogger(cfg, &buf)
+	l, err := newLogger(cfg.Logging, &buf)
 	require.NoError(t, err)
 	l.Debug("hello", zap.String("topic", "t"))
 	out := buf.String()

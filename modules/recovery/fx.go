@@ -25,9 +25,10 @@ var Module = fx.Module("recovery",
 // to start and the first to stop.
 var Ready = fx.Module("ready", fx.Invoke(registerReady))
 
-func register(lc fx.Lifecycle, reg *topicqueue.Registry, cfg *config.Config, log *zap.Logger) {
+// register takes mmmq.broker.storage for its on-corruption policy.
+func register(lc fx.Lifecycle, reg *topicqueue.Registry, st config.StorageConfig, log *zap.Logger) {
 	lc.Append(fx.StartHook(func(context.Context) error {
-		_, err := reg.OpenAll(Policy(cfg.MMMQ.Broker.Storage.OnCorruption), log.Named("recovery"))
+		_, err := reg.OpenAll(st.OnCorruption, log.Named("recovery"))
 		return err
 	}))
 }

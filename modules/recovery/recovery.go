@@ -14,16 +14,27 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Policy is what to do with a topic refused as corrupt.
-type Policy = topicqueue.Policy
+// Policy is what to do with a topic refused as corrupt: the value of
+// mmmq.broker.storage.on-corruption. It is an alias of config.OnCorruption,
+// which owns this enum.
+//
+// Deprecated: use config.OnCorruption.
+type Policy = config.OnCorruption
 
 // Policies (mmmq.broker.storage.on-corruption).
 const (
-	Fail       = topicqueue.FailOnCorruption       // stop startup (default)
-	Quarantine = topicqueue.QuarantineOnCorruption // exclude the topic, serve the rest
+	// Fail stops startup (the default).
+	//
+	// Deprecated: use config.OnCorruptionFail.
+	Fail = config.OnCorruptionFail
+	// Quarantine excludes the topic and serves the rest.
+	//
+	// Deprecated: use config.OnCorruptionQuarantine.
+	Quarantine = config.OnCorruptionQuarantine
 )
 
 // Readiness is the broker's "ready" flag (/readyz): false until recovery has

@@ -14,9 +14,12 @@ import (
 // Params are the registry's dependencies in the Fx graph.
 type Params struct {
 	fx.In
-	Config *config.Config
-	Logger *zap.Logger
-	FS     vfs.FS
+	// Storage is mmmq.broker.storage (config.Module).
+	Storage config.StorageConfig
+	// Segment is mmmq.broker.segment (config.Module).
+	Segment config.SegmentConfig
+	Logger  *zap.Logger
+	FS      vfs.FS
 	// Observer receives fsync and batch measurements (metrics plugin).
 	Observer storage.Observer `optional:"true"`
 	// Hooks are write-path injection points; only crash tests provide them
@@ -27,25 +30,40 @@ type Params struct {
 	Backend Backend `optional:"true"`
 }
 
+// OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
+// Options: Root, MaxTopics and Storage (see StorageOptionsFromConfig). FS,
+// Logger, Observer and Hooks of Storage are left for the caller.
+func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Options {
+	return Options{
+		Root:      st.RootDir,
+		MaxTopics: st.MaxTopics,
+		Storage:   StorageOptionsFromConfig(seg),
+	}
+}
+
+// StorageOptionsFromConfig maps mmmq.broker.segment to the storage engine's
+// options: SegmentMaxBytes and MaxRecordBytes (bytes); the other fields are
+// zero. It is the one config -> storage.Options mapping (the registry and
+// mmmq verify/dump use it).
+func StorageOptionsFromConfig(seg config.SegmentConfig) storage.Options {
+	return storage.Options{
+		SegmentMaxBytes: seg.MaxBytes,
+		MaxRecordBytes:  int(seg.MaxRecordBytes),
+	}
+}
+
 // NewFromConfig builds the registry from the configuration. Module takes
 // the backend's lock (the data root's .lock: two brokers on one directory
 // refuse to start) when the application starts, and on stop closes every
 // log and releases the lock.
 func NewFromConfig(p Params) *Registry {
-	c := p.Config.MMMQ.Broker
-	return New(Options{
-		Root:      c.Storage.RootDir,
-		MaxTopics: c.Storage.MaxTopics,
-		Storage: storage.Options{
-			FS:              p.FS,
-			Logger:          p.Logger.Named("storage"),
-			SegmentMaxBytes: c.Segment.MaxBytes,
-			MaxRecordBytes:  int(c.Segment.MaxRecordBytes),
-			Observer:        p.Observer,
-			Hooks:           p.Hooks,
-		},
-		Backend: p.Backend,
-	})
+	opts := OptionsFromConfig(p.Storage, p.Segment)
+	opts.Storage.FS = p.FS
+	opts.Storage.Logger = p.Logger.Named("storage")
+	opts.Storage.Observer = p.Observer
+	opts.Storage.Hooks = p.Hooks
+	opts.Backend = p.Backend
+	return New(opts)
 }
 
 // registerLifecycle locks the store on start, before recovery opens

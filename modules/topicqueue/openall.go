@@ -7,22 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/storage"
-)
-
-// Policy is what OpenAll does with a topic refused as corrupt
-// (mmmq.broker.storage.on-corruption).
-type Policy string
-
-// Policies of OpenAll.
-const (
-	// FailOnCorruption stops startup (the default): the log-queue study
-	// refuses to start rather than skip records that may have been
-	// acknowledged.
-	FailOnCorruption Policy = "fail"
-	// QuarantineOnCorruption excludes the corrupt topic (files left
-	// untouched, error logged) and serves the others.
-	QuarantineOnCorruption Policy = "quarantine"
 )
 
 // Report sums up a startup recovery (OpenAll).
@@ -38,11 +24,13 @@ type Report struct {
 // original mmmq scans its data root and makes one TopicQueue per topic
 // directory, each segment trimmed to its offset index). A topic refused as
 // corrupt stops it with an error naming the topic, file, byte position and
-// offset when policy is FailOnCorruption, or is quarantined (Quarantined,
-// publishing to it fails with ErrQuarantined) under QuarantineOnCorruption.
+// offset when policy is config.OnCorruptionFail (the default: the log-queue
+// study refuses to start rather than skip records that may have been
+// acknowledged), or is quarantined (Quarantined; publishing to it fails
+// with ErrQuarantined) under config.OnCorruptionQuarantine.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary.
-func (r *Registry) OpenAll(policy Policy, log *zap.Logger) (Report, error) {
+func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
 	names, skipped, err := r.opts.Backend.Topics()
@@ -61,7 +49,7 @@ func (r *Registry) OpenAll(policy Policy, log *zap.Logger) (Report, error) {
 			log.Error("topic refused: corruption found by startup recovery; files left untouched",
 				zap.String("topic", ce.Topic), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
 				zap.Int64("offset", ce.Offset), zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
-			if policy != QuarantineOnCorruption {
+			if policy != config.OnCorruptionQuarantine {
 				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
 			}
 			r.Quarantine(name, ce)

@@ -1,6 +1,6 @@
 // Package configdispatchers contributes the Dispatchers declared in the
 // configuration (mmmq.broker.dispatchers) to the `group:"dispatchers"` value
-// group, so simple setups need no Go code (DESIGN §2):
+// group, so simple setups need no Go code:
 //
 //	mmmq:
 //	  broker:
@@ -24,11 +24,20 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
-// FromConfig builds one Dispatcher per configured entry. Errors name the
-// entry and the key (invalid host or pattern).
+// FromConfig returns Build(cfg.MMMQ.Broker.Dispatchers).
+//
+// Deprecated: use Build, which takes only the dispatcher list.
 func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
+	return Build(cfg.MMMQ.Broker.Dispatchers)
+}
+
+// Build builds one Dispatcher per entry of mmmq.broker.dispatchers (as
+// normalized by config.Load), in order. Errors name the entry and the key,
+// e.g. "config: mmmq.broker.dispatchers[0].host: ..." (invalid host or
+// pattern).
+func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
 	var out []*dispatcher.Dispatcher
-	for i, dc := range cfg.MMMQ.Broker.Dispatchers {
+	for i, dc := range ds {
 		key := fmt.Sprintf("mmmq.broker.dispatchers[%d]", i)
 		host, err := dispatcher.ParseHost(dc.Host)
 		if err != nil {
@@ -49,9 +58,9 @@ func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
 		if dc.Timeout > 0 {
 			d = d.WithTimeout(dc.Timeout)
 		}
-		pol := dispatcher.CommitPolicy{Mode: dispatcher.EveryMessage}
+		pol := dispatcher.CommitPolicy{Mode: dc.Commit.Policy}
 		if dc.Commit.Policy == config.CommitInterval {
-			pol = dispatcher.CommitPolicy{Mode: dispatcher.Interval, Interval: dc.Commit.Interval, MaxCount: dc.Commit.MaxCount}
+			pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
 		}
 		d = d.WithCommitPolicy(pol)
 		if err := d.Validate(); err != nil {
@@ -62,7 +71,8 @@ func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
 	return out, nil
 }
 
-// Module provides the configured dispatchers into the dispatchers group.
+// Module provides the configured dispatchers into the dispatchers group. It
+// needs config.DispatchersConfig (config.Module).
 var Module = fx.Module("configdispatchers",
-	fx.Provide(fx.Annotate(FromConfig, fx.ResultTags(`group:"dispatchers,flatten"`))),
+	fx.Provide(fx.Annotate(Build, fx.ResultTags(`group:"dispatchers,flatten"`))),
 )

@@ -14,7 +14,10 @@ import (
 type Params struct {
 	fx.In
 
-	Config   *config.Config
+	// Config is mmmq.lineproto (ConfigSection, provided by Module).
+	Config Config
+	// Segment is mmmq.broker.segment (config.Module).
+	Segment  config.SegmentConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Groups   *groups.Coordinator
@@ -25,24 +28,22 @@ type Params struct {
 // it (listen) and stops it (graceful close). It returns nil when
 // mmmq.lineproto.addr is "" (the default): no TCP listener.
 func NewFromConfig(p Params) *Server {
-	lc := p.Config.MMMQ.Lineproto
-	if lc.Addr == "" {
+	if p.Config.Addr == "" {
 		return nil
 	}
-	return New(Options{
-		Addr:           lc.Addr,
-		MaxLineBytes:   int(lc.MaxLineBytes),
-		MaxRecordBytes: int(p.Config.MMMQ.Broker.Segment.MaxRecordBytes),
-		Logger:         p.Logger.Named("lineproto"),
-	}, p.Registry, p.Groups)
+	opts := OptionsFromConfig(p.Config, p.Segment)
+	opts.Logger = p.Logger.Named("lineproto")
+	return New(opts, p.Registry, p.Groups)
 }
 
-// Module provides *Server (nil when mmmq.lineproto.addr is empty) and
-// starts it with the application. It needs *topicqueue.Registry and
-// *groups.Coordinator (groups.Module). It is part of app.Modules (and so of
-// the stock binary and of every app.New binary), and listens only when
-// mmmq.lineproto.addr is set.
+// Module registers ConfigSection (and provides Config), provides *Server
+// (nil when mmmq.lineproto.addr is empty) and starts it with the
+// application. It needs *topicqueue.Registry and *groups.Coordinator
+// (groups.Module). It is part of app.Modules (and so of the stock binary and
+// of every app.New binary), and listens only when mmmq.lineproto.addr is
+// set.
 var Module = fx.Module("lineproto",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

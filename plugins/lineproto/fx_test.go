@@ -20,7 +20,7 @@ import (
 func fxApp(t *testing.T, addr string, srv **Server) *fxtest.App {
 	cfg := config.Default()
 	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
-	cfg.MMMQ.Lineproto.Addr = addr
+	config.SetSectionValue(cfg, ConfigSection, Config{Addr: addr, MaxLineBytes: DefaultMaxLineBytes})
 	return fxtest.New(t,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),

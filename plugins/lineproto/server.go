@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -21,8 +22,6 @@ const (
 	// DefaultMaxLineBytes is the longest request line (mmmq.lineproto.max-line-bytes):
 	// a 1 MiB record plus 64 KiB of framing.
 	DefaultMaxLineBytes = 1<<20 + 64<<10
-	// DefaultMaxRecordBytes caps a PUB payload (mmmq.broker.segment.max-record-bytes).
-	DefaultMaxRecordBytes = 1 << 20
 	// DefaultMaxConns caps open connections; more are answered
 	// "ERR UNAVAILABLE" and closed.
 	DefaultMaxConns = 1024
@@ -41,6 +40,13 @@ const (
 	// so idle connections hold little memory.
 	keepLineBytes = 64 << 10
 )
+
+// DefaultMaxRecordBytes caps a PUB payload when Options.MaxRecordBytes is
+// 0: the default of mmmq.broker.segment.max-record-bytes (1 MiB).
+//
+// Deprecated: it is config.Default().MMMQ.Broker.Segment.MaxRecordBytes;
+// read that. (It was a constant; it is a variable now.)
+var DefaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
 
 // Options configures a Server. The zero value of every field but Addr
 // means its default.

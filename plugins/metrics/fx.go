@@ -10,6 +10,19 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
+// Config is the plugin's configuration section, key "mmmq.metrics"
+// (environment: MMMQ_METRICS_ENABLED).
+type Config struct {
+	// Enabled serves /metrics and records metrics. Default true.
+	Enabled bool `koanf:"enabled"`
+}
+
+// ConfigSection registers Config under mmmq.metrics. Module includes it
+// (config.ProvideSection); a binary that loads its configuration before
+// building the Fx graph lists it in config.LoadOptions.Sections (app.Sections
+// does). A value that is not a boolean is an error naming mmmq.metrics.enabled.
+var ConfigSection = config.NewSection("metrics", Config{Enabled: true}, nil)
+
 // Result is what the plugin contributes: the storage observer and, when
 // mmmq.metrics.enabled is true, the /metrics route.
 type Result struct {
@@ -19,10 +32,10 @@ type Result struct {
 	Route    contract.Route `group:"routes"`
 }
 
-func provide(cfg *config.Config) Result {
+func provide(c Config) Result {
 	m := New()
 	r := Result{Metrics: m, Observer: m}
-	if cfg.MMMQ.Metrics.Enabled {
+	if c.Enabled {
 		r.Route = m
 	}
 	return r
@@ -33,8 +46,10 @@ func watch(m *Metrics, reg *topicqueue.Registry, mgr *dispatcher.Manager) {
 	m.WatchDispatchers(mgr, reg)
 }
 
-// Module provides *Metrics, the storage.Observer and the /metrics route.
+// Module registers ConfigSection (and provides Config), provides *Metrics,
+// the storage.Observer and the /metrics route.
 var Module = fx.Module("metrics",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(provide),
 	fx.Invoke(watch),
 )

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func fxApp(t *testing.T, addr string, srv **Server) *fxtest.App {
 	cfg := config.Default()
-	cfg.MMMQ.Profiling.Addr = addr
+	config.SetSectionValue(cfg, ConfigSection, Config{Addr: addr})
 	return fxtest.New(t,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),

@@ -1,44 +1,91 @@
 // Package orders is an example plugin package: it contributes two
-// Dispatchers to the broker, the Go mirror of seed 000's DispatcherConfig
-// (@Bean orderDispatcher, @Bean notificationDispatcher). Each constructor is
-// an ordinary Fx provider; dispatcher.Provide puts its result into the
-// `group:"dispatchers"` value group.
+// Dispatchers to the broker. Each constructor is an ordinary Fx provider;
+// dispatcher.Provide puts its result into the `group:"dispatchers"` value
+// group.
+//
+// It also shows a plugin's own configuration section. ConfigSection
+// registers the keys under mmmq.orders, with their defaults and validation:
+//
+//	mmmq:
+//	  orders:
+//	    order-host: http://localhost:8081         # MMMQ_ORDERS_ORDER_HOST
+//	    notification-host: http://localhost:8082  # MMMQ_ORDERS_NOTIFICATION_HOST
+//
+// A binary that loads its configuration before building the application
+// passes ConfigSection to config.Load (LoadOptions.Sections), as
+// examples/custom-broker does; Module also registers it with
+// config.ProvideSection, for an app.New that loads inside the graph. An
+// unknown key under mmmq.orders, or a host that is not scheme://address:port,
+// stops startup naming the key.
 package orders
 
 import (
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
-// Ports of the consumers this example expects (examples/consumer -addr).
+// Ports of the consumers this example expects by default
+// (examples/consumer -addr).
 const (
 	OrderConsumerPort        = 8081
 	NotificationConsumerPort = 8082
 )
 
-// NewOrderDispatcher pushes order.** and payment.* to the consumer on
-// localhost:8081 (seed 000: new Dispatcher("order-dispatcher", host,
-// List.of(orderPattern, paymentPattern))).
-func NewOrderDispatcher() *dispatcher.Dispatcher {
-	return dispatcher.New("order-dispatcher",
-		dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: OrderConsumerPort},
+// Config is the plugin's section, key "mmmq.orders".
+type Config struct {
+	// OrderHost is the order consumer's base URL, scheme://address:port.
+	// Default "http://localhost:8081".
+	OrderHost string `koanf:"order-host"`
+	// NotificationHost is the notification consumer's base URL,
+	// scheme://address:port. Default "http://localhost:8082".
+	NotificationHost string `koanf:"notification-host"`
+}
+
+// ConfigSection registers Config under mmmq.orders. A host that
+// dispatcher.ParseHost refuses is an error naming its key, e.g.
+// "config: mmmq.orders.order-host: parse host ...".
+var ConfigSection = config.NewSection("orders",
+	Config{OrderHost: "http://localhost:8081", NotificationHost: "http://localhost:8082"},
+	func(c *Config) error {
+		if _, err := dispatcher.ParseHost(c.OrderHost); err != nil {
+			return config.InvalidValue("mmmq.orders.order-host", "%v", err)
+		}
+		if _, err := dispatcher.ParseHost(c.NotificationHost); err != nil {
+			return config.InvalidValue("mmmq.orders.notification-host", "%v", err)
+		}
+		return nil
+	})
+
+// NewOrderDispatcher pushes order.** and payment.* to mmmq.orders.order-host.
+func NewOrderDispatcher(c Config) (*dispatcher.Dispatcher, error) {
+	host, err := dispatcher.ParseHost(c.OrderHost)
+	if err != nil {
+		return nil, err
+	}
+	return dispatcher.New("order-dispatcher", host,
 		dispatcher.MustPattern("order.**"),
 		dispatcher.MustPattern("payment.*"),
-	)
+	), nil
 }
 
-// NewNotificationDispatcher pushes notification.** to the consumer on
-// localhost:8082.
-func NewNotificationDispatcher() *dispatcher.Dispatcher {
-	return dispatcher.New("notification-dispatcher",
-		dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: NotificationConsumerPort},
+// NewNotificationDispatcher pushes notification.** to
+// mmmq.orders.notification-host.
+func NewNotificationDispatcher(c Config) (*dispatcher.Dispatcher, error) {
+	host, err := dispatcher.ParseHost(c.NotificationHost)
+	if err != nil {
+		return nil, err
+	}
+	return dispatcher.New("notification-dispatcher", host,
 		dispatcher.MustPattern("notification.**"),
-	)
+	), nil
 }
 
-// Module is the plugin: add it to app.New.
+// Module is the plugin: add it to app.New. It provides Config (from
+// ConfigSection) and the two dispatchers.
 var Module = fx.Module("orders",
+	config.ProvideSection(ConfigSection),
 	dispatcher.Provide(NewOrderDispatcher),
 	dispatcher.Provide(NewNotificationDispatcher),
 )

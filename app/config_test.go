@@ -1,0 +1,150 @@
+package app_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/plugins/lineproto"
+	"github.com/mmmq/mmmq/plugins/metrics"
+	"github.com/mmmq/mmmq/plugins/profiling"
+)
+
+// stockSections are the sections of every stock plugin (those of mmmq serve).
+func stockSections() []config.Section {
+	return append(app.Sections(), lineproto.ConfigSection, profiling.ConfigSection)
+}
+
+// TestStockPluginKeysMatchSections: the loader's list of stock plugin keys
+// and defaults (used when a plugin is absent) equals the plugins' sections.
+func TestStockPluginKeysMatchSections(t *testing.T) {
+	want := map[string]any{}
+	for _, s := range stockSections() {
+		for k, v := range s.Defaults() {
+			want[k] = v
+		}
+	}
+	got := map[string]any{}
+	for _, k := range config.StockPluginKeys() {
+		got[k.Key] = k.Default
+		assert.Contains(t, k.Plugin, "github.com/mmmq/mmmq/plugins/", k.Key)
+	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, "github.com/mmmq/mmmq/plugins/lineproto", pluginOf(t, "mmmq.lineproto.addr"))
+	assert.Equal(t, "github.com/mmmq/mmmq/plugins/metrics", pluginOf(t, "mmmq.metrics.enabled"))
+	assert.Equal(t, "github.com/mmmq/mmmq/plugins/profiling", pluginOf(t, "mmmq.profiling.addr"))
+}
+
+func pluginOf(t *testing.T, key string) string {
+	for _, k := range config.StockPluginKeys() {
+		if k.Key == key {
+			return k.Plugin
+		}
+	}
+	t.Fatalf("%s is not a stock plugin key", key)
+	return ""
+}
+
+// TestCommittedYAMLEqualsSectionDefaults is the defaults test for the plugin
+// sections: configs/mmmq.yaml, with an empty environment and every stock
+// plugin, equals config.Default() and each section's defaults, no warnings.
+func TestCommittedYAMLEqualsSectionDefaults(t *testing.T) {
+	p := filepath.Join("..", "configs", "mmmq.yaml")
+	cfg, err := config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: []string{}, Sections: stockSections()})
+	require.NoError(t, err)
+	assert.Empty(t, cfg.Warnings)
+	assert.Equal(t, config.Default().MMMQ, cfg.MMMQ)
+	assert.Equal(t, config.Default().Server, cfg.Server)
+	assert.Equal(t, config.Default().Logging, cfg.Logging)
+	assert.Equal(t, lineproto.ConfigSection.Default(), config.SectionValue(cfg, lineproto.ConfigSection))
+	assert.Equal(t, metrics.ConfigSection.Default(), config.SectionValue(cfg, metrics.ConfigSection))
+	assert.Equal(t, profiling.ConfigSection.Default(), config.SectionValue(cfg, profiling.ConfigSection))
+}
+
+func loadStock(t *testing.T, body string, env ...string) (*config.Config, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mmmq.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	if env == nil {
+		env = []string{}
+	}
+	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: env, Sections: stockSections()})
+}
+
+func TestStockSectionsValues(t *testing.T) {
+	cfg, err := loadStock(t, `
+mmmq:
+  lineproto: {addr: "127.0.0.1:7000", max-line-bytes: 4096}
+  metrics: {enabled: false}
+`, "MMMQ_PROFILING_ADDR=127.0.0.1:6060", "MMMQ_LINEPROTO_MAX_LINE_BYTES=8192")
+	require.NoError(t, err)
+	assert.Equal(t, lineproto.Config{Addr: "127.0.0.1:7000", MaxLineBytes: 8192}, config.SectionValue(cfg, lineproto.ConfigSection))
+	assert.Equal(t, metrics.Config{Enabled: false}, config.SectionValue(cfg, metrics.ConfigSection))
+	assert.Equal(t, profiling.Config{Addr: "127.0.0.1:6060"}, config.SectionValue(cfg, profiling.ConfigSection))
+}
+
+// The plugin keys' invalid values, as config's own table tests them for the
+// core keys.
+func TestStockSectionsInvalidValuesNameKey(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, key string }{
+		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
+		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
+		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
+		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
+		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},
+		{"unknown key", "mmmq: {profiling: {adr: x}}", "mmmq.profiling.adr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadStock(t, tc.yaml)
+			require.Error(t, err)
+			var ke *config.KeyError
+			require.ErrorAs(t, err, &ke)
+			assert.Equal(t, tc.key, ke.Key)
+		})
+	}
+	_, err := loadStock(t, "", "MMMQ_METRICS_ENABLED=maybe")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, config.ErrInvalidValue)
+	assert.Contains(t, err.Error(), "config: mmmq.metrics.enabled: ")
+	assert.Contains(t, err.Error(), "MMMQ_METRICS_ENABLED")
+}
+
+// app.New (which has lineproto but not profiling) still runs the stock
+// configs/mmmq.yaml: profiling's key is at its default, so it only warns; a
+// non-default value of it is a startup error naming the key and the plugin.
+func TestAppWithoutStockPluginsReadsStockYAML(t *testing.T) {
+	p := filepath.Join("..", "configs", "mmmq.yaml")
+	var cfg *config.Config
+	a := app.New(fx.NopLogger, fx.Supply(config.LoadOptions{Path: p, PathExplicit: true, Environ: []string{}}), fx.Populate(&cfg))
+	require.NoError(t, a.Err())
+	var keys []string
+	for _, w := range cfg.Warnings {
+		keys = append(keys, w.Key)
+	}
+	assert.ElementsMatch(t, []string{"mmmq.profiling.addr"}, keys)
+
+	a = app.New(fx.NopLogger, fx.Supply(config.LoadOptions{Path: p, PathExplicit: true,
+		Environ: []string{"MMMQ_PROFILING_ADDR=127.0.0.1:6060"}}), fx.Populate(&cfg))
+	require.Error(t, a.Err())
+	assert.ErrorIs(t, a.Err(), config.ErrPluginMissing)
+	assert.Contains(t, a.Err().Error(), "config: mmmq.profiling.addr: is read by plugin github.com/mmmq/mmmq/plugins/profiling, which this binary does not contain")
+}
+
+// Module constants that still repeat a core default (their packages are
+// being edited elsewhere; they should derive from config.Default() too).
+// Until then this test keeps them equal.
+func TestModuleDefaultsEqualConfigDefault(t *testing.T) {
+	d := config.Default().MMMQ.Broker
+	assert.Equal(t, d.Segment.MaxBytes, int64(storage.DefaultSegmentMaxBytes), "mmmq.broker.segment.max-bytes")
+	assert.Equal(t, d.Segment.MaxRecordBytes, int64(storage.DefaultMaxRecordBytes), "mmmq.broker.segment.max-record-bytes")
+	assert.Equal(t, d.Groups.LeaseTimeout, groups.DefaultLeaseTimeout, "mmmq.broker.groups.lease-timeout")
+	assert.Equal(t, d.Groups.MaxFetch, groups.DefaultMaxFetch, "mmmq.broker.groups.max-fetch")
+}

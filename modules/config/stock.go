@@ -1,0 +1,137 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/v2"
+)
+
+// PluginKey is one key of a stock plugin (one shipped in this repository's
+// plugins/ directory), known to the loader even when the binary does not
+// contain the plugin, so that configs/mmmq.yaml works for a custom binary.
+type PluginKey struct {
+	// Key is the full key, e.g. "mmmq.profiling.addr".
+	Key string
+	// Plugin is the import path of the plugin that reads it.
+	Plugin string
+	// Default is the documented default, typed as the plugin's field
+	// (string, bool, int64, time.Duration).
+	Default any
+}
+
+// section returns the section name of the key ("profiling").
+func (p PluginKey) section() string {
+	rest := strings.TrimPrefix(p.Key, "mmmq.")
+	name, _, _ := strings.Cut(rest, ".")
+	return name
+}
+
+// stockPluginKeys is the one list of the stock plugins' keys and documented
+// defaults. A test in package app checks it against the plugins' sections.
+var stockPluginKeys = []PluginKey{
+	{Key: "mmmq.lineproto.addr", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: ""},
+	{Key: "mmmq.lineproto.max-line-bytes", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(1<<20 + 64<<10)},
+	{Key: "mmmq.metrics.enabled", Plugin: "github.com/mmmq/mmmq/plugins/metrics", Default: true},
+	{Key: "mmmq.profiling.addr", Plugin: "github.com/mmmq/mmmq/plugins/profiling", Default: ""},
+}
+
+// StockPluginKeys returns the keys of the stock plugins (lineproto, metrics,
+// profiling) with their documented defaults, in a new slice. Load treats such
+// a key, when no registered Section has its name, as follows: a value equal
+// to the default gives a [Warning]; any other value is an error wrapping
+// [ErrPluginMissing] that names the key and the plugin.
+func StockPluginKeys() []PluginKey {
+	out := make([]PluginKey, len(stockPluginKeys))
+	copy(out, stockPluginKeys)
+	return out
+}
+
+// absentStockKeys returns the stock keys whose plugin section is not among secs.
+func absentStockKeys(secs []Section) []PluginKey {
+	have := map[string]bool{}
+	for _, s := range secs {
+		have[s.Name()] = true
+	}
+	var out []PluginKey
+	for _, p := range stockPluginKeys {
+		if !have[p.section()] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Warning is a configuration problem that does not stop startup: a key of a
+// stock plugin the binary does not contain, set to its documented default.
+type Warning struct {
+	// Key is the full key, e.g. "mmmq.profiling.addr".
+	Key string
+	// Var is the environment variable that set it, or "" for the file.
+	Var string
+	// Plugin is the import path of the plugin that would read it.
+	Plugin string
+}
+
+// String returns e.g. `config: mmmq.profiling.addr is ignored: this binary
+// does not contain plugin github.com/mmmq/mmmq/plugins/profiling, which reads
+// it (the value is its default)`, with " (from MMMQ_...)" when set by a variable.
+func (w Warning) String() string {
+	s := "config: " + w.Key + " is ignored: this binary does not contain plugin " +
+		w.Plugin + ", which reads it (the value is its default)"
+	if w.Var != "" {
+		s += " (from " + w.Var + ")"
+	}
+	return s
+}
+
+// checkAbsentPlugins compares every set key of an absent stock plugin with
+// its documented default: equal gives a Warning, different an error.
+func checkAbsentPlugins(k *koanf.Koanf, absent []PluginKey, fromEnv map[string]string) ([]Warning, []error) {
+	var warns []Warning
+	var errs []error
+	for _, p := range absent {
+		if !k.Exists(p.Key) {
+			continue
+		}
+		raw := k.Get(p.Key)
+		if raw == nil || sameValue(raw, p.Default) {
+			warns = append(warns, Warning{Key: p.Key, Var: fromEnv[p.Key], Plugin: p.Plugin})
+			continue
+		}
+		errs = append(errs, &KeyError{
+			Key: p.Key, Var: fromEnv[p.Key], kind: ErrPluginMissing,
+			Problem: fmt.Sprintf("is read by plugin %s, which this binary does not contain; "+
+				"remove the key or set it to its default %s (got %s)", p.Plugin, showValue(p.Default), showValue(raw)),
+		})
+	}
+	return warns, errs
+}
+
+// sameValue decodes raw (a file or environment value) as def's type, with the
+// loader's rules, and compares.
+func sameValue(raw, def any) bool {
+	t := reflect.TypeOf(def)
+	out := reflect.New(t)
+	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:     out.Interface(),
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(durationHook, integerHook),
+	})
+	if err != nil || dec.Decode(raw) != nil {
+		return false
+	}
+	return reflect.DeepEqual(out.Elem().Interface(), def)
+}
+
+func showValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", x)
+	case time.Duration:
+		return x.String()
+	}
+	return fmt.Sprint(v)
+}
