@@ -9,18 +9,29 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Defaults of Options.
-const (
+// Defaults of Options that are configuration keys, taken from the
+// configuration's defaults (one place for them: config.Default).
+var (
 	// DefaultLeaseTimeout is the lease of a session without fetch or ack
-	// (mmmq.broker.groups.lease-timeout).
-	DefaultLeaseTimeout = 30 * time.Second
-	// DefaultMaxFetch caps the entries of one fetch (mmmq.broker.groups.max-fetch).
-	DefaultMaxFetch = 1000
+	// (mmmq.broker.groups.lease-timeout, 30 s).
+	//
+	// Deprecated: read config.Default().MMMQ.Broker.Groups.LeaseTimeout.
+	DefaultLeaseTimeout = config.Default().MMMQ.Broker.Groups.LeaseTimeout
+	// DefaultMaxFetch caps the entries of one fetch
+	// (mmmq.broker.groups.max-fetch, 1000).
+	//
+	// Deprecated: read config.Default().MMMQ.Broker.Groups.MaxFetch.
+	DefaultMaxFetch = config.Default().MMMQ.Broker.Groups.MaxFetch
+)
+
+// Defaults of Options that are not configuration keys.
+const (
 	// DefaultMaxWait caps the long-poll wait of one fetch.
 	DefaultMaxWait = 30 * time.Second
 	// DefaultMaxFetchBytes bounds the payload bytes one fetch gathers

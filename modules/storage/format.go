@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/mmmq/mmmq/modules/config"
 )
 
 // Entry layout in a segment file (on-disk format, do not change):
@@ -28,9 +30,6 @@ const (
 	// JSON document that is an object or a string is 2 bytes ("{}", "\"\"").
 	// It also makes eight zero bytes (length 0, CRC32C("") = 0) undecodable.
 	MinPayloadBytes = 2
-	// DefaultMaxRecordBytes is the default cap on one message JSON
-	// (mmmq.broker.segment.max-record-bytes): 1 MiB.
-	DefaultMaxRecordBytes = 1 << 20
 	// MaxEntryPayload is the format's own ceiling on a payload: what the
 	// int32 length field can hold. Reads and repair decode against it
 	// (bounded by the file's size, so a garbage length never allocates
@@ -39,9 +38,21 @@ const (
 	// setting must never make entries written under the old limit look
 	// torn or corrupt.
 	MaxEntryPayload = 1<<31 - 1 - 4
-	// DefaultSegmentMaxBytes is the default rotation threshold
-	// (mmmq.broker.segment.max-bytes): 64 MiB.
-	DefaultSegmentMaxBytes = 64 << 20
+)
+
+// Defaults of Options, taken from the configuration's defaults (one place
+// for them: config.Default).
+var (
+	// DefaultMaxRecordBytes is the default cap on one message JSON, in
+	// bytes (mmmq.broker.segment.max-record-bytes, 1 MiB).
+	//
+	// Deprecated: read config.Default().MMMQ.Broker.Segment.MaxRecordBytes.
+	DefaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
+	// DefaultSegmentMaxBytes is the default rotation threshold, in bytes
+	// (mmmq.broker.segment.max-bytes, 64 MiB).
+	//
+	// Deprecated: read config.Default().MMMQ.Broker.Segment.MaxBytes.
+	DefaultSegmentMaxBytes = config.Default().MMMQ.Broker.Segment.MaxBytes
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
@@ -35,4 +37,16 @@ func WriteJSON(w http.ResponseWriter, status int, v any) { contract.WriteJSON(w,
 // Deprecated: use contract.WriteError.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	contract.WriteError(w, status, code, msg)
+}
+
+// PublishRequest is the body of POST /messages.
+//
+// Deprecated: use contract.PublishRequest.
+type PublishRequest = contract.PublishRequest
+
+// EncodeMessage returns the stored message JSON for topic and content.
+//
+// Deprecated: use contract.EncodeMessage.
+func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
+	return contract.EncodeMessage(topic, content, id, headers, now)
 }
