@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -210,23 +209,31 @@ func (rt *Route) fetchParams(r *http.Request) (limit int, wait time.Duration, er
 	return limit, wait, nil
 }
 
-func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
+// sessionRequest returns the request's topic, group and session; a
+// missing session header is a 400 saying what the session is for.
+func sessionRequest(r *http.Request, purpose string) (topic, group, session string, err error) {
 	v := mux.Vars(r)
-	topic, group := v["topic"], v["group"]
-	session := r.Header.Get(SessionHeader)
+	session = r.Header.Get(SessionHeader)
 	if session == "" {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
-			"header "+SessionHeader+" is required (the session returned by fetch)")
+		return "", "", "", contract.BadRequest("header %s is required (%s)", SessionHeader, purpose)
+	}
+	return v["topic"], v["group"], session, nil
+}
+
+func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
+	topic, group, session, err := sessionRequest(r, "the session returned by fetch")
+	if err != nil {
+		rt.fail(w, err)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
 	if err != nil {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("read body (at most %d bytes): %v", maxAckBody, err))
+		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err))
 		return
 	}
 	var req AckRequest
 	if err := json.Unmarshal(body, &req); err != nil || req.Offset == nil || *req.Offset < 0 {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, `body must be {"offset": n} with an integer n >= 0`)
+		rt.fail(w, contract.BadRequest(`body must be {"offset": n} with an integer n >= 0`))
 		return
 	}
 	committed, err := rt.c.Ack(topic, group, session, *req.Offset)
@@ -238,25 +245,20 @@ func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
 }
 
 func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
-	v := mux.Vars(r)
-	topic, group := v["topic"], v["group"]
-	session := r.Header.Get(SessionHeader)
-	if session == "" {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
-			"header "+SessionHeader+" is required (the session to release)")
+	topic, group, session, err := sessionRequest(r, "the session to release")
+	if err != nil {
+		rt.fail(w, err)
 		return
 	}
 	released, err := rt.c.Release(topic, group, session)
-	if err != nil {
-		rt.fail(w, err)
-		return
+	if err == nil {
+		var committed int64
+		if committed, err = rt.c.Committed(topic, group); err == nil {
+			contract.WriteJSON(w, http.StatusOK, ReleaseResponse{Topic: topic, Group: group, Released: released, Committed: committed})
+			return
+		}
 	}
-	committed, err := rt.c.Committed(topic, group)
-	if err != nil {
-		rt.fail(w, err)
-		return
-	}
-	contract.WriteJSON(w, http.StatusOK, ReleaseResponse{Topic: topic, Group: group, Released: released, Committed: committed})
+	rt.fail(w, err)
 }
 
 // HTTPStatus maps an error of the coordinator to its HTTP status and
