@@ -195,7 +195,7 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	lpAddr := freeAddr(t)
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	a, base := startBroker(t, cfg,
-		fx.Supply(fx.Annotate(be, fx.As(new(topicqueue.Backend)))),
+		fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be }),
 		dispatcher.Provide(func() *dispatcher.Dispatcher {
 			return dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))
 		}))

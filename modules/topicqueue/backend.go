@@ -14,8 +14,9 @@ import (
 // The default is the local segmented log (LocalBackend); a replicated
 // backend implements the same three methods, and everything above the
 // registry (dispatchers, consumer groups, HTTP, line protocol) is unchanged.
-// Replace it in an Fx application with
-// fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine }).
+// Module provides the local one; replace it in an Fx application with
+// fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine })
+// or fx.Replace(fx.Annotate(mine, fx.As(new(topicqueue.Backend)))).
 type Backend interface {
 	// Open opens topic name's log. With create it makes the topic when it
 	// does not exist (the first message of a new topic); without, the topic

@@ -11,7 +11,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Params are the registry's dependencies in the Fx graph.
+// Params are the default backend's dependencies in the Fx graph.
 type Params struct {
 	fx.In
 	// Storage is mmmq.broker.storage (config.Module).
@@ -25,9 +25,18 @@ type Params struct {
 	// Hooks are write-path injection points; only crash tests provide them
 	// (app/mmmq built with -tags crashpoints). Nil in production.
 	Hooks *storage.Hooks `optional:"true"`
-	// Backend replaces the local segmented log (a replicated store);
-	// absent means LocalBackend over mmmq.broker.storage.root-dir.
-	Backend Backend `optional:"true"`
+}
+
+// RegistryParams are the registry's dependencies in the Fx graph.
+type RegistryParams struct {
+	fx.In
+	Storage config.StorageConfig
+	Segment config.SegmentConfig
+	Logger  *zap.Logger
+	FS      vfs.FS
+	// Backend opens the topics: Module provides the LocalBackend
+	// (NewBackendFromConfig); replace it with fx.Decorate or fx.Replace.
+	Backend Backend
 }
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
@@ -52,16 +61,26 @@ func StorageOptionsFromConfig(seg config.SegmentConfig) storage.Options {
 	}
 }
 
-// NewFromConfig builds the registry from the configuration. Module takes
-// the backend's lock (the data root's .lock: two brokers on one directory
-// refuse to start) when the application starts, and on stop closes every
-// log and releases the lock.
-func NewFromConfig(p Params) *Registry {
+// NewBackendFromConfig is the default Backend: the local segmented log
+// under mmmq.broker.storage.root-dir, with the storage engine's options
+// from mmmq.broker.segment and the graph's filesystem, observer and hooks.
+func NewBackendFromConfig(p Params) Backend {
 	opts := OptionsFromConfig(p.Storage, p.Segment)
 	opts.Storage.FS = p.FS
 	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Storage.Observer = p.Observer
 	opts.Storage.Hooks = p.Hooks
+	return &LocalBackend{Root: opts.Root, Storage: opts.Storage}
+}
+
+// NewFromConfig builds the registry over p.Backend. Module takes the
+// backend's lock (the data root's .lock: two brokers on one directory
+// refuse to start) when the application starts, and on stop closes every
+// log and releases the lock.
+func NewFromConfig(p RegistryParams) *Registry {
+	opts := OptionsFromConfig(p.Storage, p.Segment)
+	opts.Storage.FS = p.FS
+	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Backend = p.Backend
 	return New(opts)
 }
@@ -89,10 +108,11 @@ func registerLifecycle(lc fx.Lifecycle, r *Registry) {
 	})
 }
 
-// Module provides the *Registry and ties its lock and its logs to the
-// application's start and stop. The Backend is the local segmented log
-// unless one is provided (or decorated) in the graph.
+// Module provides the Backend (the local segmented log; replace it with
+// fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine })
+// or fx.Replace) and the *Registry over it, and ties the backend's lock and
+// the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
-	fx.Provide(NewFromConfig),
+	fx.Provide(NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )
