@@ -96,14 +96,36 @@ func Modules() fx.Option {
 }
 
 // Sections returns the configuration sections of the plugins in Modules
-// (mmmq.metrics and mmmq.lineproto), in a new slice. A binary that loads the
-// configuration before building the application passes them, plus those of
-// the plugins it adds, in config.LoadOptions.Sections, so that it reads the
-// same keys as app.New loading inside the graph:
+// (mmmq.metrics and mmmq.lineproto), in a new slice, less those of modules
+// that edits (Without or Replace, as passed to New) take out. A binary that
+// loads the configuration before building the application passes them, plus
+// those of the plugins it adds, in config.LoadOptions.Sections, so that it
+// reads the same keys as app.New loading inside the graph:
 //
-//	config.Load(config.LoadOptions{Sections: append(app.Sections(), profiling.ConfigSection)})
-func Sections() []config.Section {
-	return []config.Section{metrics.ConfigSection, lineproto.ConfigSection}
+//	drop := app.Without(app.LineProto)
+//	cfg, err := config.Load(config.LoadOptions{Sections: append(app.Sections(drop), profiling.ConfigSection)})
+//	a := app.New(config.Supply(cfg), drop, profiling.Module)
+//
+// A section loaded for a module the application does not contain, with a
+// value other than its default, makes the application fail naming the key.
+func Sections(edits ...fx.Option) []config.Section {
+	bySection := []struct {
+		module string
+		sec    config.Section
+	}{{Metrics, metrics.ConfigSection}, {LineProto, lineproto.ConfigSection}}
+	var out []config.Section
+	for _, m := range bySection {
+		kept := true
+		for _, o := range edits {
+			if e, ok := o.(*edit); ok && e.name == m.module {
+				kept = false
+			}
+		}
+		if kept {
+			out = append(out, m.sec)
+		}
+	}
+	return out
 }
 
 // ModuleNames lists the names of the default modules in start order.

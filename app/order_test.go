@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/gorilla/mux"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
@@ -16,7 +18,9 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/plugins/lineproto"
+	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
 // hookOrder builds the default application with opts, starts and stops it,
@@ -123,4 +127,42 @@ func TestNewListensOnLineProtocol(t *testing.T) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	require.NoError(t, err)
 	require.Equal(t, "OK 0 DURABLE\n", line)
+}
+
+// A configuration loaded with the default sections (app.Sections) but used
+// by an application that dropped the line protocol: a non-default
+// mmmq.lineproto value is refused naming the key instead of being ignored,
+// and a section the application reads but the loader was not given (here
+// lineproto's, when only metrics' was passed) is refused too.
+func TestLoadedSectionsMustMatchTheApp(t *testing.T) {
+	root := t.TempDir()
+	env := []string{"MMMQ_BROKER_STORAGE_ROOT_DIR=" + root, "MMMQ_SERVER_PORT=0", "MMMQ_LINEPROTO_ADDR=127.0.0.1:0"}
+	cfg, err := config.Load(config.LoadOptions{Path: "-none-", Environ: env, Sections: app.Sections()})
+	require.NoError(t, err)
+	err = app.New(fx.NopLogger, config.Supply(cfg), app.Without(app.LineProto)).Err()
+	require.ErrorContains(t, err, "config: mmmq.lineproto.addr: is set, but no module of this application reads mmmq.lineproto")
+	require.ErrorIs(t, err, config.ErrPluginMissing)
+	require.NoError(t, app.New(fx.NopLogger, config.Supply(cfg)).Err(), "the same config with the line protocol")
+
+	cfg, err = config.Load(config.LoadOptions{Path: "-none-", Environ: env[:2], Sections: []config.Section{metrics.ConfigSection}})
+	require.NoError(t, err)
+	err = app.New(fx.NopLogger, config.Supply(cfg)).Err()
+	require.ErrorContains(t, err, "config: mmmq.lineproto is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections")
+}
+
+type dupRoute struct{}
+
+func (dupRoute) Register(r *mux.Router) {
+	r.HandleFunc("/topics", func(http.ResponseWriter, *http.Request) {}).Methods(http.MethodGet)
+	r.HandleFunc("/hello", func(http.ResponseWriter, *http.Request) {})
+}
+
+// A plugin route that takes a path and method the server already serves is
+// refused at build time, naming them, instead of never being called.
+func TestOverlappingRoutesRefused(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	err := app.New(fx.NopLogger, config.Supply(cfg), contract.ProvideRoute(func() contract.Route { return dupRoute{} })).Err()
+	require.ErrorContains(t, err, "httpapi: routes registered more than once: GET /topics")
+	require.NotContains(t, err.Error(), "/hello")
+	require.NoError(t, app.New(fx.NopLogger, config.Supply(testConfig(t, t.TempDir()))).Err(), "the default routes do not overlap")
 }

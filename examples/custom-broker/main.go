@@ -10,10 +10,11 @@
 // MMMQ_ORDERS_ORDER_HOST=http://localhost:9081 (or mmmq.orders.order-host in
 // the file).
 //
-// This binary has no line protocol and no profiling plugin: the stock
-// configs/mmmq.yaml still loads, with a warning for each of their keys (at
-// their defaults); setting one of them to another value stops startup naming
-// the key and the missing plugin.
+// It has every default module, the line protocol included (it listens when
+// mmmq.lineproto.addr is set), but not the profiling plugin: the stock
+// configs/mmmq.yaml still loads, with a warning for mmmq.profiling.addr (at
+// its default); setting it to another value stops startup naming the key
+// and the missing plugin.
 package main
 
 import (

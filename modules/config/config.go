@@ -25,7 +25,9 @@ type Config struct {
 	// caller logs them (app.New does, through zap).
 	Warnings []Warning `koanf:"-"`
 
-	// sections holds the decoded plugin sections by name.
+	// sections holds the decoded plugin sections by name: exactly those
+	// given to Load; nil for a Config that Load built without sections or
+	// that Default built.
 	sections map[string]sectionValue
 }
 

@@ -2,8 +2,11 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"reflect"
 	"slices"
+	"strings"
 
 	"go.uber.org/fx"
 )
@@ -22,7 +25,12 @@ import (
 // $MMMQ_CONFIG) if present, then the process environment. When it loads, the
 // sections registered with [ProvideSection] are added to
 // LoadOptions.Sections; a supplied Config is used as it is (a section it
-// does not hold reads as its defaults, see [SectionValue]).
+// does not hold reads as its defaults, see [SectionValue]). A supplied
+// Config that Load built with sections must agree with the application: every section a
+// module registers was given to Load, and a section given to Load that no
+// module of the application reads holds only its defaults (else the
+// application fails naming the key: it was set for a module the binary
+// dropped).
 var Module = fx.Module("config", fx.Provide(provide, provideSections))
 
 // sectionsGroup is the value group of the sections registered by ProvideSection.
@@ -37,6 +45,9 @@ type params struct {
 
 func provide(p params) (*Config, error) {
 	if cfg := p.Options.supplied; cfg != nil {
+		if err := cfg.checkSections(p.Sections); err != nil {
+			return nil, err
+		}
 		return cfg, nil
 	}
 	opts := p.Options
@@ -123,4 +134,43 @@ func cloneDispatchers(ds DispatchersConfig) DispatchersConfig {
 		out[i].Patterns = slices.Clone(out[i].Patterns)
 	}
 	return out
+}
+
+// checkSections compares the sections of a Config built by Load with those
+// registered in the application (registered): a registered section the
+// loader was not given would silently read its defaults, and a loaded
+// section with a non-default value that no module reads would be silently
+// ignored. Only a Config that Load built with sections is checked (not one
+// built in code from Default, as tests do).
+func (c *Config) checkSections(registered []Section) error {
+	loaded := false
+	for _, sv := range c.sections {
+		loaded = loaded || sv.loaded
+	}
+	if !loaded {
+		return nil
+	}
+	reg := map[string]bool{}
+	registered = slices.SortedFunc(slices.Values(registered), func(a, b Section) int { return strings.Compare(a.Name(), b.Name()) })
+	for _, s := range registered {
+		reg[s.Name()] = true
+		if _, ok := c.sections[s.Name()]; !ok {
+			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections", s.Key())
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.sections)) {
+		sv := c.sections[name]
+		if reg[name] {
+			continue
+		}
+		cur := map[string]any{}
+		collectDefaults(reflect.ValueOf(sv.value), sv.sec.Key()+".", cur)
+		def := sv.sec.Defaults()
+		for _, key := range slices.Sorted(maps.Keys(def)) {
+			if !reflect.DeepEqual(cur[key], def[key]) {
+				return &KeyError{Key: key, Problem: fmt.Sprintf("is set, but no module of this application reads %s (was its module left out, e.g. with app.Without?)", sv.sec.Key()), kind: ErrPluginMissing}
+			}
+		}
+	}
+	return nil
 }

@@ -95,7 +95,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		if cfg.sections == nil {
 			cfg.sections = map[string]sectionValue{}
 		}
-		cfg.sections[sec.Name()] = sectionValue{sec: sec, value: v}
+		cfg.sections[sec.Name()] = sectionValue{sec: sec, value: v, loaded: true}
 		k.Delete(sec.Key())
 	}
 	warns, perrs := checkAbsentPlugins(k, absent, fromEnv)

@@ -34,8 +34,9 @@ type Section interface {
 
 // sectionValue is one decoded section held by a Config.
 type sectionValue struct {
-	sec   Section
-	value any // the section's T
+	sec    Section
+	value  any  // the section's T
+	loaded bool // decoded by Load (not set with SetSectionValue)
 }
 
 // sectionNameRE is the allowed section name: one lower-case key segment.

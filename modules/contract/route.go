@@ -10,9 +10,12 @@ import (
 )
 
 // Route is a module's or plugin's contribution to the HTTP API: Register
-// adds its handlers to the broker's router. Contribute one with
-// [ProvideRoute]; the HTTP server (modules/httpapi) registers every member
-// of the value group, sorted as Fx gives them (routes must not overlap).
+// adds its handlers to the broker's router, a gorilla/mux router
+// (github.com/gorilla/mux). Contribute one with [ProvideRoute]; the HTTP
+// server (modules/httpapi) registers every member of the value group. Routes
+// must not overlap: a path and method registered twice (by two routes, or
+// by a route and the server's own) makes the server fail to build, naming
+// them.
 type Route interface {
 	Register(r *mux.Router)
 }

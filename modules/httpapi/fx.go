@@ -44,8 +44,10 @@ func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options 
 
 // NewFromConfig builds the server from the configuration; Module starts it
 // (listen) and stops it (graceful shutdown within server.shutdown-timeout).
-func NewFromConfig(p Params) *Server {
-	return New(OptionsFromConfig(p.Server, p.Segment), p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+// Routes that overlap (Server.Err) fail the application.
+func NewFromConfig(p Params) (*Server, error) {
+	s := New(OptionsFromConfig(p.Server, p.Segment), p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+	return s, s.Err()
 }
 
 // Module provides the *Server, starts it with the application and stops it

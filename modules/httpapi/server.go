@@ -76,6 +76,8 @@ type Server struct {
 	done   chan struct{}
 	// deadlines bounds single publishes' waits (PublishTimeout).
 	deadlines sharedDeadlines
+	// routeErr is an overlap between routes found by New (see Err).
+	routeErr error
 }
 
 // New builds the server and its routes; Start listens.
@@ -120,6 +122,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 			rt.Register(r)
 		}
 	}
+	s.routeErr = overlappingRoutes(r)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -147,6 +150,44 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	return s
 }
 
+// Err reports a problem found while building the server: a path and method
+// registered twice (two plugin routes, or a plugin route and one of the
+// server's own), which the router would silently resolve to the first.
+func (s *Server) Err() error { return s.routeErr }
+
+// overlappingRoutes returns an error naming every path and method that is
+// registered more than once on r; a route without methods counts as every
+// method.
+func overlappingRoutes(r *mux.Router) error {
+	type key struct{ method, path string }
+	var seen []key
+	var dups []string
+	_ = r.Walk(func(route *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		path, err := route.GetPathTemplate()
+		if err != nil {
+			return nil
+		}
+		methods, err := route.GetMethods()
+		if err != nil {
+			methods = []string{"*"}
+		}
+		for _, m := range methods {
+			for _, k := range seen {
+				if k.path == path && (k.method == m || k.method == "*" || m == "*") {
+					dups = append(dups, m+" "+path)
+					break
+				}
+			}
+			seen = append(seen, key{m, path})
+		}
+		return nil
+	})
+	if len(dups) > 0 {
+		return fmt.Errorf("httpapi: routes registered more than once: %s (each path and method must have one handler)", strings.Join(dups, ", "))
+	}
+	return nil
+}
+
 // Handler is the server's handler (fast publish path, then the router), for
 // tests with httptest.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
@@ -172,8 +213,11 @@ func (s *Server) Addr() string {
 }
 
 // Start listens and serves in the background. It returns an error when the
-// address cannot be bound.
+// address cannot be bound, or when two routes overlap (see Err).
 func (s *Server) Start(context.Context) error {
+	if s.routeErr != nil {
+		return s.routeErr
+	}
 	ln, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)

@@ -48,6 +48,6 @@ func registerSync(lc fx.Lifecycle, l *zap.Logger) {
 // each.
 func logConfigWarnings(cfg *config.Config, log *zap.Logger) {
 	for _, w := range cfg.Warnings {
-		log.Warn(w.String(), zap.String("key", w.Key), zap.String("plugin", w.Plugin))
+		log.Named("config").Warn(w.String(), zap.String("key", w.Key), zap.String("plugin", w.Plugin))
 	}
 }
