@@ -49,14 +49,17 @@ var (
 )
 
 // Error codes of the coordinator's errors.
-//
-// Deprecated: use the contract.Code constants.
 const (
-	CodeGroupBusy      = contract.CodeGroupBusy
-	CodeNotDelivered   = contract.CodeNotDelivered
+	// Deprecated: use contract.CodeGroupBusy.
+	CodeGroupBusy = contract.CodeGroupBusy
+	// Deprecated: use contract.CodeNotDelivered.
+	CodeNotDelivered = contract.CodeNotDelivered
+	// Deprecated: use contract.CodeSessionExpired.
 	CodeSessionExpired = contract.CodeSessionExpired
-	CodeNameTaken      = contract.CodeNameTaken
-	CodeTooManyGroups  = contract.CodeTooManyGroups
+	// Deprecated: use contract.CodeNameTaken.
+	CodeNameTaken = contract.CodeNameTaken
+	// Deprecated: use contract.CodeTooManyGroups.
+	CodeTooManyGroups = contract.CodeTooManyGroups
 )
 
 // BusyError is the ErrGroupBusy returned by Acquire: it says how long the

@@ -14,17 +14,23 @@ import (
 type ErrorBody = contract.ErrorBody
 
 // Error codes of ErrorBody.Code.
-//
-// Deprecated: use the contract.Code constants.
 const (
-	CodeBadRequest    = contract.CodeBadRequest
-	CodeTooLarge      = contract.CodeTooLarge
-	CodeUnavailable   = contract.CodeUnavailable
-	CodeNoSpace       = contract.CodeNoSpace
-	CodeNotFound      = contract.CodeNotFound
-	CodeMethod        = contract.CodeMethod
+	// Deprecated: use contract.CodeBadRequest.
+	CodeBadRequest = contract.CodeBadRequest
+	// Deprecated: use contract.CodeTooLarge.
+	CodeTooLarge = contract.CodeTooLarge
+	// Deprecated: use contract.CodeUnavailable.
+	CodeUnavailable = contract.CodeUnavailable
+	// Deprecated: use contract.CodeNoSpace.
+	CodeNoSpace = contract.CodeNoSpace
+	// Deprecated: use contract.CodeNotFound.
+	CodeNotFound = contract.CodeNotFound
+	// Deprecated: use contract.CodeMethod.
+	CodeMethod = contract.CodeMethod
+	// Deprecated: use contract.CodeTooManyTopics.
 	CodeTooManyTopics = contract.CodeTooManyTopics
-	CodeTimeout       = contract.CodeTimeout
+	// Deprecated: use contract.CodeTimeout.
+	CodeTimeout = contract.CodeTimeout
 )
 
 // WriteJSON writes v as JSON with status.

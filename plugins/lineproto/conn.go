@@ -24,17 +24,23 @@ import (
 // Error codes of "ERR <CODE> <text>": the broker's codes, the same as the
 // HTTP API's (contract.Classify gives them). GROUP_BUSY, NOT_DELIVERED,
 // TOO_LARGE, BAD_REQUEST and UNAVAILABLE are the log-queue study's.
-//
-// Deprecated: use the contract.Code constants.
 const (
-	CodeTooLarge       = contract.CodeTooLarge
-	CodeGroupBusy      = contract.CodeGroupBusy
-	CodeNotDelivered   = contract.CodeNotDelivered
-	CodeBadRequest     = contract.CodeBadRequest
-	CodeUnavailable    = contract.CodeUnavailable
-	CodeNotFound       = contract.CodeNotFound
+	// Deprecated: use contract.CodeTooLarge.
+	CodeTooLarge = contract.CodeTooLarge
+	// Deprecated: use contract.CodeGroupBusy.
+	CodeGroupBusy = contract.CodeGroupBusy
+	// Deprecated: use contract.CodeNotDelivered.
+	CodeNotDelivered = contract.CodeNotDelivered
+	// Deprecated: use contract.CodeBadRequest.
+	CodeBadRequest = contract.CodeBadRequest
+	// Deprecated: use contract.CodeUnavailable.
+	CodeUnavailable = contract.CodeUnavailable
+	// Deprecated: use contract.CodeNotFound.
+	CodeNotFound = contract.CodeNotFound
+	// Deprecated: use contract.CodeSessionExpired.
 	CodeSessionExpired = contract.CodeSessionExpired
-	CodeNameTaken      = contract.CodeNameTaken
+	// Deprecated: use contract.CodeNameTaken.
+	CodeNameTaken = contract.CodeNameTaken
 )
 
 // errLineTooLong: a request line over MaxLineBytes.
