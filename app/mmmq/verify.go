@@ -64,7 +64,7 @@ func verify(args []string) int {
 	}
 	if *repair {
 		// Repair writes: never under a running broker.
-		release, err := topicqueue.LockRoot(vfs.OS{}, dir)
+		release, err := topicqueue.LockRootFS(vfs.OS{}, dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
 			return 1

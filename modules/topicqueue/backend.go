@@ -77,10 +77,10 @@ func (b *LocalBackend) Topics() (names, skipped []string, err error) {
 	return names, skipped, nil
 }
 
-// Lock takes the data root's lock through the filesystem (LockRoot): a
+// Lock takes the data root's lock through the filesystem (LockRootFS): a
 // flock(2) on Root/.lock for the OS, an in-process lock in memory.
 func (b *LocalBackend) Lock() (func() error, error) {
-	return LockRoot(b.fs(), b.Root)
+	return LockRootFS(b.fs(), b.Root)
 }
 
 func (b *LocalBackend) fs() vfs.FS {

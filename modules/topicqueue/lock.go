@@ -15,17 +15,17 @@ import (
 // other, cutting acknowledged data.
 const LockFile = ".lock"
 
-// ErrRootInUse is returned by LockRoot when another process holds the lock.
+// ErrRootInUse is returned by LockRootFS when another process holds the lock.
 var ErrRootInUse = errors.New("topicqueue: data directory in use by another mmmq process")
 
-// LockRoot creates root (durably) on fsys if needed and takes the exclusive,
+// LockRootFS creates root (durably) on fsys if needed and takes the exclusive,
 // non-blocking lock on root/.lock through fsys.Lock: on the real filesystem
 // a flock(2) that also records this process's pid in the file, on a MemFS an
 // in-process lock. The lock is released by release or when the process dies
 // (kill -9 included), so a crashed broker never blocks its restart. Errors:
 // ErrRootInUse, wrapped with the lock file and the holder's pid ("unknown"
 // when the file holds none), or an I/O error.
-func LockRoot(fsys vfs.FS, root string) (release func() error, err error) {
+func LockRootFS(fsys vfs.FS, root string) (release func() error, err error) {
 	if err := storage.MkdirDurable(fsys, root); err != nil {
 		return nil, err
 	}
@@ -41,3 +41,9 @@ func LockRoot(fsys vfs.FS, root string) (release func() error, err error) {
 	}
 	return l.Close, nil
 }
+
+// LockRoot is LockRootFS on the operating system's filesystem.
+//
+// Deprecated: use LockRootFS (or Registry.Lock, which locks through the
+// registry's backend).
+func LockRoot(root string) (release func() error, err error) { return LockRootFS(vfs.OS{}, root) }

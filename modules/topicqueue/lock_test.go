@@ -24,11 +24,11 @@ func TestLockRoot(t *testing.T) {
 		{"mem", vfs.NewMem(), "/data"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			release, err := LockRoot(tc.fs, tc.root)
+			release, err := LockRootFS(tc.fs, tc.root)
 			if err != nil {
 				t.Fatalf("first lock: %v", err)
 			}
-			_, err = LockRoot(tc.fs, tc.root)
+			_, err = LockRootFS(tc.fs, tc.root)
 			if !errors.Is(err, ErrRootInUse) {
 				t.Fatalf("second lock: %v, want ErrRootInUse", err)
 			}
@@ -40,7 +40,7 @@ func TestLockRoot(t *testing.T) {
 			if err := release(); err != nil {
 				t.Fatalf("release: %v", err)
 			}
-			again, err := LockRoot(tc.fs, tc.root)
+			again, err := LockRootFS(tc.fs, tc.root)
 			if err != nil {
 				t.Fatalf("lock after release: %v", err)
 			}
