@@ -133,9 +133,7 @@ func TestNewBuildsTheDefaultApp(t *testing.T) {
 func TestPublishDeliverRestartResume(t *testing.T) {
 	root := t.TempDir()
 	cons := newConsumer(t)
-	plugin := dispatcher.Provide(func() *dispatcher.Dispatcher {
-		return dispatcher.New("order-dispatcher", cons.host(t), dispatcher.MustPattern("order.**"))
-	})
+	plugin := provideDispatcher(dispatcher.New("order-dispatcher", cons.host(t), dispatcher.MustPattern("order.**")))
 	cfg := testConfig(t, root)
 	a, base := startBroker(t, cfg, plugin)
 
@@ -187,9 +185,7 @@ func TestNewDispatcherNameReplaysFromZero(t *testing.T) {
 	}
 	a.RequireStop()
 	cons := newConsumer(t)
-	a2, _ := startBroker(t, cfg, dispatcher.Provide(func() *dispatcher.Dispatcher {
-		return dispatcher.New("late-dispatcher", cons.host(t), dispatcher.MustPattern("news.**"))
-	}))
+	a2, _ := startBroker(t, cfg, provideDispatcher(dispatcher.New("late-dispatcher", cons.host(t), dispatcher.MustPattern("news.**"))))
 	defer a2.RequireStop()
 	got := cons.waitFor(t, 3)
 	for i, r := range got {

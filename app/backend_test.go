@@ -196,9 +196,7 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	a, base := startBroker(t, cfg,
 		fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be }),
-		dispatcher.Provide(func() *dispatcher.Dispatcher {
-			return dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))
-		}))
+		provideDispatcher(dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))))
 	defer a.RequireStop()
 
 	for i := 0; i < 3; i++ {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
@@ -102,14 +101,9 @@ func TestConsumerNeverAnswers(t *testing.T) {
 	goodSrv := httptest.NewServer(http.HandlerFunc(good.ack))
 	t.Cleanup(goodSrv.Close)
 
-	var mgr *dispatcher.Manager
-	a, base := startBroker(t, testConfig(t, t.TempDir()), fx.Populate(&mgr),
-		dispatcher.Provide(func() *dispatcher.Dispatcher {
-			return dispatcher.New("hang", hostOfURL(t, hang.URL), dispatcher.MustPattern("**")).WithTimeout(200 * time.Millisecond)
-		}),
-		dispatcher.Provide(func() *dispatcher.Dispatcher {
-			return dispatcher.New("good", hostOfURL(t, goodSrv.URL), dispatcher.MustPattern("**"))
-		}))
+	a, base, mgr := startDispatching(t,
+		dispatcher.New("hang", hostOfURL(t, hang.URL), dispatcher.MustPattern("**")).WithTimeout(200*time.Millisecond),
+		dispatcher.New("good", hostOfURL(t, goodSrv.URL), dispatcher.MustPattern("**")))
 	defer a.RequireStop()
 
 	topics := []string{"hang.a", "hang.b", "hang.c"}
@@ -162,16 +156,9 @@ func TestConsumerRedirectNotFollowed(t *testing.T) {
 				http.Redirect(w, r, targetSrv.URL+"/mmmq/messages", code)
 			}))
 			t.Cleanup(redir.Close)
-			var mgr *dispatcher.Manager
-			a, base := startBroker(t, testConfig(t, t.TempDir()), fx.Populate(&mgr),
-				dispatcher.Provide(func() *dispatcher.Dispatcher {
-					return dispatcher.New("redir", hostOfURL(t, redir.URL), dispatcher.MustPattern("redir.*"))
-				}))
+			a, base, mgr := startDispatching(t, dispatcher.New("redir", hostOfURL(t, redir.URL), dispatcher.MustPattern("redir.*")))
 			defer a.RequireStop()
-			for i := range 3 {
-				st, out := publishAt(t, base, "redir.t", map[string]any{"n": i}, "")
-				require.Equal(t, 200, st, out)
-			}
+			publishN(t, base, "redir.t", 3)
 			require.Eventually(t, func() bool { return workerStatus(mgr, "redir", "redir.t").Abnormal >= 3 },
 				20*time.Second, 5*time.Millisecond, "a redirect is abnormal")
 			s := workerStatus(mgr, "redir", "redir.t")
@@ -255,18 +242,11 @@ func TestConsumerAbnormalBodies(t *testing.T) {
 				mu.Unlock()
 			}))
 			t.Cleanup(srv.Close)
-			var mgr *dispatcher.Manager
-			a, base := startBroker(t, testConfig(t, t.TempDir()), fx.Populate(&mgr),
-				dispatcher.Provide(func() *dispatcher.Dispatcher {
-					return dispatcher.New("bodies", hostOfURL(t, srv.URL), dispatcher.MustPattern("body.*")).
-						WithTimeout(300 * time.Millisecond)
-				}))
+			a, base, mgr := startDispatching(t, dispatcher.New("bodies", hostOfURL(t, srv.URL), dispatcher.MustPattern("body.*")).
+				WithTimeout(300*time.Millisecond))
 			defer a.RequireStop()
 			before := heapInUse()
-			for i := range 3 {
-				st, out := publishAt(t, base, "body.t", map[string]any{"n": i}, "")
-				require.Equal(t, 200, st, out)
-			}
+			publishN(t, base, "body.t", 3)
 			attempts := func() int { mu.Lock(); defer mu.Unlock(); return len(written) }
 			require.Eventually(t, func() bool { return attempts() >= 5 }, 30*time.Second, 5*time.Millisecond)
 			after := heapInUse()
@@ -324,16 +304,9 @@ func TestConsumer4xxThenACK(t *testing.T) {
 		got.ack(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	var mgr *dispatcher.Manager
-	a, base := startBroker(t, testConfig(t, t.TempDir()), fx.Populate(&mgr),
-		dispatcher.Provide(func() *dispatcher.Dispatcher {
-			return dispatcher.New("picky", hostOfURL(t, srv.URL), dispatcher.MustPattern("picky.*"))
-		}))
+	a, base, mgr := startDispatching(t, dispatcher.New("picky", hostOfURL(t, srv.URL), dispatcher.MustPattern("picky.*")))
 	defer a.RequireStop()
-	for i := range 3 {
-		st, out := publishAt(t, base, "picky.t", map[string]any{"n": i}, "")
-		require.Equal(t, 200, st, out)
-	}
+	publishN(t, base, "picky.t", 3)
 	require.Eventually(t, func() bool { return len(got.get("picky.t")) >= 3 }, 20*time.Second, 5*time.Millisecond)
 	assert.Equal(t, seq(3), got.get("picky.t"))
 	mu.Lock()
@@ -360,16 +333,9 @@ func TestConsumerRefusedThenListening(t *testing.T) {
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
 
-	var mgr *dispatcher.Manager
-	a, base := startBroker(t, testConfig(t, t.TempDir()), fx.Populate(&mgr),
-		dispatcher.Provide(func() *dispatcher.Dispatcher {
-			return dispatcher.New("late", hostOfURL(t, "http://"+addr), dispatcher.MustPattern("late.*"))
-		}))
+	a, base, mgr := startDispatching(t, dispatcher.New("late", hostOfURL(t, "http://"+addr), dispatcher.MustPattern("late.*")))
 	defer a.RequireStop()
-	for i := range 4 {
-		st, out := publishAt(t, base, "late.t", map[string]any{"n": i}, "")
-		require.Equal(t, 200, st, out)
-	}
+	publishN(t, base, "late.t", 4)
 	require.Eventually(t, func() bool { return workerStatus(mgr, "late", "late.t").Abnormal >= 3 }, 20*time.Second, 5*time.Millisecond)
 	s := workerStatus(mgr, "late", "late.t")
 	assert.Zero(t, s.Committed)
@@ -410,9 +376,7 @@ func TestShutdownBoundedWithHangingConsumerAndLongPoll(t *testing.T) {
 
 	cfg := testConfig(t, t.TempDir())
 	cfg.MMMQ.Broker.Dispatch.Timeout = 30 * time.Second
-	a, base := startBroker(t, cfg, dispatcher.Provide(func() *dispatcher.Dispatcher {
-		return dispatcher.New("hang", hostOfURL(t, hang.URL), dispatcher.MustPattern("lp.*"))
-	}))
+	a, base := startBroker(t, cfg, provideDispatcher(dispatcher.New("hang", hostOfURL(t, hang.URL), dispatcher.MustPattern("lp.*"))))
 	st, out := publishAt(t, base, "lp.t", map[string]any{"n": 0}, "")
 	require.Equal(t, 200, st, out)
 	select {

@@ -361,19 +361,14 @@ func requireAckedPadded(t *testing.T, base, topic string, acked []int) {
 func TestReadErrors503(t *testing.T) {
 	mem := vfs.NewMem()
 	cons := newConsumer(t)
-	plugin := dispatcher.Provide(func() *dispatcher.Dispatcher {
-		return dispatcher.New("read-dispatcher", cons.host(t), dispatcher.MustPattern("read.**"))
-	})
+	plugin := provideDispatcher(dispatcher.New("read-dispatcher", cons.host(t), dispatcher.MustPattern("read.**")))
 	cfg := testConfig(t, memRoot)
 	var fired atomic.Int64
 	mem.SetHook(failOn(vfs.OpRead, "read.topic", "", syscall.EIO, false, &fired))
 	a, base := startBroker(t, cfg, onMem(mem), plugin)
 	defer a.RequireStop()
 
-	for i := range 3 {
-		st, out := publishAt(t, base, "read.topic", map[string]any{"n": i}, "")
-		require.Equal(t, 200, st, out)
-	}
+	publishN(t, base, "read.topic", 3)
 	for _, ext := range []string{storage.IndexExt, storage.SegmentExt} {
 		fired.Store(0)
 		mem.SetHook(failOn(vfs.OpRead, "read.topic", ext, syscall.EIO, false, &fired))

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/app"
@@ -199,13 +198,8 @@ func TestRedeliveryDedupByOffset(t *testing.T) {
 
 func countRows(t *testing.T, dsn string) (rows, distinct int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := connect(t, dsn)
+	defer done()
 	if err := conn.QueryRow(ctx, `select count(*), count(distinct log_offset) from applied`).Scan(&rows, &distinct); err != nil {
 		t.Fatalf("count: %v", err)
 	}
@@ -217,13 +211,8 @@ func countRows(t *testing.T, dsn string) (rows, distinct int64) {
 // the negative control.
 func checkRows(t *testing.T, dsn string, noDedup bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := connect(t, dsn)
+	defer done()
 	rs, err := conn.Query(ctx, `select log_offset, count(*), min(message_id), max(message_id), min(topic),
 		min((content->>'orderId')::int) from applied group by log_offset order by log_offset`)
 	if err != nil {

@@ -31,16 +31,27 @@ func (p *testPostgres) dsn(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.port, db)
 }
 
+// connect opens a connection to dsn and returns it with a context that
+// gives the caller 30 seconds; done closes the connection.
+func connect(t *testing.T, dsn string) (ctx context.Context, conn *pgx.Conn, done func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		cancel()
+		t.Fatalf("connect to throwaway postgres: %v", err)
+	}
+	return ctx, conn, func() {
+		conn.Close(ctx)
+		cancel()
+	}
+}
+
 // createDB creates database name and returns its DSN.
 func (p *testPostgres) createDB(t *testing.T, name string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, p.dsn("postgres"))
-	if err != nil {
-		t.Fatalf("connect to throwaway postgres: %v", err)
-	}
-	defer conn.Close(ctx)
+	ctx, conn, done := connect(t, p.dsn("postgres"))
+	defer done()
 	if _, err := conn.Exec(ctx, "create database "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("create database %s: %v", name, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -360,6 +361,52 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// waitCommitted waits until the worker of dispatcher on topic has
+// committed n messages.
+func waitCommitted(t *testing.T, m *Manager, dispatcher, topic string, n int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s to commit %d on %s", dispatcher, n, topic), func() bool {
+		return status(m, dispatcher, topic).Committed == n
+	})
+}
+
+// wantOffsets fails the test unless rs were sent for exactly the offsets
+// want, in this order; what names the requests in the message.
+func wantOffsets(t *testing.T, what string, rs []received, want ...int64) {
+	t.Helper()
+	if got := offsets(rs); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
+
+// wantCheckpoint fails the test unless the checkpoint file of dispatcher
+// name in topicDir holds want.
+func wantCheckpoint(t *testing.T, topicDir, name string, want int64) {
+	t.Helper()
+	if got := checkpointFile(t, topicDir, name); got != want {
+		t.Errorf("checkpoint file = %d, want %d", got, want)
+	}
+}
+
+// deliverOne publishes n messages to a new topic, runs each of before on
+// it, and starts a manager, with opts, in which d delivers them.
+func deliverOne(t *testing.T, topic string, n int, opts Options, d *Dispatcher, before ...func(*memTopic)) (*memTopic, *Manager) {
+	t.Helper()
+	tp := newMemTopic(t, t.TempDir(), topic)
+	tp.publish(n)
+	for _, f := range before {
+		f(tp)
+	}
+	return tp, startManager(t, newMemSource(tp), opts, d)
+}
+
+// callCounter returns a function that counts its calls: it returns 1 the
+// first time, 2 the second, and so on. It is safe for concurrent use.
+func callCounter() func() int {
+	var n atomic.Int64
+	return func() int { return int(n.Add(1)) }
 }
 
 // faultFS is vfs.OS whose file Syncs fail while failSync is set.

@@ -24,10 +24,10 @@ func TestDeliverInOrderWithHeaders(t *testing.T) {
 	d := New("order-dispatcher", c.host(t), MustPattern("order.**"))
 	m := startManager(t, newMemSource(orders, other), testOptions(), d)
 
-	eventually(t, "5 commits", func() bool { return status(m, "order-dispatcher", "order.created").Committed == 5 })
+	waitCommitted(t, m, "order-dispatcher", "order.created", 5)
 	// The idle worker wakes on Notify for messages published later.
 	orders.publish(2)
-	eventually(t, "7 commits", func() bool { return status(m, "order-dispatcher", "order.created").Committed == 7 })
+	waitCommitted(t, m, "order-dispatcher", "order.created", 7)
 
 	reqs := c.requests()
 	if got, want := offsets(reqs), []int64{0, 1, 2, 3, 4, 5, 6}; !reflect.DeepEqual(got, want) {
@@ -49,9 +49,7 @@ func TestDeliverInOrderWithHeaders(t *testing.T) {
 			t.Errorf("request %d:\n got %+v\nwant %+v", i, r, want)
 		}
 	}
-	if got := checkpointFile(t, orders.dir, "order-dispatcher"); got != 7 {
-		t.Errorf("checkpoint file = %d, want 7", got)
-	}
+	wantCheckpoint(t, orders.dir, "order-dispatcher", 7)
 	st := status(m, "order-dispatcher", "order.created")
 	if st.Delivered != 7 || st.Commits != 7 || st.Next != 7 || !st.Running {
 		t.Errorf("status = %+v", st)
@@ -62,19 +60,11 @@ func TestDeliverInOrderWithHeaders(t *testing.T) {
 }
 
 func TestNackResendsThenSkipsAndCommits(t *testing.T) {
-	root := t.TempDir()
-	tp := newMemTopic(t, root, "order.new")
-	tp.publish(3)
-	var mu sync.Mutex
-	nacksOf0 := 0
+	sendsOf0 := callCounter()
 	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
 		switch r.Offset {
 		case 0: // NACK twice, then ACK: delivered, not exhausted
-			mu.Lock()
-			nacksOf0++
-			n := nacksOf0
-			mu.Unlock()
-			if n <= 2 {
+			if sendsOf0() <= 2 {
 				answer(w, NACK)
 				return
 			}
@@ -84,8 +74,8 @@ func TestNackResendsThenSkipsAndCommits(t *testing.T) {
 		}
 		answer(w, ACK)
 	})
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("order.*")))
-	eventually(t, "commit 3", func() bool { return status(m, "d", "order.new").Committed == 3 })
+	tp, m := deliverOne(t, "order.new", 3, testOptions(), New("d", c.host(t), MustPattern("order.*")))
+	waitCommitted(t, m, "d", "order.new", 3)
 
 	var attempts []int
 	for _, r := range c.requests() {
@@ -97,22 +87,15 @@ func TestNackResendsThenSkipsAndCommits(t *testing.T) {
 	if want := []int{1, 2, 3, 4}; !reflect.DeepEqual(attempts, want) {
 		t.Errorf("attempts of offset 1 = %v, want %v", attempts, want)
 	}
-	if got, want := offsets(c.requests()), []int64{0, 0, 0, 1, 1, 1, 1, 2}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	wantOffsets(t, "offsets", c.requests(), 0, 0, 0, 1, 1, 1, 1, 2)
 	st := status(m, "d", "order.new")
 	if st.Delivered != 2 || st.Nacked != 6 || st.Exhausted != 1 || st.Abnormal != 0 {
 		t.Errorf("status = %+v", st)
 	}
-	if got := checkpointFile(t, tp.dir, "d"); got != 3 {
-		t.Errorf("checkpoint file = %d, want 3", got)
-	}
+	wantCheckpoint(t, tp.dir, "d", 3)
 }
 
 func TestAbnormalBacksOffWithoutReordering(t *testing.T) {
-	root := t.TempDir()
-	tp := newMemTopic(t, root, "pay.done")
-	tp.publish(3)
 	// Offset 1 answers: 500, 503, NACK, 500, NACK, NACK, ACK. The abnormal
 	// answers must not count toward the NACK limit (3 NACKs < 4).
 	script := []int{500, 503, 1, 500, 1, 1, 0}
@@ -137,12 +120,10 @@ func TestAbnormalBacksOffWithoutReordering(t *testing.T) {
 			http.Error(w, "down", step)
 		}
 	})
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("pay.*")))
-	eventually(t, "commit 3", func() bool { return status(m, "d", "pay.done").Committed == 3 })
+	_, m := deliverOne(t, "pay.done", 3, testOptions(), New("d", c.host(t), MustPattern("pay.*")))
+	waitCommitted(t, m, "d", "pay.done", 3)
 
-	if got, want := offsets(c.requests()), []int64{0, 1, 1, 1, 1, 1, 1, 1, 2}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 1, 1, 1, 1, 1, 1, 2)
 	for i, r := range c.requests()[1:8] {
 		if r.Attempt != i+1 {
 			t.Errorf("attempt header of send %d = %d, want %d", i+1, r.Attempt, i+1)
@@ -163,28 +144,20 @@ func TestAbnormalBacksOffWithoutReordering(t *testing.T) {
 }
 
 func TestRedirectIsNotFollowed(t *testing.T) {
-	root := t.TempDir()
-	tp := newMemTopic(t, root, "r")
-	tp.publish(1)
-	var mu sync.Mutex
-	sends := 0
+	sends := callCounter()
 	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/elsewhere" {
 			answer(w, ACK)
 			return
 		}
-		mu.Lock()
-		sends++
-		n := sends
-		mu.Unlock()
-		if n <= 2 {
+		if sends() <= 2 {
 			http.Redirect(w, req, "/elsewhere", http.StatusTemporaryRedirect)
 			return
 		}
 		answer(w, ACK)
 	})
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("r")))
-	eventually(t, "commit 1", func() bool { return status(m, "d", "r").Committed == 1 })
+	_, m := deliverOne(t, "r", 1, testOptions(), New("d", c.host(t), MustPattern("r")))
+	waitCommitted(t, m, "d", "r", 1)
 	for _, r := range c.requests() {
 		if r.Path != "/mmmq/messages" {
 			t.Errorf("redirect followed to %s", r.Path)
@@ -196,17 +169,9 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 }
 
 func TestHugeResponseBodyIsAbnormal(t *testing.T) {
-	root := t.TempDir()
-	tp := newMemTopic(t, root, "big")
-	tp.publish(1)
-	var mu sync.Mutex
-	sends := 0
+	sends := callCounter()
 	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
-		mu.Lock()
-		sends++
-		n := sends
-		mu.Unlock()
-		if n == 1 {
+		if sends() == 1 {
 			// Valid JSON saying ACK, but over the cap.
 			w.Write([]byte(`{"acknowledgement":"ACK","pad":"` + strings.Repeat("x", 4096) + `"}`))
 			return
@@ -215,8 +180,8 @@ func TestHugeResponseBodyIsAbnormal(t *testing.T) {
 	})
 	opts := testOptions()
 	opts.MaxResponseBytes = 1024
-	m := startManager(t, newMemSource(tp), opts, New("d", c.host(t), MustPattern("big")))
-	eventually(t, "commit 1", func() bool { return status(m, "d", "big").Committed == 1 })
+	_, m := deliverOne(t, "big", 1, opts, New("d", c.host(t), MustPattern("big")))
+	waitCommitted(t, m, "d", "big", 1)
 	if st := status(m, "d", "big"); st.Abnormal != 1 || st.Delivered != 1 {
 		t.Errorf("status = %+v, want 1 abnormal then delivered", st)
 	}
@@ -242,13 +207,13 @@ func TestHangingConsumerTimesOutOtherTopicsFlow(t *testing.T) {
 	d := New("d", c.host(t), MustPattern("a.*")).WithTimeout(50 * time.Millisecond)
 	m := startManager(t, newMemSource(slow, fast), testOptions(), d)
 
-	eventually(t, "fast topic delivered while slow hangs", func() bool { return status(m, "d", "a.fast").Committed == 20 })
+	waitCommitted(t, m, "d", "a.fast", 20) // while a.slow hangs
 	eventually(t, "slow attempt timed out", func() bool { return status(m, "d", "a.slow").Abnormal >= 2 })
 	if st := status(m, "d", "a.slow"); st.Committed != 0 || st.Delivered != 0 {
 		t.Fatalf("slow status = %+v, want nothing committed", st)
 	}
 	close(release)
-	eventually(t, "slow delivered after release", func() bool { return status(m, "d", "a.slow").Committed == 1 })
+	waitCommitted(t, m, "d", "a.slow", 1)
 }
 
 func TestRestartResumesFromCheckpoint(t *testing.T) {
@@ -259,7 +224,7 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	tp := newMemTopic(t, root, "t")
 	tp.publish(5)
 	m := startManager(t, newMemSource(tp), testOptions(), d)
-	eventually(t, "commit 5", func() bool { return status(m, "d1", "t").Committed == 5 })
+	waitCommitted(t, m, "d1", "t", 5)
 	stopManager(t, m)
 	tp.close()
 	first := len(c.requests())
@@ -268,27 +233,21 @@ func TestRestartResumesFromCheckpoint(t *testing.T) {
 	tp2 := newMemTopic(t, root, "t")
 	tp2.publish(8)
 	m2 := startManager(t, newMemSource(tp2), testOptions(), d)
-	eventually(t, "commit 8", func() bool { return status(m2, "d1", "t").Committed == 8 })
-	if got, want := offsets(c.requests()[first:]), []int64{5, 6, 7}; !reflect.DeepEqual(got, want) {
-		t.Errorf("after restart offsets = %v, want %v (no acknowledged message resent)", got, want)
-	}
+	waitCommitted(t, m2, "d1", "t", 8)
+	// No acknowledged message is sent again.
+	wantOffsets(t, "offsets after restart", c.requests()[first:], 5, 6, 7)
 }
 
 func TestNewDispatcherNameReplaysFromZero(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, nil)
-	tp := newMemTopic(t, root, "t")
-	tp.publish(4)
-	m := startManager(t, newMemSource(tp), testOptions(), New("old", c.host(t), MustPattern("t")))
-	eventually(t, "old commit 4", func() bool { return status(m, "old", "t").Committed == 4 })
+	tp, m := deliverOne(t, "t", 4, testOptions(), New("old", c.host(t), MustPattern("t")))
+	waitCommitted(t, m, "old", "t", 4)
 	stopManager(t, m)
 
 	m2 := startManager(t, newMemSource(tp), testOptions(),
 		New("old", c.host(t), MustPattern("t")), New("new", c.host(t), MustPattern("**")))
-	eventually(t, "new commit 4", func() bool { return status(m2, "new", "t").Committed == 4 })
-	if got, want := offsets(c.requestsFor("t", "new")), []int64{0, 1, 2, 3}; !reflect.DeepEqual(got, want) {
-		t.Errorf("new dispatcher offsets = %v, want %v", got, want)
-	}
+	waitCommitted(t, m2, "new", "t", 4)
+	wantOffsets(t, "new dispatcher offsets", c.requestsFor("t", "new"), 0, 1, 2, 3)
 	if got := len(c.requestsFor("t", "old")); got != 4 {
 		t.Errorf("old dispatcher got %d requests, want 4 (none after restart)", got)
 	}
@@ -306,14 +265,12 @@ func TestTopicAddedAfterStart(t *testing.T) {
 	src.add(world)
 	src.add(newMemTopic(t, root, "sports"))
 	world.publish(3)
-	eventually(t, "commit 3", func() bool { return status(m, "d", "news.world.europe").Committed == 3 })
+	waitCommitted(t, m, "d", "news.world.europe", 3)
 	// The same topic handed over twice never gets a second worker.
 	src.add(world)
 	world.publish(1)
-	eventually(t, "commit 4", func() bool { return status(m, "d", "news.world.europe").Committed == 4 })
-	if got, want := offsets(c.requests()), []int64{0, 1, 2, 3}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	waitCommitted(t, m, "d", "news.world.europe", 4)
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 2, 3)
 	if n := len(m.Status()); n != 1 {
 		t.Errorf("workers = %d, want 1", n)
 	}
@@ -326,7 +283,7 @@ func TestTopicRecreatedGetsNewWorker(t *testing.T) {
 	tp.publish(2)
 	src := newMemSource(tp)
 	m := startManager(t, src, testOptions(), New("d", c.host(t), MustPattern("t")))
-	eventually(t, "commit 2", func() bool { return status(m, "d", "t").Committed == 2 })
+	waitCommitted(t, m, "d", "t", 2)
 	tp.close()
 	eventually(t, "worker ended", func() bool { return !status(m, "d", "t").Running })
 
@@ -334,49 +291,35 @@ func TestTopicRecreatedGetsNewWorker(t *testing.T) {
 	again.publish(3)
 	src.add(again)
 	eventually(t, "commit 3", func() bool { s := status(m, "d", "t"); return s.Running && s.Committed == 3 })
-	if got, want := offsets(c.requests()), []int64{0, 1, 2}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 2)
 }
 
 func TestCorruptEntrySkipped(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, nil)
-	tp := newMemTopic(t, root, "t")
-	tp.publish(7)
-	tp.setCorrupt(0, 2, 3, 6)
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("t")))
-	eventually(t, "commit 7", func() bool { return status(m, "d", "t").Committed == 7 })
-	if got, want := offsets(c.requests()), []int64{1, 4, 5}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	tp, m := deliverOne(t, "t", 7, testOptions(), New("d", c.host(t), MustPattern("t")), func(tp *memTopic) {
+		tp.setCorrupt(0, 2, 3, 6)
+	})
+	waitCommitted(t, m, "d", "t", 7)
+	wantOffsets(t, "offsets", c.requests(), 1, 4, 5)
 	if st := status(m, "d", "t"); st.Skipped != 4 || st.Delivered != 3 {
 		t.Errorf("status = %+v", st)
 	}
-	if got := checkpointFile(t, tp.dir, "d"); got != 7 {
-		t.Errorf("checkpoint file = %d, want 7", got)
-	}
+	wantCheckpoint(t, tp.dir, "d", 7)
 }
 
 func TestIntervalCommitPolicy(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, nil)
-	tp := newMemTopic(t, root, "t")
-	tp.publish(25)
 	policy := CommitPolicy{Mode: Interval, Interval: time.Hour, MaxCount: 10}
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("t")).WithCommitPolicy(policy))
-	eventually(t, "commit 25", func() bool { return status(m, "d", "t").Committed == 25 })
+	tp, m := deliverOne(t, "t", 25, testOptions(), New("d", c.host(t), MustPattern("t")).WithCommitPolicy(policy))
+	waitCommitted(t, m, "d", "t", 25)
 	// 10, 20, then 25 when idle: 3 commits instead of 25.
 	if st := status(m, "d", "t"); st.Commits != 3 || st.Delivered != 25 {
 		t.Errorf("status = %+v, want 3 commits", st)
 	}
-	if got := checkpointFile(t, tp.dir, "d"); got != 25 {
-		t.Errorf("checkpoint file = %d, want 25", got)
-	}
+	wantCheckpoint(t, tp.dir, "d", 25)
 }
 
 func TestIntervalCommitCrashAndStop(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
 		if r.Offset == 15 {
 			<-req.Context().Done() // hang until the attempt is abandoned
@@ -384,11 +327,8 @@ func TestIntervalCommitCrashAndStop(t *testing.T) {
 		}
 		answer(w, ACK)
 	})
-	tp := newMemTopic(t, root, "t")
-	tp.publish(20)
 	policy := CommitPolicy{Mode: Interval, Interval: time.Hour, MaxCount: 10}
-	d := New("d", c.host(t), MustPattern("t")).WithCommitPolicy(policy)
-	m := startManager(t, newMemSource(tp), testOptions(), d)
+	tp, m := deliverOne(t, "t", 20, testOptions(), New("d", c.host(t), MustPattern("t")).WithCommitPolicy(policy))
 	eventually(t, "hang at 15", func() bool {
 		rs := c.requests()
 		return len(rs) > 0 && rs[len(rs)-1].Offset == 15
@@ -400,9 +340,7 @@ func TestIntervalCommitCrashAndStop(t *testing.T) {
 	}
 	// A graceful stop commits what was ACKed (up to 15), not the hanging one.
 	stopManager(t, m)
-	if got := checkpointFile(t, tp.dir, "d"); got != 15 {
-		t.Errorf("checkpoint after stop = %d, want 15", got)
-	}
+	wantCheckpoint(t, tp.dir, "d", 15)
 
 	// Restart from the crash image: redelivery starts at the committed
 	// point (10), never before it.
@@ -423,14 +361,13 @@ func TestIntervalCommitCrashAndStop(t *testing.T) {
 	}
 	c2 := newConsumer(t, nil)
 	m2 := startManager(t, newMemSource(img), testOptions(), New("d", c2.host(t), MustPattern("t")).WithCommitPolicy(policy))
-	eventually(t, "commit 20", func() bool { return status(m2, "d", "t").Committed == 20 })
+	waitCommitted(t, m2, "d", "t", 20)
 	if got := offsets(c2.requests()); got[0] != 10 || len(got) != 10 {
 		t.Errorf("redelivered offsets = %v, want 10..19", got)
 	}
 }
 
 func TestStopDuringHangingAttempt(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
 		if r.Offset == 2 {
 			<-req.Context().Done()
@@ -438,12 +375,10 @@ func TestStopDuringHangingAttempt(t *testing.T) {
 		}
 		answer(w, ACK)
 	})
-	tp := newMemTopic(t, root, "t")
-	tp.publish(5)
 	// Default 30 s per-attempt timeout: only Stop can end the attempt.
 	opts := testOptions()
 	opts.DefaultTimeout = 0
-	m := startManager(t, newMemSource(tp), opts, New("d", c.host(t), MustPattern("t")))
+	tp, m := deliverOne(t, "t", 5, opts, New("d", c.host(t), MustPattern("t")))
 	eventually(t, "hang at 2", func() bool { return len(c.requests()) == 3 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -451,9 +386,7 @@ func TestStopDuringHangingAttempt(t *testing.T) {
 	if err := m.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	if got := checkpointFile(t, tp.dir, "d"); got != 2 {
-		t.Errorf("checkpoint = %d, want 2 (the abandoned attempt is not committed)", got)
-	}
+	wantCheckpoint(t, tp.dir, "d", 2) // the abandoned attempt is not committed
 	if st := status(m, "d", "t"); st.Running || st.Committed != 2 || st.Abnormal != 0 {
 		t.Errorf("status = %+v", st)
 	}
@@ -466,27 +399,20 @@ func TestStopDuringHangingAttempt(t *testing.T) {
 // backoff; nothing after it is delivered until it succeeds, nothing is
 // skipped, and the worker keeps running.
 func TestCommitFailureRetriesWithoutSkipping(t *testing.T) {
-	root := t.TempDir()
 	c := newConsumer(t, nil)
-	tp := newMemTopic(t, root, "t")
 	ffs := &faultFS{}
 	ffs.failSync.Store(true)
-	tp.fs = ffs
-	tp.publish(3)
-	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("t")))
+	_, m := deliverOne(t, "t", 3, testOptions(), New("d", c.host(t), MustPattern("t")), func(tp *memTopic) { tp.fs = ffs })
 	eventually(t, "commit retried in backoff", func() bool { st := status(m, "d", "t"); return st.Backoff })
 	st := status(m, "d", "t")
 	if !st.Running || st.Committed != 0 || st.Commits != 0 {
 		t.Errorf("status while failing = %+v", st)
 	}
-	if got, want := offsets(c.requests()), []int64{0}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v (no delivery past an uncommitted message)", got, want)
-	}
+	// No delivery past an uncommitted message.
+	wantOffsets(t, "offsets while failing", c.requests(), 0)
 	ffs.failSync.Store(false)
-	eventually(t, "all committed after the fault clears", func() bool { return status(m, "d", "t").Committed == 3 })
-	if got, want := offsets(c.requests()), []int64{0, 1, 2}; !reflect.DeepEqual(got, want) {
-		t.Errorf("offsets = %v, want %v", got, want)
-	}
+	waitCommitted(t, m, "d", "t", 3)
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 2)
 }
 
 func TestManagerLifecycleErrors(t *testing.T) {

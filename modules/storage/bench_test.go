@@ -33,34 +33,10 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer l.Close()
-			b.SetBytes(int64(len(benchPayload)))
-			syncs0 := fsys.Syncs.Load()
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			per := b.N / n
-			extra := b.N % n
-			for g := 0; g < n; g++ {
-				k := per
-				if g < extra {
-					k++
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < k; i++ {
-						if _, err := l.Append(context.Background(), benchPayload, Durable); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(start)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
-			b.ReportMetric(float64(fsys.Syncs.Load()-syncs0)/float64(b.N), "fsyncs/msg")
+			runAppenders(b, n, fsys, func() error {
+				_, err := l.Append(context.Background(), benchPayload, Durable)
+				return err
+			})
 		})
 	}
 }
@@ -110,35 +86,42 @@ func BenchmarkAppendJavaBaseline(b *testing.B) {
 				count++
 				return nil
 			}
-			b.SetBytes(int64(len(benchPayload)))
-			syncs0 := fsys.Syncs.Load()
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			per, extra := b.N/n, b.N%n
-			for g := 0; g < n; g++ {
-				k := per
-				if g < extra {
-					k++
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := 0; i < k; i++ {
-						if err := appendOne(); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(start)
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
-			b.ReportMetric(float64(fsys.Syncs.Load()-syncs0)/float64(b.N), "fsyncs/msg")
+			runAppenders(b, n, fsys, appendOne)
 		})
 	}
+}
+
+// runAppenders times b.N calls of appendOne, each appending benchPayload,
+// shared out among n goroutines, and reports msgs/s and the fsyncs per
+// message counted by fsys.
+func runAppenders(b *testing.B, n int, fsys *vfs.CountingFS, appendOne func() error) {
+	b.SetBytes(int64(len(benchPayload)))
+	syncs0 := fsys.Syncs.Load()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	per, extra := b.N/n, b.N%n
+	for g := 0; g < n; g++ {
+		k := per
+		if g < extra {
+			k++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < k; i++ {
+				if err := appendOne(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/el.Seconds(), "msgs/s")
+	b.ReportMetric(float64(fsys.Syncs.Load()-syncs0)/float64(b.N), "fsyncs/msg")
 }
 
 // BenchmarkReadSequential replays 1M 200-byte entries from offset 0 with

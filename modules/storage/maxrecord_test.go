@@ -13,22 +13,15 @@ import (
 // middle of a segment, and recovery neither cuts nor refuses them.
 func TestLoweredMaxRecordBytesKeepsOldEntries(t *testing.T) {
 	fsys := vfs.NewMem()
-	dir := "root/t"
 	big := append(append([]byte(`"`), bytes.Repeat([]byte("b"), 3000)...), '"')
-	l, err := Open(dir, Options{FS: fsys, MaxRecordBytes: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
+	l := openMem(t, fsys, Options{MaxRecordBytes: 4096})
 	for _, p := range [][]byte{[]byte(`{"a":0}`), big, []byte(`{"a":2}`), big} {
-		if _, err := l.Append(ctx, p, Durable); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, l, p)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l, err = Open(dir, Options{FS: fsys, MaxRecordBytes: 1024})
+	l, err := Open(testDir, Options{FS: fsys, MaxRecordBytes: 1024})
 	if err != nil {
 		t.Fatalf("reopen with a lower limit: %v", err)
 	}
@@ -51,10 +44,10 @@ func TestLoweredMaxRecordBytesKeepsOldEntries(t *testing.T) {
 			t.Fatalf("ReadBatch(%d) = %d entries, %v", from, len(es), err)
 		}
 	}
-	if _, err := l.Append(ctx, big, Durable); err == nil {
+	if _, err := l.Append(context.Background(), big, Durable); err == nil {
 		t.Fatal("a new append over the lowered limit was accepted")
 	}
-	rep, err := Verify(dir, Options{FS: fsys, MaxRecordBytes: 1024}, nil)
+	rep, err := Verify(testDir, Options{FS: fsys, MaxRecordBytes: 1024}, nil)
 	if err != nil || rep.Status != StatusOK {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}

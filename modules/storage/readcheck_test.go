@@ -17,19 +17,13 @@ import (
 // readable. (At startup, recovery refuses such an index.)
 func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
 	fsys := vfs.NewMem()
-	dir := "root/t"
-	l, err := Open(dir, Options{FS: fsys})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openMem(t, fsys, Options{})
 	for i := 0; i < 10; i++ {
-		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), Durable); err != nil {
-			t.Fatal(err)
-		}
+		mustAppend(t, l, []byte(fmt.Sprintf(`{"i":%d}`, i)))
 	}
 	defer l.Close()
 	// Damage the index after open (startup recovery would refuse it).
-	idx := filepath.Join(dir, SegmentName(0)+IndexExt)
+	idx := filepath.Join(testDir, SegmentName(0)+IndexExt)
 	b, err := fsys.ReadFile(idx)
 	if err != nil {
 		t.Fatal(err)
@@ -63,17 +57,11 @@ func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
 // succeeds, and nothing acknowledged is lost.
 func TestRotationCreateFailureIsNotFatal(t *testing.T) {
 	fsys := vfs.NewMem()
-	dir := "root/t"
-	l, err := Open(dir, Options{FS: fsys, SegmentMaxBytes: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openMem(t, fsys, Options{SegmentMaxBytes: 64})
 	defer l.Close()
 	ctx := context.Background()
 	payload := []byte(`{"pad":"0123456789012345678901234567890123456789012345678901234567"}`)
-	if _, err := l.Append(ctx, payload, Durable); err != nil { // fills segment 0
-		t.Fatal(err)
-	}
+	mustAppend(t, l, payload) // fills segment 0
 	failOnce := true
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpCreate && failOnce && filepath.Base(name) != SegmentName(0)+SegmentExt {

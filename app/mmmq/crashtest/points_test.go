@@ -95,6 +95,20 @@ func expectDeath(t *testing.T, b *broker, topic, id, level string) {
 	}
 }
 
+// crashOnM3 starts a broker on a fresh data root whose crash point fires
+// the fourth time it is reached, publishes m0..m2 to topic DURABLE, then m3
+// at level, which must kill the broker (expectDeath). It returns the root.
+func crashOnM3(t *testing.T, point, topic, level string) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "data")
+	b := startBroker(t, brokerConf{DataDir: root, Crashpoint: point, CrashAfter: 4})
+	for i := range 3 {
+		mustPublish(t, b, topic, fmt.Sprintf("m%d", i), "durable")
+	}
+	expectDeath(t, b, topic, "m3", level)
+	return root
+}
+
 // ids returns the ids of a read-back log.
 func ids(l []stored) []string {
 	out := make([]string, len(l))
@@ -193,18 +207,13 @@ var truncateRE = regexp.MustCompile(`truncate [0-9]+\.mmm from [0-9]+ to [0-9]+ 
 // truncates the segment tail and the entry never becomes visible (seed 003
 // crash_partial_write_truncated).
 func notIndexedCase(t *testing.T, point string) pointRow {
-	root := filepath.Join(t.TempDir(), "data")
 	const topic = "cp.t"
-	b := startBroker(t, brokerConf{DataDir: root, Crashpoint: point, CrashAfter: 4})
-	for i := range 3 {
-		mustPublish(t, b, topic, fmt.Sprintf("m%d", i), "durable")
-	}
-	expectDeath(t, b, topic, "m3", "durable")
+	root := crashOnM3(t, point, topic, "durable")
 	tail, tailBytes := segmentTail(t, filepath.Join(root, topic))
 	if len(tail) != 1 || tail[0].ID != "m3" || tail[0].Offset != 3 {
 		t.Fatalf("segment tail on disk after the kill: %+v, want m3 at offset 3 written but not indexed", tail)
 	}
-	b = startBroker(t, brokerConf{DataDir: root})
+	b := startBroker(t, brokerConf{DataDir: root})
 	l := mustRead(t, b, topic)
 	if got := strings.Join(ids(l), ","); got != "m0,m1,m2" {
 		t.Fatalf("after restart the log holds %s, want m0,m1,m2 (m3 cut)", got)
@@ -230,14 +239,9 @@ func notIndexedCase(t *testing.T, point string) pointRow {
 // after restart although its publisher got no reply (seed 003
 // crash_written_before_force).
 func afterIndexWriteCase(t *testing.T) pointRow {
-	root := filepath.Join(t.TempDir(), "data")
 	const topic = "cp.t"
-	b := startBroker(t, brokerConf{DataDir: root, Crashpoint: "after-index-write", CrashAfter: 4})
-	for i := range 3 {
-		mustPublish(t, b, topic, fmt.Sprintf("m%d", i), "durable")
-	}
-	expectDeath(t, b, topic, "m3", "written")
-	b = startBroker(t, brokerConf{DataDir: root})
+	root := crashOnM3(t, "after-index-write", topic, "written")
+	b := startBroker(t, brokerConf{DataDir: root})
 	l := mustRead(t, b, topic)
 	if got := strings.Join(ids(l), ","); got != "m0,m1,m2,m3" {
 		t.Fatalf("after restart the log holds %s, want m0,m1,m2,m3 (the index write survives a process crash)", got)
@@ -255,14 +259,9 @@ func afterIndexWriteCase(t *testing.T) pointRow {
 // durable; the producer cannot know, retries, and the message is stored
 // twice at two offsets (seed 003 crash_forced_before_reply_dup).
 func afterIndexSyncCase(t *testing.T) pointRow {
-	root := filepath.Join(t.TempDir(), "data")
 	const topic = "cp.t"
-	b := startBroker(t, brokerConf{DataDir: root, Crashpoint: "after-index-sync", CrashAfter: 4})
-	for i := range 3 {
-		mustPublish(t, b, topic, fmt.Sprintf("m%d", i), "durable")
-	}
-	expectDeath(t, b, topic, "m3", "durable")
-	b = startBroker(t, brokerConf{DataDir: root})
+	root := crashOnM3(t, "after-index-sync", topic, "durable")
+	b := startBroker(t, brokerConf{DataDir: root})
 	retry := mustPublish(t, b, topic, "m3", "durable") // the producer's retry, same id
 	l := mustRead(t, b, topic)
 	if got := strings.Join(ids(l), ","); got != "m0,m1,m2,m3,m3" || retry.Offset != 4 {

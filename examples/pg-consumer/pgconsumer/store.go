@@ -11,25 +11,23 @@ import (
 const Table = "applied"
 
 // Schemas of Table: with the offset as primary key (dedup) and without any
-// key (the negative control).
+// key (the negative control). The two differ only in the log_offset column,
+// and the two inserts only in what a conflict on it does.
 const (
 	schemaDedup = `create table if not exists applied (
-	log_offset bigint primary key,
-	message_id text,
-	topic      text,
-	content    jsonb,
-	applied_at timestamptz default now())`
+	log_offset bigint primary key,` + appliedColumns
 	schemaNoDedup = `create table if not exists applied (
-	log_offset bigint not null,
+	log_offset bigint not null,` + appliedColumns
+	// appliedColumns are the columns after log_offset, the same in both.
+	appliedColumns = `
 	message_id text,
 	topic      text,
 	content    jsonb,
 	applied_at timestamptz default now())`
 
-	insertDedup = `insert into applied (log_offset, message_id, topic, content)
-	values ($1, $2, $3, $4::jsonb) on conflict (log_offset) do nothing`
 	insertNoDedup = `insert into applied (log_offset, message_id, topic, content)
 	values ($1, $2, $3, $4::jsonb)`
+	insertDedup = insertNoDedup + ` on conflict (log_offset) do nothing`
 )
 
 // Store applies deliveries to the applied table over one connection.
