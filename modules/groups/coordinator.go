@@ -76,28 +76,24 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.LeaseTimeout <= 0 {
-		o.LeaseTimeout = DefaultLeaseTimeout
-	}
-	if o.MaxFetch <= 0 {
-		o.MaxFetch = DefaultMaxFetch
-	}
-	if o.MaxGroups <= 0 {
-		o.MaxGroups = DefaultMaxGroups
-	}
-	if o.MaxFetchBytes <= 0 {
-		o.MaxFetchBytes = DefaultMaxFetchBytes
-	}
-	if o.MaxWait <= 0 {
-		o.MaxWait = DefaultMaxWait
-	}
-	if o.JanitorInterval <= 0 {
-		o.JanitorInterval = min(max(o.LeaseTimeout/4, 10*time.Millisecond), 5*time.Second)
-	}
+	o.LeaseTimeout = orDefault(o.LeaseTimeout, DefaultLeaseTimeout)
+	o.MaxFetch = orDefault(o.MaxFetch, DefaultMaxFetch)
+	o.MaxGroups = orDefault(o.MaxGroups, DefaultMaxGroups)
+	o.MaxFetchBytes = orDefault(o.MaxFetchBytes, DefaultMaxFetchBytes)
+	o.MaxWait = orDefault(o.MaxWait, DefaultMaxWait)
+	o.JanitorInterval = orDefault(o.JanitorInterval, min(max(o.LeaseTimeout/4, 10*time.Millisecond), 5*time.Second))
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
 	return o
+}
+
+// orDefault is v, or def when v is zero or negative (unset).
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Coordinator is the consumer-group coordinator shared by the HTTP routes

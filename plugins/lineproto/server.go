@@ -78,28 +78,24 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.MaxLineBytes <= 0 {
-		o.MaxLineBytes = DefaultMaxLineBytes
-	}
-	if o.MaxRecordBytes <= 0 {
-		o.MaxRecordBytes = DefaultMaxRecordBytes
-	}
-	if o.MaxConns <= 0 {
-		o.MaxConns = DefaultMaxConns
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = DefaultIdleTimeout
-	}
-	if o.WriteTimeout <= 0 {
-		o.WriteTimeout = DefaultWriteTimeout
-	}
-	if o.PublishTimeout <= 0 {
-		o.PublishTimeout = DefaultPublishTimeout
-	}
+	o.MaxLineBytes = orDefault(o.MaxLineBytes, DefaultMaxLineBytes)
+	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, DefaultMaxRecordBytes)
+	o.MaxConns = orDefault(o.MaxConns, DefaultMaxConns)
+	o.IdleTimeout = orDefault(o.IdleTimeout, DefaultIdleTimeout)
+	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
+	o.PublishTimeout = orDefault(o.PublishTimeout, DefaultPublishTimeout)
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
 	return o
+}
+
+// orDefault is v, or def when v is zero or negative (unset).
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Server is the TCP line protocol listener (see the package documentation
