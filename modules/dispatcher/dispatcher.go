@@ -40,7 +40,7 @@ func (h Host) URL() *url.URL {
 }
 
 // String returns the base URL as text, e.g. "http://localhost:8081" (the
-// form ParseHost reads and DESIGN §2's configuration uses).
+// form ParseHost reads and the dispatcher host configuration uses).
 func (h Host) String() string { return h.URL().String() }
 
 // Validate reports an error when the protocol is not HTTP or HTTPS, the
@@ -62,8 +62,8 @@ func (h Host) Validate() error {
 	return nil
 }
 
-// ParseHost parses "scheme://address:port" (DESIGN §2 configuration:
-// "scheme://address:port only"), e.g. "http://localhost:8081" or
+// ParseHost parses "scheme://address:port" (a dispatcher's configured host
+// is a base URL with nothing more), e.g. "http://localhost:8081" or
 // "https://[::1]:8443". The scheme is http or https (any case); the port is
 // required; user info, a path other than "/", a query or a fragment are
 // errors.
@@ -149,9 +149,10 @@ func (p CommitPolicy) Validate() error {
 }
 
 // Dispatcher is one named push subscription: the topics matching any of its
-// patterns are sent to its consumer host (seed 000: new Dispatcher(name,
-// host, List.of(patterns)); DESIGN §5). Its name is also its checkpoint file
-// name, so renaming a dispatcher replays every topic from offset 0.
+// patterns are sent to its consumer host (the original Java mmmq built one
+// the same way: new Dispatcher(name, host, List.of(patterns)); in Go it is
+// dispatcher.New(name, host, patterns...)). Its name is also its checkpoint
+// file name, so renaming a dispatcher replays every topic from offset 0.
 //
 // A Dispatcher is immutable: the With methods return a modified copy, so one
 // may be shared freely between goroutines. Build it with New; provide it to
@@ -174,7 +175,7 @@ func New(name string, host Host, patterns ...Pattern) *Dispatcher {
 }
 
 // WithPath returns a copy of d posting to path p on the host (must start
-// with '/'); "" means the manager's default, "/mmmq/messages" (DESIGN §2).
+// with '/'); "" means the manager's default, "/mmmq/messages".
 func (d *Dispatcher) WithPath(p string) *Dispatcher {
 	c := *d
 	c.path = p
@@ -183,7 +184,7 @@ func (d *Dispatcher) WithPath(p string) *Dispatcher {
 
 // WithTimeout returns a copy of d whose delivery attempts each time out
 // after t (connect, send, headers and body); 0 means the manager's default,
-// 30 s (DESIGN §2). A timeout is an abnormal response.
+// 30 s. A timeout is an abnormal response, retried with backoff.
 func (d *Dispatcher) WithTimeout(t time.Duration) *Dispatcher {
 	c := *d
 	c.timeout = t

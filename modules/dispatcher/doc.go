@@ -1,17 +1,19 @@
 // Package dispatcher pushes every message of the topics a Dispatcher
 // subscribes to over HTTP to that dispatcher's consumer, one worker per
 // (dispatcher, topic), strictly in offset order, with a durable per-dispatcher
-// checkpoint (seed 000 "Dispatcher", DESIGN §2 "Dispatcher semantics").
+// checkpoint (the Dispatcher of the original Java mmmq, with the semantics
+// below).
 //
 // The pieces:
 //
-//	Pattern               topic patterns (order.*, news.**) (DESIGN §2)
-//	Dispatcher            name + consumer Host + patterns + per-dispatcher options (DESIGN §5)
+//	Pattern               topic patterns (order.*, news.**): '*' one segment, '**' zero or more
+//	Dispatcher            name + consumer Host + patterns + per-dispatcher options
 //	Set                   the dispatchers of the value group `group:"dispatchers"`, sorted by name
 //	Sender, HTTPSender    one delivery attempt: POST the stored message, read ACK/NACK
 //	Manager               subscribes to a Source of topics and runs the workers
 //
-// Worker loop (seed 000 "재시도와 지수적 백오프", "커밋 시점과 fsync"):
+// Worker loop (the original Java mmmq's "retries and exponential backoff" and
+// "commit point and fsync" rules):
 //
 //	next := checkpoint.Offset()
 //	loop:

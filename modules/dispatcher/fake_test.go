@@ -61,7 +61,8 @@ func newMemTopic(t *testing.T, root, name string) *memTopic {
 	return tp
 }
 
-// storedMessage is the stored JSON shape of DESIGN §2.
+// storedMessage is the stored message JSON:
+// {"topic":{"name":…},"content":…,"id":…,"timestamp":…,"headers":…}.
 func storedMessage(topic string, n int) []byte {
 	return fmt.Appendf(nil, `{"topic":{"name":%q},"content":{"n":%d,"id":"inner"},"id":"m-%d","timestamp":1700000000000,"headers":{"id":"hdr"}}`, topic, n, n)
 }

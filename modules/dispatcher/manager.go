@@ -175,8 +175,8 @@ const (
 
 // Manager runs the dispatch workers: for every topic of the Source matching a
 // dispatcher of the Set, exactly one worker per (dispatcher, topic name)
-// (seed 000 "TopicQueue 구독 모델"). Start and Stop are its lifecycle; it
-// can be started once.
+// (the original Java mmmq's "TopicQueue subscription model"). Start and
+// Stop are its lifecycle; it can be started once.
 type Manager struct {
 	set    *Set
 	src    Source

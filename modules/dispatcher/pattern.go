@@ -22,7 +22,7 @@ type segment struct {
 	lit  string // segLiteral only
 }
 
-// Pattern is a parsed topic pattern (the seed's TopicPattern, DESIGN §2):
+// Pattern is a parsed topic pattern (TopicPattern in the original Java mmmq):
 // segments separated by '.', each either a literal of [A-Za-z0-9_-]+, a whole
 // segment "*" matching exactly one topic segment, or a whole segment "**"
 // matching zero or more topic segments:
@@ -78,7 +78,7 @@ func ParsePattern(s string) (Pattern, error) {
 }
 
 // MustPattern is ParsePattern that panics on error; for patterns written in
-// Go source (DESIGN §5: dispatcher.MustPattern("order.**")).
+// Go source, e.g. dispatcher.MustPattern("order.**").
 func MustPattern(s string) Pattern {
 	p, err := ParsePattern(s)
 	if err != nil {
@@ -130,7 +130,7 @@ func (p Pattern) Match(topic string) bool {
 }
 
 // segmentByte reports whether c may appear in a literal segment
-// ([A-Za-z0-9_-], DESIGN §2).
+// ([A-Za-z0-9_-], the same characters as a topic name segment).
 func segmentByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }

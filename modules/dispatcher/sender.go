@@ -15,14 +15,16 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
-// Outcome is a consumer's normal answer to a delivery (DESIGN §2).
+// Outcome is a consumer's normal answer to a delivery: a 2xx response whose
+// JSON body is {"acknowledgement":"ACK"} or {"acknowledgement":"NACK"}.
 type Outcome string
 
 const (
 	// ACK: the consumer processed the message; the worker commits and moves on.
 	ACK Outcome = "ACK"
 	// NACK: the consumer refused the message; the worker resends it, at most
-	// Options.MaxResends times (seed 000: 3 resends, 4 attempts in all).
+	// Options.MaxResends times (the original Java mmmq's rule: 3 resends, 4
+	// attempts in all), then logs it, commits and moves on.
 	NACK Outcome = "NACK"
 )
 
@@ -59,7 +61,7 @@ type Sender interface {
 	Send(ctx context.Context, d Delivery) (Outcome, error)
 }
 
-// AbnormalError is a response that is not a normal one (DESIGN §2: 3xx,
+// AbnormalError is a response that is not a normal one (3xx,
 // 4xx, 5xx, a 2xx whose body is not {"acknowledgement":"ACK"|"NACK"}, a body
 // over the size cap).
 type AbnormalError struct {
@@ -74,8 +76,8 @@ func (e *AbnormalError) Error() string {
 	return fmt.Sprintf("dispatcher: abnormal response: HTTP %d: %s", e.StatusCode, e.Reason)
 }
 
-// Header names of a delivery (DESIGN §2). They are sent in exactly this
-// (lower) case.
+// Header names of a delivery (the push request's headers). They are sent in
+// exactly this (lower) case.
 const (
 	// HeaderConsumerID carries the dispatcher name.
 	HeaderConsumerID = "mmmq-consumer-id"
@@ -90,8 +92,8 @@ const (
 )
 
 // HTTPSender is the default Sender: it POSTs the stored message JSON to
-// <host><path> with the DESIGN §2 headers and reads the answer. Redirects are
-// never followed (a 3xx is abnormal); each attempt is bounded by the
+// <host><path> with the mmmq-* delivery headers above and reads the answer.
+// Redirects are never followed (a 3xx is abnormal); each attempt is bounded by the
 // dispatcher's timeout (default Options.DefaultTimeout, 30 s), which covers
 // connecting, sending, waiting for headers and reading the body, so a
 // consumer trickling its body cannot hold a worker longer; at most
@@ -125,7 +127,7 @@ func NewHTTPSender(opts Options) *HTTPSender {
 	return &HTTPSender{
 		client: &http.Client{
 			Transport: tr,
-			// DESIGN §2: redirects are never followed; the 3xx is returned
+			// Redirects are never followed; the 3xx is returned
 			// to Send, which reports it as abnormal.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
@@ -163,7 +165,8 @@ func (s *HTTPSender) Send(ctx context.Context, d Delivery) (Outcome, error) {
 	if err != nil {
 		return "", fmt.Errorf("build request for %s: %w", url, err)
 	}
-	// Raw map keys so that the names go out exactly as DESIGN §2 spells them.
+	// Raw map keys so that the names go out exactly as the Header constants
+	// spell them (lower case; Header.Set would canonicalise them).
 	req.Header["Content-Type"] = []string{"application/json"}
 	req.Header[HeaderConsumerID] = []string{d.Dispatcher.Name()}
 	req.Header[HeaderTopic] = []string{d.Topic}

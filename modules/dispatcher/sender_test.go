@@ -83,7 +83,7 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 	if r.Method != http.MethodPost || r.URL.String() != "http://consumer:8081/mmmq/messages" || r.ContentLength != int64(len(body)) {
 		t.Errorf("request = %s %s length %d", r.Method, r.URL, r.ContentLength)
 	}
-	// Exact (lower-case) header names as DESIGN §2 spells them.
+	// Exact (lower-case) header names of the push request.
 	want := map[string]string{
 		"Content-Type":     "application/json",
 		"mmmq-consumer-id": "order-dispatcher",

@@ -66,8 +66,8 @@ func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
 	return w
 }
 
-// newBackoff is seed 000's schedule: BackoffInitial (1 s), doubling, capped at
-// BackoffMax (60 s), no jitter, never giving up.
+// newBackoff is the original Java mmmq's schedule: BackoffInitial (1 s),
+// doubling, capped at BackoffMax (60 s), no jitter, never giving up.
 func (m *Manager) newBackoff() *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(m.opts.BackoffInitial),
@@ -208,7 +208,8 @@ func (w *worker) loop(ctx context.Context) error {
 		case rerr == nil && len(batch) > 0:
 			readBackoff.Reset()
 		case errors.As(rerr, &ce) && ce.Offset == next:
-			// Seed 000 "무결성 검증": log, skip that single entry, go on.
+			// Integrity check (the original Java mmmq's rule): an entry whose
+			// CRC does not match is logged and skipped alone; delivery goes on.
 			w.skipped.Add(1)
 			w.log.Error("corrupt entry skipped; it is not delivered",
 				zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
@@ -326,7 +327,8 @@ func (w *worker) flush() error {
 	return w.commit(w.next.Load())
 }
 
-// commit durably stores next (write + fsync, seed 000 "커밋 시점과 fsync").
+// commit durably stores next (write + fsync: the checkpoint is fsynced before
+// the worker moves on, the original Java mmmq's commit point).
 // A failed commit (EIO, ENOSPC, EMFILE) is retried with backoff while
 // delivery waits: the checkpoint only ever holds the next offset after
 // finished messages, so a commit that did not happen means redelivery,
