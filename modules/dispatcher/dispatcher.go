@@ -13,8 +13,8 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
-// Protocol is the URL scheme used to reach a consumer (the seed's
-// WebProtocol). Values are lower case so that they are the URL scheme.
+// Protocol is the URL scheme used to reach a consumer (WebProtocol in the
+// original Java mmmq). Values are lower case so that they are the URL scheme.
 type Protocol string
 
 const (
@@ -25,8 +25,9 @@ const (
 )
 
 // Host is a consumer's base address: scheme, host name or IP address, TCP
-// port (the seed's Host(WebProtocol.HTTP, "localhost", 8081)). It has no
-// path: the path is the Dispatcher's (WithPath, default "/mmmq/messages").
+// port (the original Java mmmq's Host(WebProtocol.HTTP, "localhost",
+// 8081)). It has no path: the path is the Dispatcher's (WithPath, default
+// "/mmmq/messages").
 type Host struct {
 	Protocol Protocol // HTTP or HTTPS
 	Address  string   // host name or IP address (IPv6 without brackets)

@@ -275,7 +275,8 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			nacks++
 			w.nacked.Add(1)
 			if nacks > w.m.opts.MaxResends {
-				// Seed 000: after 3 resends log and move on (dead-letter later).
+				// The original Java mmmq's rule: after 3 resends log and move on
+				// (dead-letter later).
 				w.exhausted.Add(1)
 				w.log.Warn("message NACKed on every attempt; moving on without delivery",
 					zap.Int64("offset", e.Offset), zap.Int("attempts", attempt), zap.Int("nacks", nacks),
