@@ -7,8 +7,9 @@ import (
 
 // Ack acknowledges every offset up to and including offset for session: it
 // commits offset+1 to the group's checkpoint, fsynced, and returns the new
-// committed offset only after the fsync (seed 003: "已提交偏移只有在持久化之后
-// 才回复 ACKED"). It renews the lease.
+// committed offset only after the fsync (as in the log-queue study: the
+// committed offset is answered ACKED only after it is persisted). It renews
+// the lease.
 //
 //   - offset >= the session's delivered-up-to offset: ErrNotDelivered,
 //     nothing is committed;

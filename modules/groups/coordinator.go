@@ -103,15 +103,17 @@ func orDefault[T int | int64 | time.Duration](v, def T) T {
 //     stored durably in the topic's checkpoint named after the group
 //     (<topic>/checkpoints/<group>.checkpoint, 8 bytes big-endian, the file
 //     dispatchers use; a new group starts at 0);
-//   - at most one session (seed 003: one active consumer per group): an
-//     opaque id with a lease renewed by every fetch and ack;
+//   - at most one session (one active consumer per group, as in the log-queue
+//     study; a second one gets GROUP_BUSY): an opaque id with a lease renewed
+//     by every fetch and ack;
 //   - the session's delivered-up-to offset: where its next fetch starts.
 //
 // A new session starts delivering at the committed offset, so whatever the
 // previous session fetched and did not acknowledge is delivered again
-// (at-least-once, seed 003 "未确认部分在连接断开后从已提交偏移重投").
+// (at-least-once: unacknowledged messages are redelivered from the committed
+// offset after a disconnect).
 //
-// Corrupt entries found at read time (CRC mismatch, seed 000 "무결성 검증")
+// Corrupt entries found at read time (CRC mismatch: the integrity check)
 // are skipped, one offset each, with an error log, as the dispatcher does:
 // the skipped offset counts as delivered, so a later ack commits past it.
 //

@@ -1,9 +1,9 @@
-// Package groups is mmmq's pull consumer groups (seed 003 "消费进度与重投",
-// issue 6): consumers fetch a topic's messages in offset order and
-// acknowledge them; the broker stores each group's progress durably and
-// lets one consumer at a time hold a group. The Coordinator is shared by the
-// HTTP routes of this package and the TCP line protocol (plugins/lineproto).
-// It works without Fx; fx.go wires it.
+// Package groups is mmmq's pull consumer groups (consumer progress and
+// redelivery, after the log-queue study; issue 6): consumers fetch a topic's
+// messages in offset order and acknowledge them; the broker stores each
+// group's progress durably and lets one consumer at a time hold a group. The
+// Coordinator is shared by the HTTP routes of this package and the TCP line
+// protocol (plugins/lineproto). It works without Fx; fx.go wires it.
 //
 // # State and rules
 //
@@ -15,11 +15,12 @@
 //     commit). A group that never committed starts at 0. A group name that
 //     is also a dispatcher name is refused (ErrNameTaken): both would
 //     write the same file.
-//   - one session at a time (seed 003 GROUP_BUSY): a session is an opaque
-//     32-hex-digit id with a lease of mmmq.broker.groups.lease-timeout
-//     (default 30s), renewed by every fetch and ack; a fetch that is
-//     waiting holds it. An expired lease is released lazily by the next
-//     request on the group and by a janitor (every lease/4, 10ms..5s).
+//   - one session at a time (a second consumer gets GROUP_BUSY): a
+//     session is an opaque 32-hex-digit id with a lease of
+//     mmmq.broker.groups.lease-timeout (default 30s), renewed by every fetch
+//     and ack; a fetch that is waiting holds it. An expired lease is released
+//     lazily by the next request on the group and by a janitor (every
+//     lease/4, 10ms..5s).
 //   - the session's delivered-up-to offset: a fetch returns entries from
 //     there, below the high watermark (only durable entries are visible),
 //     and moves it forward. A new session starts at the committed offset,
@@ -28,12 +29,13 @@
 //
 // Ack(offset) commits offset+1 and answers only after the fsync. An offset
 // the session was not delivered is ErrNotDelivered; an offset below the
-// committed one is a no-op (the committed offset never moves back, seed
-// 003); an ack from a session that lost the group is ErrSessionExpired, so
-// a stale consumer never commits.
+// committed one is a no-op (the committed offset never moves back); an ack
+// from a session that lost the group is ErrSessionExpired, so a stale
+// consumer never commits.
 //
 // Corrupt entries (CRC mismatch at read time) are skipped one offset at a
-// time with an error log, as the dispatcher does (seed 000 "무결성 검증"):
+// time with an error log, as the dispatcher does (the original Java mmmq's
+// integrity check: log and skip the corrupt entry):
 // the consumer never sees that offset and a later ack commits past it.
 //
 // # HTTP

@@ -35,7 +35,8 @@ var (
 	// ErrUnknownTopic: the topic does not exist (or is quarantined). Groups
 	// never create topics. HTTP 404 NOT_FOUND, TCP ERR NOT_FOUND.
 	ErrUnknownTopic = contract.NewError(contract.CodeNotFound, "groups: unknown topic")
-	// ErrInvalidName: the topic name (DESIGN §2) or the group name
+	// ErrInvalidName: the topic name (contract.ValidateTopic: '.'-separated
+	// segments of [A-Za-z0-9_-], at most 249 bytes) or the group name
 	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
 	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
 	ErrInvalidName = contract.NewError(contract.CodeBadRequest, "groups: invalid name")

@@ -28,11 +28,12 @@ type Batch struct {
 // Fetch returns up to limit entries (clamped to 1..MaxFetch, and to about
 // MaxFetchBytes of payload) for session, starting at its delivered-up-to
 // offset (a new session's is the committed offset), all below the topic's
-// high watermark, and marks them delivered. When there is nothing to
-// deliver it waits up to wait (clamped to 0..MaxWait) for a publish,
-// without polling (TopicQueue.Notify), and returns an empty Batch when the
-// wait ends (seed 003: an empty fetch returns 0 messages after the wait). A
-// waiting fetch holds the lease; the lease is renewed when it returns.
+// high watermark, and marks them delivered. When there is nothing to deliver
+// it waits up to wait (clamped to 0..MaxWait) for a publish, without polling
+// (TopicQueue.Notify), and returns an empty Batch when the wait ends (as in
+// the log-queue study: an empty fetch returns 0 messages after the wait, not
+// an error). A waiting fetch holds the lease; the lease is renewed when it
+// returns.
 //
 // Errors: ErrSessionExpired (also when the session was released while the
 // fetch waited), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, ctx.Err()
@@ -152,7 +153,8 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) ([]storage.Entry
 		switch {
 		case err == nil && len(es) > 0:
 		case errors.As(err, &ce) && ce.Offset == l.next:
-			// Seed 000 "무결성 검증": log, skip that single entry, go on.
+			// Integrity check (the original Java mmmq's rule): an entry whose
+			// CRC does not match is logged and skipped alone; delivery goes on.
 			c.log.Error("corrupt entry skipped; it is not delivered to the consumer group",
 				zap.String("topic", g.topic.Name()), zap.String("group", g.name),
 				zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),

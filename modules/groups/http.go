@@ -80,9 +80,9 @@ func (rt *Route) Register(r *mux.Router) {
 }
 
 // Message is one fetched message: its offset and the stored message JSON
-// (DESIGN §2 shape). Error replaces Message for a stored record that is not
-// valid JSON (written by another tool); it is still delivered, so it can be
-// acknowledged.
+// ({"topic":{"name":…},"content":…,"id":…,"timestamp":…}). Error replaces
+// Message for a stored record that is not valid JSON (written by another
+// tool); it is still delivered, so it can be acknowledged.
 type Message struct {
 	Offset  int64           `json:"offset"`
 	Message json.RawMessage `json:"message,omitempty"`
