@@ -99,10 +99,10 @@ func (r *Registry) Get(name string) (*TopicQueue, bool) {
 }
 
 // GetOrCreate returns topic name, creating it (directory, first segment,
-// fsyncs) when it does not exist yet: seed 000 "동적 TopicQueue 생성". A new
-// topic is announced to every subscriber. Errors: ErrInvalidName (nothing is
-// created on disk), ErrQuarantined, ErrTooManyTopics, ErrClosed, or a
-// storage error.
+// fsyncs) when it does not exist yet: the original Java mmmq's "dynamic
+// TopicQueue creation". A new topic is announced to every subscriber. Errors:
+// ErrInvalidName (nothing is created on disk), ErrQuarantined,
+// ErrTooManyTopics, ErrClosed, or a storage error.
 func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
 	if q, ok := r.Get(name); ok {
 		return q, nil
@@ -225,8 +225,9 @@ func (r *Registry) List() []*TopicQueue {
 }
 
 // Subscribe calls fn for every open topic, then for every topic opened later
-// (the "TopicQueue 초기화 이벤트" of seed 000), each exactly once, until cancel
-// is called. fn runs on the creating goroutine and must not block for long.
+// (the "TopicQueue initialisation event" of the original Java mmmq), each
+// exactly once, until cancel is called. fn runs on the creating goroutine and
+// must not block for long.
 func (r *Registry) Subscribe(fn func(*TopicQueue)) (cancel func()) {
 	r.mu.Lock()
 	id := r.nextSub

@@ -1,8 +1,8 @@
-// Package topicqueue is the registry of TopicQueues (seed 000 "TopicQueue"):
-// one append-only log per topic, created on the first message of a new topic
-// (dynamic creation), with read by offset, durable per-dispatcher commits and
-// a watermark wait. It emits a "topic created" event that dispatchers
-// subscribe to. It works without Fx; fx.go wires it.
+// Package topicqueue is the registry of TopicQueues (the TopicQueue of the
+// original Java mmmq): one append-only log per topic, created on the first
+// message of a new topic (dynamic creation), with read by offset, durable
+// per-dispatcher commits and a watermark wait. It emits a "topic created"
+// event that dispatchers subscribe to. It works without Fx; fx.go wires it.
 package topicqueue
 
 import (
@@ -14,9 +14,10 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
-// TopicQueue is one topic's append-only persistent queue (seed 000): every
-// message gets the next offset, and each dispatcher or consumer group reads
-// it independently through its own checkpoint. Safe for concurrent use.
+// TopicQueue is one topic's append-only persistent queue (as in the original
+// Java mmmq): every message gets the next offset, and each dispatcher or
+// consumer group reads it independently through its own checkpoint. Safe for
+// concurrent use.
 type TopicQueue struct {
 	name string
 	log  contract.Log
@@ -72,8 +73,8 @@ func (q *TopicQueue) StartOffset() int64 { return q.log.StartOffset() }
 // (HighWatermark when none is).
 func (q *TopicQueue) OffsetAt(t time.Time) (int64, error) { return q.log.OffsetAt(t) }
 
-// Commit durably stores next as the checkpoint of name (seed 000
-// commit(name, offset)): it returns after the fsync.
+// Commit durably stores next as the checkpoint of name (the original Java
+// mmmq's commit(name, offset)): it returns after the fsync.
 func (q *TopicQueue) Commit(name string, next int64) error {
 	cp, err := q.log.OpenCheckpoint(name)
 	if err != nil {
