@@ -118,9 +118,9 @@ var (
 	dLag        = prometheus.NewDesc("mmmq_dispatch_lag", "Messages between the worker's next offset and the topic's high watermark.", dLabels, nil)
 	dDelivered  = prometheus.NewDesc("mmmq_dispatch_delivered_total", "Messages ACKed by the consumer.", dLabels, nil)
 	dNacked     = prometheus.NewDesc("mmmq_dispatch_nacks_total", "NACK answers.", dLabels, nil)
-	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages skipped after 4 NACKed attempts (seed 000).", dLabels, nil)
+	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages skipped after every attempt was NACKed: 1 + mmmq.broker.dispatch.max-resends attempts, by default 4 (the original Java mmmq's rule: 3 resends).", dLabels, nil)
 	dAbnormal   = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
-	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries skipped (seed 000).", dLabels, nil)
+	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
 	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
 	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dAbnormal, dSkipped, dBackoff}
 )
