@@ -1,12 +1,12 @@
 // Command consumer is an example push consumer for mmmq dispatchers.
 //
-// A dispatcher POSTs every message to <consumer base URL><path> (DESIGN §2)
-// with the headers mmmq-consumer-id (the dispatcher name), mmmq-topic,
-// mmmq-offset, mmmq-attempt and mmmq-message-id, and the stored message JSON
-// as body. This program prints one line per message and answers
+// A dispatcher POSTs every message to <consumer base URL><path> (path default
+// /mmmq/messages) with the headers mmmq-consumer-id (the dispatcher name),
+// mmmq-topic, mmmq-offset, mmmq-attempt and mmmq-message-id, and the stored
+// message JSON as body. This program prints one line per message and answers
 // {"acknowledgement":"ACK"}. Flags make it misbehave on purpose, to watch the
-// dispatcher's NACK resends (at most 3, seed 000) and its backoff after
-// abnormal answers:
+// dispatcher's NACK resends (by default at most 3, the original Java mmmq's
+// rule) and its backoff after abnormal answers (1 s doubling up to 60 s):
 //
 //	go run ./examples/consumer                              # listen on :8081, ACK everything
 //	go run ./examples/consumer -addr :9090 -path /events    # other address and path
@@ -61,7 +61,7 @@ import (
 	"time"
 )
 
-// Push headers set by mmmq dispatchers (DESIGN §2).
+// Push headers set by mmmq dispatchers, in the lower case they are sent in.
 const (
 	HeaderConsumerID = "mmmq-consumer-id"
 	HeaderTopic      = "mmmq-topic"

@@ -1,9 +1,9 @@
 // Command pg-consumer pulls one topic through an mmmq consumer group and
 // applies every message to PostgreSQL, deduplicating redeliveries by log
-// offset: seed 003's consumer_redelivery_dedup_by_offset experiment and its
-// negative control, against the real broker. The logic lives in package
-// pgconsumer (see its documentation for the table, the ack policy and why a
-// pull group rather than a push endpoint).
+// offset: the log-queue study's consumer_redelivery_dedup_by_offset
+// experiment and its negative control, against the real broker. The logic
+// lives in package pgconsumer (see its documentation for the table, the ack
+// policy and why a pull group rather than a push endpoint).
 //
 //	go run ./examples/pg-consumer -topic orders -group pg -dsn postgres://postgres@127.0.0.1:5432/mmmq
 //	go run ./examples/pg-consumer ... -halt-after 25        # crash after 25 applied, 20 acked

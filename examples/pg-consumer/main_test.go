@@ -135,12 +135,12 @@ func parseDone(t *testing.T, line string) doneLine {
 	return d
 }
 
-// TestRedeliveryDedupByOffset is seed 003's consumer_redelivery_dedup_by_offset
-// and negative_consumer_without_dedup against the real broker and a real
-// PostgreSQL: 60 messages, a consumer acking every 10 halts after applying 25
-// (20 acked), a restart is redelivered from offset 20. With the offset as
-// primary key the table ends with 60 rows for 60 offsets and 5 skipped
-// duplicates; without it, 65 rows.
+// TestRedeliveryDedupByOffset is the log-queue study's
+// consumer_redelivery_dedup_by_offset and negative_consumer_without_dedup
+// experiments, against the real broker and a real PostgreSQL: 60 messages, a
+// consumer acking every 10 halts after applying 25 (20 acked), a restart is
+// redelivered from offset 20. With the offset as primary key the table ends
+// with 60 rows for 60 offsets and 5 skipped duplicates; without it, 65 rows.
 func TestRedeliveryDedupByOffset(t *testing.T) {
 	pg := startPostgres(t)
 	base := startBroker(t)

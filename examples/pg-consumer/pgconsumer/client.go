@@ -41,7 +41,8 @@ func (t *TopicRef) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*plain)(t))
 }
 
-// Message is the stored message JSON (DESIGN §2).
+// Message is the stored message JSON:
+// {"topic":{"name":…},"content":…,"id":…,"timestamp":…,"headers":…}.
 type Message struct {
 	Topic     TopicRef          `json:"topic"`
 	Content   json.RawMessage   `json:"content"`

@@ -22,7 +22,7 @@ type Config struct {
 
 	// HaltAfter > 0 stops abruptly after that many messages were applied in
 	// this run: no ack beyond the last ack point, no session release (the
-	// seed's crash between side effect and ack).
+	// log-queue study's crash between side effect and ack).
 	HaltAfter int
 	// NoDedup is the negative control: no primary key, plain insert.
 	NoDedup bool
@@ -87,8 +87,8 @@ type Result struct {
 	DistinctOffsets int64
 }
 
-// String is the summary line of seed 003: CONSUMER_HALT after a halt,
-// CONSUMER_DONE otherwise.
+// String is the summary line, in the log-queue study's format:
+// CONSUMER_HALT after a halt, CONSUMER_DONE otherwise.
 func (r Result) String() string {
 	if r.Halted {
 		return fmt.Sprintf("CONSUMER_HALT seen=%d lastOffset=%d committed=%d (applied, not acked)",

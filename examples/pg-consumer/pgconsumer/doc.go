@@ -1,7 +1,8 @@
 // Package pgconsumer is the core of examples/pg-consumer: a pull consumer
 // that reads one topic through an mmmq consumer group and applies every
-// message to PostgreSQL, deduplicating redeliveries by log offset (seed 003,
-// "消费进度与重投", experiment consumer_redelivery_dedup_by_offset).
+// message to PostgreSQL, deduplicating redeliveries by log offset (the
+// log-queue study's "consumer progress and redelivery" part, its
+// consumer_redelivery_dedup_by_offset experiment).
 //
 // # The experiment
 //
@@ -28,15 +29,15 @@
 // apply ten messages, then acknowledge the tenth. A pull group gives the
 // consumer exactly that control: the broker commits only the offsets the
 // consumer acknowledges with POST .../ack, and a consumer that stops between
-// two acks is redelivered from the last commit. A push dispatcher (DESIGN §2)
-// commits its checkpoint after every ACK answer, one message at a time; a push
-// consumer cannot "apply now, acknowledge later" without holding the HTTP
-// answer open, and the dispatcher's per-attempt timeout, NACK-resend and
-// backoff rules would then decide the redelivery instead of the experiment.
-// Pulling also lets the consumer fetch in batches (-max) and bound its own
-// pace, and the one-consumer-per-group lease (GROUP_BUSY) makes the restart
-// semantics explicit: the second run waits until the halted one's lease is
-// gone and starts at the committed offset.
+// two acks is redelivered from the last commit. A push dispatcher
+// (modules/dispatcher) commits its checkpoint after every ACK answer, one
+// message at a time; a push consumer cannot "apply now, acknowledge later"
+// without holding the HTTP answer open, and the dispatcher's per-attempt
+// timeout, NACK-resend and backoff rules would then decide the redelivery
+// instead of the experiment. Pulling also lets the consumer fetch in batches
+// (-max) and bound its own pace, and the one-consumer-per-group lease
+// (GROUP_BUSY) makes the restart semantics explicit: the second run waits
+// until the halted one's lease is gone and starts at the committed offset.
 //
 // # Broker contract used
 //
