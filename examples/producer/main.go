@@ -3,7 +3,8 @@
 // acknowledged.
 //
 // Each non-empty line of the input is sent as is as the body of
-// POST <url><path>?ack=<level> (DESIGN §2), for example
+// POST <url><path>?ack=<level> (level accepted, written or durable), for
+// example
 //
 //	{"topic":"order.created","content":{"orderId":1001},"id":"evt-000001"}
 //
@@ -33,9 +34,10 @@
 //
 //	{"id":"evt-000001","topic":"order.created","offset":0,"level":"DURABLE"}
 //
-// offset is null for ACCEPTED, which has no final offset (seed 003). The exit
-// status is 0 when every message was acknowledged, 1 when any failed or the
-// run was interrupted (SIGINT, SIGTERM), 2 for bad flags or input.
+// offset is null for ACCEPTED, which has no final offset (the entry is only
+// queued in memory when it is answered). The exit status is 0 when every
+// message was acknowledged, 1 when any failed or the run was interrupted
+// (SIGINT, SIGTERM), 2 for bad flags or input.
 package main
 
 import (
@@ -139,7 +141,10 @@ type AckRecord struct {
 	Level  string `json:"level"`
 }
 
-// publishResponse is the broker's answer (DESIGN §2).
+// publishResponse is the broker's answer: {"acknowledgement":"ACK",
+// "topic":…,"offset":…,"level":…,"id":…} on success (no offset for
+// ACCEPTED), {"acknowledgement":"NACK","error":…,"code":…} with an error
+// status otherwise.
 type publishResponse struct {
 	Acknowledgement string `json:"acknowledgement"`
 	Topic           string `json:"topic"`
@@ -312,10 +317,10 @@ func (p *producer) summary(elapsed time.Duration) Summary {
 //
 // A retry is not idempotent: when the broker stored the message but its reply
 // was lost (connection cut, timeout, crash after fsync and before the reply),
-// the retry stores it a second time at the next offset. Seed 003 observed this
-// as crash_forced_before_reply_dup (evt-000011 at offsets 10 and 11). The
-// producer cannot tell "not written" from "written, reply lost", so consumers
-// deduplicate by message id.
+// the retry stores it a second time at the next offset. The log-queue study
+// observed this in its crash_forced_before_reply_dup experiment (evt-000011
+// at offsets 10 and 11). The producer cannot tell "not written" from
+// "written, reply lost", so consumers deduplicate by message id.
 func (p *producer) send(ctx context.Context, m Message) {
 	var lastErr error
 	for attempt := 0; ; attempt++ {

@@ -18,7 +18,8 @@ import (
 	"time"
 )
 
-// fakeBroker is a minimal mmmq publish endpoint (DESIGN §2). It records the
+// fakeBroker is a minimal mmmq publish endpoint (POST ?ack=<level>, answering
+// {"acknowledgement":"ACK","topic":…,"offset":…,"level":…}). It records the
 // ids per topic in arrival order, assigns offsets, and notes when two
 // requests of one topic were in flight at the same time.
 type fakeBroker struct {

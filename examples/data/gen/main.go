@@ -1,7 +1,9 @@
 // Command gen writes examples/data/orders-events.jsonl, the synthetic order
 // events that the example producer publishes to mmmq.
 //
-// Every line is one publish request body in the shape of DESIGN §2:
+// Every line is one publish request body (contract.PublishRequest): the topic
+// name, the content (any JSON value) and the message id (optional in general,
+// always set here; the optional headers are not used):
 //
 //	{"topic":"order.created","content":{"orderId":1001,...},"id":"evt-000001"}
 //
@@ -104,7 +106,8 @@ var (
 	carriers   = []string{"DHL", "UPS", "FedEx", "PostNL", "Royal Mail"}
 )
 
-// request is one publish request (DESIGN §2). Field order is the output order.
+// request is one publish request body (topic, content, id). Field order is
+// the output order.
 type request struct {
 	Topic   string `json:"topic"`
 	Content any    `json:"content"`
