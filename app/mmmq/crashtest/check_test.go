@@ -30,7 +30,7 @@ type tally struct {
 
 // checkPrefix: everything visible in prev (an earlier read-back) is still
 // at the same offset, byte-identical, in cur: a visible offset never
-// changes owner, even across kill -9 (seed 003 invariant 2).
+// changes owner, even across kill -9 (an invariant of the log-queue study).
 func checkPrefix(prev, cur map[string][]stored) []string {
 	var bad []string
 	for t, p := range prev {
@@ -50,9 +50,11 @@ func checkPrefix(prev, cur map[string][]stored) []string {
 
 // checkAcked: every DURABLE and WRITTEN acknowledgement is at its offset with
 // its id and content, byte for byte. A process crash keeps the page cache,
-// so WRITTEN must survive kill -9 as well (seed 003: "通常仍在"); only a
-// power loss may take WRITTEN away. ACCEPTED has no offset: it is counted
-// lost when its id is nowhere in the log (allowed, seed 003).
+// so WRITTEN must survive kill -9 as well (the log-queue study: after a
+// process kill a WRITTEN entry is "usually still there"); only a power loss
+// may take WRITTEN away. ACCEPTED has no offset: it is counted lost when its
+// id is nowhere in the log (allowed: ACCEPTED promises neither an offset nor
+// survival).
 func checkAcked(sent []sentMsg, cur map[string][]stored, tl *tally) []string {
 	var bad []string
 	ids := map[string]bool{}

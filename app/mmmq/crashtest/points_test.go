@@ -154,9 +154,9 @@ type tailEntry struct {
 }
 
 // segmentTail decodes the last segment of topicDir from disk (entry format:
-// int32 BE length | uint32 CRC32C | JSON, DESIGN §3) and returns the
-// entries past the last index entry, with the offsets they would have had,
-// and how many bytes they take.
+// int32 BE length | uint32 CRC32C | JSON, see modules/storage) and returns
+// the entries past the last index entry, with the offsets they would have
+// had, and how many bytes they take.
 func segmentTail(t *testing.T, topicDir string) ([]tailEntry, int64) {
 	t.Helper()
 	var mmms []string
@@ -204,8 +204,8 @@ var truncateRE = regexp.MustCompile(`truncate [0-9]+\.mmm from [0-9]+ to [0-9]+ 
 
 // notIndexedCase: the crash comes after the .mmm write (or its fsync) and
 // before the .idx write. The entry is on disk but not indexed: recovery
-// truncates the segment tail and the entry never becomes visible (seed 003
-// crash_partial_write_truncated).
+// truncates the segment tail and the entry never becomes visible (the
+// log-queue study's crash_partial_write_truncated experiment).
 func notIndexedCase(t *testing.T, point string) pointRow {
 	const topic = "cp.t"
 	root := crashOnM3(t, point, topic, "durable")
@@ -236,8 +236,8 @@ func notIndexedCase(t *testing.T, point string) pointRow {
 
 // afterIndexWriteCase: .mmm fsynced, .idx written (page cache) but not
 // fsynced. A process crash keeps the page cache, so the entry IS visible
-// after restart although its publisher got no reply (seed 003
-// crash_written_before_force).
+// after restart although its publisher got no reply (the log-queue study's
+// crash_written_before_force experiment).
 func afterIndexWriteCase(t *testing.T) pointRow {
 	const topic = "cp.t"
 	root := crashOnM3(t, "after-index-write", topic, "written")
@@ -250,14 +250,15 @@ func afterIndexWriteCase(t *testing.T) pointRow {
 	b.stop()
 	return pointRow{
 		Point:    "after-index-write",
-		Expected: "no reply (not even WRITTEN), but the entry is visible after restart: a process crash keeps the page cache (seed 003 crash_written_before_force)",
+		Expected: "no reply (not even WRITTEN), but the entry is visible after restart: a process crash keeps the page cache (the log-queue study's crash_written_before_force experiment)",
 		Observed: fmt.Sprintf("m3 (ack=written) got no reply; restart: m3 at offset 3, m0..m2 intact, recovery clean=%v", clean),
 	}
 }
 
 // afterIndexSyncCase: everything fsynced, the reply not sent. The entry is
 // durable; the producer cannot know, retries, and the message is stored
-// twice at two offsets (seed 003 crash_forced_before_reply_dup).
+// twice at two offsets (the log-queue study's crash_forced_before_reply_dup
+// experiment).
 func afterIndexSyncCase(t *testing.T) pointRow {
 	const topic = "cp.t"
 	root := crashOnM3(t, "after-index-sync", topic, "durable")
@@ -270,7 +271,7 @@ func afterIndexSyncCase(t *testing.T) pointRow {
 	b.stop()
 	return pointRow{
 		Point:    "after-index-sync",
-		Expected: "no reply, entry durable and visible after restart; the producer's retry stores it again at a new offset (seed 003 crash_forced_before_reply_dup): dedup by id is the consumer's job",
+		Expected: "no reply, entry durable and visible after restart; the producer's retry stores it again at a new offset (the log-queue study's crash_forced_before_reply_dup experiment): dedup by id is the consumer's job",
 		Observed: fmt.Sprintf("m3 got no reply; restart: m3 at offset 3; retry ACK offset %d; log ids %v", retry.Offset, ids(l)),
 	}
 }
@@ -335,7 +336,8 @@ func rotateCase(t *testing.T) pointRow {
 
 // afterAckCase: the consumer ACKed offset n, the broker died before the
 // checkpoint fsync: the checkpoint still says n and offset n is delivered
-// again after restart (at-least-once, seed 000 "ACK → commit → next").
+// again after restart (at-least-once: the original Java mmmq's order is ACK →
+// commit (fsync) → next message).
 func afterAckCase(t *testing.T) pointRow {
 	root := filepath.Join(t.TempDir(), "data")
 	const topic = "cp.t"
@@ -396,8 +398,8 @@ func afterAckCase(t *testing.T) pointRow {
 
 // acceptedNotStableCase: ACCEPTED is answered when the entry is queued. A
 // kill before its entry is indexed (here at after-segment-write) loses it,
-// and the offset it held in the dead process goes to another message (seed
-// 003 accepted_offset_not_stable). Concurrent producers make it likely that
+// and the offset it held in the dead process goes to another message (the
+// log-queue study's accepted_offset_not_stable experiment). Concurrent producers make it likely that
 // an answered ACCEPTED entry is in the killed batch; up to 5 attempts.
 func acceptedNotStableCase(t *testing.T) pointRow {
 	const topic = "cp.t"
@@ -474,7 +476,7 @@ func acceptedNotStableCase(t *testing.T) pointRow {
 		b.stop()
 		return pointRow{
 			Point:    "accepted-offset-not-stable",
-			Expected: "ACCEPTED answered without an offset; killed before its entry is indexed → absent after restart, and the offset it had in memory belongs to another message (seed 003 accepted_offset_not_stable)",
+			Expected: "ACCEPTED answered without an offset; killed before its entry is indexed → absent after restart, and the offset it had in memory belongs to another message (the log-queue study's accepted_offset_not_stable experiment)",
 			Observed: fmt.Sprintf("%s answered ACCEPTED, was at offset %d of the dead process (segment tail, not indexed); restart: absent (%d of %d ACCEPTED answers lost), offset %d now holds a later DURABLE message", victim.ID, victim.Offset, lost, len(answered), taker.Offset),
 		}
 	}
