@@ -5,7 +5,8 @@
 //
 //	go run .bench/gendata.go -dir /tmp/data -topics 10 -bytes 1073741824
 //
-// Messages have the stored JSON shape of DESIGN §2 with -size bytes of
+// Messages have the stored message JSON shape
+// ({"topic":{"name":…},"content":…,"id":…,"timestamp":…}) with -size bytes of
 // content; each topic gets bytes/topics of segment data, appended DURABLE in
 // batches of 4096.
 package main

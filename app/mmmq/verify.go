@@ -41,7 +41,7 @@ func verify(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() == 1 && *root == "" { // `mmmq verify <root-dir>` (DESIGN §3)
+	if fs.NArg() == 1 && *root == "" { // `mmmq verify <root-dir>`: the data directory as the one argument
 		*root = fs.Arg(0)
 	}
 	dir, cfg, err := rootDir(*root, *cfgPath)
