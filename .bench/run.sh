@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# .bench/run.sh — what `make bench` runs (issue 5). It prints ONE markdown
+# .bench/run.sh — what `make bench` runs. It prints ONE markdown
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #

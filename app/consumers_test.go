@@ -1,6 +1,6 @@
 package app_test
 
-// Misbehaving consumers (issue 4 "Hostile input and misbehaving consumers"):
+// Misbehaving consumers:
 // push dispatchers against httptest consumers that hang, redirect, stream
 // huge or trickled bodies, answer 4xx, or are not listening at all.
 

@@ -1,6 +1,6 @@
 package app_test
 
-// I/O faults (issue 4 "I/O faults"): a full broker on a vfs.MemFS whose hook
+// I/O faults: a full broker on a vfs.MemFS whose hook
 // fails fsync or reads, or whose capacity runs out. Each test checks the HTTP
 // answer (a JSON NACK, {"acknowledgement":"NACK","error":…,"code":…}, with
 // 503 UNAVAILABLE or 507 NO_SPACE), that nothing after the fault is ever

@@ -1,6 +1,6 @@
 package app_test
 
-// Hostile HTTP input (issue 4 "Hostile input"): every test runs against a
+// Hostile HTTP input: every test runs against a
 // real listening broker, most of them over raw TCP so that the client
 // cannot tidy up what it sends.
 

@@ -31,7 +31,7 @@ const (
 	envCrashpointAfter = "MMMQ_CRASHPOINT_AFTER"
 )
 
-// Injection points (issue 4 "Crash"). Each one kills the process with SIGKILL
+// Injection points for the crash tests. Each one kills the process with SIGKILL
 // at that exact moment of the write path or the dispatch loop.
 const (
 	cpAfterSegmentWrite = "after-segment-write"        // .mmm write returned, no fsync

@@ -1,5 +1,5 @@
 // Package groups is mmmq's pull consumer groups (consumer progress and
-// redelivery, after the log-queue study; issue 6): consumers fetch a topic's
+// redelivery, after the log-queue study): consumers fetch a topic's
 // messages in offset order and acknowledge them; the broker stores each
 // group's progress durably and lets one consumer at a time hold a group. The
 // Coordinator is shared by the HTTP routes of this package and the TCP line

@@ -30,7 +30,7 @@ var (
 	ErrSessionExpired = contract.NewError(contract.CodeSessionExpired, "groups: session expired")
 	// ErrNameTaken: the group name is a dispatcher name. Both store their
 	// progress in <topic>/checkpoints/<name>.checkpoint, so one name space
-	// is shared (issue 6). HTTP 409 NAME_TAKEN, TCP ERR NAME_TAKEN.
+	// is shared. HTTP 409 NAME_TAKEN, TCP ERR NAME_TAKEN.
 	ErrNameTaken = contract.NewError(contract.CodeNameTaken, "groups: name used by a dispatcher")
 	// ErrUnknownTopic: the topic does not exist (or is quarantined). Groups
 	// never create topics. HTTP 404 NOT_FOUND, TCP ERR NOT_FOUND.

@@ -14,7 +14,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Benchmarks (issue 2 "How we will know"): 200-byte entries, DURABLE, on
+// Benchmarks: 200-byte entries, DURABLE, on
 // the real filesystem (b.TempDir) wrapped in vfs.CountingFS. Run with
 //
 //	go test -run x -bench . -benchtime 2s ./modules/storage/

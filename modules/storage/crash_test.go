@@ -16,7 +16,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// Power-loss property test (issue 2 "Power loss (simulated)").
+// Power-loss property test (simulated power loss).
 //
 // Random concurrent appenders at random ack levels (and random AppendBatch)
 // write to a Log on a MemFS; at a random filesystem operation the hook takes

@@ -1,5 +1,5 @@
 // Package crashtest holds the black-box crash tests of the real mmmq binary
-// (issue 4 "Crash"): it builds app/mmmq with -tags crashpoints once, runs it
+// (crash evidence): it builds app/mmmq with -tags crashpoints once, runs it
 // as a child process, drives producers and an in-test consumer over HTTP on
 // 127.0.0.1, kills it with SIGKILL (at random moments or at a named
 // injection point, see app/mmmq/crashpoints.go) and checks, after every

@@ -78,7 +78,7 @@ func readCheckpoints(t testing.TB, root string) map[wkey]int64 {
 	return out
 }
 
-// TestCrashRandomKill is the randomized kill -9 harness (issue 4): R rounds of
+// TestCrashRandomKill is the randomized kill -9 harness: R rounds of
 // start → concurrent producers at every ack level on several topics while
 // two dispatchers push to the in-test consumer → SIGKILL 10–300 ms into the
 // load → restart and check (check_test.go). A final run drains the
