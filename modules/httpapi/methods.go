@@ -13,8 +13,8 @@ import (
 
 // This file holds what the server does for every route, its own and the
 // ones modules and plugins register through contract.Route, after they are
-// all registered: HEAD wherever GET is allowed, and an Allow header on
-// every 405.
+// all registered: HEAD wherever GET is allowed, an Allow header on every
+// 405, and no redirects for non-canonical paths.
 
 // allowHeadWhereGet makes every route of r that allows GET (and not HEAD)
 // answer HEAD too, as RFC 9110 §9.3.2 asks: for each such route it adds a
@@ -102,4 +102,34 @@ func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", allow)
 	contract.WriteError(w, http.StatusMethodNotAllowed, contract.CodeMethod,
 		fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+}
+
+// canonicalPath reports whether p has no empty, "." or ".." segment: the
+// router's path cleaning would leave it as it is (a trailing "/" is kept).
+// A path not starting with "/" (OPTIONS *, an absolute-form request
+// without a path) counts as canonical: no route matches it (404).
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return true
+	}
+	rest := p[1:]
+	for {
+		seg, after, more := strings.Cut(rest, "/")
+		if (seg == "" && more) || seg == "." || seg == ".." {
+			return false
+		}
+		if !more {
+			return true
+		}
+		rest = after
+	}
+}
+
+// notCanonical answers 400 BAD_REQUEST for a path that is not canonical,
+// instead of the router's redirect to the cleaned path: a client that
+// sends /topics/../x/messages, or a topic or group named "." or "..", gets
+// an error it can see, not a silent move to another resource.
+func notCanonical(w http.ResponseWriter, r *http.Request) {
+	contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest,
+		fmt.Sprintf(`path %q is not canonical: it has an empty, "." or ".." segment`, r.URL.Path))
 }

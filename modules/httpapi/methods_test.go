@@ -229,3 +229,61 @@ func TestMethodNotAllowedHasAllow(t *testing.T) {
 		t.Fatal("a request with a wrong method stored a message")
 	}
 }
+
+// TestNonCanonicalPathsAreRefused: a path with an empty, "." or ".."
+// segment is answered 400 with the JSON body, never redirected, and
+// nothing is stored (the publish paths included).
+func TestNonCanonicalPathsAreRefused(t *testing.T) {
+	e := startMethods(t)
+	for _, c := range []struct{ method, path string }{
+		{http.MethodGet, "/topics/../x/messages"},
+		{http.MethodGet, "/topics/./messages"},
+		{http.MethodGet, "/topics/t/messages/.."},
+		{http.MethodGet, "//topics"},
+		{http.MethodGet, "/topics//t/messages"},
+		{http.MethodPost, "//messages"},
+		{http.MethodPost, "/x/../messages"},
+		{http.MethodPost, "/mmmq/./messages"},
+		{http.MethodPost, "/messages/../messages/batch"},
+		{http.MethodPost, "/topics/order.created/groups/%2E%2E/fetch"},
+		{http.MethodHead, "/topics/../healthz"},
+	} {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			st, body, h := e.do(t, c.method, c.path, `{"topic":"not.canonical","content":1}`)
+			if st != http.StatusBadRequest {
+				t.Fatalf("status %d (Location %q, body %q), want 400", st, h.Get("Location"), body)
+			}
+			if loc := h.Get("Location"); loc != "" {
+				t.Fatalf("Location %q on a 400", loc)
+			}
+			if c.method == http.MethodHead {
+				return
+			}
+			eb := errorBody(t, h, body)
+			if eb.Code != contract.CodeBadRequest || !strings.Contains(eb.Error, "not canonical") {
+				t.Fatalf("body %+v, want BAD_REQUEST saying the path is not canonical", eb)
+			}
+		})
+	}
+	if _, ok := e.reg.Get("not.canonical"); ok {
+		t.Fatal("a request on a non-canonical path stored a message")
+	}
+	// A trailing "/" is canonical: no route, 404 with the JSON body.
+	st, body, h := e.do(t, http.MethodGet, "/topics/", "")
+	if st != http.StatusNotFound || errorBody(t, h, body).Code != contract.CodeNotFound {
+		t.Fatalf("GET /topics/: %d %s, want 404 NOT_FOUND", st, body)
+	}
+}
+
+func TestCanonicalPath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"": true, "*": true, "/": true, "/messages": true, "/topics/": true, "/topics/a.b/messages": true,
+		"/..x/x..": true, "/...": true,
+		"//": false, "//messages": false, "/a//b": false, "/.": false, "/..": false, "/a/./b": false,
+		"/a/../b": false, "/a/.": false, "/a/..": false, "/a/./": false, "/a//": false,
+	} {
+		if got := canonicalPath(p); got != want {
+			t.Errorf("canonicalPath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

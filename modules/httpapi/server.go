@@ -8,7 +8,9 @@
 // allows GET answers HEAD too (same status and headers, no body; RFC 9110
 // §9.3.2), and a method a path does not accept is answered 405
 // METHOD_NOT_ALLOWED with an Allow header listing the methods it does
-// accept (RFC 9110 §15.5.6) and the JSON error body.
+// accept (RFC 9110 §15.5.6) and the JSON error body. A path with an empty,
+// "." or ".." segment (//messages, /topics/../x/messages, a %2E%2E group)
+// is answered 400 BAD_REQUEST, never redirected to its cleaned form.
 package httpapi
 
 import (
@@ -117,6 +119,8 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r := mux.NewRouter()
+	// A non-canonical path is refused by serveHTTP (400), never redirected.
+	r.SkipClean(true)
 	r.HandleFunc("/messages", s.handlePublish).Methods(http.MethodPost)
 	r.HandleFunc("/mmmq/messages", s.handlePublish).Methods(http.MethodPost)
 	r.HandleFunc("/messages/batch", s.handleBatch).Methods(http.MethodPost)
@@ -205,10 +209,15 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // no path variables, and matching them through the router's regexps and
 // request contexts costs more than the rest of the hot path's bookkeeping);
 // everything else goes through the gorilla/mux router (other methods on the
-// publish paths too: 405 with Allow: POST).
+// publish paths too: 405 with Allow: POST), except paths that are not
+// canonical, which are refused with 400 (see canonicalPath).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/messages" || r.URL.Path == "/mmmq/messages") {
 		s.handlePublish(w, r)
+		return
+	}
+	if !canonicalPath(r.URL.Path) {
+		notCanonical(w, r)
 		return
 	}
 	s.router.ServeHTTP(w, r)
