@@ -1,8 +1,16 @@
-// Package httpapi is the broker's HTTP API on gorilla/mux (DESIGN §2):
+// Package httpapi is the broker's HTTP API on gorilla/mux:
 // publishing (POST /messages, POST /mmmq/messages, POST /messages/batch),
 // topic listing and read-back (GET /topics, GET /topics/{topic}/messages),
 // and health (/healthz, /readyz). Plugins add routes through the value group
 // `group:"routes"` (see Route). It works without Fx; fx.go wires it.
+//
+// For every route, the server's own and the plugins' alike: a route that
+// allows GET answers HEAD too (same status and headers, no body; RFC 9110
+// §9.3.2), and a method a path does not accept is answered 405
+// METHOD_NOT_ALLOWED with an Allow header listing the methods it does
+// accept (RFC 9110 §15.5.6) and the JSON error body. A path with an empty,
+// "." or ".." segment (//messages, /topics/../x/messages, a %2E%2E group)
+// is answered 400 BAD_REQUEST, never redirected to its cleaned form.
 package httpapi
 
 import (
@@ -78,6 +86,9 @@ type Server struct {
 	deadlines sharedDeadlines
 	// routeErr is an overlap between routes found by New (see Err).
 	routeErr error
+	// methods are the methods the routes name: the candidates of a 405's
+	// Allow header.
+	methods []string
 }
 
 // New builds the server and its routes; Start listens.
@@ -108,6 +119,8 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r := mux.NewRouter()
+	// A non-canonical path is refused by serveHTTP (400), never redirected.
+	r.SkipClean(true)
 	r.HandleFunc("/messages", s.handlePublish).Methods(http.MethodPost)
 	r.HandleFunc("/mmmq/messages", s.handlePublish).Methods(http.MethodPost)
 	r.HandleFunc("/messages/batch", s.handleBatch).Methods(http.MethodPost)
@@ -123,12 +136,12 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		}
 	}
 	s.routeErr = overlappingRoutes(r)
+	s.methods = routeMethods(r)
+	allowHeadWhereGet(r)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		contract.WriteError(w, http.StatusMethodNotAllowed, contract.CodeMethod, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
-	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
 	s.router = r
 	s.srv = &http.Server{
 		Addr:              opts.Addr,
@@ -195,10 +208,16 @@ func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 // serveHTTP sends the two publish paths straight to their handler (they need
 // no path variables, and matching them through the router's regexps and
 // request contexts costs more than the rest of the hot path's bookkeeping);
-// everything else goes through the gorilla/mux router.
+// everything else goes through the gorilla/mux router (other methods on the
+// publish paths too: 405 with Allow: POST), except paths that are not
+// canonical, which are refused with 400 (see canonicalPath).
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost && (r.URL.Path == "/messages" || r.URL.Path == "/mmmq/messages") {
 		s.handlePublish(w, r)
+		return
+	}
+	if !canonicalPath(r.URL.Path) {
+		notCanonical(w, r)
 		return
 	}
 	s.router.ServeHTTP(w, r)

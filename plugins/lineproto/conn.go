@@ -81,23 +81,29 @@ func (c *conn) serve() {
 			c.closeGracefully()
 			return
 		}
-		if err == nil || (errors.Is(err, io.EOF) && len(line) > 0) {
-			// A reply longer than the write buffer is flushed while it is
-			// written: bound those writes too.
-			_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-			c.handle(line)
-			if !c.flush() {
-				return
-			}
-		}
-		if cap(c.line) > keepLineBytes {
-			c.line = nil
-		}
 		if err != nil {
+			// Only a line ended by "\n" is a request: a fragment left when
+			// the connection ends (EOF, half-close, reset, idle timeout,
+			// shutdown) may be a producer killed mid-line, so it is dropped
+			// unanswered instead of being executed truncated.
+			if n := len(c.line); n > 0 {
+				c.log.Debug("connection ended inside a request line; the incomplete line is dropped",
+					zap.Int("bytes", n), zap.Error(err))
+			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
 				c.log.Debug("connection read failed", zap.Error(err))
 			}
 			return
+		}
+		// A reply longer than the write buffer is flushed while it is
+		// written: bound those writes too.
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+		c.handle(line)
+		if !c.flush() {
+			return
+		}
+		if cap(c.line) > keepLineBytes {
+			c.line = nil
 		}
 	}
 }
@@ -110,15 +116,16 @@ func isTimeout(err error) bool {
 // readLine returns the next line without its "\n" or "\r\n". It takes
 // whatever has arrived, never waiting for a full buffer, so a line is
 // refused (errLineTooLong) as soon as more than MaxLineBytes+2 bytes of it
-// have arrived, and never more than that is kept. At EOF it returns an
-// unterminated last line with io.EOF.
+// have arrived, and never more than that is kept. When the connection ends
+// first it returns the read error; c.line then holds the unterminated
+// fragment, which is not a request.
 func (c *conn) readLine() ([]byte, error) {
 	c.line = c.line[:0]
 	limit := c.s.opts.MaxLineBytes + 2
 	for {
 		if c.r.Buffered() == 0 {
 			if _, err := c.r.Peek(1); err != nil { // one read from the socket
-				return c.trimmed(), err
+				return nil, err
 			}
 		}
 		buf, _ := c.r.Peek(c.r.Buffered())

@@ -13,6 +13,13 @@
 // case-insensitive. Requests on one connection are answered in order; a
 // client may pipeline.
 //
+// Only a complete line is a request. Bytes after the last "\n" when the
+// connection ends (the client closes or half-closes it, is killed mid-line,
+// or the connection is reset, times out or is ended by Stop) are a fragment:
+// it is dropped without a reply and nothing of it is stored (a log entry at
+// debug level gives its size). A client that half-closes must therefore end
+// its last request with "\n" too.
+//
 //	request  = pub / fetch / ack / status
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive

@@ -36,7 +36,9 @@ func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 	gopts.Logger = log
 	c := groups.New(reg, gopts)
 	opts.Addr = "127.0.0.1:0"
-	opts.Logger = log
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
 	if opts.MaxLineBytes == 0 {
 		opts.MaxLineBytes = 1024
 	}
