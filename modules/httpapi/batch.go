@@ -36,7 +36,7 @@ type BatchResult struct {
 type BatchResponse struct {
 	Acknowledgement string `json:"acknowledgement"`
 	// Error and Code summarise a NACK like every other error body
-	// (DESIGN §2): the first failure; Results has each message's.
+	// (acknowledgement, error, code): the first failure; Results has each message's.
 	Error   string        `json:"error,omitempty"`
 	Code    string        `json:"code,omitempty"`
 	Level   string        `json:"level"`

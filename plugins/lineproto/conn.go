@@ -268,7 +268,7 @@ func (c *conn) pub(rest []byte) {
 		return
 	}
 	if level == storage.Accepted {
-		c.replyf("OK - %s", level) // seed 003: an ACCEPTED offset is not final
+		c.replyf("OK - %s", level) // the log-queue study: an ACCEPTED offset is not final
 		return
 	}
 	c.replyf("OK %d %s", off, level)
@@ -405,7 +405,7 @@ func (c *conn) status(rest []byte) {
 }
 
 // releaseAll releases every group the connection holds: their next consumer
-// starts at the committed offset (seed 003: redelivery after disconnect).
+// starts at the committed offset (the log-queue study: redelivery after disconnect).
 func (c *conn) releaseAll() {
 	for k, s := range c.sessions {
 		if _, err := c.s.groups.Release(k.topic, k.group, s); err != nil {

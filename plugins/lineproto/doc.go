@@ -1,5 +1,6 @@
-// Package lineproto is the optional TCP line protocol of seed 003 ("协议是一行
-// 一个请求的 TCP 文本协议"), extended with a topic (issue 6). It is off by
+// Package lineproto is the optional TCP line protocol of the log-queue study
+// ("a TCP text protocol of one request per line"), extended with a topic. It
+// is off by
 // default; mmmq.lineproto.addr turns it on. It publishes through the same
 // topic registry and message encoder as the HTTP API (contract.EncodeMessage),
 // so dispatchers and consumer groups deliver the same stored message JSON,
@@ -28,7 +29,7 @@
 //	status   = "STATUS" [SP topic]
 //
 //	reply to PUB     "OK" SP offset SP level           ; WRITTEN, DURABLE
-//	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (seed 003), none is given
+//	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (log-queue study), none is given
 //	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
 //	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
 //	reply to STATUS  *("TOPIC" SP name SP "next=" hw SP "segments=" n SP "bytes=" b
@@ -44,14 +45,14 @@
 //
 // FETCH returns up to max messages (capped at mmmq.broker.groups.max-fetch)
 // from the group's position, waiting up to wait-ms (capped at 30000) when
-// there is nothing yet; after the wait it answers "END 0" (seed 003: an empty
-// fetch returns 0 messages after the wait). END was added to seed 003's
+// there is nothing yet; after the wait it answers "END 0" (the log-queue study: an empty
+// fetch returns 0 messages after the wait). END was added to the log-queue study's
 // protocol so clients know where a FETCH or STATUS reply stops. GROUP lines
 // list the groups used since the broker started.
 //
 // # Sessions
 //
-// A connection is a consumer session (seed 003): its first FETCH of a group
+// A connection is a consumer session (as in the log-queue study): its first FETCH of a group
 // takes the group (ERR GROUP_BUSY while another connection or HTTP session
 // holds it), and it keeps it while it fetches or acks within
 // mmmq.broker.groups.lease-timeout (default 30s). ACK commits offset+1
