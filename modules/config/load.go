@@ -48,7 +48,10 @@ type LoadOptions struct {
 // it, core keys and opts.Sections alike. Errors name the offending key or
 // variable (see [KeyError]); a missing explicit file is an error wrapping
 // fs.ErrNotExist. Keys of absent stock plugins set to their defaults are
-// returned in Config.Warnings.
+// returned in Config.Warnings, and the Kubernetes service-link variables
+// skipped (MMMQ_PORT=tcp://10.0.0.1:8080 and the like, naming no key) in
+// Config.IgnoredVars; a key set to a service link's tcp://IP:port value is
+// an error naming the Service.
 func Load(opts LoadOptions) (*Config, error) {
 	secs, err := uniqueSections(opts.Sections)
 	if err != nil {
@@ -76,7 +79,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		}
 	}
 
-	envMap, fromEnv, err := envOverrides(env, envTab)
+	envMap, fromEnv, ignored, err := envOverrides(env, envTab)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +113,7 @@ func Load(opts LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Warnings = warns
+	cfg.IgnoredVars = ignored
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, attributeVars(err, fromEnv)
@@ -234,31 +238,47 @@ func unknownLeaves(v any, full string, errs *[]error) {
 
 // envOverrides turns the MMMQ_ variables into a flat key -> value map with
 // values already of the key's type, and remembers which variable set which
-// key. envTab maps each known variable to its key.
-func envOverrides(env map[string]string, envTab map[string]leaf) (map[string]any, map[string]string, error) {
+// key. envTab maps each known variable to its key. Kubernetes service links
+// that name no key are skipped and returned in ignored, sorted; one naming
+// a key with a <proto>://<IP>:<port> value is an error naming the Service.
+func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string]any, fromEnv map[string]string, ignored []string, err error) {
 	names := make([]string, 0, len(env))
 	for name := range env {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 
-	out := map[string]any{}
-	fromEnv := map[string]string{}
+	out = map[string]any{}
+	fromEnv = map[string]string{}
 	var errs []error
 	for _, name := range names {
 		if name == EnvConfigVar {
 			continue
 		}
+		val := env[name]
 		l, ok := envTab[name]
 		if !ok {
+			if isServiceLink(name, val) {
+				ignored = append(ignored, name)
+				continue
+			}
 			problem := "matches no key (rule: MMMQ_ + key without leading \"mmmq.\", upper-cased, \".\" and \"-\" as \"_\")"
-			if name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_") {
+			switch {
+			case name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_"):
 				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
+			case serviceLinkNamed(name):
+				problem += fmt.Sprintf("; it is named like a Kubernetes service link, but its value %q is not what Kubernetes sets there", val)
 			}
 			errs = append(errs, unknownVar(name, problem))
 			continue
 		}
-		v, err := parseEnvValue(l.typ, env[name])
+		if svc, ok := linkService(name, val); ok {
+			errs = append(errs, &KeyError{Key: l.key, Var: name, kind: ErrInvalidValue, Problem: fmt.Sprintf(
+				"got %q, a Kubernetes service link: a Service named %q in the pod's namespace injects %s; "+
+					"set enableServiceLinks: false in the pod spec or rename the Service", val, svc, name)})
+			continue
+		}
+		v, err := parseEnvValue(l.typ, val)
 		if err != nil {
 			errs = append(errs, &KeyError{Key: l.key, Var: name, Problem: err.Error(), kind: ErrInvalidValue})
 			continue
@@ -266,7 +286,7 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (map[string]any
 		out[l.key] = v
 		fromEnv[l.key] = name
 	}
-	return out, fromEnv, errors.Join(errs...)
+	return out, fromEnv, ignored, errors.Join(errs...)
 }
 
 func parseEnvValue(t reflect.Type, s string) (any, error) {
