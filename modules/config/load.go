@@ -53,15 +53,22 @@ type LoadOptions struct {
 // Config.IgnoredVars; a key set to a service link's tcp://IP:port value is
 // an error naming the Service.
 func Load(opts LoadOptions) (*Config, error) {
+	cfg, _, err := loadOrigins(opts)
+	return cfg, err
+}
+
+// loadOrigins is Load, also returning where the values came from.
+func loadOrigins(opts LoadOptions) (*Config, origins, error) {
+	var origin origins
 	secs, err := uniqueSections(opts.Sections)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	absent := absentStockKeys(secs)
 	ls := loadSchema(secs, absent)
 	envTab, err := envTable(ls)
 	if err != nil {
-		return nil, err // a section whose variables collide with other keys
+		return nil, origin, err // a section whose variables collide with other keys
 	}
 
 	environ := opts.Environ
@@ -74,17 +81,23 @@ func Load(opts LoadOptions) (*Config, error) {
 
 	k := koanf.New(".")
 	if path != "" {
-		if err := loadFile(k, path, explicit, ls); err != nil {
-			return nil, err
+		read, err := loadFile(k, path, explicit, ls)
+		if err != nil {
+			return nil, origin, err
+		}
+		if read {
+			origin.file = path
+			origin.fileKeys = map[string]bool{}
+			fileKeys(k.Raw(), "", origin.fileKeys)
 		}
 	}
 
 	envMap, fromEnv, ignored, err := envOverrides(env, envTab)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	if err := k.Load(confmap.Provider(envMap, "."), nil); err != nil {
-		return nil, fmt.Errorf("config: load environment: %w", err)
+		return nil, origin, fmt.Errorf("config: load environment: %w", err)
 	}
 
 	cfg := Default()
@@ -110,15 +123,16 @@ func Load(opts LoadOptions) (*Config, error) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	cfg.Warnings = warns
 	cfg.IgnoredVars = ignored
+	origin.fromEnv = fromEnv
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
-		return nil, attributeVars(err, fromEnv)
+		return nil, origin, attributeVars(err, fromEnv)
 	}
-	return cfg, nil
+	return cfg, origin, nil
 }
 
 // parseEnviron keeps the MMMQ_ variables; a later duplicate wins as in os.Getenv.
@@ -149,21 +163,23 @@ func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
 	return DefaultPath, false
 }
 
-func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) error {
+// loadFile merges the file at path into k; read is false when a missing
+// file that was not named explicitly was skipped.
+func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, err error) {
 	if _, err := os.Stat(path); err != nil {
 		if !explicit && errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("config: open %s: %w", path, err)
+		return false, fmt.Errorf("config: open %s: %w", path, err)
 	}
 	fk := koanf.New(".")
 	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
-		return fmt.Errorf("config: read %s: %w", path, err)
+		return false, fmt.Errorf("config: read %s: %w", path, err)
 	}
 	if err := checkKeys(fk.Raw(), s); err != nil {
-		return err // each error names its full key
+		return false, err // each error names its full key
 	}
-	return k.Merge(fk)
+	return true, k.Merge(fk)
 }
 
 // checkKeys reports every file key that is not part of the schema s, by full
