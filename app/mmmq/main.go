@@ -1,13 +1,14 @@
 // Command mmmq is the mmmq broker binary.
 //
 //	mmmq [serve] [--config FILE]        run the broker (default command)
+//	mmmq config check [--config FILE]   validate the configuration as serve would; print it with sources
 //	mmmq verify [--root DIR] [--repair] offline check of every topic; exit 3 on corruption
 //	mmmq dump --topic T [--root DIR] [--from N] [--count K]
 //	mmmq version
 //
-// Exit codes: 0 clean stop or all OK; 1 startup or runtime failure (one line
-// on stderr says why); 2 bad usage; 3 corruption found (verify; seed 003
-// uses 3 for a refused start).
+// Exit codes: 0 clean stop or all OK; 1 startup or runtime failure, or an
+// invalid configuration (one line on stderr says why); 2 bad usage; 3
+// corruption found (verify, dump).
 package main
 
 import (
@@ -35,6 +36,8 @@ func run(args []string) int {
 	switch cmd {
 	case "serve":
 		return serve(args)
+	case "config":
+		return configCmd(args)
 	case "verify":
 		return verify(args)
 	case "dump":
@@ -56,6 +59,7 @@ func run(args []string) int {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   mmmq [serve] [--config FILE]          run the broker (default: configs/mmmq.yaml if present)
+  mmmq config check [--config FILE]     validate the configuration as serve would; print each key and its source
   mmmq verify [--root DIR] [--repair]   check every entry and CRC offline; exit 3 on corruption
   mmmq dump --topic T [--root DIR] [--from N] [--count K]
   mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.uber.org/dig"
+	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
@@ -42,6 +43,8 @@ func serve(args []string) int {
 		// in app.Modules: importing net/http/pprof also registers its
 		// handlers on http.DefaultServeMux, which a custom binary may serve.
 		profiling.Module,
+		// One debug line per skipped Kubernetes service-link variable.
+		fx.Invoke(logIgnoredVars),
 		extra,
 	)
 	if err := a.Err(); err != nil {

@@ -24,6 +24,12 @@ type Config struct {
 	// default (see [StockPluginKeys]). Not a key; nil from Default. The
 	// caller logs them (app.New does, through zap).
 	Warnings []Warning `koanf:"-"`
+	// IgnoredVars are the MMMQ_ environment variables Load skipped because
+	// they are Kubernetes service links (see the package documentation,
+	// "Kubernetes service links"), by name, sorted; nil when none. Not a
+	// key; nil from Default. The caller may log them (mmmq serve logs one
+	// debug line each); the package prints nothing.
+	IgnoredVars []string `koanf:"-"`
 
 	// sections holds the decoded plugin sections by name: exactly those
 	// given to Load; nil for a Config that Load built without sections or

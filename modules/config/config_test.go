@@ -392,3 +392,32 @@ func TestLoadReadsDefaultPathWhenPresent(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 9555, cfg.Server.Port)
 }
+
+// TestInvalidKeyReportsFirstCauseOnly: a key whose allowed range or value is
+// derived from another key is not also reported when that key is invalid
+// (segment.max-record-bytes against max-bytes; a dispatcher's inherited
+// path and timeout against mmmq.broker.dispatch).
+func TestInvalidKeyReportsFirstCauseOnly(t *testing.T) {
+	tests := []struct {
+		name, yaml, key string
+	}{
+		{"segment max-bytes", "mmmq: {broker: {segment: {max-bytes: 12}}}", "mmmq.broker.segment.max-bytes"},
+		{"inherited dispatch path", "mmmq: {broker: {dispatch: {path: messages}, dispatchers: [{name: d, host: 'http://h:1', patterns: [x]}]}}", "mmmq.broker.dispatch.path"},
+		{"inherited dispatch timeout", "mmmq: {broker: {dispatch: {timeout: -1s}, dispatchers: [{name: d, host: 'http://h:1', patterns: [x]}]}}", "mmmq.broker.dispatch.timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, tt.yaml)
+			require.Error(t, err)
+			errs := flatten(err)
+			require.Len(t, errs, 1, "want only the first cause, got: %v", err)
+			assert.Contains(t, errs[0].Error(), "config: "+tt.key+":")
+		})
+	}
+
+	// A max-record-bytes wrong on its own is still reported beside it.
+	_, err := load(t, "mmmq: {broker: {segment: {max-bytes: 12, max-record-bytes: 10}}}")
+	require.Error(t, err)
+	assert.Len(t, flatten(err), 2, "%v", err)
+	assert.Contains(t, err.Error(), "config: mmmq.broker.segment.max-record-bytes: must be between 64 and ")
+}

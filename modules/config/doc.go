@@ -53,10 +53,32 @@
 // "-" versus "." is never ambiguous. MMMQ_CONFIG is not a key: it names the
 // YAML file when no path was given explicitly. Any other MMMQ_ variable that
 // matches no key (core or registered section) is an error naming the
-// variable. The list mmmq.broker.dispatchers cannot be set from the
-// environment; use the file.
+// variable, except a Kubernetes service link (below). The list
+// mmmq.broker.dispatchers cannot be set from the environment; use the file.
 // Values are parsed as the key's type: integers in base 10, booleans as
 // accepted by strconv.ParseBool, durations in Go syntax ("30s", "1m30s").
+//
+// # Kubernetes service links
+//
+// Kubernetes sets, in every pod, variables for each Service of the namespace
+// (unless the pod spec says enableServiceLinks: false); a Service named
+// "mmmq" or "mmmq-<x>" sets MMMQ_ ones:
+//
+//	MMMQ_[<X>_]SERVICE_HOST=10.0.0.1
+//	MMMQ_[<X>_]SERVICE_PORT[_<PORT NAME>]=8080
+//	MMMQ_[<X>_]PORT=tcp://10.0.0.1:8080
+//	MMMQ_[<X>_]PORT_8080_TCP=tcp://10.0.0.1:8080   (also UDP, SCTP)
+//	MMMQ_[<X>_]PORT_8080_TCP_PROTO=tcp | _PORT=8080 | _ADDR=10.0.0.1
+//
+// Such a variable that names no key, and whose value is of the kind
+// Kubernetes sets there (IP address, port number, protocol, or
+// <proto>://<IP>:<port>), is skipped and listed in Config.IgnoredVars. The
+// same name with another value is an unknown variable, so a typo such as
+// MMMQ_SERVER_PROT is still refused. A variable that names a key (a Service
+// "mmmq-server" sets MMMQ_SERVER_PORT=tcp://10.0.0.2:8080) and holds a
+// <proto>://<IP>:<port> value is refused, naming the Service: set
+// enableServiceLinks: false in the pod spec or rename the Service. Plugin
+// sections' variables follow the same rules.
 //
 // # Strictness
 //

@@ -120,6 +120,7 @@ func Supply(cfg *Config) fx.Option {
 	c := *cfg
 	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
 	c.Warnings = slices.Clone(cfg.Warnings)
+	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)
 	c.sections = maps.Clone(cfg.sections)
 	c.Normalize()
 	if err := c.Validate(); err != nil {

@@ -48,17 +48,27 @@ type LoadOptions struct {
 // it, core keys and opts.Sections alike. Errors name the offending key or
 // variable (see [KeyError]); a missing explicit file is an error wrapping
 // fs.ErrNotExist. Keys of absent stock plugins set to their defaults are
-// returned in Config.Warnings.
+// returned in Config.Warnings, and the Kubernetes service-link variables
+// skipped (MMMQ_PORT=tcp://10.0.0.1:8080 and the like, naming no key) in
+// Config.IgnoredVars; a key set to a service link's tcp://IP:port value is
+// an error naming the Service.
 func Load(opts LoadOptions) (*Config, error) {
+	cfg, _, err := loadOrigins(opts)
+	return cfg, err
+}
+
+// loadOrigins is Load, also returning where the values came from.
+func loadOrigins(opts LoadOptions) (*Config, origins, error) {
+	var origin origins
 	secs, err := uniqueSections(opts.Sections)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	absent := absentStockKeys(secs)
 	ls := loadSchema(secs, absent)
 	envTab, err := envTable(ls)
 	if err != nil {
-		return nil, err // a section whose variables collide with other keys
+		return nil, origin, err // a section whose variables collide with other keys
 	}
 
 	environ := opts.Environ
@@ -71,17 +81,23 @@ func Load(opts LoadOptions) (*Config, error) {
 
 	k := koanf.New(".")
 	if path != "" {
-		if err := loadFile(k, path, explicit, ls); err != nil {
-			return nil, err
+		read, err := loadFile(k, path, explicit, ls)
+		if err != nil {
+			return nil, origin, err
+		}
+		if read {
+			origin.file = path
+			origin.fileKeys = map[string]bool{}
+			fileKeys(k.Raw(), "", origin.fileKeys)
 		}
 	}
 
-	envMap, fromEnv, err := envOverrides(env, envTab)
+	envMap, fromEnv, ignored, err := envOverrides(env, envTab)
 	if err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	if err := k.Load(confmap.Provider(envMap, "."), nil); err != nil {
-		return nil, fmt.Errorf("config: load environment: %w", err)
+		return nil, origin, fmt.Errorf("config: load environment: %w", err)
 	}
 
 	cfg := Default()
@@ -107,14 +123,16 @@ func Load(opts LoadOptions) (*Config, error) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, origin, err
 	}
 	cfg.Warnings = warns
+	cfg.IgnoredVars = ignored
+	origin.fromEnv = fromEnv
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
-		return nil, attributeVars(err, fromEnv)
+		return nil, origin, attributeVars(err, fromEnv)
 	}
-	return cfg, nil
+	return cfg, origin, nil
 }
 
 // parseEnviron keeps the MMMQ_ variables; a later duplicate wins as in os.Getenv.
@@ -145,21 +163,23 @@ func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
 	return DefaultPath, false
 }
 
-func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) error {
+// loadFile merges the file at path into k; read is false when a missing
+// file that was not named explicitly was skipped.
+func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, err error) {
 	if _, err := os.Stat(path); err != nil {
 		if !explicit && errors.Is(err, fs.ErrNotExist) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("config: open %s: %w", path, err)
+		return false, fmt.Errorf("config: open %s: %w", path, err)
 	}
 	fk := koanf.New(".")
 	if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
-		return fmt.Errorf("config: read %s: %w", path, err)
+		return false, fmt.Errorf("config: read %s: %w", path, err)
 	}
 	if err := checkKeys(fk.Raw(), s); err != nil {
-		return err // each error names its full key
+		return false, err // each error names its full key
 	}
-	return k.Merge(fk)
+	return true, k.Merge(fk)
 }
 
 // checkKeys reports every file key that is not part of the schema s, by full
@@ -234,31 +254,47 @@ func unknownLeaves(v any, full string, errs *[]error) {
 
 // envOverrides turns the MMMQ_ variables into a flat key -> value map with
 // values already of the key's type, and remembers which variable set which
-// key. envTab maps each known variable to its key.
-func envOverrides(env map[string]string, envTab map[string]leaf) (map[string]any, map[string]string, error) {
+// key. envTab maps each known variable to its key. Kubernetes service links
+// that name no key are skipped and returned in ignored, sorted; one naming
+// a key with a <proto>://<IP>:<port> value is an error naming the Service.
+func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string]any, fromEnv map[string]string, ignored []string, err error) {
 	names := make([]string, 0, len(env))
 	for name := range env {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 
-	out := map[string]any{}
-	fromEnv := map[string]string{}
+	out = map[string]any{}
+	fromEnv = map[string]string{}
 	var errs []error
 	for _, name := range names {
 		if name == EnvConfigVar {
 			continue
 		}
+		val := env[name]
 		l, ok := envTab[name]
 		if !ok {
+			if isServiceLink(name, val) {
+				ignored = append(ignored, name)
+				continue
+			}
 			problem := "matches no key (rule: MMMQ_ + key without leading \"mmmq.\", upper-cased, \".\" and \"-\" as \"_\")"
-			if name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_") {
+			switch {
+			case name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_"):
 				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
+			case serviceLinkNamed(name):
+				problem += fmt.Sprintf("; it is named like a Kubernetes service link, but its value %q is not what Kubernetes sets there", val)
 			}
 			errs = append(errs, unknownVar(name, problem))
 			continue
 		}
-		v, err := parseEnvValue(l.typ, env[name])
+		if svc, ok := linkService(name, val); ok {
+			errs = append(errs, &KeyError{Key: l.key, Var: name, kind: ErrInvalidValue, Problem: fmt.Sprintf(
+				"got %q, a Kubernetes service link: a Service named %q in the pod's namespace injects %s; "+
+					"set enableServiceLinks: false in the pod spec or rename the Service", val, svc, name)})
+			continue
+		}
+		v, err := parseEnvValue(l.typ, val)
 		if err != nil {
 			errs = append(errs, &KeyError{Key: l.key, Var: name, Problem: err.Error(), kind: ErrInvalidValue})
 			continue
@@ -266,7 +302,7 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (map[string]any
 		out[l.key] = v
 		fromEnv[l.key] = name
 	}
-	return out, fromEnv, errors.Join(errs...)
+	return out, fromEnv, ignored, errors.Join(errs...)
 }
 
 func parseEnvValue(t reflect.Type, s string) (any, error) {

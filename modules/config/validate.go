@@ -24,7 +24,11 @@ const maxRecordLimit = math.MaxInt32 - 4
 
 // Validate checks every value, the plugin sections held included (with
 // their own validation), and returns all problems joined with errors.Join,
-// each a [*KeyError] naming its key and what is allowed. It
+// each a [*KeyError] naming its key and what is allowed. Only the first
+// cause is reported: a key whose bound comes from an invalid key
+// (segment.max-record-bytes from segment.max-bytes) is then checked against
+// its own limits only, and a dispatcher's path or timeout inherited from an
+// invalid mmmq.broker.dispatch key is not reported again. It
 // expects a normalized Config (see [Config.Normalize]) but accepts the zero
 // "inherit" values of dispatcher path, timeout and commit settings.
 func (c *Config) Validate() error {
@@ -60,7 +64,13 @@ func (c *Config) Validate() error {
 	v.intRange("mmmq.broker.storage.max-topics", int64(b.Storage.MaxTopics), 1, math.MaxInt32)
 
 	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
-	v.intRange("mmmq.broker.segment.max-record-bytes", b.Segment.MaxRecordBytes, 64, min(max(b.Segment.MaxBytes, 64), maxRecordLimit))
+	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the
+	// one cause reported, max-record-bytes then only checked on its own.
+	recordMax := int64(maxRecordLimit)
+	if !v.failed("mmmq.broker.segment.max-bytes") {
+		recordMax = min(b.Segment.MaxBytes, maxRecordLimit)
+	}
+	v.intRange("mmmq.broker.segment.max-record-bytes", b.Segment.MaxRecordBytes, 64, recordMax)
 
 	d := b.Dispatch
 	v.positive("mmmq.broker.dispatch.timeout", d.Timeout)
@@ -75,7 +85,7 @@ func (c *Config) Validate() error {
 
 	seen := map[string]int{}
 	for i, dc := range b.Dispatchers {
-		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, seen, i)
+		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, d, seen, i)
 	}
 
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
@@ -85,9 +95,27 @@ func (c *Config) Validate() error {
 	return errors.Join(v.errs...)
 }
 
-type validator struct{ errs []error }
+// validator collects the problems of one Validate and remembers which keys
+// had one, so that a check derived from such a key (a bound, an inherited
+// value) is skipped instead of reporting a follow-on error.
+type validator struct {
+	errs []error
+	bad  map[string]bool // keys with a problem
+}
 
-func (v *validator) add(err error) { v.errs = append(v.errs, err) }
+func (v *validator) add(err error) {
+	v.errs = append(v.errs, err)
+	var ke *KeyError
+	if errors.As(err, &ke) {
+		if v.bad == nil {
+			v.bad = map[string]bool{}
+		}
+		v.bad[ke.Key] = true
+	}
+}
+
+// failed says whether key already had a problem.
+func (v *validator) failed(key string) bool { return v.bad[key] }
 
 func (v *validator) intRange(key string, n, lo, hi int64) {
 	switch {
@@ -111,7 +139,10 @@ func (v *validator) path(key, p string) {
 	}
 }
 
-func (v *validator) dispatcher(key string, d DispatcherConfig, seen map[string]int, i int) {
+// dispatcher checks one dispatcher; def is mmmq.broker.dispatch, whose path
+// and timeout a dispatcher inherits (see Normalize): an inherited value that
+// is already reported under mmmq.broker.dispatch is not reported again.
+func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfig, seen map[string]int, i int) {
 	if !dispatcherNameRE.MatchString(d.Name) {
 		v.add(invalid(key+".name", "must match %s; got %q", dispatcherNameRE, d.Name))
 	} else if j, dup := seen[d.Name]; dup {
@@ -130,10 +161,13 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, seen map[string]i
 			v.add(invalid(fmt.Sprintf("%s.patterns[%d]", key, j), "must not be empty"))
 		}
 	}
-	if d.Path != "" {
+	inheritsBad := func(own, inherited any, defKey string) bool {
+		return own == inherited && v.failed(defKey)
+	}
+	if d.Path != "" && !inheritsBad(d.Path, def.Path, "mmmq.broker.dispatch.path") {
 		v.path(key+".path", d.Path)
 	}
-	if d.Timeout < 0 {
+	if d.Timeout < 0 && !inheritsBad(d.Timeout, def.Timeout, "mmmq.broker.dispatch.timeout") {
 		v.add(invalid(key+".timeout", "must be a duration > 0 such as \"30s\" (or absent); got %s", d.Timeout))
 	}
 	switch d.Commit.Policy {

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+)
+
+const configUsage = `usage: mmmq config check [--config FILE]
+
+Loads and validates the configuration exactly as "mmmq serve" would (same
+file resolution: --config, else $MMMQ_CONFIG, else configs/mmmq.yaml when
+present; same environment; same plugin sections) and prints every key's
+effective value and source (default, the file, or the MMMQ_ variable), the
+ignored Kubernetes service-link variables and the warnings.
+
+Exit codes: 0 valid; 1 invalid (one line on stderr, as serve prints it);
+2 bad usage.
+
+Flags:
+  --config FILE   YAML config file (default configs/mmmq.yaml when present)
+`
+
+// configShortUsage is printed on stderr after a usage error.
+const configShortUsage = "usage: mmmq config check [--config FILE]   (mmmq config check --help for more)\n"
+
+// configCmd runs `mmmq config <subcommand> ...`; the one subcommand is check.
+func configCmd(args []string) int {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Print(configUsage)
+		return 0
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "mmmq config: missing subcommand (check)")
+		fmt.Fprint(os.Stderr, configShortUsage)
+		return 2
+	}
+	if args[0] != "check" {
+		fmt.Fprintf(os.Stderr, "mmmq config: unknown subcommand %q (want check)\n", args[0])
+		fmt.Fprint(os.Stderr, configShortUsage)
+		return 2
+	}
+	return configCheck(args[1:])
+}
+
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+// configCheck is `mmmq config check [--config FILE]`.
+func configCheck(args []string) int {
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr) // parse errors; --help goes to stdout below
+	fs.Usage = func() {}
+	cfgPath := fs.String("config", "", "YAML config file (default configs/mmmq.yaml when present)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(configUsage)
+			return 0
+		}
+		fmt.Fprint(os.Stderr, configShortUsage)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "mmmq config check: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprint(os.Stderr, configShortUsage)
+		return 2
+	}
+	// The options serve passes to config.Load.
+	eff, err := config.LoadEffective(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != "", Sections: sections()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
+		return 1
+	}
+	if err := printEffective(os.Stdout, eff); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq config check:", err)
+		return 1
+	}
+	return 0
+}
+
+// printEffective writes the file line, a KEY VALUE SOURCE table, one line
+// per ignored variable and per warning, and "configuration OK".
+func printEffective(w io.Writer, eff *config.Effective) error {
+	var b strings.Builder
+	if eff.File != "" {
+		fmt.Fprintf(&b, "file: %s\n", eff.File)
+	} else {
+		fmt.Fprintf(&b, "file: none (no --config, $%s unset, %s absent)\n", config.EnvConfigVar, config.DefaultPath)
+	}
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, s := range eff.Settings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, formatValue(reflect.ValueOf(s.Value)), s.Source())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, name := range eff.Config.IgnoredVars {
+		fmt.Fprintf(&b, "ignored: %s (a Kubernetes service link; names no key)\n", name)
+	}
+	for _, wn := range eff.Config.Warnings {
+		fmt.Fprintf(&b, "warning: %s\n", wn)
+	}
+	b.WriteString("configuration OK\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// formatValue shows a setting's value as in the YAML file: strings quoted,
+// durations with their unit ("30s"), lists in brackets.
+func formatValue(v reflect.Value) string {
+	switch {
+	case !v.IsValid():
+		return "null"
+	case v.Type() == durationType:
+		return time.Duration(v.Int()).String()
+	case v.Kind() == reflect.String:
+		return strconv.Quote(v.String())
+	case v.Kind() == reflect.Slice:
+		parts := make([]string, v.Len())
+		for i := range v.Len() {
+			parts[i] = formatValue(v.Index(i))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+// logIgnoredVars logs one debug line per Kubernetes service-link variable
+// the configuration skipped (see config.Config.IgnoredVars).
+func logIgnoredVars(cfg *config.Config, log *zap.Logger) {
+	for _, name := range cfg.IgnoredVars {
+		log.Named("config").Debug("ignored a Kubernetes service-link environment variable: it names no configuration key", zap.String("var", name))
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mmmq/mmmq/modules/config"
+)
+
+// captureAll runs the CLI in-process and returns its exit code, stdout and stderr.
+func captureAll(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stderr
+	os.Stderr = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	code, stdout = capture(t, args...)
+	os.Stderr = old
+	w.Close()
+	return code, stdout, <-done
+}
+
+// writeConfig writes body to a new YAML file and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mmmq.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// fieldsOf returns the whitespace-separated fields of the output line that
+// starts with key followed by a space, or nil.
+func fieldsOf(out, key string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, key+" ") {
+			return strings.Fields(line)
+		}
+	}
+	return nil
+}
+
+func TestConfigCheckPrintsSources(t *testing.T) {
+	cfg := writeConfig(t, "server:\n  port: 9090\nmmmq:\n  lineproto:\n    addr: 127.0.0.1:0\n")
+	t.Setenv("MMMQ_LOGGING_LEVEL", "debug")
+	t.Setenv("MMMQ_PORT", "tcp://10.0.0.1:8080") // a Service named mmmq
+	t.Setenv("MMMQ_SERVER_SERVICE_HOST", "10.0.0.2")
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	for key, want := range map[string][]string{
+		"server.port":                       {"server.port", "9090", cfg},
+		"server.host":                       {"server.host", `""`, "default"},
+		"server.idle-timeout":               {"server.idle-timeout", "2m0s", "default"},
+		"logging.level":                     {"logging.level", `"debug"`, "MMMQ_LOGGING_LEVEL"},
+		"mmmq.lineproto.addr":               {"mmmq.lineproto.addr", `"127.0.0.1:0"`, cfg}, // app's sections
+		"mmmq.profiling.addr":               {"mmmq.profiling.addr", `""`, "default"},      // serve's own
+		"mmmq.broker.dispatchers":           {"mmmq.broker.dispatchers", "[]", "default"},
+		"mmmq.broker.segment.max-bytes":     {"mmmq.broker.segment.max-bytes", "67108864", "default"},
+		"mmmq.broker.storage.on-corruption": {"mmmq.broker.storage.on-corruption", `"fail"`, "default"},
+	} {
+		if got := fieldsOf(out, key); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("line of %s: got %q, want %q", key, got, want)
+		}
+	}
+	for _, want := range []string{
+		"file: " + cfg + "\n",
+		"ignored: MMMQ_PORT (a Kubernetes service link; names no key)\n",
+		"ignored: MMMQ_SERVER_SERVICE_HOST (",
+		"configuration OK\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestConfigCheckFailsAsServe: an invalid configuration exits 1 with the
+// one stderr line serve prints for it, and nothing on stdout.
+func TestConfigCheckFailsAsServe(t *testing.T) {
+	bad := writeConfig(t, "mmmq: {broker: {segment: {max-bytes: 12}}}\n")
+	code, out, errOut := captureAll(t, "config", "check", "--config", bad)
+	want := "mmmq: startup failed: config: mmmq.broker.segment.max-bytes: must be at least 1024; got 12\n"
+	if code != 1 || out != "" || errOut != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, nothing, %q", code, out, errOut, want)
+	}
+	if code, _, serveErr := captureAll(t, "serve", "--config", bad); code != 1 || serveErr != errOut {
+		t.Fatalf("serve: exit %d, stderr %q; config check said %q", code, serveErr, errOut)
+	}
+
+	// The same environment as serve: a service link in a real key.
+	t.Setenv("MMMQ_SERVER_PORT", "tcp://10.0.0.2:8080")
+	code, out, errOut = captureAll(t, "config", "check", "--config", writeConfig(t, ""))
+	if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
+		!strings.HasPrefix(errOut, "mmmq: startup failed: config: server.port: ") ||
+		!strings.Contains(errOut, "enableServiceLinks: false") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
+	// A missing explicit file.
+	code, _, errOut = captureAll(t, "config", "check", "--config", filepath.Join(t.TempDir(), "absent.yaml"))
+	if code != 1 || !strings.HasPrefix(errOut, "mmmq: startup failed: config: open ") {
+		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestConfigCheckUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"config", "check", "--help"}, {"config", "check", "-h"}, {"config", "--help"}, {"config", "help"},
+	} {
+		code, out, errOut := captureAll(t, args...)
+		if code != 0 || !strings.HasPrefix(out, "usage: mmmq config check [--config FILE]") || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{
+		{"config"}, {"config", "nope"}, {"config", "check", "--bogus"}, {"config", "check", "extra"},
+		{"config", "check", "--config"},
+	} {
+		code, out, errOut := captureAll(t, args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "usage: mmmq config check") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and usage on stderr", args, code, out, errOut)
+		}
+	}
+}
+
+func TestLogIgnoredVarsOneDebugLineEach(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	logIgnoredVars(&config.Config{IgnoredVars: []string{"MMMQ_PORT", "MMMQ_SERVICE_HOST"}}, zap.New(core))
+	entries := logs.All()
+	if len(entries) != 2 {
+		t.Fatalf("got %d log lines, want 2", len(entries))
+	}
+	for i, name := range []string{"MMMQ_PORT", "MMMQ_SERVICE_HOST"} {
+		e := entries[i]
+		if e.Level != zapcore.DebugLevel || e.LoggerName != "config" || e.ContextMap()["var"] != name {
+			t.Errorf("line %d: %v %q %v", i, e.Level, e.LoggerName, e.ContextMap())
+		}
+	}
+}

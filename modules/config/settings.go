@@ -1,0 +1,160 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// SourceKind says where a key's effective value came from.
+type SourceKind string
+
+// Sources of a value, in increasing precedence.
+const (
+	// SourceDefault is the built-in default (or, for a dispatcher field, the
+	// per-dispatcher default filled in by [Config.Normalize]).
+	SourceDefault SourceKind = "default"
+	// SourceFile is the YAML file (Effective.File).
+	SourceFile SourceKind = "file"
+	// SourceEnv is an MMMQ_ environment variable.
+	SourceEnv SourceKind = "env"
+)
+
+// Setting is one key's effective value and where it came from.
+type Setting struct {
+	// Key is the full key: "server.port", "mmmq.lineproto.addr", or, for an
+	// element of a list of mappings, "mmmq.broker.dispatchers[0].host".
+	Key string
+	// Value is the effective value, typed as its field: string (or a
+	// string enum such as LogFormat), bool, int, int64, time.Duration, a
+	// list of strings, or an empty list of mappings (shown as one setting).
+	Value any
+	// Kind is the source: default, file or environment.
+	Kind SourceKind
+	// From is the file path for SourceFile, the variable name for
+	// SourceEnv, "" for SourceDefault.
+	From string
+}
+
+// Source returns "default", the file path, or the environment variable name.
+func (s Setting) Source() string {
+	if s.Kind == SourceDefault {
+		return "default"
+	}
+	return s.From
+}
+
+// origins records where Load found the values; the zero value says every
+// value is a default.
+type origins struct {
+	file     string            // the YAML file read; "" when none
+	fileKeys map[string]bool   // keys present in the file, list elements as "key[i].field"
+	fromEnv  map[string]string // key -> the variable that set it
+}
+
+// Effective is a loaded configuration with the source of each value.
+type Effective struct {
+	// Config is what Load returns for the same options.
+	Config *Config
+	// File is the YAML file read, as it was given (--config, $MMMQ_CONFIG
+	// or DefaultPath); "" when none was read (DefaultPath absent).
+	File string
+	// Settings are every key's effective value and source: the core keys
+	// in the order of the Config fields (as in configs/mmmq.yaml), then
+	// the plugin sections given to Load, in name order. A non-empty list
+	// of mappings (mmmq.broker.dispatchers) is given element by element;
+	// its fields absent from the file are defaults, except a dispatcher's
+	// path and timeout, which take the source of mmmq.broker.dispatch.path
+	// and .timeout they were inherited from. Keys of absent stock plugins
+	// are not settings (see Config.Warnings).
+	Settings []Setting
+}
+
+// LoadEffective loads exactly as [Load] does, with the same options,
+// validation and errors, and also says where each value came from: the
+// default, the file, or an environment variable (for mmmq config check).
+func LoadEffective(opts LoadOptions) (*Effective, error) {
+	cfg, origin, err := loadOrigins(opts)
+	if err != nil {
+		return nil, err
+	}
+	e := &Effective{Config: cfg, File: origin.file}
+	origin.settings(reflect.ValueOf(*cfg), "", &e.Settings)
+	for _, name := range slices.Sorted(maps.Keys(cfg.sections)) {
+		sv := cfg.sections[name]
+		origin.settings(reflect.ValueOf(sv.value), sv.sec.Key()+".", &e.Settings)
+	}
+	return e, nil
+}
+
+func (o origins) settings(v reflect.Value, prefix string, out *[]Setting) {
+	t := v.Type()
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("koanf")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		f, key := v.Field(i), prefix+tag
+		switch {
+		case f.Kind() == reflect.Struct:
+			o.settings(f, key+".", out)
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct && f.Len() > 0:
+			for j := range f.Len() {
+				o.settings(f.Index(j), fmt.Sprintf("%s[%d].", key, j), out)
+			}
+		default:
+			kind, from := o.source(key)
+			*out = append(*out, Setting{Key: key, Value: f.Interface(), Kind: kind, From: from})
+		}
+	}
+}
+
+// dispatcherInherits maps the dispatcher fields that Normalize fills from
+// mmmq.broker.dispatch to that key.
+var dispatcherInherits = map[string]string{
+	"path":    "mmmq.broker.dispatch.path",
+	"timeout": "mmmq.broker.dispatch.timeout",
+}
+
+// source says where key's value came from: the environment wins over the
+// file; a dispatcher's path or timeout absent from the file has the source
+// of the key it inherits.
+func (o origins) source(key string) (SourceKind, string) {
+	if name, ok := o.fromEnv[key]; ok {
+		return SourceEnv, name
+	}
+	if o.fileKeys[key] {
+		return SourceFile, o.file
+	}
+	if rest, ok := strings.CutPrefix(key, dispatchersKey+"["); ok {
+		_, field, _ := strings.Cut(rest, "].")
+		if from, ok := dispatcherInherits[field]; ok {
+			return o.source(from)
+		}
+	}
+	return SourceDefault, ""
+}
+
+// fileKeys adds to out every key present in raw (a file's nested mapping):
+// each leaf, each list, and each field of a list's mapping elements as
+// "key[i].field".
+func fileKeys(raw map[string]any, prefix string, out map[string]bool) {
+	for name, v := range raw {
+		key := prefix + name
+		switch x := v.(type) {
+		case map[string]any:
+			fileKeys(x, key+".", out)
+		case []any:
+			out[key] = true
+			for i, el := range x {
+				if m, ok := el.(map[string]any); ok {
+					fileKeys(m, fmt.Sprintf("%s[%d].", key, i), out)
+				}
+			}
+		default:
+			out[key] = true
+		}
+	}
+}
