@@ -97,7 +97,8 @@ func TestStartupFailuresAreOneLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, stderr := runBroker(t, bin, nil, "--config", cfg)
-		oneLine(t, code, stderr, `duplicate dispatcher name "order-dispatcher"`)
+		oneLine(t, code, stderr, `duplicate dispatcher name "order-dispatcher"`, "config mmmq.broker.dispatchers[0]",
+			"Go provider github.com/mmmq/mmmq/examples/custom-broker/orders.NewOrderDispatcher")
 	})
 	t.Run("bad plugin section value", func(t *testing.T) {
 		code, stderr := runBroker(t, bin, []string{"MMMQ_ORDERS_ORDER_HOST=not a host"})
