@@ -6,8 +6,7 @@
 //	mmmq version
 //
 // Exit codes: 0 clean stop or all OK; 1 startup or runtime failure (one line
-// on stderr says why); 2 bad usage; 3 corruption found (verify; seed 003
-// uses 3 for a refused start).
+// on stderr says why); 2 bad usage; 3 corruption found (verify).
 package main
 
 import (

@@ -14,7 +14,7 @@ import (
 )
 
 // DispatcherTag is the Fx value group every *Dispatcher is contributed to
-// (DESIGN §5). Use it with fx.ResultTags, or use Provide.
+// (NewSet reads it). Use it with fx.ResultTags, or use Provide.
 const DispatcherTag = `group:"dispatchers"`
 
 // Provide registers ctor, a constructor returning *Dispatcher (optionally
