@@ -3,6 +3,9 @@ GO       ?= go
 BIN      ?= bin/mmmq
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
+# CONFIG is the YAML file `make run` passes with --config (it must exist).
+# Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
+CONFIG   ?=
 
 .PHONY: all build run test test-short race fuzz bench crash demo vet fmt clean
 
@@ -11,8 +14,8 @@ all: build
 build: ## build bin/mmmq
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./app/mmmq
 
-run: build ## start the broker on ./data, port 8080, configs/mmmq.yaml (console logs)
-	MMMQ_LOGGING_FORMAT=$${MMMQ_LOGGING_FORMAT:-console} ./$(BIN) serve --config configs/mmmq.yaml
+run: build ## start the broker (console logs) with CONFIG=FILE, else MMMQ_CONFIG, else configs/mmmq.yaml: ./data, port 8080
+	MMMQ_LOGGING_FORMAT=$${MMMQ_LOGGING_FORMAT:-console} ./$(BIN) serve$(if $(CONFIG), --config $(CONFIG))
 
 test: ## all tests with the race detector, plus short fuzz runs
 	$(GO) vet ./...

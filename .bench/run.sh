@@ -98,6 +98,21 @@ free_port() {
 	done
 }
 
+# holds_port PID PORT: whether process PID has a TCP socket listening on
+# PORT (Linux /proc: the listening socket's inode is among PID's open
+# files). A /readyz answer alone could come from another process that took
+# the port first.
+holds_port() {
+	local pid=$1 hex inode
+	hex=$(printf ':%04X' "$2")
+	for inode in $(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+		if ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$inode\]"; then
+			return 0
+		fi
+	done
+	return 1
+}
+
 # start_broker DATA_DIR CONFIG_FILE: starts bin/mmmq serve on a free port,
 # sets BROKER_PID, BROKER_URL, READY_MS (exec to /readyz 200). A port taken
 # between the check and the bind is retried on another port.
@@ -121,7 +136,8 @@ start_broker_once() {
 		"$MMMQ" serve --config "$cfg" >>"$TMP/broker.log" 2>&1 &
 	BROKER_PID=$!
 	for ((i = 0; i < 6000; i++)); do
-		if [ "$(curl -s -o /dev/null -w '%{http_code}' "$BROKER_URL/readyz" 2>/dev/null)" = 200 ]; then
+		if [ "$(curl -s -o /dev/null -w '%{http_code}' "$BROKER_URL/readyz" 2>/dev/null)" = 200 ] &&
+			holds_port "$BROKER_PID" "$port"; then
 			t1=$(date +%s%N)
 			READY_MS=$(((t1 - t0) / 1000000))
 			return 0
@@ -217,7 +233,7 @@ PLAIN_PORT=$(free_port)
 "$MMMQ" bench -mode plain-server -listen "127.0.0.1:$PLAIN_PORT" 2>>"$TMP/bench.log" &
 PLAIN_PID=$!
 for ((i = 0; ; i++)); do
-	(exec 3<>"/dev/tcp/127.0.0.1/$PLAIN_PORT") 2>/dev/null && break
+	holds_port "$PLAIN_PID" "$PLAIN_PORT" && break
 	if ! kill -0 "$PLAIN_PID" 2>/dev/null || [ "$i" -ge 1000 ]; then
 		say "plain handler server did not start; log:"
 		tail -5 "$TMP/bench.log" >&2

@@ -1,8 +1,16 @@
 // Package app is the composition root of mmmq: New builds the Fx
 // application with the default module set, to which a custom binary adds its
-// own plugins (for example Dispatchers provided with dispatcher.Provide):
+// own plugins (for example Dispatchers provided with dispatcher.Provide).
+// Main is the whole entry point of such a binary, the one `mmmq serve` uses
+// (flags, configuration loaded first, one-line startup errors, signals,
+// exit codes):
 //
-//	app.New(orders.Module).Run()
+//	func main() {
+//		os.Exit(app.Main(app.WithModules(orders.Module), app.WithSections(orders.ConfigSection)))
+//	}
+//
+// (app.New(...).Run() also works, but reports a failed startup with Fx's
+// whole event log and error chain on stderr.)
 //
 // A custom binary drops or replaces a default module by name with Without
 // and Replace, passed to New like any other option:
@@ -198,7 +206,8 @@ func modulesWith(edits []*edit) (main, ready fx.Option) {
 // New returns the mmmq application: the default modules (edited by any
 // Without or Replace among opts) plus opts (plugins,
 // fx.Supply(config.LoadOptions{...}), fx.Decorate overrides). The broker
-// reports ready (/readyz) once every start hook has run.
+// reports ready (/readyz) once every start hook has run. Main builds the
+// application with New.
 func New(opts ...fx.Option) *fx.App {
 	return fx.New(Options(opts...))
 }

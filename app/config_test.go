@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -53,11 +54,26 @@ func pluginOf(t *testing.T, key string) string {
 	return ""
 }
 
+// committedStockYAML returns the path of configs/mmmq.yaml as committed
+// (git HEAD), so that a local edit of the file does not fail the tests; the
+// working copy when git or the repository is not there (a source archive).
+func committedStockYAML(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("git", "-C", "..", "show", "HEAD:configs/mmmq.yaml").Output()
+	if err != nil {
+		return filepath.Join("..", "configs", "mmmq.yaml")
+	}
+	p := filepath.Join(t.TempDir(), "mmmq.yaml")
+	require.NoError(t, os.WriteFile(p, out, 0o600))
+	return p
+}
+
 // TestCommittedYAMLEqualsSectionDefaults is the defaults test for the plugin
-// sections: configs/mmmq.yaml, with an empty environment and every stock
-// plugin, equals config.Default() and each section's defaults, no warnings.
+// sections: configs/mmmq.yaml as committed, with an empty environment and
+// every stock plugin, equals config.Default() and each section's defaults,
+// no warnings.
 func TestCommittedYAMLEqualsSectionDefaults(t *testing.T) {
-	p := filepath.Join("..", "configs", "mmmq.yaml")
+	p := committedStockYAML(t)
 	cfg, err := config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: []string{}, Sections: stockSections()})
 	require.NoError(t, err)
 	assert.Empty(t, cfg.Warnings)
@@ -121,7 +137,7 @@ func TestStockSectionsInvalidValuesNameKey(t *testing.T) {
 // configs/mmmq.yaml: profiling's key is at its default, so it only warns; a
 // non-default value of it is a startup error naming the key and the plugin.
 func TestAppWithoutStockPluginsReadsStockYAML(t *testing.T) {
-	p := filepath.Join("..", "configs", "mmmq.yaml")
+	p := committedStockYAML(t)
 	var cfg *config.Config
 	a := app.New(fx.NopLogger, fx.Supply(config.LoadOptions{Path: p, PathExplicit: true, Environ: []string{}}), fx.Populate(&cfg))
 	require.NoError(t, a.Err())

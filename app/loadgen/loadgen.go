@@ -13,6 +13,8 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -44,6 +46,7 @@ type benchConfig struct {
 	ack          string
 	topics       int
 	topicPrefix  string
+	runID        string // second segment of every topic name; generated when -run-id is not given
 	batch        int
 	consumerAddr string
 	noPublish    bool
@@ -97,56 +100,21 @@ type benchResult struct {
 
 // Main runs `mmmq bench` with args (the arguments after "bench") and
 // returns the process exit code: 0 when the run succeeded (plain-server:
-// when it stopped on SIGINT or SIGTERM), 1 when it failed, 2 for bad usage
-// (an unknown or invalid flag, or -h). The result goes to standard output
+// when it stopped on SIGINT or SIGTERM) and for -h (the usage, on standard
+// output), 1 when it failed, 2 for bad usage (an unknown or invalid flag, a
+// stray argument). The publishing modes first say on standard error which
+// topics they write to (see the usage). The result goes to standard output
 // (text, or one JSON line with -json), also after a failed run that measured
 // something; progress, warnings and the one-line failure reason
 // ("mmmq bench: ...") go to standard error. SIGINT and SIGTERM end a run
 // early.
 func Main(args []string) int {
-	var cfg benchConfig
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL")
-	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
-	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
-	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
-	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
-	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
-	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable")
-	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.0 .. <prefix>.K-1)")
-	fs.StringVar(&cfg.topicPrefix, "topic-prefix", "bench", "topic name prefix")
-	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
-	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
-	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "give up after this long without an acknowledged publish (deliver: without an arrival)")
-	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
-	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
-	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
-	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|plain-server|deliver] [flags]
-
-  mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
-  mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
-  mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
-  mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
-  mmmq bench -c 4 -batch 1000 -count 1000000         # batch publish
-  mmmq bench -mode deliver -count 100000 -consumer-addr 127.0.0.1:18081
-      (the broker needs a dispatcher with host http://127.0.0.1:18081 and
-       patterns ["bench.**"])
-
-flags:
-`)
-		fs.PrintDefaults()
+	cfg, code, ok := parseArgs(args, os.Stdout, os.Stderr)
+	if !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	fs.Visit(func(f *flag.Flag) { cfg.urlSet = cfg.urlSet || f.Name == "url" })
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq bench:", err)
-		return 2
+	if n := notice(cfg); n != "" {
+		fmt.Fprintln(os.Stderr, n)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -176,6 +144,96 @@ flags:
 		return 1
 	}
 	return 0
+}
+
+// defaultTopicPrefix is the first segment of the topics mmmq bench writes
+// to, so that they are easy to find and delete in a broker's data.
+const defaultTopicPrefix = "mmmq-bench"
+
+// parseArgs parses and validates the flags. -h prints the usage on stdout
+// and returns (0, false); a bad flag or value prints why on stderr and
+// returns (2, false).
+func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool) {
+	var cfg benchConfig
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL")
+	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
+	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
+	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
+	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
+	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable")
+	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.<run-id>.0 .. <prefix>.<run-id>.K-1)")
+	fs.StringVar(&cfg.topicPrefix, "topic-prefix", defaultTopicPrefix, "first segments of the topic names (the topics stay in the broker's data)")
+	fs.StringVar(&cfg.runID, "run-id", "", "segment after -topic-prefix in the topic names, [A-Za-z0-9_-]+ (default: UTC time and a random suffix, new for every run)")
+	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
+	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
+	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "give up after this long without an acknowledged publish (deliver: without an arrival)")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
+	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|plain-server|deliver] [flags]
+
+  mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
+  mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
+  mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
+  mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
+  mmmq bench -c 4 -batch 1000 -count 1000000         # batch publish
+  mmmq bench -mode deliver -count 100000 -consumer-addr 127.0.0.1:18081
+      (the broker needs a dispatcher with host http://127.0.0.1:18081 and
+       patterns ["mmmq-bench.**"])
+
+Publishing modes write to the topics <topic-prefix>.<run-id>.<n> of the
+broker, warm-up messages included, and say so on stderr; the messages stay
+in the broker's data.
+
+flags:
+`)
+		fs.PrintDefaults()
+	}
+	var buf strings.Builder
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		io.WriteString(stdout, buf.String())
+		return cfg, 0, false
+	case err != nil:
+		io.WriteString(stderr, buf.String())
+		return cfg, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mmmq bench: unexpected argument %q\n", fs.Arg(0))
+		return cfg, 2, false
+	}
+	fs.Visit(func(f *flag.Flag) { cfg.urlSet = cfg.urlSet || f.Name == "url" })
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "mmmq bench:", err)
+		return cfg, 2, false
+	}
+	return cfg, 0, true
+}
+
+// notice is the stderr line that says which topics a publishing run writes
+// to and that its warm-up messages are stored too; "" for the modes that
+// publish nothing to a broker.
+func notice(cfg benchConfig) string {
+	if cfg.mode != "publish" && cfg.mode != "deliver" || cfg.noPublish {
+		return ""
+	}
+	topics := benchTopic(cfg, 0)
+	if cfg.topics > 1 {
+		topics += " .. " + benchTopic(cfg, cfg.topics-1)
+	}
+	n := fmt.Sprintf("mmmq bench: publishing to %s on topic(s) %s; the messages stay in the broker's data", cfg.url, topics)
+	if cfg.mode == "publish" && cfg.count == 0 && cfg.warmup > 0 {
+		n += fmt.Sprintf(" (the warm-up messages of the first %v too, stored but not counted)", cfg.warmup)
+	}
+	return n
 }
 
 func (c *benchConfig) validate() error {
@@ -215,6 +273,16 @@ func (c *benchConfig) validate() error {
 	}
 	if c.topics < 1 {
 		return fmt.Errorf("-topics %d: want at least 1", c.topics)
+	}
+	if c.runID == "" {
+		var r [2]byte
+		_, _ = rand.Read(r[:])
+		c.runID = time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(r[:])
+	}
+	for _, ch := range c.runID {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+			return fmt.Errorf("-run-id %q: want letters, digits, '_' and '-' only (one topic name segment)", c.runID)
+		}
 	}
 	if c.batch < 0 {
 		return fmt.Errorf("-batch %d: want 0 or more", c.batch)
@@ -276,7 +344,7 @@ func benchBody(topic string, content []byte, n int, batch bool) []byte {
 }
 
 func benchTopic(cfg benchConfig, i int) string {
-	return cfg.topicPrefix + "." + strconv.Itoa(i%cfg.topics)
+	return cfg.topicPrefix + "." + cfg.runID + "." + strconv.Itoa(i%cfg.topics)
 }
 
 // loadGen is the producer side shared by every mode.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -283,11 +284,48 @@ func TestMainExitCodes(t *testing.T) {
 		{[]string{"-mode", "nope"}, 2},
 		{[]string{"-c", "0"}, 2},
 		{[]string{"-no-such-flag"}, 2},
-		{[]string{"-h"}, 2},
+		{[]string{"-h"}, 0},
+		{[]string{"stray"}, 2},
+		{[]string{"-run-id", "a.b"}, 2},
 		{[]string{"-mode", "plain", "-c", "2", "-count", "50", "-progress=false", "-json"}, 0},
 	} {
 		if got := Main(c.args); got != c.want {
 			t.Errorf("Main(%q) = %d, want %d", c.args, got, c.want)
 		}
+	}
+}
+
+// mmmq bench writes to clearly named topics, new for every run, and says so
+// on stderr, warm-up included; -h is the usage on stdout.
+func TestTopicsAndNotice(t *testing.T) {
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-topics", "3", "-warmup", "2s"}, &stdout, &stderr)
+	if !ok || code != 0 {
+		t.Fatalf("parseArgs: exit %d, stderr %q", code, stderr.String())
+	}
+	first, last := benchTopic(cfg, 0), benchTopic(cfg, 2)
+	if !strings.HasPrefix(first, "mmmq-bench.") || !strings.HasSuffix(first, ".0") || strings.Count(first, ".") != 2 {
+		t.Errorf("topic %q: want mmmq-bench.<run id>.0", first)
+	}
+	cfg2, _, _ := parseArgs(nil, &stdout, &stderr)
+	if benchTopic(cfg2, 0) == first && cfg2.runID == cfg.runID {
+		t.Errorf("two runs share the run id %q", cfg.runID)
+	}
+	n := notice(cfg)
+	for _, want := range []string{first, last, "http://127.0.0.1:8080", "stay in the broker's data", "warm-up", "2s", "not counted"} {
+		if !strings.Contains(n, want) {
+			t.Errorf("notice %q does not mention %q", n, want)
+		}
+	}
+	if cfg, _, _ := parseArgs([]string{"-mode", "plain"}, &stdout, &stderr); notice(cfg) != "" {
+		t.Errorf("plain mode publishes to no broker, notice %q", notice(cfg))
+	}
+	if cfg, _, _ := parseArgs([]string{"-run-id", "r1", "-topic-prefix", "x"}, &stdout, &stderr); benchTopic(cfg, 0) != "x.r1.0" {
+		t.Errorf("-run-id r1 -topic-prefix x: topic %q, want x.r1.0", benchTopic(cfg, 0))
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if _, code, ok := parseArgs([]string{"-h"}, &stdout, &stderr); ok || code != 0 || !strings.Contains(stdout.String(), "usage: mmmq bench") || stderr.Len() != 0 {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }

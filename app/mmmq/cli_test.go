@@ -163,3 +163,28 @@ func TestServeStartupFailureExits1(t *testing.T) {
 		t.Fatalf("unknown command: exit %d, want 2", code)
 	}
 }
+
+// Every command prints its usage on stdout with exit 0 when asked with
+// --help (or -h), and nothing on stderr.
+func TestHelpGoesToStdout(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"help"},
+		{"serve", "--help"}, {"verify", "--help"}, {"dump", "--help"}, {"bench", "--help"}, {"version", "--help"},
+		{"serve", "-h"}, {"bench", "-h"},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldErr := os.Stderr
+		os.Stderr = w
+		code, out := capture(t, args...)
+		os.Stderr = oldErr
+		w.Close()
+		stderr, _ := io.ReadAll(r)
+		if code != 0 || !strings.Contains(out, "usage") || len(stderr) != 0 {
+			t.Errorf("mmmq %s: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr",
+				strings.Join(args, " "), code, out, stderr)
+		}
+	}
+}

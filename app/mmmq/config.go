@@ -12,8 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"go.uber.org/zap"
-
+	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 )
 
@@ -80,7 +79,7 @@ func configCheck(args []string) int {
 	// The options serve passes to config.Load.
 	eff, err := config.LoadEffective(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != "", Sections: sections()})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", oneLine(err))
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
 		return 1
 	}
 	if err := printEffective(os.Stdout, eff); err != nil {
@@ -138,12 +137,4 @@ func formatValue(v reflect.Value) string {
 		return "[" + strings.Join(parts, ", ") + "]"
 	}
 	return fmt.Sprint(v.Interface())
-}
-
-// logIgnoredVars logs one debug line per Kubernetes service-link variable
-// the configuration skipped (see config.Config.IgnoredVars).
-func logIgnoredVars(cfg *config.Config, log *zap.Logger) {
-	for _, name := range cfg.IgnoredVars {
-		log.Named("config").Debug("ignored a Kubernetes service-link environment variable: it names no configuration key", zap.String("var", name))
-	}
 }

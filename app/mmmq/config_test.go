@@ -6,12 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/mmmq/mmmq/modules/config"
 )
 
 // captureAll runs the CLI in-process and returns its exit code, stdout and stderr.
@@ -136,21 +130,6 @@ func TestConfigCheckUsage(t *testing.T) {
 		code, out, errOut := captureAll(t, args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, "usage: mmmq config check") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and usage on stderr", args, code, out, errOut)
-		}
-	}
-}
-
-func TestLogIgnoredVarsOneDebugLineEach(t *testing.T) {
-	core, logs := observer.New(zapcore.DebugLevel)
-	logIgnoredVars(&config.Config{IgnoredVars: []string{"MMMQ_PORT", "MMMQ_SERVICE_HOST"}}, zap.New(core))
-	entries := logs.All()
-	if len(entries) != 2 {
-		t.Fatalf("got %d log lines, want 2", len(entries))
-	}
-	for i, name := range []string{"MMMQ_PORT", "MMMQ_SERVICE_HOST"} {
-		e := entries[i]
-		if e.Level != zapcore.DebugLevel || e.LoggerName != "config" || e.ContextMap()["var"] != name {
-			t.Errorf("line %d: %v %q %v", i, e.Level, e.LoggerName, e.ContextMap())
 		}
 	}
 }

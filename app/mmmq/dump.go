@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -19,11 +20,11 @@ func dump(args []string) int {
 	from := fs.Int64("from", 0, "first offset")
 	count := fs.Int64("count", 0, "number of entries (0 = to the end)")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: mmmq dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
+		fmt.Fprintln(fs.Output(), "usage: mmmq dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := app.ParseFlags(fs, args, os.Stdout, os.Stderr); !ok {
+		return code
 	}
 	if *from < 0 || *count < 0 {
 		fmt.Fprintln(os.Stderr, "mmmq dump: --from and --count must be >= 0")

@@ -13,6 +13,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/mmmq/mmmq/app/loadgen"
@@ -45,19 +46,25 @@ func run(args []string) int {
 	case "bench":
 		return loadgen.Main(args)
 	case "version":
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Println("usage: mmmq version")
+			return 0
+		}
 		fmt.Println("mmmq", version)
 		return 0
 	case "help", "-h", "-help", "--help":
-		usage()
+		usage(os.Stdout)
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "mmmq: unknown command %q\n", cmd)
-	usage()
+	usage(os.Stderr)
 	return 2
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage:
+// usage prints the commands to w: stdout when asked for, stderr after a
+// usage error.
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
   mmmq [serve] [--config FILE]          run the broker (default: configs/mmmq.yaml if present)
   mmmq config check [--config FILE]     validate the configuration as serve would; print each key and its source
   mmmq verify [--root DIR] [--repair]   check every entry and CRC offline; exit 3 on corruption

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -38,8 +39,12 @@ func verify(args []string) int {
 	cfgPath := fs.String("config", "", "YAML config file")
 	repair := fs.Bool("repair", false, "cut torn tails (never touches corruption)")
 	asJSON := fs.Bool("json", false, "print one JSON report per topic")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mmmq verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
+		fs.PrintDefaults()
+	}
+	if code, ok := app.ParseFlags(fs, args, os.Stdout, os.Stderr); !ok {
+		return code
 	}
 	if fs.NArg() == 1 && *root == "" { // `mmmq verify <root-dir>`: the data directory as the one argument
 		*root = fs.Arg(0)

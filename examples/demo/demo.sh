@@ -1,15 +1,68 @@
 #!/usr/bin/env bash
 # make demo: broker + two consumers + producer on examples/data/orders-events.jsonl,
 # then check that every event arrived, in order per topic. Uses a temp data
-# dir and ports 18080/18081/18082 so it never touches ./data.
+# dir and free loopback ports, so it never touches ./data nor a broker or
+# consumer that already runs. Every server it starts must hold its own port
+# (checked by process id): a server that did not start stops the demo at once
+# with its error.
+#
+# DEMO_BROKER_PORT, DEMO_ORDER_PORT, DEMO_NOTIFICATION_PORT force the ports
+# (default: free ones picked at random).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-keep_log() { echo "--- broker log (last 30 lines)"; tail -30 "$work/broker.log"; }
-trap 'keep_log' ERR
+
+# free_port prints a loopback TCP port nobody listens on, below the
+# ephemeral range.
+low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+free_port() {
+	local p
+	while :; do
+		p=$((10000 + RANDOM % (low - 10000)))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# holds_port PID PORT: whether process PID has a TCP socket listening on
+# PORT (Linux /proc: the listening socket's inode is among PID's open files).
+holds_port() {
+	local pid=$1 hex inode
+	hex=$(printf ':%04X' "$2")
+	for inode in $(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+		if ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$inode\]"; then
+			return 0
+		fi
+	done
+	return 1
+}
+
+# await_server NAME PID PORT LOG: waits (10 s) until process PID listens on
+# PORT; if it exits or never does, prints LOG and fails the demo.
+await_server() {
+	local name=$1 pid=$2 port=$3 log=$4 i
+	for ((i = 0; i < 200; i++)); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "demo: $name (pid $pid) exited at startup on port $port:" >&2
+			tail -20 "$log" >&2
+			exit 1
+		fi
+		holds_port "$pid" "$port" && return 0
+		sleep 0.05
+	done
+	echo "demo: $name (pid $pid) does not listen on port $port after 10 s:" >&2
+	tail -20 "$log" >&2
+	exit 1
+}
+
+bport=${DEMO_BROKER_PORT:-$(free_port)}
+oport=${DEMO_ORDER_PORT:-$(free_port)}
+nport=${DEMO_NOTIFICATION_PORT:-$(free_port)}
 
 go build -o "$work/mmmq" ./app/mmmq
 go build -o "$work/consumer" ./examples/consumer
@@ -17,7 +70,8 @@ go build -o "$work/producer" ./examples/producer
 
 cat > "$work/mmmq.yaml" <<YAML
 server:
-  port: 18080
+  host: 127.0.0.1
+  port: $bport
 logging:
   level: info
 mmmq:
@@ -26,20 +80,27 @@ mmmq:
       root-dir: $work/data
     dispatchers:
       - name: order-dispatcher
-        host: http://127.0.0.1:18081
+        host: http://127.0.0.1:$oport
         patterns: ["order.**", "payment.*"]
       - name: notification-dispatcher
-        host: http://127.0.0.1:18082
+        host: http://127.0.0.1:$nport
         patterns: ["notification.**"]
 YAML
 
-"$work/consumer" -addr 127.0.0.1:18081 -record "$work/orders.jsonl" -quiet & pids+=($!)
-"$work/consumer" -addr 127.0.0.1:18082 -record "$work/notifications.jsonl" -quiet & pids+=($!)
-"$work/mmmq" serve --config "$work/mmmq.yaml" 2> "$work/broker.log" & pids+=($!)
-for _ in $(seq 100); do curl -sf localhost:18080/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+"$work/consumer" -addr "127.0.0.1:$oport" -record "$work/orders.jsonl" -quiet 2> "$work/order-consumer.log" & pids+=($!)
+await_server "order consumer" "$!" "$oport" "$work/order-consumer.log"
+"$work/consumer" -addr "127.0.0.1:$nport" -record "$work/notifications.jsonl" -quiet 2> "$work/notification-consumer.log" & pids+=($!)
+await_server "notification consumer" "$!" "$nport" "$work/notification-consumer.log"
+"$work/mmmq" serve --config "$work/mmmq.yaml" 2> "$work/broker.log" & broker=$!
+pids+=("$broker")
+await_server broker "$broker" "$bport" "$work/broker.log"
+for _ in $(seq 100); do curl -sf "127.0.0.1:$bport/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+# Still ours after readiness (it could have failed in a later start step).
+await_server broker "$broker" "$bport" "$work/broker.log"
+trap 'echo "--- broker log (last 30 lines)"; tail -30 "$work/broker.log"' ERR
 
-echo "== publishing examples/data/orders-events.jsonl"
-"$work/producer" -url http://127.0.0.1:18080 -c 8 -file examples/data/orders-events.jsonl
+echo "== publishing examples/data/orders-events.jsonl to 127.0.0.1:$bport"
+"$work/producer" -url "http://127.0.0.1:$bport" -c 8 -file examples/data/orders-events.jsonl
 
 echo "== waiting for delivery"
 want=$(wc -l < examples/data/orders-events.jsonl)

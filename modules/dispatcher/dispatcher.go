@@ -165,6 +165,7 @@ type Dispatcher struct {
 	path     string
 	timeout  time.Duration
 	commit   CommitPolicy
+	source   string // where it was declared, for error messages (see WithSource)
 }
 
 // New returns a dispatcher named name that sends the topics matching any of

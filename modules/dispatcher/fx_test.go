@@ -105,3 +105,25 @@ func TestFxDecorateSender(t *testing.T) {
 		t.Errorf("seen = %+v", fake.seen)
 	}
 }
+
+func newDupA() *Dispatcher { return New("dup", Host{HTTP, "localhost", 8081}, MustPattern("a")) }
+
+// A duplicate name says where each copy came from: Provide labels its
+// dispatchers with the constructor's name, unless the constructor set a
+// source itself.
+func TestFxDuplicateNamesNameTheirSources(t *testing.T) {
+	app := fx.New(
+		fx.NopLogger,
+		fxBase(t, newMemSource()),
+		Provide(newDupA),
+		Provide(func() (*Dispatcher, error) { return newDupA().WithSource("config mmmq.broker.dispatchers[3]"), nil }),
+	)
+	err := app.Err()
+	if err == nil {
+		err = app.Start(context.Background())
+	}
+	want := `duplicate dispatcher name "dup" (provided 2 times: Go provider github.com/mmmq/mmmq/modules/dispatcher.newDupA; config mmmq.broker.dispatchers[3])`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("app error = %v\nwant it to contain %s", err, want)
+	}
+}

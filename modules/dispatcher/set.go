@@ -3,13 +3,18 @@ package dispatcher
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
 	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
 
 	"go.uber.org/fx"
 )
 
 // DispatcherTag is the Fx value group every *Dispatcher is contributed to
-// (DESIGN §5). Use it with fx.ResultTags, or use Provide.
+// (NewSet reads it). Use it with fx.ResultTags, or use Provide.
 const DispatcherTag = `group:"dispatchers"`
 
 // Provide registers ctor, a constructor returning *Dispatcher (optionally
@@ -23,9 +28,55 @@ const DispatcherTag = `group:"dispatchers"`
 //	})
 //
 // A constructor may return nil to contribute nothing (NewSet skips nil).
+//
+// The dispatcher is labelled with its source, "Go provider <package
+// path>.<function name>" (see WithSource), unless the constructor set one:
+// a duplicate name then says where each copy came from.
 func Provide(ctor any) fx.Option {
-	return fx.Provide(fx.Annotate(ctor, fx.ResultTags(DispatcherTag)))
+	label := "Go provider " + funcName(ctor)
+	// The constructor's result goes under a private name, and a second
+	// provider labels it into the group: Fx still names ctor itself in its
+	// errors.
+	tag := `name:"mmmq.dispatcher.provide.` + strconv.FormatInt(provideSeq.Add(1), 10) + `"`
+	return fx.Options(
+		fx.Provide(fx.Annotate(ctor, fx.ResultTags(tag))),
+		fx.Provide(fx.Annotate(func(d *Dispatcher) *Dispatcher {
+			if d == nil || d.source != "" {
+				return d
+			}
+			return d.WithSource(label)
+		}, fx.ParamTags(tag), fx.ResultTags(DispatcherTag))),
+	)
 }
+
+// provideSeq numbers the private names of Provide's constructors.
+var provideSeq atomic.Int64
+
+// funcName is the package-qualified name of the function f, or its type
+// when f is not a function (fx then reports the error).
+func funcName(f any) string {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Func {
+		return fmt.Sprintf("%T", f)
+	}
+	if fn := runtime.FuncForPC(v.Pointer()); fn != nil {
+		return fn.Name()
+	}
+	return v.Type().String()
+}
+
+// WithSource returns a copy of d labelled with where it was declared, for
+// error messages: configdispatchers sets "config
+// mmmq.broker.dispatchers[<i>]", Provide "Go provider <function>". Any
+// short human-readable text will do; "" means unknown.
+func (d *Dispatcher) WithSource(label string) *Dispatcher {
+	c := *d
+	c.source = label
+	return &c
+}
+
+// Source is the label set by WithSource, "" when none was.
+func (d *Dispatcher) Source() string { return d.source }
 
 // SetParams is what NewSet takes from the Fx graph: every member of the
 // dispatchers value group, in random order.
@@ -44,14 +95,18 @@ type Set struct {
 
 // NewSet builds the Set from the value group: nil members are skipped, every
 // other member must pass Dispatcher.Validate and have a unique name. The
-// error names every invalid or duplicated dispatcher (DESIGN §5: "Duplicate
-// names fail at startup").
+// error names every invalid or duplicated dispatcher, and for a duplicate
+// the source of each copy (see WithSource), e.g.
+//
+//	duplicate dispatcher name "orders" (provided 2 times: config
+//	mmmq.broker.dispatchers[0]; Go provider example.com/orders.New)
 func NewSet(p SetParams) (*Set, error) { return SetOf(p.Dispatchers...) }
 
 // SetOf is NewSet for callers without Fx.
 func SetOf(ds ...*Dispatcher) (*Set, error) {
 	var errs []error
 	count := make(map[string]int)
+	sources := make(map[string][]string)
 	list := make([]*Dispatcher, 0, len(ds))
 	for _, d := range ds {
 		if d == nil {
@@ -62,6 +117,7 @@ func SetOf(ds ...*Dispatcher) (*Set, error) {
 			continue
 		}
 		count[d.name]++
+		sources[d.name] = append(sources[d.name], d.source)
 		if count[d.name] == 1 {
 			list = append(list, d)
 		}
@@ -69,7 +125,7 @@ func SetOf(ds ...*Dispatcher) (*Set, error) {
 	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
 	for _, d := range list {
 		if n := count[d.name]; n > 1 {
-			errs = append(errs, fmt.Errorf("duplicate dispatcher name %q (provided %d times)", d.name, n))
+			errs = append(errs, fmt.Errorf("duplicate dispatcher name %q (provided %d times%s)", d.name, n, describeSources(sources[d.name])))
 		}
 	}
 	if len(errs) > 0 {
@@ -103,4 +159,23 @@ func (s *Set) Matching(topic string) []*Dispatcher {
 		}
 	}
 	return out
+}
+
+// describeSources lists the sources of a duplicated name, sorted (the value
+// group's order is random): ": a; b", or "" when none is labelled.
+func describeSources(srcs []string) string {
+	labelled := false
+	out := make([]string, len(srcs))
+	for i, s := range srcs {
+		labelled = labelled || s != ""
+		out[i] = s
+		if s == "" {
+			out[i] = "unlabelled (no WithSource)"
+		}
+	}
+	if !labelled {
+		return ""
+	}
+	sort.Strings(out)
+	return ": " + strings.Join(out, "; ")
 }

@@ -13,7 +13,8 @@ import (
 
 // Module provides the *zap.Logger (from config.LoggingConfig, see
 // NewFromConfig), makes Fx log its own events through it (see NewFxLogger),
-// logs the configuration's warnings once and syncs the logger on stop.
+// logs the configuration's warnings and skipped Kubernetes service-link
+// variables once, and syncs the logger on stop.
 //
 // fx.WithLogger sits outside the fx.Module scope on purpose: inside a module
 // it would only apply to that module's events, not the application's.
@@ -21,7 +22,7 @@ import (
 var Module = fx.Options(
 	fx.Module("logging",
 		fx.Provide(NewFromConfig),
-		fx.Invoke(registerSync, logConfigWarnings),
+		fx.Invoke(registerSync, logConfigWarnings, logIgnoredVars),
 	),
 	fx.WithLogger(NewFxLogger),
 )
@@ -49,5 +50,13 @@ func registerSync(lc fx.Lifecycle, l *zap.Logger) {
 func logConfigWarnings(cfg *config.Config, log *zap.Logger) {
 	for _, w := range cfg.Warnings {
 		log.Named("config").Warn(w.String(), zap.String("key", w.Key), zap.String("plugin", w.Plugin))
+	}
+}
+
+// logIgnoredVars logs one debug line per Kubernetes service-link variable
+// the configuration skipped (see config.Config.IgnoredVars).
+func logIgnoredVars(cfg *config.Config, log *zap.Logger) {
+	for _, name := range cfg.IgnoredVars {
+		log.Named("config").Debug("ignored a Kubernetes service-link environment variable: it names no configuration key", zap.String("var", name))
 	}
 }

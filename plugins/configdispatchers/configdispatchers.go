@@ -32,7 +32,8 @@ func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
 }
 
 // Build builds one Dispatcher per entry of mmmq.broker.dispatchers (as
-// normalized by config.Load), in order. Errors name the entry and the key,
+// normalized by config.Load), in order, each labelled with its source
+// "config mmmq.broker.dispatchers[<i>]" (dispatcher.WithSource). Errors name the entry and the key,
 // e.g. "config: mmmq.broker.dispatchers[0].host: ..." (invalid host or
 // pattern).
 func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
@@ -51,7 +52,7 @@ func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
 			}
 			pats = append(pats, p)
 		}
-		d := dispatcher.New(dc.Name, host, pats...)
+		d := dispatcher.New(dc.Name, host, pats...).WithSource("config " + key)
 		if dc.Path != "" {
 			d = d.WithPath(dc.Path)
 		}

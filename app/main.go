@@ -1,0 +1,374 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/logging"
+)
+
+// StartTimeout bounds the start of the application built by Main (startup
+// recovery included) before it gives up with "startup failed".
+const StartTimeout = 5 * time.Minute
+
+// NoConfigFile is what the startup log line of Main says for the
+// configuration file when none was read (only the built-in defaults and the
+// environment).
+const NoConfigFile = "none, built-in defaults"
+
+// MainOption configures Main. Build them with WithModules, WithSections,
+// WithConfigPath, WithArgs, WithName, WithOutput and WithContext.
+type MainOption func(*mainSettings)
+
+type mainSettings struct {
+	modules    []fx.Option
+	sections   []config.Section
+	configPath string
+	args       []string
+	argsSet    bool
+	name       string
+	stdout     io.Writer
+	stderr     io.Writer
+	ctx        context.Context
+}
+
+// WithModules adds opts to the application exactly as New takes them:
+// plugin modules (for example one providing Dispatchers with
+// dispatcher.Provide), Without and Replace edits of the default module set,
+// fx.Decorate overrides. Several WithModules add up, in order.
+func WithModules(opts ...fx.Option) MainOption {
+	return func(s *mainSettings) { s.modules = append(s.modules, opts...) }
+}
+
+// WithSections adds the configuration sections (mmmq.<name>, see
+// config.Section) of the plugins the binary adds with WithModules. Main
+// loads the configuration with these plus Sections(edits), edits being the
+// Without and Replace options among the modules, so a key of a dropped
+// module is refused and one of an added plugin is read.
+func WithSections(secs ...config.Section) MainOption {
+	return func(s *mainSettings) { s.sections = append(s.sections, secs...) }
+}
+
+// WithConfigPath names the YAML configuration file the binary's author
+// chose, used when neither --config nor $MMMQ_CONFIG is given. Unlike the
+// built-in default (config.DefaultPath), this file must exist: a missing
+// one stops startup with an error naming it. A relative path is relative
+// to the working directory.
+func WithConfigPath(path string) MainOption {
+	return func(s *mainSettings) { s.configPath = path }
+}
+
+// WithArgs sets the command-line arguments Main parses, without the program
+// name; the default is os.Args[1:].
+func WithArgs(args []string) MainOption {
+	return func(s *mainSettings) { s.args, s.argsSet = args, true }
+}
+
+// WithName sets the name Main prefixes its stderr lines with ("<name>:
+// startup failed: ...") and shows in its usage; the default is "mmmq".
+func WithName(name string) MainOption {
+	return func(s *mainSettings) { s.name = name }
+}
+
+// WithOutput sets where Main writes its own lines: stdout gets the usage
+// asked for with -h, stderr the failure line and usage errors. The broker's
+// log is not redirected: it goes to the process's stderr. nil keeps
+// os.Stdout or os.Stderr.
+func WithOutput(stdout, stderr io.Writer) MainOption {
+	return func(s *mainSettings) { s.stdout, s.stderr = stdout, stderr }
+}
+
+// WithContext makes the broker stop, as on SIGINT, when ctx is done (for
+// tests and for programs that embed the broker). Main still stops on SIGINT
+// and SIGTERM.
+func WithContext(ctx context.Context) MainOption {
+	return func(s *mainSettings) { s.ctx = ctx }
+}
+
+// Main runs an mmmq broker binary the way `mmmq serve` does and returns the
+// process exit code; a custom binary's main is
+//
+//	func main() {
+//		os.Exit(app.Main(
+//			app.WithModules(orders.Module),
+//			app.WithSections(orders.ConfigSection),
+//		))
+//	}
+//
+// Main parses the flags (--config FILE; -h prints the usage on stdout),
+// loads the configuration before building the application, builds it with
+// New, starts it within StartTimeout, waits for SIGINT or SIGTERM (or the
+// context of WithContext, or the application's own shutdown) and stops it
+// within StopTimeout.
+//
+// The configuration file is, in this order: --config, $MMMQ_CONFIG,
+// WithConfigPath — each of them must exist —, else config.DefaultPath when
+// it exists, else none (built-in defaults and the environment). Once the
+// logger is up, one info line (logger "app", message "configuration") gives
+// the file ("config-file": its absolute path, or NoConfigFile) and the data
+// directory ("data-dir", absolute).
+//
+// Exit codes: 0 after a clean stop; 1 when the configuration, the build,
+// the start or the stop fails, with exactly one line on stderr,
+// "<name>: startup failed: <root cause>" or "<name>: stop: <root cause>";
+// 2 for bad usage (unknown flag, unexpected argument), with the flag
+// package's message and the usage on stderr. Fx's own error records are not
+// logged: the line says what failed.
+func Main(opts ...MainOption) int {
+	s := mainSettings{name: "mmmq", stdout: os.Stdout, stderr: os.Stderr, ctx: context.Background()}
+	for _, o := range opts {
+		o(&s)
+	}
+	if !s.argsSet {
+		s.args = os.Args[1:]
+	}
+	if s.stdout == nil {
+		s.stdout = os.Stdout
+	}
+	if s.stderr == nil {
+		s.stderr = os.Stderr
+	}
+	if s.ctx == nil {
+		s.ctx = context.Background()
+	}
+
+	fset := flag.NewFlagSet(s.name, flag.ContinueOnError)
+	cfgFlag := fset.String("config", "", "YAML config file; must exist (default: $MMMQ_CONFIG, else "+
+		defaultPathHelp(s.configPath)+")")
+	fset.Usage = func() {
+		fmt.Fprintf(fset.Output(), "usage: %s [--config FILE]\n\nflags:\n", s.name)
+		fset.PrintDefaults()
+	}
+	if code, ok := ParseFlags(fset, s.args, s.stdout, s.stderr); !ok {
+		return code
+	}
+	if fset.NArg() > 0 {
+		fmt.Fprintf(s.stderr, "%s: unexpected argument %q\n", s.name, fset.Arg(0))
+		fset.SetOutput(s.stderr)
+		fset.Usage()
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(s.stderr, "%s: startup failed: %s\n", s.name, OneLine(err))
+		return 1
+	}
+
+	cfg, file, err := loadConfig(*cfgFlag, s.configPath, append(Sections(s.modules...), s.sections...))
+	if err != nil {
+		return fail(err)
+	}
+	dataDir, err := filepath.Abs(cfg.MMMQ.Broker.Storage.RootDir)
+	if err != nil {
+		return fail(fmt.Errorf("mmmq.broker.storage.root-dir %q: %w", cfg.MMMQ.Broker.Storage.RootDir, err))
+	}
+	// Fx's events go to the broker's logger once it exists, less those
+	// carrying an error: Main reports a failed build, start or stop on one
+	// line itself. Until then they are held back, and dropped when the build
+	// fails (Fx would otherwise print them all on stderr).
+	events := &heldEvents{}
+	all := append([]fx.Option{config.Supply(cfg)}, s.modules...)
+	all = append(all,
+		fx.Invoke(func(log *zap.Logger) {
+			events.start(logging.NewFxLogger(log))
+			log.Named("app").Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir))
+		}),
+		// Last, so that it wins over logging.Module's.
+		fx.WithLogger(func() fxevent.Logger { return events }),
+	)
+	a := New(all...)
+	if err := a.Err(); err != nil {
+		return fail(err)
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	err = a.Start(startCtx)
+	cancel()
+	if err != nil {
+		code := fail(err)
+		stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+		_ = a.Stop(stopCtx)
+		cancel()
+		return code
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	select {
+	case <-sig:
+	case <-a.Done():
+	case <-s.ctx.Done():
+	}
+	signal.Stop(sig)
+	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+	defer cancel()
+	if err := a.Stop(stopCtx); err != nil {
+		fmt.Fprintf(s.stderr, "%s: stop: %s\n", s.name, OneLine(err))
+		return 1
+	}
+	return 0
+}
+
+func defaultPathHelp(authorPath string) string {
+	if authorPath != "" {
+		return authorPath
+	}
+	return config.DefaultPath + " when present"
+}
+
+// loadConfig resolves the configuration file (see Main) and loads it with
+// secs. file is the absolute path of the file read, or NoConfigFile.
+func loadConfig(flagPath, authorPath string, secs []config.Section) (cfg *config.Config, file string, err error) {
+	path, from := flagPath, "--config"
+	if path == "" {
+		path, from = os.Getenv(config.EnvConfigVar), "$"+config.EnvConfigVar
+	}
+	if path == "" {
+		path, from = authorPath, "the program (its built-in config path)"
+	}
+	opts := config.LoadOptions{Path: path, PathExplicit: true, Sections: secs}
+	if path == "" {
+		// Only the built-in default may be missing. $MMMQ_CONFIG is unset
+		// here, so Load reads config.DefaultPath if present.
+		if _, serr := os.Stat(config.DefaultPath); serr != nil {
+			if !errors.Is(serr, fs.ErrNotExist) {
+				return nil, "", fmt.Errorf("config: %s: %w", config.DefaultPath, serr)
+			}
+			cfg, err := config.Load(config.LoadOptions{Sections: secs})
+			return cfg, NoConfigFile, err
+		}
+		opts.Path, from = config.DefaultPath, "the default path"
+	}
+	cfg, err = config.Load(opts)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (config file named by %s)", err, from)
+		}
+		return nil, "", err
+	}
+	abs, aerr := filepath.Abs(opts.Path)
+	if aerr != nil {
+		abs = opts.Path
+	}
+	return cfg, abs, nil
+}
+
+// ParseFlags parses args with fs and says whether the caller goes on: a
+// request for help (-h, -help, --help) prints fs's usage on stdout and
+// returns (0, false); a bad flag prints the flag package's message and the
+// usage on stderr and returns (2, false); otherwise (0, true). fs must have
+// been created with flag.ContinueOnError; its output is set to stderr.
+func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	var buf strings.Builder
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		io.WriteString(stdout, buf.String())
+		return 0, false
+	case err != nil:
+		io.WriteString(stderr, buf.String())
+		return 2, false
+	}
+	return 0, true
+}
+
+// OneLine reduces an error, an Fx one included, to its root cause on one
+// line: dig's root cause, the members of a joined error separated by "; ",
+// newlines replaced by spaces.
+func OneLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	root := dig.RootCause(err)
+	if root == nil {
+		root = err
+	}
+	var parts []string
+	if j, ok := root.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
+		for _, e := range j.Unwrap() {
+			parts = append(parts, e.Error())
+		}
+	} else {
+		parts = append(parts, root.Error())
+	}
+	return strings.ReplaceAll(strings.Join(parts, "; "), "\n", " ")
+}
+
+// heldEvents is Main's Fx event logger: it drops the events that carry an
+// error and holds the others back until start gives it the broker's logger.
+type heldEvents struct {
+	mu   sync.Mutex
+	next fxevent.Logger
+	held []fxevent.Event
+}
+
+// start sends the held events, then every later one, to next.
+func (h *heldEvents) start(next fxevent.Logger) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range h.held {
+		next.LogEvent(e)
+	}
+	h.next, h.held = next, nil
+}
+
+// LogEvent implements fxevent.Logger.
+func (h *heldEvents) LogEvent(e fxevent.Event) {
+	if eventErr(e) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.next == nil {
+		h.held = append(h.held, e)
+		return
+	}
+	h.next.LogEvent(e)
+}
+
+// eventErr says whether e reports an error (or a rollback after one).
+func eventErr(e fxevent.Event) bool {
+	switch e := e.(type) {
+	case *fxevent.Provided:
+		return e.Err != nil
+	case *fxevent.Supplied:
+		return e.Err != nil
+	case *fxevent.Decorated:
+		return e.Err != nil
+	case *fxevent.Replaced:
+		return e.Err != nil
+	case *fxevent.Invoked:
+		return e.Err != nil
+	case *fxevent.Run:
+		return e.Err != nil
+	case *fxevent.OnStartExecuted:
+		return e.Err != nil
+	case *fxevent.OnStopExecuted:
+		return e.Err != nil
+	case *fxevent.Started:
+		return e.Err != nil
+	case *fxevent.Stopped:
+		return e.Err != nil
+	case *fxevent.LoggerInitialized:
+		return e.Err != nil
+	case *fxevent.RollingBack, *fxevent.RolledBack:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,105 @@
+package app_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/app"
+)
+
+// runMain runs app.Main in a new empty working directory (no configs/) and
+// returns its exit code, stdout and stderr.
+func runMain(t *testing.T, opts ...app.MainOption) (int, string, string) {
+	t.Helper()
+	t.Chdir(t.TempDir())
+	t.Setenv("MMMQ_SERVER_HOST", "127.0.0.1")
+	t.Setenv("MMMQ_SERVER_PORT", "0")
+	t.Setenv("MMMQ_BROKER_STORAGE_ROOT_DIR", "data")
+	var stdout, stderr strings.Builder
+	code := app.Main(append([]app.MainOption{app.WithArgs(nil), app.WithOutput(&stdout, &stderr)}, opts...)...)
+	return code, stdout.String(), stderr.String()
+}
+
+func oneFailureLine(t *testing.T, stderr string, want ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "mmmq: startup failed: ") {
+		t.Fatalf("stderr %q: want one \"mmmq: startup failed:\" line", stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(lines[0], w) {
+			t.Errorf("stderr line %q does not mention %q", lines[0], w)
+		}
+	}
+}
+
+// A path the program names must exist: the binary author's, $MMMQ_CONFIG,
+// --config. Only the built-in default may be missing (TestMainStops).
+func TestMainNamedConfigMustExist(t *testing.T) {
+	t.Run("author's path", func(t *testing.T) {
+		code, _, stderr := runMain(t, app.WithConfigPath("configs/mmmq.yaml"))
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		oneFailureLine(t, stderr, "configs/mmmq.yaml", "built-in config path")
+	})
+	t.Run("MMMQ_CONFIG", func(t *testing.T) {
+		t.Setenv("MMMQ_CONFIG", "elsewhere.yaml")
+		code, _, stderr := runMain(t, app.WithConfigPath("configs/mmmq.yaml"))
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		oneFailureLine(t, stderr, "elsewhere.yaml", "$MMMQ_CONFIG")
+	})
+	t.Run("--config", func(t *testing.T) {
+		code, _, stderr := runMain(t, app.WithArgs([]string{"--config", filepath.Join("no", "such.yaml")}))
+		if code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		oneFailureLine(t, stderr, "no/such.yaml", "--config")
+	})
+}
+
+func TestMainUsage(t *testing.T) {
+	code, stdout, stderr := runMain(t, app.WithArgs([]string{"-h"}))
+	if code != 0 || !strings.Contains(stdout, "usage: mmmq [--config FILE]") || stderr != "" {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr", code, stdout, stderr)
+	}
+	code, stdout, stderr = runMain(t, app.WithArgs([]string{"--bogus"}))
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "bogus") {
+		t.Errorf("--bogus: exit %d, stdout %q, stderr %q; want 2 and the error on stderr", code, stdout, stderr)
+	}
+	code, _, stderr = runMain(t, app.WithArgs([]string{"serve"}))
+	if code != 2 || !strings.Contains(stderr, `unexpected argument "serve"`) {
+		t.Errorf("stray argument: exit %d, stderr %q; want 2", code, stderr)
+	}
+}
+
+// TestMainStops runs the broker on the built-in defaults (no configs/ in the
+// working directory) and stops it through WithContext as soon as it started:
+// exit 0, nothing from Main on stderr.
+func TestMainStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code, _, stderr := runMain(t, app.WithContext(ctx), app.WithModules(fx.Invoke(func(lc fx.Lifecycle) {
+		lc.Append(fx.StartHook(cancel))
+	})))
+	if code != 0 || stderr != "" {
+		t.Errorf("exit %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	a := fx.New(fx.Provide(func() (int, error) { return 0, errTest("first\nsecond") }), fx.Invoke(func(int) {}), fx.NopLogger)
+	if got := app.OneLine(a.Err()); got != "first second" {
+		t.Errorf("OneLine = %q, want the root cause on one line", got)
+	}
+}
+
+type errTest string
+
+func (e errTest) Error() string { return string(e) }
