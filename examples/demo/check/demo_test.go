@@ -17,9 +17,6 @@ import (
 // held by another server that answers every request like a ready broker:
 // the demo must stop with the bind error and publish nothing there.
 func TestDemoStopsWhenItsBrokerDoesNotStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds three binaries")
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
