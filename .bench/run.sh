@@ -84,34 +84,9 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 make -s build >&2
 MMMQ=$ROOT/bin/mmmq
 
-# free_port prints a loopback TCP port nobody listens on, below the
-# ephemeral range (thousands of client sockets of the c=512 runs live there).
-EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-free_port() {
-	local p
-	while :; do
-		p=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000)))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-
-# holds_port PID PORT: whether process PID has a TCP socket listening on
-# PORT (Linux /proc: the listening socket's inode is among PID's open
-# files). A /readyz answer alone could come from another process that took
-# the port first.
-holds_port() {
-	local pid=$1 hex inode
-	hex=$(printf ':%04X' "$2")
-	for inode in $(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
-		if ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$inode\]"; then
-			return 0
-		fi
-	done
-	return 1
-}
+# free_port and holds_port (free ports below the ephemeral range, where the
+# thousands of client sockets of the c=512 runs live).
+source "$ROOT/examples/demo/ports.sh"
 
 # start_broker DATA_DIR CONFIG_FILE: starts bin/mmmq serve on a free port,
 # sets BROKER_PID, BROKER_URL, READY_MS (exec to /readyz 200). A port taken

@@ -15,32 +15,8 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-# free_port prints a loopback TCP port nobody listens on, below the
-# ephemeral range.
-low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-free_port() {
-	local p
-	while :; do
-		p=$((10000 + RANDOM % (low - 10000)))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-
-# holds_port PID PORT: whether process PID has a TCP socket listening on
-# PORT (Linux /proc: the listening socket's inode is among PID's open files).
-holds_port() {
-	local pid=$1 hex inode
-	hex=$(printf ':%04X' "$2")
-	for inode in $(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
-		if ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$inode\]"; then
-			return 0
-		fi
-	done
-	return 1
-}
+# free_port and holds_port.
+source examples/demo/ports.sh
 
 # await_server NAME PID PORT LOG: waits (10 s) until process PID listens on
 # PORT; if it exits or never does, prints LOG and fails the demo.
@@ -104,8 +80,11 @@ echo "== publishing examples/data/orders-events.jsonl to 127.0.0.1:$bport"
 
 echo "== waiting for delivery"
 want=$(wc -l < examples/data/orders-events.jsonl)
+# Distinct (topic, offset) pairs answered ACK: a message delivered twice
+# (at-least-once) must not make the count reach the total early.
 for _ in $(seq 600); do
-  got=$(cat "$work/orders.jsonl" "$work/notifications.jsonl" 2>/dev/null | grep -c '"answer":"ACK"' || true)
+  got=$(cat "$work/orders.jsonl" "$work/notifications.jsonl" 2>/dev/null | grep '"answer":"ACK"' |
+    sed -n 's/.*"topic":"\([^"]*\)","offset":\([0-9]*\),.*/\1 \2/p' | sort -u | wc -l)
   [ "$got" -ge "$want" ] && break
   sleep 0.1
 done

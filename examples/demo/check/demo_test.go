@@ -52,8 +52,9 @@ func TestDemoStopsWhenItsBrokerDoesNotStart(t *testing.T) {
 	}
 }
 
-// TestHoldsPort runs the holds_port function of the scripts that start
-// servers (demo.sh, .bench/run.sh): true only for the process that listens.
+// TestHoldsPort runs holds_port from ports.sh, which the scripts that start
+// servers (demo.sh, .bench/run.sh) source: true only for the process that
+// listens.
 func TestHoldsPort(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,10 +63,8 @@ func TestHoldsPort(t *testing.T) {
 	defer ln.Close()
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	self := strconv.Itoa(os.Getpid())
-	for _, script := range []string{"../demo.sh", "../../../.bench/run.sh"} {
-		// Extract the function (from its first line to the closing brace at
-		// column 0) and call it.
-		prog := `eval "$(sed -n '/^holds_port() {/,/^}/p' "$1")"; holds_port "$2" "$3"`
+	for _, script := range []string{"../ports.sh"} {
+		prog := `source "$1"; holds_port "$2" "$3"`
 		check := func(pid, port string) bool {
 			out, err := exec.Command("bash", "-c", prog, "bash", script, pid, port).CombinedOutput()
 			if len(out) > 0 {
