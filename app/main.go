@@ -288,6 +288,27 @@ func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 	return 0, true
 }
 
+// ParseArgs is ParseFlags for commands that also take positional
+// arguments: flags may come before, between or after them ("verify DIR
+// --repair" sets --repair), and the positional arguments are returned in
+// order. "--" ends the flags. Help and flag errors are as for ParseFlags.
+func ParseArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
+	for {
+		if code, ok := ParseFlags(fs, args, stdout, stderr); !ok {
+			return nil, code, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, 0, true
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), 0, true
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
 // OneLine reduces an error, an Fx one included, to its root cause on one
 // line: dig's root cause, the members of a joined error separated by "; ",
 // newlines replaced by spaces.

@@ -188,3 +188,31 @@ func TestHelpGoesToStdout(t *testing.T) {
 		}
 	}
 }
+
+// Flags after the data directory apply ("verify DIR --repair" repairs DIR),
+// and an argument nobody reads is a usage error, never silently ignored: a
+// verify that checked another directory would give false assurance.
+func TestVerifyArgumentsAnywhere(t *testing.T) {
+	root, seg := fixture(t, 3)
+	f, _ := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0, 0, 0, 9, 1, 2}) // torn tail
+	f.Close()
+	before := size(t, seg)
+	code, out := capture(t, "verify", root, "--json")
+	var rep storage.TopicReport
+	if code != 0 || json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Status != storage.StatusTornTail {
+		t.Fatalf("verify DIR --json: exit %d, output %q (want the torn tail of DIR reported as JSON)", code, out)
+	}
+	if code, _ := capture(t, "verify", root, "--repair"); code != 0 || size(t, seg) >= before {
+		t.Fatalf("verify DIR --repair: exit %d, segment %d -> %d bytes (want the tail cut)", code, before, size(t, seg))
+	}
+	for _, args := range [][]string{
+		{"verify", root, "extra"},
+		{"verify", "--root", root, root},
+		{"dump", "--root", root, "--topic", "t", "extra"},
+	} {
+		if code, _ := capture(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (unexpected argument)", args, code)
+		}
+	}
+}

@@ -23,8 +23,14 @@ func dump(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: mmmq dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
 		fs.PrintDefaults()
 	}
-	if code, ok := app.ParseFlags(fs, args, os.Stdout, os.Stderr); !ok {
+	pos, code, ok := app.ParseArgs(fs, args, os.Stdout, os.Stderr)
+	if !ok {
 		return code
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(os.Stderr, "mmmq dump: unexpected argument %q (dump takes flags only)\n", pos[0])
+		fs.Usage()
+		return 2
 	}
 	if *from < 0 || *count < 0 {
 		fmt.Fprintln(os.Stderr, "mmmq dump: --from and --count must be >= 0")

@@ -43,11 +43,17 @@ func verify(args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: mmmq verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
 		fs.PrintDefaults()
 	}
-	if code, ok := app.ParseFlags(fs, args, os.Stdout, os.Stderr); !ok {
+	pos, code, ok := app.ParseArgs(fs, args, os.Stdout, os.Stderr)
+	if !ok {
 		return code
 	}
-	if fs.NArg() == 1 && *root == "" { // `mmmq verify <root-dir>`: the data directory as the one argument
-		*root = fs.Arg(0)
+	switch {
+	case len(pos) > 1 || (len(pos) == 1 && *root != ""):
+		fmt.Fprintf(os.Stderr, "mmmq verify: unexpected argument %q (give the data directory once, as DIR or --root DIR)\n", pos[len(pos)-1])
+		fs.Usage()
+		return 2
+	case len(pos) == 1: // `mmmq verify <root-dir>`: the data directory as the one argument
+		*root = pos[0]
 	}
 	dir, cfg, err := rootDir(*root, *cfgPath)
 	if err != nil {
