@@ -52,19 +52,32 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, sto
 		}
 		return "", "", nil, BadRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
 	}
+	var twice string // a member given more than once (the first such)
 	if err := sc.object(func(key []byte, escaped bool, val []byte, ws bool) {
+		var dst *[]byte
 		switch string(memberName(key, escaped)) {
 		case "topic":
-			f.topic = val
+			dst = &f.topic
 		case "content":
-			f.content, f.contentWS = val, ws
+			dst, f.contentWS = &f.content, ws
 		case "headers":
-			f.headers = val
+			dst = &f.headers
 		case "id":
-			f.id = val
+			dst = &f.id
+		default:
+			return
 		}
+		if *dst != nil && twice == "" {
+			twice = string(memberName(key, escaped))
+		}
+		*dst = val
 	}); err != nil {
 		return "", "", nil, BadRequest("body is not valid JSON: %v", err)
+	}
+	if twice != "" {
+		// encoding/json would take the last one and a proxy that checks
+		// the first would see another topic: refuse the ambiguity.
+		return "", "", nil, BadRequest(`field %q is given more than once`, twice)
 	}
 	sc.ws()
 	if sc.i != len(raw) {

@@ -60,6 +60,9 @@ func TestDecodeMessage(t *testing.T) {
 		`{"topic":"a","content":1,"headers":[]}`:              `"headers" must be an object of strings`,
 		"{\"topic\":\"a\",\"content\":\"\xff\"}":              "invalid UTF-8",
 		`{"topic":"a","content":` + strings.Repeat("[", 1000): "nested deeper",
+		`{"topic":"a","content":1,"topic":"b"}`:               `field "topic" is given more than once`,
+		`{"topic":"a","content":1,"cont\u0065nt":2}`:          `field "content" is given more than once`,
+		`{"topic":"a","content":1,"id":"x","id":"y"}`:         `field "id" is given more than once`,
 	}
 	for in, want := range bad {
 		_, _, stored, err := DecodeMessage([]byte(in), now, nil)
