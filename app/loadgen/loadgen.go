@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // benchConfig holds the flags of mmmq bench.
@@ -284,6 +286,9 @@ func (c *benchConfig) validate() error {
 			return fmt.Errorf("-run-id %q: want letters, digits, '_' and '-' only (one topic name segment)", c.runID)
 		}
 	}
+	if err := contract.ValidateTopic(c.topicPrefix + "." + c.runID + ".0"); err != nil {
+		return fmt.Errorf("-topic-prefix %q: the topic names would be invalid: %v", c.topicPrefix, err)
+	}
 	if c.batch < 0 {
 		return fmt.Errorf("-batch %d: want 0 or more", c.batch)
 	}
@@ -480,6 +485,12 @@ func (g *loadGen) producer(ctx context.Context, id int, deadline time.Time, st *
 			g.noteErr(err.Error())
 			if measured {
 				st.errors++
+			}
+			if r != nil && r.StatusCode >= 400 && r.StatusCode < 500 && r.StatusCode != http.StatusRequestTimeout && r.StatusCode != http.StatusTooManyRequests {
+				// The broker refused the request itself: sending it again
+				// would be refused again.
+				g.noteErr(fmt.Sprintf("HTTP %d is not retried: stopping this producer", r.StatusCode))
+				return
 			}
 			if idle := time.Since(time.Unix(0, g.lastOK.Load())); idle > g.cfg.idleTimeout {
 				g.noteErr(fmt.Sprintf("nothing acknowledged for %s (-idle-timeout): giving up", idle.Round(time.Second)))

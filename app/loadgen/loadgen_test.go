@@ -6,9 +6,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -327,5 +330,41 @@ func TestTopicsAndNotice(t *testing.T) {
 	stderr.Reset()
 	if _, code, ok := parseArgs([]string{"-h"}, &stdout, &stderr); ok || code != 0 || !strings.Contains(stdout.String(), "usage: mmmq bench") || stderr.Len() != 0 {
 		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+// A -topic-prefix that makes invalid topic names is a usage error before
+// anything is sent.
+func TestInvalidTopicPrefixRefused(t *testing.T) {
+	var stdout, stderr strings.Builder
+	_, code, ok := parseArgs([]string{"-topic-prefix", "bad..x"}, &stdout, &stderr)
+	if ok || code != 2 || !strings.Contains(stderr.String(), "-topic-prefix") {
+		t.Fatalf("exit %d ok=%v, stderr %q; want 2 naming -topic-prefix", code, ok, stderr.String())
+	}
+}
+
+// A broker that refuses the request itself (4xx) is not retried until
+// -idle-timeout: the run stops after the first refusal of each producer.
+func TestClientErrorsAreNotRetried(t *testing.T) {
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			requests.Add(1)
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"acknowledgement":"NACK","error":"no","code":"BAD_REQUEST"}`))
+	}))
+	defer srv.Close()
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-url", srv.URL, "-c", "2", "-count", "50", "-idle-timeout", "1h"}, &stdout, &stderr)
+	if !ok {
+		t.Fatalf("parseArgs: exit %d, %s", code, stderr.String())
+	}
+	res, err := runPublish(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "HTTP 400") {
+		t.Fatalf("runPublish: %+v, %v; want an error naming HTTP 400", res, err)
+	}
+	if n := requests.Load(); n > 2 {
+		t.Errorf("%d publishes for 2 producers; a refused request must not be sent again", n)
 	}
 }
