@@ -76,8 +76,10 @@
 // active. Sealed segments' files are opened read-only on demand and kept in
 // a SegmentCache of at most Options.MaxOpenSegments pairs
 // (default 512), evicted by CLOCK (approximate LRU); logs may share one
-// cache (Options.SegmentCache). So a topic costs 2 descriptors plus its
-// share of the cache, whatever its segment count.
+// cache (Options.SegmentCache), and the broker's topics do
+// (mmmq.broker.storage.max-open-segments, modules/topicqueue's
+// LocalBackend). So a topic costs 2 descriptors plus its share of the
+// cache, whatever its segment count.
 //
 //	read offset o → segment s (snapshot) → pin s's pair:
 //	    hit:  refcount compare-and-swap, no lock
