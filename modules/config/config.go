@@ -127,6 +127,12 @@ type StorageConfig struct {
 	// MaxTopics caps the number of topics (open topic directories); at least 1.
 	// Default 10000.
 	MaxTopics int `koanf:"max-topics"`
+
+	// MaxOpenSegments caps the sealed segments whose .mmm and .idx files
+	// are open at once, across all topics (the storage segment cache; each
+	// topic's active segment is not counted): at most 2 file descriptors
+	// each. At least 1. Default 512 (storage.DefaultMaxOpenSegments).
+	MaxOpenSegments int `koanf:"max-open-segments"`
 }
 
 // SegmentConfig sizes segment files (key "mmmq.broker.segment").
@@ -251,6 +257,8 @@ func Default() *Config {
 					RootDir:      "./data",
 					OnCorruption: OnCorruptionFail,
 					MaxTopics:    10000,
+
+					MaxOpenSegments: 512,
 				},
 				Segment: SegmentConfig{
 					MaxBytes:       64 << 20,

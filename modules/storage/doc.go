@@ -55,7 +55,8 @@
 // one fsync pair; the data of an index entry is always fsynced before the
 // index entry is even written, so an index entry on disk never points at
 // data that a power loss can take away. Readers load the high watermark, then
-// the immutable segment list snapshot, and read with ReadAt: no lock.
+// the immutable segment list snapshot, pin the segment's files (below) and
+// read with ReadAt: no lock.
 //
 // A failed write or fsync fails the log: the waiters of that batch and every
 // later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
@@ -68,6 +69,31 @@
 // buffered group is made durable, then <next>.mmm and <next>.idx are created
 // and the topic directory is fsynced, next = start + entry count of the
 // previous segment.
+//
+// # Open files (segcache.go)
+//
+// The active segment's .mmm and .idx stay open (read-write) while it is
+// active. Sealed segments' files are opened read-only on demand and kept in
+// a SegmentCache of at most Options.MaxOpenSegments pairs
+// (default 512), evicted by CLOCK (approximate LRU); logs may share one
+// cache (Options.SegmentCache), and the broker's topics do
+// (mmmq.broker.storage.max-open-segments, modules/topicqueue's
+// LocalBackend). So a topic costs 2 descriptors plus its share of the
+// cache, whatever its segment count.
+//
+//	read offset o → segment s (snapshot) → pin s's pair:
+//	    hit:  refcount compare-and-swap, no lock
+//	    miss: open .mmm and .idx read-only (outside the cache lock),
+//	          insert under the cache lock, evicting an unpinned pair
+//	→ ReadAt … → unpin (the last reference of an evicted pair closes it)
+//
+// Eviction never closes a file under an in-flight read (the pin holds it)
+// nor one with unsynced writes: the cache opens files read-only, and a
+// rotation hands the old active segment's files to the cache only after
+// its group was written and fsynced (any failure there fails the log
+// before it rotates). A reopen validates nothing (repair did, at Open); a
+// file missing by then is an I/O error wrapping fs.ErrNotExist, not an
+// empty read. Repair, Verify and Dump hold one segment's files at a time.
 //
 // # Repair on open (repair*.go): index-based, no full scan
 //

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // DumpEntry is one entry as `mmmq dump` shows it.
@@ -28,11 +30,6 @@ func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, s := range segs {
-			s.close()
-		}
-	}()
 	if len(segs) == 0 {
 		return fmt.Errorf("topic %s not found: %s does not exist or holds no segments", filepath.Base(dir), dir)
 	}
@@ -43,30 +40,51 @@ func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error)
 	shown := int64(0)
 	for ; i < len(segs); i++ {
 		s := segs[i]
-		for rel := max(from-s.base, 0); rel < s.count; rel++ {
-			if count > 0 && shown >= count {
-				return nil
-			}
-			pos, err := s.readPositions(rel, 1, nil)
-			if err != nil {
-				return err
-			}
-			e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos[0]}
-			payload, err := s.readEntryAt(pos[0], s.size, MaxEntryPayload)
-			var be *badEntry
-			switch {
-			case errors.As(err, &be):
-				e.Problem = be.reason
-			case err != nil:
-				return err
-			default:
-				e.Size, e.Payload = EntrySize(len(payload)), payload
-			}
-			if err := fn(e); err != nil {
-				return err
-			}
-			shown++
+		if max(from-s.base, 0) >= s.count {
+			continue
+		}
+		n, err := dumpSegment(o.FS, s, from, count-shown, count > 0, fn)
+		shown += n
+		if err != nil || (count > 0 && shown >= count) {
+			return err
 		}
 	}
 	return nil
+}
+
+// dumpSegment calls fn for the entries of s from offset from on, at most
+// limit of them when limited, with the segment's files opened read-only for
+// the call. It returns how many it showed.
+func dumpSegment(fsys vfs.FS, s *segment, from, limit int64, limited bool, fn func(DumpEntry) error) (int64, error) {
+	f, err := openSealed(fsys, s)
+	if err != nil {
+		return 0, err
+	}
+	defer f.unref()
+	shown := int64(0)
+	for rel := max(from-s.base, 0); rel < s.count; rel++ {
+		if limited && shown >= limit {
+			return shown, nil
+		}
+		pos, err := f.readPositions(rel, 1, nil)
+		if err != nil {
+			return shown, err
+		}
+		e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos[0]}
+		payload, err := f.readEntryAt(pos[0], s.size, MaxEntryPayload)
+		var be *badEntry
+		switch {
+		case errors.As(err, &be):
+			e.Problem = be.reason
+		case err != nil:
+			return shown, err
+		default:
+			e.Size, e.Payload = EntrySize(len(payload)), payload
+		}
+		if err := fn(e); err != nil {
+			return shown, err
+		}
+		shown++
+	}
+	return shown, nil
 }

@@ -80,11 +80,12 @@ func (e *failedError) Unwrap() []error {
 func newFailed(cause error) error { return &failedError{cause: cause} }
 
 // fdHint explains an open failure caused by the open-file limit (EMFILE,
-// ENFILE): every segment keeps its .mmm and .idx open for the life of the
-// log, so a topic with N segments holds 2N descriptors.
+// ENFILE): each topic keeps its active segment's .mmm and .idx open, and
+// the segment cache up to mmmq.broker.storage.max-open-segments sealed
+// pairs more.
 func fdHint(err error) string {
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return " (open-file limit reached: every segment keeps its .mmm and .idx open; raise the limit — ulimit -n, systemd LimitNOFILE — or use a larger mmmq.broker.segment.max-bytes)"
+		return " (open-file limit reached: each topic keeps 2 files open and the segment cache up to 2 per mmmq.broker.storage.max-open-segments; raise the limit — ulimit -n, systemd LimitNOFILE — or lower max-open-segments or the number of topics)"
 	}
 	return ""
 }

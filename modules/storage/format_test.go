@@ -166,7 +166,7 @@ func TestReadEntryBoundedAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	s := &segment{mmm: f}
+	s := &segFiles{mmm: f}
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	for i := 0; i < 100; i++ {
@@ -223,7 +223,7 @@ func FuzzDecodeEntry(f *testing.F) {
 			if oerr != nil {
 				t.Fatal(oerr)
 			}
-			rp, rerr := (&segment{mmm: fh}).readEntryAt(0, int64(len(b)), max)
+			rp, rerr := (&segFiles{mmm: fh}).readEntryAt(0, int64(len(b)), max)
 			fh.Close()
 			if (rerr == nil) != (err == nil) || !bytes.Equal(rp, p) {
 				t.Fatalf("readEntryAt = %q, %v; DecodeEntry = %q, %v", rp, rerr, p, err)

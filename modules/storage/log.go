@@ -22,6 +22,7 @@ type Log struct {
 	opts  Options
 	fs    vfs.FS
 	log   *zap.Logger
+	cache *SegmentCache // files of sealed segments (Options.SegmentCache)
 
 	segs   atomic.Pointer[[]*segment] // immutable snapshot sorted by base
 	hw     atomic.Int64               // offsets < hw are durable and visible
@@ -61,6 +62,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts:        o,
 		fs:          o.FS,
 		log:         o.Logger.With(zap.String("topic", filepath.Base(dir))),
+		cache:       o.SegmentCache,
 		wake:        make(chan struct{}, 1),
 		flusherDone: make(chan struct{}),
 		checkpoints: map[string]*Checkpoint{},
@@ -80,8 +82,13 @@ func Open(dir string, opts Options) (*Log, error) {
 		}
 		segs = []*segment{seg}
 	}
-	l.segs.Store(&segs)
 	last := segs[len(segs)-1]
+	if last.files.Load() == nil {
+		if err := openActive(o.FS, last); err != nil {
+			return nil, err
+		}
+	}
+	l.segs.Store(&segs)
 	l.hw.Store(last.base + last.count)
 	var total int64
 	for _, s := range segs {
@@ -134,7 +141,26 @@ func MkdirDurable(fsys vfs.FS, dir string) error {
 	}
 }
 
-// createSegment creates the .mmm and .idx pair for base and fsyncs dir.
+// openActive opens the files of seg, the last segment of a repaired log,
+// read-write for the writer. Errors: "open segment|index <path>: ...", with
+// a hint when the open-file limit is reached.
+func openActive(fsys vfs.FS, seg *segment) error {
+	mmm, err := fsys.OpenRW(seg.mmmPath)
+	if err != nil {
+		return fmt.Errorf("open segment %s: %w%s", seg.mmmPath, err, fdHint(err))
+	}
+	idx, err := fsys.OpenRW(seg.idxPath)
+	if err != nil {
+		mmm.Close()
+		return fmt.Errorf("open index %s: %w%s", seg.idxPath, err, fdHint(err))
+	}
+	seg.files.Store(newSegFiles(seg, mmm, idx))
+	return nil
+}
+
+// createSegment creates the .mmm and .idx pair for base and fsyncs dir. The
+// segment comes back with its files open read-write, owned by the caller
+// (the writer).
 func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segment, error) {
 	mmmPath, idxPath := segmentPaths(dir, base)
 	mmm, err := fsys.Create(mmmPath)
@@ -154,7 +180,9 @@ func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segmen
 		idx.Close()
 		return nil, fmt.Errorf("sync topic dir %s: %w", dir, err)
 	}
-	return &segment{base: base, mmm: mmm, idx: idx, mmmPath: mmmPath, idxPath: idxPath}, nil
+	seg := &segment{base: base, mmmPath: mmmPath, idxPath: idxPath}
+	seg.files.Store(newSegFiles(seg, mmm, idx))
+	return seg, nil
 }
 
 // Topic is the topic name (the directory's base name).
@@ -248,7 +276,8 @@ func (l *Log) Checkpoint(name string) (*Checkpoint, error) {
 
 // Close stops accepting appends, lets the writer finish everything already
 // queued (so ACCEPTED entries are written), wakes every Notify waiter and
-// closes all files. It is safe to call more than once.
+// closes all files (a pair a reader still pins closes when its read ends).
+// It is safe to call more than once.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	already := l.closing
@@ -270,8 +299,12 @@ func (l *Log) Close() error {
 		errs = append(errs, c.Close())
 	}
 	l.cpMu.Unlock()
-	for _, s := range *l.segs.Load() {
-		errs = append(errs, s.close())
+	segs := *l.segs.Load()
+	l.cache.drop(segs)
+	if f := l.w.files; f != nil {
+		l.w.files = nil
+		f.seg.files.CompareAndSwap(f, nil)
+		errs = append(errs, f.unref())
 	}
 	return errors.Join(errs...)
 }

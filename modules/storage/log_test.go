@@ -1060,8 +1060,9 @@ func TestAnswersNeverCrossCallers(t *testing.T) {
 }
 
 // TestOpenFileLimitIsExplained: reopening a log when the process is out of
-// file descriptors names the cause and the way out (every segment keeps
-// two files open), and the log opens normally once descriptors are back.
+// file descriptors names the cause and the way out (the files per topic and
+// the segment cache's setting), and the log opens normally once
+// descriptors are back.
 func TestOpenFileLimitIsExplained(t *testing.T) {
 	fsys := vfs.NewMem()
 	l := openMem(t, fsys, Options{SegmentMaxBytes: 1024})
@@ -1085,7 +1086,7 @@ func TestOpenFileLimitIsExplained(t *testing.T) {
 	})
 	_, err := Open(testDir, Options{FS: fsys, SegmentMaxBytes: 1024})
 	if err == nil || !errors.Is(err, syscall.EMFILE) || !strings.Contains(err.Error(), "open-file limit") ||
-		!strings.Contains(err.Error(), "segment.max-bytes") {
+		!strings.Contains(err.Error(), "max-open-segments") {
 		t.Fatalf("open with EMFILE: %v", err)
 	}
 	fsys.SetHook(nil)

@@ -29,6 +29,16 @@ type Options struct {
 	// SlowFsync is the fsync duration above which a warning is logged;
 	// default 1s.
 	SlowFsync time.Duration
+	// SegmentCache holds the open files of sealed segments, bounding the
+	// descriptors they use (see SegmentCache); share one across logs to
+	// bound them per process. Nil: Open makes a cache of MaxOpenSegments
+	// for this log alone.
+	SegmentCache *SegmentCache
+	// MaxOpenSegments is the capacity, in sealed segments (two file
+	// descriptors each), of the cache Open makes when SegmentCache is nil
+	// (mmmq.broker.storage.max-open-segments); default
+	// DefaultMaxOpenSegments (512).
+	MaxOpenSegments int
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.
 	Observer Observer
@@ -76,6 +86,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.MaxPendingBytes <= 0 {
 		r.MaxPendingBytes = 64 << 20
+	}
+	if r.SegmentCache == nil {
+		r.SegmentCache = NewSegmentCache(r.MaxOpenSegments)
 	}
 	if r.SlowFsync <= 0 {
 		r.SlowFsync = time.Second

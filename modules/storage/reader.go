@@ -26,6 +26,11 @@ func (l *Log) findSegment(offset int64) (*segment, int64) {
 	return segs[i], end
 }
 
+// pin returns seg's files pinned for reading (see SegmentCache.pin).
+func (l *Log) pin(seg *segment) (*segFiles, error) {
+	return l.cache.pin(l.fs, seg, &l.closed)
+}
+
 func (l *Log) ioErr(err error) error {
 	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
 		return ErrClosed
@@ -45,13 +50,18 @@ func (l *Log) Read(offset int64) ([]byte, error) {
 	if seg == nil {
 		return nil, fmt.Errorf("read offset %d: %w", offset, ErrOutOfRange)
 	}
+	f, err := l.pin(seg)
+	if err != nil {
+		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", offset, err))
+	}
+	defer f.unpin()
 	rel := offset - seg.base
 	var buf [IndexEntrySize]byte
-	pos, err := seg.readPositions(rel, 1, buf[:])
+	pos, err := f.readPositions(rel, 1, buf[:])
 	if err != nil {
 		return nil, l.ioErr(err)
 	}
-	payload, err := seg.readEntryAt(pos[0], -1, l.opts.MaxRecordBytes)
+	payload, err := f.readEntryAt(pos[0], -1, l.opts.MaxRecordBytes)
 	if err != nil {
 		var be *badEntry
 		if errors.As(err, &be) {
@@ -87,7 +97,12 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	if n > int64(max) {
 		n = int64(max)
 	}
-	b := &batchRead{l: l, seg: seg, from: from, rel: from - seg.base}
+	f, err := l.pin(seg)
+	if err != nil {
+		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", from, err))
+	}
+	defer f.unpin()
+	b := &batchRead{l: l, seg: seg, f: f, from: from, rel: from - seg.base}
 	if err := b.positions(n); err != nil {
 		return nil, err
 	}
@@ -103,12 +118,13 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 type batchRead struct {
 	l       *Log
 	seg     *segment
-	from    int64   // first offset asked for
-	rel     int64   // from - seg.base
-	pos     []int64 // byte positions of entries from, from+1, ...
-	k       int     // entries in the span: pos[:k]
-	badAt   int     // first index entry that is negative or not increasing, or -1
-	spanEnd int64   // byte position just past entry k-1
+	f       *segFiles // seg's files, pinned for the call
+	from    int64     // first offset asked for
+	rel     int64     // from - seg.base
+	pos     []int64   // byte positions of entries from, from+1, ...
+	k       int       // entries in the span: pos[:k]
+	badAt   int       // first index entry that is negative or not increasing, or -1
+	spanEnd int64     // byte position just past entry k-1
 }
 
 // badIndex is the *CorruptionError for the index entry of offset from+i.
@@ -129,7 +145,7 @@ func (b *batchRead) positions(n int64) error {
 	if b.rel > 0 {
 		first = b.rel - 1
 	}
-	all, err := b.seg.readPositions(first, b.rel-first+n, nil)
+	all, err := b.f.readPositions(first, b.rel-first+n, nil)
 	if err != nil {
 		return b.l.ioErr(err)
 	}
@@ -160,8 +176,8 @@ func (b *batchRead) positions(n int64) error {
 func (b *batchRead) span() error {
 	var hdr [HeaderSize]byte
 	last := b.pos[b.k-1]
-	if _, err := b.seg.mmm.ReadAt(hdr[:], last); err == nil {
-		if pl, _, herr := b.seg.decodeVisibleHeader(hdr[:], last, b.l.opts.MaxRecordBytes); herr == nil {
+	if _, err := b.f.mmm.ReadAt(hdr[:], last); err == nil {
+		if pl, _, herr := b.f.decodeVisibleHeader(hdr[:], last, b.l.opts.MaxRecordBytes); herr == nil {
 			b.spanEnd = last + EntrySize(pl)
 		}
 	} else if !errors.Is(err, io.EOF) {
@@ -169,7 +185,7 @@ func (b *batchRead) span() error {
 	}
 	if b.spanEnd == 0 { // bad last header: stop before it, or report it alone
 		if b.k == 1 {
-			_, rerr := b.seg.readEntryAt(last, -1, b.l.opts.MaxRecordBytes)
+			_, rerr := b.f.readEntryAt(last, -1, b.l.opts.MaxRecordBytes)
 			return b.l.entryErr(b.seg, last, b.from, rerr)
 		}
 		b.k--
@@ -178,7 +194,7 @@ func (b *batchRead) span() error {
 	// The budget loop bounds pos[k-1]-pos[0]; the last entry's length was
 	// checked against the file: the span is bounded by what the file holds.
 	if b.pos[0] < 0 || b.pos[b.k-1]-b.pos[0] > readBudget {
-		_, rerr := b.seg.readEntryAt(b.pos[0], -1, b.l.opts.MaxRecordBytes)
+		_, rerr := b.f.readEntryAt(b.pos[0], -1, b.l.opts.MaxRecordBytes)
 		return b.l.entryErr(b.seg, b.pos[0], b.from, rerr)
 	}
 	return nil
@@ -189,7 +205,7 @@ func (b *batchRead) span() error {
 // returns the entries before the first problem and that problem.
 func (b *batchRead) decode() ([]Entry, error) {
 	buf := make([]byte, b.spanEnd-b.pos[0])
-	if nr, err := b.seg.mmm.ReadAt(buf, b.pos[0]); err != nil {
+	if nr, err := b.f.mmm.ReadAt(buf, b.pos[0]); err != nil {
 		if !errors.Is(err, io.EOF) {
 			return nil, b.l.ioErr(fmt.Errorf("read offset %d: %w", b.from, err))
 		}
@@ -237,14 +253,14 @@ func (l *Log) entryErr(seg *segment, pos, offset int64, err error) error {
 }
 
 // readPositions reads index entries [from, from+n) of the segment.
-func (s *segment) readPositions(from, n int64, buf []byte) ([]int64, error) {
+func (s *segFiles) readPositions(from, n int64, buf []byte) ([]int64, error) {
 	need := int(n * IndexEntrySize)
 	if cap(buf) < need {
 		buf = make([]byte, need)
 	}
 	buf = buf[:need]
 	if _, err := s.idx.ReadAt(buf, from*IndexEntrySize); err != nil {
-		return nil, fmt.Errorf("read index %s at entry %d: %w", s.idxPath, from, err)
+		return nil, fmt.Errorf("read index %s at entry %d: %w", s.seg.idxPath, from, err)
 	}
 	pos := make([]int64, n)
 	for i := range pos {
@@ -267,7 +283,7 @@ func bad(format string, args ...any) error { return &badEntry{reason: fmt.Sprint
 // validated by decodeVisibleHeader. It never allocates more than a
 // validated length. Validation failures are *badEntry; I/O errors are
 // returned as they are.
-func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
+func (s *segFiles) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 	var hdr [HeaderSize]byte
 	if pos < 0 || (limit >= 0 && limit-pos < HeaderSize) {
 		return nil, bad("position %d outside segment of %d bytes", pos, limit)
@@ -310,7 +326,7 @@ func (s *segment) readEntryAt(pos, limit int64, maxRecord int) ([]byte, error) {
 // MaxEntryPayload: an entry written under a higher max-record-bytes stays
 // valid when the setting is lowered. If the size cannot be read, the first
 // error stands. This is the only place with that fallback.
-func (s *segment) decodeVisibleHeader(hdr []byte, pos int64, maxRecord int) (payloadLen int, crc uint32, err error) {
+func (s *segFiles) decodeVisibleHeader(hdr []byte, pos int64, maxRecord int) (payloadLen int, crc uint32, err error) {
 	payloadLen, crc, err = DecodeHeader(hdr, HeaderSize+int64(maxRecord), maxRecord)
 	if err != nil {
 		if size, serr := s.mmm.Size(); serr == nil {

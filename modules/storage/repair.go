@@ -45,10 +45,13 @@ func (r RepairReport) Clean() bool { return len(r.Actions) == 0 }
 // segment was refused, so a refused topic keeps every file untouched.
 //
 // Scan and plan alternate segment by segment, in offset order, so the first
-// problem in the chain is the one reported. With apply=false nothing is
-// modified: the segments come back opened read-only as they would be kept
-// (idx may be nil for a rotation to complete) and the report says what
-// would be done. A missing dir returns no segments and no error.
+// problem in the chain is the one reported; the files of one segment at a
+// time are open. The segments come back with their files closed (Open opens
+// the last one's, Verify and Dump each one's as they read it). With
+// apply=false nothing is modified: the segments are the ones apply would
+// keep (the last may lack its .idx, for a rotation to complete) and the
+// report says what would be done. A missing dir returns no segments and no
+// error.
 func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segment, RepairReport, error) {
 	rep := RepairReport{Topic: topic}
 	d, err := scanDir(fsys, dir)
@@ -60,12 +63,8 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 	}
 	log := o.Logger.With(zap.String("topic", topic))
 	d.logUnknown(log)
-	open := fsys.Open
-	if apply {
-		open = fsys.OpenRW
-	}
 	pl := &planner{topic: topic, rep: &rep}
-	plans, err := pl.planSegments(open, dir, d)
+	plans, err := pl.planSegments(fsys, dir, d)
 	if err != nil {
 		return nil, rep, err
 	}

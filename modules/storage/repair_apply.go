@@ -9,23 +9,19 @@ import (
 
 // Apply: the last step of repair. It carries out the plans of a topic that
 // no segment refused: every change is fsynced (files by truncSync, the
-// directory once at the end when an entry was created or removed).
+// directory once at the end when an entry was created or removed). Plan
+// closed every file; apply opens only the ones it changes, one at a time.
 
 // applyPlans applies plans in dir and removes the leftover tmps. It returns
-// the kept segments with their files open read-write; on error it closes
-// every file. Errors name the step and the file ("truncate index <path>:
-// ...", "sync topic dir <dir>: ...").
+// the kept segments, their files closed. Errors name the step and the file
+// ("truncate index <path>: ...", "sync topic dir <dir>: ...").
 func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *RepairReport) ([]*segment, error) {
 	segs := make([]*segment, 0, len(plans))
 	dirDirty := false
-	fail := func(err error) ([]*segment, error) {
-		closePlans(plans)
-		return nil, err
-	}
 	for _, p := range plans {
 		changed, err := applySegment(fsys, p, rep)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		dirDirty = dirDirty || changed
 		if !p.removeIdx {
@@ -34,13 +30,13 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 	}
 	for _, t := range tmps {
 		if err := fsys.Remove(filepath.Join(dir, t)); err != nil && !vfs.IsNotExist(err) {
-			return fail(fmt.Errorf("remove %s: %w", t, err))
+			return nil, fmt.Errorf("remove %s: %w", t, err)
 		}
 		dirDirty = true
 	}
 	if dirDirty {
 		if err := fsys.SyncDir(dir); err != nil {
-			return fail(fmt.Errorf("sync topic dir %s: %w", dir, err))
+			return nil, fmt.Errorf("sync topic dir %s: %w", dir, err)
 		}
 	}
 	return segs, nil
@@ -52,26 +48,28 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, err error) {
 	switch {
 	case p.removeIdx:
-		p.idx.Close()
-		p.idx = nil
 		if err := fsys.Remove(p.idxPath); err != nil {
 			return false, fmt.Errorf("remove %s: %w", p.idxPath, err)
 		}
 		rep.Removed = append(rep.Removed, filepath.Base(p.idxPath))
 		return true, nil
 	case p.createIdx:
-		if p.idx, err = fsys.Create(p.idxPath); err != nil {
+		f, err := fsys.Create(p.idxPath)
+		if err != nil {
+			return false, fmt.Errorf("create index %s: %w", p.idxPath, err)
+		}
+		if err := f.Close(); err != nil {
 			return false, fmt.Errorf("create index %s: %w", p.idxPath, err)
 		}
 		dirChanged = true
 	}
 	if p.idxSize > p.count*IndexEntrySize {
-		if err := truncSync(p.idx, p.count*IndexEntrySize); err != nil {
+		if err := truncFile(fsys, p.idxPath, p.count*IndexEntrySize); err != nil {
 			return dirChanged, fmt.Errorf("truncate index %s: %w", p.idxPath, err)
 		}
 	}
 	if p.mmmSize > p.end {
-		if err := truncSync(p.mmm, p.end); err != nil {
+		if err := truncFile(fsys, p.mmmPath, p.end); err != nil {
 			return dirChanged, fmt.Errorf("truncate segment %s: %w", p.mmmPath, err)
 		}
 	}
@@ -79,18 +77,29 @@ func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, 
 }
 
 // keptSegments is the check-only outcome: the segments as apply would keep
-// them, files still read-only, without creating or removing anything (a
-// rotation to complete keeps idx nil).
+// them, without creating or removing anything.
 func keptSegments(plans []*segPlan) []*segment {
 	var segs []*segment
 	for _, p := range plans {
-		if p.removeIdx {
-			p.idx.Close()
-			continue
+		if !p.removeIdx {
+			segs = append(segs, p.segment())
 		}
-		segs = append(segs, p.segment())
 	}
 	return segs
+}
+
+// truncFile opens the file at path read-write, truncates it to size bytes,
+// fsyncs and closes it.
+func truncFile(fsys vfs.FS, path string, size int64) error {
+	f, err := fsys.OpenRW(path)
+	if err != nil {
+		return err
+	}
+	err = truncSync(f, size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // truncSync truncates f to size bytes and fsyncs it.

@@ -24,22 +24,24 @@ type segPlan struct {
 	end       int64 // segment bytes kept
 }
 
-// segment is the kept segment p describes, its files as opened by scan (or
-// created by apply).
+// segment is the kept segment p describes, its files closed.
 func (p *segPlan) segment() *segment {
-	return &segment{base: p.base, mmm: p.mmm, idx: p.idx, mmmPath: p.mmmPath, idxPath: p.idxPath, size: p.end, count: p.count}
+	return &segment{base: p.base, mmmPath: p.mmmPath, idxPath: p.idxPath, size: p.end, count: p.count}
 }
 
-// closePlans closes every file the plans hold.
-func closePlans(plans []*segPlan) {
-	for _, p := range plans {
-		if p.mmm != nil {
-			p.mmm.Close()
-		}
-		if p.idx != nil {
-			p.idx.Close()
-		}
+// closeFiles closes the files scan opened for p, once p is planned: repair
+// holds the files of one segment at a time, whatever the segment count.
+// The index positions, no longer needed, are dropped too.
+func (p *segPlan) closeFiles() {
+	if p.mmm != nil {
+		p.mmm.Close()
+		p.mmm = nil
 	}
+	if p.idx != nil {
+		p.idx.Close()
+		p.idx = nil
+	}
+	p.pos = nil
 }
 
 // planner carries what every planning step shares: the topic named in a
@@ -61,19 +63,21 @@ func (pl *planner) act(format string, args ...any) {
 }
 
 // planSegments scans and plans the segments of d in offset order and stops
-// at the first corruption or I/O error, closing every file opened so far.
-func (pl *planner) planSegments(open func(string) (vfs.File, error), dir string, d *dirScan) ([]*segPlan, error) {
+// at the first corruption or I/O error. The files of each segment are open
+// only while it is planned (scan opens them read-only; apply reopens what it
+// changes).
+func (pl *planner) planSegments(fsys vfs.FS, dir string, d *dirScan) ([]*segPlan, error) {
 	plans := make([]*segPlan, 0, len(d.bases))
 	var nextBase int64 = -1
 	for i, base := range d.bases {
 		p := &segPlan{}
 		plans = append(plans, p)
-		err := scanSegmentFiles(open, dir, base, d.pairs[base], &p.segScan)
+		err := scanSegmentFiles(fsys.Open, dir, base, d.pairs[base], &p.segScan)
 		if err == nil {
 			nextBase, err = pl.planSegment(p, nextBase, i == len(d.bases)-1)
 		}
+		p.closeFiles()
 		if err != nil {
-			closePlans(plans)
 			return nil, err
 		}
 	}

@@ -87,9 +87,9 @@ func (d *dirScan) logUnknown(log *zap.Logger) {
 }
 
 // segScan is what scan found for one segment: which of its files exist,
-// the files opened (read-only unless repair applies its plan), their sizes
-// in bytes, and the byte positions held by the complete entries of the
-// offset index.
+// the files opened read-only (while the segment is planned; closed after),
+// their sizes in bytes, and the byte positions held by the complete entries
+// of the offset index.
 type segScan struct {
 	base             int64
 	mmmPath, idxPath string
@@ -152,5 +152,5 @@ func readIndex(idx vfs.File, path string, n int64) ([]int64, error) {
 // by the segment's scanned size and the format's ceiling (never by
 // max-record-bytes). Validation failures are *badEntry.
 func (s *segScan) entryAt(pos int64) ([]byte, error) {
-	return (&segment{mmm: s.mmm}).readEntryAt(pos, s.mmmSize, MaxEntryPayload)
+	return (&segFiles{mmm: s.mmm}).readEntryAt(pos, s.mmmSize, MaxEntryPayload)
 }

@@ -1,12 +1,10 @@
 package storage
 
 import (
-	"errors"
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"sync/atomic"
 )
 
 // File names (on-disk format, do not change): a segment is
@@ -44,30 +42,21 @@ func parseSegmentName(name, ext string) (int64, bool) {
 	return v, true
 }
 
-// segment is one .mmm/.idx pair. Files stay open for the life of the log;
-// readers use ReadAt only, so they need no lock. size and count are owned by
-// the writer goroutine (for the active segment) and fixed for sealed ones.
+// segment is one .mmm/.idx pair. Its files are open while it is the
+// active segment (the writer holds them) and, once sealed, while a
+// SegmentCache holds them or a reader pins them (see SegmentCache): files is
+// nil when they are closed. Readers use ReadAt only, on a pinned pair, so
+// they need no lock. size and count are owned by the writer goroutine (for
+// the active segment) and fixed for sealed ones.
 type segment struct {
 	base    int64
-	mmm     vfs.File
-	idx     vfs.File
 	mmmPath string
 	idxPath string
+	files   atomic.Pointer[segFiles]
 
 	// writer-owned state (active segment only changes them)
 	size  int64 // bytes written to .mmm (including unsynced ones)
 	count int64 // index entries written
-}
-
-func (s *segment) close() error {
-	var errs []error
-	if s.mmm != nil {
-		errs = append(errs, s.mmm.Close())
-	}
-	if s.idx != nil {
-		errs = append(errs, s.idx.Close())
-	}
-	return errors.Join(errs...)
 }
 
 func segmentPaths(dir string, base int64) (mmm, idx string) {

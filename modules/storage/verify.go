@@ -51,11 +51,6 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	if err != nil {
 		return rep, err
 	}
-	defer func() {
-		for _, s := range segs {
-			s.close()
-		}
-	}()
 	if !rr.Clean() {
 		rep.Status = StatusTornTail
 	}
@@ -64,7 +59,7 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 		if s.count == 0 {
 			continue
 		}
-		if ce, err := scanSegment(s, rep.Topic, MaxEntryPayload, buf, progress); err != nil {
+		if ce, err := scanSegment(o.FS, s, rep.Topic, MaxEntryPayload, buf, progress); err != nil {
 			return rep, err
 		} else if ce != nil {
 			rep.Status, rep.Corruption = StatusCorrupt, ce
@@ -77,9 +72,16 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	return rep, nil
 }
 
-func scanSegment(s *segment, topic string, maxRecord int, buf []byte, progress func(int64)) (*CorruptionError, error) {
-	idx := bufio.NewReaderSize(io.NewSectionReader(s.idx, 0, s.count*IndexEntrySize), 64<<10)
-	mmm := bufio.NewReaderSize(io.NewSectionReader(s.mmm, 0, s.size), 1<<20)
+// scanSegment reads every entry of s (its files opened read-only for the
+// call) and returns the first corruption found.
+func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byte, progress func(int64)) (*CorruptionError, error) {
+	f, err := openSealed(fsys, s)
+	if err != nil {
+		return nil, err
+	}
+	defer f.unref()
+	idx := bufio.NewReaderSize(io.NewSectionReader(f.idx, 0, s.count*IndexEntrySize), 64<<10)
+	mmm := bufio.NewReaderSize(io.NewSectionReader(f.mmm, 0, s.size), 1<<20)
 	var pos int64
 	var ib [IndexEntrySize]byte
 	var hdr [HeaderSize]byte

@@ -154,11 +154,13 @@ type writerState struct {
 	ibuf   []byte
 	spare  []*request
 	active *segment
+	files  *segFiles // active's files, read-write; the writer holds their owner reference
 }
 
 func (w *writerState) init(l *Log) {
 	segs := *l.segs.Load()
 	w.active = segs[len(segs)-1]
+	w.files = w.active.files.Load()
 	w.next = w.active.base + w.active.count
 }
 
@@ -273,7 +275,12 @@ func (l *Log) commit(batch []*request) error {
 				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
 				l.segs.Store(&segs)
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
-				seg, w.active = ns, ns
+				// seg is sealed: flushGroup wrote and fsynced all of it
+				// (an fsync failure fails the log before any rotation),
+				// so the cache may close its files whenever it evicts
+				// them.
+				l.cache.adopt(w.files)
+				seg, w.active, w.files = ns, ns, ns.files.Load()
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
@@ -297,7 +304,8 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 		return nil
 	}
 	h := l.opts.Hooks
-	if _, err := seg.mmm.WriteAt(w.wbuf, pos); err != nil {
+	f := w.files
+	if _, err := f.mmm.WriteAt(w.wbuf, pos); err != nil {
 		return fmt.Errorf("write segment %s: %w", seg.mmmPath, err)
 	}
 	l.size.Add(int64(len(w.wbuf)))
@@ -316,13 +324,13 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			}
 		}
 	}
-	if err := l.sync(seg.mmm, seg.mmmPath); err != nil {
+	if err := l.sync(f.mmm, seg.mmmPath); err != nil {
 		return err
 	}
 	if h != nil && h.AfterSegmentSync != nil {
 		h.AfterSegmentSync()
 	}
-	if _, err := seg.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
+	if _, err := f.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
 		return fmt.Errorf("write index %s: %w", seg.idxPath, err)
 	}
 	if h != nil && h.AfterIndexWrite != nil {
@@ -337,7 +345,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			l.finish(r, nil)
 		}
 	}
-	if err := l.sync(seg.idx, seg.idxPath); err != nil {
+	if err := l.sync(f.idx, seg.idxPath); err != nil {
 		return err
 	}
 	if h != nil && h.AfterIndexSync != nil {

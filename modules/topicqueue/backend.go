@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -40,12 +41,23 @@ type LocalBackend struct {
 	// Root is the data root directory (mmmq.broker.storage.root-dir).
 	Root string
 	// Storage is the template for every topic's log (FS, Logger, sizes).
+	// When its SegmentCache is nil, the first Open makes one of
+	// Storage.MaxOpenSegments pairs that every topic of this backend
+	// shares, so the open-file bound holds across topics.
 	Storage storage.Options
+
+	cacheOnce sync.Once
+	cache     *storage.SegmentCache
 }
 
 // Open opens (create: or creates) the topic directory Root/name.
 func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
-	l, err := storage.Open(filepath.Join(b.Root, name), b.Storage)
+	o := b.Storage
+	if o.SegmentCache == nil {
+		b.cacheOnce.Do(func() { b.cache = storage.NewSegmentCache(b.Storage.MaxOpenSegments) })
+		o.SegmentCache = b.cache
+	}
+	l, err := storage.Open(filepath.Join(b.Root, name), o)
 	if err != nil {
 		return nil, err
 	}

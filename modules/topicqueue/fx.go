@@ -40,14 +40,18 @@ type RegistryParams struct {
 }
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
-// Options: Root, MaxTopics and Storage (see StorageOptionsFromConfig). FS,
-// Logger, Observer and Hooks of Storage are left for the caller.
+// Options: Root, MaxTopics and Storage (see StorageOptionsFromConfig, plus
+// MaxOpenSegments). FS, Logger, Observer, Hooks and SegmentCache of Storage
+// are left for the caller (LocalBackend makes the one cache its topics
+// share).
 func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Options {
-	return Options{
+	o := Options{
 		Root:      st.RootDir,
 		MaxTopics: st.MaxTopics,
 		Storage:   StorageOptionsFromConfig(seg),
 	}
+	o.Storage.MaxOpenSegments = st.MaxOpenSegments
+	return o
 }
 
 // StorageOptionsFromConfig maps mmmq.broker.segment to the storage engine's

@@ -18,7 +18,7 @@ type Options struct {
 	// the default local backend.
 	Root string
 	// MaxTopics caps the number of open topics (each holds two open files
-	// per segment); 0 means 10000.
+	// for its active segment, see storage.SegmentCache); 0 means 10000.
 	MaxTopics int
 	// Storage is the template for every topic's log (FS, Logger, sizes) of
 	// the default local backend; its Logger is also the registry's.

@@ -4,13 +4,20 @@ import "sync/atomic"
 
 // CountingFS wraps an FS and counts File.Sync calls on the files it opens,
 // for benchmarks that report fsyncs per message on the real filesystem
-// (&CountingFS{FS: OS{}}). Files from Create, OpenRW and Open wrap the inner
-// files; every other method, Lock included, is the inner FS's (forwarded by
-// embedding). Use it by pointer: the counter must not be copied.
+// (&CountingFS{FS: OS{}}), and the files it has open, for tests that bound
+// the descriptors a log holds. Files from Create, OpenRW and Open wrap the
+// inner files; every other method, Lock included, is the inner FS's
+// (forwarded by embedding). Use it by pointer: the counters must not be
+// copied.
 type CountingFS struct {
 	FS
 	// Syncs is the number of File.Sync calls, failed ones included.
 	Syncs atomic.Int64
+	// OpenFiles is the number of files opened (Create, OpenRW, Open) and not
+	// closed yet; a second Close of a file does not count.
+	OpenFiles atomic.Int64
+	// MaxOpenFiles is the highest value OpenFiles has had.
+	MaxOpenFiles atomic.Int64
 }
 
 var _ FS = (*CountingFS)(nil)
@@ -31,17 +38,33 @@ func (c *CountingFS) wrap(f File, err error) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return countingFile{File: f, c: c}, nil
+	n := c.OpenFiles.Add(1)
+	for {
+		m := c.MaxOpenFiles.Load()
+		if n <= m || c.MaxOpenFiles.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return &countingFile{File: f, c: c}, nil
 }
 
-// countingFile counts Sync calls into its CountingFS.
+// countingFile counts Sync calls and its Close into its CountingFS.
 type countingFile struct {
 	File
-	c *CountingFS
+	c      *CountingFS
+	closed atomic.Bool
+}
+
+// Close implements File.
+func (f *countingFile) Close() error {
+	if !f.closed.Swap(true) {
+		f.c.OpenFiles.Add(-1)
+	}
+	return f.File.Close()
 }
 
 // Sync implements File.
-func (f countingFile) Sync() error {
+func (f *countingFile) Sync() error {
 	f.c.Syncs.Add(1)
 	return f.File.Sync()
 }

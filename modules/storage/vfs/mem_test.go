@@ -709,6 +709,14 @@ func TestCountingFS(t *testing.T) {
 			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 3 {
 				t.Errorf("inner SyncCount = %d, want 3 (files must wrap the inner files)", m.SyncCount())
 			}
+			if got := c.OpenFiles.Load(); got != 1 {
+				t.Errorf("OpenFiles = %d, want 1 (the OpenRW file)", got)
+			}
+			r.Close()
+			r.Close()
+			if got, peak := c.OpenFiles.Load(), c.MaxOpenFiles.Load(); got != 0 || peak != 1 {
+				t.Errorf("after Close: OpenFiles = %d, MaxOpenFiles = %d, want 0 and 1", got, peak)
+			}
 		})
 	}
 }

@@ -1,0 +1,233 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"sync"
+	"testing"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// openCounting opens the test topic on a MemFS wrapped in a CountingFS, whose
+// OpenFiles and MaxOpenFiles count the descriptors the log holds.
+func openCounting(t *testing.T, fsys *vfs.CountingFS, o Options) *Log {
+	t.Helper()
+	o.FS = fsys
+	o.Logger = zaptest.NewLogger(t)
+	l, err := Open(testDir, o)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l
+}
+
+// TestOpenFilesBoundedBySegmentCache: a log with many more sealed segments
+// than its cache holds keeps at most capacity pairs of them open, plus the
+// active segment, the one a rotation is creating, and one pair per reader
+// (a pinned pair may outlive its eviction until the read ends, and a miss
+// opens its pair before inserting it) — while several goroutines read every
+// offset back with Read and ReadBatch and appends (and rotations) go on.
+// Repair on reopen, Verify and Dump hold one segment's files at a time, and
+// Close leaves none open.
+func TestOpenFilesBoundedBySegmentCache(t *testing.T) {
+	const capacity, readers, before, during = 4, 4, 300, 200
+	fsys := vfs.NewCounting(vfs.NewMem())
+	o := Options{SegmentMaxBytes: 1024, MaxOpenSegments: capacity}
+	l := openCounting(t, fsys, o)
+	for i := 0; i < before; i++ {
+		mustAppend(t, l, payload(i, 200))
+	}
+	if n := l.Stats().Segments; n < 10*capacity {
+		t.Fatalf("want many more segments than the cache holds, got %d", n)
+	}
+	bound := int64(2 * (capacity + 2 + readers))
+
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() { // appends and rotations go on during the reads
+		defer wg.Done()
+		defer close(done)
+		for i := before; i < before+during; i++ {
+			mustAppend(t, l, payload(i, 200))
+		}
+	}()
+	check := func(off int64, got []byte) bool {
+		if want := payload(int(off), 200); !bytes.Equal(got, want) {
+			t.Errorf("offset %d: got %.30q, want %.30q", off, got, want)
+			return false
+		}
+		return true
+	}
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pass := 0; ; pass++ {
+				hw := l.HighWatermark()
+				for k := int64(0); k < hw; k++ {
+					off := (k*int64(7+2*r) + int64(r)) % hw // each reader its own order
+					p, err := l.Read(off)
+					if err != nil {
+						t.Errorf("read %d: %v", off, err)
+						return
+					}
+					if !check(off, p) {
+						return
+					}
+				}
+				for off := int64(0); off < hw; {
+					es, err := l.ReadBatch(off, 3+r)
+					if err != nil || len(es) == 0 {
+						t.Errorf("read batch %d: %d entries, %v", off, len(es), err)
+						return
+					}
+					for _, e := range es {
+						if e.Offset != off || !check(off, e.Payload) {
+							return
+						}
+						off++
+					}
+				}
+				select {
+				case <-done:
+					if pass > 0 {
+						return
+					}
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if peak := fsys.MaxOpenFiles.Load(); peak > bound {
+		t.Errorf("%d files open at the peak with %d segments; want <= %d (cache of %d pairs)", peak, l.Stats().Segments, bound, capacity)
+	}
+	if got := l.cache.Len(); got > capacity {
+		t.Errorf("cache holds %d pairs, capacity %d", got, capacity)
+	}
+	hw := l.HighWatermark()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := fsys.OpenFiles.Load(); n != 0 {
+		t.Fatalf("%d files open after Close", n)
+	}
+
+	// Repair of the reopened log, Verify and Dump: one segment at a time.
+	fsys.MaxOpenFiles.Store(0)
+	l = openCounting(t, fsys, o)
+	if got := l.HighWatermark(); got != hw {
+		t.Fatalf("reopened high watermark %d, want %d", got, hw)
+	}
+	if peak := fsys.MaxOpenFiles.Load(); peak > 4 {
+		t.Errorf("repair held %d files open at once; want <= 4", peak)
+	}
+	for _, e := range readAll(t, l, 50) {
+		check(e.Offset, e.Payload)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fsys.MaxOpenFiles.Store(0)
+	if rep, err := Verify(testDir, Options{FS: fsys}, nil); err != nil || rep.Status != StatusOK || rep.Entries != hw {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	n := int64(0)
+	if err := Dump(testDir, Options{FS: fsys}, 0, 0, func(DumpEntry) error { n++; return nil }); err != nil || n != hw {
+		t.Fatalf("dump: %d entries, %v", n, err)
+	}
+	if peak, open := fsys.MaxOpenFiles.Load(), fsys.OpenFiles.Load(); peak > 2 || open != 0 {
+		t.Errorf("verify and dump: %d files open at the peak, %d after; want <= 2 and 0", peak, open)
+	}
+}
+
+// TestSegmentCachePinOutlivesEviction: a pair evicted while a reader pins
+// it stays open (and readable) until the reader releases it, then closes;
+// the segment reopens on its next read.
+func TestSegmentCachePinOutlivesEviction(t *testing.T) {
+	fsys := vfs.NewCounting(vfs.NewMem())
+	l := openCounting(t, fsys, Options{SegmentMaxBytes: 1024, MaxOpenSegments: 1})
+	defer l.Close()
+	for i := 0; i < 30; i++ {
+		mustAppend(t, l, payload(i, 200))
+	}
+	segs := *l.segs.Load()
+	if len(segs) < 4 {
+		t.Fatalf("want 4+ segments, got %d", len(segs))
+	}
+	f0, err := l.pin(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := fsys.OpenFiles.Load()
+	if _, err := l.Read(segs[1].base); err != nil { // evicts segs[0]: capacity 1
+		t.Fatal(err)
+	}
+	if segs[0].files.Load() != nil {
+		t.Fatal("segment 0 still cached after a read of segment 1 with capacity 1")
+	}
+	if got := fsys.OpenFiles.Load(); got != open+2 {
+		t.Fatalf("%d files open with segment 0 pinned and segment 1 cached, want %d", got, open+2)
+	}
+	pos, err := f0.readPositions(0, 1, nil)
+	if err != nil {
+		t.Fatalf("read of an evicted but pinned pair: %v", err)
+	}
+	if p, err := f0.readEntryAt(pos[0], -1, DefaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 200)) {
+		t.Fatalf("entry 0 through the pinned pair: %.30q, %v", p, err)
+	}
+	f0.unpin()
+	if got := fsys.OpenFiles.Load(); got != open {
+		t.Fatalf("%d files open after the last pin of the evicted pair was released, want %d", got, open)
+	}
+	if p, err := l.Read(0); err != nil || !bytes.Equal(p, payload(0, 200)) {
+		t.Fatalf("read 0 after eviction: %.30q, %v", p, err)
+	}
+}
+
+// TestReadMissingSealedFileIsIOError: when a sealed segment's file is gone
+// by the time a read reopens it, Read and ReadBatch return an I/O error
+// wrapping fs.ErrNotExist that names the file, never an empty read, an
+// out-of-range or a corruption.
+func TestReadMissingSealedFileIsIOError(t *testing.T) {
+	for _, file := range []string{"segment", "index"} {
+		t.Run(file, func(t *testing.T) {
+			fsys := vfs.NewCounting(vfs.NewMem())
+			l := openCounting(t, fsys, Options{SegmentMaxBytes: 1024, MaxOpenSegments: 1})
+			defer l.Close()
+			for i := 0; i < 30; i++ {
+				mustAppend(t, l, payload(i, 200))
+			}
+			segs := *l.segs.Load()
+			if _, err := l.Read(segs[1].base); err != nil { // evicts segs[0]
+				t.Fatal(err)
+			}
+			path := segs[0].mmmPath
+			if file == "index" {
+				path = segs[0].idxPath
+			}
+			if err := fsys.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			p, err := l.Read(1)
+			if err == nil || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrCorrupt) {
+				t.Fatalf("read with %s missing: %q, %v; want an error wrapping fs.ErrNotExist", path, p, err)
+			}
+			if !bytes.Contains([]byte(err.Error()), []byte(path)) {
+				t.Errorf("error %q does not name %s", err, path)
+			}
+			es, err := l.ReadBatch(0, 10)
+			if len(es) != 0 || err == nil || !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("read batch with %s missing: %d entries, %v; want none and an error wrapping fs.ErrNotExist", path, len(es), err)
+			}
+		})
+	}
+}
