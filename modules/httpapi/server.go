@@ -15,7 +15,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -502,13 +501,8 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
 		return
 	}
-	type item struct {
-		Offset  int64           `json:"offset"`
-		Message json.RawMessage `json:"message,omitempty"`
-		Error   string          `json:"error,omitempty"`
-	}
 	hw := q.HighWatermark()
-	items := []item{}
+	var items []readItem
 	next := offset
 	size := 0
 	for next < hw && int64(len(items)) < limit && size < maxReadBytes {
@@ -518,13 +512,19 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 				err = nil // continued from next on the following page
 				break
 			}
-			items = append(items, item{Offset: e.Offset, Message: e.Payload})
+			it := readItem{offset: e.Offset, message: e.Payload}
+			if !contract.ValidStoredJSON(e.Payload) {
+				// Written by another tool: sent as an error, never as
+				// invalid JSON inside the page.
+				it = readItem{offset: e.Offset, err: "stored message is not valid JSON"}
+			}
+			items = append(items, it)
 			size += len(e.Payload)
 			next++
 		}
 		var ce *storage.CorruptionError
 		if errors.As(err, &ce) {
-			items = append(items, item{Offset: ce.Offset, Error: ce.Error()})
+			items = append(items, readItem{offset: ce.Offset, err: ce.Error()})
 			next = ce.Offset + 1
 			continue
 		}
@@ -536,9 +536,55 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	contract.WriteJSON(w, http.StatusOK, map[string]any{
-		"topic": name, "messages": items, "nextOffset": next, "highWatermark": hw,
-	})
+	writeReadPage(w, name, items, next, hw)
+}
+
+// readItem is one message of a read-back page: its stored JSON, or the
+// error that replaced a corrupt entry.
+type readItem struct {
+	offset  int64
+	message []byte
+	err     string
+}
+
+// writeReadPage writes the 200 body of GET /topics/{topic}/messages,
+//
+//	{"highWatermark":hw,"messages":[{"offset":n,"message":<stored JSON>} |
+//	 {"offset":n,"error":"..."}, ...],"nextOffset":next,"topic":"t"}
+//
+// (members in this order, as encoding/json wrote the map it used to be)
+// without building it: each stored message is written from the buffer it
+// was read into, so a page costs no copy of its messages.
+func writeReadPage(w http.ResponseWriter, topic string, items []readItem, next, hw int64) {
+	js := contract.StartJSON(w, http.StatusOK)
+	js.Text(`{"highWatermark":`)
+	js.Int(hw)
+	js.Text(`,"messages":[`)
+	for i, it := range items {
+		if i > 0 {
+			js.Text(",")
+		}
+		js.Text(`{"offset":`)
+		js.Int(it.offset)
+		if it.message != nil {
+			js.Text(`,"message":`)
+			js.Raw(it.message)
+		}
+		if it.err != "" {
+			js.Text(`,"error":`)
+			js.String(it.err)
+		}
+		js.Text("}")
+		if js.Err() != nil {
+			break
+		}
+	}
+	js.Text(`],"nextOffset":`)
+	js.Int(next)
+	js.Text(`,"topic":`)
+	js.String(topic)
+	js.Text("}\n")
+	_ = js.Close()
 }
 
 func queryInt(r *http.Request, key string, def int64) (int64, error) {
