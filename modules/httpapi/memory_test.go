@@ -3,14 +3,18 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -132,5 +136,109 @@ func TestReadBackReplyShape(t *testing.T) {
 	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?offset=3", nil))
 	if w.status != http.StatusOK || !strings.Contains(string(w.body), `"messages":[]`) {
 		t.Fatalf("empty page: HTTP %d %s", w.status, w.body)
+	}
+}
+
+// TestAcceptedOverBudgetIsOverloaded: an ACCEPTED publish whose bytes do
+// not fit in the in-flight budget is answered 503 OVERLOADED with
+// Retry-After and stores nothing; DURABLE publishes do not draw from the
+// budget; the budget returns to what was taken once the writer committed.
+func TestAcceptedOverBudgetIsOverloaded(t *testing.T) {
+	budget := contract.NewBudget(1 << 20)
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Budget: budget}})
+	t.Cleanup(func() { _ = reg.Close() })
+	h := New(Options{}, reg, nil, zap.NewNop()).Handler()
+	body := `{"topic":"acc.t","content":{"p":"` + strings.Repeat("x", 200) + `"}}`
+	publish := func(ack string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/messages?ack="+ack, strings.NewReader(body)))
+		return rec
+	}
+	if rec := publish("durable"); rec.Code != http.StatusOK { // creates the topic
+		t.Fatalf("durable: %d %s", rec.Code, rec.Body)
+	}
+	q, _ := reg.Get("acc.t")
+
+	// Fetch replies in flight hold all but 100 bytes of the budget.
+	if !budget.TryAcquire(1<<20 - 100) {
+		t.Fatal("acquire")
+	}
+	rec := publish("accepted")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != contract.OverloadedRetryAfter ||
+		!strings.Contains(rec.Body.String(), `"code":"OVERLOADED"`) || !strings.Contains(rec.Body.String(), "max-inflight-bytes") {
+		t.Fatalf("accepted over the budget: %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	if rec := publish("durable"); rec.Code != http.StatusOK {
+		t.Fatalf("durable with the budget used up: %d %s", rec.Code, rec.Body)
+	}
+	if hw := q.HighWatermark(); hw != 2 {
+		t.Fatalf("high watermark %d, want 2 (the OVERLOADED publish stored nothing)", hw)
+	}
+	budget.Release(1<<20 - 100)
+	if rec := publish("accepted"); rec.Code != http.StatusOK {
+		t.Fatalf("accepted within the budget: %d %s", rec.Code, rec.Body)
+	}
+	waitBudgetZero(t, budget)
+}
+
+// TestAcceptedAcrossTopicsShareOneBudget: ACCEPTED publishes to many topics
+// at once never hold more than the one budget: each is answered 200 or 503
+// OVERLOADED, every 200 is stored, and the budget returns to 0.
+func TestAcceptedAcrossTopicsShareOneBudget(t *testing.T) {
+	const topics, perTopic, size = 8, 40, 100_000
+	budget := contract.NewBudget(1 << 20)
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Budget: budget}})
+	t.Cleanup(func() { _ = reg.Close() })
+	h := New(Options{}, reg, nil, zap.NewNop()).Handler()
+	var mu sync.Mutex
+	ok := map[string]int64{}
+	overloaded := 0
+	var wg sync.WaitGroup
+	for i := 0; i < topics; i++ {
+		topic := fmt.Sprintf("acc.t%d", i)
+		body := `{"topic":"` + topic + `","content":{"p":"` + strings.Repeat("x", size) + `"}}`
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < perTopic; j++ {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/messages?ack=accepted", strings.NewReader(body)))
+				if used := budget.InUse(); used > budget.Max() {
+					t.Errorf("budget in use %d over its cap %d", used, budget.Max())
+				}
+				mu.Lock()
+				switch {
+				case rec.Code == http.StatusOK:
+					ok[topic]++
+				case rec.Code == http.StatusServiceUnavailable && strings.Contains(rec.Body.String(), `"OVERLOADED"`):
+					overloaded++
+				default:
+					t.Errorf("publish: %d %s", rec.Code, rec.Body)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	waitBudgetZero(t, budget)
+	for topic, n := range ok {
+		q, _ := reg.Get(topic)
+		if hw := q.HighWatermark(); hw != n {
+			t.Errorf("topic %s: %d stored, %d acknowledged", topic, hw, n)
+		}
+	}
+	t.Logf("%d accepted, %d overloaded", topics*perTopic-overloaded, overloaded)
+}
+
+// waitBudgetZero waits until the storage writers have returned every
+// ACCEPTED byte (they do after each commit).
+func waitBudgetZero(t *testing.T, b *contract.Budget) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.InUse() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("budget still holds %d bytes", b.InUse())
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

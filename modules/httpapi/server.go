@@ -437,7 +437,9 @@ func (s *Server) checkSize(stored []byte) error {
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	c := contract.Classify(err)
-	if c.Status >= 500 {
+	// OVERLOADED is load shedding, answered with Retry-After: not logged
+	// per request.
+	if c.Status >= 500 && c.Code != contract.CodeOverloaded {
 		s.log.Warn("publish failed", zap.Int("status", c.Status), zap.Error(err))
 	}
 	contract.WriteError(w, c.Status, c.Code, err.Error())
