@@ -172,6 +172,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		failed(err)
 		return
 	}
+	defer b.Release() // the entries' bytes go back to the budget once written
 	w.Header().Set(SessionHeader, session)
 	writeFetch(w, FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next}, b.Entries)
 }
@@ -297,7 +298,8 @@ func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
 // BAD_REQUEST (invalid names, a from= already committed), 404 NOT_FOUND
 // (ErrUnknownTopic), 409 GROUP_BUSY, NOT_DELIVERED, SESSION_EXPIRED,
 // NAME_TAKEN, 507 NO_SPACE (disk full on commit), 503 TOO_MANY_GROUPS,
-// otherwise 503 UNAVAILABLE (I/O or fsync error, topic closed, shutting
+// 503 OVERLOADED (the in-flight memory budget cannot hold one message;
+// Retry-After), otherwise 503 UNAVAILABLE (I/O or fsync error, topic closed, shutting
 // down).
 func HTTPStatus(err error) (int, string) {
 	c := contract.Classify(err)
@@ -310,7 +312,7 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 	if errors.As(err, &be) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(be.LeaseLeft.Seconds())))))
 	}
-	if status >= 500 && !errors.Is(err, context.Canceled) {
+	if status >= 500 && !errors.Is(err, context.Canceled) && code != contract.CodeOverloaded {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}
 	contract.WriteError(w, status, code, err.Error())
