@@ -242,3 +242,41 @@ func waitBudgetZero(t *testing.T, b *contract.Budget) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestReadBackOverBudget: a read-back page draws its messages from the
+// in-flight budget: with no room for one message it is 503 OVERLOADED with
+// Retry-After, with room for some it is shorter (continued from its
+// nextOffset), and the budget is returned once the page is written.
+func TestReadBackOverBudget(t *testing.T) {
+	const size = 10_000
+	budget := contract.NewBudget(100_000)
+	s, _ := newReadBack(t, Options{Budget: budget}, 5, size)
+	get := func() (*countingWriter, map[string]any) {
+		w := &countingWriter{keep: true}
+		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?limit=10", nil))
+		var v map[string]any
+		if err := json.Unmarshal(w.body, &v); err != nil {
+			t.Fatalf("body %.200s: %v", w.body, err)
+		}
+		return w, v
+	}
+	if !budget.TryAcquire(100_000 - size/2) {
+		t.Fatal("acquire")
+	}
+	w, v := get()
+	if w.status != http.StatusServiceUnavailable || v["code"] != contract.CodeOverloaded || w.h.Get("Retry-After") == "" {
+		t.Fatalf("no room: HTTP %d %v %v", w.status, w.h, v)
+	}
+	budget.Release(2 * size) // room for two and a half
+	w, v = get()
+	if ms, _ := v["messages"].([]any); w.status != http.StatusOK || len(ms) != 2 || v["nextOffset"] != float64(2) {
+		t.Fatalf("room for two: HTTP %d %.300s", w.status, w.body)
+	}
+	if used := budget.InUse(); used != 100_000-size/2-2*size {
+		t.Fatalf("budget holds %d after the page", used)
+	}
+	budget.Release(100_000 - size/2 - 2*size)
+	if _, v = get(); len(v["messages"].([]any)) != 5 || budget.InUse() != 0 {
+		t.Fatalf("all five: %v, budget %d", v["nextOffset"], budget.InUse())
+	}
+}

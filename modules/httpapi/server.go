@@ -65,6 +65,12 @@ type Options struct {
 	// written (a batch is then refused whole). 0 leaves the check to the
 	// storage engine.
 	MaxRecordBytes int
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes): a read-back page's messages
+	// draw from it until the page is written; a page it cannot hold whole
+	// is shorter (continued from its nextOffset), one it cannot hold a
+	// single message of is 503 OVERLOADED with Retry-After. Nil: unbounded.
+	Budget *contract.Budget
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -479,7 +485,8 @@ const maxReadLimit = 1000
 // maxReadBytes bounds the message bytes of one GET /topics/{topic}/messages
 // page (at least one message is returned): without it one request could
 // hold limit × max-record-bytes (1000 × 1 MiB) in memory. A short page is
-// continued from its nextOffset.
+// continued from its nextOffset. Across requests, Options.Budget bounds
+// what all pages in flight hold together.
 const maxReadBytes = 4 << 20
 
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
@@ -507,8 +514,26 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	var items []readItem
 	next := offset
 	size := 0
+	var held int64 // taken from the budget, returned once the page is written
+	defer func() { s.opts.Budget.Release(held) }()
+	one := false // a batch did not fit in the budget: read entry by entry
 	for next < hw && int64(len(items)) < limit && size < maxReadBytes {
-		es, err := q.ReadBatch(next, int(limit)-len(items))
+		want := int(limit) - len(items)
+		if one {
+			want = 1
+		}
+		es, err := q.ReadBatch(next, want)
+		if n := readBytes(es); s.opts.Budget.TryAcquire(n) {
+			held += n
+		} else if len(es) > 1 {
+			one = true // each entry in its own buffer: what is kept is counted
+			continue
+		} else if len(items) > 0 {
+			break // a shorter page, continued from nextOffset
+		} else {
+			s.fail(w, s.opts.Budget.Overloaded(fmt.Sprintf("read-back of topic %s at offset %d", name, next), n))
+			return
+		}
 		for _, e := range es {
 			if size >= maxReadBytes {
 				err = nil // continued from next on the following page
@@ -539,6 +564,15 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeReadPage(w, name, items, next, hw)
+}
+
+// readBytes is the payload bytes of es.
+func readBytes(es []storage.Entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += int64(len(e.Payload))
+	}
+	return n
 }
 
 // readItem is one message of a read-back page: its stored JSON, or the
