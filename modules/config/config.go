@@ -101,6 +101,8 @@ type BrokerConfig struct {
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
 	// Groups configures pull consumer groups (key "mmmq.broker.groups").
 	Groups GroupsConfig `koanf:"groups"`
+	// Memory bounds the memory of requests in flight (key "mmmq.broker.memory").
+	Memory MemoryConfig `koanf:"memory"`
 }
 
 // OnCorruption says what startup does with a topic whose files are corrupt
@@ -226,6 +228,20 @@ type GroupsConfig struct {
 	MaxFetch int `koanf:"max-fetch"`
 }
 
+// MemoryConfig bounds the broker's memory for requests in flight
+// (key "mmmq.broker.memory").
+type MemoryConfig struct {
+	// MaxInflightBytes is one broker-wide budget, in bytes, shared by the
+	// messages of fetch replies being sent (HTTP and line protocol),
+	// read-back pages being sent and ACCEPTED publishes waiting for the
+	// storage writer. Work over it is refused with 503 OVERLOADED
+	// (Retry-After) / ERR OVERLOADED, or a fetch or page returns fewer
+	// messages. 0 means unlimited; otherwise at least
+	// mmmq.broker.segment.max-record-bytes, so one message always fits.
+	// Default 268435456 (256 MiB).
+	MaxInflightBytes int64 `koanf:"max-inflight-bytes"`
+}
+
 // Per-dispatcher defaults filled in by Normalize.
 const (
 	defaultCommitInterval = time.Second
@@ -275,6 +291,9 @@ func Default() *Config {
 				Groups: GroupsConfig{
 					LeaseTimeout: 30 * time.Second,
 					MaxFetch:     1000,
+				},
+				Memory: MemoryConfig{
+					MaxInflightBytes: 256 << 20,
 				},
 			},
 		},

@@ -13,7 +13,8 @@ import (
 
 // Module provides *Config and, through [ModuleSections], each module's
 // section as its own value (ServerConfig, LoggingConfig, StorageConfig,
-// SegmentConfig, DispatchConfig, DispatchersConfig, GroupsConfig), so a
+// SegmentConfig, DispatchConfig, DispatchersConfig, GroupsConfig,
+// MemoryConfig), so a
 // module's constructor takes only the section(s) it reads. *Config is built
 // from the LoadOptions value in the container, which the application
 // supplies with one of (never both; Fx then fails with "already provided"):
@@ -76,6 +77,9 @@ type ModuleSections struct {
 	Dispatchers DispatchersConfig
 	// Groups is "mmmq.broker.groups" (groups).
 	Groups GroupsConfig
+	// Memory is "mmmq.broker.memory" (topicqueue, which provides the
+	// in-flight budget).
+	Memory MemoryConfig
 }
 
 // SectionsOf returns cfg's module sections, the dispatcher list copied.
@@ -89,6 +93,7 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Dispatch:    b.Dispatch,
 		Dispatchers: cloneDispatchers(b.Dispatchers),
 		Groups:      b.Groups,
+		Memory:      b.Memory,
 	}
 }
 

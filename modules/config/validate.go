@@ -93,6 +93,18 @@ func (c *Config) Validate() error {
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 
+	// One message of the largest size must fit, or it could never be
+	// fetched; an invalid max-record-bytes is the one cause reported.
+	if m := b.Memory.MaxInflightBytes; m != 0 {
+		lo := int64(64)
+		if !v.failed("mmmq.broker.segment.max-record-bytes") {
+			lo = b.Segment.MaxRecordBytes
+		}
+		if m < lo {
+			v.add(invalid("mmmq.broker.memory.max-inflight-bytes", "must be 0 (unlimited) or at least mmmq.broker.segment.max-record-bytes (%d); got %d", lo, m))
+		}
+	}
+
 	v.errs = append(v.errs, c.validateSections()...)
 	return errors.Join(v.errs...)
 }

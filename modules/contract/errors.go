@@ -25,6 +25,7 @@ const (
 	CodeNoSpace        = "NO_SPACE"           // 507: the disk is full
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
+	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
 	CodeUnavailable    = "UNAVAILABLE"        // 503: storage failed, shutting down, queue full
 )
 
@@ -49,6 +50,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
 	{http.StatusInsufficientStorage, CodeNoSpace},
+	{http.StatusServiceUnavailable, CodeOverloaded},
 	{http.StatusServiceUnavailable, CodeTooManyTopics},
 	{http.StatusServiceUnavailable, CodeTooManyGroups},
 	{http.StatusServiceUnavailable, CodeTimeout},

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -69,5 +71,43 @@ func TestNewErrorIsASentinel(t *testing.T) {
 	wrapped := fmt.Errorf("append: %w", storage.ErrNoSpace)
 	if !errors.Is(wrapped, storage.ErrNoSpace) || errors.Is(wrapped, storage.ErrRecordTooLarge) {
 		t.Error("errors.Is does not tell the sentinels apart")
+	}
+}
+
+// TestOverloaded: ErrOverloaded is 503 OVERLOADED, and its HTTP answer
+// carries Retry-After.
+func TestOverloaded(t *testing.T) {
+	b := contract.NewBudget(10)
+	err := b.Overloaded("fetch of group g of topic t", 11)
+	if c := contract.Classify(err); c.Status != http.StatusServiceUnavailable || c.Code != contract.CodeOverloaded {
+		t.Fatalf("Classify = %+v", c)
+	}
+	rec := httptest.NewRecorder()
+	contract.WriteErr(rec, err)
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != contract.OverloadedRetryAfter || !strings.Contains(rec.Body.String(), `"code":"OVERLOADED"`) {
+		t.Fatalf("answer %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+}
+
+// TestBudget: acquisitions over the cap fail, releases make room, and a
+// nil or zero-cap budget admits everything.
+func TestBudget(t *testing.T) {
+	b := contract.NewBudget(100)
+	if !b.TryAcquire(60) || b.TryAcquire(41) || !b.TryAcquire(40) || b.InUse() != 100 || b.TryAcquire(1) {
+		t.Fatalf("in use %d", b.InUse())
+	}
+	b.Release(60)
+	b.Release(40)
+	if b.InUse() != 0 || !b.TryAcquire(100) {
+		t.Fatalf("in use %d", b.InUse())
+	}
+	var none *contract.Budget
+	if !none.TryAcquire(1<<40) || none.InUse() != 0 {
+		t.Fatal("nil budget")
+	}
+	none.Release(5)
+	u := contract.NewBudget(0)
+	if !u.TryAcquire(1<<40) || u.InUse() != 1<<40 || u.Max() != 0 {
+		t.Fatal("unlimited budget")
 	}
 }

@@ -63,8 +63,13 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// WriteError writes an ErrorBody with status, code and msg.
+// WriteError writes an ErrorBody with status, code and msg. An OVERLOADED
+// answer also gets "Retry-After: 1" (seconds): the budget frees up as the
+// replies in flight are written, so a short wait is the remedy.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	if code == CodeOverloaded {
+		w.Header().Set("Retry-After", OverloadedRetryAfter)
+	}
 	WriteJSON(w, status, ErrorBody{Acknowledgement: "NACK", Error: msg, Code: code})
 }
 

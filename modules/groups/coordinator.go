@@ -67,6 +67,11 @@ type Options struct {
 	// with ErrTooManyGroups, so a client inventing group names cannot grow
 	// the broker's memory without bound. Default 100000.
 	MaxGroups int
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes): the payload bytes of every
+	// fetched batch are taken from it until Batch.Release, so concurrent
+	// fetches together hold at most that much (see Fetch). Nil: unbounded.
+	Budget *contract.Budget
 	// Reserved reports whether a name belongs to another user of the
 	// checkpoint name space (the dispatchers); such a group name is refused
 	// with ErrNameTaken. Nil reserves nothing.

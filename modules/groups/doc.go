@@ -69,7 +69,10 @@
 // body, missing header), 404 NOT_FOUND (unknown topic), 409 GROUP_BUSY,
 // NOT_DELIVERED, SESSION_EXPIRED, NAME_TAKEN (group named like a
 // dispatcher), 503 UNAVAILABLE (I/O or fsync error, topic closing), 507
-// NO_SPACE.
+// NO_SPACE, 503 OVERLOADED with Retry-After (the broker-wide in-flight
+// memory budget, mmmq.broker.memory.max-inflight-bytes, cannot hold even
+// one message: nothing delivered, the session did not move). A fetch the
+// budget cannot hold whole returns fewer messages (at least one).
 //
 // An expired session gets SESSION_EXPIRED rather than GROUP_BUSY because the
 // client's remedy differs: drop the header and fetch again (a new session,

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -23,10 +24,25 @@ type Batch struct {
 	// Next is the session's delivered-up-to offset after this fetch: where
 	// its next fetch starts.
 	Next int64
+
+	// held is what the entries took from the coordinator's budget
+	// (Options.Budget); Release returns it.
+	held   int64
+	budget *contract.Budget
 }
 
-// Fetch returns up to limit entries (clamped to 1..MaxFetch, and to about
-// MaxFetchBytes of payload) for session, starting at its delivered-up-to
+// Release returns the bytes of Entries to the in-flight budget
+// (Options.Budget). Call it once the reply holding them has been written
+// (or abandoned), on every path: until then they count against
+// mmmq.broker.memory.max-inflight-bytes. Entries must not be used after.
+// Calling it again, or on an empty Batch, does nothing.
+func (b *Batch) Release() {
+	b.budget.Release(b.held)
+	b.held, b.Entries = 0, nil
+}
+
+// Fetch returns up to limit entries (clamped to 1..MaxFetch, to about
+// MaxFetchBytes of payload, and to what fits in Options.Budget) for session, starting at its delivered-up-to
 // offset (a new session's is the committed offset), all below the topic's
 // high watermark, and marks them delivered. When there is nothing to deliver
 // it waits up to wait (clamped to 0..MaxWait) for a publish, without polling
@@ -35,7 +51,13 @@ type Batch struct {
 // an error). A waiting fetch holds the lease; the lease is renewed when it
 // returns.
 //
-// Errors: ErrSessionExpired (also when the session was released while the
+// The entries' payload bytes are taken from Options.Budget until the
+// caller calls Batch.Release. When the budget cannot hold all of them the
+// batch is shorter (at least one entry); when it cannot hold even the first
+// the error wraps contract.ErrOverloaded, and nothing is delivered: the
+// session does not move.
+//
+// Errors: contract.ErrOverloaded, ErrSessionExpired (also when the session was released while the
 // fetch waited), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, ctx.Err()
 // when ctx ends during the wait, storage.ErrClosed when the topic closes
 // during the wait, or a read error. A fetch after Drain does not wait.
@@ -69,11 +91,12 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 		pos := l.next
 		committed := g.cp.Offset()
 		if g.topic.HighWatermark() > pos {
-			entries, err := c.readLocked(g, l, limit)
-			b := Batch{Entries: entries, Committed: committed, Next: l.next}
+			entries, held, err := c.readLocked(g, l, limit)
+			b := Batch{Entries: entries, Committed: committed, Next: l.next, held: held, budget: c.opts.Budget}
 			progressed := l.next > pos
 			g.mu.Unlock()
 			if err != nil {
+				b.Release()
 				return Batch{}, err
 			}
 			if len(entries) > 0 || !progressed {
@@ -134,16 +157,39 @@ func (c *Coordinator) Seek(topic, group, session string, from int64) error {
 }
 
 // readLocked reads up to limit entries from l.next and advances l.next past
-// what it returns and past skipped corrupt entries. g.mu is held.
-func (c *Coordinator) readLocked(g *group, l *lease, limit int) ([]storage.Entry, error) {
-	var out []storage.Entry
+// what it returns and past skipped corrupt entries. The payload bytes of
+// what it returns are taken from the budget (held). When a batch read does
+// not fit, reading goes on one entry at a time; the first entry that does
+// not fit ends the batch, or, when nothing was taken yet, the error wraps
+// contract.ErrOverloaded with l.next unchanged. g.mu is held.
+func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.Entry, held int64, err error) {
 	size := 0
 	hw := g.topic.HighWatermark()
+	one := false // the last batch did not fit: read a single entry
 	for len(out) < limit && l.next < hw && size < c.opts.MaxFetchBytes {
-		es, err := g.topic.ReadBatch(l.next, limit-len(out))
+		want := limit - len(out)
+		if one {
+			want = 1
+		}
+		es, err := g.topic.ReadBatch(l.next, want)
+		if n := payloadBytes(es); c.opts.Budget.TryAcquire(n) {
+			held += n
+		} else {
+			switch {
+			case len(es) > 1:
+				// The span is dropped; go on entry by entry, each read
+				// into its own buffer, so what is kept is what is counted.
+				one = true
+				continue
+			case len(out) > 0:
+				return out, held, nil // a smaller batch; the rest stays undelivered
+			default:
+				return nil, 0, c.opts.Budget.Overloaded(fmt.Sprintf("fetch of group %s of topic %s at offset %d", g.name, g.topic.Name(), l.next), n)
+			}
+		}
 		for _, e := range es {
 			if e.Offset != l.next {
-				return out, fmt.Errorf("read topic %s: got offset %d, want %d", g.topic.Name(), e.Offset, l.next)
+				return out, held, fmt.Errorf("read topic %s: got offset %d, want %d", g.topic.Name(), e.Offset, l.next)
 			}
 			out = append(out, e)
 			size += len(e.Payload)
@@ -168,10 +214,19 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) ([]storage.Entry
 				// Deliver what was read; the next fetch meets the error again.
 				c.log.Warn("fetch stopped early on a read error", zap.String("topic", g.topic.Name()),
 					zap.String("group", g.name), zap.Int64("offset", l.next), zap.Error(err))
-				return out, nil
+				return out, held, nil
 			}
-			return nil, fmt.Errorf("fetch group %s of topic %s at offset %d: %w", g.name, g.topic.Name(), l.next, err)
+			return nil, held, fmt.Errorf("fetch group %s of topic %s at offset %d: %w", g.name, g.topic.Name(), l.next, err)
 		}
 	}
-	return out, nil
+	return out, held, nil
+}
+
+// payloadBytes is the payload bytes of es.
+func payloadBytes(es []storage.Entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += int64(len(e.Payload))
+	}
+	return n
 }

@@ -21,6 +21,9 @@ type Params struct {
 	// Dispatchers, when present, reserve their names: a group may not use
 	// a dispatcher's name (ErrNameTaken).
 	Dispatchers *dispatcher.Set `optional:"true"`
+	// Budget is the in-flight memory budget (topicqueue.Module) fetched
+	// batches draw from.
+	Budget *contract.Budget
 }
 
 // OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout and
@@ -36,10 +39,11 @@ func RouteOptionsFromConfig(s config.ServerConfig) RouteOptions {
 }
 
 // NewFromConfig builds the coordinator from mmmq.broker.groups
-// (lease-timeout, max-fetch). Module starts and stops its lease janitor.
+// (lease-timeout, max-fetch) and the in-flight budget. Module starts and stops its lease janitor.
 func NewFromConfig(p Params) *Coordinator {
 	opts := OptionsFromConfig(p.Groups)
 	opts.Logger = p.Logger.Named("groups")
+	opts.Budget = p.Budget
 	if set := p.Dispatchers; set != nil {
 		opts.Reserved = func(name string) bool { _, ok := set.Get(name); return ok }
 	}

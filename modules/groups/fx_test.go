@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -29,16 +30,20 @@ func TestFxModule(t *testing.T) {
 		Routes []httpapi.Route `group:"routes"`
 	}
 	var reg *topicqueue.Registry
+	var budget *contract.Budget
 	app := fxtest.New(t,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),
 		storage.Module, topicqueue.Module,
 		fx.Supply(set),
 		Module,
-		fx.Populate(&c, &routes, &reg),
+		fx.Populate(&c, &routes, &reg, &budget),
 	)
 	app.RequireStart()
 	defer app.RequireStop()
+	if c.opts.Budget == nil || c.opts.Budget != budget || budget.Max() != cfg.MMMQ.Broker.Memory.MaxInflightBytes {
+		t.Fatalf("coordinator budget %p (max %d), want the graph's %p", c.opts.Budget, c.opts.Budget.Max(), budget)
+	}
 	if len(routes.Routes) != 1 {
 		t.Fatalf("routes contributed: %d, want 1", len(routes.Routes))
 	}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // SessionHeader carries the session id of a consumer group: the fetch
@@ -171,19 +172,50 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		failed(err)
 		return
 	}
-	resp := FetchResponse{Topic: topic, Group: group, Session: session,
-		Messages: make([]Message, 0, len(b.Entries)), Committed: b.Committed, Next: b.Next}
-	for _, e := range b.Entries {
-		m := Message{Offset: e.Offset}
-		if contract.ValidStoredJSON(e.Payload) {
-			m.Message = e.Payload
-		} else {
-			m.Error = "stored message is not valid JSON"
-		}
-		resp.Messages = append(resp.Messages, m)
-	}
+	defer b.Release() // the entries' bytes go back to the budget once written
 	w.Header().Set(SessionHeader, session)
-	contract.WriteJSON(w, http.StatusOK, resp)
+	writeFetch(w, FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next}, b.Entries)
+}
+
+// writeFetch writes the 200 FetchResponse of entries (resp.Messages is
+// ignored) without building it: each stored message is written from the
+// buffer the entries were read into, so the reply costs no copy of them
+// (encoding/json would copy every json.RawMessage into one growing buffer
+// and then write it). The shape is exactly FetchResponse's. A write error
+// (the client went away) ends the writing; the session has still moved,
+// as for any lost reply (a client resumes with from=).
+func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []storage.Entry) {
+	s := contract.StartJSON(w, http.StatusOK)
+	s.Text(`{"topic":`)
+	s.String(resp.Topic)
+	s.Text(`,"group":`)
+	s.String(resp.Group)
+	s.Text(`,"session":`)
+	s.String(resp.Session)
+	s.Text(`,"messages":[`)
+	for i, e := range entries {
+		if i > 0 {
+			s.Text(",")
+		}
+		s.Text(`{"offset":`)
+		s.Int(e.Offset)
+		if contract.ValidStoredJSON(e.Payload) {
+			s.Text(`,"message":`)
+			s.Raw(e.Payload)
+			s.Text("}")
+		} else {
+			s.Text(`,"error":"stored message is not valid JSON"}`)
+		}
+		if s.Err() != nil {
+			break
+		}
+	}
+	s.Text(`],"committed":`)
+	s.Int(resp.Committed)
+	s.Text(`,"next":`)
+	s.Int(resp.Next)
+	s.Text("}\n")
+	_ = s.Close()
 }
 
 // fetchParams reads ?max= (default RouteOptions.DefaultMax) and ?wait=
@@ -266,7 +298,8 @@ func (rt *Route) handleRelease(w http.ResponseWriter, r *http.Request) {
 // BAD_REQUEST (invalid names, a from= already committed), 404 NOT_FOUND
 // (ErrUnknownTopic), 409 GROUP_BUSY, NOT_DELIVERED, SESSION_EXPIRED,
 // NAME_TAKEN, 507 NO_SPACE (disk full on commit), 503 TOO_MANY_GROUPS,
-// otherwise 503 UNAVAILABLE (I/O or fsync error, topic closed, shutting
+// 503 OVERLOADED (the in-flight memory budget cannot hold one message;
+// Retry-After), otherwise 503 UNAVAILABLE (I/O or fsync error, topic closed, shutting
 // down).
 func HTTPStatus(err error) (int, string) {
 	c := contract.Classify(err)
@@ -279,7 +312,7 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 	if errors.As(err, &be) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(be.LeaseLeft.Seconds())))))
 	}
-	if status >= 500 && !errors.Is(err, context.Canceled) {
+	if status >= 500 && !errors.Is(err, context.Canceled) && code != contract.CodeOverloaded {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}
 	contract.WriteError(w, status, code, err.Error())

@@ -23,7 +23,10 @@ type Params struct {
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Ready    *recovery.Readiness
-	Routes   []contract.Route `group:"routes"`
+	// Budget is the in-flight memory budget (topicqueue.Module) read-back
+	// pages draw from.
+	Budget *contract.Budget
+	Routes []contract.Route `group:"routes"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -46,7 +49,9 @@ func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options 
 // (listen) and stops it (graceful shutdown within server.shutdown-timeout).
 // Routes that overlap (Server.Err) fail the application.
 func NewFromConfig(p Params) (*Server, error) {
-	s := New(OptionsFromConfig(p.Server, p.Segment), p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
+	opts := OptionsFromConfig(p.Server, p.Segment)
+	opts.Budget = p.Budget
+	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }
 

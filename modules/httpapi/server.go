@@ -15,7 +15,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,6 +65,12 @@ type Options struct {
 	// written (a batch is then refused whole). 0 leaves the check to the
 	// storage engine.
 	MaxRecordBytes int
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes): a read-back page's messages
+	// draw from it until the page is written; a page it cannot hold whole
+	// is shorter (continued from its nextOffset), one it cannot hold a
+	// single message of is 503 OVERLOADED with Retry-After. Nil: unbounded.
+	Budget *contract.Budget
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -438,7 +443,9 @@ func (s *Server) checkSize(stored []byte) error {
 
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	c := contract.Classify(err)
-	if c.Status >= 500 {
+	// OVERLOADED is load shedding, answered with Retry-After: not logged
+	// per request.
+	if c.Status >= 500 && c.Code != contract.CodeOverloaded {
 		s.log.Warn("publish failed", zap.Int("status", c.Status), zap.Error(err))
 	}
 	contract.WriteError(w, c.Status, c.Code, err.Error())
@@ -478,7 +485,8 @@ const maxReadLimit = 1000
 // maxReadBytes bounds the message bytes of one GET /topics/{topic}/messages
 // page (at least one message is returned): without it one request could
 // hold limit × max-record-bytes (1000 × 1 MiB) in memory. A short page is
-// continued from its nextOffset.
+// continued from its nextOffset. Across requests, Options.Budget bounds
+// what all pages in flight hold together.
 const maxReadBytes = 4 << 20
 
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
@@ -502,29 +510,48 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
 		return
 	}
-	type item struct {
-		Offset  int64           `json:"offset"`
-		Message json.RawMessage `json:"message,omitempty"`
-		Error   string          `json:"error,omitempty"`
-	}
 	hw := q.HighWatermark()
-	items := []item{}
+	var items []readItem
 	next := offset
 	size := 0
+	var held int64 // taken from the budget, returned once the page is written
+	defer func() { s.opts.Budget.Release(held) }()
+	one := false // a batch did not fit in the budget: read entry by entry
 	for next < hw && int64(len(items)) < limit && size < maxReadBytes {
-		es, err := q.ReadBatch(next, int(limit)-len(items))
+		want := int(limit) - len(items)
+		if one {
+			want = 1
+		}
+		es, err := q.ReadBatch(next, want)
+		if n := readBytes(es); s.opts.Budget.TryAcquire(n) {
+			held += n
+		} else if len(es) > 1 {
+			one = true // each entry in its own buffer: what is kept is counted
+			continue
+		} else if len(items) > 0 {
+			break // a shorter page, continued from nextOffset
+		} else {
+			s.fail(w, s.opts.Budget.Overloaded(fmt.Sprintf("read-back of topic %s at offset %d", name, next), n))
+			return
+		}
 		for _, e := range es {
 			if size >= maxReadBytes {
 				err = nil // continued from next on the following page
 				break
 			}
-			items = append(items, item{Offset: e.Offset, Message: e.Payload})
+			it := readItem{offset: e.Offset, message: e.Payload}
+			if !contract.ValidStoredJSON(e.Payload) {
+				// Written by another tool: sent as an error, never as
+				// invalid JSON inside the page.
+				it = readItem{offset: e.Offset, err: "stored message is not valid JSON"}
+			}
+			items = append(items, it)
 			size += len(e.Payload)
 			next++
 		}
 		var ce *storage.CorruptionError
 		if errors.As(err, &ce) {
-			items = append(items, item{Offset: ce.Offset, Error: ce.Error()})
+			items = append(items, readItem{offset: ce.Offset, err: ce.Error()})
 			next = ce.Offset + 1
 			continue
 		}
@@ -536,9 +563,64 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	contract.WriteJSON(w, http.StatusOK, map[string]any{
-		"topic": name, "messages": items, "nextOffset": next, "highWatermark": hw,
-	})
+	writeReadPage(w, name, items, next, hw)
+}
+
+// readBytes is the payload bytes of es.
+func readBytes(es []storage.Entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += int64(len(e.Payload))
+	}
+	return n
+}
+
+// readItem is one message of a read-back page: its stored JSON, or the
+// error that replaced a corrupt entry.
+type readItem struct {
+	offset  int64
+	message []byte
+	err     string
+}
+
+// writeReadPage writes the 200 body of GET /topics/{topic}/messages,
+//
+//	{"highWatermark":hw,"messages":[{"offset":n,"message":<stored JSON>} |
+//	 {"offset":n,"error":"..."}, ...],"nextOffset":next,"topic":"t"}
+//
+// (members in this order, as encoding/json wrote the map it used to be)
+// without building it: each stored message is written from the buffer it
+// was read into, so a page costs no copy of its messages.
+func writeReadPage(w http.ResponseWriter, topic string, items []readItem, next, hw int64) {
+	js := contract.StartJSON(w, http.StatusOK)
+	js.Text(`{"highWatermark":`)
+	js.Int(hw)
+	js.Text(`,"messages":[`)
+	for i, it := range items {
+		if i > 0 {
+			js.Text(",")
+		}
+		js.Text(`{"offset":`)
+		js.Int(it.offset)
+		if it.message != nil {
+			js.Text(`,"message":`)
+			js.Raw(it.message)
+		}
+		if it.err != "" {
+			js.Text(`,"error":`)
+			js.String(it.err)
+		}
+		js.Text("}")
+		if js.Err() != nil {
+			break
+		}
+	}
+	js.Text(`],"nextOffset":`)
+	js.Int(next)
+	js.Text(`,"topic":`)
+	js.String(topic)
+	js.Text("}\n")
+	_ = js.Close()
 }
 
 func queryInt(r *http.Request, key string, def int64) (int64, error) {

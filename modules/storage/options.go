@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -26,6 +27,15 @@ type Options struct {
 	// MaxPendingBytes caps the bytes queued for the writer; Append beyond it
 	// fails fast with ErrQueueFull (HTTP 503). Default 64 MiB.
 	MaxPendingBytes int64
+	// Budget, when set, is the broker-wide in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes), shared by every topic's log:
+	// the bytes of an ACCEPTED append draw from it from the moment it is
+	// queued until its batch is committed, and an ACCEPTED append that does
+	// not fit is refused with an error wrapping contract.ErrOverloaded
+	// (nothing queued). WRITTEN and DURABLE appends do not draw from it:
+	// their callers wait, so what they hold is bounded by the requests
+	// being served. Nil: only MaxPendingBytes bounds the queue.
+	Budget *contract.Budget
 	// SlowFsync is the fsync duration above which a warning is logged;
 	// default 1s.
 	SlowFsync time.Duration

@@ -28,6 +28,9 @@ type request struct {
 	done  chan result // buffered(1), from donePool; nil for ACCEPTED
 	// answered is set by the writer once done got its value.
 	answered bool
+	// budgeted is what this request took from Options.Budget (ACCEPTED
+	// requests); the writer returns it after the batch.
+	budgeted int64
 }
 
 type result struct {
@@ -49,12 +52,14 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 // Append appends one message JSON and returns its offset once level is
 // reached (a caller is never told more than happened):
 //
-//	Accepted → returns -1 as soon as the entry is queued (offset not final)
+//	Accepted → returns -1 as soon as the entry is queued (offset not final);
+//	           its bytes draw from Options.Budget until it is committed
 //	Written  → returns the offset after the segment and index write(2)
 //	Durable  → returns the offset after both fsyncs, when it is visible
 //
 // Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written),
-// ErrQueueFull, ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
+// ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
+// nothing queued), ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
 // full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
 func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
@@ -92,7 +97,7 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 	for _, p := range payloads {
 		r.data = AppendEntry(r.data, p)
 	}
-	r.n, r.level, r.first, r.answered, r.done = len(payloads), level, -1, false, nil
+	r.n, r.level, r.first, r.answered, r.done, r.budgeted = len(payloads), level, -1, false, nil, 0
 	var done chan result
 	if level != Accepted {
 		done = donePool.Get().(chan result)
@@ -108,6 +113,10 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 		refused = ErrClosed
 	case l.pendingBytes+int64(total) > l.opts.MaxPendingBytes && len(l.pending) > 0:
 		refused = fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
+	case level == Accepted && !l.opts.Budget.TryAcquire(int64(total)):
+		refused = l.opts.Budget.Overloaded("ACCEPTED append to topic "+l.topic, int64(total))
+	case level == Accepted:
+		r.budgeted = int64(total)
 	}
 	if refused != nil {
 		l.mu.Unlock()
@@ -201,7 +210,8 @@ func (l *Log) flushLoop() {
 				if failed != nil {
 					l.finish(r, failed)
 				}
-				r.done = nil
+				l.opts.Budget.Release(r.budgeted)
+				r.done, r.budgeted = nil, 0
 				requestPool.Put(r)
 			}
 			clear(batch)

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -25,6 +26,9 @@ type Params struct {
 	// Hooks are write-path injection points; only crash tests provide them
 	// (app/mmmq built with -tags crashpoints). Nil in production.
 	Hooks *storage.Hooks `optional:"true"`
+	// Budget is the in-flight memory budget (NewBudgetFromConfig): the
+	// logs' ACCEPTED appends draw from it.
+	Budget *contract.Budget
 }
 
 // RegistryParams are the registry's dependencies in the Fx graph.
@@ -65,15 +69,26 @@ func StorageOptionsFromConfig(seg config.SegmentConfig) storage.Options {
 	}
 }
 
+// NewBudgetFromConfig is the broker's one in-flight memory budget of
+// mmmq.broker.memory.max-inflight-bytes bytes (0: unlimited, still
+// counted). The storage logs (ACCEPTED appends), the consumer-group
+// coordinator (fetch replies, HTTP and line protocol) and the HTTP server
+// (read-back pages) all draw from this one value.
+func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
+	return contract.NewBudget(m.MaxInflightBytes)
+}
+
 // NewBackendFromConfig is the default Backend: the local segmented log
 // under mmmq.broker.storage.root-dir, with the storage engine's options
-// from mmmq.broker.segment and the graph's filesystem, observer and hooks.
+// from mmmq.broker.segment and the graph's filesystem, observer, hooks
+// and in-flight budget.
 func NewBackendFromConfig(p Params) Backend {
 	opts := OptionsFromConfig(p.Storage, p.Segment)
 	opts.Storage.FS = p.FS
 	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Storage.Observer = p.Observer
 	opts.Storage.Hooks = p.Hooks
+	opts.Storage.Budget = p.Budget
 	return &LocalBackend{Root: opts.Root, Storage: opts.Storage}
 }
 
@@ -112,11 +127,12 @@ func registerLifecycle(lc fx.Lifecycle, r *Registry) {
 	})
 }
 
-// Module provides the Backend (the local segmented log; replace it with
-// fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine })
-// or fx.Replace) and the *Registry over it, and ties the backend's lock and
-// the topics' logs to the application's start and stop.
+// Module provides the broker's in-flight memory budget (*contract.Budget,
+// NewBudgetFromConfig), the Backend (the local segmented log; replace it
+// with fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return
+// mine }) or fx.Replace) and the *Registry over it, and ties the backend's
+// lock and the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
-	fx.Provide(NewBackendFromConfig, NewFromConfig),
+	fx.Provide(NewBudgetFromConfig, NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

@@ -313,6 +313,9 @@ func (c *conn) fetch(rest []byte) {
 		c.replyErr(errCode(err), err)
 		return
 	}
+	// The entries' bytes go back to the in-flight budget once the reply is
+	// written (to the socket, or to the write buffer for its tail).
+	defer b.Release()
 	// The wait is over: the reply's writes get the whole write timeout.
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
 	for _, e := range b.Entries {

@@ -84,6 +84,9 @@
 //	NOT_FOUND        FETCH or STATUS of a topic that does not exist (mmmq)
 //	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
 //	NAME_TAKEN       the group name is a dispatcher name (mmmq)
+//	OVERLOADED       the in-flight memory budget (mmmq.broker.memory.max-inflight-bytes)
+//	                 cannot hold one message of a FETCH, or a PUB ACCEPTED; nothing
+//	                 was delivered or stored: retry shortly (mmmq)
 //
 // # Limits
 //
@@ -98,7 +101,8 @@
 //	reply write      30 s per reply, else the connection is closed
 //	PUB wait         30 s for the ack level, then ERR TIMEOUT (outcome unknown)
 //	FETCH            max capped at mmmq.broker.groups.max-fetch and about 16 MiB
-//	                 of payload; wait-ms capped at 30000
+//	                 of payload; wait-ms capped at 30000; fewer messages when the
+//	                 broker-wide mmmq.broker.memory.max-inflight-bytes cannot hold them
 //
 // A connection is not read while it waits in FETCH: a client that closes
 // during the wait is noticed when the wait ends.

@@ -32,7 +32,8 @@ type testEnv struct {
 func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 	t.Helper()
 	log := zaptest.NewLogger(t)
-	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, MaxRecordBytes: 4096}})
+	// gopts.Budget, when set, is the storage's in-flight budget too.
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}})
 	gopts.Logger = log
 	c := groups.New(reg, gopts)
 	opts.Addr = "127.0.0.1:0"
