@@ -3,6 +3,7 @@ package app_test
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -165,4 +166,24 @@ func TestOverlappingRoutesRefused(t *testing.T) {
 	require.ErrorContains(t, err, "httpapi: routes registered more than once: GET /topics")
 	require.NotContains(t, err.Error(), "/hello")
 	require.NoError(t, app.New(fx.NopLogger, config.Supply(testConfig(t, t.TempDir()))).Err(), "the default routes do not overlap")
+}
+
+// The in-flight memory budget is visible in /metrics: its cap, and its use
+// back at 0 once the replies holding it are written.
+func TestMetricsShowTheInflightBudget(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Broker.Memory.MaxInflightBytes = 8 << 20
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	st, _ := publish(t, base, "b.t", 1)
+	require.Equal(t, 200, st)
+	resp, err := http.Post(base+"/topics/b.t/groups/g/fetch", "application/json", nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Contains(t, string(b), "mmmq_memory_inflight_max_bytes 8.388608e+06")
+	require.Contains(t, string(b), "mmmq_memory_inflight_bytes 0")
 }

@@ -41,9 +41,19 @@ func provide(c Config) Result {
 	return r
 }
 
-func watch(m *Metrics, reg *topicqueue.Registry, mgr *dispatcher.Manager) {
-	m.WatchTopics(reg)
-	m.WatchDispatchers(mgr, reg)
+type watchParams struct {
+	fx.In
+
+	Metrics    *Metrics
+	Registry   *topicqueue.Registry
+	Dispatcher *dispatcher.Manager
+	Budget     *contract.Budget `optional:"true"`
+}
+
+func watch(p watchParams) {
+	p.Metrics.WatchTopics(p.Registry)
+	p.Metrics.WatchDispatchers(p.Dispatcher, p.Registry)
+	p.Metrics.WatchBudget(p.Budget)
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,

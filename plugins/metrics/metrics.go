@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -161,6 +162,24 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 
 // WatchTopics adds per-topic gauges read from reg at scrape time.
 func (m *Metrics) WatchTopics(reg *topicqueue.Registry) { m.reg.MustRegister(topicCollector{reg}) }
+
+// WatchBudget adds the in-flight memory budget's use and cap, in bytes
+// (mmmq.broker.memory.max-inflight-bytes), read at scrape time: what fetch
+// replies, read-back pages and pending ACCEPTED publishes hold right now.
+// A nil budget adds nothing.
+func (m *Metrics) WatchBudget(b *contract.Budget) {
+	if b == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_memory_inflight_bytes",
+			Help: "Bytes held by in-flight fetch replies, read-back pages and pending ACCEPTED publishes."},
+			func() float64 { return float64(b.InUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_memory_inflight_max_bytes",
+			Help: "The in-flight budget (mmmq.broker.memory.max-inflight-bytes); 0 means unlimited."},
+			func() float64 { return float64(b.Max()) }),
+	)
+}
 
 // WatchDispatchers adds per-worker metrics read from mgr at scrape time.
 func (m *Metrics) WatchDispatchers(mgr *dispatcher.Manager, reg *topicqueue.Registry) {
