@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -329,10 +330,15 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	// Bind first, so "listening" is only printed once it is true.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
+	go func() { errc <- srv.Serve(ln) }()
 	log.Printf("listening on %s, POST %s (nack=%d fail-every=%d delay=%s record=%q)",
-		*addr, *path, *nack, *failEvery, *delay, *record)
+		ln.Addr(), *path, *nack, *failEvery, *delay, *record)
 
 	select {
 	case err := <-errc:
