@@ -132,9 +132,34 @@ func WithContext(ctx context.Context) MainOption {
 // package's message and the usage on stderr. Fx's own error records are not
 // logged: the line says what failed.
 func Main(opts ...MainOption) int {
-	s := mainSettings{name: "mmmq", stdout: os.Stdout, stderr: os.Stderr, ctx: context.Background()}
+	s := newMainSettings(opts)
+	cfgPath, code, ok := s.parseFlags()
+	if !ok {
+		return code
+	}
+	a, err := s.build(cfgPath)
+	if err != nil {
+		return s.startupFailed(err)
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	err = a.Start(startCtx)
+	cancel()
+	if err != nil {
+		code := s.startupFailed(err)
+		stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
+		_ = a.Stop(stopCtx)
+		cancel()
+		return code
+	}
+	return s.runUntilStopped(a)
+}
+
+// newMainSettings applies opts over the defaults (name "mmmq", os.Args,
+// os.Stdout, os.Stderr, a context that is never done).
+func newMainSettings(opts []MainOption) *mainSettings {
+	s := &mainSettings{name: "mmmq", stdout: os.Stdout, stderr: os.Stderr, ctx: context.Background()}
 	for _, o := range opts {
-		o(&s)
+		o(s)
 	}
 	if !s.argsSet {
 		s.args = os.Args[1:]
@@ -148,7 +173,11 @@ func Main(opts ...MainOption) int {
 	if s.ctx == nil {
 		s.ctx = context.Background()
 	}
+	return s
+}
 
+// parseFlags reads --config; any other argument is a usage error (2).
+func (s *mainSettings) parseFlags() (cfgPath string, code int, ok bool) {
 	fset := flag.NewFlagSet(s.name, flag.ContinueOnError)
 	cfgFlag := fset.String("config", "", "YAML config file; must exist (default: $MMMQ_CONFIG, else "+
 		defaultPathHelp(s.configPath)+")")
@@ -157,26 +186,33 @@ func Main(opts ...MainOption) int {
 		fset.PrintDefaults()
 	}
 	if code, ok := ParseFlags(fset, s.args, s.stdout, s.stderr); !ok {
-		return code
+		return "", code, false
 	}
 	if fset.NArg() > 0 {
 		fmt.Fprintf(s.stderr, "%s: unexpected argument %q\n", s.name, fset.Arg(0))
 		fset.SetOutput(s.stderr)
 		fset.Usage()
-		return 2
+		return "", 2, false
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(s.stderr, "%s: startup failed: %s\n", s.name, OneLine(err))
-		return 1
-	}
+	return *cfgFlag, 0, true
+}
 
-	cfg, file, err := loadConfig(*cfgFlag, s.configPath, append(Sections(s.modules...), s.sections...))
+// startupFailed prints err as Main's one startup line and returns 1.
+func (s *mainSettings) startupFailed(err error) int {
+	fmt.Fprintf(s.stderr, "%s: startup failed: %s\n", s.name, OneLine(err))
+	return 1
+}
+
+// build loads the configuration (cfgFlag, else $MMMQ_CONFIG, else the
+// binary's path, else the built-in default) and builds the application.
+func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
+	cfg, file, err := loadConfig(cfgFlag, s.configPath, append(Sections(s.modules...), s.sections...))
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	dataDir, err := filepath.Abs(cfg.MMMQ.Broker.Storage.RootDir)
 	if err != nil {
-		return fail(fmt.Errorf("mmmq.broker.storage.root-dir %q: %w", cfg.MMMQ.Broker.Storage.RootDir, err))
+		return nil, fmt.Errorf("mmmq.broker.storage.root-dir %q: %w", cfg.MMMQ.Broker.Storage.RootDir, err)
 	}
 	// Fx's events go to the broker's logger once it exists, less those
 	// carrying an error: Main reports a failed build, start or stop on one
@@ -193,19 +229,13 @@ func Main(opts ...MainOption) int {
 		fx.WithLogger(func() fxevent.Logger { return events }),
 	)
 	a := New(all...)
-	if err := a.Err(); err != nil {
-		return fail(err)
-	}
-	startCtx, cancel := context.WithTimeout(context.Background(), StartTimeout)
-	err = a.Start(startCtx)
-	cancel()
-	if err != nil {
-		code := fail(err)
-		stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
-		_ = a.Stop(stopCtx)
-		cancel()
-		return code
-	}
+	return a, a.Err()
+}
+
+// runUntilStopped waits for SIGINT/SIGTERM, the application's own shutdown
+// or the settings' context, then stops a within StopTimeout: 0, or 1 with
+// one line when the stop failed.
+func (s *mainSettings) runUntilStopped(a *fx.App) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -60,18 +61,10 @@ func verify(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 2
 	}
-	ents, err := vfs.OS{}.List(dir)
+	topics, total, err := listTopics(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 1
-	}
-	var topics []string
-	var total int64
-	for _, e := range ents {
-		if e.IsDir && topicqueue.ValidateName(e.Name) == nil {
-			topics = append(topics, e.Name)
-			total += dirBytes(filepath.Join(dir, e.Name))
-		}
 	}
 	if *repair {
 		// Repair writes: never under a running broker.
@@ -115,6 +108,22 @@ func verify(args []string) int {
 		return 3
 	}
 	return 0
+}
+
+// listTopics returns the topic directories under dir (valid topic names)
+// and their bytes in all, for the progress indicator.
+func listTopics(dir string) (topics []string, total int64, err error) {
+	ents, err := vfs.OS{}.List(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, e := range ents {
+		if e.IsDir && contract.ValidateTopic(e.Name) == nil {
+			topics = append(topics, e.Name)
+			total += dirBytes(filepath.Join(dir, e.Name))
+		}
+	}
+	return topics, total, nil
 }
 
 func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
