@@ -24,9 +24,6 @@ const rlimitChildEnv = "MMMQ_STORAGE_RLIMIT_CHILD"
 // reopen (repair of every segment) and appends after it all succeed.
 func TestManySegmentsUnderLowFileLimit(t *testing.T) {
 	if os.Getenv(rlimitChildEnv) == "" {
-		if testing.Short() {
-			t.Skip("writes 1,000 segments with fsyncs")
-		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestManySegmentsUnderLowFileLimit$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), rlimitChildEnv+"="+t.TempDir())
 		out, err := cmd.CombinedOutput()
