@@ -130,10 +130,12 @@ type StorageConfig struct {
 	// Default 10000.
 	MaxTopics int `koanf:"max-topics"`
 
-	// MaxOpenSegments caps the sealed segments whose .mmm and .idx files
-	// are open at once, across all topics (the storage segment cache; each
-	// topic's active segment is not counted): at most 2 file descriptors
-	// each. At least 1. Default 512 (storage.DefaultMaxOpenSegments).
+	// MaxOpenSegments caps the segments, active or sealed, whose .mmm and
+	// .idx files are open at once, across all topics (the storage segment
+	// cache): 2 file descriptors each, plus those pinned by reads and group
+	// commits in progress. An idle topic holds none. More busy topics than
+	// this still work, reopening their files per group commit (slower).
+	// At least 1. Default 512 (storage.DefaultMaxOpenSegments).
 	MaxOpenSegments int `koanf:"max-open-segments"`
 }
 

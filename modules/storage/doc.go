@@ -72,26 +72,29 @@
 //
 // # Open files (segcache.go)
 //
-// The active segment's .mmm and .idx stay open (read-write) while it is
-// active. Sealed segments' files are opened read-only on demand and kept in
-// a SegmentCache of at most Options.MaxOpenSegments pairs
-// (default 512), evicted by CLOCK (approximate LRU); logs may share one
-// cache (Options.SegmentCache), and the broker's topics do
+// Every segment's .mmm and .idx, the active one's included, are opened on
+// demand and kept in a SegmentCache of at most Options.MaxOpenSegments
+// pairs (default 512), evicted by CLOCK (approximate LRU); logs may share
+// one cache (Options.SegmentCache), and the broker's topics do
 // (mmmq.broker.storage.max-open-segments, modules/topicqueue's
-// LocalBackend). So a topic costs 2 descriptors plus its share of the
-// cache, whatever its segment count.
+// LocalBackend). So descriptors are bounded by the cache, not by the
+// number of topics or segments: an idle topic holds none, and its next
+// append reopens its active segment read-write. Checkpoints hold none
+// between commits either (checkpoint.go).
 //
+//	append    → the writer pins the active segment's pair for one group
+//	            commit, opening it read-write on a miss (or when a reader
+//	            cached a read-only pair of it, which it replaces)
 //	read offset o → segment s (snapshot) → pin s's pair:
 //	    hit:  refcount compare-and-swap, no lock
 //	    miss: open .mmm and .idx read-only (outside the cache lock),
 //	          insert under the cache lock, evicting an unpinned pair
 //	→ ReadAt … → unpin (the last reference of an evicted pair closes it)
 //
-// Eviction never closes a file under an in-flight read (the pin holds it)
-// nor one with unsynced writes: the cache opens files read-only, and a
-// rotation hands the old active segment's files to the cache only after
-// its group was written and fsynced (any failure there fails the log
-// before it rotates). A reopen validates nothing (repair did, at Open); a
+// Eviction never closes a file under an in-flight read or write (the pin
+// holds it) nor one with unsynced writes: the writer releases its pin only
+// after the group was written and fsynced (a failure there fails the log),
+// and readers open files read-only. A reopen validates nothing (repair did, at Open); a
 // file missing by then is an I/O error wrapping fs.ErrNotExist, not an
 // empty read. Repair, Verify and Dump hold one segment's files at a time.
 //

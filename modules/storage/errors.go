@@ -80,12 +80,12 @@ func (e *failedError) Unwrap() []error {
 func newFailed(cause error) error { return &failedError{cause: cause} }
 
 // fdHint explains an open failure caused by the open-file limit (EMFILE,
-// ENFILE): each topic keeps its active segment's .mmm and .idx open, and
-// the segment cache up to mmmq.broker.storage.max-open-segments sealed
-// pairs more.
+// ENFILE): segment files, active or sealed, are held by the segment cache,
+// 2 per mmmq.broker.storage.max-open-segments at most (plus those pinned by
+// reads in progress); checkpoints, connections and listeners need the rest.
 func fdHint(err error) string {
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-		return " (open-file limit reached: each topic keeps 2 files open and the segment cache up to 2 per mmmq.broker.storage.max-open-segments; raise the limit — ulimit -n, systemd LimitNOFILE — or lower max-open-segments or the number of topics)"
+		return " (open-file limit reached: segment files take up to 2 per mmmq.broker.storage.max-open-segments and every connection one more; raise the limit — ulimit -n, systemd LimitNOFILE — or lower max-open-segments)"
 	}
 	return ""
 }

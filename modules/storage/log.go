@@ -76,18 +76,14 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l.report = rep
 	if len(segs) == 0 {
-		seg, err := createTopic(o.FS, dir, 0)
+		seg, files, err := createTopic(o.FS, dir, 0)
 		if err != nil {
 			return nil, err
 		}
+		l.cache.adopt(files)
 		segs = []*segment{seg}
 	}
 	last := segs[len(segs)-1]
-	if last.files.Load() == nil {
-		if err := openActive(o.FS, last); err != nil {
-			return nil, err
-		}
-	}
 	l.segs.Store(&segs)
 	l.hw.Store(last.base + last.count)
 	var total int64
@@ -101,10 +97,10 @@ func Open(dir string, opts Options) (*Log, error) {
 }
 
 // createTopic creates dir (durably, see MkdirDurable) with an empty segment
-// at base.
-func createTopic(fsys vfs.FS, dir string, base int64) (*segment, error) {
+// at base, whose files come back open as createSegment's do.
+func createTopic(fsys vfs.FS, dir string, base int64) (*segment, *segFiles, error) {
 	if err := MkdirDurable(fsys, dir); err != nil {
-		return nil, fmt.Errorf("create topic dir: %w", err)
+		return nil, nil, fmt.Errorf("create topic dir: %w", err)
 	}
 	return createSegment(fsys, dir, base, nil)
 }
@@ -141,31 +137,14 @@ func MkdirDurable(fsys vfs.FS, dir string) error {
 	}
 }
 
-// openActive opens the files of seg, the last segment of a repaired log,
-// read-write for the writer. Errors: "open segment|index <path>: ...", with
-// a hint when the open-file limit is reached.
-func openActive(fsys vfs.FS, seg *segment) error {
-	mmm, err := fsys.OpenRW(seg.mmmPath)
-	if err != nil {
-		return fmt.Errorf("open segment %s: %w%s", seg.mmmPath, err, fdHint(err))
-	}
-	idx, err := fsys.OpenRW(seg.idxPath)
-	if err != nil {
-		mmm.Close()
-		return fmt.Errorf("open index %s: %w%s", seg.idxPath, err, fdHint(err))
-	}
-	seg.files.Store(newSegFiles(seg, mmm, idx))
-	return nil
-}
-
-// createSegment creates the .mmm and .idx pair for base and fsyncs dir. The
-// segment comes back with its files open read-write, owned by the caller
-// (the writer).
-func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segment, error) {
+// createSegment creates the .mmm and .idx pair for base and fsyncs dir. Its
+// files come back open read-write with one reference, not yet attached to
+// the segment: the caller hands them to the SegmentCache (adopt).
+func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segment, *segFiles, error) {
 	mmmPath, idxPath := segmentPaths(dir, base)
 	mmm, err := fsys.Create(mmmPath)
 	if err != nil {
-		return nil, fmt.Errorf("create segment %s: %w", mmmPath, err)
+		return nil, nil, fmt.Errorf("create segment %s: %w%s", mmmPath, err, fdHint(err))
 	}
 	if between != nil {
 		between()
@@ -173,16 +152,15 @@ func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segmen
 	idx, err := fsys.Create(idxPath)
 	if err != nil {
 		mmm.Close()
-		return nil, fmt.Errorf("create index %s: %w", idxPath, err)
+		return nil, nil, fmt.Errorf("create index %s: %w%s", idxPath, err, fdHint(err))
 	}
 	if err := fsys.SyncDir(dir); err != nil {
 		mmm.Close()
 		idx.Close()
-		return nil, fmt.Errorf("sync topic dir %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("sync topic dir %s: %w%s", dir, err, fdHint(err))
 	}
 	seg := &segment{base: base, mmmPath: mmmPath, idxPath: idxPath}
-	seg.files.Store(newSegFiles(seg, mmm, idx))
-	return seg, nil
+	return seg, newSegFiles(seg, mmm, idx, true), nil
 }
 
 // Topic is the topic name (the directory's base name).
@@ -299,12 +277,8 @@ func (l *Log) Close() error {
 		errs = append(errs, c.Close())
 	}
 	l.cpMu.Unlock()
-	segs := *l.segs.Load()
-	l.cache.drop(segs)
-	if f := l.w.files; f != nil {
-		l.w.files = nil
-		f.seg.files.CompareAndSwap(f, nil)
-		errs = append(errs, f.unref())
-	}
+	// The writer has stopped and released its pin: every pair of this log
+	// is in the cache, or pinned by a reader and closed when its read ends.
+	l.cache.drop(*l.segs.Load())
 	return errors.Join(errs...)
 }

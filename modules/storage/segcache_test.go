@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"sync"
 	"testing"
@@ -229,5 +230,86 @@ func TestReadMissingSealedFileIsIOError(t *testing.T) {
 				t.Fatalf("read batch with %s missing: %d entries, %v; want none and an error wrapping fs.ErrNotExist", path, len(es), err)
 			}
 		})
+	}
+}
+
+// TestIdleTopicsHoldNoFiles: 40 topics share a cache of 4 pairs. Their
+// active segments are evicted like sealed ones once their commits are
+// done, so after appends and reads to every topic at most 4 pairs are
+// open; an evicted active segment is reopened read-write by its next
+// append (a read-only pair a reader cached meanwhile is replaced, and a
+// reader still pinning it keeps reading); every entry reads back, and
+// Close leaves nothing open.
+func TestIdleTopicsHoldNoFiles(t *testing.T) {
+	const topics, capacity = 40, 4
+	fsys := vfs.NewCounting(vfs.NewMem())
+	cache := NewSegmentCache(capacity)
+	o := Options{FS: fsys, Logger: zaptest.NewLogger(t), SegmentCache: cache}
+	logs := make([]*Log, topics)
+	for i := range logs {
+		l, err := Open(fmt.Sprintf("data/t%d", i), o)
+		if err != nil {
+			t.Fatalf("open topic %d: %v", i, err)
+		}
+		logs[i] = l
+	}
+	bounded := func(when string) {
+		t.Helper()
+		if n := fsys.OpenFiles.Load(); n > 2*capacity {
+			t.Fatalf("%s: %d files open, want at most %d (2 per cached pair)", when, n, 2*capacity)
+		}
+	}
+	bounded("after creating the topics")
+	for round := 0; round < 3; round++ {
+		for i, l := range logs {
+			if off := mustAppend(t, l, payload(i*10+round, 50)); off != int64(round) {
+				t.Fatalf("round %d topic %d: offset %d", round, i, off)
+			}
+		}
+		bounded(fmt.Sprintf("after append round %d", round))
+		for i, l := range logs {
+			for off := 0; off <= round; off++ {
+				if p, err := l.Read(int64(off)); err != nil || !bytes.Equal(p, payload(i*10+off, 50)) {
+					t.Fatalf("topic %d offset %d: %.30q, %v", i, off, p, err)
+				}
+			}
+		}
+		bounded(fmt.Sprintf("after read round %d", round))
+	}
+	if cache.opens.Load() < topics {
+		t.Fatalf("%d opens: the active segments were never evicted and reopened", cache.opens.Load())
+	}
+
+	// A reader pins a read-only pair of topic 0's active segment; the
+	// next append replaces it with a read-write pair and the reader's
+	// pair stays usable until it is released.
+	l := logs[0]
+	seg := (*l.segs.Load())[0]
+	cache.drop([]*segment{seg})
+	ro, err := l.pin(seg)
+	if err != nil || ro.writable {
+		t.Fatalf("pin of an evicted active segment: writable=%v, %v", ro != nil && ro.writable, err)
+	}
+	mustAppend(t, l, payload(3, 50))
+	if f := seg.files.Load(); f == nil || !f.writable || f == ro {
+		t.Fatal("the append did not replace the reader's read-only pair with a read-write one")
+	}
+	pos, err := ro.readPositions(0, 1, nil)
+	if err != nil {
+		t.Fatalf("read through the replaced pair: %v", err)
+	}
+	if p, err := ro.readEntryAt(pos[0], -1, DefaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 50)) {
+		t.Fatalf("entry 0 through the replaced pair: %.30q, %v", p, err)
+	}
+	ro.unpin()
+	bounded("after the replaced pair was released")
+
+	for _, l := range logs {
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fsys.OpenFiles.Load(); n != 0 {
+		t.Fatalf("%d files open after every log closed", n)
 	}
 }

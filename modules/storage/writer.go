@@ -12,12 +12,16 @@ import (
 	"go.uber.org/zap"
 )
 
-// rotateError is a failure to create the next segment: the batch fails,
-// the log does not.
-type rotateError struct{ err error }
+// refusedError is a failure before anything of the batch was written at its
+// position — creating the next segment, or opening the active segment's
+// files after the cache closed them: the batch fails, the log does not.
+type refusedError struct {
+	op  string // "rotate", "open active segment"
+	err error
+}
 
-func (e *rotateError) Error() string { return "storage: rotate: " + e.err.Error() }
-func (e *rotateError) Unwrap() error { return e.err }
+func (e *refusedError) Error() string { return "storage: " + e.op + ": " + e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
 
 // request is one Append or AppendBatch call waiting for the writer.
 type request struct {
@@ -163,13 +167,12 @@ type writerState struct {
 	ibuf   []byte
 	spare  []*request
 	active *segment
-	files  *segFiles // active's files, read-write; the writer holds their owner reference
+	files  *segFiles // active's files, read-write, pinned for one commit; nil between commits
 }
 
 func (w *writerState) init(l *Log) {
 	segs := *l.segs.Load()
 	w.active = segs[len(segs)-1]
-	w.files = w.active.files.Load()
 	w.next = w.active.base + w.active.count
 }
 
@@ -197,10 +200,10 @@ func (l *Log) flushLoop() {
 			l.mu.Unlock()
 			if failed == nil {
 				if err := l.commit(batch); err != nil {
-					var re *rotateError
+					var re *refusedError
 					if errors.As(err, &re) {
 						failed = err
-						l.log.Error("segment rotation failed; the batch is refused, the log stays open", zap.Error(re.err))
+						l.log.Error("batch refused before it was written; the log stays open", zap.String("step", re.op), zap.Error(re.err))
 					} else {
 						failed = l.fail(err)
 					}
@@ -262,6 +265,15 @@ func (l *Log) finish(r *request, err error) {
 func (l *Log) commit(batch []*request) error {
 	w := &l.w
 	seg := w.active
+	// Pinned for the whole commit, so the cache never closes a file with
+	// an unsynced write; an idle topic's files may be closed between
+	// commits and are reopened here.
+	files, err := l.cache.pinWritable(l.fs, seg)
+	if err != nil {
+		return &refusedError{"open active segment", err}
+	}
+	w.files = files
+	defer func() { w.files.unpin(); w.files = nil }()
 	groupPos, groupCount := seg.size, seg.count
 	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 	answered := 0 // cursor: batch[:answered] are fully visible and answered
@@ -274,23 +286,24 @@ func (l *Log) commit(batch []*request) error {
 				if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
 					return err
 				}
-				ns, err := createSegment(l.fs, l.dir, seg.base+seg.count, l.opts.Hooks.rotate())
+				ns, nf, err := createSegment(l.fs, l.dir, seg.base+seg.count, l.opts.Hooks.rotate())
 				if err != nil {
 					// Nothing ambiguous was written: everything before
 					// this entry is durable and published, and the files
 					// of the new segment are not in use. The batch fails;
 					// the log does not (the next batch tries again).
-					return &rotateError{err}
+					return &refusedError{"rotate", err}
 				}
+				nf.refs.Add(1) // the writer's pin, released by the deferred unpin
+				l.cache.adopt(nf)
 				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
 				l.segs.Store(&segs)
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				// seg is sealed: flushGroup wrote and fsynced all of it
-				// (an fsync failure fails the log before any rotation),
-				// so the cache may close its files whenever it evicts
-				// them.
-				l.cache.adopt(w.files)
-				seg, w.active, w.files = ns, ns, ns.files.Load()
+				// (an fsync failure fails the log before any rotation);
+				// its pair stays in the cache, free to be evicted.
+				w.files.unpin()
+				seg, w.active, w.files = ns, ns, nf
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
