@@ -924,8 +924,8 @@ func TestCheckpoints(t *testing.T) {
 	}
 }
 
-// TestCheckpointOverwritesInPlace: a commit writes 8 bytes at position 0 of
-// the same file (no truncate, no rename) and fsyncs it.
+// TestCheckpointOverwritesInPlace: a commit opens the same file, writes 8
+// bytes at position 0 (no create, no truncate, no rename) and fsyncs it.
 func TestCheckpointOverwritesInPlace(t *testing.T) {
 	fsys := vfs.NewMem()
 	l := openMem(t, fsys, Options{})
@@ -955,7 +955,7 @@ func TestCheckpointOverwritesInPlace(t *testing.T) {
 		}
 	}
 	fsys.SetHook(nil)
-	want := slices.Repeat([]string{"write d.checkpoint", "sync d.checkpoint"}, 4)
+	want := slices.Repeat([]string{"open d.checkpoint", "write d.checkpoint", "sync d.checkpoint"}, 4)
 	if !slices.Equal(ops, want) {
 		t.Fatalf("ops %q, want %q", ops, want)
 	}
