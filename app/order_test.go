@@ -187,3 +187,25 @@ func TestMetricsShowTheInflightBudget(t *testing.T) {
 	require.Contains(t, string(b), "mmmq_memory_inflight_max_bytes 8.388608e+06")
 	require.Contains(t, string(b), "mmmq_memory_inflight_bytes 0")
 }
+
+// The segment cache is visible in /metrics: its cap (max-open-segments),
+// the segments it holds open, and the opens a miss caused — after three
+// topics each took a publish and a read with a cap of 2, the cache is full
+// and has evicted.
+func TestMetricsShowTheSegmentCache(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Broker.Storage.MaxOpenSegments = 2
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	for _, topic := range []string{"c.a", "c.b", "c.c"} {
+		st, _ := publish(t, base, topic, 1)
+		require.Equal(t, 200, st)
+	}
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	require.Contains(t, string(b), "mmmq_segment_cache_capacity 2")
+	require.Contains(t, string(b), "mmmq_segment_cache_open_segments 2")
+	require.Regexp(t, `mmmq_segment_cache_evictions_total [1-9]`, string(b))
+}

@@ -50,13 +50,20 @@ type LocalBackend struct {
 	cache     *storage.SegmentCache
 }
 
+// SegmentCache is the cache of segment files every topic of this backend
+// shares (Storage.SegmentCache when set), for metrics.
+func (b *LocalBackend) SegmentCache() *storage.SegmentCache {
+	if b.Storage.SegmentCache != nil {
+		return b.Storage.SegmentCache
+	}
+	b.cacheOnce.Do(func() { b.cache = storage.NewSegmentCache(b.Storage.MaxOpenSegments) })
+	return b.cache
+}
+
 // Open opens (create: or creates) the topic directory Root/name.
 func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
 	o := b.Storage
-	if o.SegmentCache == nil {
-		b.cacheOnce.Do(func() { b.cache = storage.NewSegmentCache(b.Storage.MaxOpenSegments) })
-		o.SegmentCache = b.cache
-	}
+	o.SegmentCache = b.SegmentCache()
 	l, err := storage.Open(filepath.Join(b.Root, name), o)
 	if err != nil {
 		return nil, err

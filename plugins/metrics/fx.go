@@ -47,13 +47,17 @@ type watchParams struct {
 	Metrics    *Metrics
 	Registry   *topicqueue.Registry
 	Dispatcher *dispatcher.Manager
-	Budget     *contract.Budget `optional:"true"`
+	Budget     *contract.Budget   `optional:"true"`
+	Backend    topicqueue.Backend `optional:"true"`
 }
 
 func watch(p watchParams) {
 	p.Metrics.WatchTopics(p.Registry)
 	p.Metrics.WatchDispatchers(p.Dispatcher, p.Registry)
 	p.Metrics.WatchBudget(p.Budget)
+	if b, ok := p.Backend.(interface{ SegmentCache() *storage.SegmentCache }); ok {
+		p.Metrics.WatchSegmentCache(b.SegmentCache())
+	}
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,

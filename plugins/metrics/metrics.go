@@ -16,6 +16,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -178,6 +179,33 @@ func (m *Metrics) WatchBudget(b *contract.Budget) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_memory_inflight_max_bytes",
 			Help: "The in-flight budget (mmmq.broker.memory.max-inflight-bytes); 0 means unlimited."},
 			func() float64 { return float64(b.Max()) }),
+	)
+}
+
+// WatchSegmentCache adds the storage segment cache's gauges and counters,
+// read at scrape time: pairs of segment files open now (2 descriptors
+// each) against the cap (mmmq.broker.storage.max-open-segments), and how
+// often a miss opened a pair or a full cache evicted one. Opens climbing
+// with the publish rate mean more busy topics (or replayed segments) than
+// the cap: raise it, or the open-file limit with it. A nil cache adds
+// nothing.
+func (m *Metrics) WatchSegmentCache(c *storage.SegmentCache) {
+	if c == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_segment_cache_open_segments",
+			Help: "Segments whose .mmm and .idx files are open in the segment cache (2 descriptors each)."},
+			func() float64 { return float64(c.Stats().Open) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_segment_cache_capacity",
+			Help: "The segment cache's cap (mmmq.broker.storage.max-open-segments)."},
+			func() float64 { return float64(c.Stats().Capacity) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_segment_cache_opens_total",
+			Help: "Segment file pairs opened because they were not in the cache."},
+			func() float64 { return float64(c.Stats().Opens) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_segment_cache_evictions_total",
+			Help: "Segment file pairs closed to make room in the cache."},
+			func() float64 { return float64(c.Stats().Evictions) }),
 	)
 }
 
