@@ -132,10 +132,12 @@ type StorageConfig struct {
 
 	// MaxOpenSegments caps the segments, active or sealed, whose .mmm and
 	// .idx files are open at once, across all topics (the storage segment
-	// cache): 2 file descriptors each, plus those pinned by reads and group
-	// commits in progress. An idle topic holds none. More busy topics than
-	// this still work, reopening their files per group commit (slower).
-	// At least 1. Default 512 (storage.DefaultMaxOpenSegments).
+	// cache): 2 file descriptors each. An idle topic holds none. More busy
+	// topics than this still work, reopening their files per group commit
+	// (slower; mmmq_segment_cache_opens_total climbs). Default 0 =
+	// automatic: a quarter of the open-file limit, 16 to 4096 (1024 → 256,
+	// 20000 → 4096). A value whose descriptors exceed half of the limit
+	// stops startup, naming the limit.
 	MaxOpenSegments int `koanf:"max-open-segments"`
 }
 
@@ -276,7 +278,7 @@ func Default() *Config {
 					OnCorruption: OnCorruptionFail,
 					MaxTopics:    10000,
 
-					MaxOpenSegments: 512,
+					MaxOpenSegments: 0,
 				},
 				Segment: SegmentConfig{
 					MaxBytes:       64 << 20,

@@ -74,7 +74,7 @@
 //
 // Every segment's .mmm and .idx, the active one's included, are opened on
 // demand and kept in a SegmentCache of at most Options.MaxOpenSegments
-// pairs (default 512), evicted by CLOCK (approximate LRU); logs may share
+// pairs (default: a quarter of the open-file limit), evicted by CLOCK (approximate LRU); logs may share
 // one cache (Options.SegmentCache), and the broker's topics do
 // (mmmq.broker.storage.max-open-segments, modules/topicqueue's
 // LocalBackend). So descriptors are bounded by the cache, not by the

@@ -76,11 +76,10 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	l.report = rep
 	if len(segs) == 0 {
-		seg, files, err := createTopic(o.FS, dir, 0)
+		seg, err := l.cache.create(false, func() (*segment, *segFiles, error) { return createTopic(o.FS, dir, 0) })
 		if err != nil {
 			return nil, err
 		}
-		l.cache.adopt(files)
 		segs = []*segment{seg}
 	}
 	last := segs[len(segs)-1]
@@ -139,7 +138,7 @@ func MkdirDurable(fsys vfs.FS, dir string) error {
 
 // createSegment creates the .mmm and .idx pair for base and fsyncs dir. Its
 // files come back open read-write with one reference, not yet attached to
-// the segment: the caller hands them to the SegmentCache (adopt).
+// the segment: the caller is SegmentCache.create, which caches them.
 func createSegment(fsys vfs.FS, dir string, base int64, between func()) (*segment, *segFiles, error) {
 	mmmPath, idxPath := segmentPaths(dir, base)
 	mmm, err := fsys.Create(mmmPath)

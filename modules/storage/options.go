@@ -39,15 +39,15 @@ type Options struct {
 	// SlowFsync is the fsync duration above which a warning is logged;
 	// default 1s.
 	SlowFsync time.Duration
-	// SegmentCache holds the open files of sealed segments, bounding the
+	// SegmentCache holds the open files of segments, bounding the
 	// descriptors they use (see SegmentCache); share one across logs to
 	// bound them per process. Nil: Open makes a cache of MaxOpenSegments
 	// for this log alone.
 	SegmentCache *SegmentCache
-	// MaxOpenSegments is the capacity, in sealed segments (two file
-	// descriptors each), of the cache Open makes when SegmentCache is nil
-	// (mmmq.broker.storage.max-open-segments); default
-	// DefaultMaxOpenSegments (512).
+	// MaxOpenSegments is the capacity, in segments (two file descriptors
+	// each), of the cache Open makes when SegmentCache is nil
+	// (mmmq.broker.storage.max-open-segments); <= 0 means
+	// AutoMaxOpenSegments of the process's open-file limit.
 	MaxOpenSegments int
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.

@@ -9,18 +9,44 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// DefaultMaxOpenSegments is the capacity of a SegmentCache made with a
-// capacity <= 0: 512 segments, 1024 file descriptors
-// (mmmq.broker.storage.max-open-segments).
-const DefaultMaxOpenSegments = 512
+// Bounds of the automatic max-open-segments (AutoMaxOpenSegments).
+const (
+	minAutoOpenSegments = 16
+	maxAutoOpenSegments = 4096
+)
+
+// AutoMaxOpenSegments is the segment cache capacity used when none is
+// configured (mmmq.broker.storage.max-open-segments: 0): a quarter of the
+// open-file limit in segments, so segment files take at most half of the
+// process's descriptors and connections, listeners and checkpoint commits
+// keep the other half — between 16 and 4096 segments. limit is
+// RLIMIT_NOFILE (see OpenFileLimit); 0 means unknown and gives 256.
+func AutoMaxOpenSegments(limit uint64) int {
+	if limit == 0 {
+		return 256
+	}
+	return int(min(max(limit/4, minAutoOpenSegments), maxAutoOpenSegments))
+}
+
+// CheckMaxOpenSegments refuses a configured capacity whose descriptors (2
+// per segment) would take more than half of the open-file limit, naming
+// the key, the numbers and the fix. n <= 0 (automatic) and an unknown limit
+// (0) always pass.
+func CheckMaxOpenSegments(n int, limit uint64) error {
+	if n <= 0 || limit == 0 || uint64(n) <= limit/4 {
+		return nil
+	}
+	return fmt.Errorf("mmmq.broker.storage.max-open-segments: %d segments need %d file descriptors, more than half of the open-file limit (%d); set it to at most %d, or 0 for automatic, or raise the limit (ulimit -n, systemd LimitNOFILE)",
+		n, 2*n, limit, limit/4)
+}
 
 // SegmentCache bounds the file descriptors held by segments, active and
-// sealed, of every log it serves: a segment's .mmm and .idx files are opened
-// on demand, kept in a cache of at most capacity pairs and closed when
-// evicted (CLOCK, an approximation of least recently used). One cache may
-// serve many logs (the broker shares one across all topics, so 10,000 idle
-// topics hold no descriptors); a Log whose Options.SegmentCache is nil makes
-// its own of Options.MaxOpenSegments pairs.
+// sealed, of every log it serves: at most capacity .mmm/.idx pairs are open
+// at any time. Pairs are opened on demand, kept while there is room and
+// closed when evicted (CLOCK, an approximation of least recently used). One
+// cache may serve many logs (the broker shares one across all topics, so
+// 10,000 idle topics hold no descriptors); a Log whose Options.SegmentCache
+// is nil makes its own.
 //
 // Readers open a pair read-only. The writer of a log pins its active
 // segment's pair for the length of one group commit (write and fsync of
@@ -30,38 +56,46 @@ const DefaultMaxOpenSegments = 512
 // next append.
 //
 // Readers and the writer pin a pair (a reference count) for the length of
-// their calls: eviction drops the cache's reference and the files are closed
-// by whoever releases the last one, never under an in-flight read or write.
-// A cache hit takes no lock (an atomic load and compare-and-swap); a miss
-// opens the files outside the cache's mutex and takes it only to insert
-// them. So while readers pin more pairs than capacity, or pin pairs already
-// evicted, up to that many more pairs are open for the length of those
-// reads.
+// their calls, and no caller pins two pairs at once: eviction drops the
+// cache's reference and the files close when the last pin is released,
+// never under an in-flight read or write. An evicted pair still pinned
+// counts against capacity until it closes, so when every open pair is
+// pinned a miss waits for one to close instead of opening more files (a
+// burst of 10,000 topics committing at once takes turns, it does not run
+// out of descriptors). A cache hit takes no lock (an atomic load and
+// compare-and-swap); a miss takes the cache's mutex to reserve room and
+// again to insert, and opens the files between the two.
 type SegmentCache struct {
 	capacity int
 
-	mu   sync.Mutex
-	ring []*segFiles // cached pairs; slot i holds ring[i].slot == i
-	hand int         // CLOCK hand into ring
+	mu    sync.Mutex
+	freed *sync.Cond   // broadcast when a pair closes
+	open  int          // pairs open or being opened, cached or not (<= capacity)
+	waits atomic.Int32 // callers reserving room now (see reserveLocked)
+	ring  []*segFiles  // cached pairs; slot i holds ring[i].slot == i
+	hand  int          // CLOCK hand into ring
 
 	opens     atomic.Int64 // pairs opened on a miss
 	evictions atomic.Int64 // pairs evicted to make room
 }
 
-// NewSegmentCache returns an empty cache of at most maxOpenSegments sealed
-// segments (2 file descriptors each); <= 0 means DefaultMaxOpenSegments.
+// NewSegmentCache returns an empty cache of at most maxOpenSegments pairs
+// (2 file descriptors each); <= 0 means AutoMaxOpenSegments of this
+// process's open-file limit.
 func NewSegmentCache(maxOpenSegments int) *SegmentCache {
 	if maxOpenSegments <= 0 {
-		maxOpenSegments = DefaultMaxOpenSegments
+		limit, _ := OpenFileLimit()
+		maxOpenSegments = AutoMaxOpenSegments(limit)
 	}
-	return &SegmentCache{capacity: maxOpenSegments}
+	c := &SegmentCache{capacity: maxOpenSegments}
+	c.freed = sync.NewCond(&c.mu)
+	return c
 }
 
-// Capacity is the number of sealed segments whose files the cache keeps
-// open, at most (pinned ones aside, see SegmentCache).
+// Capacity is the number of segments whose files may be open at once.
 func (c *SegmentCache) Capacity() int { return c.capacity }
 
-// Len is the number of sealed segments whose files are cached now.
+// Len is the number of segments whose files are cached now.
 func (c *SegmentCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,15 +105,18 @@ func (c *SegmentCache) Len() int {
 // SegmentCacheStats is a snapshot of a SegmentCache's counters, for
 // metrics (mmmq_segment_cache_*).
 type SegmentCacheStats struct {
-	Capacity  int   // most pairs kept open (max-open-segments)
-	Open      int   // pairs cached now (2 descriptors each)
+	Capacity  int   // most pairs open at once (max-open-segments)
+	Open      int   // pairs open now, cached or pinned after eviction (2 descriptors each)
 	Opens     int64 // pairs opened on a miss since the cache was made
 	Evictions int64 // pairs evicted to make room since the cache was made
 }
 
 // Stats returns the cache's counters now.
 func (c *SegmentCache) Stats() SegmentCacheStats {
-	return SegmentCacheStats{Capacity: c.capacity, Open: c.Len(), Opens: c.opens.Load(), Evictions: c.evictions.Load()}
+	c.mu.Lock()
+	open := c.open
+	c.mu.Unlock()
+	return SegmentCacheStats{Capacity: c.capacity, Open: open, Opens: c.opens.Load(), Evictions: c.evictions.Load()}
 }
 
 // segFiles is the open .mmm/.idx pair of one segment. refs counts one
@@ -87,12 +124,13 @@ func (c *SegmentCache) Stats() SegmentCacheStats {
 // writer while the segment is active) plus one per pin; the files are
 // closed when it reaches 0 and the pair is never used again.
 type segFiles struct {
-	seg  *segment
-	mmm  vfs.File
-	idx  vfs.File
-	refs atomic.Int64
-	used atomic.Bool // CLOCK reference bit, set by pins
-	slot int         // index in SegmentCache.ring, -1 when not cached (guarded by its mu)
+	cache *SegmentCache // counts the pair in open until it closes
+	seg   *segment
+	mmm   vfs.File
+	idx   vfs.File
+	refs  atomic.Int64
+	used  atomic.Bool // CLOCK reference bit, set by pins
+	slot  int         // index in SegmentCache.ring, -1 when not cached (guarded by its mu)
 	// writable: opened read-write (by the writer, for the active segment).
 	writable bool
 }
@@ -105,14 +143,95 @@ func newSegFiles(seg *segment, mmm, idx vfs.File, writable bool) *segFiles {
 	return f
 }
 
-// unref drops one reference and closes both files when it was the last.
-// Close errors are ignored: a pair anyone can still hold is read-only or
-// had every write fsynced before its writer released it, and an fsync
-// failure has already failed its log.
+// unref drops one reference and closes both files when it was the last,
+// giving their room back to the cache. Close errors are ignored: a pair
+// anyone can still hold is read-only or had every write fsynced before its
+// writer released it, and an fsync failure has already failed its log.
 func (f *segFiles) unref() {
-	if f.refs.Add(-1) == 0 {
-		_ = errors.Join(f.mmm.Close(), f.idx.Close())
+	c := f.cache
+	if f.refs.Add(-1) != 0 {
+		// A released pin may make the pair evictable: wake whoever
+		// waits for room to look again.
+		if c != nil && c.waits.Load() > 0 {
+			c.mu.Lock()
+			c.freed.Broadcast()
+			c.mu.Unlock()
+		}
+		return
 	}
+	f.closeFiles()
+	if c != nil {
+		c.mu.Lock()
+		c.freeLocked()
+		c.mu.Unlock()
+	}
+}
+
+// unrefLocked is unref with f.cache.mu held.
+func (f *segFiles) unrefLocked() {
+	if f.refs.Add(-1) == 0 {
+		f.closeFiles()
+		f.cache.freeLocked()
+	}
+}
+
+func (f *segFiles) closeFiles() { _ = errors.Join(f.mmm.Close(), f.idx.Close()) }
+
+// freeLocked gives back the room of a pair that closed (or was never
+// opened) and wakes whoever waits for room. c.mu is held.
+//
+// A waiter cannot miss a wake-up: it checks for room and for an evictable
+// pair and goes to sleep under c.mu, and every closing or unpinning that
+// could give it room broadcasts under c.mu after its change is visible.
+func (c *SegmentCache) freeLocked() {
+	c.open--
+	c.freed.Broadcast()
+}
+
+// reserveLocked makes room for one more open pair: while capacity pairs
+// are open it evicts a cached pair nobody pins (it closes at once) or,
+// when every open pair is pinned, waits for one to close. closed, when
+// set, ends the wait with ErrClosed. c.mu is held (Wait releases it).
+func (c *SegmentCache) reserveLocked(closed *atomic.Bool) error {
+	// Counted before the first look at the pins: a pin released after
+	// that look sees the count and broadcasts (see unref).
+	c.waits.Add(1)
+	defer c.waits.Add(-1)
+	for c.open >= c.capacity {
+		if closed != nil && closed.Load() {
+			return ErrClosed
+		}
+		if v := c.victimLocked(); v != nil {
+			c.removeLocked(v)
+			c.evictions.Add(1)
+			continue
+		}
+		c.freed.Wait()
+	}
+	c.open++
+	return nil
+}
+
+// openReserved opens a pair with open once room is reserved for it
+// (reserveLocked), giving the room back when open fails. The pair comes
+// back with one reference and counted by the cache.
+func (c *SegmentCache) openReserved(closed *atomic.Bool, open func() (*segFiles, error)) (*segFiles, error) {
+	c.mu.Lock()
+	err := c.reserveLocked(closed)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	f, err := open()
+	if err != nil {
+		c.mu.Lock()
+		c.freeLocked()
+		c.mu.Unlock()
+		return nil, err
+	}
+	f.cache = c
+	c.opens.Add(1)
+	return f, nil
 }
 
 // unpin releases a pin taken by pin or pinWritable.
@@ -151,7 +270,7 @@ func (c *SegmentCache) pin(fsys vfs.FS, seg *segment, closed *atomic.Bool) (*seg
 	if closed.Load() {
 		return nil, ErrClosed
 	}
-	f, err := openSealed(fsys, seg)
+	f, err := c.openReserved(closed, func() (*segFiles, error) { return openSealed(fsys, seg) })
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +290,6 @@ func (c *SegmentCache) pin(fsys vfs.FS, seg *segment, closed *atomic.Bool) (*seg
 	c.insertLocked(f)
 	seg.files.Store(f)
 	c.mu.Unlock()
-	c.opens.Add(1)
 	return f, nil
 }
 
@@ -189,7 +307,7 @@ func (c *SegmentCache) pinWritable(fsys vfs.FS, seg *segment) (*segFiles, error)
 		}
 		f.unpin()
 	}
-	f, err := openSegment(fsys, seg, true)
+	f, err := c.openReserved(nil, func() (*segFiles, error) { return openSegment(fsys, seg, true) })
 	if err != nil {
 		return nil, err
 	}
@@ -201,8 +319,31 @@ func (c *SegmentCache) pinWritable(fsys vfs.FS, seg *segment) (*segFiles, error)
 	c.insertLocked(f)
 	seg.files.Store(f)
 	c.mu.Unlock()
-	c.opens.Add(1)
 	return f, nil
+}
+
+// create runs create (createSegment or createTopic: new files, opened
+// read-write) once room is reserved for the pair, caches the pair and
+// attaches it to its segment. pinned adds the writer's pin. Errors are
+// create's; nothing is cached then.
+func (c *SegmentCache) create(pinned bool, create func() (*segment, *segFiles, error)) (*segment, error) {
+	var seg *segment
+	f, err := c.openReserved(nil, func() (*segFiles, error) {
+		s, f, err := create()
+		seg = s
+		return f, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if pinned {
+		f.refs.Add(1)
+	}
+	c.mu.Lock()
+	c.insertLocked(f)
+	seg.files.Store(f)
+	c.mu.Unlock()
+	return seg, nil
 }
 
 // openSealed opens the files of a segment read-only, for readers. Repair
@@ -229,35 +370,23 @@ func openSegment(fsys vfs.FS, seg *segment, writable bool) (*segFiles, error) {
 	return newSegFiles(seg, mmm, idx, writable), nil
 }
 
-// adopt caches the read-write files of a segment the writer just created
-// (their one reference becomes the cache's) and attaches them to it.
-func (c *SegmentCache) adopt(f *segFiles) {
-	c.mu.Lock()
-	c.insertLocked(f)
-	f.seg.files.Store(f)
-	c.mu.Unlock()
-}
-
 // cachedLocked reports whether f is in the ring. c.mu is held.
 func (c *SegmentCache) cachedLocked(f *segFiles) bool {
 	return f.slot >= 0 && f.slot < len(c.ring) && c.ring[f.slot] == f
 }
 
-// insertLocked adds f to the ring, first evicting pairs while the ring is
-// full. c.mu is held.
+// insertLocked adds f to the ring. Room for it was reserved when it was
+// opened (reserveLocked), so the ring, whose pairs are all open, has fewer
+// than capacity. c.mu is held.
 func (c *SegmentCache) insertLocked(f *segFiles) {
-	for len(c.ring) >= c.capacity {
-		c.removeLocked(c.victimLocked())
-		c.evictions.Add(1)
-	}
 	f.slot = len(c.ring)
 	c.ring = append(c.ring, f)
 }
 
-// victimLocked picks the pair to evict (the ring is not empty): CLOCK,
-// skipping pairs used since the hand last passed (clearing their bit) and
-// pairs pinned now; after two turns without one it takes the pair at the
-// hand anyway, whose files then close when its last pin is released.
+// victimLocked picks a cached pair to evict: CLOCK, skipping pairs used
+// since the hand last passed (clearing their bit) and pairs pinned now; nil
+// when two turns found none unpinned (every open pair is in use). c.mu is
+// held.
 func (c *SegmentCache) victimLocked() *segFiles {
 	for i := 0; i < 2*len(c.ring); i++ {
 		if c.hand >= len(c.ring) {
@@ -274,10 +403,7 @@ func (c *SegmentCache) victimLocked() *segFiles {
 		}
 		return f
 	}
-	if c.hand >= len(c.ring) {
-		c.hand = 0
-	}
-	return c.ring[c.hand]
+	return nil
 }
 
 // removeLocked takes f out of the ring, detaches it from its segment and
@@ -290,7 +416,7 @@ func (c *SegmentCache) removeLocked(f *segFiles) {
 	c.ring = c.ring[:last]
 	f.slot = -1
 	f.seg.files.CompareAndSwap(f, nil)
-	f.unref()
+	f.unrefLocked()
 }
 
 // drop evicts the cached files of segs (a log being closed, its writer

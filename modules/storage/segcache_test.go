@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -26,14 +28,12 @@ func openCounting(t *testing.T, fsys *vfs.CountingFS, o Options) *Log {
 	return l
 }
 
-// TestOpenFilesBoundedBySegmentCache: a log with many more sealed segments
-// than its cache holds keeps at most capacity pairs of them open, plus the
-// active segment, the one a rotation is creating, and one pair per reader
-// (a pinned pair may outlive its eviction until the read ends, and a miss
-// opens its pair before inserting it) — while several goroutines read every
-// offset back with Read and ReadBatch and appends (and rotations) go on.
-// Repair on reopen, Verify and Dump hold one segment's files at a time, and
-// Close leaves none open.
+// TestOpenFilesBoundedBySegmentCache: a log with many more segments than
+// its cache holds never has more than capacity pairs open — the active
+// segment, the one a rotation is creating and the pairs readers pin
+// included — while several goroutines read every offset back with Read and
+// ReadBatch and appends (and rotations) go on. Repair on reopen, Verify and
+// Dump hold one segment's files at a time, and Close leaves none open.
 func TestOpenFilesBoundedBySegmentCache(t *testing.T) {
 	const capacity, readers, before, during = 4, 4, 300, 200
 	fsys := vfs.NewCounting(vfs.NewMem())
@@ -45,7 +45,7 @@ func TestOpenFilesBoundedBySegmentCache(t *testing.T) {
 	if n := l.Stats().Segments; n < 10*capacity {
 		t.Fatalf("want many more segments than the cache holds, got %d", n)
 	}
-	bound := int64(2 * (capacity + 2 + readers))
+	bound := int64(2 * capacity)
 
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -151,11 +151,11 @@ func TestOpenFilesBoundedBySegmentCache(t *testing.T) {
 }
 
 // TestSegmentCachePinOutlivesEviction: a pair evicted while a reader pins
-// it stays open (and readable) until the reader releases it, then closes;
-// the segment reopens on its next read.
+// it (as Close evicts every pair of its log) stays open and readable until
+// the reader releases it, then closes; the segment reopens on its next read.
 func TestSegmentCachePinOutlivesEviction(t *testing.T) {
 	fsys := vfs.NewCounting(vfs.NewMem())
-	l := openCounting(t, fsys, Options{SegmentMaxBytes: 1024, MaxOpenSegments: 1})
+	l := openCounting(t, fsys, Options{SegmentMaxBytes: 1024, MaxOpenSegments: 2})
 	defer l.Close()
 	for i := 0; i < 30; i++ {
 		mustAppend(t, l, payload(i, 200))
@@ -169,14 +169,12 @@ func TestSegmentCachePinOutlivesEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := fsys.OpenFiles.Load()
-	if _, err := l.Read(segs[1].base); err != nil { // evicts segs[0]: capacity 1
-		t.Fatal(err)
-	}
+	l.cache.drop(segs[:1])
 	if segs[0].files.Load() != nil {
-		t.Fatal("segment 0 still cached after a read of segment 1 with capacity 1")
+		t.Fatal("segment 0 still attached after it was evicted")
 	}
-	if got := fsys.OpenFiles.Load(); got != open+2 {
-		t.Fatalf("%d files open with segment 0 pinned and segment 1 cached, want %d", got, open+2)
+	if got := fsys.OpenFiles.Load(); got != open {
+		t.Fatalf("%d files open after evicting a pinned pair, want %d (still open)", got, open)
 	}
 	pos, err := f0.readPositions(0, 1, nil)
 	if err != nil {
@@ -186,11 +184,60 @@ func TestSegmentCachePinOutlivesEviction(t *testing.T) {
 		t.Fatalf("entry 0 through the pinned pair: %.30q, %v", p, err)
 	}
 	f0.unpin()
-	if got := fsys.OpenFiles.Load(); got != open {
-		t.Fatalf("%d files open after the last pin of the evicted pair was released, want %d", got, open)
+	if got := fsys.OpenFiles.Load(); got != open-2 {
+		t.Fatalf("%d files open after the last pin of the evicted pair was released, want %d", got, open-2)
 	}
 	if p, err := l.Read(0); err != nil || !bytes.Equal(p, payload(0, 200)) {
 		t.Fatalf("read 0 after eviction: %.30q, %v", p, err)
+	}
+}
+
+// TestSegmentCacheMissWaitsForRoom: with a cache of 1 pair pinned by a
+// reader, a read of another segment waits for the pin to be released
+// instead of opening more files, then completes; at no time are more than
+// 2 files open.
+func TestSegmentCacheMissWaitsForRoom(t *testing.T) {
+	fsys := vfs.NewCounting(vfs.NewMem())
+	l := openCounting(t, fsys, Options{SegmentMaxBytes: 1024, MaxOpenSegments: 1})
+	defer l.Close()
+	for i := 0; i < 10; i++ {
+		mustAppend(t, l, payload(i, 200))
+	}
+	segs := *l.segs.Load()
+	f0, err := l.pin(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			f0.unpin() // never leave the other reader waiting
+		}
+	})
+	fsys.MaxOpenFiles.Store(fsys.OpenFiles.Load())
+	got := make(chan error, 1)
+	go func() {
+		p, err := l.Read(segs[1].base)
+		if err == nil && !bytes.Equal(p, payload(int(segs[1].base), 200)) {
+			err = fmt.Errorf("offset %d holds %.30q", segs[1].base, p)
+		}
+		got <- err
+	}()
+	for waiting := 0; waiting == 0; runtime.Gosched() {
+		select {
+		case err := <-got:
+			t.Fatalf("the read of segment 1 finished (%v) while the only pair was pinned", err)
+		default:
+		}
+		waiting = int(l.cache.waits.Load())
+	}
+	released = true
+	f0.unpin()
+	if err := <-got; err != nil {
+		t.Fatalf("read of segment 1 after the pin was released: %v", err)
+	}
+	if peak := fsys.MaxOpenFiles.Load(); peak > 2 {
+		t.Fatalf("%d files open at the peak with a cache of 1 pair, want <= 2", peak)
 	}
 }
 
@@ -311,5 +358,33 @@ func TestIdleTopicsHoldNoFiles(t *testing.T) {
 	}
 	if n := fsys.OpenFiles.Load(); n != 0 {
 		t.Fatalf("%d files open after every log closed", n)
+	}
+}
+
+// TestMaxOpenSegmentsFromTheLimit: the automatic capacity is a quarter of
+// the open-file limit within 16..4096, and a configured capacity whose
+// descriptors exceed half of the limit is refused naming the key, the limit
+// and the largest value that fits.
+func TestMaxOpenSegmentsFromTheLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit uint64
+		auto  int
+	}{{0, 256}, {40, 16}, {1024, 256}, {20000, 4096}, {1 << 20, 4096}} {
+		if got := AutoMaxOpenSegments(tc.limit); got != tc.auto {
+			t.Errorf("AutoMaxOpenSegments(%d) = %d, want %d", tc.limit, got, tc.auto)
+		}
+	}
+	for _, tc := range []struct {
+		n     int
+		limit uint64
+		ok    bool
+	}{{0, 1024, true}, {256, 1024, true}, {257, 1024, false}, {512, 1024, false}, {5000, 20000, true}, {100000, 0, true}} {
+		err := CheckMaxOpenSegments(tc.n, tc.limit)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckMaxOpenSegments(%d, %d) = %v, want ok=%v", tc.n, tc.limit, err, tc.ok)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "mmmq.broker.storage.max-open-segments") || !strings.Contains(err.Error(), fmt.Sprint(tc.limit/4))) {
+			t.Errorf("error %q does not name the key and the largest value that fits (%d)", err, tc.limit/4)
+		}
 	}
 }

@@ -273,7 +273,12 @@ func (l *Log) commit(batch []*request) error {
 		return &refusedError{"open active segment", err}
 	}
 	w.files = files
-	defer func() { w.files.unpin(); w.files = nil }()
+	defer func() {
+		if w.files != nil {
+			w.files.unpin()
+			w.files = nil
+		}
+	}()
 	groupPos, groupCount := seg.size, seg.count
 	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 	answered := 0 // cursor: batch[:answered] are fully visible and answered
@@ -286,7 +291,17 @@ func (l *Log) commit(batch []*request) error {
 				if err := l.flushGroup(seg, groupPos, groupCount, batch, &answered); err != nil {
 					return err
 				}
-				ns, nf, err := createSegment(l.fs, l.dir, seg.base+seg.count, l.opts.Hooks.rotate())
+				// seg is sealed: flushGroup wrote and fsynced all of it
+				// (an fsync failure fails the log before any rotation);
+				// its pair stays in the cache, free to be evicted. The
+				// pin goes before the new pair is opened: nobody holds
+				// two pins while waiting for room in the cache.
+				w.files.unpin()
+				w.files = nil
+				base := seg.base + seg.count
+				ns, err := l.cache.create(true, func() (*segment, *segFiles, error) {
+					return createSegment(l.fs, l.dir, base, l.opts.Hooks.rotate())
+				})
 				if err != nil {
 					// Nothing ambiguous was written: everything before
 					// this entry is durable and published, and the files
@@ -294,16 +309,10 @@ func (l *Log) commit(batch []*request) error {
 					// the log does not (the next batch tries again).
 					return &refusedError{"rotate", err}
 				}
-				nf.refs.Add(1) // the writer's pin, released by the deferred unpin
-				l.cache.adopt(nf)
 				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
 				l.segs.Store(&segs)
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
-				// seg is sealed: flushGroup wrote and fsynced all of it
-				// (an fsync failure fails the log before any rotation);
-				// its pair stays in the cache, free to be evicted.
-				w.files.unpin()
-				seg, w.active, w.files = ns, ns, nf
+				seg, w.active, w.files = ns, ns, ns.files.Load()
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}

@@ -81,15 +81,22 @@ func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
 // NewBackendFromConfig is the default Backend: the local segmented log
 // under mmmq.broker.storage.root-dir, with the storage engine's options
 // from mmmq.broker.segment and the graph's filesystem, observer, hooks
-// and in-flight budget.
-func NewBackendFromConfig(p Params) Backend {
+// and in-flight budget. Error: a max-open-segments that would take more
+// than half of the process's open-file limit (storage.CheckMaxOpenSegments).
+func NewBackendFromConfig(p Params) (Backend, error) {
+	limit, _ := storage.OpenFileLimit()
+	if err := storage.CheckMaxOpenSegments(p.Storage.MaxOpenSegments, limit); err != nil {
+		return nil, err
+	}
 	opts := OptionsFromConfig(p.Storage, p.Segment)
 	opts.Storage.FS = p.FS
 	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Storage.Observer = p.Observer
 	opts.Storage.Hooks = p.Hooks
 	opts.Storage.Budget = p.Budget
-	return &LocalBackend{Root: opts.Root, Storage: opts.Storage}
+	b := &LocalBackend{Root: opts.Root, Storage: opts.Storage}
+	p.Logger.Debug("segment cache", zap.Int("max-open-segments", b.SegmentCache().Capacity()), zap.Uint64("open-file-limit", limit))
+	return b, nil
 }
 
 // NewFromConfig builds the registry over p.Backend. Module takes the

@@ -92,10 +92,10 @@ func TestCrashRandomKill(t *testing.T) {
 	root := filepath.Join(dir, "data")
 	cons := &consumer{}
 	var (
-		sent     []sentMsg
-		prev     = map[string][]stored{}
-		cpStart  = map[int]map[wkey]int64{}
-		cpEnd    = map[int]map[wkey]int64{}
+		sent    []sentMsg
+		prev    = map[string][]stored{}
+		cpStart = map[int]map[wkey]int64{}
+		cpEnd   = map[int]map[wkey]int64{}
 	)
 	// Stop with a clear failure 2 minutes before go test's -timeout would
 	// kill the test without a report (a run without -timeout has no limit).
