@@ -1,7 +1,10 @@
 package contract
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -38,21 +41,56 @@ func TestValidJSON(t *testing.T) {
 }
 
 // FuzzValidJSON: the scanner accepts exactly what encoding/json accepts
-// with valid UTF-8, up to the nesting limit.
+// with valid UTF-8 and nesting of at most maxDepth, and refuses valid JSON
+// nested deeper because of its depth. The seeds include input at and just
+// over the limit, and brackets inside strings, which do not nest.
 func FuzzValidJSON(f *testing.F) {
-	for _, s := range []string{`{"topic":"a","content":{"x":[1,2,"y"]}}`, `[]`, `"\u00e9"`, `-1.5e3`, "\"\xff\"", `{"a":}`} {
+	deepArray := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	deepObject := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
+	for _, s := range []string{
+		`{"topic":"a","content":{"x":[1,2,"y"]}}`, `[]`, `"\u00e9"`, `-1.5e3`, "\"\xff\"", `{"a":}`,
+		deepArray(maxDepth), deepArray(maxDepth + 1), deepObject(maxDepth), deepObject(maxDepth + 1),
+		`"` + strings.Repeat("[{", maxDepth) + `"`, `[` + strings.Repeat(`"[",`, maxDepth) + `1]`,
+		strings.Repeat("[", maxDepth+1), deepArray(maxDepth+1) + "x",
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got := validJSON(b) == nil
-		want := json.Valid(b) && utf8.Valid(b)
-		if strings.Count(string(b), "[")+strings.Count(string(b), "{") > maxDepth {
-			return // depth limit: we refuse some input encoding/json accepts
+		err := validJSON(b)
+		valid := json.Valid(b) && utf8.Valid(b)
+		tooDeep := valid && nestingDepth(t, b) > maxDepth
+		if want := valid && !tooDeep; (err == nil) != want {
+			t.Fatalf("validJSON(%.80q) = %v; encoding/json+utf8 says valid=%v, nested over %d: %v", b, err, valid, maxDepth, tooDeep)
 		}
-		if got != want {
-			t.Fatalf("validJSON(%q) = %v, encoding/json+utf8 says %v", b, got, want)
+		if tooDeep && !strings.Contains(err.Error(), "nested deeper") {
+			t.Fatalf("validJSON(%.80q) = %v, want the nesting error", b, err)
 		}
 	})
+}
+
+// nestingDepth is the deepest nesting of arrays and objects in b, as
+// encoding/json's tokenizer reports it; b must be valid JSON.
+func nestingDepth(t *testing.T, b []byte) int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber() // numbers as text: 1E1000 is valid JSON, not a float64
+	depth, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return deepest
+		}
+		if err != nil {
+			t.Fatalf("tokens of valid JSON %.80q: %v", b, err)
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+			deepest = max(deepest, depth)
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
 }
 
 // FuzzValidStoredJSON: the lenient check for stored messages accepts

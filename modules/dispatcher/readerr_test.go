@@ -1,0 +1,177 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// faultTopic is a real log on an in-memory filesystem with one entry per
+// segment file, so a read fault can be aimed at one offset: while failAt is
+// o (>= 0), every read of o's segment file fails with EIO and nothing else
+// does.
+type faultTopic struct {
+	q      *topicqueue.TopicQueue
+	failAt atomic.Int64
+	fired  atomic.Int64 // reads failed so far
+}
+
+// newFaultTopic stores n stored messages in topic name, one per segment,
+// and installs the read fault (off until failAt is set). The registry is
+// closed at cleanup, after the managers started later have stopped.
+func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
+	t.Helper()
+	mem := vfs.NewMem()
+	// A segment over 1 byte is full: every append opens a new segment.
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: zaptest.NewLogger(t), SegmentMaxBytes: 1}})
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := q.Offer(context.Background(), storedMessage(name, i), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := q.Stats(); st.Segments != n {
+		t.Fatalf("%d segments for %d messages, want one each", st.Segments, n)
+	}
+	ft := &faultTopic{q: q}
+	ft.failAt.Store(-1)
+	mem.SetHook(func(op vfs.Op, file string) error {
+		o := ft.failAt.Load()
+		if op != vfs.OpRead || o < 0 || filepath.Base(file) != storage.SegmentName(o)+storage.SegmentExt {
+			return nil
+		}
+		ft.fired.Add(1)
+		return &fs.PathError{Op: "read", Path: file, Err: syscall.EIO}
+	})
+	return ft
+}
+
+// A read error (EIO) on a real log is retried with backoff, never skipped:
+// the worker stays at the unreadable offset with its checkpoint unchanged,
+// sends nothing past it, and once reads work it delivers that offset and
+// the rest, in order.
+func TestReadErrorRetriesWithoutSkipping(t *testing.T) {
+	const topic = "read.eio"
+	ft := newFaultTopic(t, topic, 5)
+	ft.failAt.Store(2)
+	c := newConsumer(t, nil)
+	m := startManager(t, newMemSource(ft.q), testOptions(), New("d", c.host(t), MustPattern(topic)))
+
+	// Three failed reads of offset 2, or the worker moving past it.
+	eventually(t, "three read attempts at offset 2", func() bool {
+		return ft.fired.Load() >= 3 || status(m, "d", topic).Next > 2
+	})
+	st := status(m, "d", topic)
+	if st.Next != 2 || st.Committed != 2 || st.Skipped != 0 || !st.Running {
+		t.Fatalf("status while offset 2 is unreadable = %+v, want next 2, committed 2, nothing skipped, running", st)
+	}
+	wantOffsets(t, "offsets while offset 2 is unreadable", c.requests(), 0, 1)
+
+	ft.failAt.Store(-1)
+	waitCommitted(t, m, "d", topic, 5)
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 2, 3, 4)
+	if st := status(m, "d", topic); st.Skipped != 0 || st.Delivered != 5 {
+		t.Errorf("status = %+v, want 5 delivered, nothing skipped", st)
+	}
+}
+
+// A bit flipped in a message of a real segment file (media damage the
+// startup recovery does not look for: it checks the last entry only) is
+// found by its CRC when the dispatcher reads it: that one offset is logged
+// and skipped, its neighbours are delivered, and the checkpoint moves past
+// it.
+func TestBitFlipInSegmentSkipsOneOffset(t *testing.T) {
+	const topic = "flip.topic"
+	root := t.TempDir()
+	reg := topicqueue.New(topicqueue.Options{Root: root, Storage: storage.Options{Logger: zaptest.NewLogger(t)}})
+	q, err := reg.GetOrCreate(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := q.Offer(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	seg := filepath.Join(root, topic, storage.SegmentName(0)+storage.SegmentExt)
+	raw, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(raw, storedMessage(topic, 2))
+	if i < 0 || bytes.Count(raw, storedMessage(topic, 2)) != 1 {
+		t.Fatal("message 2 not found once in the segment file")
+	}
+	i += bytes.Index(storedMessage(topic, 2), []byte(`"m-2"`)) + 1
+	raw[i] ^= 0x20 // "m-2" becomes "M-2": still valid JSON, one bit off
+	if err := os.WriteFile(seg, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	reg = topicqueue.New(topicqueue.Options{Root: root, Storage: storage.Options{Logger: zaptest.NewLogger(t)}})
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err = reg.Open(topic)
+	if err != nil {
+		t.Fatalf("open after the bit flip: %v (recovery must not look at old entries)", err)
+	}
+
+	core, logs := observer.New(zapcore.ErrorLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+	c := newConsumer(t, nil)
+	set, err := SetOf(New("d", c.host(t), MustPattern(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	sender := NewHTTPSender(opts)
+	m := NewManager(set, newMemSource(q), sender, opts, log)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.CloseIdleConnections)
+	t.Cleanup(func() { stopManager(t, m) })
+
+	waitCommitted(t, m, "d", topic, 5)
+	wantOffsets(t, "offsets", c.requests(), 0, 1, 3, 4)
+	if st := status(m, "d", topic); st.Skipped != 1 || st.Delivered != 4 {
+		t.Errorf("status = %+v, want 4 delivered, 1 skipped", st)
+	}
+	wantCheckpoint(t, filepath.Join(root, topic), "d", 5)
+	skipped := logs.FilterMessage("corrupt entry skipped; it is not delivered").All()
+	if len(skipped) != 1 || skipped[0].ContextMap()["offset"] != int64(2) {
+		t.Fatalf("corruption log entries = %+v, want one naming offset 2", skipped)
+	}
+	if f := skipped[0].ContextMap()["file"]; f != seg {
+		t.Errorf("corruption logged for file %v, want %s", f, seg)
+	}
+}
