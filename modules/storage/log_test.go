@@ -194,12 +194,8 @@ func TestAckLevels(t *testing.T) {
 	if err != nil || off != -1 {
 		t.Fatalf("ACCEPTED: %d, %v (want -1: no offset promised)", off, err)
 	}
-	// ACCEPTED is eventually visible, at offset 1.
-	select {
-	case <-l.Notify(1):
-	case <-time.After(5 * time.Second):
-		t.Fatal("ACCEPTED entry never became visible")
-	}
+	// ACCEPTED becomes visible, at offset 1.
+	waitHighWatermark(t, l, 2)
 	if p, err := l.Read(1); err != nil || string(p) != `{"a":"accepted"}` {
 		t.Fatalf("Read(1) = %q, %v", p, err)
 	}
@@ -288,14 +284,6 @@ func TestNotify(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		mustAppend(t, l, payload(i, 10))
 	}
-	isClosed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
 	hw := l.HighWatermark()
 	if !isClosed(l.Notify(hw-1)) || !isClosed(l.Notify(0)) || !isClosed(l.Notify(-1)) {
 		t.Fatal("Notify below hw not closed")
@@ -304,24 +292,28 @@ func TestNotify(t *testing.T) {
 	if isClosed(at) || isClosed(past) {
 		t.Fatal("Notify(hw) closed before anything was appended")
 	}
+	if l.Notify(hw) != at {
+		t.Fatal("two waiters for the same offset got different channels")
+	}
 	mustAppend(t, l, payload(3, 10))
 	if !isClosed(at) {
 		t.Fatal("Notify(hw) not closed after an append")
 	}
-	// A waiter for "something past hw+1" is woken by the publish (spurious
-	// wake-ups are allowed; the caller re-checks), but a fresh call must
-	// not report it as reached.
-	if isClosed(l.Notify(hw + 1)) {
-		t.Fatal("Notify(hw+1) closed with hw = hw+1")
+	// The publish that moved the high watermark to hw+1 is not past hw+1:
+	// neither the channel handed out before it nor a fresh one is closed.
+	if isClosed(past) || isClosed(l.Notify(hw+1)) {
+		t.Fatalf("Notify(%d) closed with the high watermark at %d", hw+1, l.HighWatermark())
 	}
-	// Concurrent waiters all wake.
+	// Concurrent waiters all wake, once, when the watermark passes their
+	// offset.
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for l.HighWatermark() <= hw+3 { // 3 more appends below: hw+4
-				<-l.Notify(hw + 3)
+			<-l.Notify(hw + 3)
+			if got := l.HighWatermark(); got <= hw+3 {
+				t.Errorf("Notify(%d) closed with the high watermark at %d", hw+3, got)
 			}
 		}()
 	}
@@ -329,10 +321,10 @@ func TestNotify(t *testing.T) {
 		mustAppend(t, l, payload(i, 10))
 	}
 	wg.Wait()
-	last := l.Notify(1000)
-	if isClosed(past) && l.HighWatermark() <= hw+1 {
-		t.Fatal("Notify(hw+1) closed before hw passed it")
+	if !isClosed(past) {
+		t.Fatalf("Notify(%d) not closed with the high watermark at %d", hw+1, l.HighWatermark())
 	}
+	last := l.Notify(1000)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +334,49 @@ func TestNotify(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+// TestNotifyNeverEarly (run with -race): while appenders move the high
+// watermark one group commit at a time, waiters for offsets at and ahead
+// of it never see their channel closed before the watermark passes their
+// offset, and all of them wake by the end.
+func TestNotifyNeverEarly(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{})
+	defer l.Close()
+	const total = 400
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 13))
+			for hw := l.HighWatermark(); hw < total; hw = l.HighWatermark() {
+				off := min(hw+rng.Int64N(4), total-1) // total-1 is the last offset appended
+				<-l.Notify(off)
+				if got := l.HighWatermark(); got <= off {
+					t.Errorf("Notify(%d) closed with the high watermark at %d", off, got)
+					return
+				}
+			}
+		}()
+	}
+	var appenders sync.WaitGroup
+	for a := 0; a < 2; a++ {
+		appenders.Add(1)
+		go func() {
+			defer appenders.Done()
+			for i := 0; i < total/2; i++ {
+				if _, err := l.Append(context.Background(), payload(i, 20), AckLevel(1+i%3)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	appenders.Wait()
+	waitHighWatermark(t, l, total)
+	wg.Wait()
 }
 
 var errEIO = fmt.Errorf("injected: %w", syscall.EIO)

@@ -98,3 +98,25 @@ func asCorruption(t testing.TB, err error) *CorruptionError {
 	}
 	return ce
 }
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitHighWatermark waits until l's high watermark is at least hw (offset
+// hw-1 is readable), with Notify, and fails the test if Notify wakes it
+// while the watermark is still below hw: the log closed first, or Notify
+// broke its promise.
+func waitHighWatermark(t testing.TB, l *Log, hw int64) {
+	t.Helper()
+	<-l.Notify(hw - 1)
+	if got := l.HighWatermark(); got < hw {
+		t.Fatalf("waiting for high watermark %d: woken at %d (log closed: %v, failed: %v)", hw, got, l.closed.Load(), l.Err())
+	}
+}
