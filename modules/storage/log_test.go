@@ -226,43 +226,44 @@ func TestAckLevels(t *testing.T) {
 // before the index fsync; DURABLE only after it.
 func TestWrittenAckBeforeIndexSync(t *testing.T) {
 	fsys := vfs.NewMem()
-	release := make(chan struct{})
-	var blocked atomic.Bool
+	afterIndexWrite := newGate(t)
+	var hold atomic.Bool
 	l := openMem(t, fsys, Options{Hooks: &Hooks{AfterIndexWrite: func() {
-		if blocked.Load() {
-			<-release
+		if hold.Load() {
+			afterIndexWrite.wait()
 		}
 	}}})
-	defer l.Close()
-	blocked.Store(true)
+	indexSync := newGate(t)
+	closeAtEnd(t, l, afterIndexWrite, indexSync)
+
+	// A DURABLE append held after both writes, before the index fsync, is
+	// not answered and not visible.
+	hold.Store(true)
 	durable := make(chan error, 1)
 	go func() {
 		_, err := l.Append(context.Background(), []byte(`{"d":1}`), Durable)
 		durable <- err
 	}()
-	// Wait until the DURABLE append is stuck at AfterIndexWrite, then a
-	// WRITTEN one queued behind cannot finish either; instead check the
-	// WRITTEN answer of a batch stuck at the same point.
-	time.Sleep(20 * time.Millisecond)
+	<-afterIndexWrite.entered
 	select {
 	case err := <-durable:
 		t.Fatalf("DURABLE answered before the index fsync: %v", err)
 	default:
 	}
-	if l.HighWatermark() != 0 {
-		t.Fatalf("hw moved before the index fsync: %d", l.HighWatermark())
+	if hw := l.HighWatermark(); hw != 0 {
+		t.Fatalf("hw moved to %d before the index fsync", hw)
 	}
-	close(release)
-	blocked.Store(false)
+	hold.Store(false)
+	afterIndexWrite.open()
 	if err := <-durable; err != nil {
 		t.Fatal(err)
 	}
 
-	// A WRITTEN append stuck before the index fsync is answered.
-	release2 := make(chan struct{})
+	// A WRITTEN append held in the index fsync is answered, and is not
+	// visible until the fsync returns.
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpSync && strings.HasSuffix(name, IndexExt) {
-			<-release2
+			indexSync.wait()
 		}
 		return nil
 	})
@@ -270,12 +271,72 @@ func TestWrittenAckBeforeIndexSync(t *testing.T) {
 	if err != nil || off != 1 {
 		t.Fatalf("WRITTEN: %d %v", off, err)
 	}
-	if l.HighWatermark() != 1 {
-		t.Fatalf("hw %d while index fsync is pending", l.HighWatermark())
+	<-indexSync.entered
+	if hw := l.HighWatermark(); hw != 1 {
+		t.Fatalf("hw %d while the index fsync is pending, want 1", hw)
 	}
-	close(release2)
-	<-l.Notify(1)
 	fsys.SetHook(nil)
+	indexSync.open()
+	waitHighWatermark(t, l, 2)
+}
+
+// TestNothingReadableDuringIndexFsync: while the writer is inside the index
+// fsync of a batch, nothing of that batch is visible: not by
+// HighWatermark, Read, ReadBatch or Notify, whatever level its appends
+// asked for. The writer is held in the fsync itself, so the check does not
+// depend on timing.
+func TestNothingReadableDuringIndexFsync(t *testing.T) {
+	for _, level := range []AckLevel{Accepted, Written, Durable} {
+		t.Run(level.String(), func(t *testing.T) {
+			fsys := vfs.NewMem()
+			l := openMem(t, fsys, Options{})
+			indexSync := newGate(t)
+			closeAtEnd(t, l, indexSync)
+			for i := 0; i < 3; i++ {
+				mustAppend(t, l, payload(i, 20))
+			}
+			fsys.SetHook(func(op vfs.Op, name string) error {
+				if op == vfs.OpSync && strings.HasSuffix(name, IndexExt) {
+					indexSync.wait()
+				}
+				return nil
+			})
+			answered := make(chan error, 1)
+			go func() {
+				_, err := l.AppendBatch(context.Background(), [][]byte{payload(3, 20), payload(4, 20)}, level)
+				answered <- err
+			}()
+			<-indexSync.entered
+			if hw := l.HighWatermark(); hw != 3 {
+				t.Fatalf("high watermark %d during the index fsync, want 3", hw)
+			}
+			if p, err := l.Read(3); !errors.Is(err, ErrOutOfRange) {
+				t.Fatalf("Read(3) during the index fsync = %q, %v; want ErrOutOfRange", p, err)
+			}
+			if es, err := l.ReadBatch(3, 10); len(es) != 0 || err != nil {
+				t.Fatalf("ReadBatch(3) during the index fsync = %d entries, %v; want none", len(es), err)
+			}
+			if es, err := l.ReadBatch(0, 10); len(es) != 3 || err != nil {
+				t.Fatalf("ReadBatch(0) during the index fsync = %d entries, %v; want the 3 durable ones", len(es), err)
+			}
+			if !isClosed(l.Notify(2)) || isClosed(l.Notify(3)) {
+				t.Fatal("Notify(3) closed during the index fsync, or Notify(2) not closed")
+			}
+			if level == Durable {
+				select {
+				case err := <-answered:
+					t.Fatalf("DURABLE answered during the index fsync: %v", err)
+				default:
+				}
+			}
+			fsys.SetHook(nil)
+			indexSync.open()
+			if err := <-answered; err != nil {
+				t.Fatal(err)
+			}
+			waitHighWatermark(t, l, 5)
+		})
+	}
 }
 
 func TestNotify(t *testing.T) {
@@ -638,24 +699,22 @@ func TestRecordSizeLimits(t *testing.T) {
 
 func TestCloseDrainsAccepted(t *testing.T) {
 	fsys := vfs.NewMem()
-	gate := make(chan struct{})
-	var once sync.Once
-	started := make(chan struct{})
+	segmentWrite := newGate(t)
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpWrite && strings.HasSuffix(name, SegmentExt) {
-			once.Do(func() { close(started) })
-			<-gate
+			segmentWrite.wait()
 		}
 		return nil
 	})
 	l := openMem(t, fsys, Options{SegmentMaxBytes: 1000})
+	closeAtEnd(t, l, segmentWrite)
 	const n = 300
 	for i := 0; i < n; i++ {
 		if off, err := l.Append(context.Background(), payload(i, 20), Accepted); err != nil || off != -1 {
 			t.Fatalf("accepted append %d: %d %v", i, off, err)
 		}
 	}
-	<-started // the writer is stuck in the first write; the rest are queued
+	<-segmentWrite.entered // the writer is held in the first write; the rest are queued
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	for closing := false; !closing; {
@@ -667,7 +726,7 @@ func TestCloseDrainsAccepted(t *testing.T) {
 	if _, err := l.Append(context.Background(), []byte(`{}`), Accepted); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append while closing: %v", err)
 	}
-	close(gate)
+	segmentWrite.open()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
@@ -697,53 +756,60 @@ func TestCloseDrainsAccepted(t *testing.T) {
 
 func TestQueueFullAndContextCancel(t *testing.T) {
 	fsys := vfs.NewMem()
-	gate := make(chan struct{})
-	var blocking atomic.Bool
+	firstSync, cancelSync := newGate(t), newGate(t)
+	var hold atomic.Pointer[gate] // the gate fsyncs wait at; nil: none
 	fsys.SetHook(func(op vfs.Op, name string) error {
-		if blocking.Load() && op == vfs.OpSync {
-			<-gate
+		if g := hold.Load(); g != nil && op == vfs.OpSync {
+			g.wait()
 		}
 		return nil
 	})
 	l := openMem(t, fsys, Options{MaxPendingBytes: 1000})
-	blocking.Store(true)
-	// The first append is taken by the writer, which blocks in fsync.
-	go l.Append(context.Background(), payload(0, 100), Accepted)
-	time.Sleep(10 * time.Millisecond)
+	closeAtEnd(t, l, firstSync, cancelSync)
+	ctx := context.Background()
+	hold.Store(firstSync)
+	// The first append is taken by the writer, which is held in its fsync;
+	// the next ones queue up to MaxPendingBytes.
+	if _, err := l.Append(ctx, payload(0, 100), Accepted); err != nil {
+		t.Fatal(err)
+	}
+	<-firstSync.entered
 	var err error
 	n := 0
 	for ; n < 100; n++ {
-		if _, err = l.Append(context.Background(), payload(n+1, 100), Accepted); err != nil {
+		if _, err = l.Append(ctx, payload(n+1, 100), Accepted); err != nil {
 			break
 		}
 	}
 	if !errors.Is(err, ErrQueueFull) || n == 0 || n > 10 {
 		t.Fatalf("after %d queued: %v", n, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	// Drain the queue so a DURABLE append can be queued.
+	hold.Store(nil)
+	firstSync.open()
+	waitHighWatermark(t, l, int64(n+1))
+	// A DURABLE append whose context ends while the writer is held in its
+	// fsync returns the context's error.
+	hold.Store(cancelSync)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	blocking.Store(false)
-	// Drain the queue so a durable append can be queued, then cancel it.
-	close(gate)
-	<-l.Notify(int64(n))
-	gate2 := make(chan struct{})
-	fsys.SetHook(func(op vfs.Op, name string) error {
-		if op == vfs.OpSync {
-			<-gate2
-		}
-		return nil
-	})
-	if _, err := l.Append(ctx, payload(999, 10), Durable); !errors.Is(err, context.DeadlineExceeded) {
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := l.Append(cctx, payload(999, 10), Durable)
+		cancelled <- err
+	}()
+	<-cancelSync.entered
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled append: %v", err)
 	}
-	close(gate2)
-	fsys.SetHook(nil)
+	hold.Store(nil)
+	cancelSync.open()
 	// The outcome was unknown to the caller; the entry is written anyway.
-	<-l.Notify(int64(n + 1))
+	waitHighWatermark(t, l, int64(n+2))
 	if p, err := l.Read(int64(n + 1)); err != nil || !bytes.Equal(p, payload(999, 10)) {
 		t.Fatalf("cancelled entry: %q %v", p, err)
 	}
-	l.Close()
 }
 
 // TestConcurrentReadersDuringWrites (run with -race): readers never see an
@@ -849,9 +915,7 @@ func TestConcurrentReadersDuringWrites(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for l.HighWatermark() < writers*perWriter {
-		<-l.Notify(writers*perWriter - 1)
-	}
+	waitHighWatermark(t, l, writers*perWriter)
 	close(done)
 	readers.Wait()
 	final := readAll(t, l, 1000)
@@ -1071,7 +1135,7 @@ func TestAnswersNeverCrossCallers(t *testing.T) {
 		t.Fatal("appends did not finish in 30 s: the writer is stuck answering")
 	}
 	close(acks)
-	<-l.Notify(workers*each - 1)
+	waitHighWatermark(t, l, workers*each)
 	n := 0
 	seen := map[int64]int{}
 	for a := range acks {

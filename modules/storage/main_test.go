@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -119,4 +120,48 @@ func waitHighWatermark(t testing.TB, l *Log, hw int64) {
 	if got := l.HighWatermark(); got < hw {
 		t.Fatalf("waiting for high watermark %d: woken at %d (log closed: %v, failed: %v)", hw, got, l.closed.Load(), l.Err())
 	}
+}
+
+// gate holds the writer inside a hook (a Hooks func or a MemFS hook calls
+// wait) until the test opens it. newGate opens it in t.Cleanup, so a test
+// that fails while the writer is held ends and reports its failure instead
+// of hanging until the test binary times out.
+type gate struct {
+	entered chan struct{} // gets a value when a hook starts waiting (at most one pending)
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGate(t testing.TB) *gate {
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+// wait is called from a hook: it reports on entered and blocks until open.
+func (g *gate) wait() {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.release
+}
+
+// open lets every current and later wait return. It may be called more
+// than once.
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// closeAtEnd closes l in t.Cleanup after opening gates. Tests that hold the
+// writer use it instead of defer l.Close(): deferred calls run before
+// cleanups, so a deferred Close would wait forever for a writer that a
+// failed test left held.
+func closeAtEnd(t testing.TB, l *Log, gates ...*gate) {
+	t.Cleanup(func() {
+		for _, g := range gates {
+			g.open()
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
 }
