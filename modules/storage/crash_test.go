@@ -461,7 +461,7 @@ func TestCrashNamedNegativeControl(t *testing.T) {
 				}
 				return nil
 			})
-			queueDurable(t, l, payload(1, 40), answer)
+			queueDurable(t, l, answer, payload(1, 40))
 			<-crashed // before receiving: the hook looks at the channel's length
 			res := <-answer
 			if res.err != nil || res.first != 1 {
@@ -479,23 +479,6 @@ func TestCrashNamedNegativeControl(t *testing.T) {
 			}
 		})
 	}
-}
-
-// queueDurable queues one DURABLE entry the way AppendBatch does, with done
-// (buffered, capacity 1) as its answer channel, and does not wait: until
-// someone receives, len(done) tells whether the writer has answered.
-func queueDurable(t *testing.T, l *Log, p []byte, done chan result) {
-	t.Helper()
-	r := &request{data: AppendEntry(nil, p), n: 1, level: Durable, first: -1, done: done}
-	l.mu.Lock()
-	if l.failed != nil || l.closing {
-		l.mu.Unlock()
-		t.Fatalf("queue: log failed (%v) or closing", l.failed)
-	}
-	l.pending = append(l.pending, r)
-	l.pendingBytes += int64(len(r.data))
-	l.mu.Unlock()
-	l.signal()
 }
 
 // TestPowerLossNewRootDir: a topic whose root directory (and its parents)

@@ -165,3 +165,25 @@ func closeAtEnd(t testing.TB, l *Log, gates ...*gate) {
 		}
 	})
 }
+
+// queueDurable queues payloads as one DURABLE AppendBatch would, with done
+// (buffered, capacity 1) as the answer channel, and does not wait. Until
+// someone receives from done, len(done) tells whether the writer has
+// answered, which a test can check while the writer is held in a hook
+// without depending on when an appending goroutine gets to run.
+func queueDurable(t *testing.T, l *Log, done chan result, payloads ...[]byte) {
+	t.Helper()
+	r := &request{n: len(payloads), level: Durable, first: -1, done: done}
+	for _, p := range payloads {
+		r.data = AppendEntry(r.data, p)
+	}
+	l.mu.Lock()
+	if l.failed != nil || l.closing {
+		l.mu.Unlock()
+		t.Fatalf("queue: log failed (%v) or closing", l.failed)
+	}
+	l.pending = append(l.pending, r)
+	l.pendingBytes += int64(len(r.data))
+	l.mu.Unlock()
+	l.signal()
+}
