@@ -44,7 +44,7 @@ func (b *memBackend) Open(name string, create bool) (contract.Log, error) {
 	if !create {
 		return nil, fmt.Errorf("memlog: no topic %s", name)
 	}
-	l := &memLog{name: name, notify: make(chan struct{}), cps: map[string]*memCheckpoint{}}
+	l := &memLog{name: name, waiting: map[int64]chan struct{}{}, cps: map[string]*memCheckpoint{}}
 	b.logs[name] = l
 	return l, nil
 }
@@ -62,12 +62,14 @@ func (b *memBackend) Lock() (func() error, error) {
 }
 
 type memLog struct {
-	name   string
-	mu     sync.Mutex
-	msgs   [][]byte
-	notify chan struct{} // closed and replaced on every append
-	closed bool
-	cps    map[string]*memCheckpoint
+	name string
+	mu   sync.Mutex
+	msgs [][]byte
+	// waiting are the Notify channels by offset, closed once it is stored
+	// (as contract.Log promises: not before).
+	waiting map[int64]chan struct{}
+	closed  bool
+	cps     map[string]*memCheckpoint
 }
 
 func (l *memLog) Append(ctx context.Context, p []byte, lvl contract.AckLevel) (int64, error) {
@@ -84,8 +86,12 @@ func (l *memLog) AppendBatch(_ context.Context, ps [][]byte, lvl contract.AckLev
 	for _, p := range ps {
 		l.msgs = append(l.msgs, append([]byte(nil), p...))
 	}
-	close(l.notify)
-	l.notify = make(chan struct{})
+	for off, ch := range l.waiting {
+		if off < int64(len(l.msgs)) {
+			close(ch)
+			delete(l.waiting, off)
+		}
+	}
 	if lvl == contract.Accepted {
 		return -1, nil
 	}
@@ -124,7 +130,12 @@ func (l *memLog) Notify(offset int64) <-chan struct{} {
 		close(c)
 		return c
 	}
-	return l.notify
+	ch, ok := l.waiting[offset]
+	if !ok {
+		ch = make(chan struct{})
+		l.waiting[offset] = ch
+	}
+	return ch
 }
 
 func (l *memLog) StartOffset() int64 { return 0 }
@@ -163,7 +174,10 @@ func (l *memLog) Close() error {
 	defer l.mu.Unlock()
 	if !l.closed {
 		l.closed = true
-		close(l.notify)
+		for _, ch := range l.waiting {
+			close(ch)
+		}
+		l.waiting = nil
 	}
 	return nil
 }

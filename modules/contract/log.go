@@ -33,7 +33,9 @@ type Log interface {
 	// below it is durable. It never decreases.
 	HighWatermark() int64
 	// Notify returns a channel closed once HighWatermark() > offset, or
-	// once the log is closed.
+	// once the log is closed, and not before: a receiver that finds
+	// HighWatermark() <= offset knows the log is closed (the dispatchers
+	// and consumer-group fetches rely on this).
 	Notify(offset int64) <-chan struct{}
 	// StartOffset is the log start offset: the first offset still stored
 	// (0 until retention deletes something).

@@ -36,7 +36,7 @@ type memTopic struct {
 	mu       sync.Mutex
 	payloads [][]byte
 	corrupt  map[int64]bool
-	changed  chan struct{} // closed and replaced on every append
+	waiting  map[int64]chan struct{} // Notify channels by offset, closed once it is stored
 	closed   bool
 	cps      map[string]*storage.Checkpoint
 }
@@ -51,7 +51,7 @@ func newMemTopic(t *testing.T, root, name string) *memTopic {
 		fs:      vfs.OS{},
 		log:     zaptest.NewLogger(t),
 		corrupt: make(map[int64]bool),
-		changed: make(chan struct{}),
+		waiting: make(map[int64]chan struct{}),
 		cps:     make(map[string]*storage.Checkpoint),
 	}
 	if err := os.MkdirAll(tp.dir, 0o755); err != nil {
@@ -74,8 +74,12 @@ func (tp *memTopic) publish(n int) {
 	for i := 0; i < n; i++ {
 		tp.payloads = append(tp.payloads, storedMessage(tp.name, len(tp.payloads)))
 	}
-	close(tp.changed)
-	tp.changed = make(chan struct{})
+	for off, ch := range tp.waiting {
+		if off < int64(len(tp.payloads)) {
+			close(ch)
+			delete(tp.waiting, off)
+		}
+	}
 }
 
 func (tp *memTopic) setCorrupt(offsets ...int64) {
@@ -100,7 +104,12 @@ func (tp *memTopic) Notify(offset int64) <-chan struct{} {
 	if tp.closed || int64(len(tp.payloads)) > offset {
 		return closedChan
 	}
-	return tp.changed
+	ch, ok := tp.waiting[offset]
+	if !ok {
+		ch = make(chan struct{})
+		tp.waiting[offset] = ch
+	}
+	return ch
 }
 
 func (tp *memTopic) ReadBatch(from int64, max int) ([]storage.Entry, error) {
@@ -142,7 +151,10 @@ func (tp *memTopic) close() {
 	tp.mu.Lock()
 	if !tp.closed {
 		tp.closed = true
-		close(tp.changed)
+		for _, ch := range tp.waiting {
+			close(ch)
+		}
+		tp.waiting = nil
 	}
 	tp.mu.Unlock()
 	tp.closeCheckpoints()

@@ -21,7 +21,8 @@ type Topic interface {
 	// the last readable offset. It never decreases.
 	HighWatermark() int64
 	// Notify returns a channel closed once HighWatermark() > offset, or once
-	// the topic is closed.
+	// the topic is closed, and not before: a worker woken with
+	// HighWatermark() <= offset stops as for a closed topic.
 	Notify(offset int64) <-chan struct{}
 	// Checkpoint opens (or returns the already-open) durable checkpoint named
 	// name for this topic. The topic owns it and closes it; callers do not.

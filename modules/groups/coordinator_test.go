@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -27,11 +28,15 @@ type env struct {
 	q    *topicqueue.TopicQueue
 	c    *Coordinator
 	opts Options
+	// notified gets a value (at most one pending) each time a fetch asks the
+	// topic's log for a Notify channel, which it does right before it
+	// blocks: see waitingFetch.
+	notified chan struct{}
 }
 
 func newEnv(t *testing.T, opts Options) *env {
 	t.Helper()
-	e := &env{t: t, root: t.TempDir(), opts: opts}
+	e := &env{t: t, root: t.TempDir(), opts: opts, notified: make(chan struct{}, 1)}
 	e.open()
 	t.Cleanup(func() { e.close() })
 	return e
@@ -39,7 +44,8 @@ func newEnv(t *testing.T, opts Options) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	e.reg = topicqueue.New(topicqueue.Options{Root: e.root, Storage: storage.Options{Logger: zaptest.NewLogger(e.t)}})
+	local := &topicqueue.LocalBackend{Root: e.root, Storage: storage.Options{Logger: zaptest.NewLogger(e.t)}}
+	e.reg = topicqueue.New(topicqueue.Options{Root: e.root, Backend: &notifyingBackend{local, e.notified}})
 	var err error
 	if _, statErr := os.Stat(filepath.Join(e.root, testTopic)); statErr == nil {
 		e.q, err = e.reg.Open(testTopic)
@@ -63,6 +69,40 @@ func (e *env) close() {
 		e.t.Error(err)
 	}
 	e.reg = nil
+}
+
+// waitingFetch waits until a fetch started by the test is blocked waiting
+// for the topic: it has taken its Notify channel, so a publish, release,
+// drain, cancel or close that happens from now on ends its wait.
+func (e *env) waitingFetch() { <-e.notified }
+
+// notifyingBackend is a topicqueue.Backend whose logs report every Notify
+// call on notified.
+type notifyingBackend struct {
+	topicqueue.Backend
+	notified chan struct{}
+}
+
+func (b *notifyingBackend) Open(name string, create bool) (contract.Log, error) {
+	l, err := b.Backend.Open(name, create)
+	if err != nil {
+		return nil, err
+	}
+	return &notifyingLog{l, b.notified}, nil
+}
+
+type notifyingLog struct {
+	contract.Log
+	notified chan struct{}
+}
+
+func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
+	ch := l.Log.Notify(offset)
+	select {
+	case l.notified <- struct{}{}:
+	default:
+	}
+	return ch
 }
 
 func (e *env) reopen() {
@@ -174,7 +214,7 @@ func TestLongPollWakesOnPublish(t *testing.T) {
 		}
 		done <- b
 	}()
-	time.Sleep(50 * time.Millisecond)
+	e.waitingFetch()
 	e.publish(1)
 	select {
 	case b := <-done:
@@ -384,7 +424,7 @@ func TestReleaseDuringWait(t *testing.T) {
 		_, err := e.c.Fetch(context.Background(), testTopic, "g", s, 1, 200*time.Millisecond)
 		errc <- err
 	}()
-	time.Sleep(30 * time.Millisecond)
+	e.waitingFetch()
 	e.c.Release(testTopic, "g", s)
 	s2 := e.acquire("g") // free at once although a fetch of s is waiting
 	e.publish(1)
@@ -403,7 +443,7 @@ func TestDrainAndCancelEndWaits(t *testing.T) {
 		_, err := e.c.Fetch(ctx, testTopic, "g", s, 1, 10*time.Second)
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	e.waitingFetch()
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled fetch: %v", err)
@@ -418,7 +458,7 @@ func TestDrainAndCancelEndWaits(t *testing.T) {
 			t.Errorf("drained fetch = %v, %v", b.Entries, err)
 		}
 	}()
-	time.Sleep(20 * time.Millisecond)
+	e.waitingFetch()
 	e.c.Drain(context.Background())
 	wg.Wait()
 	if d := time.Since(start); d > 5*time.Second {
@@ -434,7 +474,7 @@ func TestTopicCloseEndsWait(t *testing.T) {
 		_, err := e.c.Fetch(context.Background(), testTopic, "g", s, 1, 10*time.Second)
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	e.waitingFetch()
 	if err := e.reg.Close(); err != nil { // the topic closes; the coordinator is not drained
 		t.Fatal(err)
 	}
@@ -576,6 +616,7 @@ func TestBusyDuringLongPollReportsAWholeLease(t *testing.T) {
 		defer close(done)
 		e.c.Fetch(ctx, testTopic, "g", s, 1, 10*time.Second)
 	}()
+	e.waitingFetch()
 	time.Sleep(400 * time.Millisecond) // well past the lease; the poll still waits
 	_, err := e.c.Acquire(testTopic, "g")
 	var be *BusyError
@@ -596,7 +637,7 @@ func TestReleaseEndsWaitingFetch(t *testing.T) {
 		_, err := e.c.Fetch(context.Background(), testTopic, "g", s, 1, 20*time.Second)
 		errc <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	e.waitingFetch()
 	if ok, err := e.c.Release(testTopic, "g", s); !ok || err != nil {
 		t.Fatalf("release: %v %v", ok, err)
 	}

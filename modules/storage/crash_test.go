@@ -432,47 +432,50 @@ func TestCrashAtNamedPoints(t *testing.T) {
 }
 
 // TestCrashNamedNegativeControl: deterministic version of the negative
-// control. The MemFS hook holds the segment fsync until the DURABLE append
-// has returned (or 100 ms passed), then takes the crash snapshot. The
-// correct engine cannot answer before the fsync, so nothing acked is lost;
-// AckBeforeSync answers first and loses the acknowledged entry.
+// control. The crash snapshot is taken as the segment fsync of a DURABLE
+// append starts. The correct engine has not answered the append at that
+// point, so nothing acknowledged is lost; AckBeforeSync has answered it, and
+// the acknowledged entry is lost. Whether the answer came before the crash
+// is read inside the hook, on the writer goroutine, from the append's answer
+// channel (see queueDurable), so it does not depend on when the appending
+// goroutine gets to run.
 func TestCrashNamedNegativeControl(t *testing.T) {
 	for _, wrong := range []bool{false, true} {
 		t.Run(fmt.Sprintf("AckBeforeSync=%v", wrong), func(t *testing.T) {
 			fsys := vfs.NewMem()
 			l := openMem(t, fsys, Options{Hooks: &Hooks{AckBeforeSync: wrong}})
+			defer l.Close()
 			mustAppend(t, l, payload(0, 40))
-			answered := make(chan int64, 1)
+			// AckBeforeSync answers before the fsyncs: wait until they are
+			// done, so that the hook below sees the next batch's only.
+			waitHighWatermark(t, l, 1)
+			answer := make(chan result, 1)
 			var snap *vfs.MemFS
-			var once sync.Once
 			ackedBeforeCrash := false
+			crashed := make(chan struct{})
 			fsys.SetHook(func(op vfs.Op, name string) error {
-				if op == vfs.OpSync && strings.HasSuffix(name, SegmentExt) {
-					once.Do(func() {
-						select {
-						case <-answered:
-							ackedBeforeCrash = true
-						case <-time.After(100 * time.Millisecond):
-						}
-						snap = fsys.Crash(vfs.CrashOptions{})
-					})
+				if op == vfs.OpSync && strings.HasSuffix(name, SegmentExt) && snap == nil {
+					ackedBeforeCrash = len(answer) == 1
+					snap = fsys.Crash(vfs.CrashOptions{})
+					close(crashed)
 				}
 				return nil
 			})
-			off, err := l.Append(context.Background(), payload(1, 40), Durable)
-			if err != nil {
-				t.Fatal(err)
+			queueDurable(t, l, answer, payload(1, 40))
+			<-crashed // before receiving: the hook looks at the channel's length
+			res := <-answer
+			if res.err != nil || res.first != 1 {
+				t.Fatalf("DURABLE append: offset %d, %v; want 1", res.first, res.err)
 			}
-			answered <- off
-			l.Close()
+			fsys.SetHook(nil)
 			rl := openMem(t, snap, Options{})
 			defer rl.Close()
 			if ackedBeforeCrash != wrong {
 				t.Fatalf("AckBeforeSync=%v: DURABLE answered before the segment fsync = %v", wrong, ackedBeforeCrash)
 			}
-			ackedAndLost := ackedBeforeCrash && rl.HighWatermark() <= off
+			ackedAndLost := ackedBeforeCrash && rl.HighWatermark() <= res.first
 			if ackedAndLost != wrong {
-				t.Fatalf("AckBeforeSync=%v: DURABLE-acked offset %d lost = %v (hw %d)", wrong, off, ackedAndLost, rl.HighWatermark())
+				t.Fatalf("AckBeforeSync=%v: DURABLE-acked offset %d lost = %v (hw %d)", wrong, res.first, ackedAndLost, rl.HighWatermark())
 			}
 		})
 	}

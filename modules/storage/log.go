@@ -26,7 +26,7 @@ type Log struct {
 
 	segs   atomic.Pointer[[]*segment] // immutable snapshot sorted by base
 	hw     atomic.Int64               // offsets < hw are durable and visible
-	notify atomic.Pointer[chan struct{}]
+	notify hwWaiters
 	closed atomic.Bool
 	size   atomic.Int64 // total bytes of all .mmm files (written)
 
@@ -67,8 +67,6 @@ func Open(dir string, opts Options) (*Log, error) {
 		flusherDone: make(chan struct{}),
 		checkpoints: map[string]*Checkpoint{},
 	}
-	ch := make(chan struct{})
-	l.notify.Store(&ch)
 
 	segs, rep, err := repairDir(o.FS, dir, l.topic, o, true)
 	if err != nil {
@@ -180,25 +178,25 @@ func (l *Log) Recovery() RepairReport { return l.Repair() }
 // is durable (segment and index fsynced) and readable.
 func (l *Log) HighWatermark() int64 { return l.hw.Load() }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // Notify returns a channel that is closed once HighWatermark() > offset, or
-// once the log is closed. It lets dispatch workers and long-polls wait for
-// "something past offset" without polling.
+// once the log is closed, and not before: a publish that leaves the high
+// watermark at or below offset does not close it. It lets dispatch workers
+// and long-polls wait for "something past offset" without polling; a
+// receiver that finds HighWatermark() <= offset knows the log is closed.
+// Waiters for the same offset share one channel, which is kept until the
+// high watermark passes that offset or the log closes.
 func (l *Log) Notify(offset int64) <-chan struct{} {
-	ch := *l.notify.Load() // load the channel before the watermark (see publish)
 	if l.hw.Load() > offset || l.closed.Load() {
 		return closedChan
 	}
-	return ch
+	return l.notify.wait(offset, &l.hw)
 }
 
-// publish makes offsets below hw visible and wakes every Notify waiter.
+// publish makes offsets below hw visible and wakes the Notify waiters of
+// those offsets.
 func (l *Log) publish(hw int64) {
 	l.hw.Store(hw)
-	next := make(chan struct{})
-	old := l.notify.Swap(&next)
-	close(*old)
+	l.notify.release(hw)
 }
 
 // Err returns the error that failed the log, or nil while it accepts writes.
@@ -268,8 +266,7 @@ func (l *Log) Close() error {
 		return nil
 	}
 	l.closed.Store(true)
-	old := l.notify.Swap(&closedChan)
-	close(*old)
+	l.notify.closeAll()
 	var errs []error
 	l.cpMu.Lock()
 	for _, c := range l.checkpoints {

@@ -194,12 +194,8 @@ func TestAckLevels(t *testing.T) {
 	if err != nil || off != -1 {
 		t.Fatalf("ACCEPTED: %d, %v (want -1: no offset promised)", off, err)
 	}
-	// ACCEPTED is eventually visible, at offset 1.
-	select {
-	case <-l.Notify(1):
-	case <-time.After(5 * time.Second):
-		t.Fatal("ACCEPTED entry never became visible")
-	}
+	// ACCEPTED becomes visible, at offset 1.
+	waitHighWatermark(t, l, 2)
 	if p, err := l.Read(1); err != nil || string(p) != `{"a":"accepted"}` {
 		t.Fatalf("Read(1) = %q, %v", p, err)
 	}
@@ -230,43 +226,44 @@ func TestAckLevels(t *testing.T) {
 // before the index fsync; DURABLE only after it.
 func TestWrittenAckBeforeIndexSync(t *testing.T) {
 	fsys := vfs.NewMem()
-	release := make(chan struct{})
-	var blocked atomic.Bool
+	afterIndexWrite := newGate(t)
+	var hold atomic.Bool
 	l := openMem(t, fsys, Options{Hooks: &Hooks{AfterIndexWrite: func() {
-		if blocked.Load() {
-			<-release
+		if hold.Load() {
+			afterIndexWrite.wait()
 		}
 	}}})
-	defer l.Close()
-	blocked.Store(true)
+	indexSync := newGate(t)
+	closeAtEnd(t, l, afterIndexWrite, indexSync)
+
+	// A DURABLE append held after both writes, before the index fsync, is
+	// not answered and not visible.
+	hold.Store(true)
 	durable := make(chan error, 1)
 	go func() {
 		_, err := l.Append(context.Background(), []byte(`{"d":1}`), Durable)
 		durable <- err
 	}()
-	// Wait until the DURABLE append is stuck at AfterIndexWrite, then a
-	// WRITTEN one queued behind cannot finish either; instead check the
-	// WRITTEN answer of a batch stuck at the same point.
-	time.Sleep(20 * time.Millisecond)
+	<-afterIndexWrite.entered
 	select {
 	case err := <-durable:
 		t.Fatalf("DURABLE answered before the index fsync: %v", err)
 	default:
 	}
-	if l.HighWatermark() != 0 {
-		t.Fatalf("hw moved before the index fsync: %d", l.HighWatermark())
+	if hw := l.HighWatermark(); hw != 0 {
+		t.Fatalf("hw moved to %d before the index fsync", hw)
 	}
-	close(release)
-	blocked.Store(false)
+	hold.Store(false)
+	afterIndexWrite.open()
 	if err := <-durable; err != nil {
 		t.Fatal(err)
 	}
 
-	// A WRITTEN append stuck before the index fsync is answered.
-	release2 := make(chan struct{})
+	// A WRITTEN append held in the index fsync is answered, and is not
+	// visible until the fsync returns.
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpSync && strings.HasSuffix(name, IndexExt) {
-			<-release2
+			indexSync.wait()
 		}
 		return nil
 	})
@@ -274,12 +271,74 @@ func TestWrittenAckBeforeIndexSync(t *testing.T) {
 	if err != nil || off != 1 {
 		t.Fatalf("WRITTEN: %d %v", off, err)
 	}
-	if l.HighWatermark() != 1 {
-		t.Fatalf("hw %d while index fsync is pending", l.HighWatermark())
+	<-indexSync.entered
+	if hw := l.HighWatermark(); hw != 1 {
+		t.Fatalf("hw %d while the index fsync is pending, want 1", hw)
 	}
-	close(release2)
-	<-l.Notify(1)
 	fsys.SetHook(nil)
+	indexSync.open()
+	waitHighWatermark(t, l, 2)
+}
+
+// TestNothingReadableDuringIndexFsync: while the writer is inside the index
+// fsync of a batch, nothing of that batch is visible: not by
+// HighWatermark, Read, ReadBatch or Notify, whatever level its appends
+// asked for, and a DURABLE batch is not answered. The writer is held in the
+// fsync itself and the answer is read from its channel (see queueDurable),
+// so the checks do not depend on timing.
+func TestNothingReadableDuringIndexFsync(t *testing.T) {
+	for _, level := range []AckLevel{Accepted, Written, Durable} {
+		t.Run(level.String(), func(t *testing.T) {
+			fsys := vfs.NewMem()
+			l := openMem(t, fsys, Options{})
+			indexSync := newGate(t)
+			closeAtEnd(t, l, indexSync)
+			for i := 0; i < 3; i++ {
+				mustAppend(t, l, payload(i, 20))
+			}
+			fsys.SetHook(func(op vfs.Op, name string) error {
+				if op == vfs.OpSync && strings.HasSuffix(name, IndexExt) {
+					indexSync.wait()
+				}
+				return nil
+			})
+			batch := [][]byte{payload(3, 20), payload(4, 20)}
+			answered := make(chan result, 1)
+			if level == Durable {
+				queueDurable(t, l, answered, batch...)
+			} else {
+				go func() {
+					first, err := l.AppendBatch(context.Background(), batch, level)
+					answered <- result{first, err}
+				}()
+			}
+			<-indexSync.entered
+			if hw := l.HighWatermark(); hw != 3 {
+				t.Fatalf("high watermark %d during the index fsync, want 3", hw)
+			}
+			if p, err := l.Read(3); !errors.Is(err, ErrOutOfRange) {
+				t.Fatalf("Read(3) during the index fsync = %q, %v; want ErrOutOfRange", p, err)
+			}
+			if es, err := l.ReadBatch(3, 10); len(es) != 0 || err != nil {
+				t.Fatalf("ReadBatch(3) during the index fsync = %d entries, %v; want none", len(es), err)
+			}
+			if es, err := l.ReadBatch(0, 10); len(es) != 3 || err != nil {
+				t.Fatalf("ReadBatch(0) during the index fsync = %d entries, %v; want the 3 durable ones", len(es), err)
+			}
+			if !isClosed(l.Notify(2)) || isClosed(l.Notify(3)) {
+				t.Fatal("Notify(3) closed during the index fsync, or Notify(2) not closed")
+			}
+			if level == Durable && len(answered) != 0 {
+				t.Fatal("DURABLE answered during the index fsync")
+			}
+			fsys.SetHook(nil)
+			indexSync.open()
+			if res := <-answered; res.err != nil {
+				t.Fatal(res.err)
+			}
+			waitHighWatermark(t, l, 5)
+		})
+	}
 }
 
 func TestNotify(t *testing.T) {
@@ -287,14 +346,6 @@ func TestNotify(t *testing.T) {
 	l := openMem(t, fsys, Options{})
 	for i := 0; i < 3; i++ {
 		mustAppend(t, l, payload(i, 10))
-	}
-	isClosed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
 	}
 	hw := l.HighWatermark()
 	if !isClosed(l.Notify(hw-1)) || !isClosed(l.Notify(0)) || !isClosed(l.Notify(-1)) {
@@ -304,24 +355,28 @@ func TestNotify(t *testing.T) {
 	if isClosed(at) || isClosed(past) {
 		t.Fatal("Notify(hw) closed before anything was appended")
 	}
+	if l.Notify(hw) != at {
+		t.Fatal("two waiters for the same offset got different channels")
+	}
 	mustAppend(t, l, payload(3, 10))
 	if !isClosed(at) {
 		t.Fatal("Notify(hw) not closed after an append")
 	}
-	// A waiter for "something past hw+1" is woken by the publish (spurious
-	// wake-ups are allowed; the caller re-checks), but a fresh call must
-	// not report it as reached.
-	if isClosed(l.Notify(hw + 1)) {
-		t.Fatal("Notify(hw+1) closed with hw = hw+1")
+	// The publish that moved the high watermark to hw+1 is not past hw+1:
+	// neither the channel handed out before it nor a fresh one is closed.
+	if isClosed(past) || isClosed(l.Notify(hw+1)) {
+		t.Fatalf("Notify(%d) closed with the high watermark at %d", hw+1, l.HighWatermark())
 	}
-	// Concurrent waiters all wake.
+	// Concurrent waiters all wake, once, when the watermark passes their
+	// offset.
 	var wg sync.WaitGroup
 	for i := 0; i < 10; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for l.HighWatermark() <= hw+3 { // 3 more appends below: hw+4
-				<-l.Notify(hw + 3)
+			<-l.Notify(hw + 3)
+			if got := l.HighWatermark(); got <= hw+3 {
+				t.Errorf("Notify(%d) closed with the high watermark at %d", hw+3, got)
 			}
 		}()
 	}
@@ -329,10 +384,10 @@ func TestNotify(t *testing.T) {
 		mustAppend(t, l, payload(i, 10))
 	}
 	wg.Wait()
-	last := l.Notify(1000)
-	if isClosed(past) && l.HighWatermark() <= hw+1 {
-		t.Fatal("Notify(hw+1) closed before hw passed it")
+	if !isClosed(past) {
+		t.Fatalf("Notify(%d) not closed with the high watermark at %d", hw+1, l.HighWatermark())
 	}
+	last := l.Notify(1000)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +397,49 @@ func TestNotify(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+// TestNotifyNeverEarly (run with -race): while appenders move the high
+// watermark one group commit at a time, waiters for offsets at and ahead
+// of it never see their channel closed before the watermark passes their
+// offset, and all of them wake by the end.
+func TestNotifyNeverEarly(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{})
+	defer l.Close()
+	const total = 400
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 13))
+			for hw := l.HighWatermark(); hw < total; hw = l.HighWatermark() {
+				off := min(hw+rng.Int64N(4), total-1) // total-1 is the last offset appended
+				<-l.Notify(off)
+				if got := l.HighWatermark(); got <= off {
+					t.Errorf("Notify(%d) closed with the high watermark at %d", off, got)
+					return
+				}
+			}
+		}()
+	}
+	var appenders sync.WaitGroup
+	for a := 0; a < 2; a++ {
+		appenders.Add(1)
+		go func() {
+			defer appenders.Done()
+			for i := 0; i < total/2; i++ {
+				if _, err := l.Append(context.Background(), payload(i, 20), AckLevel(1+i%3)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	appenders.Wait()
+	waitHighWatermark(t, l, total)
+	wg.Wait()
 }
 
 var errEIO = fmt.Errorf("injected: %w", syscall.EIO)
@@ -603,24 +701,22 @@ func TestRecordSizeLimits(t *testing.T) {
 
 func TestCloseDrainsAccepted(t *testing.T) {
 	fsys := vfs.NewMem()
-	gate := make(chan struct{})
-	var once sync.Once
-	started := make(chan struct{})
+	segmentWrite := newGate(t)
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpWrite && strings.HasSuffix(name, SegmentExt) {
-			once.Do(func() { close(started) })
-			<-gate
+			segmentWrite.wait()
 		}
 		return nil
 	})
 	l := openMem(t, fsys, Options{SegmentMaxBytes: 1000})
+	closeAtEnd(t, l, segmentWrite)
 	const n = 300
 	for i := 0; i < n; i++ {
 		if off, err := l.Append(context.Background(), payload(i, 20), Accepted); err != nil || off != -1 {
 			t.Fatalf("accepted append %d: %d %v", i, off, err)
 		}
 	}
-	<-started // the writer is stuck in the first write; the rest are queued
+	<-segmentWrite.entered // the writer is held in the first write; the rest are queued
 	closed := make(chan error, 1)
 	go func() { closed <- l.Close() }()
 	for closing := false; !closing; {
@@ -632,7 +728,7 @@ func TestCloseDrainsAccepted(t *testing.T) {
 	if _, err := l.Append(context.Background(), []byte(`{}`), Accepted); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append while closing: %v", err)
 	}
-	close(gate)
+	segmentWrite.open()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
@@ -662,53 +758,60 @@ func TestCloseDrainsAccepted(t *testing.T) {
 
 func TestQueueFullAndContextCancel(t *testing.T) {
 	fsys := vfs.NewMem()
-	gate := make(chan struct{})
-	var blocking atomic.Bool
+	firstSync, cancelSync := newGate(t), newGate(t)
+	var hold atomic.Pointer[gate] // the gate fsyncs wait at; nil: none
 	fsys.SetHook(func(op vfs.Op, name string) error {
-		if blocking.Load() && op == vfs.OpSync {
-			<-gate
+		if g := hold.Load(); g != nil && op == vfs.OpSync {
+			g.wait()
 		}
 		return nil
 	})
 	l := openMem(t, fsys, Options{MaxPendingBytes: 1000})
-	blocking.Store(true)
-	// The first append is taken by the writer, which blocks in fsync.
-	go l.Append(context.Background(), payload(0, 100), Accepted)
-	time.Sleep(10 * time.Millisecond)
+	closeAtEnd(t, l, firstSync, cancelSync)
+	ctx := context.Background()
+	hold.Store(firstSync)
+	// The first append is taken by the writer, which is held in its fsync;
+	// the next ones queue up to MaxPendingBytes.
+	if _, err := l.Append(ctx, payload(0, 100), Accepted); err != nil {
+		t.Fatal(err)
+	}
+	<-firstSync.entered
 	var err error
 	n := 0
 	for ; n < 100; n++ {
-		if _, err = l.Append(context.Background(), payload(n+1, 100), Accepted); err != nil {
+		if _, err = l.Append(ctx, payload(n+1, 100), Accepted); err != nil {
 			break
 		}
 	}
 	if !errors.Is(err, ErrQueueFull) || n == 0 || n > 10 {
 		t.Fatalf("after %d queued: %v", n, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	// Drain the queue so a DURABLE append can be queued.
+	hold.Store(nil)
+	firstSync.open()
+	waitHighWatermark(t, l, int64(n+1))
+	// A DURABLE append whose context ends while the writer is held in its
+	// fsync returns the context's error.
+	hold.Store(cancelSync)
+	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	blocking.Store(false)
-	// Drain the queue so a durable append can be queued, then cancel it.
-	close(gate)
-	<-l.Notify(int64(n))
-	gate2 := make(chan struct{})
-	fsys.SetHook(func(op vfs.Op, name string) error {
-		if op == vfs.OpSync {
-			<-gate2
-		}
-		return nil
-	})
-	if _, err := l.Append(ctx, payload(999, 10), Durable); !errors.Is(err, context.DeadlineExceeded) {
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := l.Append(cctx, payload(999, 10), Durable)
+		cancelled <- err
+	}()
+	<-cancelSync.entered
+	cancel()
+	if err := <-cancelled; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled append: %v", err)
 	}
-	close(gate2)
-	fsys.SetHook(nil)
+	hold.Store(nil)
+	cancelSync.open()
 	// The outcome was unknown to the caller; the entry is written anyway.
-	<-l.Notify(int64(n + 1))
+	waitHighWatermark(t, l, int64(n+2))
 	if p, err := l.Read(int64(n + 1)); err != nil || !bytes.Equal(p, payload(999, 10)) {
 		t.Fatalf("cancelled entry: %q %v", p, err)
 	}
-	l.Close()
 }
 
 // TestConcurrentReadersDuringWrites (run with -race): readers never see an
@@ -814,9 +917,7 @@ func TestConcurrentReadersDuringWrites(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for l.HighWatermark() < writers*perWriter {
-		<-l.Notify(writers*perWriter - 1)
-	}
+	waitHighWatermark(t, l, writers*perWriter)
 	close(done)
 	readers.Wait()
 	final := readAll(t, l, 1000)
@@ -1036,7 +1137,7 @@ func TestAnswersNeverCrossCallers(t *testing.T) {
 		t.Fatal("appends did not finish in 30 s: the writer is stuck answering")
 	}
 	close(acks)
-	<-l.Notify(workers*each - 1)
+	waitHighWatermark(t, l, workers*each)
 	n := 0
 	seen := map[int64]int{}
 	for a := range acks {

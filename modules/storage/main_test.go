@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -97,4 +98,92 @@ func asCorruption(t testing.TB, err error) *CorruptionError {
 		t.Fatalf("errors.Is(%v, ErrCorrupt) = false", err)
 	}
 	return ce
+}
+
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitHighWatermark waits until l's high watermark is at least hw (offset
+// hw-1 is readable), with Notify, and fails the test if Notify wakes it
+// while the watermark is still below hw: the log closed first, or Notify
+// broke its promise.
+func waitHighWatermark(t testing.TB, l *Log, hw int64) {
+	t.Helper()
+	<-l.Notify(hw - 1)
+	if got := l.HighWatermark(); got < hw {
+		t.Fatalf("waiting for high watermark %d: woken at %d (log closed: %v, failed: %v)", hw, got, l.closed.Load(), l.Err())
+	}
+}
+
+// gate holds the writer inside a hook (a Hooks func or a MemFS hook calls
+// wait) until the test opens it. newGate opens it in t.Cleanup, so a test
+// that fails while the writer is held ends and reports its failure instead
+// of hanging until the test binary times out.
+type gate struct {
+	entered chan struct{} // gets a value when a hook starts waiting (at most one pending)
+	release chan struct{}
+	once    sync.Once
+}
+
+func newGate(t testing.TB) *gate {
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+// wait is called from a hook: it reports on entered and blocks until open.
+func (g *gate) wait() {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.release
+}
+
+// open lets every current and later wait return. It may be called more
+// than once.
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// closeAtEnd closes l in t.Cleanup after opening gates. Tests that hold the
+// writer use it instead of defer l.Close(): deferred calls run before
+// cleanups, so a deferred Close would wait forever for a writer that a
+// failed test left held.
+func closeAtEnd(t testing.TB, l *Log, gates ...*gate) {
+	t.Cleanup(func() {
+		for _, g := range gates {
+			g.open()
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+}
+
+// queueDurable queues payloads as one DURABLE AppendBatch would, with done
+// (buffered, capacity 1) as the answer channel, and does not wait. Until
+// someone receives from done, len(done) tells whether the writer has
+// answered, which a test can check while the writer is held in a hook
+// without depending on when an appending goroutine gets to run.
+func queueDurable(t *testing.T, l *Log, done chan result, payloads ...[]byte) {
+	t.Helper()
+	r := &request{n: len(payloads), level: Durable, first: -1, done: done}
+	for _, p := range payloads {
+		r.data = AppendEntry(r.data, p)
+	}
+	l.mu.Lock()
+	if l.failed != nil || l.closing {
+		l.mu.Unlock()
+		t.Fatalf("queue: log failed (%v) or closing", l.failed)
+	}
+	l.pending = append(l.pending, r)
+	l.pendingBytes += int64(len(r.data))
+	l.mu.Unlock()
+	l.signal()
 }

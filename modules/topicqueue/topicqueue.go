@@ -57,7 +57,7 @@ func (q *TopicQueue) ReadBatch(from int64, max int) ([]storage.Entry, error) {
 func (q *TopicQueue) HighWatermark() int64 { return q.log.HighWatermark() }
 
 // Notify returns a channel closed once HighWatermark() > offset or the topic
-// is closed.
+// is closed, and not before.
 func (q *TopicQueue) Notify(offset int64) <-chan struct{} { return q.log.Notify(offset) }
 
 // Checkpoint returns the durable checkpoint name of this topic, opening it

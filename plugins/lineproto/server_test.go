@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -27,13 +28,20 @@ type testEnv struct {
 	reg *topicqueue.Registry
 	c   *groups.Coordinator
 	srv *Server
+	// notified gets a value (at most one pending) each time a FETCH asks
+	// a topic's log for a Notify channel, right before it blocks: see
+	// waitingFetch.
+	notified chan struct{}
 }
 
 func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 	t.Helper()
 	log := zaptest.NewLogger(t)
 	// gopts.Budget, when set, is the storage's in-flight budget too.
-	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}})
+	root := t.TempDir()
+	local := &topicqueue.LocalBackend{Root: root, Storage: storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}}
+	notified := make(chan struct{}, 1)
+	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: &notifyingBackend{local, notified}})
 	gopts.Logger = log
 	c := groups.New(reg, gopts)
 	opts.Addr = "127.0.0.1:0"
@@ -59,7 +67,41 @@ func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 			t.Error(err)
 		}
 	})
-	return &testEnv{reg: reg, c: c, srv: srv}
+	return &testEnv{reg: reg, c: c, srv: srv, notified: notified}
+}
+
+// waitingFetch waits until a FETCH sent by the test is blocked waiting for
+// its topic: it has taken its Notify channel, so a publish or a stop from
+// now on ends its wait.
+func (e *testEnv) waitingFetch() { <-e.notified }
+
+// notifyingBackend is a topicqueue.Backend whose logs report every Notify
+// call on notified.
+type notifyingBackend struct {
+	topicqueue.Backend
+	notified chan struct{}
+}
+
+func (b *notifyingBackend) Open(name string, create bool) (contract.Log, error) {
+	l, err := b.Backend.Open(name, create)
+	if err != nil {
+		return nil, err
+	}
+	return &notifyingLog{l, b.notified}, nil
+}
+
+type notifyingLog struct {
+	contract.Log
+	notified chan struct{}
+}
+
+func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
+	ch := l.Log.Notify(offset)
+	select {
+	case l.notified <- struct{}{}:
+	default:
+	}
+	return ch
 }
 
 type client struct {
@@ -219,7 +261,7 @@ func TestLongPollWakesOnPublish(t *testing.T) {
 	c := e.dial(t)
 	c.fetch("FETCH t g 10 0")
 	c.send("FETCH t g 10 10000")
-	time.Sleep(50 * time.Millisecond)
+	e.waitingFetch()
 	begin := time.Now()
 	expectPrefix(t, p.do(`PUB t DURABLE 2`), "OK 1")
 	expectPrefix(t, c.read(), "MSG 1 ")
@@ -343,7 +385,7 @@ func TestStopEndsConnectionsAndWaits(t *testing.T) {
 	waiting.do(`PUB t DURABLE 1`)
 	waiting.fetch("FETCH t g 10 0")
 	waiting.send("FETCH t g 10 30000")
-	time.Sleep(50 * time.Millisecond)
+	e.waitingFetch()
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
