@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
 
 const testTopic = "order.created"
@@ -45,7 +45,7 @@ func newEnv(t *testing.T, opts Options) *env {
 func (e *env) open() {
 	e.t.Helper()
 	local := &topicqueue.LocalBackend{Root: e.root, Storage: storage.Options{Logger: zaptest.NewLogger(e.t)}}
-	e.reg = topicqueue.New(topicqueue.Options{Root: e.root, Backend: &notifyingBackend{local, e.notified}})
+	e.reg = topicqueue.New(topicqueue.Options{Root: e.root, Backend: &topicqueuetest.NotifyingBackend{Backend: local, Notified: e.notified}})
 	var err error
 	if _, statErr := os.Stat(filepath.Join(e.root, testTopic)); statErr == nil {
 		e.q, err = e.reg.Open(testTopic)
@@ -75,35 +75,6 @@ func (e *env) close() {
 // for the topic: it has taken its Notify channel, so a publish, release,
 // drain, cancel or close that happens from now on ends its wait.
 func (e *env) waitingFetch() { <-e.notified }
-
-// notifyingBackend is a topicqueue.Backend whose logs report every Notify
-// call on notified.
-type notifyingBackend struct {
-	topicqueue.Backend
-	notified chan struct{}
-}
-
-func (b *notifyingBackend) Open(name string, create bool) (contract.Log, error) {
-	l, err := b.Backend.Open(name, create)
-	if err != nil {
-		return nil, err
-	}
-	return &notifyingLog{l, b.notified}, nil
-}
-
-type notifyingLog struct {
-	contract.Log
-	notified chan struct{}
-}
-
-func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
-	ch := l.Log.Notify(offset)
-	select {
-	case l.notified <- struct{}{}:
-	default:
-	}
-	return ch
-}
 
 func (e *env) reopen() {
 	e.t.Helper()

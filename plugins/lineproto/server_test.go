@@ -17,11 +17,11 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
 
 type testEnv struct {
@@ -41,7 +41,7 @@ func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 	root := t.TempDir()
 	local := &topicqueue.LocalBackend{Root: root, Storage: storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}}
 	notified := make(chan struct{}, 1)
-	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: &notifyingBackend{local, notified}})
+	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: &topicqueuetest.NotifyingBackend{Backend: local, Notified: notified}})
 	gopts.Logger = log
 	c := groups.New(reg, gopts)
 	opts.Addr = "127.0.0.1:0"
@@ -74,35 +74,6 @@ func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
 // its topic: it has taken its Notify channel, so a publish or a stop from
 // now on ends its wait.
 func (e *testEnv) waitingFetch() { <-e.notified }
-
-// notifyingBackend is a topicqueue.Backend whose logs report every Notify
-// call on notified.
-type notifyingBackend struct {
-	topicqueue.Backend
-	notified chan struct{}
-}
-
-func (b *notifyingBackend) Open(name string, create bool) (contract.Log, error) {
-	l, err := b.Backend.Open(name, create)
-	if err != nil {
-		return nil, err
-	}
-	return &notifyingLog{l, b.notified}, nil
-}
-
-type notifyingLog struct {
-	contract.Log
-	notified chan struct{}
-}
-
-func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
-	ch := l.Log.Notify(offset)
-	select {
-	case l.notified <- struct{}{}:
-	default:
-	}
-	return ch
-}
 
 type client struct {
 	t  *testing.T

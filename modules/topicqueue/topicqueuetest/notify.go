@@ -1,0 +1,43 @@
+// Package topicqueuetest holds test doubles for code built on the topic
+// registry: wrappers around a real topicqueue.Backend that let a test see
+// what its logs are asked, instead of sleeping until it probably happened.
+package topicqueuetest
+
+import (
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// NotifyingBackend is a topicqueue.Backend whose logs send on Notified
+// (without blocking: at most what the channel buffers stays pending) each
+// time a caller takes a Notify channel. A fetch or dispatch worker takes
+// one just before it blocks waiting for a topic, so a test that receives
+// from Notified knows a publish, stop or cancel from then on ends that
+// wait. Give Notified a buffer of 1.
+type NotifyingBackend struct {
+	topicqueue.Backend
+	Notified chan struct{}
+}
+
+// Open opens the topic through the wrapped backend and wraps its log.
+func (b *NotifyingBackend) Open(name string, create bool) (contract.Log, error) {
+	l, err := b.Backend.Open(name, create)
+	if err != nil {
+		return nil, err
+	}
+	return &notifyingLog{l, b.Notified}, nil
+}
+
+type notifyingLog struct {
+	contract.Log
+	notified chan struct{}
+}
+
+func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
+	ch := l.Log.Notify(offset)
+	select {
+	case l.notified <- struct{}{}:
+	default:
+	}
+	return ch
+}
