@@ -102,6 +102,7 @@ func TestCrashRandomKill(t *testing.T) {
 	deadline, limited := t.Deadline()
 	deadline = deadline.Add(-2 * time.Minute)
 	intervalKeys := map[wkey]bool{{"d-int", "ct.a"}: true}
+	began := time.Now()
 	conf := func(round int) brokerConf {
 		port, _ := cons.listen(t, round)
 		ds := make([]dispatcherConf, len(rkDispatchers))
@@ -149,7 +150,11 @@ func TestCrashRandomKill(t *testing.T) {
 		cpStart[r] = readCheckpoints(t, root)
 		b := startBroker(t, conf(r))
 		if r > 1 {
-			verify(b, fmt.Sprintf("round %d after restart", r), false)
+			tl := verify(b, fmt.Sprintf("round %d after restart", r), false)
+			if (r-1)%50 == 0 { // progress of long runs (go test -v streams it)
+				t.Logf("%d of %d rounds after %s: acked durable %d, lost durable %d, delivered %d",
+					r-1, rounds, time.Since(began).Round(time.Second), tl.AckedDurable, tl.LostDurable, tl.Delivered)
+			}
 		}
 		killAfter := time.Duration(10+rng.IntN(291)) * time.Millisecond
 		var (
