@@ -3,11 +3,8 @@ package dispatcher
 import (
 	"bytes"
 	"context"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"go.uber.org/zap"
@@ -16,18 +13,15 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
 
-// faultTopic is a real log on an in-memory filesystem with one entry per
-// segment file, so a read fault can be aimed at one offset: while failAt is
-// o (>= 0), every read of o's segment file fails with EIO and nothing else
-// does.
+// faultTopic is a real log whose reads can fail at one offset
+// (topicqueuetest.ReadFault: FailAt, Fired).
 type faultTopic struct {
-	q      *topicqueue.TopicQueue
-	failAt atomic.Int64
-	fired  atomic.Int64 // reads failed so far
+	*topicqueuetest.ReadFault
+	q *topicqueue.TopicQueue
 }
 
 // newFaultTopic stores n stored messages in topic name, one per segment,
@@ -35,9 +29,8 @@ type faultTopic struct {
 // closed at cleanup, after the managers started later have stopped.
 func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
 	t.Helper()
-	mem := vfs.NewMem()
-	// A segment over 1 byte is full: every append opens a new segment.
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: zaptest.NewLogger(t), SegmentMaxBytes: 1}})
+	rf := topicqueuetest.NewReadFault(zaptest.NewLogger(t))
+	reg := rf.Registry
 	t.Cleanup(func() {
 		if err := reg.Close(); err != nil {
 			t.Error(err)
@@ -55,16 +48,7 @@ func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
 	if st := q.Stats(); st.Segments != n {
 		t.Fatalf("%d segments for %d messages, want one each", st.Segments, n)
 	}
-	ft := &faultTopic{q: q}
-	ft.failAt.Store(-1)
-	mem.SetHook(func(op vfs.Op, file string) error {
-		o := ft.failAt.Load()
-		if op != vfs.OpRead || o < 0 || filepath.Base(file) != storage.SegmentName(o)+storage.SegmentExt {
-			return nil
-		}
-		ft.fired.Add(1)
-		return &fs.PathError{Op: "read", Path: file, Err: syscall.EIO}
-	})
+	ft := &faultTopic{ReadFault: rf, q: q}
 	return ft
 }
 
@@ -75,13 +59,13 @@ func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
 func TestReadErrorRetriesWithoutSkipping(t *testing.T) {
 	const topic = "read.eio"
 	ft := newFaultTopic(t, topic, 5)
-	ft.failAt.Store(2)
+	ft.FailAt.Store(2)
 	c := newConsumer(t, nil)
 	m := startManager(t, newMemSource(ft.q), testOptions(), New("d", c.host(t), MustPattern(topic)))
 
 	// Three failed reads of offset 2, or the worker moving past it.
 	eventually(t, "three read attempts at offset 2", func() bool {
-		return ft.fired.Load() >= 3 || status(m, "d", topic).Next > 2
+		return ft.Fired.Load() >= 3 || status(m, "d", topic).Next > 2
 	})
 	st := status(m, "d", topic)
 	if st.Next != 2 || st.Committed != 2 || st.Skipped != 0 || !st.Running {
@@ -89,7 +73,7 @@ func TestReadErrorRetriesWithoutSkipping(t *testing.T) {
 	}
 	wantOffsets(t, "offsets while offset 2 is unreadable", c.requests(), 0, 1)
 
-	ft.failAt.Store(-1)
+	ft.FailAt.Store(-1)
 	waitCommitted(t, m, "d", topic, 5)
 	wantOffsets(t, "offsets", c.requests(), 0, 1, 2, 3, 4)
 	if st := status(m, "d", topic); st.Skipped != 0 || st.Delivered != 5 {

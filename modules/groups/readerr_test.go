@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -17,40 +14,32 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
 
-// faultEnv is a coordinator over a real log on an in-memory filesystem
-// whose topic keeps one entry per segment file, so a read fault can be aimed
-// at one offset: while failAt is o (>= 0), every read of o's segment file
-// fails with EIO and nothing else does.
+// faultEnv is a coordinator over a registry with a read fault that can be
+// aimed at one offset (topicqueuetest.ReadFault: FailAt, Fired).
 type faultEnv struct {
-	reg    *topicqueue.Registry
-	q      *topicqueue.TopicQueue
-	c      *Coordinator
-	failAt atomic.Int64
-	fired  atomic.Int64 // reads failed so far
+	*topicqueuetest.ReadFault
+	q *topicqueue.TopicQueue
+	c *Coordinator
 }
 
 // newFaultEnv stores n durable messages {"n":<offset>} in testTopic, one per
 // segment, and installs the read fault (off until failAt is set).
 func newFaultEnv(t *testing.T, n int) *faultEnv {
 	t.Helper()
-	mem := vfs.NewMem()
 	log := zaptest.NewLogger(t)
-	e := &faultEnv{}
-	e.failAt.Store(-1)
-	// A segment over 1 byte is full: every append opens a new segment.
-	e.reg = topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log, SegmentMaxBytes: 1}})
-	e.c = New(e.reg, Options{Logger: log})
+	e := &faultEnv{ReadFault: topicqueuetest.NewReadFault(log)}
+	e.c = New(e.Registry, Options{Logger: log})
 	t.Cleanup(func() {
 		_ = e.c.Stop(context.Background())
-		if err := e.reg.Close(); err != nil {
+		if err := e.Registry.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	q, err := e.reg.GetOrCreate(testTopic)
+	q, err := e.Registry.GetOrCreate(testTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +52,6 @@ func newFaultEnv(t *testing.T, n int) *faultEnv {
 	if st := q.Stats(); st.Segments != n {
 		t.Fatalf("%d segments for %d messages, want one each", st.Segments, n)
 	}
-	mem.SetHook(func(op vfs.Op, name string) error {
-		o := e.failAt.Load()
-		if op != vfs.OpRead || o < 0 || filepath.Base(name) != storage.SegmentName(o)+storage.SegmentExt {
-			return nil
-		}
-		e.fired.Add(1)
-		return &fs.PathError{Op: "read", Path: name, Err: syscall.EIO}
-	})
 	return e
 }
 
@@ -97,7 +78,7 @@ func TestFetchReadErrorKeepsOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.failAt.Store(2)
+	e.FailAt.Store(2)
 
 	b, err := e.c.Fetch(context.Background(), testTopic, "g", s, 10, 0)
 	if err != nil {
@@ -126,7 +107,7 @@ func TestFetchReadErrorKeepsOffset(t *testing.T) {
 			t.Fatalf("after failed fetch %d: %+v, want next 2, committed 0, held", i, st)
 		}
 	}
-	if e.fired.Load() == 0 {
+	if e.Fired.Load() == 0 {
 		t.Fatal("the read fault never fired")
 	}
 	// The failed offset was not delivered: it cannot be acknowledged.
@@ -137,7 +118,7 @@ func TestFetchReadErrorKeepsOffset(t *testing.T) {
 		t.Fatalf("ack 1 = %d, %v, want committed 2", c, err)
 	}
 
-	e.failAt.Store(-1)
+	e.FailAt.Store(-1)
 	b = fetchOK(t, e.c, s, 10)
 	if got := fmt.Sprint(offsets(b.Entries)); got != "[2 3 4]" || b.Committed != 2 || b.Next != 5 {
 		t.Fatalf("after the fault: %s committed %d next %d, want [2 3 4] committed 2 next 5", got, b.Committed, b.Next)
@@ -152,14 +133,14 @@ func TestFetchReadErrorAtCommittedOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.failAt.Store(0)
+	e.FailAt.Store(0)
 	if b, err := e.c.Fetch(context.Background(), testTopic, "g", s, 10, 0); err == nil || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("fetch of an unreadable first offset = %v, %v; want the EIO", offsets(b.Entries), err)
 	}
 	if st := e.status(t, "g"); st.Next != 0 || st.Committed != 0 {
 		t.Fatalf("after the failed fetch: %+v, want next 0, committed 0", st)
 	}
-	e.failAt.Store(-1)
+	e.FailAt.Store(-1)
 	if got := fmt.Sprint(offsets(fetchOK(t, e.c, s, 10).Entries)); got != "[0 1 2]" {
 		t.Fatalf("after the fault: %s, want [0 1 2]", got)
 	}
@@ -182,12 +163,12 @@ func fetchOK(t *testing.T, c *Coordinator, session string, max int) Batch {
 // failing request started is released (the group is not left busy).
 func TestHTTPFetchReadError503(t *testing.T) {
 	e := newFaultEnv(t, 4)
-	srv := httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t), NewRoute(e.c, RouteOptions{}))
+	srv := httpapi.New(httpapi.Options{}, e.Registry, nil, zaptest.NewLogger(t), NewRoute(e.c, RouteOptions{}))
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	base := ts.URL + "/topics/" + testTopic + "/groups/"
 
-	e.failAt.Store(2)
+	e.FailAt.Store(2)
 	r := do(t, "POST", base+"g/fetch?max=10", "", "")
 	if got := fmt.Sprint(r.offsets()); r.status != 200 || got != "[0 1]" {
 		t.Fatalf("first fetch: %d %s, want 200 with offsets [0 1]", r.status, r.raw)
@@ -203,18 +184,18 @@ func TestHTTPFetchReadError503(t *testing.T) {
 	if r := do(t, "POST", base+"g/ack", s, `{"offset": 2}`); r.status != 409 || r.code() != contract.CodeNotDelivered {
 		t.Fatalf("ack of the unreadable offset: %d %s, want 409 %s", r.status, r.raw, contract.CodeNotDelivered)
 	}
-	e.failAt.Store(-1)
+	e.FailAt.Store(-1)
 	r = do(t, "POST", base+"g/fetch?max=10", s, "")
 	if got := fmt.Sprint(r.offsets()); r.status != 200 || got != "[2 3]" || r.body["committed"] != 0.0 {
 		t.Fatalf("fetch after the fault: %d %s, want offsets [2 3], committed 0", r.status, r.raw)
 	}
 
 	// A new session whose first fetch fails is not kept.
-	e.failAt.Store(0)
+	e.FailAt.Store(0)
 	if r := do(t, "POST", base+"h/fetch", "", ""); r.status != 503 || r.code() != contract.CodeUnavailable || r.session != "" {
 		t.Fatalf("first fetch of group h: %d %s (session %q), want 503 without a session", r.status, r.raw, r.session)
 	}
-	e.failAt.Store(-1)
+	e.FailAt.Store(-1)
 	if r := do(t, "POST", base+"h/fetch?max=10", "", ""); r.status != 200 || fmt.Sprint(r.offsets()) != "[0 1 2 3]" {
 		t.Fatalf("fetch of group h after the fault: %d %s, want 200 from offset 0 (the group is free)", r.status, r.raw)
 	}

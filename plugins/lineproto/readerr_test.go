@@ -3,38 +3,23 @@ package lineproto
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
-
-// readFault makes reads of one offset of a log fail: while failAt is o (>=
-// 0), every read of o's segment file fails with EIO. The log must keep one
-// entry per segment file (startOnFaultyDisk sees to it).
-type readFault struct {
-	failAt atomic.Int64
-	fired  atomic.Int64 // reads failed so far
-}
 
 // startOnFaultyDisk is start on an in-memory filesystem whose topics keep
 // one entry per segment file, with the read fault installed (off until
 // failAt is set). n messages {"i":<offset>} are published to topic t.
-func startOnFaultyDisk(t *testing.T, n int) (*testEnv, *readFault) {
+func startOnFaultyDisk(t *testing.T, n int) (*testEnv, *topicqueuetest.ReadFault) {
 	t.Helper()
-	mem := vfs.NewMem()
 	log := zaptest.NewLogger(t)
-	// A segment over 1 byte is full: every append opens a new segment.
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log, SegmentMaxBytes: 1}})
+	f := topicqueuetest.NewReadFault(log)
+	reg := f.Registry
 	c := groups.New(reg, groups.Options{Logger: log})
 	srv := New(Options{Addr: "127.0.0.1:0", Logger: log}, reg, c)
 	if err := srv.Start(context.Background()); err != nil {
@@ -54,16 +39,6 @@ func startOnFaultyDisk(t *testing.T, n int) (*testEnv, *readFault) {
 	for i := 0; i < n; i++ {
 		expectPrefix(t, cl.do(fmt.Sprintf(`PUB t DURABLE {"i":%d}`, i)), fmt.Sprintf("OK %d DURABLE", i))
 	}
-	f := &readFault{}
-	f.failAt.Store(-1)
-	mem.SetHook(func(op vfs.Op, name string) error {
-		o := f.failAt.Load()
-		if op != vfs.OpRead || o < 0 || filepath.Base(name) != storage.SegmentName(o)+storage.SegmentExt {
-			return nil
-		}
-		f.fired.Add(1)
-		return &fs.PathError{Op: "read", Path: name, Err: syscall.EIO}
-	})
 	return e, f
 }
 
@@ -92,7 +67,7 @@ func (c *client) groupLines() []string {
 func TestFetchReadErrorIsUnavailable(t *testing.T) {
 	e, f := startOnFaultyDisk(t, 5)
 	c := e.dial(t)
-	f.failAt.Store(2)
+	f.FailAt.Store(2)
 	if offs, _ := c.fetch("FETCH t g 10 0"); fmt.Sprint(offs) != "[0 1]" {
 		t.Fatalf("fetch before the unreadable offset: %v, want [0 1]", offs)
 	}
@@ -102,7 +77,7 @@ func TestFetchReadErrorIsUnavailable(t *testing.T) {
 			t.Fatalf("fetch at the unreadable offset: %q, want ERR UNAVAILABLE naming the I/O error", got)
 		}
 	}
-	if f.fired.Load() == 0 {
+	if f.Fired.Load() == 0 {
 		t.Fatal("the read fault never fired")
 	}
 	expectPrefix(t, c.do("ACK t g 2"), "ERR NOT_DELIVERED ")
@@ -113,7 +88,7 @@ func TestFetchReadErrorIsUnavailable(t *testing.T) {
 		t.Fatalf("ack 1: %q", got)
 	}
 
-	f.failAt.Store(-1)
+	f.FailAt.Store(-1)
 	if offs, _ := c.fetch("FETCH t g 10 0"); fmt.Sprint(offs) != "[2 3 4]" {
 		t.Fatalf("fetch after the fault: %v, want [2 3 4]", offs)
 	}
@@ -128,12 +103,12 @@ func TestFetchReadErrorIsUnavailable(t *testing.T) {
 func TestFirstFetchReadErrorReleasesTheGroup(t *testing.T) {
 	e, f := startOnFaultyDisk(t, 3)
 	a := e.dial(t)
-	f.failAt.Store(0)
+	f.FailAt.Store(0)
 	expectPrefix(t, a.do("FETCH t g 10 0"), "ERR UNAVAILABLE ")
 	if got := fmt.Sprint(a.groupLines()); got != "[GROUP t g committed=0 held=false]" {
 		t.Fatalf("STATUS after the failed first fetch: %s, want the group free at committed=0", got)
 	}
-	f.failAt.Store(-1)
+	f.FailAt.Store(-1)
 	b := e.dial(t)
 	if offs, _ := b.fetch("FETCH t g 10 0"); fmt.Sprint(offs) != "[0 1 2]" {
 		t.Fatalf("another connection's fetch: %v, want [0 1 2]", offs)
