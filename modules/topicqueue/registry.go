@@ -104,7 +104,10 @@ func (r *Registry) Get(name string) (*TopicQueue, bool) {
 
 // GetOrCreate returns topic name, creating it (directory, first segment,
 // fsyncs) when it does not exist yet: the original Java mmmq's "dynamic
-// TopicQueue creation". A new topic is announced to every subscriber. Errors:
+// TopicQueue creation". A new topic is announced to every subscriber. While
+// a topic of that name is being deleted (Delete) it waits for the deletion
+// to finish, then creates the topic anew (offset 0, new incarnation id).
+// Errors:
 // ErrInvalidName (nothing is created on disk), ErrQuarantined,
 // ErrTooManyTopics, ErrClosed, or a storage error.
 func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
