@@ -463,3 +463,64 @@ func TestPublishMeetingADeletionLandsInTheNewTopic(t *testing.T) {
 			r.q == old, r.q.Deleted(), r.off, old.HighWatermark())
 	}
 }
+
+// TestDeleteQuarantinedAndFailedDeletion: a topic refused by recovery can
+// be deleted; a deletion whose rename fails leaves the topic whole on disk,
+// reported as quarantined until a retried DELETE succeeds.
+func TestDeleteQuarantinedAndFailedDeletion(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := New(Options{Root: delRoot, Storage: storage.Options{FS: fsys}})
+	setupTopic(t, reg, 3)
+	if _, _, err := reg.Publish(context.Background(), "u", [][]byte{[]byte(`{}`)}, storage.Durable); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Garble t's incarnation file: recovery refuses t.
+	if err := fsys.WriteFile(filepath.Join(delRoot, "t", storage.IncarnationFile), []byte("x\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	reg = New(Options{Root: delRoot, Storage: storage.Options{FS: fsys}})
+	defer reg.Close()
+	if _, err := reg.OpenAll(config.OnCorruptionQuarantine, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := reg.Quarantined()["t"]; !ok {
+		t.Fatal("t not quarantined")
+	}
+	if err := reg.Delete("t"); err != nil {
+		t.Fatalf("delete a quarantined topic: %v", err)
+	}
+	if _, ok := reg.Quarantined()["t"]; ok {
+		t.Fatal("t still quarantined after its deletion")
+	}
+	if _, err := fsys.List(filepath.Join(delRoot, "t")); !vfs.IsNotExist(err) {
+		t.Fatalf("t's directory: %v, want gone", err)
+	}
+
+	// The rename fails: u stays whole on disk, refused until a retry.
+	failRename := errors.New("injected rename failure")
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpRename && filepath.Base(name) == "u" {
+			return failRename
+		}
+		return nil
+	})
+	if err := reg.Delete("u"); !errors.Is(err, failRename) {
+		t.Fatalf("delete with a failing rename: %v", err)
+	}
+	if _, ok := reg.Quarantined()["u"]; !ok {
+		t.Fatal("u, still stored after a failed deletion, is not reported")
+	}
+	if _, err := fsys.List(filepath.Join(delRoot, "u")); err != nil {
+		t.Fatalf("u's directory after a failed deletion: %v, want whole", err)
+	}
+	fsys.SetHook(nil)
+	if err := reg.Delete("u"); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	if len(reg.Quarantined()) != 0 || len(reg.List()) != 0 {
+		t.Fatalf("after the deletions: quarantined %v, open %d", reg.Quarantined(), len(reg.List()))
+	}
+}
