@@ -40,10 +40,14 @@ const (
 	cpAfterIndexSync    = "after-index-sync"           // .idx fsynced, before the reply
 	cpRotate            = "rotate-between-mmm-and-idx" // rotation: new .mmm created, .idx not
 	cpAfterAck          = "after-ack-before-checkpoint"
+	// Topic deletion (DELETE /topics/{topic}):
+	cpDeleteAfterRename     = "delete-after-rename"      // topic dir renamed aside, data root not fsynced
+	cpDeleteAfterRenameSync = "delete-after-rename-sync" // rename durable, nothing removed
+	cpDeleteMidRemove       = "delete-mid-remove"        // some files of the renamed dir removed (MMMQ_CRASHPOINT_AFTER: after that many)
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck}
+	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove}
 
 func init() {
 	extraOptions = crashOptions
@@ -99,6 +103,12 @@ func crashOptions() fx.Option {
 		h.AfterIndexSync = hit
 	case cpRotate:
 		h.AfterRotateSegment = hit
+	case cpDeleteAfterRename:
+		h.AfterTopicRename = hit
+	case cpDeleteAfterRenameSync:
+		h.AfterTopicRenameSync = hit
+	case cpDeleteMidRemove:
+		h.AfterTopicFileRemove = hit
 	}
 	return fx.Supply(h)
 }

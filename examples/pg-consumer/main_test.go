@@ -248,3 +248,45 @@ func checkRows(t *testing.T, dsn string, noDedup bool) {
 		t.Errorf("offsets applied twice: %s, want %s", got, want)
 	}
 }
+
+// TestRecreatedTopicIsNotMistakenForTheOld: a topic consumed in full is
+// deleted and published to again; its new messages start at offset 0 again
+// (same ids and contents as the old first ones, the worst case for a
+// consumer keyed by offset). Keyed by (incarnation, offset) they are applied,
+// not skipped as duplicates of the old offsets 0..2.
+func TestRecreatedTopicIsNotMistakenForTheOld(t *testing.T) {
+	pg := startPostgres(t)
+	base := startBroker(t)
+	const topic = "orders.recreated"
+	dsn := pg.createDB(t, "recreated")
+	args := []string{"-broker", base, "-topic", topic, "-group", "pg-recreated", "-dsn", dsn,
+		"-wait", "200ms", "-max", "100", "-ack-every", "10"}
+
+	publish(t, base, topic, 5)
+	if got := parseDone(t, consume(t, args...)); got.applied != 5 || got.rows != 5 {
+		t.Fatalf("first life: %+v, want 5 applied", got)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, base+"/topics/"+topic, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE /topics/%s: HTTP %d", topic, resp.StatusCode)
+	}
+	publish(t, base, topic, 3) // offsets 0..2 again
+	got := parseDone(t, consume(t, args...))
+	if want := (doneLine{firstOffset: 0, seen: 3, applied: 3, skipped: 0, rows: 8, distinct: 8}); got != want {
+		t.Fatalf("second life: %+v, want %+v (new offsets 0..2 applied, not skipped)", got, want)
+	}
+	ctx, conn, done := connect(t, dsn)
+	defer done()
+	var incarnations int
+	if err := conn.QueryRow(ctx, `select count(distinct topic_incarnation) from applied where topic_incarnation <> ''`).Scan(&incarnations); err != nil {
+		t.Fatal(err)
+	}
+	if incarnations != 2 {
+		t.Fatalf("%d distinct incarnations in the table, want 2", incarnations)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	CodeNotDelivered   = "NOT_DELIVERED"      // 409: ack beyond what the session was given
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
+	CodeTopicBusy      = "TOPIC_BUSY"         // 409: the topic is being created, deleted or reopened; retry
 	CodeNoSpace        = "NO_SPACE"           // 507: the disk is full
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
@@ -49,6 +50,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
+	{http.StatusConflict, CodeTopicBusy},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},
 	{http.StatusServiceUnavailable, CodeTooManyTopics},

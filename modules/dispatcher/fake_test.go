@@ -227,6 +227,7 @@ type received struct {
 	Path          string
 	ConsumerID    string
 	Topic         string
+	Incarnation   string
 	Offset        int64
 	Attempt       int
 	MessageID     string
@@ -256,6 +257,7 @@ func newConsumer(t *testing.T, respond func(r received, w http.ResponseWriter, r
 			Path:          req.URL.Path,
 			ConsumerID:    req.Header.Get("mmmq-consumer-id"),
 			Topic:         req.Header.Get("mmmq-topic"),
+			Incarnation:   req.Header.Get("mmmq-topic-incarnation"),
 			MessageID:     req.Header.Get("mmmq-message-id"),
 			ContentType:   req.Header.Get("Content-Type"),
 			ContentLength: req.ContentLength,

@@ -74,8 +74,13 @@ func (s registrySource) Subscribe(fn func(Topic)) (cancel func()) {
 	return s.r.Subscribe(func(q *topicqueue.TopicQueue) { fn(q) })
 }
 
-// RegistrySource is the topic registry as a Source: every open topic, then
-// every topic created later.
+func (s registrySource) SubscribeDeletes(fn func(Topic)) (cancel func()) {
+	return s.r.SubscribeDeletes(func(q *topicqueue.TopicQueue) { fn(q) })
+}
+
+// RegistrySource is the topic registry as a DeletionSource: every open
+// topic, then every topic created later; a topic being deleted
+// (topicqueue.Registry.Delete) has its workers stopped first.
 func RegistrySource(r *topicqueue.Registry) Source { return registrySource{r} }
 
 func registerLifecycle(lc fx.Lifecycle, m *Manager, s Sender) {

@@ -189,6 +189,7 @@ type Manager struct {
 	ctx         context.Context // workers' context, cancelled by Stop
 	cancel      context.CancelFunc
 	unsubscribe func()
+	unsubDel    func()
 	workers     map[workerKey]*worker // latest worker per key, running or ended
 	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
 	wg          sync.WaitGroup
@@ -238,14 +239,19 @@ func (m *Manager) Start(ctx context.Context) error {
 		names = append(names, d.String())
 	}
 	m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
+	unsubDel := func() {}
+	if ds, ok := m.src.(DeletionSource); ok {
+		unsubDel = ds.SubscribeDeletes(m.onDelete)
+	}
 	unsub := m.src.Subscribe(m.onTopic)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state != stateStarted { // Stop ran meanwhile
 		unsub()
+		unsubDel()
 		return nil
 	}
-	m.unsubscribe = unsub
+	m.unsubscribe, m.unsubDel = unsub, unsubDel
 	return nil
 }
 
@@ -259,14 +265,17 @@ func (m *Manager) Stop(ctx context.Context) error {
 	m.mu.Lock()
 	prev := m.state
 	m.state = stateStopped
-	unsub, cancel := m.unsubscribe, m.cancel
-	m.unsubscribe = nil
+	unsub, unsubDel, cancel := m.unsubscribe, m.unsubDel, m.cancel
+	m.unsubscribe, m.unsubDel = nil, nil
 	m.mu.Unlock()
 	if prev != stateStarted {
 		return nil
 	}
 	if unsub != nil {
 		unsub()
+	}
+	if unsubDel != nil {
+		unsubDel()
 	}
 	cancel()
 	done := make(chan struct{})
@@ -333,12 +342,53 @@ func (m *Manager) onTopic(t Topic) {
 func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 	w := newWorker(m, d, t)
 	m.workers[workerKey{d.name, w.topicName}] = w
+	ctx, cancel := context.WithCancel(m.ctx)
+	w.cancel = cancel
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		err := w.run(m.ctx)
+		defer close(w.done)
+		defer cancel()
+		err := w.run(ctx)
 		m.ended(w, err)
 	}()
+}
+
+// onDelete is the DeletionSource callback: it stops every worker of topic
+// t (an attempt in flight is abandoned; finished messages are committed
+// while the topic is still open), waits for them to end and forgets them,
+// so that Status lists no worker of a deleted topic. A topic of the same
+// name created later gets new workers from offset 0.
+func (m *Manager) onDelete(t Topic) {
+	name := t.Name()
+	m.mu.Lock()
+	var ws []*worker
+	for k, w := range m.workers {
+		if k.topic == name {
+			w.deleting = true
+			w.cancel()
+			ws = append(ws, w)
+		}
+	}
+	for k := range m.pending {
+		if k.topic == name {
+			delete(m.pending, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		<-w.done
+	}
+	m.mu.Lock()
+	for _, w := range ws {
+		if k := (workerKey{w.d.name, name}); m.workers[k] == w {
+			delete(m.workers, k)
+		}
+	}
+	m.mu.Unlock()
+	if len(ws) > 0 {
+		m.log.Info("dispatch workers stopped: topic deleted", zap.String("topic", name), zap.Int("workers", len(ws)))
+	}
 }
 
 // ended records that w has returned with err. When its topic was closed and
@@ -354,7 +404,7 @@ func (m *Manager) ended(w *worker, err error) {
 		return
 	}
 	delete(m.pending, k)
-	if errors.Is(err, errTopicClosed) && m.state == stateStarted && m.ctx.Err() == nil {
+	if (errors.Is(err, errTopicClosed) || w.deleting) && m.state == stateStarted && m.ctx.Err() == nil {
 		m.startLocked(w.d, t)
 	}
 }

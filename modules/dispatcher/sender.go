@@ -34,6 +34,11 @@ type Delivery struct {
 	Dispatcher *Dispatcher
 	// Topic is the topic name (mmmq-topic header).
 	Topic string
+	// Incarnation is the topic's incarnation id (mmmq-topic-incarnation
+	// header, omitted when empty): a topic deleted and created again starts
+	// at offset 0 under a new one, so (Incarnation, Offset) names a message
+	// for good.
+	Incarnation string
 	// Offset is the message's offset in Topic (mmmq-offset header).
 	Offset int64
 	// Attempt counts the sends of this message by this dispatcher, from 1,
@@ -83,6 +88,10 @@ const (
 	HeaderConsumerID = "mmmq-consumer-id"
 	// HeaderTopic carries the topic name.
 	HeaderTopic = "mmmq-topic"
+	// HeaderTopicIncarnation carries the topic's incarnation id (32 hex
+	// digits), different after the topic is deleted and created again;
+	// omitted when the storage backend has none.
+	HeaderTopicIncarnation = "mmmq-topic-incarnation"
 	// HeaderOffset carries the message offset in its topic, in decimal.
 	HeaderOffset = "mmmq-offset"
 	// HeaderAttempt carries Delivery.Attempt (1-based), in decimal.
@@ -171,6 +180,9 @@ func (s *HTTPSender) Send(ctx context.Context, d Delivery) (Outcome, error) {
 	req.Header[HeaderConsumerID] = []string{d.Dispatcher.Name()}
 	req.Header[HeaderTopic] = []string{d.Topic}
 	req.Header[HeaderOffset] = []string{strconv.FormatInt(d.Offset, 10)}
+	if d.Incarnation != "" && contract.ValidHeaderValue(d.Incarnation) {
+		req.Header[HeaderTopicIncarnation] = []string{d.Incarnation}
+	}
 	req.Header[HeaderAttempt] = []string{strconv.Itoa(d.Attempt)}
 	if d.MessageID != "" && contract.ValidHeaderValue(d.MessageID) {
 		req.Header[HeaderMessageID] = []string{d.MessageID}

@@ -39,6 +39,26 @@ type Source interface {
 	Subscribe(fn func(Topic)) (cancel func())
 }
 
+// DeletionSource is a Source that also reports topics being deleted. The
+// Manager stops the workers of such a topic before fn returns, so that the
+// topic can be closed and removed; with a plain Source, workers end only
+// when the topic's log closes.
+type DeletionSource interface {
+	Source
+	// SubscribeDeletes calls fn for every topic being deleted (the topic
+	// object Subscribe handed out), until cancel is called.
+	SubscribeDeletes(fn func(Topic)) (cancel func())
+}
+
+// topicIncarnation is the topic's incarnation id when it has one (the
+// registry's topics do: topicqueue.TopicQueue.Incarnation).
+func topicIncarnation(t Topic) string {
+	if i, ok := t.(interface{ Incarnation() string }); ok {
+		return i.Incarnation()
+	}
+	return ""
+}
+
 // MaxMessageIDBytes is the longest producer message id sent in the
 // mmmq-message-id header.
 //

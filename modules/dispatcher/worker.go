@@ -32,6 +32,11 @@ type worker struct {
 	log       *zap.Logger
 	timeout   time.Duration
 	ended     bool // guarded by m.mu
+	deleting  bool // guarded by m.mu: stopped because its topic is deleted
+	cancel    context.CancelFunc
+	done      chan struct{} // closed once run has returned and m.ended ran
+	// incarnation is the topic's incarnation id (mmmq-topic-incarnation).
+	incarnation string
 
 	// status, read by Manager.Status
 	committed, next                                          atomic.Int64
@@ -61,6 +66,9 @@ func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
 		log:       m.log.With(zap.String("dispatcher", d.name), zap.String("topic", name)),
 		timeout:   timeout,
 		bo:        m.newBackoff(),
+		done:      make(chan struct{}),
+
+		incarnation: topicIncarnation(t),
 	}
 	w.running.Store(true)
 	return w
@@ -250,12 +258,13 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 		}
 		actx, cancel := context.WithTimeout(ctx, w.timeout)
 		out, err := w.m.sender.Send(actx, Delivery{
-			Dispatcher: w.d,
-			Topic:      w.topicName,
-			Offset:     e.Offset,
-			Attempt:    attempt,
-			MessageID:  id,
-			Body:       e.Payload,
+			Dispatcher:  w.d,
+			Topic:       w.topicName,
+			Incarnation: w.incarnation,
+			Offset:      e.Offset,
+			Attempt:     attempt,
+			MessageID:   id,
+			Body:        e.Payload,
 		})
 		cancel()
 		if err == nil && (out == ACK || out == NACK) {

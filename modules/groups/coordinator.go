@@ -155,14 +155,48 @@ type group struct {
 
 // New returns a coordinator over reg's topics. It works without Start
 // (leases then expire lazily only).
+//
+// A topic deleted from reg (topicqueue.Registry.Delete) has its groups
+// dropped first: their sessions end (a waiting fetch returns
+// ErrSessionExpired), acks and commits in progress finish before the topic
+// closes, and a topic created again under the name starts with new groups
+// at offset 0.
 func New(reg *topicqueue.Registry, opts Options) *Coordinator {
 	opts = opts.withDefaults()
-	return &Coordinator{
+	c := &Coordinator{
 		reg:     reg,
 		opts:    opts,
 		log:     opts.Logger,
 		groups:  map[key]*group{},
 		drained: make(chan struct{}),
+	}
+	reg.SubscribeDeletes(c.dropTopic)
+	return c
+}
+
+// dropTopic forgets every group of topic q, which is being deleted: each
+// session's lease is released once the fetch read or ack that holds the
+// group's lock, if any, has finished.
+func (c *Coordinator) dropTopic(q *topicqueue.TopicQueue) {
+	c.mu.Lock()
+	var gs []*group
+	for k, g := range c.groups {
+		if k.topic == q.Name() {
+			gs = append(gs, g)
+			delete(c.groups, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, g := range gs {
+		g.mu.Lock()
+		if l := g.lease; l != nil {
+			g.lease = nil
+			close(l.gone)
+		}
+		g.mu.Unlock()
+	}
+	if len(gs) > 0 {
+		c.log.Info("consumer groups dropped: topic deleted", zap.String("topic", q.Name()), zap.Int("groups", len(gs)))
 	}
 }
 

@@ -24,6 +24,9 @@ type Batch struct {
 	// Next is the session's delivered-up-to offset after this fetch: where
 	// its next fetch starts.
 	Next int64
+	// Incarnation is the topic's incarnation id (TopicQueue.Incarnation):
+	// the offsets are offsets of this incarnation of the topic.
+	Incarnation string
 
 	// held is what the entries took from the coordinator's budget
 	// (Options.Budget); Release returns it.
@@ -92,7 +95,7 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 		committed := g.cp.Offset()
 		if g.topic.HighWatermark() > pos {
 			entries, held, err := c.readLocked(g, l, limit)
-			b := Batch{Entries: entries, Committed: committed, Next: l.next, held: held, budget: c.opts.Budget}
+			b := Batch{Entries: entries, Committed: committed, Next: l.next, Incarnation: g.topic.Incarnation(), held: held, budget: c.opts.Budget}
 			progressed := l.next > pos
 			g.mu.Unlock()
 			if err != nil {
@@ -106,7 +109,7 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 		}
 		g.mu.Unlock()
 		if timeout == nil {
-			return Batch{Committed: committed, Next: pos}, nil
+			return Batch{Committed: committed, Next: pos, Incarnation: g.topic.Incarnation()}, nil
 		}
 		select {
 		case <-g.topic.Notify(pos):
@@ -116,9 +119,9 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 				return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", group, topic, storage.ErrClosed)
 			}
 		case <-timeout:
-			return Batch{Committed: committed, Next: pos}, nil
+			return Batch{Committed: committed, Next: pos, Incarnation: g.topic.Incarnation()}, nil
 		case <-c.drained:
-			return Batch{Committed: committed, Next: pos}, nil
+			return Batch{Committed: committed, Next: pos, Incarnation: g.topic.Incarnation()}, nil
 		case <-l.gone: // released while waiting: the loop reports it
 		case <-ctx.Done():
 			return Batch{}, ctx.Err()

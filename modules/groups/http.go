@@ -100,6 +100,11 @@ type FetchResponse struct {
 	Messages  []Message `json:"messages"`
 	Committed int64     `json:"committed"`
 	Next      int64     `json:"next"`
+	// Incarnation is the topic's incarnation id (omitted when the backend
+	// has none): a topic deleted and created again starts at offset 0
+	// under a new one, so a consumer that remembers offsets keys them by
+	// (incarnation, offset).
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // AckRequest is the body of an ack: the last offset processed; everything
@@ -174,7 +179,8 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	}
 	defer b.Release() // the entries' bytes go back to the budget once written
 	w.Header().Set(SessionHeader, session)
-	writeFetch(w, FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next}, b.Entries)
+	writeFetch(w, FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next,
+		Incarnation: b.Incarnation}, b.Entries)
 }
 
 // writeFetch writes the 200 FetchResponse of entries (resp.Messages is
@@ -214,6 +220,10 @@ func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []storage.Ent
 	s.Int(resp.Committed)
 	s.Text(`,"next":`)
 	s.Int(resp.Next)
+	if resp.Incarnation != "" {
+		s.Text(`,"incarnation":`)
+		s.String(resp.Incarnation)
+	}
 	s.Text("}\n")
 	_ = s.Close()
 }

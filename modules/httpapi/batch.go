@@ -155,12 +155,8 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q, err := s.reg.GetOrCreate(g.topic)
-			if err != nil {
-				errs[gi] = err
-				return
-			}
-			firsts[gi], errs[gi] = q.OfferBatch(ctx, g.payloads, lvl)
+			// Publish: a topic deleted meanwhile is created anew.
+			_, firsts[gi], errs[gi] = s.reg.Publish(ctx, g.topic, g.payloads, lvl)
 		}()
 	}
 	wg.Wait()

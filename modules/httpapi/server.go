@@ -131,6 +131,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	r.HandleFunc("/messages/batch", s.handleBatch).Methods(http.MethodPost)
 	r.HandleFunc("/topics", s.handleTopics).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}/messages", s.handleRead).Methods(http.MethodGet)
+	r.HandleFunc("/topics/{topic}", s.handleDeleteTopic).Methods(http.MethodDelete)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		contract.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
@@ -400,12 +401,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	*out = stored
-	q, err := s.reg.GetOrCreate(topic)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	off, err := q.Offer(s.deadlines.get(now), stored, lvl)
+	// Publish creates the topic when needed, and anew when it is deleted
+	// under this request.
+	_, off, err := s.reg.Publish(s.deadlines.get(now), topic, [][]byte{stored}, lvl)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -458,6 +456,10 @@ type TopicInfo struct {
 	Segments   int    `json:"segments"`
 	Bytes      int64  `json:"bytes"`
 	Failed     string `json:"failed,omitempty"`
+	// Incarnation is the topic's incarnation id: made when the topic was
+	// created, different once it is deleted and created again (offsets then
+	// start at 0 again). Empty when the storage backend has none.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
@@ -468,7 +470,8 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 	}{Topics: make([]TopicInfo, 0, len(list))}
 	for _, q := range list {
 		st := q.Stats()
-		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed})
+		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
+			Incarnation: q.Incarnation()})
 	}
 	if qs := s.reg.Quarantined(); len(qs) > 0 {
 		out.Quarantined = map[string]string{}
@@ -477,6 +480,25 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	contract.WriteJSON(w, http.StatusOK, out)
+}
+
+// handleDeleteTopic is DELETE /topics/{topic}: 200
+// {"topic":"t","deleted":true} once the topic is gone (its dispatch workers
+// and consumer-group sessions stopped, its files and checkpoints removed;
+// see topicqueue.Registry.Delete); 400 for an invalid name (nothing
+// touches the disk), 404 NOT_FOUND for an unknown topic, 409 TOPIC_BUSY
+// while it is being created or deleted.
+func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["topic"]
+	if err := s.reg.Delete(name); err != nil {
+		c := contract.Classify(err)
+		if c.Status >= 500 {
+			s.log.Error("topic deletion failed", zap.String("topic", name), zap.Error(err))
+		}
+		contract.WriteError(w, c.Status, c.Code, err.Error())
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"topic": name, "deleted": true})
 }
 
 // maxReadLimit caps GET /topics/{topic}/messages?limit=.

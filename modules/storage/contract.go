@@ -68,3 +68,8 @@ func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
 	}
 	return cp, nil
 }
+
+// Incarnation is the topic's incarnation id (see IncarnationFile): 32 hex
+// digits, made when the topic was created; a topic deleted and created
+// again has a new one.
+func (l *Log) Incarnation() string { return l.incarnation }

@@ -145,6 +145,25 @@
 // there is found at read time as a *CorruptionError for that one offset,
 // which the dispatcher logs and skips.
 //
+// # Incarnation id (incarnation.go)
+//
+// <topic>/incarnation holds 32 hex digits and a newline: a random id made
+// when the topic directory is created, written tmp + fsync + rename + dir
+// fsync before the first segment exists, so no message is acknowledged
+// without it. A topic without the file (data older than incarnation ids)
+// gets one when it opens; a garbled file refuses the topic (CORRUPT, files
+// untouched). A topic deleted and created again starts at offset 0 under a
+// new id.
+//
+// # Topic deletion (delete.go)
+//
+// DeleteTopicDir renames <root>/<topic> to <root>/.deleting-<16 hex>, a
+// name that is never a topic, fsyncs the root, then removes the renamed
+// directory and fsyncs the root again. A crash before the root fsync may
+// leave the whole topic under its name; after it, a .deleting- directory
+// that FinishDeletions removes at the next start, before any topic opens.
+// Either way the topic is whole or absent, never partly there.
+//
 // # Checkpoints (checkpoint.go)
 //
 // 8 bytes, int64 BE "next offset", overwritten in place and fsynced on every

@@ -46,7 +46,8 @@ type Log struct {
 	fsyncs  atomic.Int64
 	batches atomic.Int64
 
-	report RepairReport
+	report      RepairReport
+	incarnation string // the topic's incarnation id (incarnation.go)
 }
 
 // Open opens the log in dir (<root>/<topic>; the topic name is the
@@ -68,11 +69,33 @@ func Open(dir string, opts Options) (*Log, error) {
 		checkpoints: map[string]*Checkpoint{},
 	}
 
+	// Read before repair changes anything: a bad file refuses the topic
+	// with every file untouched.
+	id, err := ReadIncarnation(o.FS, dir)
+	if err != nil {
+		return nil, err
+	}
 	segs, rep, err := repairDir(o.FS, dir, l.topic, o, true)
 	if err != nil {
 		return nil, err
 	}
 	l.report = rep
+	if id == "" {
+		// A new topic gets its id before its first segment exists, so
+		// nothing is ever acknowledged without one; an existing topic
+		// without the file (older data) gets one now.
+		if err := MkdirDurable(o.FS, dir); err != nil {
+			return nil, fmt.Errorf("create topic dir: %w", err)
+		}
+		id = NewIncarnation()
+		if err := WriteIncarnation(o.FS, dir, id); err != nil {
+			return nil, err
+		}
+		if len(segs) > 0 {
+			l.log.Info("topic had no incarnation id; made one", zap.String("incarnation", id))
+		}
+	}
+	l.incarnation = id
 	if len(segs) == 0 {
 		seg, err := l.cache.create(false, func() (*segment, *segFiles, error) { return createTopic(o.FS, dir, 0) })
 		if err != nil {

@@ -73,6 +73,10 @@ type Hooks struct {
 	AfterIndexWrite    func() // .idx write returned, not fsynced
 	AfterIndexSync     func() // .idx fsynced, before the high watermark moves and waiters are answered
 	AfterRotateSegment func() // rotation: new .mmm created, .idx not yet created
+	// Topic deletion (DeleteTopicDir), called from the deleting goroutine:
+	AfterTopicRename     func() // topic dir renamed aside, data root not yet fsynced
+	AfterTopicRenameSync func() // rename made durable, nothing removed yet
+	AfterTopicFileRemove func() // one file of the renamed-aside dir removed (called per file)
 	// AckBeforeSync, when true, makes DURABLE waiters be answered right
 	// after the .mmm write, before any fsync. It is the deliberately wrong
 	// variant used as the negative control of the power-loss tests: it must

@@ -65,6 +65,9 @@ func scanDir(fsys vfs.FS, dir string) (*dirScan, error) {
 			pair(b).idx = true
 			continue
 		}
+		if e.Name == IncarnationFile {
+			continue
+		}
 		if strings.HasSuffix(e.Name, TmpExt) {
 			d.tmps = append(d.tmps, e.Name)
 			continue

@@ -13,7 +13,8 @@ import (
 
 // Backend is where the registry's topics live: the storage-backend seam.
 // The default is the local segmented log (LocalBackend); a replicated
-// backend implements the same three methods, and everything above the
+// backend implements the same three methods (and Deleter, for topic
+// deletion), and everything above the
 // registry (dispatchers, consumer groups, HTTP, line protocol) is unchanged.
 // Module provides the local one; replace it in an Fx application with
 // fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return mine })

@@ -17,7 +17,10 @@ type Report struct {
 	Changed     []storage.RepairReport // topics whose tail was cut or truncated
 	Quarantined map[string]error       // topics refused and excluded
 	Skipped     []string               // store entries that are not topics
-	Took        time.Duration
+	// FinishedDeletions are the directories of interrupted topic
+	// deletions removed before the topics opened.
+	FinishedDeletions []string
+	Took              time.Duration
 }
 
 // OpenAll opens every topic of the backend (startup recovery: the
@@ -33,6 +36,18 @@ type Report struct {
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
+	if d, ok := r.opts.Backend.(Deleter); ok {
+		// A deletion a crash interrupted is finished before anything opens:
+		// its topic was already renamed aside, so it is gone.
+		removed, err := d.FinishDeletions()
+		for _, name := range removed {
+			log.Info("finished a topic deletion interrupted by a crash", zap.String("removed", name))
+		}
+		rep.FinishedDeletions = removed
+		if err != nil {
+			return rep, fmt.Errorf("recovery: %w", err)
+		}
+	}
 	names, skipped, err := r.opts.Backend.Topics()
 	if err != nil {
 		return rep, err

@@ -38,8 +38,10 @@ type Registry struct {
 	mu          sync.RWMutex
 	topics      map[string]*TopicQueue
 	opening     map[string]*opening // topics being opened, counted in MaxTopics
+	deleting    map[string]*opening // topics being deleted; creators wait for done
 	quarantined map[string]error
 	subs        map[int]func(*TopicQueue)
+	delSubs     map[int]func(*TopicQueue)
 	nextSub     int
 	closed      bool
 }
@@ -72,8 +74,10 @@ func New(opts Options) *Registry {
 		log:         l,
 		topics:      map[string]*TopicQueue{},
 		opening:     map[string]*opening{},
+		deleting:    map[string]*opening{},
 		quarantined: map[string]error{},
 		subs:        map[int]func(*TopicQueue){},
+		delSubs:     map[int]func(*TopicQueue){},
 	}
 }
 
@@ -100,7 +104,10 @@ func (r *Registry) Get(name string) (*TopicQueue, bool) {
 
 // GetOrCreate returns topic name, creating it (directory, first segment,
 // fsyncs) when it does not exist yet: the original Java mmmq's "dynamic
-// TopicQueue creation". A new topic is announced to every subscriber. Errors:
+// TopicQueue creation". A new topic is announced to every subscriber. While
+// a topic of that name is being deleted (Delete) it waits for the deletion
+// to finish, then creates the topic anew (offset 0, new incarnation id).
+// Errors:
 // ErrInvalidName (nothing is created on disk), ErrQuarantined,
 // ErrTooManyTopics, ErrClosed, or a storage error.
 func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
@@ -124,6 +131,16 @@ func (r *Registry) Open(name string) (*TopicQueue, error) {
 
 func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 	r.mu.Lock()
+	for {
+		d, ok := r.deleting[name]
+		if !ok {
+			break
+		}
+		// Created anew only once the old one is gone from the disk.
+		r.mu.Unlock()
+		<-d.done
+		r.mu.Lock()
+	}
 	if q, ok := r.topics[name]; ok {
 		r.mu.Unlock()
 		return q, nil
@@ -179,15 +196,17 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 	return o.q, nil
 }
 
-func (r *Registry) subscribers() []func(*TopicQueue) {
-	ids := make([]int, 0, len(r.subs))
-	for id := range r.subs {
+func (r *Registry) subscribers() []func(*TopicQueue) { return sortedSubs(r.subs) }
+
+func sortedSubs(subs map[int]func(*TopicQueue)) []func(*TopicQueue) {
+	ids := make([]int, 0, len(subs))
+	for id := range subs {
 		ids = append(ids, id)
 	}
 	sort.Ints(ids)
 	out := make([]func(*TopicQueue), len(ids))
 	for i, id := range ids {
-		out[i] = r.subs[id]
+		out[i] = subs[id]
 	}
 	return out
 }
@@ -255,12 +274,16 @@ func (r *Registry) Subscribe(fn func(*TopicQueue)) (cancel func()) {
 func (r *Registry) Close() error {
 	r.mu.Lock()
 	r.closed = true
-	pending := make([]*opening, 0, len(r.opening))
+	pending := make([]*opening, 0, len(r.opening)+len(r.deleting))
 	for _, o := range r.opening {
 		pending = append(pending, o)
 	}
+	for _, o := range r.deleting {
+		pending = append(pending, o)
+	}
 	r.mu.Unlock()
-	// A topic being opened finishes and, seeing closed, closes its log.
+	// A topic being opened finishes and, seeing closed, closes its log; a
+	// topic being deleted finishes its deletion.
 	for _, o := range pending {
 		<-o.done
 	}

@@ -8,6 +8,7 @@ package topicqueue
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -19,8 +20,24 @@ import (
 // consumer group reads it independently through its own checkpoint. Safe for
 // concurrent use.
 type TopicQueue struct {
-	name string
-	log  contract.Log
+	name    string
+	log     contract.Log
+	deleted atomic.Bool // set by Registry.Delete before the log closes
+}
+
+// Deleted reports whether Registry.Delete has taken this topic out: its log
+// is closed or closing, and a topic of the same name, if any, is a new one.
+func (q *TopicQueue) Deleted() bool { return q.deleted.Load() }
+
+// Incarnation is the topic's incarnation id: a random id made when the
+// topic was created (stored in its directory by the local backend, see
+// storage.IncarnationFile), different after a deletion and re-creation.
+// "" when the backend has none.
+func (q *TopicQueue) Incarnation() string {
+	if l, ok := q.log.(interface{ Incarnation() string }); ok {
+		return l.Incarnation()
+	}
+	return ""
 }
 
 // Name is the topic name.

@@ -253,16 +253,12 @@ func (c *conn) pub(rest []byte) {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
-	q, err := c.s.reg.GetOrCreate(topic)
-	if err != nil {
-		c.replyErr(errCode(err), err)
-		return
-	}
 	// Not derived from the server's context: a PUB in progress during
-	// shutdown still gets its real answer.
+	// shutdown still gets its real answer. Publish creates the topic when
+	// needed, and anew when it is deleted under this PUB.
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.PublishTimeout)
 	defer cancel()
-	off, err := q.Offer(ctx, stored, level)
+	_, off, err := c.s.reg.Publish(ctx, topic, [][]byte{stored}, level)
 	if err != nil {
 		c.replyErr(errCode(err), err)
 		return

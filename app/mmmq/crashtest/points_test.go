@@ -46,6 +46,9 @@ func TestCrashPoints(t *testing.T) {
 		{"rotate-between-mmm-and-idx", rotateCase},
 		{"after-ack-before-checkpoint", afterAckCase},
 		{"accepted-offset-not-stable", acceptedNotStableCase},
+		{"delete-after-rename", func(t *testing.T) pointRow { return deleteCase(t, "delete-after-rename", 1) }},
+		{"delete-after-rename-sync", func(t *testing.T) pointRow { return deleteCase(t, "delete-after-rename-sync", 1) }},
+		{"delete-mid-remove", func(t *testing.T) pointRow { return deleteCase(t, "delete-mid-remove", 2) }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -70,6 +70,10 @@ type FetchResult struct {
 	// Next is where the session's next fetch starts (the broker's
 	// delivered-up-to offset).
 	Next int64 `json:"next"`
+	// Incarnation is the topic's incarnation id: offsets start at 0 again
+	// when a topic is deleted and created anew, under a new id. Empty from
+	// a broker without incarnation ids.
+	Incarnation string `json:"incarnation"`
 }
 
 // APIError is a non-2xx answer of the broker. Code is the machine-readable

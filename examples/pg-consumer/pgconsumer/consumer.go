@@ -179,7 +179,7 @@ func (c *consumer) round(ctx context.Context) (step, error) {
 		return stepEnd, nil
 	}
 	for _, d := range fr.Messages {
-		next, err := c.apply(ctx, d)
+		next, err := c.apply(ctx, fr.Incarnation, d)
 		if err != nil || next != stepContinue {
 			return next, err
 		}
@@ -234,7 +234,7 @@ func (c *consumer) fetched(fr *FetchResult) {
 // AckEvery messages are pending. It returns stepHalt once HaltAfter
 // messages were seen, stepRefetch when the ack found the session expired,
 // and stepEnd (with a nil error) when ctx ended during the insert or ack.
-func (c *consumer) apply(ctx context.Context, d Delivery) (step, error) {
+func (c *consumer) apply(ctx context.Context, incarnation string, d Delivery) (step, error) {
 	if c.res.FirstOffset < 0 {
 		c.res.FirstOffset = d.Offset
 	}
@@ -244,7 +244,7 @@ func (c *consumer) apply(ctx context.Context, d Delivery) (step, error) {
 		// Applied with NULL content so the offset is accounted for.
 		fmt.Fprintf(c.cfg.Log, "CONSUMER_BAD_RECORD offset=%d: %s\n", d.Offset, d.Error)
 	}
-	inserted, err := c.store.Apply(ctx, c.cfg.Topic, d)
+	inserted, err := c.store.Apply(ctx, c.cfg.Topic, incarnation, d)
 	if err != nil {
 		if ctx.Err() != nil {
 			return stepEnd, nil

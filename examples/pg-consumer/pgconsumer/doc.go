@@ -1,6 +1,7 @@
 // Package pgconsumer is the core of examples/pg-consumer: a pull consumer
 // that reads one topic through an mmmq consumer group and applies every
-// message to PostgreSQL, deduplicating redeliveries by log offset (the
+// message to PostgreSQL, deduplicating redeliveries by the topic's
+// incarnation id and the log offset (the
 // log-queue study's "consumer progress and redelivery" part, its
 // consumer_redelivery_dedup_by_offset experiment).
 //
@@ -8,11 +9,15 @@
 //
 // Each message becomes one row of
 //
-//	applied(log_offset bigint primary key, message_id text, topic text,
-//	        content jsonb, applied_at timestamptz default now())
+//	applied(topic_incarnation text, log_offset bigint, message_id text,
+//	        topic text, content jsonb, applied_at timestamptz default now(),
+//	        primary key (topic_incarnation, log_offset))
 //
-// written with insert ... on conflict (log_offset) do nothing. A command tag
-// with 0 rows affected means the offset was applied before: a redelivered
+// written with insert ... on conflict (topic_incarnation, log_offset) do
+// nothing. The incarnation id is the fetch answer's "incarnation": a topic
+// deleted and created again starts at offset 0 under a new one, so the
+// offset alone would take its new messages for ones already applied. A
+// command tag with 0 rows affected means the message was applied before: a redelivered
 // duplicate, counted in skippedDuplicates. The consumer acknowledges every
 // AckEvery messages (default 10), always the highest offset it has applied,
 // so progress and side effects live in two stores with a window between them:

@@ -41,3 +41,31 @@ func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
 	}
 	return ch
 }
+
+// Incarnation forwards the wrapped log's incarnation id ("" when it has
+// none), so that topics over this backend show it as the real ones do.
+func (l *notifyingLog) Incarnation() string {
+	if i, ok := l.Log.(interface{ Incarnation() string }); ok {
+		return i.Incarnation()
+	}
+	return ""
+}
+
+// Delete forwards to the wrapped backend when it can delete topics
+// (topicqueue.Deleter); otherwise it fails with
+// topicqueue.ErrDeleteUnsupported and the topic stays stored.
+func (b *NotifyingBackend) Delete(name string) (stored bool, err error) {
+	if d, ok := b.Backend.(topicqueue.Deleter); ok {
+		return d.Delete(name)
+	}
+	return true, topicqueue.ErrDeleteUnsupported
+}
+
+// FinishDeletions forwards to the wrapped backend when it can delete
+// topics; otherwise there is nothing to finish.
+func (b *NotifyingBackend) FinishDeletions() ([]string, error) {
+	if d, ok := b.Backend.(topicqueue.Deleter); ok {
+		return d.FinishDeletions()
+	}
+	return nil, nil
+}

@@ -1,0 +1,71 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// TestIncarnation: a new topic's id is durable as soon as Open returns
+// (before any append), stays the same across reopens, a topic without the
+// file (older data) gets one, and a garbled file refuses the topic with
+// every file untouched.
+func TestIncarnation(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{})
+	id := l.Incarnation()
+	if !validIncarnation(id) {
+		t.Fatalf("incarnation %q: want 32 hex digits", id)
+	}
+	// Power loss right after creation: the id survives.
+	crashed := fsys.Crash(vfs.CrashOptions{})
+	if got, err := ReadIncarnation(crashed, testDir); err != nil || got != id {
+		t.Fatalf("after power loss: %q, %v; want %q", got, err, id)
+	}
+	if _, err := l.Append(context.Background(), []byte(`{"a":1}`), Durable); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openMem(t, fsys, Options{})
+	if l.Incarnation() != id {
+		t.Fatalf("reopen: incarnation %s, want %s", l.Incarnation(), id)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Data from before incarnation ids: one is made, and kept.
+	if err := fsys.Remove(filepath.Join(testDir, IncarnationFile)); err != nil {
+		t.Fatal(err)
+	}
+	l = openMem(t, fsys, Options{})
+	legacy := l.Incarnation()
+	if !validIncarnation(legacy) || legacy == id || l.HighWatermark() != 1 {
+		t.Fatalf("legacy topic: incarnation %q (old %q), high watermark %d", legacy, id, l.HighWatermark())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ReadIncarnation(fsys.Crash(vfs.CrashOptions{}), testDir); got != legacy {
+		t.Fatalf("legacy id not durable: %q, want %q", got, legacy)
+	}
+
+	// A garbled file: refused, nothing rewritten.
+	bad := []byte("not an id\n")
+	if err := fsys.WriteFile(filepath.Join(testDir, IncarnationFile), bad, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(testDir, Options{FS: fsys})
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.File != filepath.Join(testDir, IncarnationFile) {
+		t.Fatalf("garbled incarnation: %v, want a CorruptionError naming the file", err)
+	}
+	if got, _ := fsys.ReadFile(filepath.Join(testDir, IncarnationFile)); string(got) != string(bad) {
+		t.Fatalf("refused topic's incarnation file was rewritten: %q", got)
+	}
+}

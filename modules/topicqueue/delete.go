@@ -1,0 +1,184 @@
+package topicqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// Deleter is implemented by a Backend whose topics can be deleted
+// (LocalBackend). Registry.Delete fails with ErrDeleteUnsupported on a
+// backend without it.
+type Deleter interface {
+	// Delete removes topic name, whose log is closed, so that a crash at
+	// any point leaves the whole topic or nothing. Error: the topic may
+	// still be stored when Stored is true.
+	Delete(name string) (stored bool, err error)
+	// FinishDeletions completes deletions a crash interrupted; startup
+	// recovery (OpenAll) runs it before any topic opens. It returns what it
+	// removed, for the log.
+	FinishDeletions() (removed []string, err error)
+}
+
+// Delete removes the stored topic name (the files under root/name) so that
+// a crash at any point leaves the whole topic or nothing
+// (storage.DeleteTopicDir), after its log is closed.
+func (b *LocalBackend) Delete(name string) (stored bool, err error) {
+	aside, err := storage.DeleteTopicDir(b.fs(), b.Root, name, b.Storage.Hooks)
+	if err != nil && aside == "" {
+		return true, err // not renamed: the topic is whole
+	}
+	return false, err
+}
+
+// FinishDeletions removes the directories of Root that an interrupted
+// deletion renamed aside (storage.FinishDeletions).
+func (b *LocalBackend) FinishDeletions() ([]string, error) {
+	return storage.FinishDeletions(b.fs(), b.Root)
+}
+
+// Errors of Delete.
+var (
+	// ErrTopicBusy: the topic is being created (or deleted) right now;
+	// retry. HTTP 409 TOPIC_BUSY.
+	ErrTopicBusy = contract.NewError(contract.CodeTopicBusy, "topicqueue: topic busy")
+	// ErrUnknownTopic: no such topic. HTTP 404 NOT_FOUND.
+	ErrUnknownTopic = contract.NewError(contract.CodeNotFound, "topicqueue: unknown topic")
+	// ErrDeleteUnsupported: the storage backend cannot delete topics.
+	ErrDeleteUnsupported = errors.New("topicqueue: the storage backend does not support topic deletion")
+)
+
+// SubscribeDeletes calls fn for every open topic being deleted, after the
+// topic is gone from Get and List and before its log closes, until cancel
+// is called. fn must return only once it no longer uses the topic (its
+// readers have stopped, its checkpoints are no longer committed); Delete
+// waits for it. It runs on the deleting goroutine.
+func (r *Registry) SubscribeDeletes(fn func(*TopicQueue)) (cancel func()) {
+	r.mu.Lock()
+	id := r.nextSub
+	r.nextSub++
+	r.delSubs[id] = fn
+	r.mu.Unlock()
+	return func() {
+		r.mu.Lock()
+		delete(r.delSubs, id)
+		r.mu.Unlock()
+	}
+}
+
+// Delete deletes topic name: it takes the topic out of the registry (Get
+// and List stop returning it; a publish that arrives now waits and then
+// creates the topic anew, from offset 0 with a new incarnation id), tells
+// the SubscribeDeletes subscribers (dispatch workers and consumer-group
+// sessions of the topic stop), closes the log (appends already queued are
+// finished and deleted with it; later ones on the old log fail with
+// storage.ErrClosed, see Publish), then removes its files through the
+// backend, checkpoints included, so that a crash leaves the whole topic or
+// nothing. A quarantined topic can be deleted too.
+//
+// Errors: ErrInvalidName, ErrUnknownTopic, ErrTopicBusy (being created or
+// deleted), ErrClosed, ErrDeleteUnsupported, or the backend's I/O error
+// (the topic is then quarantined when its files may still be stored, so
+// that the DELETE can be retried, and absent otherwise).
+func (r *Registry) Delete(name string) error {
+	if err := contract.ValidateTopic(name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidName, err)
+	}
+	del, ok := r.opts.Backend.(Deleter)
+	if !ok {
+		return ErrDeleteUnsupported
+	}
+	r.mu.Lock()
+	q, open := r.topics[name]
+	_, quarantined := r.quarantined[name]
+	_, creating := r.opening[name]
+	_, deleting := r.deleting[name]
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return ErrClosed
+	case creating || deleting:
+		r.mu.Unlock()
+		return fmt.Errorf("%w: topic %s is being created or deleted; retry", ErrTopicBusy, name)
+	case !open && !quarantined:
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+	}
+	d := &opening{done: make(chan struct{})}
+	r.deleting[name] = d
+	delete(r.topics, name)
+	subs := sortedSubs(r.delSubs)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.deleting, name)
+		r.mu.Unlock()
+		close(d.done)
+	}()
+
+	if open {
+		q.deleted.Store(true)
+		for _, fn := range subs {
+			fn(q)
+		}
+		if err := q.log.Close(); err != nil {
+			// A failed log closes with its failure: it is deleted all the same.
+			r.log.Warn("closing the log of a topic being deleted", zap.String("topic", name), zap.Error(err))
+		}
+	}
+	stored, err := del.Delete(name)
+	r.mu.Lock()
+	switch {
+	case err == nil || !stored:
+		delete(r.quarantined, name)
+	default:
+		r.quarantined[name] = fmt.Errorf("deletion failed, retry it: %w", err)
+	}
+	r.mu.Unlock()
+	if err != nil {
+		r.log.Error("topic deletion failed", zap.String("topic", name), zap.Bool("still-stored", stored), zap.Error(err))
+		if !stored {
+			// Gone for good; what is left is removed at the next start.
+			return nil
+		}
+		return fmt.Errorf("delete topic %s: %w", name, err)
+	}
+	r.log.Info("topic deleted", zap.String("topic", name))
+	return nil
+}
+
+// maxPublishRetries bounds how often Publish moves on to a topic created
+// anew after the one it appended to was deleted under it.
+const maxPublishRetries = 3
+
+// Publish appends payloads to topic name, creating it when needed
+// (GetOrCreate), and answers when level is reached with the first offset
+// (-1 for Accepted). When the topic is deleted between the lookup and the
+// append, the append is refused by the closed log and Publish retries on
+// the topic created anew, so a publish racing with a deletion either lands
+// before it (and is deleted with it) or in the new topic — never
+// acknowledged into the deleted one. It returns the topic it appended to.
+// Errors: those of GetOrCreate and Offer.
+func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level storage.AckLevel) (*TopicQueue, int64, error) {
+	for i := 0; ; i++ {
+		q, err := r.GetOrCreate(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		var off int64
+		if len(payloads) == 1 {
+			off, err = q.Offer(ctx, payloads[0], level)
+		} else {
+			off, err = q.OfferBatch(ctx, payloads, level)
+		}
+		if err != nil && q.Deleted() && errors.Is(err, storage.ErrClosed) && i < maxPublishRetries {
+			continue
+		}
+		return q, off, err
+	}
+}
