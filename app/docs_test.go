@@ -17,7 +17,7 @@ func TestDocsAreSelfContained(t *testing.T) {
 	if err != nil {
 		t.Fatalf("git ls-files: %v", err)
 	}
-	outside := regexp.MustCompile(`DESIGN\.md|DESIGN[ ]§|\bseed[ ]00[0-9]|\bissues? [0-9]+\b`)
+	outside := regexp.MustCompile(`DESIGN\.md|DESIGN[ ]§|(?i:\bseed[ ]00[0-9])|\bissues? [0-9]+\b`)
 	foreign := regexp.MustCompile(`[\x{AC00}-\x{D7A3}\x{3040}-\x{30FF}\x{4E00}-\x{9FFF}]`)
 	files := strings.Fields(string(out))
 	if len(files) < 50 {

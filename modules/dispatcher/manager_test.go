@@ -83,7 +83,7 @@ func TestNackResendsThenSkipsAndCommits(t *testing.T) {
 			attempts = append(attempts, r.Attempt)
 		}
 	}
-	// Seed 000: at most 3 resends, so 4 attempts in all.
+	// The original Java mmmq: at most 3 resends, so 4 attempts in all.
 	if want := []int{1, 2, 3, 4}; !reflect.DeepEqual(attempts, want) {
 		t.Errorf("attempts of offset 1 = %v, want %v", attempts, want)
 	}
