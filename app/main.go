@@ -141,6 +141,13 @@ func Main(opts ...MainOption) int {
 	if err != nil {
 		return s.startupFailed(err)
 	}
+	// Caught from before Start: /readyz turns true during Start, and a
+	// SIGTERM sent as soon as it does must stop the broker cleanly, not
+	// kill it with the default action. One that arrives during Start is
+	// acted on once Start returns.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
 	startCtx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	err = a.Start(startCtx)
 	cancel()
@@ -151,7 +158,7 @@ func Main(opts ...MainOption) int {
 		cancel()
 		return code
 	}
-	return s.runUntilStopped(a)
+	return s.runUntilStopped(a, sig)
 }
 
 // newMainSettings applies opts over the defaults (name "mmmq", os.Args,
@@ -232,18 +239,15 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 	return a, a.Err()
 }
 
-// runUntilStopped waits for SIGINT/SIGTERM, the application's own shutdown
-// or the settings' context, then stops a within StopTimeout: 0, or 1 with
-// one line when the stop failed.
-func (s *mainSettings) runUntilStopped(a *fx.App) int {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+// runUntilStopped waits for SIGINT/SIGTERM on sig, the application's own
+// shutdown or the settings' context, then stops a within StopTimeout: 0, or
+// 1 with one line when the stop failed.
+func (s *mainSettings) runUntilStopped(a *fx.App, sig <-chan os.Signal) int {
 	select {
 	case <-sig:
 	case <-a.Done():
 	case <-s.ctx.Done():
 	}
-	signal.Stop(sig)
 	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if err := a.Stop(stopCtx); err != nil {

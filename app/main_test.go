@@ -2,8 +2,10 @@ package app_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"go.uber.org/fx"
@@ -103,3 +105,20 @@ func TestOneLine(t *testing.T) {
 type errTest string
 
 func (e errTest) Error() string { return string(e) }
+
+// A SIGTERM that arrives while the application starts (here from a start
+// hook, as a supervisor may send one as soon as /readyz is true) stops it
+// cleanly once Start returns: exit 0, nothing on stderr — not the signal's
+// default action, which would kill the process (and this test binary).
+func TestMainSIGTERMDuringStartStopsCleanly(t *testing.T) {
+	stopped := false
+	code, _, stderr := runMain(t, app.WithModules(fx.Invoke(func(lc fx.Lifecycle) {
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error { return syscall.Kill(os.Getpid(), syscall.SIGTERM) },
+			OnStop:  func(context.Context) error { stopped = true; return nil },
+		})
+	})))
+	if code != 0 || stderr != "" || !stopped {
+		t.Errorf("exit %d, stderr %q, stopped %v; want 0, nothing, and the stop hooks run", code, stderr, stopped)
+	}
+}
