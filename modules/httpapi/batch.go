@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -148,18 +147,48 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup, lvl storage.AckLevel) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
-	errs := make([]error, len(groups))
-	firsts := make([]int64, len(groups))
-	var wg sync.WaitGroup
+	// One goroutine per topic, at most batchParallelTopics publishing at
+	// once (creating a topic fsyncs directories: a batch of 1,000 new
+	// topics must not start 1,000 of them). The answer is written by the
+	// deadline whatever the storage does: a topic not done by then is 503
+	// TIMEOUT (its outcome unknown, as for a lost reply), so net/http's
+	// write timeout never drops the reply.
+	type outcome struct {
+		first int64
+		err   error
+	}
+	done := make([]chan outcome, len(groups))
+	slots := make(chan struct{}, batchParallelTopics)
 	for gi, g := range groups {
-		wg.Add(1)
+		done[gi] = make(chan outcome, 1)
 		go func() {
-			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				done[gi] <- outcome{err: ctx.Err()}
+				return
+			}
+			defer func() { <-slots }()
 			// Publish: a topic deleted meanwhile is created anew.
-			_, firsts[gi], errs[gi] = s.reg.Publish(ctx, g.topic, g.payloads, lvl)
+			_, first, err := s.reg.Publish(ctx, g.topic, g.payloads, lvl)
+			done[gi] <- outcome{first, err}
 		}()
 	}
-	wg.Wait()
+	errs := make([]error, len(groups))
+	firsts := make([]int64, len(groups))
+	for gi := range groups {
+		var o outcome
+		select {
+		case o = <-done[gi]:
+		case <-ctx.Done():
+			select { // an outcome that is in wins over the deadline
+			case o = <-done[gi]:
+			default:
+				o = outcome{err: fmt.Errorf("publish to topic %s: no outcome within %s (it may still be stored): %w", groups[gi].topic, s.opts.PublishTimeout, context.DeadlineExceeded)}
+			}
+		}
+		firsts[gi], errs[gi] = o.first, o.err
+	}
 	for gi, g := range groups {
 		for k, i := range g.idx {
 			if errs[gi] != nil {
@@ -173,6 +202,10 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 		}
 	}
 }
+
+// batchParallelTopics is how many topics of one batch are published (and,
+// when new, created) at once.
+const batchParallelTopics = 16
 
 func firstErr(rs []BatchResult) string {
 	for _, r := range rs {

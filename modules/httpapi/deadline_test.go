@@ -103,3 +103,48 @@ func TestPublishTimeoutWhileDiskHangs(t *testing.T) {
 	}
 	once.Do(func() { close(release) })
 }
+
+// A batch whose topics cannot be created in time (the directory fsync of a
+// new topic hangs) is answered by the publish deadline, 503 TIMEOUT for
+// those topics, instead of waiting for the disk until net/http's write
+// timeout drops the connection without any reply.
+func TestBatchTimeoutWhileTopicCreationHangs(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	s := New(Options{PublishTimeout: 300 * time.Millisecond}, reg, nil, zap.NewNop())
+	release := make(chan struct{})
+	var once sync.Once
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSyncDir {
+			<-release
+		}
+		return nil
+	})
+	defer func() {
+		once.Do(func() { close(release) })
+		fsys.SetHook(nil)
+		reg.Close()
+	}()
+	recc := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/messages/batch",
+			bytes.NewReader([]byte(`[{"topic":"new.a","content":1},{"topic":"new.b","content":2}]`))))
+		recc <- rec
+	}()
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-recc:
+	case <-time.After(5 * time.Second):
+		t.Fatal("batch still waiting for topic creation after 5s with a 300ms publish timeout")
+	}
+	var body struct {
+		Acknowledgement, Code string
+		Results           []struct{ Status int }
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || len(body.Results) != 2 ||
+		body.Code != CodeTimeout || body.Results[0].Status != http.StatusServiceUnavailable || body.Results[1].Status != http.StatusServiceUnavailable {
+		t.Fatalf("batch while topic creation hangs: HTTP %d %s", rec.Code, rec.Body)
+	}
+}
