@@ -140,7 +140,7 @@ func TestBatchTimeoutWhileTopicCreationHangs(t *testing.T) {
 	}
 	var body struct {
 		Acknowledgement, Code string
-		Results           []struct{ Status int }
+		Results               []struct{ Status int }
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || len(body.Results) != 2 ||
