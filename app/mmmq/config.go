@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/storage"
 )
 
 const configUsage = `usage: mmmq config check [--config FILE]
@@ -82,7 +83,18 @@ func configCheck(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
 		return 1
 	}
-	if err := printEffective(os.Stdout, eff); err != nil {
+	// What serve checks against this process's open-file limit, too.
+	limit, _ := storage.OpenFileLimit()
+	if err := storage.CheckMaxOpenSegments(eff.Config.MMMQ.Broker.Storage.MaxOpenSegments, limit); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", err)
+		return 1
+	}
+	var notes []string
+	if n := eff.Config.MMMQ.Broker.Storage.MaxOpenSegments; n <= 0 {
+		notes = append(notes, fmt.Sprintf("mmmq.broker.storage.max-open-segments 0 means %d here (a quarter of the open-file limit %d)",
+			storage.AutoMaxOpenSegments(limit), limit))
+	}
+	if err := printEffective(os.Stdout, eff, notes); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq config check:", err)
 		return 1
 	}
@@ -90,8 +102,9 @@ func configCheck(args []string) int {
 }
 
 // printEffective writes the file line, a KEY VALUE SOURCE table, one line
-// per ignored variable and per warning, and "configuration OK".
-func printEffective(w io.Writer, eff *config.Effective) error {
+// per ignored variable, per warning and per note (values decided at start,
+// such as an automatic setting), and "configuration OK".
+func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 	var b strings.Builder
 	if eff.File != "" {
 		fmt.Fprintf(&b, "file: %s\n", eff.File)
@@ -111,6 +124,9 @@ func printEffective(w io.Writer, eff *config.Effective) error {
 	}
 	for _, wn := range eff.Config.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
 	}
 	b.WriteString("configuration OK\n")
 	_, err := io.WriteString(w, b.String())

@@ -107,6 +107,17 @@ func TestConfigCheckFailsAsServe(t *testing.T) {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 
+	// A segment cache larger than this process's open-file limit allows
+	// (serve refuses it when it builds the storage backend).
+	t.Setenv("MMMQ_SERVER_PORT", "")
+	os.Unsetenv("MMMQ_SERVER_PORT")
+	t.Setenv("MMMQ_BROKER_STORAGE_MAX_OPEN_SEGMENTS", "100000000")
+	code, out, errOut = captureAll(t, "config", "check", "--config", writeConfig(t, ""))
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: mmmq.broker.storage.max-open-segments: 100000000 segments need") {
+		t.Fatalf("max-open-segments over the limit: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	os.Unsetenv("MMMQ_BROKER_STORAGE_MAX_OPEN_SEGMENTS")
+
 	// A missing explicit file.
 	code, _, errOut = captureAll(t, "config", "check", "--config", filepath.Join(t.TempDir(), "absent.yaml"))
 	if code != 1 || !strings.HasPrefix(errOut, "mmmq: startup failed: config: open ") {

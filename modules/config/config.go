@@ -135,7 +135,7 @@ type StorageConfig struct {
 	// cache): 2 file descriptors each. An idle topic holds none. More busy
 	// topics than this still work, reopening their files per group commit
 	// (slower; mmmq_segment_cache_opens_total climbs). Default 0 =
-	// automatic: a quarter of the open-file limit, 16 to 4096 (1024 → 256,
+	// automatic: a quarter of the open-file limit, 1 to 4096 (1024 → 256,
 	// 20000 → 4096). A value whose descriptors exceed half of the limit
 	// stops startup, naming the limit.
 	MaxOpenSegments int `koanf:"max-open-segments"`

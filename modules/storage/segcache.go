@@ -11,7 +11,7 @@ import (
 
 // Bounds of the automatic max-open-segments (AutoMaxOpenSegments).
 const (
-	minAutoOpenSegments = 16
+	minAutoOpenSegments = 1
 	maxAutoOpenSegments = 4096
 )
 
@@ -19,7 +19,7 @@ const (
 // configured (mmmq.broker.storage.max-open-segments: 0): a quarter of the
 // open-file limit in segments, so segment files take at most half of the
 // process's descriptors and connections, listeners and checkpoint commits
-// keep the other half — between 16 and 4096 segments. limit is
+// keep the other half — at least 1 and at most 4096 segments. limit is
 // RLIMIT_NOFILE (see OpenFileLimit); 0 means unknown and gives 256.
 func AutoMaxOpenSegments(limit uint64) int {
 	if limit == 0 {

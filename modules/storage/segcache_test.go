@@ -362,14 +362,15 @@ func TestIdleTopicsHoldNoFiles(t *testing.T) {
 }
 
 // TestMaxOpenSegmentsFromTheLimit: the automatic capacity is a quarter of
-// the open-file limit within 16..4096, and a configured capacity whose
+// the open-file limit within 1..4096 (never more than a quarter: at a limit
+// of 24 a floor of 16 pairs would take 32 descriptors), and a configured capacity whose
 // descriptors exceed half of the limit is refused naming the key, the limit
 // and the largest value that fits.
 func TestMaxOpenSegmentsFromTheLimit(t *testing.T) {
 	for _, tc := range []struct {
 		limit uint64
 		auto  int
-	}{{0, 256}, {40, 16}, {1024, 256}, {20000, 4096}, {1 << 20, 4096}} {
+	}{{0, 256}, {3, 1}, {24, 6}, {40, 10}, {1024, 256}, {20000, 4096}, {1 << 20, 4096}} {
 		if got := AutoMaxOpenSegments(tc.limit); got != tc.auto {
 			t.Errorf("AutoMaxOpenSegments(%d) = %d, want %d", tc.limit, got, tc.auto)
 		}
