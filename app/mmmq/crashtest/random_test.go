@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -31,6 +32,7 @@ const (
 	rkProducers       = 6
 	rkMaxPerProducer  = 4000 // publishes per producer per round, at most
 	rkSegmentMaxBytes = 4096 // small: a rotation every ~20 messages
+	rkFirstRoundAcks  = 200  // answered publishes before the first kill: ~10 rotations
 )
 
 func rkRounds() int {
@@ -161,6 +163,14 @@ func TestCrashRandomKill(t *testing.T) {
 			mu   sync.Mutex
 			wg   sync.WaitGroup
 			stop = make(chan struct{})
+			// The first round is not killed before rkFirstRoundAcks
+			// publishes were answered, so that even a short run on a
+			// loaded machine rotates segments (the final check requires
+			// it) instead of depending on how much 10–300 ms allowed.
+			acked    atomic.Int64
+			enough   = make(chan struct{})
+			once     sync.Once
+			finished = make(chan struct{})
 		)
 		for g := range rkProducers {
 			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(g)))
@@ -193,10 +203,20 @@ func TestCrashRandomKill(t *testing.T) {
 						t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
 						return
 					}
+					if acked.Add(1) == rkFirstRoundAcks {
+						once.Do(func() { close(enough) })
+					}
 				}
 			}()
 		}
+		go func() { wg.Wait(); close(finished) }()
 		time.Sleep(killAfter)
+		if r == 1 {
+			select {
+			case <-enough:
+			case <-finished: // every producer ended (a failure is reported)
+			}
+		}
 		b.kill()
 		close(stop)
 		wg.Wait()
