@@ -286,6 +286,9 @@ func TestDiskFull507ThenRecovers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewMem()
 			cfg := testConfig(t, memRoot)
+			// The disk guard off: this test is about a write that meets
+			// a full disk (TestDiskGuard507OnRealTmpfs: the guard).
+			cfg.MMMQ.Broker.Storage.MinFreeBytes = 0
 			a, base := startBroker(t, cfg, onMem(mem))
 			const topic, other = "full.disk", "full.other"
 			msg := func(i int) map[string]any { return map[string]any{"n": i, "pad": content} }

@@ -22,12 +22,18 @@ const (
 	CodeNotDelivered   = "NOT_DELIVERED"      // 409: ack beyond what the session was given
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
-	CodeNoSpace        = "NO_SPACE"           // 507: the disk is full
+	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
 	CodeUnavailable    = "UNAVAILABLE"        // 503: storage failed, shutting down, queue full
 )
+
+// NoSpaceRetryAfter is the Retry-After value (seconds) of a NO_SPACE HTTP
+// answer: the disk guard notices freed space within a second, and space is
+// freed by retention or an operator, so retrying sooner than a few seconds
+// only repeats the refusal.
+const NoSpaceRetryAfter = "5"
 
 // Class is what an error becomes on the wire: an HTTP status and a code.
 type Class struct {

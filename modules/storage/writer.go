@@ -61,8 +61,9 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 //	Written  → returns the offset after the segment and index write(2)
 //	Durable  → returns the offset after both fsyncs, when it is visible
 //
-// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written),
-// ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
+// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written), a
+// *LowSpaceError wrapping ErrNoSpace when Options.SpaceGuard refuses
+// (nothing queued), ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
 // nothing queued), ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
 // full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
@@ -92,6 +93,13 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 			return -1, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
 		total += HeaderSize + len(p)
+	}
+	if err := l.opts.SpaceGuard.Admit(int64(total + len(payloads)*IndexEntrySize)); err != nil {
+		// A failed log says so first: it needs an operator, not a wait.
+		if failed := l.Err(); failed != nil {
+			return -1, failed
+		}
+		return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
 	}
 	r := requestPool.Get().(*request)
 	if cap(r.data) < total {
