@@ -23,6 +23,7 @@ const (
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
+	CodeTopicFailed    = "TOPIC_FAILED"       // 503: a write or fsync of the topic failed (cause named); it needs POST /topics/{t}/reopen
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
@@ -46,7 +47,9 @@ type Class struct {
 // error is matched against the codes it carries (see [NewError] and
 // [InputError]) and a few errors of the standard library; when it carries
 // several codes (a failed log wraps both "log failed" and "no space"), the
-// row listed first wins. What matches no row is 503 UNAVAILABLE.
+// row listed first wins: a topic failed by a full disk is TOPIC_FAILED (it
+// needs an operator), not NO_SPACE (retry later). What matches no row is
+// 503 UNAVAILABLE.
 var classes = []Class{
 	{http.StatusRequestEntityTooLarge, CodeTooLarge},
 	{http.StatusBadRequest, CodeBadRequest},
@@ -55,6 +58,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
+	{http.StatusServiceUnavailable, CodeTopicFailed},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},
 	{http.StatusServiceUnavailable, CodeTooManyTopics},
@@ -72,8 +76,8 @@ var classes = []Class{
 //   - a bare ENOSPC or EDQUOT (a full disk while creating a topic's files) is
 //     507 NO_SPACE, and context.DeadlineExceeded (storage did not answer in
 //     time) is 503 TIMEOUT;
-//   - anything else is 503 UNAVAILABLE: an I/O or fsync failure, a closed or
-//     failed log, a full append queue.
+//   - anything else is 503 UNAVAILABLE: an I/O error outside a topic's
+//     write path (a read), a closed log, a full append queue.
 //
 // A nil err is not an error; Classify(nil) is 503 UNAVAILABLE all the same,
 // so callers check err first.

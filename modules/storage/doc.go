@@ -59,9 +59,10 @@
 // read with ReadAt: no lock.
 //
 // A failed write or fsync fails the log: the waiters of that batch and every
-// later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
-// The log never retries an fsync and then acknowledges (PostgreSQL
-// "fsyncgate"); reopening the topic runs repair to the last good state.
+// later append get an error wrapping ErrFailed and the I/O error, naming
+// its cause (ENOSPC, EIO, …; HTTP 503 TOPIC_FAILED). The log never retries
+// an fsync and then acknowledges (PostgreSQL "fsyncgate"); reopening the
+// topic runs repair to the last good state.
 //
 // # Rotation
 //

@@ -64,8 +64,8 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 // Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written), a
 // *LowSpaceError wrapping ErrNoSpace when Options.SpaceGuard refuses
 // (nothing queued), ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
-// nothing queued), ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
-// full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
+// nothing queued), ErrClosed, an error wrapping ErrFailed and the I/O
+// error (its Cause named) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
 func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
 	one := [1][]byte{payload}
@@ -238,7 +238,7 @@ func (l *Log) flushLoop() {
 
 // fail marks the log failed (fsyncgate: never retry and acknowledge).
 func (l *Log) fail(cause error) error {
-	err := newFailed(cause)
+	err := newFailed(l.topic, cause)
 	l.mu.Lock()
 	if l.failed == nil {
 		l.failed = err
@@ -246,7 +246,8 @@ func (l *Log) fail(cause error) error {
 		err = l.failed
 	}
 	l.mu.Unlock()
-	l.log.Error("log failed: no more writes are accepted until the topic is reopened", zap.Error(cause))
+	l.log.Error("log failed: no more writes are accepted until the topic is reopened",
+		zap.String("cause", Cause(cause)), zap.Error(cause))
 	return err
 }
 
