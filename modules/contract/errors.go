@@ -22,6 +22,8 @@ const (
 	CodeNotDelivered   = "NOT_DELIVERED"      // 409: ack beyond what the session was given
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
+	CodeTopicBusy      = "TOPIC_BUSY"         // 409, with Retry-After: the topic is being created, reopened or deleted; retry shortly
+	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
 	CodeTopicFailed    = "TOPIC_FAILED"       // 503: a write or fsync of the topic failed (cause named); it needs POST /topics/{t}/reopen
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
@@ -35,6 +37,10 @@ const (
 // freed by retention or an operator, so retrying sooner than a few seconds
 // only repeats the refusal.
 const NoSpaceRetryAfter = "5"
+
+// TopicBusyRetryAfter is the Retry-After value (seconds) of a TOPIC_BUSY
+// HTTP answer: creating, reopening or deleting a topic takes a few fsyncs.
+const TopicBusyRetryAfter = "1"
 
 // Class is what an error becomes on the wire: an HTTP status and a code.
 type Class struct {
@@ -58,6 +64,8 @@ var classes = []Class{
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
+	{http.StatusConflict, CodeTopicBusy},
+	{http.StatusConflict, CodeTopicNotFailed},
 	{http.StatusServiceUnavailable, CodeTopicFailed},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},

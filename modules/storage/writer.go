@@ -119,6 +119,8 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 	l.mu.Lock()
 	var refused error
 	switch {
+	case l.reopening:
+		refused = fmt.Errorf("append to topic %s: %w", l.topic, ErrReopening)
 	case l.failed != nil:
 		refused = l.failed
 	case l.closing:
@@ -168,20 +170,26 @@ func (l *Log) signal() {
 	}
 }
 
-// writerState is owned by the writer goroutine.
+// writerState is owned by the writer goroutine (and by Reopen, which holds
+// Log.wmu, so the writer is between batches).
 type writerState struct {
-	next   int64 // next offset to assign (>= hw)
-	wbuf   []byte
-	ibuf   []byte
-	spare  []*request
-	active *segment
-	files  *segFiles // active's files, read-write, pinned for one commit; nil between commits
+	next int64 // next offset to assign (>= hw)
+	// durable is the byte size of the active segment's .mmm up to the
+	// high watermark: what the last fsync made durable. Reopen cuts the
+	// file back to it.
+	durable int64
+	wbuf    []byte
+	ibuf    []byte
+	spare   []*request
+	active  *segment
+	files   *segFiles // active's files, read-write, pinned for one commit; nil between commits
 }
 
 func (w *writerState) init(l *Log) {
 	segs := *l.segs.Load()
 	w.active = segs[len(segs)-1]
 	w.next = w.active.base + w.active.count
+	w.durable = w.active.size
 }
 
 // flushLoop is the single writer of the log: it takes everything queued,
@@ -191,10 +199,12 @@ func (l *Log) flushLoop() {
 	defer close(l.flusherDone)
 	for range l.wake {
 		for {
+			l.wmu.Lock()
 			l.mu.Lock()
 			if len(l.pending) == 0 {
 				closing := l.closing
 				l.mu.Unlock()
+				l.wmu.Unlock()
 				if closing {
 					return
 				}
@@ -227,6 +237,7 @@ func (l *Log) flushLoop() {
 			}
 			clear(batch)
 			l.w.spare = batch
+			l.wmu.Unlock()
 			// The appenders just answered are runnable now; yielding once
 			// lets them queue their next entry into the coming batch
 			// instead of the one after it, which halves the fsyncs per
@@ -322,6 +333,7 @@ func (l *Log) commit(batch []*request) error {
 				l.segs.Store(&segs)
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				seg, w.active, w.files = ns, ns, ns.files.Load()
+				w.durable = 0
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
@@ -392,6 +404,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 	if h != nil && h.AfterIndexSync != nil {
 		h.AfterIndexSync()
 	}
+	w.durable = seg.size
 	l.publish(w.next)
 	// Counted before anyone is answered, so that a caller that reads Stats
 	// after its append returned sees its group commit.
