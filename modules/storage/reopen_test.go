@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,15 @@ import (
 // before the failure wakes on the next append, and appends work again.
 // A power loss right after keeps exactly the acknowledged entries.
 func TestReopenAfterFailure(t *testing.T) {
-	const acked0 = 10
+	// 68-byte entries in 256-byte segments: after 10 entries the failed
+	// append goes to the active segment; after 12 it first rotates, so
+	// the failure hits a segment created by the failed batch.
+	for _, acked0 := range []int{10, 12} {
+		t.Run(fmt.Sprintf("after %d", acked0), func(t *testing.T) { testReopenAfterFailure(t, acked0) })
+	}
+}
+
+func testReopenAfterFailure(t *testing.T, acked0 int) {
 	for _, tc := range []struct {
 		name  string
 		cause string
@@ -46,7 +55,8 @@ func TestReopenAfterFailure(t *testing.T) {
 				mustAppend(t, l, p)
 				acked = append(acked, p)
 			}
-			waiter := l.Notify(acked0)
+			waiter := l.Notify(int64(acked0))
+			segsBefore := l.Stats().Segments
 			var on atomic.Bool
 			on.Store(true)
 			tc.fault(t, fsys, &on)
@@ -59,14 +69,17 @@ func TestReopenAfterFailure(t *testing.T) {
 					t.Fatalf("%s append after the failure: %v", lvl, err)
 				}
 			}
+			if rotated := l.Stats().Segments > segsBefore; rotated != (acked0 == 12) {
+				t.Fatalf("the failed append rotated: %v, want %v", rotated, acked0 == 12)
+			}
 			// The fault is gone (space freed, the device back): reopen.
 			on.Store(false)
 			fsys.SetCapacity(0)
 			hw, err := l.Reopen()
-			if err != nil || hw != acked0 {
+			if err != nil || hw != int64(acked0) {
 				t.Fatalf("reopen: hw %d, %v; want %d", hw, err, acked0)
 			}
-			if l.Err() != nil || l.Stats().Failed != "" || l.HighWatermark() != acked0 || isClosed(waiter) {
+			if l.Err() != nil || l.Stats().Failed != "" || l.HighWatermark() != int64(acked0) || isClosed(waiter) {
 				t.Fatalf("after reopen: err %v, stats %+v, waiter closed %v", l.Err(), l.Stats(), isClosed(waiter))
 			}
 			got := readAll(t, l, 100)
