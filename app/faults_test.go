@@ -3,7 +3,8 @@ package app_test
 // I/O faults: a full broker on a vfs.MemFS whose hook
 // fails fsync or reads, or whose capacity runs out. Each test checks the HTTP
 // answer (a JSON NACK, {"acknowledgement":"NACK","error":…,"code":…}, with
-// 503 UNAVAILABLE or 507 NO_SPACE), that nothing after the fault is ever
+// 503 TOPIC_FAILED for a failed write or fsync, 503 UNAVAILABLE for a failed
+// read), that nothing after the fault is ever
 // acknowledged, that other topics keep working, and what a restart recovers.
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -217,14 +219,15 @@ func TestFsyncEIOFailsTopicUntilRestart(t *testing.T) {
 			var fired atomic.Int64
 			mem.SetHook(failOn(vfs.OpSync, topic, tc.ext, syscall.EIO, true, &fired))
 			st, out = publishAt(t, base, topic, map[string]any{"n": 100}, "")
-			requireNACK(t, st, out, http.StatusServiceUnavailable, httpapi.CodeUnavailable)
+			requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTopicFailed)
 			assert.Contains(t, out["error"], "input/output error")
+			assert.Contains(t, out["error"], "(EIO)", "the cause is named")
 			require.EqualValues(t, 1, fired.Load(), "the fault was injected once; later fsyncs succeed")
 
 			// Nothing after the failure is ever acknowledged, at any level.
 			for i, lvl := range []string{"durable", "written", "accepted", "durable"} {
 				st, out = publishAt(t, base, topic, map[string]any{"n": 200 + i}, lvl)
-				requireNACK(t, st, out, http.StatusServiceUnavailable, httpapi.CodeUnavailable)
+				requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTopicFailed)
 			}
 			row, ok := topicRow(t, base, topic)
 			require.True(t, ok)
@@ -265,13 +268,15 @@ func TestFsyncEIOFailsTopicUntilRestart(t *testing.T) {
 	}
 }
 
-// TestDiskFull507ThenRecovers: a full disk (MemFS capacity) answers 507
-// NO_SPACE whichever write hits it (segment or index); the topic then stays
-// failed (507) until it is reopened, while a topic that did not hit the
-// full disk writes again as soon as space is freed; the files are never
-// corrupt (storage.Verify: OK or TORN_TAIL), and after a restart every
-// acknowledged message is intact and writes succeed.
-func TestDiskFull507ThenRecovers(t *testing.T) {
+// TestDiskFullFailsTopicThenRecovers: with the disk guard off, a write
+// that meets a full disk (MemFS capacity), segment or index, fails its
+// topic: 503 TOPIC_FAILED naming ENOSPC, and the topic stays failed
+// (TOPIC_FAILED, not NO_SPACE: it needs an operator) even once space is
+// freed, while a topic that did not hit the full disk writes again as soon
+// as space is freed; the files are never corrupt (storage.Verify: OK or
+// TORN_TAIL), and after a restart every acknowledged message is intact and
+// writes succeed.
+func TestDiskFullFailsTopicThenRecovers(t *testing.T) {
 	const content = "0123456789abcdef0123456789abcdef" // same size for every message
 	for _, tc := range []struct {
 		name  string
@@ -286,6 +291,9 @@ func TestDiskFull507ThenRecovers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := vfs.NewMem()
 			cfg := testConfig(t, memRoot)
+			// The disk guard off: this test is about a write that meets
+			// a full disk (TestDiskGuard507OnRealTmpfs: the guard).
+			cfg.MMMQ.Broker.Storage.MinFreeBytes = 0
 			a, base := startBroker(t, cfg, onMem(mem))
 			const topic, other = "full.disk", "full.other"
 			msg := func(i int) map[string]any { return map[string]any{"n": i, "pad": content} }
@@ -303,14 +311,16 @@ func TestDiskFull507ThenRecovers(t *testing.T) {
 
 			mem.SetCapacity(memUsage(t, mem, "/") + tc.slack(entry))
 			st, out = publishAt(t, base, topic, msg(100), "")
-			requireNACK(t, st, out, http.StatusInsufficientStorage, httpapi.CodeNoSpace)
+			requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTopicFailed)
 			assert.Contains(t, out["error"], "no space left on device")
-			// Still full, then freed: the failed topic answers 507 until reopened.
+			assert.Contains(t, out["error"], "(ENOSPC)", "the cause is named")
+			// Still full, then freed: the failed topic answers TOPIC_FAILED
+			// until it is reopened.
 			st, out = publishAt(t, base, topic, msg(101), "written")
-			requireNACK(t, st, out, http.StatusInsufficientStorage, httpapi.CodeNoSpace)
+			requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTopicFailed)
 			mem.SetCapacity(0)
 			st, out = publishAt(t, base, topic, msg(102), "")
-			requireNACK(t, st, out, http.StatusInsufficientStorage, httpapi.CodeNoSpace)
+			requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTopicFailed)
 			// A topic that did not hit the full disk writes again at once.
 			st, out = publishAt(t, base, other, msg(1), "")
 			require.Equal(t, 200, st, out)
@@ -341,7 +351,7 @@ func TestDiskFull507ThenRecovers(t *testing.T) {
 }
 
 // requireAckedPadded is requireAcked for the {"n": i, "pad": ...} contents of
-// TestDiskFull507ThenRecovers, and checks nothing else is visible.
+// TestDiskFullFailsTopicThenRecovers, and checks nothing else is visible.
 func requireAckedPadded(t *testing.T, base, topic string, acked []int) {
 	t.Helper()
 	st, page, eb := readTopic(t, base, topic)

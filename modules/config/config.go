@@ -139,6 +139,13 @@ type StorageConfig struct {
 	// 20000 → 4096). A value whose descriptors exceed half of the limit
 	// stops startup, naming the limit.
 	MaxOpenSegments int `koanf:"max-open-segments"`
+
+	// MinFreeBytes is the disk guard: while the filesystem of RootDir has
+	// fewer bytes free than this (statfs: available to non-root),
+	// publishes are refused with 507 NO_SPACE and Retry-After, before the
+	// disk is actually full, and accepted again once space is freed (no
+	// restart). 0 turns the guard off. Default 268435456 (256 MiB).
+	MinFreeBytes int64 `koanf:"min-free-bytes"`
 }
 
 // SegmentConfig sizes segment files (key "mmmq.broker.segment").
@@ -279,6 +286,8 @@ func Default() *Config {
 					MaxTopics:    10000,
 
 					MaxOpenSegments: 0,
+
+					MinFreeBytes: 256 << 20,
 				},
 				Segment: SegmentConfig{
 					MaxBytes:       64 << 20,

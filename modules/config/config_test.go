@@ -263,6 +263,7 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"on-corruption", "mmmq: {broker: {storage: {on-corruption: ignore}}}", "mmmq.broker.storage.on-corruption"},
 		{"max-topics", "mmmq: {broker: {storage: {max-topics: 0}}}", "mmmq.broker.storage.max-topics"},
 		{"max-open-segments", "mmmq: {broker: {storage: {max-open-segments: -1}}}", "mmmq.broker.storage.max-open-segments"},
+		{"min-free-bytes", "mmmq: {broker: {storage: {min-free-bytes: -1}}}", "mmmq.broker.storage.min-free-bytes"},
 		{"segment small", "mmmq: {broker: {segment: {max-bytes: 1023}}}", "mmmq.broker.segment.max-bytes"},
 		{"record small", "mmmq: {broker: {segment: {max-record-bytes: 63}}}", "mmmq.broker.segment.max-record-bytes"},
 		{"record over segment", "mmmq: {broker: {segment: {max-bytes: 2048, max-record-bytes: 4096}}}", "mmmq.broker.segment.max-record-bytes"},

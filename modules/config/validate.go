@@ -64,6 +64,7 @@ func (c *Config) Validate() error {
 	v.intRange("mmmq.broker.storage.max-topics", int64(b.Storage.MaxTopics), 1, math.MaxInt32)
 
 	v.intRange("mmmq.broker.storage.max-open-segments", int64(b.Storage.MaxOpenSegments), 0, math.MaxInt32)
+	v.intRange("mmmq.broker.storage.min-free-bytes", b.Storage.MinFreeBytes, 0, math.MaxInt64)
 
 	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
 	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the

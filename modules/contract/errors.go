@@ -22,13 +22,25 @@ const (
 	CodeNotDelivered   = "NOT_DELIVERED"      // 409: ack beyond what the session was given
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
-	CodeTopicBusy      = "TOPIC_BUSY"         // 409: the topic is being created, deleted or reopened; retry
-	CodeNoSpace        = "NO_SPACE"           // 507: the disk is full
+	CodeTopicBusy      = "TOPIC_BUSY"         // 409, with Retry-After: the topic is being created, reopened or deleted; retry shortly
+	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
+	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
+	CodeTopicFailed    = "TOPIC_FAILED"       // 503: a write or fsync of the topic failed (cause named); it needs POST /topics/{t}/reopen
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
 	CodeUnavailable    = "UNAVAILABLE"        // 503: storage failed, shutting down, queue full
 )
+
+// NoSpaceRetryAfter is the Retry-After value (seconds) of a NO_SPACE HTTP
+// answer: the disk guard notices freed space within a second, and space is
+// freed by retention or an operator, so retrying sooner than a few seconds
+// only repeats the refusal.
+const NoSpaceRetryAfter = "5"
+
+// TopicBusyRetryAfter is the Retry-After value (seconds) of a TOPIC_BUSY
+// HTTP answer: creating, reopening or deleting a topic takes a few fsyncs.
+const TopicBusyRetryAfter = "1"
 
 // Class is what an error becomes on the wire: an HTTP status and a code.
 type Class struct {
@@ -41,7 +53,9 @@ type Class struct {
 // error is matched against the codes it carries (see [NewError] and
 // [InputError]) and a few errors of the standard library; when it carries
 // several codes (a failed log wraps both "log failed" and "no space"), the
-// row listed first wins. What matches no row is 503 UNAVAILABLE.
+// row listed first wins: a topic failed by a full disk is TOPIC_FAILED (it
+// needs an operator), not NO_SPACE (retry later). What matches no row is
+// 503 UNAVAILABLE.
 var classes = []Class{
 	{http.StatusRequestEntityTooLarge, CodeTooLarge},
 	{http.StatusBadRequest, CodeBadRequest},
@@ -51,6 +65,8 @@ var classes = []Class{
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
 	{http.StatusConflict, CodeTopicBusy},
+	{http.StatusConflict, CodeTopicNotFailed},
+	{http.StatusServiceUnavailable, CodeTopicFailed},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},
 	{http.StatusServiceUnavailable, CodeTooManyTopics},
@@ -68,8 +84,8 @@ var classes = []Class{
 //   - a bare ENOSPC or EDQUOT (a full disk while creating a topic's files) is
 //     507 NO_SPACE, and context.DeadlineExceeded (storage did not answer in
 //     time) is 503 TIMEOUT;
-//   - anything else is 503 UNAVAILABLE: an I/O or fsync failure, a closed or
-//     failed log, a full append queue.
+//   - anything else is 503 UNAVAILABLE: an I/O error outside a topic's
+//     write path (a read), a closed log, a full append queue.
 //
 // A nil err is not an error; Classify(nil) is 503 UNAVAILABLE all the same,
 // so callers check err first.

@@ -35,11 +35,16 @@ func TestClassify(t *testing.T) {
 		{"empty record", fmt.Errorf("append: %w", storage.ErrEmptyRecord), 400, contract.CodeBadRequest},
 		{"invalid topic", fmt.Errorf("%w: empty", topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
 		{"too many topics", topicqueue.ErrTooManyTopics, 503, contract.CodeTooManyTopics},
-		{"failed log, disk full", fmt.Errorf("write: %w", errors.Join(storage.ErrFailed, storage.ErrNoSpace)), 507, contract.CodeNoSpace},
-		{"failed log, disk full (wrapped %w %w)", fmt.Errorf("%w: %w", storage.ErrFailed, storage.ErrNoSpace), 507, contract.CodeNoSpace},
+		{"failed log, disk full", fmt.Errorf("write: %w", errors.Join(storage.ErrFailed, syscall.ENOSPC)), 503, contract.CodeTopicFailed},
+		{"failed log, disk full (wrapped %w %w)", fmt.Errorf("%w: %w", storage.ErrFailed, &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}), 503, contract.CodeTopicFailed},
+		{"failed log wrapping the guard's refusal too", errors.Join(storage.ErrNoSpace, storage.ErrFailed), 503, contract.CodeTopicFailed},
+		{"disk guard", fmt.Errorf("append: %w", &storage.LowSpaceError{Free: 1, MinFree: 2}), 507, contract.CodeNoSpace},
 		{"bare ENOSPC", &os.PathError{Op: "open", Path: "x", Err: syscall.ENOSPC}, 507, contract.CodeNoSpace},
 		{"bare EDQUOT", fmt.Errorf("mkdir: %w", syscall.EDQUOT), 507, contract.CodeNoSpace},
-		{"failed log", fmt.Errorf("fsync: %w", storage.ErrFailed), 503, contract.CodeUnavailable},
+		{"failed log", fmt.Errorf("fsync: %w", storage.ErrFailed), 503, contract.CodeTopicFailed},
+		{"reopen of a healthy topic", fmt.Errorf("reopen: %w", storage.ErrNotFailed), 409, contract.CodeTopicNotFailed},
+		{"append during reopen", fmt.Errorf("append: %w", storage.ErrReopening), 409, contract.CodeTopicBusy},
+		{"reopen of an unknown topic", fmt.Errorf("%w: t", topicqueue.ErrNotFound), 404, contract.CodeNotFound},
 		{"queue full", storage.ErrQueueFull, 503, contract.CodeUnavailable},
 		{"deadline", fmt.Errorf("append: %w", context.DeadlineExceeded), 503, contract.CodeTimeout},
 		{"group busy", &groups.BusyError{Topic: "t", Group: "g"}, 409, contract.CodeGroupBusy},
@@ -71,6 +76,21 @@ func TestNewErrorIsASentinel(t *testing.T) {
 	wrapped := fmt.Errorf("append: %w", storage.ErrNoSpace)
 	if !errors.Is(wrapped, storage.ErrNoSpace) || errors.Is(wrapped, storage.ErrRecordTooLarge) {
 		t.Error("errors.Is does not tell the sentinels apart")
+	}
+}
+
+// TestNoSpaceRetryAfter: a NO_SPACE answer (the disk guard) carries
+// Retry-After; a TOPIC_FAILED one (needs an operator) does not.
+func TestNoSpaceRetryAfter(t *testing.T) {
+	rec := httptest.NewRecorder()
+	contract.WriteErr(rec, &storage.LowSpaceError{Free: 1, MinFree: 2})
+	if rec.Code != 507 || rec.Header().Get("Retry-After") != contract.NoSpaceRetryAfter || !strings.Contains(rec.Body.String(), `"code":"NO_SPACE"`) {
+		t.Fatalf("answer %d %v %s", rec.Code, rec.Header(), rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	contract.WriteErr(rec, fmt.Errorf("append: %w", storage.ErrFailed))
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != "" || !strings.Contains(rec.Body.String(), `"code":"TOPIC_FAILED"`) {
+		t.Fatalf("answer %d %v %s", rec.Code, rec.Header(), rec.Body)
 	}
 }
 

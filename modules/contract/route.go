@@ -65,10 +65,18 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 
 // WriteError writes an ErrorBody with status, code and msg. An OVERLOADED
 // answer also gets "Retry-After: 1" (seconds): the budget frees up as the
-// replies in flight are written, so a short wait is the remedy.
+// replies in flight are written, so a short wait is the remedy. A NO_SPACE
+// answer gets "Retry-After: 5" (NoSpaceRetryAfter): nothing was stored,
+// and the publish is accepted again once space is freed. A TOPIC_BUSY
+// answer gets "Retry-After: 1" (TopicBusyRetryAfter).
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	if code == CodeOverloaded {
+	switch code {
+	case CodeOverloaded:
 		w.Header().Set("Retry-After", OverloadedRetryAfter)
+	case CodeNoSpace:
+		w.Header().Set("Retry-After", NoSpaceRetryAfter)
+	case CodeTopicBusy:
+		w.Header().Set("Retry-After", TopicBusyRetryAfter)
 	}
 	WriteJSON(w, status, ErrorBody{Acknowledgement: "NACK", Error: msg, Code: code})
 }

@@ -85,6 +85,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		if status >= 500 {
 			s.log.Sugar().Warnw("batch publish partly failed", "failed", b.resp.Failed, "count", b.resp.Count)
 		}
+		if b.resp.Code == contract.CodeNoSpace {
+			w.Header().Set("Retry-After", contract.NoSpaceRetryAfter) // as a single publish's 507
+		}
 	}
 	contract.WriteJSON(w, status, b.resp)
 }

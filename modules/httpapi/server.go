@@ -1,6 +1,7 @@
 // Package httpapi is the broker's HTTP API on gorilla/mux:
 // publishing (POST /messages, POST /mmmq/messages, POST /messages/batch),
 // topic listing and read-back (GET /topics, GET /topics/{topic}/messages),
+// reopening a failed topic (POST /topics/{topic}/reopen),
 // and health (/healthz, /readyz). Plugins add routes through the value group
 // `group:"routes"` (see Route). It works without Fx; fx.go wires it.
 //
@@ -132,6 +133,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	r.HandleFunc("/topics", s.handleTopics).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}/messages", s.handleRead).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}", s.handleDeleteTopic).Methods(http.MethodDelete)
+	r.HandleFunc("/topics/{topic}/reopen", s.handleReopen).Methods(http.MethodPost)
 	r.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		contract.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)

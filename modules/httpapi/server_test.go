@@ -60,14 +60,14 @@ func TestTopicsList(t *testing.T) {
 		t.Errorf("quarantined %v", body.Quarantined)
 	}
 
-	// An fsync error fails t.b's log: it is listed with the failure.
+	// An fsync error fails t.b's log (503 TOPIC_FAILED): it is listed with the failure.
 	mem.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpSync && strings.Contains(name, "/t.b/") {
 			return &fs.PathError{Op: "sync", Path: name, Err: syscall.EIO}
 		}
 		return nil
 	})
-	wantNACK(t, a.call(http.MethodPost, "/messages", "", `{"topic":"t.b","content":1}`), http.StatusServiceUnavailable, contract.CodeUnavailable)
+	wantNACK(t, a.call(http.MethodPost, "/messages", "", `{"topic":"t.b","content":1}`), http.StatusServiceUnavailable, contract.CodeTopicFailed)
 	mem.SetHook(nil)
 	body = topicsBody{}
 	decodeJSON(t, a.call(http.MethodGet, "/topics", "", ""), &body)

@@ -59,9 +59,22 @@
 // read with ReadAt: no lock.
 //
 // A failed write or fsync fails the log: the waiters of that batch and every
-// later append get an error wrapping ErrFailed (and ErrNoSpace for ENOSPC).
-// The log never retries an fsync and then acknowledges (PostgreSQL
-// "fsyncgate"); reopening the topic runs repair to the last good state.
+// later append get an error wrapping ErrFailed and the I/O error, naming
+// its cause (ENOSPC, EIO, …; HTTP 503 TOPIC_FAILED). The log never retries
+// an fsync and then acknowledges (PostgreSQL "fsyncgate"). Log.Reopen
+// brings it back without a restart: it cuts the active segment's .idx and
+// .mmm back to the high watermark and the byte size the last successful
+// fsync covered (never trusting what the failed batch left in the page
+// cache), fsyncs them, runs repair, which must find exactly that high
+// watermark, and accepts appends again. A restart runs repair too.
+//
+// # Disk guard (space.go)
+//
+// Options.SpaceGuard refuses appends before anything is queued while the
+// data filesystem has less than mmmq.broker.storage.min-free-bytes free
+// (*LowSpaceError, ErrNoSpace: HTTP 507): free space is sampled with one
+// statfs at most once a second and once per min-free/2 bytes admitted, so
+// publishes alone never take the last min-free/2 bytes.
 //
 // # Rotation
 //

@@ -35,6 +35,11 @@ type Log struct {
 	pendingBytes int64
 	failed       error
 	closing      bool
+	reopening    bool // Reopen is running: appends get ErrReopening
+
+	// wmu is held by the writer goroutine for each batch and by Reopen,
+	// which so never runs while a batch is being written.
+	wmu sync.Mutex
 
 	wake        chan struct{}
 	flusherDone chan struct{}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -477,6 +478,9 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 			if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) || errors.Is(err, ErrNoSpace) {
 				t.Fatalf("append: %v", err)
 			}
+			if c := contract.Classify(err); c.Status != 503 || c.Code != contract.CodeTopicFailed || !strings.Contains(err.Error(), "failed (EIO)") {
+				t.Fatalf("append: %v classified %+v, want 503 TOPIC_FAILED naming EIO", err, c)
+			}
 			// fsyncgate: even with the fault gone, nothing is acknowledged.
 			fail.Store(false)
 			for _, lvl := range []AckLevel{Durable, Written, Accepted} {
@@ -617,10 +621,15 @@ func TestNoSpace(t *testing.T) {
 		}
 		acked = append(acked, p)
 	}
-	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+	// The write met the full disk: the log failed (TOPIC_FAILED, cause
+	// ENOSPC), it was not refused beforehand (ErrNoSpace is the guard's).
+	if errors.Is(err, ErrNoSpace) || !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "(ENOSPC)") {
 		t.Fatalf("append on a full disk: %v", err)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), Durable); !errors.Is(err, ErrNoSpace) {
+	if c := contract.Classify(err); c.Status != 503 || c.Code != contract.CodeTopicFailed {
+		t.Fatalf("append on a full disk classified %+v, want 503 TOPIC_FAILED", c)
+	}
+	if _, err := l.Append(context.Background(), []byte(`{}`), Durable); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append after ENOSPC: %v", err)
 	}
 	if int(l.HighWatermark()) != len(acked) {

@@ -49,6 +49,11 @@ type Options struct {
 	// (mmmq.broker.storage.max-open-segments); <= 0 means
 	// AutoMaxOpenSegments of the process's open-file limit.
 	MaxOpenSegments int
+	// SpaceGuard, when set, is the disk guard of the data filesystem
+	// (mmmq.broker.storage.min-free-bytes), shared by every topic's log:
+	// an append it refuses fails with a *LowSpaceError (HTTP 507
+	// NO_SPACE) before anything is queued. Nil: no guard.
+	SpaceGuard *SpaceGuard
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.
 	Observer Observer

@@ -61,10 +61,11 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 //	Written  → returns the offset after the segment and index write(2)
 //	Durable  → returns the offset after both fsyncs, when it is visible
 //
-// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written),
-// ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
-// nothing queued), ErrClosed, an error wrapping ErrFailed (and ErrNoSpace on a
-// full disk) once a write or fsync has failed, or ctx.Err() when ctx ends
+// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written), a
+// *LowSpaceError wrapping ErrNoSpace when Options.SpaceGuard refuses
+// (nothing queued), ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
+// nothing queued), ErrClosed, an error wrapping ErrFailed and the I/O
+// error (its Cause named) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
 func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
 	one := [1][]byte{payload}
@@ -93,6 +94,13 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 		}
 		total += HeaderSize + len(p)
 	}
+	if err := l.opts.SpaceGuard.Admit(int64(total + len(payloads)*IndexEntrySize)); err != nil {
+		// A failed log says so first: it needs an operator, not a wait.
+		if failed := l.Err(); failed != nil {
+			return -1, failed
+		}
+		return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
+	}
 	r := requestPool.Get().(*request)
 	if cap(r.data) < total {
 		r.data = make([]byte, 0, total)
@@ -111,6 +119,8 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 	l.mu.Lock()
 	var refused error
 	switch {
+	case l.reopening:
+		refused = fmt.Errorf("append to topic %s: %w", l.topic, ErrReopening)
 	case l.failed != nil:
 		refused = l.failed
 	case l.closing:
@@ -160,20 +170,26 @@ func (l *Log) signal() {
 	}
 }
 
-// writerState is owned by the writer goroutine.
+// writerState is owned by the writer goroutine (and by Reopen, which holds
+// Log.wmu, so the writer is between batches).
 type writerState struct {
-	next   int64 // next offset to assign (>= hw)
-	wbuf   []byte
-	ibuf   []byte
-	spare  []*request
-	active *segment
-	files  *segFiles // active's files, read-write, pinned for one commit; nil between commits
+	next int64 // next offset to assign (>= hw)
+	// durable is the byte size of the active segment's .mmm up to the
+	// high watermark: what the last fsync made durable. Reopen cuts the
+	// file back to it.
+	durable int64
+	wbuf    []byte
+	ibuf    []byte
+	spare   []*request
+	active  *segment
+	files   *segFiles // active's files, read-write, pinned for one commit; nil between commits
 }
 
 func (w *writerState) init(l *Log) {
 	segs := *l.segs.Load()
 	w.active = segs[len(segs)-1]
 	w.next = w.active.base + w.active.count
+	w.durable = w.active.size
 }
 
 // flushLoop is the single writer of the log: it takes everything queued,
@@ -183,10 +199,12 @@ func (l *Log) flushLoop() {
 	defer close(l.flusherDone)
 	for range l.wake {
 		for {
+			l.wmu.Lock()
 			l.mu.Lock()
 			if len(l.pending) == 0 {
 				closing := l.closing
 				l.mu.Unlock()
+				l.wmu.Unlock()
 				if closing {
 					return
 				}
@@ -219,6 +237,7 @@ func (l *Log) flushLoop() {
 			}
 			clear(batch)
 			l.w.spare = batch
+			l.wmu.Unlock()
 			// The appenders just answered are runnable now; yielding once
 			// lets them queue their next entry into the coming batch
 			// instead of the one after it, which halves the fsyncs per
@@ -230,7 +249,7 @@ func (l *Log) flushLoop() {
 
 // fail marks the log failed (fsyncgate: never retry and acknowledge).
 func (l *Log) fail(cause error) error {
-	err := newFailed(cause)
+	err := newFailed(l.topic, cause)
 	l.mu.Lock()
 	if l.failed == nil {
 		l.failed = err
@@ -238,7 +257,8 @@ func (l *Log) fail(cause error) error {
 		err = l.failed
 	}
 	l.mu.Unlock()
-	l.log.Error("log failed: no more writes are accepted until the topic is reopened", zap.Error(cause))
+	l.log.Error("log failed: no more writes are accepted until the topic is reopened",
+		zap.String("cause", Cause(cause)), zap.Error(cause))
 	return err
 }
 
@@ -313,6 +333,7 @@ func (l *Log) commit(batch []*request) error {
 				l.segs.Store(&segs)
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				seg, w.active, w.files = ns, ns, ns.files.Load()
+				w.durable = 0
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
@@ -383,6 +404,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 	if h != nil && h.AfterIndexSync != nil {
 		h.AfterIndexSync()
 	}
+	w.durable = seg.size
 	l.publish(w.next)
 	// Counted before anyone is answered, so that a caller that reads Stats
 	// after its append returned sees its group commit.

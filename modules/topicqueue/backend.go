@@ -51,6 +51,10 @@ type LocalBackend struct {
 	cache     *storage.SegmentCache
 }
 
+// SpaceGuard is the disk guard every topic of this backend asks for room
+// (Storage.SpaceGuard; nil when off), for metrics.
+func (b *LocalBackend) SpaceGuard() *storage.SpaceGuard { return b.Storage.SpaceGuard }
+
 // SegmentCache is the cache of segment files every topic of this backend
 // shares (Storage.SegmentCache when set), for metrics.
 func (b *LocalBackend) SegmentCache() *storage.SegmentCache {
@@ -61,8 +65,15 @@ func (b *LocalBackend) SegmentCache() *storage.SegmentCache {
 	return b.cache
 }
 
-// Open opens (create: or creates) the topic directory Root/name.
+// Open opens (create: or creates) the topic directory Root/name. With
+// create, a disk guard that refuses (Storage.SpaceGuard) refuses the new
+// topic too (a *storage.LowSpaceError, 507 NO_SPACE): nothing is created.
 func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
+	if create {
+		if err := b.Storage.SpaceGuard.Admit(0); err != nil {
+			return nil, fmt.Errorf("create topic %s: %w", name, err)
+		}
+	}
 	o := b.Storage
 	o.SegmentCache = b.SegmentCache()
 	l, err := storage.Open(filepath.Join(b.Root, name), o)

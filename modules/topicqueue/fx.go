@@ -29,6 +29,10 @@ type Params struct {
 	// Budget is the in-flight memory budget (NewBudgetFromConfig): the
 	// logs' ACCEPTED appends draw from it.
 	Budget *contract.Budget
+	// SpaceGuard is the disk guard (NewSpaceGuardFromConfig; nil when
+	// mmmq.broker.storage.min-free-bytes is 0): every log's appends ask it
+	// for room.
+	SpaceGuard *storage.SpaceGuard `optional:"true"`
 }
 
 // RegistryParams are the registry's dependencies in the Fx graph.
@@ -78,11 +82,24 @@ func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
 	return contract.NewBudget(m.MaxInflightBytes)
 }
 
+// NewSpaceGuardFromConfig is the broker's disk guard: free space of the
+// filesystem of mmmq.broker.storage.root-dir, sampled through the graph's
+// filesystem, against mmmq.broker.storage.min-free-bytes (see
+// storage.SpaceGuard). It returns nil, no guard, when min-free-bytes is 0.
+// Tests replace it with fx.Decorate(func(*storage.SpaceGuard)
+// *storage.SpaceGuard { return mine }) (a fake clock, another minimum).
+func NewSpaceGuardFromConfig(st config.StorageConfig, fsys vfs.FS, log *zap.Logger) *storage.SpaceGuard {
+	return storage.NewSpaceGuard(storage.SpaceGuardOptions{
+		FS: fsys, Dir: st.RootDir, MinFree: st.MinFreeBytes, Logger: log.Named("storage"),
+	})
+}
+
 // NewBackendFromConfig is the default Backend: the local segmented log
 // under mmmq.broker.storage.root-dir, with the storage engine's options
-// from mmmq.broker.segment and the graph's filesystem, observer, hooks
-// and in-flight budget. Error: a max-open-segments that would take more
-// than half of the process's open-file limit (storage.CheckMaxOpenSegments).
+// from mmmq.broker.segment and the graph's filesystem, observer, hooks,
+// in-flight budget and disk guard. Error: a max-open-segments that would
+// take more than half of the process's open-file limit
+// (storage.CheckMaxOpenSegments).
 func NewBackendFromConfig(p Params) (Backend, error) {
 	limit, _ := storage.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(p.Storage.MaxOpenSegments, limit); err != nil {
@@ -94,6 +111,7 @@ func NewBackendFromConfig(p Params) (Backend, error) {
 	opts.Storage.Observer = p.Observer
 	opts.Storage.Hooks = p.Hooks
 	opts.Storage.Budget = p.Budget
+	opts.Storage.SpaceGuard = p.SpaceGuard
 	b := &LocalBackend{Root: opts.Root, Storage: opts.Storage}
 	p.Logger.Debug("segment cache", zap.Int("max-open-segments", b.SegmentCache().Capacity()), zap.Uint64("open-file-limit", limit))
 	return b, nil
@@ -135,11 +153,12 @@ func registerLifecycle(lc fx.Lifecycle, r *Registry) {
 }
 
 // Module provides the broker's in-flight memory budget (*contract.Budget,
-// NewBudgetFromConfig), the Backend (the local segmented log; replace it
+// NewBudgetFromConfig), the disk guard (*storage.SpaceGuard,
+// NewSpaceGuardFromConfig; nil when off), the Backend (the local segmented log; replace it
 // with fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return
 // mine }) or fx.Replace) and the *Registry over it, and ties the backend's
 // lock and the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
-	fx.Provide(NewBudgetFromConfig, NewBackendFromConfig, NewFromConfig),
+	fx.Provide(NewBudgetFromConfig, NewSpaceGuardFromConfig, NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

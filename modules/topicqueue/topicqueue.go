@@ -116,8 +116,12 @@ var (
 	ErrQuarantined = errors.New("topicqueue: topic quarantined after corruption")
 	// ErrClosed is returned once the registry is closed (shutting down).
 	ErrClosed = errors.New("topicqueue: registry closed")
-	// ErrNotFound is returned by Get-style lookups of unknown topics.
-	ErrNotFound = errors.New("topicqueue: topic not found")
+	// ErrNotFound is returned by Get-style lookups of unknown topics
+	// (HTTP 404 NOT_FOUND).
+	ErrNotFound = contract.NewError(contract.CodeNotFound, "topicqueue: topic not found")
+	// ErrReopenUnsupported is returned by Reopen when the topic's backend
+	// cannot reopen a log (it does not implement Reopener).
+	ErrReopenUnsupported = errors.New("topicqueue: the storage backend cannot reopen a topic")
 )
 
 // MaxNameBytes is the longest topic name accepted, in bytes.

@@ -75,12 +75,15 @@
 //	NOT_DELIVERED    ACK of an offset not delivered to this connection (log-queue study)
 //	BAD_REQUEST      unknown command, wrong arguments, invalid topic or group
 //	                 name, payload not JSON, empty line
-//	NO_SPACE         the disk is full (HTTP 507)
+//	NO_SPACE         free space under mmmq.broker.storage.min-free-bytes (the
+//	                 disk guard; HTTP 507): nothing stored, retry later
+//	TOPIC_FAILED     a write or fsync of the topic failed, cause named (ENOSPC,
+//	                 EIO, …; HTTP 503): refused until POST /topics/{t}/reopen
 //	TIMEOUT          PUB did not reach its ack level within 30 s (outcome unknown)
 //	TOO_MANY_TOPICS  a new topic over mmmq.broker.storage.max-topics
 //	TOO_MANY_GROUPS  a new group over the consumer-group cap
-//	UNAVAILABLE      storage failure (write or fsync error, queue full),
-//	                 shutting down, too many connections
+//	UNAVAILABLE      storage failure (read error, queue full), shutting
+//	                 down, too many connections
 //	NOT_FOUND        FETCH or STATUS of a topic that does not exist (mmmq)
 //	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
 //	NAME_TAKEN       the group name is a dispatcher name (mmmq)

@@ -47,14 +47,16 @@ type watchParams struct {
 	Metrics    *Metrics
 	Registry   *topicqueue.Registry
 	Dispatcher *dispatcher.Manager
-	Budget     *contract.Budget   `optional:"true"`
-	Backend    topicqueue.Backend `optional:"true"`
+	Budget     *contract.Budget    `optional:"true"`
+	Backend    topicqueue.Backend  `optional:"true"`
+	SpaceGuard *storage.SpaceGuard `optional:"true"`
 }
 
 func watch(p watchParams) {
 	p.Metrics.WatchTopics(p.Registry)
 	p.Metrics.WatchDispatchers(p.Dispatcher, p.Registry)
 	p.Metrics.WatchBudget(p.Budget)
+	p.Metrics.WatchSpaceGuard(p.SpaceGuard)
 	if b, ok := p.Backend.(interface{ SegmentCache() *storage.SegmentCache }); ok {
 		p.Metrics.WatchSegmentCache(b.SegmentCache())
 	}

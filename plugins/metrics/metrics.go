@@ -209,6 +209,36 @@ func (m *Metrics) WatchSegmentCache(c *storage.SegmentCache) {
 	)
 }
 
+// WatchSpaceGuard adds the disk guard's figures
+// (mmmq.broker.storage.min-free-bytes), read at scrape time: the free
+// bytes of the data filesystem (sampled at most once a second, also while
+// idle), the minimum, whether publishes are refused now and how many were
+// (507 NO_SPACE). A nil guard (min-free-bytes: 0) adds nothing.
+func (m *Metrics) WatchSpaceGuard(g *storage.SpaceGuard) {
+	if g == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_storage_free_bytes",
+			Help: "Bytes free on the data filesystem (statfs, available to non-root) at the disk guard's last sample; -1 before the first."},
+			func() float64 { return float64(g.FreeBytes()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_storage_min_free_bytes",
+			Help: "The disk guard's minimum (mmmq.broker.storage.min-free-bytes): publishes are refused below it."},
+			func() float64 { return float64(g.Stats().MinFree) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_storage_space_refusing",
+			Help: "1 while the disk guard refuses publishes (507 NO_SPACE)."},
+			func() float64 {
+				if g.Stats().Refusing {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_storage_space_refused_total",
+			Help: "Publishes (and new topics) refused by the disk guard with 507 NO_SPACE; nothing of them was stored."},
+			func() float64 { return float64(g.Stats().Refused) }),
+	)
+}
+
 // WatchDispatchers adds per-worker metrics read from mgr at scrape time.
 func (m *Metrics) WatchDispatchers(mgr *dispatcher.Manager, reg *topicqueue.Registry) {
 	m.reg.MustRegister(dispatchCollector{m: mgr, reg: reg})

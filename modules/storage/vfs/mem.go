@@ -23,31 +23,33 @@ type Op uint8
 // The operations a MemFS hook sees. Each is reported once per call, before
 // the operation is performed.
 const (
-	OpCreate   Op = iota + 1 // FS.Create
-	OpOpen                   // FS.Open and FS.OpenRW
-	OpWrite                  // File.WriteAt
-	OpSync                   // File.Sync
-	OpTruncate               // File.Truncate
-	OpRename                 // FS.Rename (the hook gets oldname)
-	OpRemove                 // FS.Remove
-	OpMkdir                  // FS.MkdirAll
-	OpSyncDir                // FS.SyncDir
-	OpRead                   // File.ReadAt
-	OpList                   // FS.List
+	OpCreate    Op = iota + 1 // FS.Create
+	OpOpen                    // FS.Open and FS.OpenRW
+	OpWrite                   // File.WriteAt
+	OpSync                    // File.Sync
+	OpTruncate                // File.Truncate
+	OpRename                  // FS.Rename (the hook gets oldname)
+	OpRemove                  // FS.Remove
+	OpMkdir                   // FS.MkdirAll
+	OpSyncDir                 // FS.SyncDir
+	OpRead                    // File.ReadAt
+	OpList                    // FS.List
+	OpFreeSpace               // FS.FreeSpace
 )
 
 var opNames = [...]string{
-	OpCreate:   "create",
-	OpOpen:     "open",
-	OpWrite:    "write",
-	OpSync:     "sync",
-	OpTruncate: "truncate",
-	OpRename:   "rename",
-	OpRemove:   "remove",
-	OpMkdir:    "mkdir",
-	OpSyncDir:  "syncdir",
-	OpRead:     "read",
-	OpList:     "list",
+	OpCreate:    "create",
+	OpOpen:      "open",
+	OpWrite:     "write",
+	OpSync:      "sync",
+	OpTruncate:  "truncate",
+	OpRename:    "rename",
+	OpRemove:    "remove",
+	OpMkdir:     "mkdir",
+	OpSyncDir:   "syncdir",
+	OpRead:      "read",
+	OpList:      "list",
+	OpFreeSpace: "freespace",
 }
 
 // String returns the lower-case name of the operation ("write", "syncdir").
@@ -472,6 +474,29 @@ func (m *MemFS) List(dir string) ([]DirEntry, error) {
 		out = append(out, DirEntry{Name: name, IsDir: n.children[name].dir})
 	}
 	return out, nil
+}
+
+// FreeSpace implements FS: the capacity left (SetCapacity minus the bytes
+// of every file), 0 when usage is at or over it, and math.MaxInt64 when no
+// capacity is set. dir must exist (fs.ErrNotExist, ENOTDIR for a file).
+// The hook sees OpFreeSpace with dir.
+func (m *MemFS) FreeSpace(dir string) (int64, error) {
+	if err := m.callHook(OpFreeSpace, dir); err != nil {
+		return 0, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n, errno := m.lookup(split(dir))
+	if errno == 0 && !n.dir {
+		errno = syscall.ENOTDIR
+	}
+	if errno != 0 {
+		return 0, &fs.PathError{Op: "statfs", Path: dir, Err: errno}
+	}
+	if m.capacity == 0 {
+		return math.MaxInt64, nil
+	}
+	return max(m.capacity-m.used, 0), nil
 }
 
 // SyncDir implements FS: dir's current entries become its durable entries.

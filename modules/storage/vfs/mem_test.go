@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -348,6 +349,7 @@ func TestHookErrors(t *testing.T) {
 		{vfs.OpSyncDir, func(m *vfs.MemFS, _ vfs.File) error { return m.SyncDir("d") }},
 		{vfs.OpRead, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.ReadAt(make([]byte, 1), 0); return err }},
 		{vfs.OpList, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.List("d"); return err }},
+		{vfs.OpFreeSpace, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.FreeSpace("d"); return err }},
 	}
 	for i, tt := range tests {
 		t.Run(fmt.Sprintf("%d-%s", i, tt.op), func(t *testing.T) {
@@ -889,5 +891,44 @@ func TestSyncAfterOverwrite(t *testing.T) {
 				t.Fatalf("step %d: crashed contents after Sync differ from current:\n%x\n%x", i, got, cur)
 			}
 		}
+	}
+}
+
+// TestMemFreeSpace: a MemFS without capacity reports unlimited space; with
+// one, the capacity minus the bytes of every file, never below 0, freed by
+// truncating or removing; a missing directory or a file is an error.
+func TestMemFreeSpace(t *testing.T) {
+	m := durableDir(t)
+	if free, err := m.FreeSpace("d"); err != nil || free != math.MaxInt64 {
+		t.Fatalf("no capacity: free %d (%v), want MaxInt64", free, err)
+	}
+	f := mustCreate(t, m, "d/f", "0123456789", false)
+	m.SetCapacity(100)
+	if free, err := m.FreeSpace("d"); err != nil || free != 90 {
+		t.Fatalf("free %d (%v), want 90", free, err)
+	}
+	m.SetCapacity(5) // below usage: nothing removed, nothing free
+	if free, err := m.FreeSpace("/"); err != nil || free != 0 {
+		t.Fatalf("over capacity: free %d (%v), want 0", free, err)
+	}
+	m.SetCapacity(100)
+	if err := f.Truncate(4); err != nil {
+		t.Fatal(err)
+	}
+	if free, _ := m.FreeSpace("d"); free != 96 {
+		t.Fatalf("after truncate: free %d, want 96", free)
+	}
+	if err := m.Remove("d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if free, _ := m.FreeSpace("d"); free != 100 {
+		t.Fatalf("after remove: free %d, want 100", free)
+	}
+	if _, err := m.FreeSpace("nope"); !vfs.IsNotExist(err) {
+		t.Errorf("missing dir: %v", err)
+	}
+	mustCreate(t, m, "d/g", "x", false)
+	if _, err := m.FreeSpace("d/g"); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("a file: %v", err)
 	}
 }

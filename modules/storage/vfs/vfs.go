@@ -74,6 +74,11 @@ type FS interface {
 	// process's pid into the file; MemFS keeps the lock in memory only
 	// (see MemFS.Lock). Wrappers such as CountingFS forward it.
 	Lock(name string) (io.Closer, error)
+	// FreeSpace returns the bytes available for new data on the
+	// filesystem holding dir (statfs(2): Bavail × Bsize for OS; the
+	// capacity left for a MemFS). It is a system call: callers on a hot
+	// path sample it (see storage.SpaceGuard). Errors name dir.
+	FreeSpace(dir string) (int64, error)
 }
 
 // IsNotExist reports whether err says a file or directory does not exist.
