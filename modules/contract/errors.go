@@ -23,6 +23,7 @@ const (
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher
 	CodeNoSpace        = "NO_SPACE"           // 507: the disk is full
+	CodeOffsetExpired  = "OFFSET_EXPIRED"     // 410: the offset is below the log start offset (deleted by retention)
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
@@ -45,6 +46,7 @@ var classes = []Class{
 	{http.StatusRequestEntityTooLarge, CodeTooLarge},
 	{http.StatusBadRequest, CodeBadRequest},
 	{http.StatusNotFound, CodeNotFound},
+	{http.StatusGone, CodeOffsetExpired},
 	{http.StatusConflict, CodeGroupBusy},
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
@@ -138,6 +140,29 @@ type Error struct {
 func NewError(code, text string) error { return &Error{Code: code, Text: text} }
 
 func (e *Error) Error() string { return e.Text }
+
+// ErrOffsetExpired is a read below a topic's log start offset: retention
+// deleted the segment that held it (Kafka's OffsetOutOfRange for the low
+// end). It is 410 OFFSET_EXPIRED; backends return it wrapped in an
+// *OffsetExpiredError that says where the log starts now.
+var ErrOffsetExpired = NewError(CodeOffsetExpired, "offset expired: deleted by retention")
+
+// OffsetExpiredError is a read of Offset below StartOffset, the first
+// offset the topic still stores. It wraps ErrOffsetExpired; HTTP answers
+// carry StartOffset as "startOffset" in the error body, so a client can
+// continue from there.
+type OffsetExpiredError struct {
+	Topic       string // topic name
+	Offset      int64  // the offset asked for
+	StartOffset int64  // the log start offset when the read was refused
+}
+
+func (e *OffsetExpiredError) Error() string {
+	return fmt.Sprintf("offset %d of topic %q expired: retention deleted it; the log starts at offset %d", e.Offset, e.Topic, e.StartOffset)
+}
+
+// Unwrap returns ErrOffsetExpired.
+func (e *OffsetExpiredError) Unwrap() error { return ErrOffsetExpired }
 
 // InputError is a client error found while reading a request: the message
 // is for the client, and nothing was stored. Status is 400 BAD_REQUEST, 408

@@ -73,6 +73,10 @@ type Hooks struct {
 	AfterIndexWrite    func() // .idx write returned, not fsynced
 	AfterIndexSync     func() // .idx fsynced, before the high watermark moves and waiters are answered
 	AfterRotateSegment func() // rotation: new .mmm created, .idx not yet created
+	// BetweenSegmentUnlinks is called by retention (ApplyRetention, from
+	// the caller's goroutine) after a head segment's .idx was removed and
+	// before its .mmm is: the interrupted deletion repair must finish.
+	BetweenSegmentUnlinks func()
 	// AckBeforeSync, when true, makes DURABLE waiters be answered right
 	// after the .mmm write, before any fsync. It is the deliberately wrong
 	// variant used as the negative control of the power-loss tests: it must
