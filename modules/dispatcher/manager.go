@@ -149,6 +149,9 @@ type WorkerStatus struct {
 	Exhausted uint64
 	// Skipped counts corrupt offsets skipped.
 	Skipped uint64
+	// Expired counts messages retention deleted before the worker read
+	// them (mmmq_retention_skipped_total{kind="dispatcher"}).
+	Expired uint64
 	// Abnormal counts abnormal attempts (transport errors, timeouts,
 	// non-2xx, bad bodies).
 	Abnormal uint64

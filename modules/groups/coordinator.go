@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -137,7 +138,16 @@ type Coordinator struct {
 	lifeMu      sync.Mutex
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+
+	// expired counts messages retention deleted before a group read them
+	// (mmmq_retention_skipped_total{kind="group"}).
+	expired atomic.Uint64
 }
+
+// RetentionSkipped is the number of messages retention deleted before a
+// consumer group read them (a group whose committed offset was below the
+// topic's start offset continues from the start offset), since start.
+func (c *Coordinator) RetentionSkipped() uint64 { return c.expired.Load() }
 
 type key struct{ topic, group string }
 
