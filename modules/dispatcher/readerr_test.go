@@ -229,6 +229,9 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 	if st := status(m, "d", topic); st.Expired != uint64(start) || st.Skipped != 0 || st.Delivered != uint64(40-start) {
 		t.Errorf("status = %+v, want %d expired, %d delivered", st, start, 40-start)
 	}
+	if got := m.RetentionSkipped(); got != uint64(start) {
+		t.Errorf("RetentionSkipped = %d, want %d", got, start)
+	}
 	warned := logs.FilterMessage("messages deleted by retention before this dispatcher read them; continuing from the log start offset").All()
 	if len(warned) != 1 || warned[0].ContextMap()["never-delivered"] != start || warned[0].ContextMap()["start-offset"] != start {
 		t.Fatalf("warnings = %+v, want one naming %d messages never delivered", warned, start)

@@ -217,6 +217,7 @@ func (w *worker) loop(ctx context.Context) error {
 			// from the log start offset, once, loudly.
 			n := oe.StartOffset - next
 			w.expired.Add(uint64(n))
+			w.m.expired.Add(uint64(n))
 			w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
 				zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
 			if err := w.advance(oe.StartOffset); err != nil {

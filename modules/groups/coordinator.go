@@ -161,6 +161,11 @@ type group struct {
 
 	mu    sync.Mutex
 	lease *lease // nil: free
+
+	// active is when the group was opened by this coordinator or last
+	// committed (Unix ns): what retention's keep-unconsumed compares with
+	// mmmq.broker.retention.group-idle.
+	active atomic.Int64
 }
 
 // New returns a coordinator over reg's topics. It works without Start
@@ -249,8 +254,29 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 		return nil, fmt.Errorf("open group %s of topic %s: %w", name, topic, err)
 	}
 	g := &group{topic: q, name: name, cp: cp}
+	g.active.Store(time.Now().UnixNano())
 	c.groups[k] = g
 	return g, nil
+}
+
+// Holding returns the lowest committed offset among the groups of topic
+// that this coordinator opened or that committed at or after since, and
+// false when there is none: the offset from which retention's
+// keep-unconsumed must keep the topic's data. Groups not used since the
+// broker started hold nothing until a consumer uses them again.
+func (c *Coordinator) Holding(topic string, since time.Time) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	low, ok := int64(0), false
+	for k, g := range c.groups {
+		if k.topic != topic || g.active.Load() < since.UnixNano() {
+			continue
+		}
+		if off := g.cp.Offset(); !ok || off < low {
+			low, ok = off, true
+		}
+	}
+	return low, ok
 }
 
 // GroupStatus describes one consumer group known to the coordinator.

@@ -6,6 +6,8 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -47,8 +49,10 @@ type watchParams struct {
 	Metrics    *Metrics
 	Registry   *topicqueue.Registry
 	Dispatcher *dispatcher.Manager
-	Budget     *contract.Budget   `optional:"true"`
-	Backend    topicqueue.Backend `optional:"true"`
+	Budget     *contract.Budget    `optional:"true"`
+	Backend    topicqueue.Backend  `optional:"true"`
+	Groups     *groups.Coordinator `optional:"true"`
+	Retainer   *retention.Retainer `optional:"true"`
 }
 
 func watch(p watchParams) {
@@ -58,6 +62,14 @@ func watch(p watchParams) {
 	if b, ok := p.Backend.(interface{ SegmentCache() *storage.SegmentCache }); ok {
 		p.Metrics.WatchSegmentCache(b.SegmentCache())
 	}
+	rs := RetentionSource{DispatchSkipped: p.Dispatcher.RetentionSkipped}
+	if p.Groups != nil {
+		rs.GroupSkipped = p.Groups.RetentionSkipped
+	}
+	if r := p.Retainer; r != nil {
+		rs.Totals = func() (int, int64, int64) { t := r.Totals(); return t.Segments, t.Entries, t.Bytes }
+	}
+	p.Metrics.WatchRetention(rs)
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,
