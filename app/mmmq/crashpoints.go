@@ -40,10 +40,11 @@ const (
 	cpAfterIndexSync    = "after-index-sync"           // .idx fsynced, before the reply
 	cpRotate            = "rotate-between-mmm-and-idx" // rotation: new .mmm created, .idx not
 	cpAfterAck          = "after-ack-before-checkpoint"
+	cpBetweenUnlinks    = "between-segment-unlinks" // retention: head segment's .idx removed, .mmm not yet
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck}
+	cpAfterIndexSync, cpRotate, cpAfterAck, cpBetweenUnlinks}
 
 func init() {
 	extraOptions = crashOptions
@@ -99,6 +100,8 @@ func crashOptions() fx.Option {
 		h.AfterIndexSync = hit
 	case cpRotate:
 		h.AfterRotateSegment = hit
+	case cpBetweenUnlinks:
+		h.BetweenSegmentUnlinks = hit
 	}
 	return fx.Supply(h)
 }
