@@ -104,7 +104,7 @@ func (l *Log) ApplyRetention(p RetentionPolicy, now time.Time, keepFrom int64) (
 	total := l.diskBytes(segs)
 	for i := 0; i+1 < len(segs); i++ { // segs[len-1] is the active segment
 		s, next := segs[i], segs[i+1].base
-		if next > keepFrom {
+		if next > keepFrom || l.closed.Load() {
 			break
 		}
 		segBytes := s.size + s.count*IndexEntrySize
@@ -174,7 +174,12 @@ func (l *Log) deleteHead(s *segment) error {
 	l.segsMu.Unlock()
 	l.size.Add(-s.size)
 	l.cache.drop([]*segment{s})
-	if err := l.removeSegmentFiles(s); err != nil {
+	err := l.removeSegmentFiles(s)
+	// A reader that found s in the old list may have reopened its files
+	// between the first drop and the unlinks: drop them again so they do
+	// not sit in the cache (its pin, if any, still reads them to the end).
+	l.cache.drop([]*segment{s})
+	if err != nil {
 		l.ret.pending = s
 		return err
 	}

@@ -426,3 +426,56 @@ func TestPowerLossPropertyWithRetention(t *testing.T) {
 		})
 	}
 }
+
+// TestRetentionRemoveFailureRetried: when removing a head segment's file
+// fails (EIO), ApplyRetention reports it and deletes nothing after it; the
+// next call finishes that segment first, so the files on disk never have a
+// gap that repair would refuse.
+func TestRetentionRemoveFailureRetried(t *testing.T) {
+	fsys := vfs.NewMem()
+	entry := int64(EntrySize(len(stamped(0, 0))))
+	l := openMem(t, fsys, Options{SegmentMaxBytes: 10 * entry})
+	for i := 0; i < 45; i++ {
+		mustAppend(t, l, stamped(i, 0))
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpRemove && fail.Load() && strings.HasSuffix(name, SegmentName(10)+SegmentExt) {
+			return &os.PathError{Op: "remove", Path: name, Err: errors.New("injected EIO")}
+		}
+		return nil
+	})
+	p := RetentionPolicy{MaxBytes: 1}
+	res, err := l.ApplyRetention(p, time.Now(), KeepAll)
+	if err == nil || res.Segments != 1 || res.StartOffset != 20 {
+		t.Fatalf("with a failing remove: %+v %v (want segment 0 deleted, then the error at 10)", res, err)
+	}
+	// A power loss now: segment 0's deletion was made durable, segment
+	// 10's half-done one was not (no directory fsync after it), so it
+	// comes back whole; the topic opens at 10 with every entry.
+	snap := fsys.Crash(vfs.CrashOptions{})
+	rl := openMem(t, snap, Options{SegmentMaxBytes: 10 * entry})
+	if rl.StartOffset() != 10 || rl.HighWatermark() != 45 || len(readAll(t, rl, 100)) != 35 {
+		t.Fatalf("reopened after the failure: start %d hw %d (report %+v)", rl.StartOffset(), rl.HighWatermark(), rl.Repair())
+	}
+	rl.Close()
+	// Still failing: the next call retries segment 10 first and stops.
+	if res, err := l.ApplyRetention(p, time.Now(), KeepAll); err == nil || res.Segments != 0 {
+		t.Fatalf("retry while failing: %+v %v", res, err)
+	}
+	fail.Store(false)
+	res, err = l.ApplyRetention(p, time.Now(), KeepAll)
+	if err != nil || res.StartOffset != 40 {
+		t.Fatalf("after the fault: %+v %v", res, err)
+	}
+	if _, ok := snapshotFS(t, fsys)[mmmOf(10)]; ok {
+		t.Fatal("segment 10's .mmm left behind")
+	}
+	l.Close()
+	rl = openMem(t, fsys, Options{SegmentMaxBytes: 10 * entry})
+	defer rl.Close()
+	if rl.StartOffset() != 40 || !rl.Repair().Clean() {
+		t.Fatalf("reopened: start %d, report %+v", rl.StartOffset(), rl.Repair())
+	}
+}
