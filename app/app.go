@@ -32,6 +32,7 @@ import (
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/logging"
 	"github.com/mmmq/mmmq/modules/recovery"
+	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
@@ -53,6 +54,7 @@ const (
 	Dispatcher        = "dispatcher"
 	ConfigDispatchers = "configdispatchers"
 	Groups            = "groups"
+	Retention         = "retention"
 	Metrics           = "metrics"
 	HTTPAPI           = "httpapi"
 	LineProto         = "lineproto"
@@ -70,11 +72,12 @@ type module struct {
 // order on start and in reverse on stop:
 //
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
-//	       consumer groups → metrics → HTTP API → line protocol → ready
+//	       consumer groups → retention loop → metrics → HTTP API → line
+//	       protocol → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
-//	       consumer groups → dispatchers drain → logs close → lock released
-//	       → logger flushed
+//	       retention loop → consumer groups → dispatchers drain → logs
+//	       close → lock released → logger flushed
 //
 // app_test.go's stop-order test pins this.
 func defaults() []module {
@@ -87,6 +90,7 @@ func defaults() []module {
 		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromConfig), dispatcher.Module)},
 		{ConfigDispatchers, configdispatchers.Module},
 		{Groups, groups.Module},
+		{Retention, retention.Module}, // runs only when a retention limit is set
 		{Metrics, metrics.Module},
 		{HTTPAPI, httpapi.Module},
 		{LineProto, lineproto.Module}, // listens only when mmmq.lineproto.addr is set

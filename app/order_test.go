@@ -72,6 +72,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/recovery",   // ready = false
 		"plugins/lineproto",  // stop accepting TCP, close connections
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
+		"modules/retention",  // retention loop (a pass in progress finishes)
 		"modules/groups",     // lease janitor
 		"modules/dispatcher", // dispatch workers drain
 		"modules/dispatcher", // then their idle connections close
@@ -84,6 +85,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/recovery",   // open every topic
 		"modules/dispatcher",
 		"modules/groups",
+		"modules/retention",
 		"modules/httpapi",
 		"plugins/lineproto",
 		"modules/recovery", // ready = true

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mmmq/mmmq/modules/storage"
 )
@@ -214,5 +215,58 @@ func TestVerifyArgumentsAnywhere(t *testing.T) {
 		if code, _ := capture(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (unexpected argument)", args, code)
 		}
+	}
+}
+
+// verify and dump work on a topic whose start offset is not 0 (retention
+// deleted its first segments), and verify reports an interrupted deletion
+// (a first segment with one file) as something repair finishes, not
+// corruption; --repair finishes it.
+func TestVerifyDumpAfterRetention(t *testing.T) {
+	root := t.TempDir()
+	l, err := storage.Open(filepath.Join(root, "t"), storage.Options{SegmentMaxBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := l.ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 20)
+	if err != nil || res.StartOffset == 0 {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := res.StartOffset
+	code, out := capture(t, "verify", "--root", root)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("OK entries=40 start-offset=%d ", start)) {
+		t.Fatalf("verify: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "dump", "--root", root, "--topic", "t", "--from", "0", "--count", "2")
+	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("%d\t", start)) || !strings.Contains(out, fmt.Sprintf(`{"i":%d}`, start+1)) {
+		t.Fatalf("dump from 0: exit %d, output %q", code, out)
+	}
+	// An interrupted deletion of the segment at start: its .idx is gone.
+	idx := filepath.Join(root, "t", storage.SegmentName(start)+storage.IndexExt)
+	if err := os.Remove(idx); err != nil {
+		t.Fatal(err)
+	}
+	code, out = capture(t, "verify", "--root", root)
+	if code == 3 || !strings.Contains(out, "finish interrupted retention deletion") {
+		t.Fatalf("verify after an interrupted deletion: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--repair")
+	if code != 0 || !strings.Contains(out, "REPAIRED") {
+		t.Fatalf("--repair: exit %d, output %q", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "t", storage.SegmentName(start)+storage.SegmentExt)); !os.IsNotExist(err) {
+		t.Fatalf("the lone .mmm is still there: %v", err)
+	}
+	code, out = capture(t, "verify", "--root", root)
+	if code != 0 || !strings.Contains(out, "OK entries=40 start-offset=") {
+		t.Fatalf("verify after repair: exit %d, output %q", code, out)
 	}
 }

@@ -44,10 +44,11 @@ const (
 	cpDeleteAfterRename     = "delete-after-rename"      // topic dir renamed aside, data root not fsynced
 	cpDeleteAfterRenameSync = "delete-after-rename-sync" // rename durable, nothing removed
 	cpDeleteMidRemove       = "delete-mid-remove"        // some files of the renamed dir removed (MMMQ_CRASHPOINT_AFTER: after that many)
+	cpBetweenUnlinks        = "between-segment-unlinks"  // retention: head segment's .idx removed, .mmm not yet
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove}
+	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks}
 
 func init() {
 	extraOptions = crashOptions
@@ -109,6 +110,8 @@ func crashOptions() fx.Option {
 		h.AfterTopicRenameSync = hit
 	case cpDeleteMidRemove:
 		h.AfterTopicFileRemove = hit
+	case cpBetweenUnlinks:
+		h.BetweenSegmentUnlinks = hit
 	}
 	return fx.Supply(h)
 }

@@ -140,7 +140,11 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 		fmt.Fprintf(w, "%-40s TORN_TAIL would cut %d index bytes, %d segment bytes (%d entries): %s\n", rep.Topic,
 			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
 	default:
-		fmt.Fprintf(w, "%-40s %s entries=%d bytes=%d\n", rep.Topic, rep.Status, rep.Entries, rep.Bytes)
+		start := ""
+		if rep.StartOffset > 0 {
+			start = fmt.Sprintf(" start-offset=%d", rep.StartOffset) // retention deleted the offsets below it
+		}
+		fmt.Fprintf(w, "%-40s %s entries=%d%s bytes=%d\n", rep.Topic, rep.Status, rep.Entries, start, rep.Bytes)
 	}
 	for _, p := range rep.Checkpoints {
 		fmt.Fprintf(w, "%-40s   checkpoint: %s\n", "", p)

@@ -103,6 +103,54 @@ type BrokerConfig struct {
 	Groups GroupsConfig `koanf:"groups"`
 	// Memory bounds the memory of requests in flight (key "mmmq.broker.memory").
 	Memory MemoryConfig `koanf:"memory"`
+	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
+	Retention RetentionConfig `koanf:"retention"`
+}
+
+// RetentionConfig says how long topics keep their messages (key
+// "mmmq.broker.retention"). Retention deletes whole sealed segments from
+// the head of a topic, never the active one, so a topic keeps up to one
+// segment (mmmq.broker.segment.max-bytes) more than its limits. The
+// defaults keep everything, as the original Java mmmq does.
+type RetentionConfig struct {
+	// MaxAge: a segment is deleted once the newest message in it is older
+	// than this (its stored timestamp). 0 keeps messages forever. Default 0.
+	MaxAge time.Duration `koanf:"max-age"`
+	// MaxBytes: per topic, the oldest segments are deleted while its .mmm
+	// and .idx files hold more than this many bytes. 0 is unlimited.
+	// Default 0.
+	MaxBytes int64 `koanf:"max-bytes"`
+	// CheckInterval is how often every topic is checked. Default 1m.
+	CheckInterval time.Duration `koanf:"check-interval"`
+	// Topics are per-pattern overrides of max-age and max-bytes; the first
+	// pattern matching a topic wins (dispatcher pattern rules: "*" one
+	// segment, "**" any number). File only. Default none.
+	Topics RetentionTopicsConfig `koanf:"topics"`
+	// KeepUnconsumed keeps every segment that a configured dispatcher, or
+	// a consumer group that committed within GroupIdle, has not read past.
+	// Checkpoints of dispatchers no longer configured hold nothing.
+	// Default false.
+	KeepUnconsumed bool `koanf:"keep-unconsumed"`
+	// GroupIdle: a consumer group that has not committed for this long no
+	// longer holds data under keep-unconsumed. Default 24h.
+	GroupIdle time.Duration `koanf:"group-idle"`
+}
+
+// RetentionTopicsConfig is the list of per-pattern retention overrides
+// (key "mmmq.broker.retention.topics"). Default empty.
+type RetentionTopicsConfig []RetentionTopicConfig
+
+// RetentionTopicConfig overrides retention for the topics matching Pattern
+// (list key "mmmq.broker.retention.topics").
+type RetentionTopicConfig struct {
+	// Pattern is a topic pattern with the dispatcher rules. Required.
+	Pattern string `koanf:"pattern"`
+	// MaxAge replaces mmmq.broker.retention.max-age for these topics
+	// (0 = forever).
+	MaxAge time.Duration `koanf:"max-age"`
+	// MaxBytes replaces mmmq.broker.retention.max-bytes for these topics
+	// (0 = unlimited).
+	MaxBytes int64 `koanf:"max-bytes"`
 }
 
 // OnCorruption says what startup does with a topic whose files are corrupt
@@ -307,6 +355,10 @@ func Default() *Config {
 				},
 				Memory: MemoryConfig{
 					MaxInflightBytes: 256 << 20,
+				},
+				Retention: RetentionConfig{
+					CheckInterval: time.Minute,
+					GroupIdle:     24 * time.Hour,
 				},
 			},
 		},

@@ -426,3 +426,43 @@ func TestInvalidKeyReportsFirstCauseOnly(t *testing.T) {
 	assert.Len(t, flatten(err), 2, "%v", err)
 	assert.Contains(t, err.Error(), "config: mmmq.broker.segment.max-record-bytes: must be between 64 and ")
 }
+
+// TestRetentionKeys: the retention section loads from the file (the topics
+// list included) and from the environment; unknown keys in a topics
+// element and invalid values name their key; the list is file-only.
+func TestRetentionKeys(t *testing.T) {
+	cfg, err := load(t, `
+mmmq:
+  broker:
+    retention:
+      max-bytes: 40960
+      check-interval: 5s
+      keep-unconsumed: true
+      topics:
+        - pattern: "metrics.**"
+          max-age: 2s
+`, "MMMQ_BROKER_RETENTION_MAX_AGE=168h")
+	require.NoError(t, err)
+	r := cfg.MMMQ.Broker.Retention
+	assert.Equal(t, RetentionConfig{MaxAge: 168 * time.Hour, MaxBytes: 40960, CheckInterval: 5 * time.Second,
+		Topics: RetentionTopicsConfig{{Pattern: "metrics.**", MaxAge: 2 * time.Second}}, KeepUnconsumed: true, GroupIdle: 24 * time.Hour}, r)
+	assert.Equal(t, r, SectionsOf(cfg).Retention)
+
+	_, err = load(t, "mmmq:\n  broker:\n    retention:\n      topics:\n        - pattern: x\n          max-ages: 1s\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mmmq.broker.retention.topics[0].max-ages")
+
+	_, err = load(t, "mmmq:\n  broker:\n    retention:\n      topics:\n        - max-age: 1s\n      max-bytes: -1\n      check-interval: 0s\n")
+	require.Error(t, err)
+	for _, key := range []string{"mmmq.broker.retention.topics[0].pattern", "mmmq.broker.retention.max-bytes", "mmmq.broker.retention.check-interval"} {
+		assert.Contains(t, err.Error(), key)
+	}
+
+	_, err = load(t, "", "MMMQ_BROKER_RETENTION_MAX_AGE=-1s")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mmmq.broker.retention.max-age")
+
+	_, err = load(t, "", "MMMQ_BROKER_RETENTION_TOPICS=x")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "can only be set in the YAML file")
+}

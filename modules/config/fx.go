@@ -80,6 +80,9 @@ type ModuleSections struct {
 	// Memory is "mmmq.broker.memory" (topicqueue, which provides the
 	// in-flight budget).
 	Memory MemoryConfig
+	// Retention is "mmmq.broker.retention" (retention); the topics list
+	// is a copy.
+	Retention RetentionConfig
 }
 
 // SectionsOf returns cfg's module sections, the dispatcher list copied.
@@ -94,7 +97,13 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Dispatchers: cloneDispatchers(b.Dispatchers),
 		Groups:      b.Groups,
 		Memory:      b.Memory,
+		Retention:   cloneRetention(b.Retention),
 	}
+}
+
+func cloneRetention(r RetentionConfig) RetentionConfig {
+	r.Topics = slices.Clone(r.Topics)
+	return r
 }
 
 func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
@@ -124,6 +133,7 @@ func Supply(cfg *Config) fx.Option {
 	}
 	c := *cfg
 	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
+	c.MMMQ.Broker.Retention = cloneRetention(cfg.MMMQ.Broker.Retention)
 	c.Warnings = slices.Clone(cfg.Warnings)
 	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)
 	c.sections = maps.Clone(cfg.sections)

@@ -49,10 +49,24 @@ func (s schema) walk(t reflect.Type, prefix string) {
 var (
 	configSchema     = newSchema(reflect.TypeFor[Config]())
 	dispatcherSchema = newSchema(reflect.TypeFor[DispatcherConfig]())
+	retentionSchema  = newSchema(reflect.TypeFor[RetentionTopicConfig]())
 )
 
-// dispatchersKey is the only list-valued key.
-const dispatchersKey = "mmmq.broker.dispatchers"
+// The list-valued keys (file only).
+const (
+	dispatchersKey     = "mmmq.broker.dispatchers"
+	retentionTopicsKey = "mmmq.broker.retention.topics"
+)
+
+// listSchemas are the key sets of one element of each list-valued key, and
+// what an element must be, for the error.
+var listSchemas = map[string]struct {
+	schema schema
+	want   string
+}{
+	dispatchersKey:     {dispatcherSchema, "a mapping with name, host and patterns"},
+	retentionTopicsKey: {retentionSchema, "a mapping with pattern, max-age and max-bytes"},
+}
 
 // envPrefix starts every variable of the environment rule.
 const envPrefix = "MMMQ_"

@@ -202,7 +202,8 @@ func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
 		v := m[name]
 		r, full := rel+name, shown+name
 		if _, ok := s.leaves[r]; ok {
-			if r != dispatchersKey {
+			ls, isList := listSchemas[r]
+			if !isList {
 				continue // the decoder checks the value's type
 			}
 			list, ok := v.([]any)
@@ -212,10 +213,10 @@ func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
 			for i, el := range list {
 				em, ok := el.(map[string]any)
 				if !ok {
-					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be a mapping with name, host and patterns"))
+					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be %s", ls.want))
 					continue
 				}
-				walkKeys(dispatcherSchema, em, "", fmt.Sprintf("%s[%d].", full, i), errs)
+				walkKeys(ls.schema, em, "", fmt.Sprintf("%s[%d].", full, i), errs)
 			}
 			continue
 		}
@@ -282,6 +283,8 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 			switch {
 			case name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_"):
 				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
+			case name == EnvVar(retentionTopicsKey) || strings.HasPrefix(name, EnvVar(retentionTopicsKey)+"_"):
+				problem = "mmmq.broker.retention.topics can only be set in the YAML file"
 			case serviceLinkNamed(name):
 				problem += fmt.Sprintf("; it is named like a Kubernetes service link, but its value %q is not what Kubernetes sets there", val)
 			}

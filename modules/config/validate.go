@@ -91,6 +91,20 @@ func (c *Config) Validate() error {
 		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, d, seen, i)
 	}
 
+	r := b.Retention
+	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge)
+	v.intRange("mmmq.broker.retention.max-bytes", r.MaxBytes, 0, math.MaxInt64)
+	v.positive("mmmq.broker.retention.check-interval", r.CheckInterval)
+	v.positive("mmmq.broker.retention.group-idle", r.GroupIdle)
+	for i, tc := range r.Topics {
+		key := fmt.Sprintf("%s[%d]", retentionTopicsKey, i)
+		if strings.TrimSpace(tc.Pattern) == "" {
+			v.add(invalid(key+".pattern", "must not be empty"))
+		}
+		v.nonNegative(key+".max-age", tc.MaxAge)
+		v.intRange(key+".max-bytes", tc.MaxBytes, 0, math.MaxInt64)
+	}
+
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 
@@ -139,6 +153,12 @@ func (v *validator) intRange(key string, n, lo, hi int64) {
 		v.add(invalid(key, "must be at least %d; got %d", lo, n))
 	default:
 		v.add(invalid(key, "must be between %d and %d; got %d", lo, hi, n))
+	}
+}
+
+func (v *validator) nonNegative(key string, d time.Duration) {
+	if d < 0 {
+		v.add(invalid(key, "must be a duration >= 0 such as \"168h\" (0 = keep forever); got %s", d))
 	}
 }
 

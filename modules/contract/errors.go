@@ -26,6 +26,7 @@ const (
 	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
 	CodeTopicFailed    = "TOPIC_FAILED"       // 503: a write or fsync of the topic failed (cause named); it needs POST /topics/{t}/reopen
+	CodeOffsetExpired  = "OFFSET_EXPIRED"     // 410: the offset is below the log start offset (deleted by retention)
 	CodeTooManyTopics  = "TOO_MANY_TOPICS"    // 503: mmmq.broker.storage.max-topics reached
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
@@ -60,6 +61,7 @@ var classes = []Class{
 	{http.StatusRequestEntityTooLarge, CodeTooLarge},
 	{http.StatusBadRequest, CodeBadRequest},
 	{http.StatusNotFound, CodeNotFound},
+	{http.StatusGone, CodeOffsetExpired},
 	{http.StatusConflict, CodeGroupBusy},
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
@@ -156,6 +158,29 @@ type Error struct {
 func NewError(code, text string) error { return &Error{Code: code, Text: text} }
 
 func (e *Error) Error() string { return e.Text }
+
+// ErrOffsetExpired is a read below a topic's log start offset: retention
+// deleted the segment that held it (Kafka's OffsetOutOfRange for the low
+// end). It is 410 OFFSET_EXPIRED; backends return it wrapped in an
+// *OffsetExpiredError that says where the log starts now.
+var ErrOffsetExpired = NewError(CodeOffsetExpired, "offset expired: deleted by retention")
+
+// OffsetExpiredError is a read of Offset below StartOffset, the first
+// offset the topic still stores. It wraps ErrOffsetExpired; HTTP answers
+// carry StartOffset as "startOffset" in the error body, so a client can
+// continue from there.
+type OffsetExpiredError struct {
+	Topic       string // topic name
+	Offset      int64  // the offset asked for
+	StartOffset int64  // the log start offset when the read was refused
+}
+
+func (e *OffsetExpiredError) Error() string {
+	return fmt.Sprintf("offset %d of topic %q expired: retention deleted it; the log starts at offset %d", e.Offset, e.Topic, e.StartOffset)
+}
+
+// Unwrap returns ErrOffsetExpired.
+func (e *OffsetExpiredError) Unwrap() error { return ErrOffsetExpired }
 
 // InputError is a client error found while reading a request: the message
 // is for the client, and nothing was stored. Status is 400 BAD_REQUEST, 408

@@ -56,6 +56,8 @@ func TestClassify(t *testing.T) {
 		{"offset committed", groups.ErrInvalidOffset, 400, contract.CodeBadRequest},
 		{"too many groups", groups.ErrTooManyGroups, 503, contract.CodeTooManyGroups},
 		{"invalid name inside a busy group error", errors.Join(groups.ErrGroupBusy, topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
+		{"offset expired", fmt.Errorf("fetch: %w", &contract.OffsetExpiredError{Topic: "t", Offset: 0, StartOffset: 1024}), 410, contract.CodeOffsetExpired},
+		{"offset expired sentinel", storage.ErrOffsetExpired, 410, contract.CodeOffsetExpired},
 		{"unknown error", errors.New("boom"), 503, contract.CodeUnavailable},
 	}
 	for _, tt := range tests {
@@ -129,5 +131,20 @@ func TestBudget(t *testing.T) {
 	u := contract.NewBudget(0)
 	if !u.TryAcquire(1<<40) || u.InUse() != 1<<40 || u.Max() != 0 {
 		t.Fatal("unlimited budget")
+	}
+}
+
+// TestOffsetExpiredBody: a 410 OFFSET_EXPIRED answer carries the log start
+// offset, so the client knows where to continue; other errors carry none.
+func TestOffsetExpiredBody(t *testing.T) {
+	rec := httptest.NewRecorder()
+	contract.WriteErr(rec, fmt.Errorf("read: %w", &contract.OffsetExpiredError{Topic: "t", Offset: 3, StartOffset: 1024}))
+	if rec.Code != http.StatusGone || !strings.Contains(rec.Body.String(), `"code":"OFFSET_EXPIRED","startOffset":1024`) {
+		t.Fatalf("answer %d %s", rec.Code, rec.Body)
+	}
+	rec = httptest.NewRecorder()
+	contract.WriteErr(rec, storage.ErrQueueFull)
+	if strings.Contains(rec.Body.String(), "startOffset") {
+		t.Fatalf("answer %d %s", rec.Code, rec.Body)
 	}
 }

@@ -82,7 +82,8 @@ type Entry struct {
 // Stats is a point-in-time summary of a log, as GET /topics shows it.
 type Stats struct {
 	Topic         string `json:"name"`
-	NextOffset    int64  `json:"nextOffset"` // the high watermark
+	NextOffset    int64  `json:"nextOffset"`  // the high watermark
+	StartOffset   int64  `json:"startOffset"` // the log start offset: the first offset still stored
 	Segments      int    `json:"segments"`
 	Bytes         int64  `json:"bytes"`   // bytes in .mmm files
 	Fsyncs        int64  `json:"fsyncs"`  // fsyncs of segment and index files since open

@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/gorilla/mux"
@@ -50,6 +51,9 @@ type ErrorBody struct {
 	Acknowledgement string `json:"acknowledgement"` // always "NACK"
 	Error           string `json:"error"`
 	Code            string `json:"code"`
+	// StartOffset is set on 410 OFFSET_EXPIRED only: the topic's log
+	// start offset, where a reader can continue.
+	StartOffset *int64 `json:"startOffset,omitempty"`
 }
 
 // WriteJSON writes v as JSON with status and Content-Type
@@ -85,5 +89,11 @@ func WriteError(w http.ResponseWriter, status int, code, msg string) {
 // and its text as the message.
 func WriteErr(w http.ResponseWriter, err error) {
 	c := Classify(err)
+	var oe *OffsetExpiredError
+	if c.Code == CodeOffsetExpired && errors.As(err, &oe) {
+		start := oe.StartOffset
+		WriteJSON(w, c.Status, ErrorBody{Acknowledgement: "NACK", Error: err.Error(), Code: c.Code, StartOffset: &start})
+		return
+	}
 	WriteError(w, c.Status, c.Code, err.Error())
 }

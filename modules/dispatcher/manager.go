@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -149,6 +150,9 @@ type WorkerStatus struct {
 	Exhausted uint64
 	// Skipped counts corrupt offsets skipped.
 	Skipped uint64
+	// Expired counts messages retention deleted before the worker read
+	// them (mmmq_retention_skipped_total{kind="dispatcher"}).
+	Expired uint64
 	// Abnormal counts abnormal attempts (transport errors, timeouts,
 	// non-2xx, bad bodies).
 	Abnormal uint64
@@ -193,7 +197,14 @@ type Manager struct {
 	workers     map[workerKey]*worker // latest worker per key, running or ended
 	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
 	wg          sync.WaitGroup
+
+	expired atomic.Uint64 // every worker's Expired, summed since the Manager was made
 }
+
+// RetentionSkipped is the number of messages retention deleted before a
+// dispatcher delivered them, over every worker since the Manager was made
+// (mmmq_retention_skipped_total{kind="dispatcher"}).
+func (m *Manager) RetentionSkipped() uint64 { return m.expired.Load() }
 
 // NewManager returns a Manager delivering the topics of src to the
 // dispatchers of set through sender. opts zero fields take the defaults; a

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -157,5 +158,66 @@ func TestBitFlipInSegmentSkipsOneOffset(t *testing.T) {
 	}
 	if f := skipped[0].ContextMap()["file"]; f != seg {
 		t.Errorf("corruption logged for file %v, want %s", f, seg)
+	}
+}
+
+// A dispatcher whose checkpoint is below the topic's log start offset
+// (retention deleted what it had not read) continues from the start
+// offset: it logs one warning with the number of messages it never saw,
+// counts them in Expired, and delivers everything from there on, in order.
+func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
+	const topic = "retained.topic"
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: zaptest.NewLogger(t), SegmentMaxBytes: 512}})
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if _, err := q.Offer(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), storage.KeepAll)
+	if err != nil || res.StartOffset == 0 {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	start := res.StartOffset
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+	c := newConsumer(t, nil)
+	set, err := SetOf(New("d", c.host(t), MustPattern(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	sender := NewHTTPSender(opts)
+	m := NewManager(set, newMemSource(q), sender, opts, log)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.CloseIdleConnections)
+	t.Cleanup(func() { stopManager(t, m) })
+
+	waitCommitted(t, m, "d", topic, 40)
+	var want []int64
+	for o := start; o < 40; o++ {
+		want = append(want, o)
+	}
+	wantOffsets(t, "offsets", c.requests(), want...)
+	if st := status(m, "d", topic); st.Expired != uint64(start) || st.Skipped != 0 || st.Delivered != uint64(40-start) {
+		t.Errorf("status = %+v, want %d expired, %d delivered", st, start, 40-start)
+	}
+	if got := m.RetentionSkipped(); got != uint64(start) {
+		t.Errorf("RetentionSkipped = %d, want %d", got, start)
+	}
+	warned := logs.FilterMessage("messages deleted by retention before this dispatcher read them; continuing from the log start offset").All()
+	if len(warned) != 1 || warned[0].ContextMap()["never-delivered"] != start || warned[0].ContextMap()["start-offset"] != start {
+		t.Fatalf("warnings = %+v, want one naming %d messages never delivered", warned, start)
 	}
 }

@@ -41,9 +41,12 @@ type worker struct {
 	// status, read by Manager.Status
 	committed, next                                          atomic.Int64
 	delivered, nacked, exhausted, skipped, abnormal, commits atomic.Uint64
-	backingOff, running                                      atomic.Bool
-	errMu                                                    sync.Mutex
-	errText                                                  string
+	// expired counts messages retention deleted before this worker read
+	// them (its checkpoint was below the topic's start offset).
+	expired             atomic.Uint64
+	backingOff, running atomic.Bool
+	errMu               sync.Mutex
+	errText             string
 
 	ctx        context.Context // set by run; commit retries until it ends
 	cp         contract.Checkpoint
@@ -101,6 +104,7 @@ func (w *worker) status() WorkerStatus {
 		Nacked:     w.nacked.Load(),
 		Exhausted:  w.exhausted.Load(),
 		Skipped:    w.skipped.Load(),
+		Expired:    w.expired.Load(),
 		Abnormal:   w.abnormal.Load(),
 		Commits:    w.commits.Load(),
 		Backoff:    w.backingOff.Load(),
@@ -212,9 +216,21 @@ func (w *worker) loop(ctx context.Context) error {
 			next++
 		}
 		var ce *storage.CorruptionError
+		var oe *contract.OffsetExpiredError
 		switch {
 		case rerr == nil && len(batch) > 0:
 			readBackoff.Reset()
+		case errors.As(rerr, &oe) && oe.StartOffset > next:
+			// Retention deleted what this dispatcher had not read: go on
+			// from the log start offset, once, loudly.
+			n := oe.StartOffset - next
+			w.expired.Add(uint64(n))
+			w.m.expired.Add(uint64(n))
+			w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
+				zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
+			if err := w.advance(oe.StartOffset); err != nil {
+				return err
+			}
 		case errors.As(rerr, &ce) && ce.Offset == next:
 			// Integrity check (the original Java mmmq's rule): an entry whose
 			// CRC does not match is logged and skipped alone; delivery goes on.

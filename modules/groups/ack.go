@@ -44,6 +44,7 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 	if err := g.cp.Commit(offset + 1); err != nil {
 		return 0, fmt.Errorf("commit group %s of topic %s at %d: %w", group, topic, offset+1, err)
 	}
+	g.active.Store(time.Now().UnixNano())
 	l.expires = time.Now().Add(c.opts.LeaseTimeout)
 	return offset + 1, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -137,7 +138,16 @@ type Coordinator struct {
 	lifeMu      sync.Mutex
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+
+	// expired counts messages retention deleted before a group read them
+	// (mmmq_retention_skipped_total{kind="group"}).
+	expired atomic.Uint64
 }
+
+// RetentionSkipped is the number of messages retention deleted before a
+// consumer group read them (a group whose committed offset was below the
+// topic's start offset continues from the start offset), since start.
+func (c *Coordinator) RetentionSkipped() uint64 { return c.expired.Load() }
 
 type key struct{ topic, group string }
 
@@ -151,6 +161,11 @@ type group struct {
 
 	mu    sync.Mutex
 	lease *lease // nil: free
+
+	// active is when the group was opened by this coordinator or last
+	// committed (Unix ns): what retention's keep-unconsumed compares with
+	// mmmq.broker.retention.group-idle.
+	active atomic.Int64
 }
 
 // New returns a coordinator over reg's topics. It works without Start
@@ -273,8 +288,29 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 		return nil, fmt.Errorf("open group %s of topic %s: %w", name, topic, err)
 	}
 	g := &group{topic: q, name: name, cp: cp}
+	g.active.Store(time.Now().UnixNano())
 	c.groups[k] = g
 	return g, nil
+}
+
+// Holding returns the lowest committed offset among the groups of topic
+// that this coordinator opened or that committed at or after since, and
+// false when there is none: the offset from which retention's
+// keep-unconsumed must keep the topic's data. Groups not used since the
+// broker started hold nothing until a consumer uses them again.
+func (c *Coordinator) Holding(topic string, since time.Time) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	low, ok := int64(0), false
+	for k, g := range c.groups {
+		if k.topic != topic || g.active.Load() < since.UnixNano() {
+			continue
+		}
+		if off := g.cp.Offset(); !ok || off < low {
+			low, ok = off, true
+		}
+	}
+	return low, ok
 }
 
 // GroupStatus describes one consumer group known to the coordinator.

@@ -150,6 +150,9 @@ func (c *Coordinator) Seek(topic, group, session string, from int64) error {
 	}
 	committed := g.cp.Offset()
 	switch {
+	case from < g.topic.StartOffset() && from >= committed:
+		// Retention deleted it: 410 OFFSET_EXPIRED with the start offset.
+		return fmt.Errorf("seek group %s: %w", group, &contract.OffsetExpiredError{Topic: topic, Offset: from, StartOffset: g.topic.StartOffset()})
 	case from > l.next:
 		return fmt.Errorf("%w: from=%d but group %s of topic %s was delivered up to %d", ErrNotDelivered, from, group, topic, l.next)
 	case from < committed:
@@ -199,8 +202,19 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.E
 			l.next++
 		}
 		var ce *storage.CorruptionError
+		var oe *contract.OffsetExpiredError
 		switch {
 		case err == nil && len(es) > 0:
+		case errors.As(err, &oe) && oe.StartOffset > l.next:
+			// Retention deleted what the group had not read: go on from
+			// the log start offset, once, loudly.
+			n := oe.StartOffset - l.next
+			c.expired.Add(uint64(n))
+			c.log.Warn("messages deleted by retention before this consumer group read them; continuing from the log start offset",
+				zap.String("topic", g.topic.Name()), zap.String("group", g.name),
+				zap.Int64("offset", l.next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
+			l.next = oe.StartOffset
+			hw = g.topic.HighWatermark()
 		case errors.As(err, &ce) && ce.Offset == l.next:
 			// Integrity check (the original Java mmmq's rule): an entry whose
 			// CRC does not match is logged and skipped alone; delivery goes on.

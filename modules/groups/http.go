@@ -325,5 +325,5 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 	if status >= 500 && !errors.Is(err, context.Canceled) && code != contract.CodeOverloaded {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}
-	contract.WriteError(w, status, code, err.Error())
+	contract.WriteErr(w, err) // status and code as above; 410 carries startOffset
 }

@@ -1,7 +1,9 @@
 package groups
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +15,10 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // newHTTP serves the real httpapi router with the groups Route.
@@ -212,5 +217,60 @@ func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
 	r = do(t, "POST", base+"/fetch?max=3&from=5", s, "")
 	if got := r.offsets(); r.status != 200 || len(got) != 3 || got[0] != 5 {
 		t.Fatalf("fetch from=5: %d %s", r.status, r.raw)
+	}
+}
+
+// A group whose committed offset is below the topic's start offset
+// (retention deleted what it had not read) is delivered from the start
+// offset on, with the count in RetentionSkipped; asking for a deleted
+// offset with from= is 410 OFFSET_EXPIRED with startOffset.
+func TestHTTPFetchBelowStartOffset(t *testing.T) {
+	log := zaptest.NewLogger(t)
+	// One entry per segment: retention can delete any prefix.
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
+	c := New(reg, Options{Logger: log})
+	t.Cleanup(func() {
+		_ = c.Stop(context.Background())
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(testTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 7; i++ {
+		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, log, NewRoute(c, RouteOptions{})).Handler())
+	t.Cleanup(ts.Close)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	r := do(t, "POST", base+"/fetch?max=2", "", "")
+	s := r.session
+	if r.status != 200 || fmt.Sprint(r.offsets()) != "[0 1]" {
+		t.Fatalf("first fetch: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 0}`); r.status != 200 {
+		t.Fatalf("ack: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "DELETE", base+"/session", s, ""); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 5)
+	if err != nil || res.StartOffset != 5 {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	r = do(t, "POST", base+"/fetch?max=10", "", "")
+	if r.status != 200 || fmt.Sprint(r.offsets()) != "[5 6]" {
+		t.Fatalf("fetch after retention: %d %s", r.status, r.raw)
+	}
+	if got := c.RetentionSkipped(); got != 4 { // committed 1, start 5: 1..4 never delivered
+		t.Fatalf("RetentionSkipped = %d, want 4", got)
+	}
+	r = do(t, "POST", base+"/fetch?from=2", r.session, "")
+	if r.status != 410 || r.code() != contract.CodeOffsetExpired || r.body["startOffset"] != 5.0 {
+		t.Fatalf("from=2 below the start offset: %d %s", r.status, r.raw)
 	}
 }

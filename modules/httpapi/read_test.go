@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -207,5 +208,35 @@ func TestReadBackPageBytesBounded(t *testing.T) {
 	p = a.read("/topics/big.t/messages?offset=3&limit=10")
 	if got := fmt.Sprint(pageOffsets(p)); got != "[3]" || p.NextOffset != 4 {
 		t.Fatalf("second page %s next %d, want [3] next 4", got, p.NextOffset)
+	}
+}
+
+// Reading below the log start offset (segments deleted by retention) is
+// 410 OFFSET_EXPIRED with "startOffset" in the JSON body; GET /topics shows
+// the start offset, and a read from it works.
+func TestReadBackBelowStartOffset410(t *testing.T) {
+	a := newAPI(t, Options{}, topicqueue.Options{Storage: storage.Options{SegmentMaxBytes: 1}}) // one entry per segment
+	for i := 0; i < 5; i++ {
+		a.publish("r.t", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	q, _ := a.reg.Get("r.t")
+	if res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 3); err != nil || res.StartOffset != 3 {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	rec := a.call(http.MethodGet, "/topics/r.t/messages?offset=0", "", "")
+	wantNACK(t, rec, http.StatusGone, contract.CodeOffsetExpired, "starts at offset 3")
+	var body struct {
+		StartOffset *int64 `json:"startOffset"`
+	}
+	decodeJSON(t, rec, &body)
+	if body.StartOffset == nil || *body.StartOffset != 3 {
+		t.Fatalf("body %s, want startOffset 3", rec.Body)
+	}
+	if p := a.read("/topics/r.t/messages?offset=3"); fmt.Sprint(pageOffsets(p)) != "[3 4]" {
+		t.Errorf("from the start offset: %v", pageOffsets(p))
+	}
+	rec = a.call(http.MethodGet, "/topics", "", "")
+	if !strings.Contains(rec.Body.String(), `"startOffset":3`) {
+		t.Errorf("GET /topics = %s, want startOffset 3", rec.Body)
 	}
 }

@@ -448,16 +448,19 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	if c.Status >= 500 && c.Code != contract.CodeOverloaded {
 		s.log.Warn("publish failed", zap.Int("status", c.Status), zap.Error(err))
 	}
-	contract.WriteError(w, c.Status, c.Code, err.Error())
+	contract.WriteErr(w, err) // c's status and code; 410 OFFSET_EXPIRED carries startOffset
 }
 
 // TopicInfo is one row of GET /topics.
 type TopicInfo struct {
 	Name       string `json:"name"`
 	NextOffset int64  `json:"nextOffset"`
-	Segments   int    `json:"segments"`
-	Bytes      int64  `json:"bytes"`
-	Failed     string `json:"failed,omitempty"`
+	// StartOffset is the log start offset: the first offset still stored
+	// (above 0 once retention deleted segments); reading below it is 410.
+	StartOffset int64  `json:"startOffset"`
+	Segments    int    `json:"segments"`
+	Bytes       int64  `json:"bytes"`
+	Failed      string `json:"failed,omitempty"`
 	// Incarnation is the topic's incarnation id: made when the topic was
 	// created, different once it is deleted and created again (offsets then
 	// start at 0 again). Empty when the storage backend has none.
@@ -472,7 +475,7 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 	}{Topics: make([]TopicInfo, 0, len(list))}
 	for _, q := range list {
 		st := q.Stats()
-		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
+		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
 			Incarnation: q.Incarnation()})
 	}
 	if qs := s.reg.Quarantined(); len(qs) > 0 {

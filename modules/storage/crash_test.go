@@ -45,6 +45,8 @@ type crashCounts struct {
 	ackedDurable, ackedWritten, ackedAccepted int
 	lostDurable, lostWritten, lostAccepted    int
 	recoveredEntries, cutEntries, truncBytes  int64
+	deleted                                   int // acked entries below the recovered start offset (retention)
+	startAfterCrash                           int64
 }
 
 func (c *crashCounts) add(o crashCounts) {
@@ -58,6 +60,8 @@ func (c *crashCounts) add(o crashCounts) {
 	c.recoveredEntries += o.recoveredEntries
 	c.cutEntries += o.cutEntries
 	c.truncBytes += o.truncBytes
+	c.deleted += o.deleted
+	c.startAfterCrash += o.startAfterCrash
 }
 
 type ackRec struct {
@@ -70,7 +74,13 @@ type ackRec struct {
 // the invariants other than "DURABLE never lost" (which is counted in
 // lostDurable and judged by the caller, so the negative control can reuse
 // the round).
-func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts, violations []string) {
+//
+// With retain set, a retention pass (ApplyRetention by size, a limit of a
+// few segments) runs in a loop while the writers append, so the power loss
+// may also strike in the middle of a head deletion: then offsets below the
+// recovered log's start offset are deleted (not lost), and everything
+// acknowledged at or after it must be there.
+func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c crashCounts, violations []string) {
 	c.rounds = 1
 	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
 	fsys := vfs.NewMem()
@@ -120,6 +130,29 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 	var acks []ackRec
 	submitted := map[string]bool{}
 	var wg sync.WaitGroup
+	stopRetention := make(chan struct{})
+	retentionDone := make(chan struct{})
+	go func() {
+		defer close(retentionDone)
+		if !retain {
+			return
+		}
+		p := RetentionPolicy{MaxBytes: 3 * opts.SegmentMaxBytes}
+		for {
+			select {
+			case <-stopRetention:
+				return
+			default:
+			}
+			if _, err := l.ApplyRetention(p, time.Now(), KeepAll); err != nil {
+				mu.Lock()
+				violations = append(violations, "retention: "+err.Error())
+				mu.Unlock()
+				return
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
 	for w := 0; w < writers; w++ {
 		wrng := rand.New(rand.NewPCG(seed, uint64(w)+100))
 		wg.Add(1)
@@ -164,6 +197,8 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 		}()
 	}
 	wg.Wait()
+	close(stopRetention)
+	<-retentionDone
 	takeSnap() // crash at the end if the random point was never reached
 	fsys.SetHook(nil)
 	if err := l.Close(); err != nil {
@@ -175,6 +210,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 		return c, append(violations, "reopen uncrashed: "+err.Error())
 	}
 	truth, terr := readAllErr(truthLog)
+	truthStart := truthLog.StartOffset()
 	truthLog.Close()
 	if terr != nil {
 		return c, append(violations, "read uncrashed: "+terr.Error())
@@ -199,20 +235,31 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 		return c, append(violations, "read after power loss: "+err.Error())
 	}
 	c.recoveredEntries = int64(len(got))
-	if int64(len(got)) != rl.HighWatermark() {
-		violations = append(violations, fmt.Sprintf("read %d entries below hw %d", len(got), rl.HighWatermark()))
+	start, hw := rl.StartOffset(), rl.HighWatermark()
+	c.startAfterCrash = start
+	if int64(len(got)) != hw-start {
+		violations = append(violations, fmt.Sprintf("read %d entries between start offset %d and hw %d", len(got), start, hw))
 	}
-	if len(got) > len(truth) {
-		violations = append(violations, fmt.Sprintf("recovered %d entries, only %d were ever written", len(got), len(truth)))
+	if !retain && start != 0 {
+		violations = append(violations, fmt.Sprintf("start offset %d without retention", start))
+	}
+	if start > truthStart {
+		violations = append(violations, fmt.Sprintf("recovered start offset %d is past the one retention reached, %d", start, truthStart))
+	}
+	truthHW := truthStart + int64(len(truth))
+	if hw > truthHW {
+		violations = append(violations, fmt.Sprintf("recovered up to offset %d, only %d were ever written", hw, truthHW))
 	}
 	present := map[string]bool{}
-	for i, e := range got {
-		if i < len(truth) && !bytes.Equal(e.Payload, truth[i].Payload) {
-			violations = append(violations, fmt.Sprintf("offset %d: recovered %.40q, written %.40q", i, e.Payload, truth[i].Payload))
+	for _, e := range got {
+		if i := e.Offset - truthStart; i >= 0 && i < int64(len(truth)) && !bytes.Equal(e.Payload, truth[i].Payload) {
+			violations = append(violations, fmt.Sprintf("offset %d: recovered %.40q, written %.40q", e.Offset, e.Payload, truth[i].Payload))
+		}
+		if !submitted[string(e.Payload)] {
+			violations = append(violations, fmt.Sprintf("offset %d: recovered an entry never written", e.Offset))
 		}
 		present[string(e.Payload)] = true
 	}
-	hw := rl.HighWatermark()
 	for _, a := range acks {
 		switch a.level {
 		case Durable:
@@ -230,6 +277,10 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 				continue
 			}
 			off := a.first + int64(j)
+			if off < start {
+				c.deleted++ // retention deleted it: expired, not lost
+				continue
+			}
 			if off >= hw {
 				if a.level == Durable {
 					c.lostDurable++
@@ -238,18 +289,20 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync bool) (c crashCounts,
 				}
 				continue
 			}
-			if !bytes.Equal(got[off].Payload, p) {
-				violations = append(violations, fmt.Sprintf("%s ack for offset %d: recovered %.40q, acked %.40q", a.level, off, got[off].Payload, p))
+			if g := got[off-start]; !bytes.Equal(g.Payload, p) {
+				violations = append(violations, fmt.Sprintf("%s ack for offset %d: recovered %.40q, acked %.40q", a.level, off, g.Payload, p))
 			}
 		}
 	}
 	return c, violations
 }
 
+// readAllErr reads every entry from the log start offset to the high
+// watermark.
 func readAllErr(l *Log) ([]Entry, error) {
 	hw := l.HighWatermark()
 	var out []Entry
-	for off := int64(0); off < hw; {
+	for off := l.StartOffset(); off < hw; {
 		es, err := l.ReadBatch(off, 256)
 		if err != nil {
 			return out, fmt.Errorf("ReadBatch(%d): %w", off, err)
@@ -281,7 +334,7 @@ func TestPowerLossProperty(t *testing.T) {
 			var total crashCounts
 			for r := 0; r < crashRounds(); r++ {
 				seed := uint64(vi*100000 + r)
-				c, violations := crashRound(seed, v, false)
+				c, violations := crashRound(seed, v, false, false)
 				for _, s := range violations {
 					t.Errorf("seed %d: %s", seed, s)
 				}
@@ -310,7 +363,7 @@ func TestPowerLossNegativeControl(t *testing.T) {
 	var total crashCounts
 	for r := 0; r < 2*crashRounds(); r++ {
 		seed := uint64(900000 + r)
-		c, violations := crashRound(seed, crashVariants[r%len(crashVariants)], true)
+		c, violations := crashRound(seed, crashVariants[r%len(crashVariants)], true, false)
 		for _, s := range violations {
 			t.Errorf("seed %d: %s", seed, s) // only the ack may be wrong, not the disk
 		}

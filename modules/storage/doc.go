@@ -143,9 +143,14 @@
 //	  the last kept entry           never indexed, never
 //	                                acknowledged)
 //
-// Files a crash during rotation can leave: a lone empty .mmm at the tail gets
-// its .idx created (the rotation completes); a lone empty .idx at the tail is
-// removed; a lone non-empty file, or a missing file in an older segment, is
+// A chain may start at any offset: retention deletes whole segments from
+// the head, and the log start offset (StartOffset) is the base of the first
+// segment that remains. Files a crash can leave: a lone empty .mmm at the
+// tail gets its .idx created (an interrupted rotation completes); a lone
+// empty .idx at the tail is removed; a first segment (not the last) with
+// only one of its two files is an interrupted retention deletion, finished
+// by removing the other file (the chain then starts at the next segment);
+// a lone non-empty file at the tail, or a missing file anywhere else, is
 // CORRUPT. Leftover *.tmp files are removed; other unknown files are logged
 // and left alone.
 //
@@ -176,6 +181,20 @@
 // leave the whole topic under its name; after it, a .deleting- directory
 // that FinishDeletions removes at the next start, before any topic opens.
 // Either way the topic is whole or absent, never partly there.
+//
+// # Retention (retention.go)
+//
+// ApplyRetention deletes whole sealed segments from the head, oldest first,
+// never the active one: by size (.mmm + .idx bytes over a limit) or by age
+// (the newest entry's stored timestamp older than a limit), never past a
+// keepFrom offset. Per segment: publish the segment list without it (the
+// start offset moves; a read below it is ErrOffsetExpired, 410
+// OFFSET_EXPIRED), evict its pair from the cache (a reader pinning it reads
+// on from the unlinked files; one that reopens it after the unlink gets
+// ErrOffsetExpired, not an I/O error), remove the .idx (hook
+// BetweenSegmentUnlinks), remove the .mmm, fsync the directory. So at any
+// crash only the first remaining segment can be half deleted, which repair
+// finishes.
 //
 // # Checkpoints (checkpoint.go)
 //

@@ -15,9 +15,13 @@ var (
 	// (bad length, CRC mismatch, index inconsistent with its segment).
 	// It is always wrapped in a *CorruptionError that says where.
 	ErrCorrupt = errors.New("storage: corrupt entry")
-	// ErrOutOfRange is returned when reading an offset at or beyond the high
-	// watermark (or below the first retained offset).
+	// ErrOutOfRange is returned when reading a negative offset or one at or
+	// beyond the high watermark.
 	ErrOutOfRange = errors.New("storage: offset out of range")
+	// ErrOffsetExpired is returned, wrapped in a *contract.OffsetExpiredError
+	// carrying the log start offset, when reading an offset that retention
+	// deleted (below StartOffset). It is 410 OFFSET_EXPIRED on the wire.
+	ErrOffsetExpired = contract.ErrOffsetExpired
 	// ErrClosed is returned by every operation on a closed log.
 	ErrClosed = errors.New("storage: log closed")
 	// ErrFailed is returned once a write or fsync of the log has failed: the

@@ -25,6 +25,7 @@ type Log struct {
 	cache *SegmentCache // files of sealed segments (Options.SegmentCache)
 
 	segs   atomic.Pointer[[]*segment] // immutable snapshot sorted by base
+	segsMu sync.Mutex                 // serialises replacing segs: rotation (writer) and retention
 	hw     atomic.Int64               // offsets < hw are durable and visible
 	notify hwWaiters
 	closed atomic.Bool
@@ -53,6 +54,8 @@ type Log struct {
 
 	report      RepairReport
 	incarnation string // the topic's incarnation id (incarnation.go)
+
+	ret retentionState
 }
 
 // Open opens the log in dir (<root>/<topic>; the topic name is the
@@ -243,6 +246,7 @@ func (l *Log) Stats() Stats {
 	s := Stats{
 		Topic:         l.topic,
 		NextOffset:    l.hw.Load(),
+		StartOffset:   segs[0].base,
 		Segments:      len(segs),
 		Bytes:         l.size.Load(),
 		Fsyncs:        l.fsyncs.Load(),
@@ -303,6 +307,9 @@ func (l *Log) Close() error {
 	l.cpMu.Unlock()
 	// The writer has stopped and released its pin: every pair of this log
 	// is in the cache, or pinned by a reader and closed when its read ends.
+	// A retention pass in progress finishes first (it checks closed).
+	l.ret.mu.Lock()
 	l.cache.drop(*l.segs.Load())
+	l.ret.mu.Unlock()
 	return errors.Join(errs...)
 }

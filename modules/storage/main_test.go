@@ -64,12 +64,12 @@ func mustAppend(t testing.TB, l *Log, p []byte) int64 {
 	return off
 }
 
-// readAll reads [0, hw) with ReadBatch and fails on any error or gap.
+// readAll reads [StartOffset, hw) with ReadBatch and fails on any error or gap.
 func readAll(t testing.TB, l *Log, max int) []Entry {
 	t.Helper()
 	hw := l.HighWatermark()
 	var out []Entry
-	for off := int64(0); off < hw; {
+	for off := l.StartOffset(); off < hw; {
 		es, err := l.ReadBatch(off, max)
 		if err != nil {
 			t.Fatalf("read batch at %d (hw %d): %v", off, hw, err)

@@ -82,6 +82,10 @@ type Hooks struct {
 	AfterTopicRename     func() // topic dir renamed aside, data root not yet fsynced
 	AfterTopicRenameSync func() // rename made durable, nothing removed yet
 	AfterTopicFileRemove func() // one file of the renamed-aside dir removed (called per file)
+	// BetweenSegmentUnlinks is called by retention (ApplyRetention, from
+	// the caller's goroutine) after a head segment's .idx was removed and
+	// before its .mmm is: the interrupted deletion repair must finish.
+	BetweenSegmentUnlinks func()
 	// AckBeforeSync, when true, makes DURABLE waiters be answered right
 	// after the .mmm write, before any fsync. It is the deliberately wrong
 	// variant used as the negative control of the power-loss tests: it must

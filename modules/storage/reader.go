@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 func (l *Log) corrupt(seg *segment, file string, pos, offset int64, reason string) *CorruptionError {
@@ -31,6 +34,21 @@ func (l *Log) pin(seg *segment) (*segFiles, error) {
 	return l.cache.pin(l.fs, seg, &l.closed)
 }
 
+// expired is the error of a read of offset below the log start offset.
+func (l *Log) expired(offset int64) error {
+	return &contract.OffsetExpiredError{Topic: l.topic, Offset: offset, StartOffset: l.StartOffset()}
+}
+
+// pinErr is the error of a failed pin of the segment holding offset: a
+// segment that retention deleted between the lookup and the open (its
+// files are gone) is an expired offset, not an I/O error.
+func (l *Log) pinErr(offset int64, err error) error {
+	if vfs.IsNotExist(err) && offset < l.StartOffset() {
+		return l.expired(offset)
+	}
+	return l.ioErr(fmt.Errorf("read offset %d: %w", offset, err))
+}
+
 func (l *Log) ioErr(err error) error {
 	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
 		return ErrClosed
@@ -39,8 +57,10 @@ func (l *Log) ioErr(err error) error {
 }
 
 // Read returns the message JSON stored at offset. Errors: ErrOutOfRange for
-// offset < 0 or >= HighWatermark(); *CorruptionError when the entry fails
-// validation (the caller decides to skip it); I/O errors as they are.
+// offset < 0 or >= HighWatermark(); a *contract.OffsetExpiredError
+// (ErrOffsetExpired) for 0 <= offset < StartOffset(), deleted by retention;
+// *CorruptionError when the entry fails validation (the caller decides to
+// skip it); I/O errors as they are.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	hw := l.hw.Load()
 	if offset < 0 || offset >= hw {
@@ -48,11 +68,11 @@ func (l *Log) Read(offset int64) ([]byte, error) {
 	}
 	seg, _ := l.findSegment(offset)
 	if seg == nil {
-		return nil, fmt.Errorf("read offset %d: %w", offset, ErrOutOfRange)
+		return nil, l.expired(offset)
 	}
 	f, err := l.pin(seg)
 	if err != nil {
-		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", offset, err))
+		return nil, l.pinErr(offset, err)
 	}
 	defer f.unpin()
 	rel := offset - seg.base
@@ -80,7 +100,9 @@ const readBudget = 1 << 20
 // read per batch, within one segment). It returns no entries and no error
 // when from >= HighWatermark(). On a corrupt entry at offset o it returns the
 // entries before o and a *CorruptionError with Offset o; the caller skips o
-// by reading again from o+1. Payloads share one buffer per call.
+// by reading again from o+1. from below StartOffset() (deleted by
+// retention) is a *contract.OffsetExpiredError (ErrOffsetExpired).
+// Payloads share one buffer per call.
 func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	hw := l.hw.Load()
 	if from < 0 {
@@ -91,7 +113,7 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	}
 	seg, end := l.findSegment(from)
 	if seg == nil {
-		return nil, fmt.Errorf("read offset %d: %w", from, ErrOutOfRange)
+		return nil, l.expired(from)
 	}
 	n := min(end, hw) - from
 	if n > int64(max) {
@@ -99,7 +121,7 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	}
 	f, err := l.pin(seg)
 	if err != nil {
-		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", from, err))
+		return nil, l.pinErr(from, err)
 	}
 	defer f.unpin()
 	b := &batchRead{l: l, seg: seg, f: f, from: from, rel: from - seg.base}

@@ -24,7 +24,7 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 			return nil, err
 		}
 		dirDirty = dirDirty || changed
-		if !p.removeIdx {
+		if !p.removeIdx && !p.finishDelete {
 			segs = append(segs, p.segment())
 		}
 	}
@@ -47,6 +47,16 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 // end bytes. It reports whether a directory entry was created or removed.
 func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, err error) {
 	switch {
+	case p.finishDelete:
+		lone := p.mmmPath
+		if p.hasIdx {
+			lone = p.idxPath
+		}
+		if err := fsys.Remove(lone); err != nil && !vfs.IsNotExist(err) {
+			return false, fmt.Errorf("remove %s: %w", lone, err)
+		}
+		rep.Removed = append(rep.Removed, filepath.Base(lone))
+		return true, nil
 	case p.removeIdx:
 		if err := fsys.Remove(p.idxPath); err != nil {
 			return false, fmt.Errorf("remove %s: %w", p.idxPath, err)
@@ -81,7 +91,7 @@ func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, 
 func keptSegments(plans []*segPlan) []*segment {
 	var segs []*segment
 	for _, p := range plans {
-		if !p.removeIdx {
+		if !p.removeIdx && !p.finishDelete {
 			segs = append(segs, p.segment())
 		}
 	}

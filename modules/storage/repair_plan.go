@@ -18,10 +18,13 @@ import (
 // to keep. It is applied only when the whole topic is free of corruption.
 type segPlan struct {
 	segScan
-	createIdx bool  // complete an interrupted rotation: create the missing .idx
-	removeIdx bool  // drop a lone empty .idx left by an interrupted rotation
-	count     int64 // index entries kept
-	end       int64 // segment bytes kept
+	createIdx bool // complete an interrupted rotation: create the missing .idx
+	removeIdx bool // drop a lone empty .idx left by an interrupted rotation
+	// finishDelete: the first segment lost one of its two files to an
+	// interrupted retention deletion; remove the other one.
+	finishDelete bool
+	count        int64 // index entries kept
+	end          int64 // segment bytes kept
 }
 
 // segment is the kept segment p describes, its files closed.
@@ -74,7 +77,7 @@ func (pl *planner) planSegments(fsys vfs.FS, dir string, d *dirScan) ([]*segPlan
 		plans = append(plans, p)
 		err := scanSegmentFiles(fsys.Open, dir, base, d.pairs[base], &p.segScan)
 		if err == nil {
-			nextBase, err = pl.planSegment(p, nextBase, i == len(d.bases)-1)
+			nextBase, err = pl.planSegment(p, nextBase, i == 0, i == len(d.bases)-1)
 		}
 		p.closeFiles()
 		if err != nil {
@@ -85,8 +88,10 @@ func (pl *planner) planSegments(fsys vfs.FS, dir string, d *dirScan) ([]*segPlan
 }
 
 // planSegment plans one segment given where the previous one ends
-// (nextBase, -1 for the first) and returns where this one ends.
-func (pl *planner) planSegment(p *segPlan, nextBase int64, last bool) (int64, error) {
+// (nextBase, -1 for the first: a chain may start at any offset, retention
+// deletes from the head) and returns where this one ends (-1 when the
+// segment is dropped and the next one starts the chain).
+func (pl *planner) planSegment(p *segPlan, nextBase int64, first, last bool) (int64, error) {
 	if nextBase >= 0 && p.base != nextBase {
 		f := p.mmmPath
 		if !p.hasMMM {
@@ -95,9 +100,19 @@ func (pl *planner) planSegment(p *segPlan, nextBase int64, last bool) (int64, er
 		return 0, pl.corrupt(f, 0, p.base, "segment starts at offset %d but the previous segment ends at %d", p.base, nextBase)
 	}
 	// A pair with one file missing: only a crash during rotation at the
-	// tail, leaving the other file empty, is expected.
+	// tail, leaving the other file empty, or during a retention deletion
+	// at the head (any size: retention removes the .idx, then the .mmm) is
+	// expected.
 	if !p.hasMMM || !p.hasIdx {
 		switch {
+		case first && !last:
+			p.finishDelete = true
+			lone := p.mmmPath
+			if p.hasIdx {
+				lone = p.idxPath
+			}
+			pl.act("finish interrupted retention deletion: remove %s", filepath.Base(lone))
+			return -1, nil
 		case last && !p.hasIdx && p.mmmSize == 0:
 			p.createIdx = true
 			pl.act("complete interrupted rotation: create %s", filepath.Base(p.idxPath))

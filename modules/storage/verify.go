@@ -23,7 +23,8 @@ const (
 type TopicReport struct {
 	Topic       string           `json:"topic"`
 	Status      string           `json:"status"`
-	Entries     int64            `json:"entries"`
+	Entries     int64            `json:"entries"`     // the high watermark: one past the last offset
+	StartOffset int64            `json:"startOffset"` // the first offset stored (above 0 once retention deleted segments)
 	Bytes       int64            `json:"bytes"`
 	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
 	Corruption  *CorruptionError `json:"corruption,omitempty"`
@@ -53,6 +54,9 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	}
 	if !rr.Clean() {
 		rep.Status = StatusTornTail
+	}
+	if len(segs) > 0 {
+		rep.StartOffset = segs[0].base
 	}
 	buf := make([]byte, 0, 64<<10)
 	for _, s := range segs {

@@ -329,8 +329,10 @@ func (l *Log) commit(batch []*request) error {
 					// the log does not (the next batch tries again).
 					return &refusedError{"rotate", err}
 				}
+				l.segsMu.Lock()
 				segs := append(append([]*segment(nil), *l.segs.Load()...), ns)
 				l.segs.Store(&segs)
+				l.segsMu.Unlock()
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				seg, w.active, w.files = ns, ns, ns.files.Load()
 				w.durable = 0

@@ -6,6 +6,8 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -50,6 +52,8 @@ type watchParams struct {
 	Budget     *contract.Budget    `optional:"true"`
 	Backend    topicqueue.Backend  `optional:"true"`
 	SpaceGuard *storage.SpaceGuard `optional:"true"`
+	Groups     *groups.Coordinator `optional:"true"`
+	Retainer   *retention.Retainer `optional:"true"`
 }
 
 func watch(p watchParams) {
@@ -60,6 +64,14 @@ func watch(p watchParams) {
 	if b, ok := p.Backend.(interface{ SegmentCache() *storage.SegmentCache }); ok {
 		p.Metrics.WatchSegmentCache(b.SegmentCache())
 	}
+	rs := RetentionSource{DispatchSkipped: p.Dispatcher.RetentionSkipped}
+	if p.Groups != nil {
+		rs.GroupSkipped = p.Groups.RetentionSkipped
+	}
+	if r := p.Retainer; r != nil {
+		rs.Totals = func() (int, int64, int64) { t := r.Totals(); return t.Segments, t.Entries, t.Bytes }
+	}
+	p.Metrics.WatchRetention(rs)
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,

@@ -239,6 +239,58 @@ func (m *Metrics) WatchSpaceGuard(g *storage.SpaceGuard) {
 	)
 }
 
+// RetentionSource is what WatchRetention reads at scrape time: the
+// dispatchers' and the consumer groups' counts of messages retention
+// deleted before they were read (either may be nil), and the retention
+// loop's totals (nil when the application has none).
+type RetentionSource struct {
+	DispatchSkipped func() uint64
+	GroupSkipped    func() uint64
+	Totals          func() (segments int, entries, bytes int64)
+}
+
+var retentionSkipped = prometheus.NewDesc("mmmq_retention_skipped_total",
+	"Messages retention deleted before a reader got them: a dispatcher or consumer group whose position was below the topic's start offset continued from it.",
+	[]string{"kind"}, nil)
+
+type retentionCollector struct{ s RetentionSource }
+
+func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- retentionSkipped }
+
+func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
+	for kind, f := range map[string]func() uint64{"dispatcher": c.s.DispatchSkipped, "group": c.s.GroupSkipped} {
+		v := 0.0
+		if f != nil {
+			v = float64(f())
+		}
+		ch <- prometheus.MustNewConstMetric(retentionSkipped, prometheus.CounterValue, v, kind)
+	}
+}
+
+// WatchRetention adds the retention metrics, read at scrape time:
+//
+//	mmmq_retention_skipped_total{kind="dispatcher"|"group"}  messages deleted before read
+//	mmmq_retention_deleted_segments_total                    segments deleted
+//	mmmq_retention_deleted_messages_total                    messages deleted
+//	mmmq_retention_deleted_bytes_total                       .mmm + .idx bytes deleted
+func (m *Metrics) WatchRetention(s RetentionSource) {
+	m.reg.MustRegister(retentionCollector{s})
+	if s.Totals == nil {
+		return
+	}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_retention_deleted_segments_total",
+			Help: "Segments deleted by retention (mmmq.broker.retention)."},
+			func() float64 { n, _, _ := s.Totals(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_retention_deleted_messages_total",
+			Help: "Messages deleted by retention."},
+			func() float64 { _, n, _ := s.Totals(); return float64(n) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_retention_deleted_bytes_total",
+			Help: "Bytes of segment and index files deleted by retention."},
+			func() float64 { _, _, n := s.Totals(); return float64(n) }),
+	)
+}
+
 // WatchDispatchers adds per-worker metrics read from mgr at scrape time.
 func (m *Metrics) WatchDispatchers(mgr *dispatcher.Manager, reg *topicqueue.Registry) {
 	m.reg.MustRegister(dispatchCollector{m: mgr, reg: reg})

@@ -38,6 +38,9 @@ type brokerConf struct {
 	DataDir         string
 	SegmentMaxBytes int64
 	Dispatchers     []dispatcherConf
+	// RetentionMaxBytes, when > 0, sets mmmq.broker.retention.max-bytes
+	// with a 20ms check-interval.
+	RetentionMaxBytes int64
 	// Crashpoint and CrashAfter set MMMQ_CRASHPOINT(_AFTER); "" for none.
 	Crashpoint string
 	CrashAfter int
@@ -75,6 +78,9 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
 	}
 	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
+	if c.RetentionMaxBytes > 0 {
+		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
+	}
 	if len(c.Dispatchers) > 0 {
 		y.WriteString("    dispatchers:\n")
 		for _, d := range c.Dispatchers {

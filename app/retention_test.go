@@ -1,0 +1,164 @@
+package app_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/retention"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// topicDirBytes is the size of the .mmm and .idx files of a topic dir.
+func topicDirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var n int64
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), storage.SegmentExt) || strings.HasSuffix(e.Name(), storage.IndexExt) {
+			fi, err := e.Info()
+			require.NoError(t, err)
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// TestRetentionEndToEnd is the acceptance check of retention on the whole
+// broker: 4 KiB segments, max-bytes 40960, 5,000 publishes (a retention
+// pass after every 100): the topic directory stays within max-bytes plus
+// one segment, GET /topics shows the start offset moving up, reading
+// offset 0 answers 410 OFFSET_EXPIRED with startOffset, and a dispatcher
+// stuck at offset 0 (its consumer was down) continues from the start
+// offset with one warning naming the messages it never delivered, counted
+// in mmmq_retention_skipped_total{kind="dispatcher"}; what it had already
+// read before the deletion it still delivers.
+func TestRetentionEndToEnd(t *testing.T) {
+	const topic, segMax, maxBytes = "ret.t", 4096, 40960
+	var up atomic.Bool
+	var mu sync.Mutex
+	var got []int64
+	cons := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable) // abnormal: the dispatcher backs off, stays at its offset
+			return
+		}
+		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
+		mu.Lock()
+		got = append(got, off)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"acknowledgement":"ACK"}`)
+	}))
+	t.Cleanup(cons.Close)
+
+	root := t.TempDir()
+	cfg := testConfig(t, root)
+	cfg.MMMQ.Broker.Segment.MaxBytes = segMax
+	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 1024
+	cfg.MMMQ.Broker.Retention.MaxBytes = maxBytes
+	cfg.MMMQ.Broker.Retention.CheckInterval = time.Hour // passes are run by the test
+	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
+	core, logs := observer.New(zapcore.WarnLevel)
+	var r *retention.Retainer
+	a, base := startBroker(t, cfg, fx.Populate(&r),
+		fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) }))
+	defer a.RequireStop()
+
+	dir := filepath.Join(root, topic)
+	most := int64(0)
+	msg := `{"topic":"` + topic + `","content":{"n":%d,"pad":"` + strings.Repeat("p", 40) + `"}}`
+	for b := 0; b < 50; b++ {
+		var items []string
+		for i := 0; i < 100; i++ {
+			items = append(items, fmt.Sprintf(msg, b*100+i))
+		}
+		st, out := postBatch(t, base, "", "application/json", "["+strings.Join(items, ",")+"]")
+		require.Equal(t, 200, st, "%+v", out)
+		r.Pass()
+		most = max(most, topicDirBytes(t, dir))
+	}
+	// One segment: up to segment.max-bytes plus the entry that crossed it.
+	limit := int64(maxBytes + segMax + 1024 + storage.IndexEntrySize)
+	assert.LessOrEqual(t, most, limit, "topic directory after a pass")
+
+	var topics struct {
+		Topics []struct {
+			Name        string `json:"name"`
+			NextOffset  int64  `json:"nextOffset"`
+			StartOffset int64  `json:"startOffset"`
+		} `json:"topics"`
+	}
+	resp, err := http.Get(base + "/topics")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&topics))
+	resp.Body.Close()
+	require.Len(t, topics.Topics, 1)
+	start := topics.Topics[0].StartOffset
+	require.Equal(t, int64(5000), topics.Topics[0].NextOffset)
+	require.Greater(t, start, int64(0), "start offset after 5,000 publishes")
+
+	resp, err = http.Get(base + "/topics/" + topic + "/messages?offset=0")
+	require.NoError(t, err)
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusGone, resp.StatusCode)
+	assert.Equal(t, "OFFSET_EXPIRED", body["code"])
+	assert.EqualValues(t, start, body["startOffset"])
+
+	up.Store(true)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1] == 4999
+	}, 30*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	delivered := append([]int64(nil), got...)
+	mu.Unlock()
+	// The worker may still deliver the batch it had read before the
+	// deletion (offsets 0..k-1, held in memory); then it continues at the
+	// start offset: never a gap inside what it delivers, nothing twice.
+	k := int64(len(delivered)) - (5000 - start)
+	require.GreaterOrEqual(t, k, int64(0), "delivered %d messages", len(delivered))
+	for i, off := range delivered {
+		want := int64(i)
+		if want >= k {
+			want = start + int64(i) - k
+		}
+		require.Equal(t, want, off, "delivery %d", i)
+	}
+	skipped := start - k
+	warned := logs.FilterMessage("messages deleted by retention before this dispatcher read them; continuing from the log start offset").All()
+	require.Len(t, warned, 1)
+	assert.Equal(t, skipped, warned[0].ContextMap()["never-delivered"])
+	assert.Equal(t, start, warned[0].ContextMap()["start-offset"])
+
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Contains(t, string(raw), fmt.Sprintf(`mmmq_retention_skipped_total{kind="dispatcher"} %d`, skipped))
+	assert.Contains(t, string(raw), `mmmq_retention_skipped_total{kind="group"} 0`)
+	t.Logf("start offset %d after 5,000 publishes; largest topic directory after a pass %d bytes (limit %d); the lagging dispatcher delivered %d held messages, skipped %d", start, most, limit, k, skipped)
+}

@@ -1,0 +1,54 @@
+package retention
+
+import (
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Params are the Retainer's dependencies in the Fx graph.
+type Params struct {
+	fx.In
+	// Config is mmmq.broker.retention (config.Module).
+	Config   config.RetentionConfig
+	Registry *topicqueue.Registry
+	Logger   *zap.Logger
+	// Dispatchers and Groups hold data under keep-unconsumed; an
+	// application without them holds nothing for them.
+	Dispatchers *dispatcher.Set     `optional:"true"`
+	Groups      *groups.Coordinator `optional:"true"`
+}
+
+// NewFromConfig builds the Retainer from mmmq.broker.retention. An invalid
+// pattern in mmmq.broker.retention.topics fails startup, naming the key.
+func NewFromConfig(p Params) (*Retainer, error) {
+	o, err := OptionsFromConfig(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	o.Dispatchers = p.Dispatchers
+	if p.Groups != nil {
+		o.Groups = p.Groups
+	}
+	o.Logger = p.Logger.Named("retention")
+	return New(p.Registry, o), nil
+}
+
+// registerLifecycle starts the check loop with the application and stops
+// it before the topics close (the Retainer depends on the registry, so Fx
+// stops it first).
+func registerLifecycle(lc fx.Lifecycle, r *Retainer) {
+	lc.Append(fx.StartStopHook(r.Start, r.Stop))
+}
+
+// Module provides the *Retainer and runs its check loop between start and
+// stop. It needs the config, the logger and the topic registry;
+// *dispatcher.Set and *groups.Coordinator are optional.
+var Module = fx.Module("retention",
+	fx.Provide(NewFromConfig),
+	fx.Invoke(registerLifecycle),
+)

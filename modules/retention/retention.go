@@ -1,0 +1,268 @@
+// Package retention deletes old messages: every check interval it applies
+// each topic's retention policy (by age and by size, mmmq.broker.retention)
+// through the storage engine, which deletes whole sealed segments from the
+// head of the log, never the active one (storage.Log.ApplyRetention). The
+// topic's log start offset then moves up; reading below it is 410
+// OFFSET_EXPIRED, and dispatchers and consumer groups behind it continue
+// from it (modules/dispatcher, modules/groups).
+//
+// With keep-unconsumed, a segment is kept while a configured dispatcher,
+// or a consumer group that committed (or was opened) within group-idle,
+// has not read past it — the "retain unacknowledged messages" rule of
+// Google Pub/Sub. It works without Fx; fx.go wires it into the application.
+package retention
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Retainable is a topic log that retention can shrink: the local storage
+// backend (*storage.Log). Logs of other backends (a replicated one keeps
+// its own limits) are skipped.
+type Retainable interface {
+	ApplyRetention(p storage.RetentionPolicy, now time.Time, keepFrom int64) (storage.RetentionResult, error)
+}
+
+// Rule is one per-pattern override (mmmq.broker.retention.topics): topics
+// matching Pattern use Policy instead of the default.
+type Rule struct {
+	Pattern dispatcher.Pattern
+	Policy  storage.RetentionPolicy
+}
+
+// GroupHolder says from which offset the consumer groups of a topic still
+// need its data: the lowest committed offset among the groups opened or
+// committed at or after since (*groups.Coordinator implements it).
+type GroupHolder interface {
+	Holding(topic string, since time.Time) (int64, bool)
+}
+
+// Options configures a Retainer. The zero value deletes nothing.
+type Options struct {
+	// Default is the policy of topics no rule matches
+	// (mmmq.broker.retention.max-age and max-bytes).
+	Default storage.RetentionPolicy
+	// Rules are the overrides, first match wins.
+	Rules []Rule
+	// CheckInterval is how often Start's loop runs a pass; default 1m.
+	CheckInterval time.Duration
+	// KeepUnconsumed keeps what Dispatchers and Groups have not read.
+	KeepUnconsumed bool
+	// GroupIdle: a group silent longer than this holds nothing; default 24h.
+	GroupIdle time.Duration
+	// Dispatchers are the configured dispatchers (keep-unconsumed); nil
+	// for none. Checkpoints of dispatchers not in the set hold nothing.
+	Dispatchers *dispatcher.Set
+	// Groups is the consumer-group coordinator (keep-unconsumed); nil for
+	// none.
+	Groups GroupHolder
+	// Now is the clock; default time.Now. Tests drive age-based retention
+	// with it instead of sleeping.
+	Now func() time.Time
+	// Logger; default zap.NewNop().
+	Logger *zap.Logger
+}
+
+// OptionsFromConfig maps mmmq.broker.retention to Options (Dispatchers,
+// Groups, Now and Logger are left to the caller). An invalid pattern
+// fails, naming its key.
+func OptionsFromConfig(c config.RetentionConfig) (Options, error) {
+	o := Options{
+		Default:        storage.RetentionPolicy{MaxAge: c.MaxAge, MaxBytes: c.MaxBytes},
+		CheckInterval:  c.CheckInterval,
+		KeepUnconsumed: c.KeepUnconsumed,
+		GroupIdle:      c.GroupIdle,
+	}
+	var errs []error
+	for i, t := range c.Topics {
+		p, err := dispatcher.ParsePattern(t.Pattern)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mmmq.broker.retention.topics[%d].pattern: %w", i, err))
+			continue
+		}
+		o.Rules = append(o.Rules, Rule{Pattern: p, Policy: storage.RetentionPolicy{MaxAge: t.MaxAge, MaxBytes: t.MaxBytes}})
+	}
+	return o, errors.Join(errs...)
+}
+
+// PolicyFor is the policy of topic: the first matching rule's, else the
+// default.
+func (o Options) PolicyFor(topic string) storage.RetentionPolicy {
+	for _, r := range o.Rules {
+		if r.Pattern.Match(topic) {
+			return r.Policy
+		}
+	}
+	return o.Default
+}
+
+// Result is what one pass did, summed over the topics.
+type Result struct {
+	Topics   int   // topics that lost at least one segment
+	Segments int   // segments deleted
+	Entries  int64 // messages deleted
+	Bytes    int64 // bytes deleted (.mmm + .idx)
+	Failed   int   // topics whose deletion failed (logged)
+}
+
+// Retainer applies the retention policies to every open topic of a
+// registry, once per Pass or every CheckInterval between Start and Stop.
+type Retainer struct {
+	reg  *topicqueue.Registry
+	opts Options
+	log  *zap.Logger
+
+	mu     sync.Mutex // one pass at a time
+	totals Result
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New returns a Retainer over reg's topics.
+func New(reg *topicqueue.Registry, opts Options) *Retainer {
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = time.Minute
+	}
+	if opts.GroupIdle <= 0 {
+		opts.GroupIdle = 24 * time.Hour
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Retainer{reg: reg, opts: opts, log: opts.Logger}
+}
+
+// Enabled reports whether any policy can delete anything; a Retainer that
+// is not enabled starts no loop.
+func (r *Retainer) Enabled() bool {
+	if r.opts.Default.Enabled() {
+		return true
+	}
+	for _, rule := range r.opts.Rules {
+		if rule.Policy.Enabled() {
+			return true
+		}
+	}
+	return false
+}
+
+// Totals is the sum of every pass so far (for metrics).
+func (r *Retainer) Totals() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.totals
+}
+
+// Pass applies the policies to every open topic now. A topic whose
+// deletion fails is logged and counted in Result.Failed; the others go on.
+func (r *Retainer) Pass() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.opts.Now()
+	var res Result
+	for _, q := range r.reg.List() {
+		p := r.opts.PolicyFor(q.Name())
+		if !p.Enabled() {
+			continue
+		}
+		lg, ok := q.Log().(Retainable)
+		if !ok {
+			continue
+		}
+		keep := storage.KeepAll
+		if r.opts.KeepUnconsumed {
+			keep = r.keepFrom(q, now)
+		}
+		tr, err := lg.ApplyRetention(p, now, keep)
+		if tr.Segments > 0 {
+			res.Topics++
+			res.Segments += tr.Segments
+			res.Entries += tr.Entries
+			res.Bytes += tr.Bytes
+		}
+		if err != nil && !errors.Is(err, storage.ErrClosed) {
+			res.Failed++
+			r.log.Error("retention failed; the topic keeps its data and is retried at the next check",
+				zap.String("topic", q.Name()), zap.Error(err))
+		}
+	}
+	r.totals.Topics += res.Topics
+	r.totals.Segments += res.Segments
+	r.totals.Entries += res.Entries
+	r.totals.Bytes += res.Bytes
+	r.totals.Failed += res.Failed
+	return res
+}
+
+// keepFrom is the lowest offset of q that a configured dispatcher or a
+// recently active consumer group has not read yet.
+func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) int64 {
+	keep := storage.KeepAll
+	if r.opts.Dispatchers != nil {
+		for _, d := range r.opts.Dispatchers.Matching(q.Name()) {
+			cp, err := q.Checkpoint(d.Name())
+			if err != nil {
+				// Unknown progress: keep everything rather than guess.
+				r.log.Warn("retention: cannot read a dispatcher checkpoint; keeping the topic whole",
+					zap.String("topic", q.Name()), zap.String("dispatcher", d.Name()), zap.Error(err))
+				return 0
+			}
+			keep = min(keep, cp.Offset())
+		}
+	}
+	if r.opts.Groups != nil {
+		if off, ok := r.opts.Groups.Holding(q.Name(), now.Add(-r.opts.GroupIdle)); ok {
+			keep = min(keep, off)
+		}
+	}
+	return keep
+}
+
+// Start launches the loop that runs a pass every CheckInterval (none when
+// no policy is enabled). It returns at once.
+func (r *Retainer) Start() {
+	if !r.Enabled() || r.stop != nil {
+		return
+	}
+	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	r.log.Info("retention started", zap.Duration("check-interval", r.opts.CheckInterval),
+		zap.Duration("max-age", r.opts.Default.MaxAge), zap.Int64("max-bytes", r.opts.Default.MaxBytes),
+		zap.Int("rules", len(r.opts.Rules)), zap.Bool("keep-unconsumed", r.opts.KeepUnconsumed))
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(r.opts.CheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+				r.Pass()
+			}
+		}
+	}()
+}
+
+// Stop ends the loop and waits for a pass in progress to finish.
+func (r *Retainer) Stop() {
+	if r.stop == nil {
+		return
+	}
+	close(r.stop)
+	<-r.done
+	r.stop = nil
+}

@@ -1,0 +1,286 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// env is a registry on an in-memory filesystem.
+type env struct {
+	t   *testing.T
+	fs  *vfs.MemFS
+	reg *topicqueue.Registry
+}
+
+func newEnv(t *testing.T, segMax int64) *env {
+	t.Helper()
+	e := &env{t: t, fs: vfs.NewMem()}
+	e.reg = topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: e.fs, Logger: zaptest.NewLogger(t), SegmentMaxBytes: segMax}})
+	t.Cleanup(func() {
+		if err := e.reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return e
+}
+
+// message is a stored message JSON of topic stored at ts, about 120 bytes.
+func message(topic string, i int, ts time.Time) []byte {
+	return fmt.Appendf(nil, `{"topic":{"name":%q},"content":{"i":"%06d","p":"%s"},"timestamp":%d}`, topic, i, strings.Repeat("x", 40), ts.UnixMilli())
+}
+
+func (e *env) publish(topic string, n int, ts time.Time) *topicqueue.TopicQueue {
+	e.t.Helper()
+	q, err := e.reg.GetOrCreate(topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := q.Offer(context.Background(), message(topic, int(q.HighWatermark()), ts), storage.Durable); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return q
+}
+
+// dirBytes is the size of the .mmm and .idx files of topic.
+func (e *env) dirBytes(topic string) int64 {
+	e.t.Helper()
+	ents, err := e.fs.List("/data/" + topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var n int64
+	for _, de := range ents {
+		if strings.HasSuffix(de.Name, storage.SegmentExt) || strings.HasSuffix(de.Name, storage.IndexExt) {
+			f, err := e.fs.Open("/data/" + topic + "/" + de.Name)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			size, err := f.Size()
+			f.Close()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			n += size
+		}
+	}
+	return n
+}
+
+// TestBySizeBounded is the acceptance check of size retention: 4 KiB
+// segments, max-bytes 40960, 5,000 publishes with a pass every 20: after
+// every pass the topic directory holds at most max-bytes plus one segment,
+// the start offset advances, offset 0 answers OFFSET_EXPIRED (410) and
+// everything from the start offset reads back.
+func TestBySizeBounded(t *testing.T) {
+	const segMax, maxBytes = 4096, 40960
+	e := newEnv(t, segMax)
+	r := New(e.reg, Options{Default: storage.RetentionPolicy{MaxBytes: maxBytes}, Logger: zaptest.NewLogger(t)})
+	entry := int64(storage.EntrySize(len(message("sized", 0, time.Now())))) + storage.IndexEntrySize
+	var q *topicqueue.TopicQueue
+	most := int64(0)
+	for i := 0; i < 5000/20; i++ {
+		q = e.publish("sized", 20, time.Now())
+		r.Pass()
+		most = max(most, e.dirBytes("sized"))
+	}
+	if limit := maxBytes + segMax + entry; most > limit {
+		t.Fatalf("topic directory held %d bytes after a pass, limit max-bytes + one segment = %d", most, limit)
+	}
+	start := q.StartOffset()
+	tot := r.Totals()
+	if start == 0 || tot.Segments == 0 || tot.Entries != start || q.Stats().StartOffset != start {
+		t.Fatalf("start offset %d, totals %+v", start, tot)
+	}
+	_, err := q.Read(0)
+	var oe *contract.OffsetExpiredError
+	if !errors.As(err, &oe) || oe.StartOffset != start || contract.Classify(err).Status != 410 {
+		t.Fatalf("read 0: %v, want 410 OFFSET_EXPIRED with start offset %d", err, start)
+	}
+	for off := start; off < q.HighWatermark(); off++ {
+		p, err := q.Read(off)
+		if err != nil || !strings.Contains(string(p), fmt.Sprintf(`"i":"%06d"`, off)) {
+			t.Fatalf("offset %d: %s %v", off, p, err)
+		}
+	}
+	t.Logf("5,000 publishes: start offset %d, %d segments deleted, largest directory after a pass %d bytes (limit %d)", start, tot.Segments, most, maxBytes+segMax+entry)
+}
+
+// TestByAgeWithClock: a segment goes once its newest message is older than
+// max-age on the Retainer's clock (no sleeping); the active segment stays.
+func TestByAgeWithClock(t *testing.T) {
+	e := newEnv(t, 1024)
+	base := time.UnixMilli(1_800_000_000_000)
+	var mu sync.Mutex
+	now := base
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	r := New(e.reg, Options{Default: storage.RetentionPolicy{MaxAge: 2 * time.Second}, Now: clock})
+	e.publish("aged", 20, base)                       // several segments at base
+	q := e.publish("aged", 20, base.Add(time.Minute)) // more, a minute later
+	if res := r.Pass(); res.Segments != 0 {
+		t.Fatalf("nothing is 2s old yet: %+v", res)
+	}
+	set(base.Add(2 * time.Second)) // exactly max-age: not older
+	if res := r.Pass(); res.Segments != 0 {
+		t.Fatalf("at max-age: %+v", res)
+	}
+	set(base.Add(3 * time.Second))
+	res := r.Pass()
+	if res.Segments == 0 || q.StartOffset() == 0 || q.StartOffset() > 20 {
+		t.Fatalf("after 3s: %+v, start %d", res, q.StartOffset())
+	}
+	set(base.Add(time.Hour))
+	r.Pass()
+	if st := q.Stats(); st.Segments != 1 || q.StartOffset() != st.ActiveSegment {
+		t.Fatalf("after an hour: %+v", st)
+	}
+}
+
+// TestRulesFirstMatchWins: per-pattern overrides, the first matching one
+// wins; a topic no rule matches uses the default (here: keep forever).
+func TestRulesFirstMatchWins(t *testing.T) {
+	e := newEnv(t, 512)
+	o, err := OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{
+		{Pattern: "metrics.keep"},              // 0, 0: keep forever
+		{Pattern: "metrics.**", MaxBytes: 1},   // everything else under metrics
+		{Pattern: "metrics.keep", MaxBytes: 1}, // never reached
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(e.reg, o)
+	for _, topic := range []string{"metrics.cpu", "metrics.keep", "orders"} {
+		e.publish(topic, 30, time.Now())
+	}
+	r.Pass()
+	for topic, deleted := range map[string]bool{"metrics.cpu": true, "metrics.keep": false, "orders": false} {
+		q, _ := e.reg.Get(topic)
+		if got := q.StartOffset() > 0; got != deleted {
+			t.Errorf("%s: start offset %d, want deletion %v", topic, q.StartOffset(), deleted)
+		}
+	}
+	if !r.Enabled() {
+		t.Error("a rule with a limit enables retention")
+	}
+	if New(e.reg, Options{}).Enabled() {
+		t.Error("the default configuration deletes nothing")
+	}
+	_, err = OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{{Pattern: "a..b"}}})
+	if err == nil || !strings.Contains(err.Error(), "mmmq.broker.retention.topics[0].pattern") {
+		t.Fatalf("invalid pattern: %v", err)
+	}
+}
+
+// fakeGroups holds offset for groups active since a time.
+type fakeGroups struct {
+	offset int64
+	active time.Time
+}
+
+func (f fakeGroups) Holding(topic string, since time.Time) (int64, bool) {
+	return f.offset, !f.active.Before(since)
+}
+
+// TestKeepUnconsumed: a configured dispatcher's checkpoint and a recently
+// active group hold the segments they have not read; the checkpoint of a
+// dispatcher no longer configured and an idle group hold nothing.
+func TestKeepUnconsumed(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name      string
+		configure bool // "d" is in the dispatcher set
+		groups    GroupHolder
+		wantMax   int64 // start offset at most (0: no bound)
+		wantMin   int64 // and at least
+	}{
+		{name: "configured dispatcher at 25 holds", configure: true, wantMax: 25, wantMin: 1},
+		{name: "unconfigured dispatcher holds nothing", wantMin: 50},
+		{name: "active group at 10 holds", groups: fakeGroups{offset: 10, active: now.Add(-time.Hour)}, wantMax: 10, wantMin: 1},
+		{name: "idle group holds nothing", groups: fakeGroups{offset: 10, active: now.Add(-25 * time.Hour)}, wantMin: 50},
+		{name: "the lower of both", configure: true, groups: fakeGroups{offset: 10, active: now}, wantMax: 10, wantMin: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 256)
+			q := e.publish("held", 60, now)
+			if err := q.Commit("d", 25); err != nil {
+				t.Fatal(err)
+			}
+			o := Options{Default: storage.RetentionPolicy{MaxBytes: 1}, KeepUnconsumed: true, Groups: tc.groups, Now: func() time.Time { return now }}
+			if tc.configure {
+				set, err := dispatcher.SetOf(dispatcher.New("d", dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: 8081}, dispatcher.MustPattern("**")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Dispatchers = set
+			}
+			New(e.reg, o).Pass()
+			if s := q.StartOffset(); s < tc.wantMin || (tc.wantMax > 0 && s > tc.wantMax) {
+				t.Fatalf("start offset %d, want in [%d, %d]", s, tc.wantMin, tc.wantMax)
+			}
+		})
+	}
+}
+
+// TestFxModuleRunsLoop: the module builds from the config, its loop runs a
+// pass every check-interval between start and stop, and an invalid
+// pattern fails startup naming the key.
+func TestFxModuleRunsLoop(t *testing.T) {
+	cfg := config.Default()
+	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	cfg.MMMQ.Broker.Segment.MaxBytes = 1024
+	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 1024
+	cfg.MMMQ.Broker.Retention.MaxBytes = 1
+	cfg.MMMQ.Broker.Retention.CheckInterval = time.Millisecond
+	var r *Retainer
+	var reg *topicqueue.Registry
+	app := fxtest.New(t,
+		config.Module, config.Supply(cfg),
+		fx.Supply(zaptest.NewLogger(t)),
+		storage.Module, topicqueue.Module,
+		Module,
+		fx.Populate(&r, &reg),
+	)
+	app.RequireStart()
+	q, err := reg.GetOrCreate("looped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if _, err := q.Offer(context.Background(), message("looped", i, time.Now()), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.StartOffset() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	app.RequireStop()
+	if q.StartOffset() == 0 || r.Totals().Segments == 0 {
+		t.Fatalf("the loop deleted nothing: %+v", r.Totals())
+	}
+
+	cfg.MMMQ.Broker.Retention.Topics = config.RetentionTopicsConfig{{Pattern: "a.***"}}
+	bad := fx.New(fx.NopLogger, config.Module, config.Supply(cfg), fx.Supply(zaptest.NewLogger(t)), storage.Module, topicqueue.Module, Module, fx.Populate(&r))
+	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), "mmmq.broker.retention.topics[0].pattern") {
+		t.Fatalf("invalid pattern: %v", err)
+	}
+}
