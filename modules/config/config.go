@@ -58,6 +58,11 @@ type ServerConfig struct {
 	// MaxBodyBytes is the largest HTTP request body accepted, batches
 	// included, in bytes; larger bodies get 413. At least 1024. Default 4194304 (4 MiB).
 	MaxBodyBytes int64 `koanf:"max-body-bytes"`
+	// MaxConnections caps simultaneous HTTP connections; one over it is
+	// answered 503 UNAVAILABLE with Retry-After: 1 and closed. Default 0 =
+	// automatic: a quarter of the open-file limit, at least 16 (the segment
+	// cache takes at most half, so clients cannot starve storage).
+	MaxConnections int `koanf:"max-connections"`
 }
 
 // LogFormat selects the log encoder (key "logging.format").

@@ -42,6 +42,7 @@ func (c *Config) Validate() error {
 	v.positive("server.idle-timeout", s.IdleTimeout)
 	v.positive("server.shutdown-timeout", s.ShutdownTimeout)
 	v.intRange("server.max-body-bytes", s.MaxBodyBytes, 1024, math.MaxInt64)
+	v.intRange("server.max-connections", int64(s.MaxConnections), 0, math.MaxInt32)
 
 	if _, err := zapcore.ParseLevel(c.Logging.Level); err != nil {
 		v.add(invalid("logging.level", "must be one of debug, info, warn, error, dpanic, panic, fatal; got %q", c.Logging.Level))

@@ -40,6 +40,7 @@ func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options 
 		WriteTimeout:      c.WriteTimeout,
 		IdleTimeout:       c.IdleTimeout,
 		MaxBodyBytes:      c.MaxBodyBytes,
+		MaxConns:          c.MaxConnections,
 		ShutdownTimeout:   c.ShutdownTimeout,
 		MaxRecordBytes:    int(seg.MaxRecordBytes),
 	}

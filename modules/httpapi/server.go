@@ -53,6 +53,10 @@ type Options struct {
 	WriteTimeout      time.Duration // default 30s
 	IdleTimeout       time.Duration // keep-alive; default 120s
 	MaxBodyBytes      int64         // request body cap; default 4 MiB
+	// MaxConns caps simultaneous HTTP connections; one over it is answered
+	// 503 UNAVAILABLE with Retry-After: 1 and closed (server.max-connections).
+	// Default AutoMaxConns of the process's open-file limit.
+	MaxConns int
 	// PublishTimeout bounds how long a publish waits for its ack level
 	// (then 503 TIMEOUT, outcome unknown; up to 100 ms later for a single
 	// publish, whose deadline is shared per tick); default 90% of
@@ -110,6 +114,10 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = 120 * time.Second
+	}
+	if opts.MaxConns <= 0 {
+		limit, _ := storage.OpenFileLimit()
+		opts.MaxConns = AutoMaxConns(limit)
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 4 << 20
@@ -250,7 +258,8 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
-	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()))
+	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()), zap.Int("max-connections", s.opts.MaxConns))
+	ln = &limitListener{Listener: ln, max: s.opts.MaxConns}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -23,7 +24,8 @@ const (
 	// a 1 MiB record plus 64 KiB of framing.
 	DefaultMaxLineBytes = 1<<20 + 64<<10
 	// DefaultMaxConns caps open connections; more are answered
-	// "ERR UNAVAILABLE" and closed.
+	// "ERR UNAVAILABLE" and closed. It is lowered to an eighth of the
+	// process's open-file limit when that is smaller (AutoMaxConns).
 	DefaultMaxConns = 1024
 	// DefaultIdleTimeout closes a connection that sends nothing for this long.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -64,7 +66,7 @@ type Options struct {
 	// message, payload plus envelope, is capped again by the storage engine.
 	// Over it: "ERR TOO_LARGE", the connection stays open.
 	MaxRecordBytes int
-	// MaxConns caps simultaneous connections (default 1024).
+	// MaxConns caps simultaneous connections (default AutoMaxConns).
 	MaxConns int
 	// IdleTimeout closes a connection without a request for this long
 	// (default 5m).
@@ -77,10 +79,25 @@ type Options struct {
 	Logger *zap.Logger
 }
 
+// AutoMaxConns is the default connection cap: DefaultMaxConns, or an
+// eighth of the open-file limit (at least 16) when that is smaller — the
+// segment cache takes at most half of the descriptors and HTTP connections
+// a quarter, so line-protocol clients cannot starve storage or the HTTP
+// health checks. limit 0 (unknown) gives DefaultMaxConns.
+func AutoMaxConns(limit uint64) int {
+	if limit == 0 {
+		return DefaultMaxConns
+	}
+	return int(min(max(limit/8, 16), DefaultMaxConns))
+}
+
 func (o Options) withDefaults() Options {
 	o.MaxLineBytes = orDefault(o.MaxLineBytes, DefaultMaxLineBytes)
 	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, DefaultMaxRecordBytes)
-	o.MaxConns = orDefault(o.MaxConns, DefaultMaxConns)
+	if o.MaxConns <= 0 {
+		limit, _ := storage.OpenFileLimit()
+		o.MaxConns = AutoMaxConns(limit)
+	}
 	o.IdleTimeout = orDefault(o.IdleTimeout, DefaultIdleTimeout)
 	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
 	o.PublishTimeout = orDefault(o.PublishTimeout, DefaultPublishTimeout)

@@ -405,3 +405,13 @@ func TestPubStoresSameShapeAsHTTP(t *testing.T) {
 		t.Fatalf("HTTP and PUB stored different shapes:\n%v", payloads)
 	}
 }
+
+// TestAutoMaxConns: an eighth of the open-file limit, between 16 and
+// DefaultMaxConns; DefaultMaxConns when the limit is unknown.
+func TestAutoMaxConns(t *testing.T) {
+	for limit, want := range map[uint64]int{0: DefaultMaxConns, 40: 16, 256: 32, 4096: 512, 20000: DefaultMaxConns} {
+		if got := AutoMaxConns(limit); got != want {
+			t.Errorf("AutoMaxConns(%d) = %d, want %d", limit, got, want)
+		}
+	}
+}
