@@ -77,6 +77,18 @@ func Open(dir string, opts Options) (*Log, error) {
 		checkpoints: map[string]*Checkpoint{},
 	}
 
+	// A creation that fails part way (a full disk, the open-file limit)
+	// removes what it made: a refused publish leaves nothing behind.
+	fresh := unfinishedTopic(o.FS, dir)
+	l, err := open(l, dir, o)
+	if err != nil && fresh {
+		removeUnfinished(o.FS, dir)
+	}
+	return l, err
+}
+
+// open is Open after the Log is made.
+func open(l *Log, dir string, o Options) (*Log, error) {
 	// Read before repair changes anything: a bad file refuses the topic
 	// with every file untouched.
 	id, err := ReadIncarnation(o.FS, dir)

@@ -76,7 +76,11 @@ func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
 	}
 	o := b.Storage
 	o.SegmentCache = b.SegmentCache()
-	l, err := storage.Open(filepath.Join(b.Root, name), o)
+	open := storage.Open
+	if !create { // found on disk: a leftover of a failed creation is removed, not created again
+		open = storage.OpenExisting
+	}
+	l, err := open(filepath.Join(b.Root, name), o)
 	if err != nil {
 		return nil, err
 	}

@@ -70,6 +70,10 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 			r.Quarantine(name, ce)
 			rep.Quarantined[name] = ce
 			continue
+		case errors.Is(err, storage.ErrUnfinishedTopic):
+			log.Warn("removed a topic directory a failed or interrupted creation left (no segment, no incarnation id: nothing was acknowledged in it)",
+				zap.String("topic", name))
+			continue
 		case err != nil:
 			return rep, fmt.Errorf("recovery: open topic %s: %w", name, err)
 		}
