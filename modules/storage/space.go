@@ -156,7 +156,10 @@ func (g *SpaceGuard) Admit(n int64) error {
 	}
 	if g.since.Add(n) >= g.slack || g.clock() >= g.next.Load() {
 		g.sample()
-		if g.low.Load() {
+		// A request larger than the slack (one big batch) is measured
+		// against what it would leave, not only against what is free now:
+		// it must not take the disk under MinFree by itself.
+		if f := g.free.Load(); g.low.Load() || (f >= 0 && f-n < g.minFree) { // -1: never measured
 			return g.refuse()
 		}
 		// The sample did not see these bytes written: they count

@@ -289,3 +289,28 @@ func BenchmarkSpaceGuardAdmit(b *testing.B) {
 	})
 	b.ReportMetric(float64(g.Stats().Samples), "statfs")
 }
+
+// TestSpaceGuardMeasuresBigRequestsAgainstWhatTheyLeave: one request larger
+// than the slack (a big batch) is refused when it would leave less than
+// MinFree free, although enough is free before it; a smaller one that
+// leaves enough passes. Without this a single batch could fill the disk
+// past the guard.
+func TestSpaceGuardMeasuresBigRequestsAgainstWhatTheyLeave(t *testing.T) {
+	fsys := vfs.NewMem()
+	if err := fsys.MkdirAll("/data"); err != nil {
+		t.Fatal(err)
+	}
+	fsys.SetCapacity(3000)
+	clock := newFakeClock()
+	g := NewSpaceGuard(SpaceGuardOptions{FS: fsys, Dir: "/data", MinFree: 1000, Slack: 500, Interval: time.Second, Now: clock.Now})
+	var lse *LowSpaceError
+	if err := g.Admit(2500); !errors.As(err, &lse) {
+		t.Fatalf("a 2500-byte request with 3000 free and a 1000 minimum: %v, want refused", err)
+	}
+	if err := g.Admit(100); err != nil {
+		t.Fatalf("a small request after it: %v", err)
+	}
+	if err := g.Admit(1900); err != nil {
+		t.Fatalf("a 1900-byte request leaving 1100 free: %v", err)
+	}
+}
