@@ -79,8 +79,9 @@ type SpaceGuardOptions struct {
 // last one, so a flood of refused publishes costs one statfs per second
 // and freed space is noticed within a second. The bound this gives: after
 // a sample that saw at least MinFree bytes free, at most Slack more bytes
-// of entries and index are admitted before the next sample, so publishes
-// alone leave at least MinFree - Slack (128 MiB by default) free; writers
+// of entries and index are admitted before the next sample (a single
+// request larger than Slack is measured against what it would leave), so
+// publishes alone leave at least MinFree - Slack (128 MiB by default) free; writers
 // the guard does not see (checkpoints, other processes) count against that
 // margin for at most one Interval. A failed sample keeps the previous
 // decision (it is logged once, until a sample succeeds again): the guard
