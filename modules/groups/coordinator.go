@@ -166,6 +166,11 @@ type group struct {
 	// committed (Unix ns): what retention's keep-unconsumed compares with
 	// mmmq.broker.retention.group-idle.
 	active atomic.Int64
+	// expiredTo: offsets below it that retention deleted were already
+	// counted (and warned about) as never delivered to this group, so a
+	// consumer that reconnects without committing is not counted again.
+	// Only the session holder writes it.
+	expiredTo atomic.Int64
 }
 
 // New returns a coordinator over reg's topics. It works without Start

@@ -207,12 +207,16 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.E
 		case err == nil && len(es) > 0:
 		case errors.As(err, &oe) && oe.StartOffset > l.next:
 			// Retention deleted what the group had not read: go on from
-			// the log start offset, once, loudly.
-			n := oe.StartOffset - l.next
-			c.expired.Add(uint64(n))
-			c.log.Warn("messages deleted by retention before this consumer group read them; continuing from the log start offset",
-				zap.String("topic", g.topic.Name()), zap.String("group", g.name),
-				zap.Int64("offset", l.next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
+			// the log start offset, counted and warned about once per
+			// offset (a later session of the group starts below it again
+			// until something is committed).
+			if n := oe.StartOffset - max(l.next, g.expiredTo.Load()); n > 0 {
+				c.expired.Add(uint64(n))
+				g.expiredTo.Store(oe.StartOffset)
+				c.log.Warn("messages deleted by retention before this consumer group read them; continuing from the log start offset",
+					zap.String("topic", g.topic.Name()), zap.String("group", g.name),
+					zap.Int64("offset", l.next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
+			}
 			l.next = oe.StartOffset
 			hw = g.topic.HighWatermark()
 		case errors.As(err, &ce) && ce.Offset == l.next:

@@ -269,6 +269,18 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 	if got := c.RetentionSkipped(); got != 4 { // committed 1, start 5: 1..4 never delivered
 		t.Fatalf("RetentionSkipped = %d, want 4", got)
 	}
+	// A new session without a commit starts at 1 again: the same deleted
+	// offsets are not counted twice.
+	if r := do(t, "DELETE", base+"/session", r.session, ""); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.raw)
+	}
+	r = do(t, "POST", base+"/fetch?max=10", "", "")
+	if r.status != 200 || fmt.Sprint(r.offsets()) != "[5 6]" {
+		t.Fatalf("fetch in a new session: %d %s", r.status, r.raw)
+	}
+	if got := c.RetentionSkipped(); got != 4 {
+		t.Fatalf("RetentionSkipped = %d after a second session, want still 4", got)
+	}
 	r = do(t, "POST", base+"/fetch?from=2", r.session, "")
 	if r.status != 410 || r.code() != contract.CodeOffsetExpired || r.body["startOffset"] != 5.0 {
 		t.Fatalf("from=2 below the start offset: %d %s", r.status, r.raw)
