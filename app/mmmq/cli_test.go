@@ -93,6 +93,25 @@ func TestVerifyExitCodes(t *testing.T) {
 			t.Fatalf("--repair: exit %d, output %q, size %d want %d", code, out, size(t, seg), before)
 		}
 	})
+	t.Run("an interrupted topic deletion is reported, removed only with --repair", func(t *testing.T) {
+		root, _ := fixture(t, 3)
+		left := filepath.Join(root, storage.DeletingPrefix+"0123456789abcdef")
+		if err := os.MkdirAll(left, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(left, "0000000000000000000.mmm"), []byte("x"), 0o644)
+		code, out := capture(t, "verify", "--root", root)
+		if code != 0 || !strings.Contains(out, ".deleting-0123456789abcdef INTERRUPTED_DELETION") {
+			t.Fatalf("exit %d, output %q", code, out)
+		}
+		if _, err := os.Stat(left); err != nil {
+			t.Fatalf("verify without --repair removed it: %v", err)
+		}
+		code, out = capture(t, "verify", "--root", root, "--repair")
+		if _, err := os.Stat(left); code != 0 || !os.IsNotExist(err) || !strings.Contains(out, "INTERRUPTED_DELETION removed") {
+			t.Fatalf("--repair: exit %d, output %q, stat %v", code, out, err)
+		}
+	})
 	t.Run("bit flip is corruption: exit 3, files untouched", func(t *testing.T) {
 		root, seg := fixture(t, 3)
 		b, _ := os.ReadFile(seg)

@@ -61,7 +61,7 @@ func verify(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 2
 	}
-	topics, total, err := listTopics(dir)
+	topics, deleting, total, err := listTopics(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 1
@@ -74,6 +74,10 @@ func verify(args []string) int {
 			return 1
 		}
 		defer release()
+	}
+	if err := reportDeletions(dir, deleting, *repair); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
+		return 1
 	}
 	bar := newProgress(os.Stderr, total)
 	opts := storageOptions(cfg)
@@ -110,20 +114,46 @@ func verify(args []string) int {
 	return 0
 }
 
-// listTopics returns the topic directories under dir (valid topic names)
-// and their bytes in all, for the progress indicator.
-func listTopics(dir string) (topics []string, total int64, err error) {
+// listTopics returns the topic directories under dir (valid topic names),
+// the directories of interrupted topic deletions, and the topics' bytes in
+// all, for the progress indicator.
+func listTopics(dir string) (topics, deleting []string, total int64, err error) {
 	ents, err := vfs.OS{}.List(dir)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	for _, e := range ents {
-		if e.IsDir && contract.ValidateTopic(e.Name) == nil {
+		switch {
+		case e.IsDir && contract.ValidateTopic(e.Name) == nil:
 			topics = append(topics, e.Name)
 			total += dirBytes(filepath.Join(dir, e.Name))
+		case e.IsDir && storage.IsDeletingDir(e.Name):
+			deleting = append(deleting, e.Name)
 		}
 	}
-	return topics, total, nil
+	return topics, deleting, total, nil
+}
+
+// reportDeletions prints one line per directory a topic deletion
+// interrupted by a crash left (the broker removes them when it starts),
+// and removes them with --repair.
+func reportDeletions(dir string, deleting []string, repair bool) error {
+	if len(deleting) == 0 {
+		return nil
+	}
+	if repair {
+		if _, err := storage.FinishDeletions(vfs.OS{}, dir); err != nil {
+			return err
+		}
+	}
+	for _, d := range deleting {
+		if repair {
+			fmt.Printf("%s INTERRUPTED_DELETION removed\n", d)
+			continue
+		}
+		fmt.Printf("%s INTERRUPTED_DELETION a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)\n", d)
+	}
+	return nil
 }
 
 func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
