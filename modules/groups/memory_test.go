@@ -19,43 +19,9 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/httpapi/httpapitest"
 	"github.com/mmmq/mmmq/modules/storage"
 )
-
-// countingWriter is an http.ResponseWriter that keeps only the byte count
-// (and, when keep is set, the body): the allocations measured are the
-// handler's, not a recorder's growing buffer.
-type countingWriter struct {
-	h      http.Header
-	status int
-	n      int
-	keep   bool
-	body   []byte
-}
-
-func (w *countingWriter) Header() http.Header {
-	if w.h == nil {
-		w.h = http.Header{}
-	}
-	return w.h
-}
-
-func (w *countingWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *countingWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	w.n += len(p)
-	if w.keep {
-		w.body = append(w.body, p...)
-	}
-	return len(p), nil
-}
 
 // publishLarge appends n durable messages of about size bytes each.
 func (e *env) publishLarge(n, size int) {
@@ -91,21 +57,21 @@ func TestFetchAllocatesAboutItsReply(t *testing.T) {
 
 	// Warm up (first-use allocations of the router and the group), then
 	// measure a fetch from a fresh group.
-	warm := &countingWriter{}
+	warm := &httpapitest.CountingWriter{}
 	h.ServeHTTP(warm, httptest.NewRequest(http.MethodPost, "/topics/"+testTopic+"/groups/warm/fetch?max=1", nil))
-	if warm.status != http.StatusOK {
-		t.Fatalf("warm-up fetch: HTTP %d", warm.status)
+	if warm.Status != http.StatusOK {
+		t.Fatalf("warm-up fetch: HTTP %d", warm.Status)
 	}
-	w := &countingWriter{}
+	w := &httpapitest.CountingWriter{}
 	req := httptest.NewRequest(http.MethodPost, url, nil)
 	alloc := allocDuring(func() { h.ServeHTTP(w, req) })
-	if w.status != http.StatusOK || w.n < 16_000_000 {
-		t.Fatalf("fetch: HTTP %d, %d bytes", w.status, w.n)
+	if w.Status != http.StatusOK || w.N < 16_000_000 {
+		t.Fatalf("fetch: HTTP %d, %d bytes", w.Status, w.N)
 	}
-	ratio := float64(alloc) / float64(w.n)
-	t.Logf("fetch reply %d bytes, allocated %d bytes: %.2fx", w.n, alloc, ratio)
+	ratio := float64(alloc) / float64(w.N)
+	t.Logf("fetch reply %d bytes, allocated %d bytes: %.2fx", w.N, alloc, ratio)
 	if ratio > 1.5 {
-		t.Errorf("one fetch allocated %.2fx its reply bytes (%d for %d), want <= 1.5x", ratio, alloc, w.n)
+		t.Errorf("one fetch allocated %.2fx its reply bytes (%d for %d), want <= 1.5x", ratio, alloc, w.N)
 	}
 }
 
@@ -121,37 +87,37 @@ func TestFetchReplyShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t), NewRoute(e.c, RouteOptions{})).Handler()
-	w := &countingWriter{keep: true}
+	w := &httpapitest.CountingWriter{Keep: true}
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/topics/"+testTopic+"/groups/g/fetch?max=10", nil))
-	if w.status != http.StatusOK {
-		t.Fatalf("HTTP %d %s", w.status, w.body)
+	if w.Status != http.StatusOK {
+		t.Fatalf("HTTP %d %s", w.Status, w.Body)
 	}
-	if ct := w.h.Get("Content-Type"); ct != "application/json" {
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
 	var got FetchResponse
-	if err := json.Unmarshal(w.body, &got); err != nil {
-		t.Fatalf("body %s: %v", w.body, err)
+	if err := json.Unmarshal(w.Body, &got); err != nil {
+		t.Fatalf("body %s: %v", w.Body, err)
 	}
-	if got.Topic != testTopic || got.Group != "g" || got.Session == "" || got.Session != w.h.Get(SessionHeader) ||
+	if got.Topic != testTopic || got.Group != "g" || got.Session == "" || got.Session != w.Header().Get(SessionHeader) ||
 		got.Committed != 0 || got.Next != 4 || len(got.Messages) != 4 {
-		t.Fatalf("reply %s", w.body)
+		t.Fatalf("reply %s", w.Body)
 	}
 	if string(got.Messages[0].Message) != `{"n":0}` || got.Messages[2].Offset != 2 ||
 		got.Messages[3].Error != "stored message is not valid JSON" || got.Messages[3].Message != nil {
-		t.Fatalf("messages %s", w.body)
+		t.Fatalf("messages %s", w.Body)
 	}
 	var v map[string]string
 	if err := json.Unmarshal(got.Messages[2].Message, &v); err != nil || v["a"] != "x\u00e9\"<>&" {
 		t.Fatalf("message 2 %s: %v %v", got.Messages[2].Message, v, err)
 	}
 	// An empty fetch answers "messages":[] (never null).
-	w = &countingWriter{keep: true}
+	w = &httpapitest.CountingWriter{Keep: true}
 	r := httptest.NewRequest(http.MethodPost, "/topics/"+testTopic+"/groups/g/fetch", nil)
 	r.Header.Set(SessionHeader, got.Session)
 	h.ServeHTTP(w, r)
-	if w.status != http.StatusOK || !strings.Contains(string(w.body), `"messages":[]`) {
-		t.Fatalf("empty fetch: HTTP %d %s", w.status, w.body)
+	if w.Status != http.StatusOK || !strings.Contains(string(w.Body), `"messages":[]`) {
+		t.Fatalf("empty fetch: HTTP %d %s", w.Status, w.Body)
 	}
 }
 

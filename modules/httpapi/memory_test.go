@@ -15,44 +15,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/httpapi/httpapitest"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
-
-// countingWriter is an http.ResponseWriter that keeps only the byte count
-// (and, when keep is set, the body): the allocations measured are the
-// handler's, not a recorder's growing buffer.
-type countingWriter struct {
-	h      http.Header
-	status int
-	n      int
-	keep   bool
-	body   []byte
-}
-
-func (w *countingWriter) Header() http.Header {
-	if w.h == nil {
-		w.h = http.Header{}
-	}
-	return w.h
-}
-
-func (w *countingWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *countingWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	w.n += len(p)
-	if w.keep {
-		w.body = append(w.body, p...)
-	}
-	return len(p), nil
-}
 
 // allocDuring returns the bytes allocated (runtime.MemStats.TotalAlloc)
 // while f runs.
@@ -90,31 +56,31 @@ func newReadBack(t *testing.T, opts Options, n, size int) (*Server, *topicqueue.
 func TestReadBackAllocatesAboutItsReply(t *testing.T) {
 	s, _ := newReadBack(t, Options{}, 6, 1_000_000)
 	h := s.Handler()
-	warm := &countingWriter{}
+	warm := &httpapitest.CountingWriter{}
 	h.ServeHTTP(warm, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?limit=1", nil))
-	if warm.status != http.StatusOK {
-		t.Fatalf("warm-up read: HTTP %d", warm.status)
+	if warm.Status != http.StatusOK {
+		t.Fatalf("warm-up read: HTTP %d", warm.Status)
 	}
-	w := &countingWriter{}
+	w := &httpapitest.CountingWriter{}
 	req := httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?limit=1000", nil)
 	alloc := allocDuring(func() { h.ServeHTTP(w, req) })
-	if w.status != http.StatusOK || w.n < 4_000_000 {
-		t.Fatalf("read: HTTP %d, %d bytes", w.status, w.n)
+	if w.Status != http.StatusOK || w.N < 4_000_000 {
+		t.Fatalf("read: HTTP %d, %d bytes", w.Status, w.N)
 	}
-	ratio := float64(alloc) / float64(w.n)
-	t.Logf("read-back reply %d bytes, allocated %d bytes: %.2fx", w.n, alloc, ratio)
+	ratio := float64(alloc) / float64(w.N)
+	t.Logf("read-back reply %d bytes, allocated %d bytes: %.2fx", w.N, alloc, ratio)
 	if ratio > 1.5 {
-		t.Errorf("one read-back page allocated %.2fx its reply bytes (%d for %d), want <= 1.5x", ratio, alloc, w.n)
+		t.Errorf("one read-back page allocated %.2fx its reply bytes (%d for %d), want <= 1.5x", ratio, alloc, w.N)
 	}
 }
 
 // TestReadBackReplyShape: the page's members and their values.
 func TestReadBackReplyShape(t *testing.T) {
 	s, _ := newReadBack(t, Options{}, 3, 20)
-	w := &countingWriter{keep: true}
+	w := &httpapitest.CountingWriter{Keep: true}
 	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?offset=1&limit=5", nil))
-	if w.status != http.StatusOK || w.h.Get("Content-Type") != "application/json" {
-		t.Fatalf("HTTP %d %q %s", w.status, w.h.Get("Content-Type"), w.body)
+	if w.Status != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("HTTP %d %q %s", w.Status, w.Header().Get("Content-Type"), w.Body)
 	}
 	var got struct {
 		Topic    string `json:"topic"`
@@ -125,17 +91,17 @@ func TestReadBackReplyShape(t *testing.T) {
 		NextOffset    int64 `json:"nextOffset"`
 		HighWatermark int64 `json:"highWatermark"`
 	}
-	if err := json.Unmarshal(w.body, &got); err != nil {
-		t.Fatalf("body %s: %v", w.body, err)
+	if err := json.Unmarshal(w.Body, &got); err != nil {
+		t.Fatalf("body %s: %v", w.Body, err)
 	}
 	if got.Topic != "read.back" || len(got.Messages) != 2 || got.Messages[0].Offset != 1 ||
 		!strings.HasPrefix(string(got.Messages[1].Message), `{"p":"x`) || got.NextOffset != 3 || got.HighWatermark != 3 {
-		t.Fatalf("reply %s", w.body)
+		t.Fatalf("reply %s", w.Body)
 	}
-	w = &countingWriter{keep: true}
+	w = &httpapitest.CountingWriter{Keep: true}
 	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?offset=3", nil))
-	if w.status != http.StatusOK || !strings.Contains(string(w.body), `"messages":[]`) {
-		t.Fatalf("empty page: HTTP %d %s", w.status, w.body)
+	if w.Status != http.StatusOK || !strings.Contains(string(w.Body), `"messages":[]`) {
+		t.Fatalf("empty page: HTTP %d %s", w.Status, w.Body)
 	}
 }
 
@@ -251,12 +217,12 @@ func TestReadBackOverBudget(t *testing.T) {
 	const size = 10_000
 	budget := contract.NewBudget(100_000)
 	s, _ := newReadBack(t, Options{Budget: budget}, 5, size)
-	get := func() (*countingWriter, map[string]any) {
-		w := &countingWriter{keep: true}
+	get := func() (*httpapitest.CountingWriter, map[string]any) {
+		w := &httpapitest.CountingWriter{Keep: true}
 		s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/topics/read.back/messages?limit=10", nil))
 		var v map[string]any
-		if err := json.Unmarshal(w.body, &v); err != nil {
-			t.Fatalf("body %.200s: %v", w.body, err)
+		if err := json.Unmarshal(w.Body, &v); err != nil {
+			t.Fatalf("body %.200s: %v", w.Body, err)
 		}
 		return w, v
 	}
@@ -264,13 +230,13 @@ func TestReadBackOverBudget(t *testing.T) {
 		t.Fatal("acquire")
 	}
 	w, v := get()
-	if w.status != http.StatusServiceUnavailable || v["code"] != contract.CodeOverloaded || w.h.Get("Retry-After") == "" {
-		t.Fatalf("no room: HTTP %d %v %v", w.status, w.h, v)
+	if w.Status != http.StatusServiceUnavailable || v["code"] != contract.CodeOverloaded || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("no room: HTTP %d %v %v", w.Status, w.Header(), v)
 	}
 	budget.Release(2 * size) // room for two and a half
 	w, v = get()
-	if ms, _ := v["messages"].([]any); w.status != http.StatusOK || len(ms) != 2 || v["nextOffset"] != float64(2) {
-		t.Fatalf("room for two: HTTP %d %.300s", w.status, w.body)
+	if ms, _ := v["messages"].([]any); w.Status != http.StatusOK || len(ms) != 2 || v["nextOffset"] != float64(2) {
+		t.Fatalf("room for two: HTTP %d %.300s", w.Status, w.Body)
 	}
 	if used := budget.InUse(); used != 100_000-size/2-2*size {
 		t.Fatalf("budget holds %d after the page", used)
