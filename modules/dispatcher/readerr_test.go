@@ -130,21 +130,7 @@ func TestBitFlipInSegmentSkipsOneOffset(t *testing.T) {
 		t.Fatalf("open after the bit flip: %v (recovery must not look at old entries)", err)
 	}
 
-	core, logs := observer.New(zapcore.ErrorLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-	c := newConsumer(t, nil)
-	set, err := SetOf(New("d", c.host(t), MustPattern(topic)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := testOptions()
-	sender := NewHTTPSender(opts)
-	m := NewManager(set, newMemSource(q), sender, opts, log)
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sender.CloseIdleConnections)
-	t.Cleanup(func() { stopManager(t, m) })
+	m, c, logs := startObserved(t, q, topic, zapcore.ErrorLevel)
 
 	waitCommitted(t, m, "d", topic, 5)
 	wantOffsets(t, "offsets", c.requests(), 0, 1, 3, 4)
@@ -188,21 +174,7 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 	}
 	start := res.StartOffset
 
-	core, logs := observer.New(zapcore.WarnLevel)
-	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-	c := newConsumer(t, nil)
-	set, err := SetOf(New("d", c.host(t), MustPattern(topic)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := testOptions()
-	sender := NewHTTPSender(opts)
-	m := NewManager(set, newMemSource(q), sender, opts, log)
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sender.CloseIdleConnections)
-	t.Cleanup(func() { stopManager(t, m) })
+	m, c, logs := startObserved(t, q, topic, zapcore.WarnLevel)
 
 	waitCommitted(t, m, "d", topic, 40)
 	var want []int64
@@ -220,4 +192,27 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 	if len(warned) != 1 || warned[0].ContextMap()["never-delivered"] != start || warned[0].ContextMap()["start-offset"] != start {
 		t.Fatalf("warnings = %+v, want one naming %d messages never delivered", warned, start)
 	}
+}
+
+// startObserved starts dispatcher "d" over q's topic, pushing to a new test
+// consumer, with its log at level and above also recorded in logs; it is
+// stopped at cleanup.
+func startObserved(t *testing.T, q *topicqueue.TopicQueue, topic string, level zapcore.Level) (*Manager, *consumer, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(level)
+	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
+	c := newConsumer(t, nil)
+	set, err := SetOf(New("d", c.host(t), MustPattern(topic)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions()
+	sender := NewHTTPSender(opts)
+	m := NewManager(set, newMemSource(q), sender, opts, log)
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sender.CloseIdleConnections)
+	t.Cleanup(func() { stopManager(t, m) })
+	return m, c, logs
 }
