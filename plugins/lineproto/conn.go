@@ -270,11 +270,12 @@ func (c *conn) pub(rest []byte) {
 	c.replyf("OK %d %s", off, level)
 }
 
-// fetch: FETCH <topic> <group> <max> <wait-ms>
+// fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]
 func (c *conn) fetch(rest []byte) {
+	const usage = "usage: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]"
 	f := strings.Fields(string(rest))
-	if len(f) != 4 {
-		c.replyf("ERR %s usage: FETCH <topic> <group> <max> <wait-ms>", CodeBadRequest)
+	if len(f) != 4 && len(f) != 5 {
+		c.replyf("ERR %s %s", CodeBadRequest, usage)
 		return
 	}
 	limit, err1 := strconv.Atoi(f[2])
@@ -282,6 +283,16 @@ func (c *conn) fetch(rest []byte) {
 	if err1 != nil || limit < 1 || err2 != nil || waitMS < 0 {
 		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", CodeBadRequest)
 		return
+	}
+	from := int64(-1)
+	if len(f) == 5 {
+		v, ok := strings.CutPrefix(f[4], "from=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil || n < 0 {
+			c.replyf("ERR %s the fifth argument must be from=<offset>, an integer >= 0; %s", CodeBadRequest, usage)
+			return
+		}
+		from = n
 	}
 	wait := time.Duration(min(waitMS, c.s.groups.MaxWait().Milliseconds())) * time.Millisecond
 	k := groupKey{f[0], f[1]}
@@ -295,7 +306,18 @@ func (c *conn) fetch(rest []byte) {
 		session = s
 		c.sessions[k] = s
 	}
-	b, err := c.s.groups.Fetch(c.s.ctx, k.topic, k.group, session, limit, wait)
+	var (
+		b   groups.Batch
+		err error
+	)
+	if from >= 0 {
+		// The client resumes where it expects to (a lost reply) or finds
+		// its position deleted by retention: ERR OFFSET_EXPIRED.
+		err = c.s.groups.Seek(k.topic, k.group, session, from)
+	}
+	if err == nil {
+		b, err = c.s.groups.Fetch(c.s.ctx, k.topic, k.group, session, limit, wait)
+	}
 	if err != nil {
 		if errors.Is(err, groups.ErrSessionExpired) || !held {
 			// Lost the group (expired lease), or the first fetch failed:
@@ -395,12 +417,22 @@ func (c *conn) status(rest []byte) {
 	}
 	for _, q := range list {
 		st := q.Stats()
-		c.replyf("TOPIC %s next=%d segments=%d bytes=%d", st.Topic, st.NextOffset, st.Segments, st.Bytes)
+		c.replyf("TOPIC %s next=%d segments=%d bytes=%d start=%d incarnation=%s",
+			st.Topic, st.NextOffset, st.Segments, st.Bytes, st.StartOffset, orDash(q.Incarnation()))
 		for _, g := range c.s.groups.Groups(q.Name()) {
 			c.replyf("GROUP %s %s committed=%d held=%t", g.Topic, g.Group, g.Committed, g.Held)
 		}
 	}
 	c.replyf("END %d", len(list))
+}
+
+// orDash returns s, or "-" when it is empty (a topic written before
+// incarnation ids existed has none), so a reply line keeps its fields.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // releaseAll releases every group the connection holds: their next consumer

@@ -24,7 +24,7 @@
 //	request  = pub / fetch / ack / status
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
-//	fetch    = "FETCH" SP topic SP group SP max SP wait-ms
+//	fetch    = "FETCH" SP topic SP group SP max SP wait-ms [SP "from=" offset]
 //	ack      = "ACK" SP topic SP group SP offset
 //	status   = "STATUS" [SP topic]
 //
@@ -33,6 +33,7 @@
 //	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
 //	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
 //	reply to STATUS  *("TOPIC" SP name SP "next=" hw SP "segments=" n SP "bytes=" b
+//	                   SP "start=" log-start-offset SP "incarnation=" (id / "-")
 //	                   *("GROUP" SP name SP group SP "committed=" c SP "held=" ("true"/"false")))
 //	                 "END" SP count-of-topics
 //	any error        "ERR" SP code SP text
@@ -49,6 +50,14 @@
 // fetch returns 0 messages after the wait). END was added to the log-queue study's
 // protocol so clients know where a FETCH or STATUS reply stops. GROUP lines
 // list the groups used since the broker started.
+//
+// FETCH with from= first moves the session's position to that offset, as
+// the HTTP fetch's from= does: to take again what a lost reply carried, it
+// must lie between the group's committed offset and what this session was
+// delivered; below the topic's log start offset (deleted by retention) it
+// is ERR OFFSET_EXPIRED naming the start offset. STATUS gives each topic's
+// log start offset and its incarnation id (new when a deleted topic is
+// created again; "-" for a topic that has none).
 //
 // # Sessions
 //
@@ -85,6 +94,8 @@
 //	UNAVAILABLE      storage failure (read error, queue full), shutting
 //	                 down, too many connections
 //	NOT_FOUND        FETCH or STATUS of a topic that does not exist (mmmq)
+//	OFFSET_EXPIRED   FETCH from= below the topic's log start offset: retention
+//	                 deleted it; the text names the start offset (HTTP 410)
 //	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
 //	NAME_TAKEN       the group name is a dispatcher name (mmmq)
 //	OVERLOADED       the in-flight memory budget (mmmq.broker.memory.max-inflight-bytes)
@@ -126,7 +137,7 @@
 //	ACK order.created billing 5
 //	ERR NOT_DELIVERED groups: offset not delivered: offset 5 of topic order.created was not delivered to this session of group billing (delivered up to 2, exclusive)
 //	STATUS
-//	TOPIC order.created next=2 segments=1 bytes=262
+//	TOPIC order.created next=2 segments=1 bytes=262 start=0 incarnation=5c1e0a7d9b3f4e21a0c6d2f84b97e310
 //	GROUP order.created billing committed=1 held=true
 //	END 1
 //

@@ -34,12 +34,18 @@ type testEnv struct {
 	notified chan struct{}
 }
 
-func start(t *testing.T, opts Options, gopts groups.Options) *testEnv {
+// start runs a server over a fresh registry; each of with may change the
+// storage options (e.g. a small segment size).
+func start(t *testing.T, opts Options, gopts groups.Options, with ...func(*storage.Options)) *testEnv {
 	t.Helper()
 	log := zaptest.NewLogger(t)
 	// gopts.Budget, when set, is the storage's in-flight budget too.
 	root := t.TempDir()
-	local := &topicqueue.LocalBackend{Root: root, Storage: storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}}
+	sopts := storage.Options{Logger: log, MaxRecordBytes: 4096, Budget: gopts.Budget}
+	for _, f := range with {
+		f(&sopts)
+	}
+	local := &topicqueue.LocalBackend{Root: root, Storage: sopts}
 	notified := make(chan struct{}, 1)
 	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: &topicqueuetest.NotifyingBackend{Backend: local, Notified: notified}})
 	gopts.Logger = log

@@ -42,6 +42,10 @@ func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
 	return ch
 }
 
+// Unwrap returns the wrapped log, e.g. the *storage.Log of a local
+// backend, for tests that drive it directly (ApplyRetention).
+func (l *notifyingLog) Unwrap() contract.Log { return l.Log }
+
 // Incarnation forwards the wrapped log's incarnation id ("" when it has
 // none), so that topics over this backend show it as the real ones do.
 func (l *notifyingLog) Incarnation() string {
