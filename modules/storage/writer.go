@@ -35,6 +35,9 @@ type request struct {
 	// budgeted is what this request took from Options.Budget (ACCEPTED
 	// requests); the writer returns it after the batch.
 	budgeted int64
+	// notify, when set (AppendBatchNotify), is called once by the writer
+	// with the request's outcome, right after done gets it.
+	notify func(first int64, err error)
 }
 
 type result struct {
@@ -78,28 +81,67 @@ func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64
 // offset when level is reached for all of them. Validation is all or
 // nothing: one bad payload and nothing is queued.
 func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel) (int64, error) {
+	done, err := l.enqueue(payloads, level, nil)
+	if err != nil || done == nil {
+		return -1, err
+	}
+	select {
+	case res := <-done:
+		donePool.Put(done)
+		if res.err != nil {
+			return -1, res.err
+		}
+		return res.first, nil
+	case <-ctx.Done():
+		// The writer still owns the request and will answer into done,
+		// which is buffered; the outcome is unknown to this caller.
+		return -1, ctx.Err()
+	}
+}
+
+// AppendBatchNotify queues payloads as AppendBatch does and returns at
+// once: nil when they are queued, or the error that refused them (then
+// notify is never called). notify is called exactly once, from the log's
+// writer goroutine, when level is reached for every payload (first = the
+// first offset, err = nil) or when they failed (first = -1): ACCEPTED
+// payloads are reported once they are durable. notify must not block or
+// call into the log. The idempotent-publish window uses it to learn the
+// outcome of a publish whose caller stopped waiting (a timeout) or never
+// waits (ACCEPTED).
+func (l *Log) AppendBatchNotify(payloads [][]byte, level AckLevel, notify func(first int64, err error)) error {
+	if notify == nil {
+		return errors.New("append: nil notify")
+	}
+	_, err := l.enqueue(payloads, level, notify)
+	return err
+}
+
+// enqueue validates payloads and queues them for the writer. It returns
+// the channel the writer answers into (nil for Accepted or when notify is
+// set), or the error that refused them.
+func (l *Log) enqueue(payloads [][]byte, level AckLevel, notify func(int64, error)) (chan result, error) {
 	if len(payloads) == 0 {
-		return -1, fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
+		return nil, fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
 	}
 	if level < Accepted || level > Durable {
-		return -1, fmt.Errorf("append: invalid ack level %d", level)
+		return nil, fmt.Errorf("append: invalid ack level %d", level)
 	}
 	total := 0
 	for i, p := range payloads {
 		if len(p) < MinPayloadBytes {
-			return -1, fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), MinPayloadBytes)
+			return nil, fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), MinPayloadBytes)
 		}
 		if len(p) > l.opts.MaxRecordBytes {
-			return -1, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+			return nil, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
 		total += HeaderSize + len(p)
 	}
 	if err := l.opts.SpaceGuard.Admit(int64(total + len(payloads)*IndexEntrySize)); err != nil {
 		// A failed log says so first: it needs an operator, not a wait.
 		if failed := l.Err(); failed != nil {
-			return -1, failed
+			return nil, failed
 		}
-		return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
+		return nil, fmt.Errorf("append to topic %s: %w", l.topic, err)
 	}
 	r := requestPool.Get().(*request)
 	if cap(r.data) < total {
@@ -110,8 +152,9 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 		r.data = AppendEntry(r.data, p)
 	}
 	r.n, r.level, r.first, r.answered, r.done, r.budgeted = len(payloads), level, -1, false, nil, 0
+	r.notify = notify
 	var done chan result
-	if level != Accepted {
+	if level != Accepted && notify == nil {
 		done = donePool.Get().(chan result)
 		r.done = done
 	}
@@ -137,30 +180,16 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 		if done != nil {
 			donePool.Put(done) // never handed to the writer
 		}
-		r.done = nil
+		r.done, r.notify = nil, nil
 		requestPool.Put(r)
-		return -1, refused
+		return nil, refused
 	}
 	l.pending = append(l.pending, r)
 	l.pendingBytes += int64(total)
 	l.mu.Unlock()
 	l.signal()
 
-	if level == Accepted {
-		return -1, nil
-	}
-	select {
-	case res := <-done:
-		donePool.Put(done)
-		if res.err != nil {
-			return -1, res.err
-		}
-		return res.first, nil
-	case <-ctx.Done():
-		// The writer still owns the request and will answer into done,
-		// which is buffered; the outcome is unknown to this caller.
-		return -1, ctx.Err()
-	}
+	return done, nil
 }
 
 func (l *Log) signal() {
@@ -232,7 +261,7 @@ func (l *Log) flushLoop() {
 					l.finish(r, failed)
 				}
 				l.opts.Budget.Release(r.budgeted)
-				r.done, r.budgeted = nil, 0
+				r.done, r.notify, r.budgeted = nil, nil, 0
 				requestPool.Put(r)
 			}
 			clear(batch)
@@ -269,6 +298,13 @@ func (l *Log) finish(r *request, err error) {
 		return
 	}
 	r.answered = true
+	if r.notify != nil {
+		if err != nil {
+			r.notify(-1, err)
+		} else {
+			r.notify(r.first, nil)
+		}
+	}
 	if r.done == nil {
 		return
 	}
