@@ -110,6 +110,26 @@ type BrokerConfig struct {
 	Memory MemoryConfig `koanf:"memory"`
 	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
 	Retention RetentionConfig `koanf:"retention"`
+	// Dedup is the idempotent-publish window (key "mmmq.broker.dedup").
+	Dedup DedupConfig `koanf:"dedup"`
+}
+
+// DedupConfig is the idempotent-publish window (key "mmmq.broker.dedup"):
+// a message whose producer-supplied id was already published to the same
+// topic within Window is not stored again; its publish answers the first
+// message's offset with "duplicate": true (NATS JetStream's duplicate
+// window on Nats-Msg-Id). Ids the broker generates are never deduplicated.
+type DedupConfig struct {
+	// Window is how long an id is remembered after its publish. 0 turns
+	// deduplication off. Default 2m.
+	Window time.Duration `koanf:"window"`
+	// MaxIDs caps the ids remembered per topic; over it the oldest are
+	// forgotten first (and no longer deduplicated). Default 100000.
+	MaxIDs int `koanf:"max-ids"`
+	// MaxBytes caps the memory of the remembered ids of all topics
+	// together, in bytes; over it the oldest ids of any topic are
+	// forgotten first. Default 67108864 (64 MiB).
+	MaxBytes int64 `koanf:"max-bytes"`
 }
 
 // RetentionConfig says how long topics keep their messages (key
@@ -364,6 +384,11 @@ func Default() *Config {
 				Retention: RetentionConfig{
 					CheckInterval: time.Minute,
 					GroupIdle:     24 * time.Hour,
+				},
+				Dedup: DedupConfig{
+					Window:   2 * time.Minute,
+					MaxIDs:   100000,
+					MaxBytes: 64 << 20,
 				},
 			},
 		},

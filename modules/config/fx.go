@@ -83,6 +83,9 @@ type ModuleSections struct {
 	// Retention is "mmmq.broker.retention" (retention); the topics list
 	// is a copy.
 	Retention RetentionConfig
+	// Dedup is "mmmq.broker.dedup" (topicqueue, which provides the
+	// idempotent-publish window).
+	Dedup DedupConfig
 }
 
 // SectionsOf returns cfg's module sections, the dispatcher list copied.
@@ -98,6 +101,7 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Groups:      b.Groups,
 		Memory:      b.Memory,
 		Retention:   cloneRetention(b.Retention),
+		Dedup:       b.Dedup,
 	}
 }
 

@@ -106,6 +106,10 @@ func (c *Config) Validate() error {
 		v.intRange(key+".max-bytes", tc.MaxBytes, 0, math.MaxInt64)
 	}
 
+	v.nonNegative("mmmq.broker.dedup.window", b.Dedup.Window)
+	v.intRange("mmmq.broker.dedup.max-ids", int64(b.Dedup.MaxIDs), 1, math.MaxInt32)
+	v.intRange("mmmq.broker.dedup.max-bytes", b.Dedup.MaxBytes, 1<<20, math.MaxInt64)
+
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 

@@ -31,26 +31,46 @@ type PublishRequest struct {
 // maxIDBytes caps a producer message id.
 const maxIDBytes = 256
 
+// Decoded is one validated publish request.
+type Decoded struct {
+	Topic string
+	// ID is the producer's message id, or a generated one when the request
+	// has none.
+	ID string
+	// FromProducer tells that ID is the producer's: only such ids are
+	// deduplicated by the idempotent-publish window. The stored message
+	// records it as "idFromProducer":true.
+	FromProducer bool
+	// Stored is the stored message JSON.
+	Stored []byte
+}
+
+// IDFromProducerMember is the stored message member that marks an id the
+// producer supplied, "idFromProducer":true; it is absent when the broker
+// generated the id. The Java mmmq clients ignore it, as they ignore id,
+// timestamp and headers. Wire format, do not change.
+const IDFromProducerMember = "idFromProducer"
+
 // DecodeMessage validates one publish request given as raw JSON and returns
 // its topic, its id and the stored message JSON (Java mmmq shape plus our
 // fields), appended to dst[:0]:
 //
-//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
+//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","idFromProducer":true,"timestamp":<unix ms>,"headers":{...}}
 //
 // The body is scanned once (grammar, UTF-8, depth); only the small fields
-// (topic, id, headers) are decoded further. id is the producer's, or a
-// generated one when the request has none. On error nothing is returned to
-// store and the error is an *InputError (400 BAD_REQUEST) saying what was
-// wrong.
-func DecodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, stored []byte, err error) {
+// (topic, id, headers) are decoded further. The id is the producer's
+// (idFromProducer is then stored), or a generated one when the request has
+// none. On error nothing is returned to store and the error is an
+// *InputError (400 BAD_REQUEST) saying what was wrong.
+func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error) {
 	var f fields
 	sc := scanner{b: raw}
 	sc.ws()
 	if sc.i >= len(raw) || raw[sc.i] != '{' {
 		if err := validJSON(raw); err != nil {
-			return "", "", nil, BadRequest("body is not valid JSON: %v", err)
+			return d, BadRequest("body is not valid JSON: %v", err)
 		}
-		return "", "", nil, BadRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
+		return d, BadRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
 	}
 	var twice string // a member given more than once (the first such)
 	if err := sc.object(func(key []byte, escaped bool, val []byte, ws bool) {
@@ -72,41 +92,43 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (topic, id string, sto
 		}
 		*dst = val
 	}); err != nil {
-		return "", "", nil, BadRequest("body is not valid JSON: %v", err)
+		return d, BadRequest("body is not valid JSON: %v", err)
 	}
 	if twice != "" {
 		// encoding/json would take the last one and a proxy that checks
 		// the first would see another topic: refuse the ambiguity.
-		return "", "", nil, BadRequest(`field %q is given more than once`, twice)
+		return d, BadRequest(`field %q is given more than once`, twice)
 	}
 	sc.ws()
 	if sc.i != len(raw) {
-		return "", "", nil, BadRequest("body is not valid JSON: %v", sc.fail("data after the JSON object"))
+		return d, BadRequest("body is not valid JSON: %v", sc.fail("data after the JSON object"))
 	}
-	if topic, err = parseTopic(f.topic); err != nil {
-		return "", "", nil, err
+	if d.Topic, err = parseTopic(f.topic); err != nil {
+		return d, err
 	}
 	if f.id != nil {
-		if err := json.Unmarshal(f.id, &id); err != nil || f.id[0] != '"' {
-			return "", "", nil, BadRequest(`field "id" must be a string`)
+		if err := json.Unmarshal(f.id, &d.ID); err != nil || f.id[0] != '"' {
+			return d, BadRequest(`field "id" must be a string`)
 		}
-		if id == "" || len(id) > maxIDBytes {
-			return "", "", nil, BadRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
+		if d.ID == "" || len(d.ID) > maxIDBytes {
+			return d, BadRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
 		}
 	}
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
-			return "", "", nil, BadRequest(`field "headers" must be an object of strings {"k": "v"}`)
+			return d, BadRequest(`field "headers" must be an object of strings {"k": "v"}`)
 		}
 	}
 	if f.content == nil {
-		return "", "", nil, BadRequest(`field "content" is required (use null for a message without content)`)
+		return d, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
-	if id == "" {
-		id = newID()
+	d.FromProducer = d.ID != ""
+	if !d.FromProducer {
+		d.ID = newID()
 	}
-	return topic, id, encodeStored(dst, topic, f.content, f.contentWS, id, headers, now), nil
+	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, headers, now)
+	return d, nil
 }
 
 // fields are the spans of a publish request's top-level members.
@@ -122,7 +144,8 @@ type fields struct {
 //
 //	{"topic":{"name":"t"},"content":<content, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
 //
-// id "" generates a process-unique id; headers may be nil; now gives the
+// id "" generates a process-unique id; any other id is the producer's
+// (stored with "idFromProducer":true, deduplicated); headers may be nil; now gives the
 // timestamp (Unix milliseconds). content must be valid UTF-8 JSON (any
 // value, null allowed); topic must pass ValidateTopic. An invalid
 // argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
@@ -153,10 +176,11 @@ func EncodeMessage(topic string, content json.RawMessage, id string, headers map
 			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
-	if id == "" {
+	fromProducer := id != ""
+	if !fromProducer {
 		id = newID()
 	}
-	return encodeStored(nil, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, headers, now), nil
+	return encodeStored(nil, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, fromProducer, headers, now), nil
 }
 
 func jsonErrText(err error) string {
@@ -176,7 +200,7 @@ func jsonErrText(err error) string {
 
 // encodeStored appends the stored message JSON to dst[:0]. content is valid
 // JSON; compact says it has whitespace to remove.
-func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, headers map[string]string, now time.Time) []byte {
+func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, headers map[string]string, now time.Time) []byte {
 	b := append(dst[:0], `{"topic":{"name":"`...)
 	b = append(b, topic...) // validated: [A-Za-z0-9_.-] only, no escaping needed
 	b = append(b, `"},"content":`...)
@@ -187,6 +211,9 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 	}
 	b = append(b, `,"id":`...)
 	b = AppendJSONString(b, id)
+	if fromProducer {
+		b = append(b, `,"`+IDFromProducerMember+`":true`...)
+	}
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)
 	if len(headers) > 0 {
@@ -372,4 +399,35 @@ func SplitBatch(body []byte, ndjson bool, max int) ([]json.RawMessage, error) {
 		return nil, BadRequest("batch is empty")
 	}
 	return out, nil
+}
+
+// StoredMeta returns the members of a stored message JSON that the
+// idempotent-publish window rebuilds itself from after a restart: its id,
+// whether the producer supplied it ("idFromProducer":true) and its
+// timestamp (Unix ms, 0 when absent). ok is false when stored is not a
+// JSON object or its id is not a string.
+func StoredMeta(stored []byte) (id string, fromProducer bool, timestamp int64, ok bool) {
+	var idRaw, fpRaw, tsRaw []byte
+	sc := scanner{b: stored, lenient: true}
+	sc.ws()
+	if sc.i >= len(stored) || stored[sc.i] != '{' {
+		return "", false, 0, false
+	}
+	if sc.object(func(key []byte, escaped bool, val []byte, _ bool) {
+		switch string(memberName(key, escaped)) {
+		case "id":
+			idRaw = val
+		case IDFromProducerMember:
+			fpRaw = val
+		case "timestamp":
+			tsRaw = val
+		}
+	}) != nil {
+		return "", false, 0, false
+	}
+	if len(idRaw) == 0 || idRaw[0] != '"' || json.Unmarshal(idRaw, &id) != nil {
+		return "", false, 0, false
+	}
+	timestamp, _ = strconv.ParseInt(string(tsRaw), 10, 64)
+	return id, string(fpRaw) == "true", timestamp, true
 }

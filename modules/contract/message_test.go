@@ -12,20 +12,21 @@ func TestDecodeMessage(t *testing.T) {
 	now := time.UnixMilli(1700000000123)
 	ok := []struct{ name, in, want string }{
 		{"string topic", `{"topic":"a.b","content":{"x":1},"id":"m1"}`,
-			`{"topic":{"name":"a.b"},"content":{"x":1},"id":"m1","timestamp":1700000000123}`},
+			`{"topic":{"name":"a.b"},"content":{"x":1},"id":"m1","idFromProducer":true,"timestamp":1700000000123}`},
 		{"object topic, whitespace compacted, headers sorted", " {\n \"topic\": {\"name\": \"a\"} , \"content\" : { \"x\" : [1, 2], \"s\": \"a b\" }, \"headers\": {\"z\":\"1\",\"a\":\"2\"}, \"id\": \"m\\n\" }\n",
-			`{"topic":{"name":"a"},"content":{"x":[1,2],"s":"a b"},"id":"m\n","timestamp":1700000000123,"headers":{"a":"2","z":"1"}}`},
+			`{"topic":{"name":"a"},"content":{"x":[1,2],"s":"a b"},"id":"m\n","idFromProducer":true,"timestamp":1700000000123,"headers":{"a":"2","z":"1"}}`},
 		{"null content kept", `{"topic":"a","content":null,"id":"i"}`,
-			`{"topic":{"name":"a"},"content":null,"id":"i","timestamp":1700000000123}`},
+			`{"topic":{"name":"a"},"content":null,"id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 		{"escaped key", `{"topic":"a","cont\u0065nt":"v","id":"i"}`,
-			`{"topic":{"name":"a"},"content":"v","id":"i","timestamp":1700000000123}`},
+			`{"topic":{"name":"a"},"content":"v","id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 		{"unknown fields ignored", `{"topic":"a","content":1,"id":"i","extra":{"deep":[true]}}`,
-			`{"topic":{"name":"a"},"content":1,"id":"i","timestamp":1700000000123}`},
+			`{"topic":{"name":"a"},"content":1,"id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 		{"unicode content", `{"topic":"a","content":"é\u2028","id":"i"}`,
-			`{"topic":{"name":"a"},"content":"é\u2028","id":"i","timestamp":1700000000123}`},
+			`{"topic":{"name":"a"},"content":"é\u2028","id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 	}
 	for _, c := range ok {
-		topic, id, stored, err := DecodeMessage([]byte(c.in), now, nil)
+		d, err := DecodeMessage([]byte(c.in), now, nil)
+		topic, id, stored := d.Topic, d.ID, d.Stored
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
 			continue
@@ -40,8 +41,12 @@ func TestDecodeMessage(t *testing.T) {
 			ID string `json:"id"`
 		}
 		json.Unmarshal(stored, &m)
-		if m.ID != id || topic == "" {
-			t.Errorf("%s: id %q topic %q, stored id %q", c.name, id, topic, m.ID)
+		if m.ID != id || topic == "" || !d.FromProducer {
+			t.Errorf("%s: id %q (from producer %t) topic %q, stored id %q", c.name, id, d.FromProducer, topic, m.ID)
+		}
+		sid, fromProducer, ts, ok := StoredMeta(stored)
+		if !ok || sid != id || !fromProducer || ts != now.UnixMilli() {
+			t.Errorf("%s: StoredMeta = %q %t %d %t", c.name, sid, fromProducer, ts, ok)
 		}
 	}
 	bad := map[string]string{
@@ -65,8 +70,9 @@ func TestDecodeMessage(t *testing.T) {
 		`{"topic":"a","content":1,"id":"x","id":"y"}`:         `field "id" is given more than once`,
 	}
 	for in, want := range bad {
-		_, _, stored, err := DecodeMessage([]byte(in), now, nil)
-		if err == nil || !strings.Contains(err.Error(), want) {
+		d, err := DecodeMessage([]byte(in), now, nil)
+		stored := d.Stored
+		if err == nil || stored != nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("DecodeMessage(%.40q) = %q, %v; want error containing %q", in, stored, err, want)
 		}
 		if _, ok := err.(*InputError); err != nil && !ok {
@@ -81,14 +87,38 @@ func TestEncodeMessageMatchesDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, b, err := DecodeMessage([]byte(`{"topic":"t","content":{ "a" : [1, 2] },"id":"id1","headers":{"k":"v"}}`), now, nil)
+	d, err := DecodeMessage([]byte(`{"topic":"t","content":{ "a" : [1, 2] },"id":"id1","headers":{"k":"v"}}`), now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(a) != string(b) {
+	if b := d.Stored; string(a) != string(b) {
 		t.Fatalf("EncodeMessage %s != decodeMessage %s", a, b)
 	}
 	if _, err := EncodeMessage("t", json.RawMessage(`{`), "", nil, now); err == nil {
 		t.Fatal("invalid content accepted")
+	}
+}
+
+// TestGeneratedIDNotFromProducer: an id the broker generates is stored
+// without idFromProducer, by both encoders, and StoredMeta reports it so.
+func TestGeneratedIDNotFromProducer(t *testing.T) {
+	now := time.UnixMilli(42)
+	d, err := DecodeMessage([]byte(`{"topic":"t","content":1}`), now, nil)
+	if err != nil || d.FromProducer || d.ID == "" || strings.Contains(string(d.Stored), IDFromProducerMember) {
+		t.Fatalf("decode without id: %+v %v", d, err)
+	}
+	e, err := EncodeMessage("t", json.RawMessage(`1`), "", nil, now)
+	if err != nil || strings.Contains(string(e), IDFromProducerMember) {
+		t.Fatalf("encode without id: %s %v", e, err)
+	}
+	for _, stored := range [][]byte{d.Stored, e} {
+		if id, fromProducer, ts, ok := StoredMeta(stored); !ok || id == "" || fromProducer || ts != 42 {
+			t.Fatalf("StoredMeta(%s) = %q %t %d %t", stored, id, fromProducer, ts, ok)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{"id":5}`, `{"content":1}`, `{"id":"x"`} {
+		if _, _, _, ok := StoredMeta([]byte(bad)); ok {
+			t.Errorf("StoredMeta(%q) ok", bad)
+		}
 	}
 }

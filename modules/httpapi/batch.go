@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // MaxBatchMessages caps the messages of one POST /messages/batch.
@@ -21,8 +22,12 @@ const MaxBatchMessages = 10000
 type BatchResult struct {
 	Topic  string `json:"topic,omitempty"`
 	Offset *int64 `json:"offset,omitempty"`
-	Error  string `json:"error,omitempty"`
-	Status int    `json:"status,omitempty"`
+	// Duplicate: the message's producer id was already published to the
+	// topic within mmmq.broker.dedup.window, or earlier in this batch;
+	// nothing was stored and Offset is the first message's.
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Status    int    `json:"status,omitempty"`
 }
 
 // BatchResponse is the body of POST /messages/batch. Validation is all or
@@ -112,9 +117,9 @@ func (b *batch) setErr(i int, err error) {
 
 // topicGroup is the messages of a batch for one topic, in arrival order.
 type topicGroup struct {
-	topic    string
-	idx      []int // their positions in the batch
-	payloads [][]byte
+	topic string
+	idx   []int // their positions in the batch
+	msgs  []topicqueue.Message
 }
 
 // decodeBatch validates every message, recording failures in b, and
@@ -124,9 +129,10 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 	byTopic := map[string]*topicGroup{}
 	now := time.Now()
 	for i, m := range msgs {
-		topic, _, stored, err := contract.DecodeMessage(m, now, nil)
+		d, err := contract.DecodeMessage(m, now, nil)
+		topic := d.Topic
 		if err == nil {
-			err = s.checkSize(stored)
+			err = s.checkSize(d.Stored)
 		}
 		if err != nil {
 			b.setErr(i, fmt.Errorf("message %d: %w", i, err))
@@ -140,13 +146,18 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 			groups = append(groups, g)
 		}
 		g.idx = append(g.idx, i)
-		g.payloads = append(g.payloads, stored)
+		msg := topicqueue.Message{Stored: d.Stored}
+		if d.FromProducer {
+			msg.ID = d.ID
+		}
+		g.msgs = append(g.msgs, msg)
 	}
 	return groups
 }
 
 // storeBatch appends each topic's messages with one AppendBatch (one group
-// commit), topics in parallel, and records offsets or failures in b.
+// commit; duplicates of producer ids left out), topics in parallel, and
+// records offsets, duplicates or failures in b.
 func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup, lvl storage.AckLevel) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
@@ -157,8 +168,8 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 	// TIMEOUT (its outcome unknown, as for a lost reply), so net/http's
 	// write timeout never drops the reply.
 	type outcome struct {
-		first int64
-		err   error
+		res []topicqueue.Published
+		err error
 	}
 	done := make([]chan outcome, len(groups))
 	slots := make(chan struct{}, batchParallelTopics)
@@ -172,13 +183,14 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 				return
 			}
 			defer func() { <-slots }()
-			// Publish: a topic deleted meanwhile is created anew.
-			_, first, err := s.reg.Publish(ctx, g.topic, g.payloads, lvl)
-			done[gi] <- outcome{first, err}
+			// A topic deleted meanwhile is created anew.
+			res := make([]topicqueue.Published, len(g.msgs))
+			_, err := s.reg.PublishMessages(ctx, g.topic, g.msgs, lvl, res)
+			done[gi] <- outcome{res, err}
 		}()
 	}
 	errs := make([]error, len(groups))
-	firsts := make([]int64, len(groups))
+	results := make([][]topicqueue.Published, len(groups))
 	for gi := range groups {
 		var o outcome
 		select {
@@ -190,7 +202,7 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 				o = outcome{err: fmt.Errorf("publish to topic %s: no outcome within %s (it may still be stored): %w", groups[gi].topic, s.opts.PublishTimeout, context.DeadlineExceeded)}
 			}
 		}
-		firsts[gi], errs[gi] = o.first, o.err
+		results[gi], errs[gi] = o.res, o.err
 	}
 	for gi, g := range groups {
 		for k, i := range g.idx {
@@ -198,9 +210,10 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 				b.setErr(i, errs[gi])
 				continue
 			}
+			p := results[gi][k]
+			b.resp.Results[i].Duplicate = p.Duplicate
 			if lvl != storage.Accepted {
-				off := firsts[gi] + int64(k)
-				b.resp.Results[i].Offset = &off
+				b.resp.Results[i].Offset = &p.Offset
 			}
 		}
 	}

@@ -338,13 +338,17 @@ func (s *Server) putBuf(bp *[]byte) {
 
 // PublishResponse is the success body of POST /messages. Offset is absent
 // for ACCEPTED (not final yet: a crash before the write gives that offset to
-// another message, as the log-queue study showed).
+// another message, as the log-queue study showed). Duplicate is true when
+// the producer's id was already published to the topic within
+// mmmq.broker.dedup.window: nothing was stored, and Offset is the first
+// message's.
 type PublishResponse struct {
 	Acknowledgement string `json:"acknowledgement"`
 	Topic           string `json:"topic"`
 	Offset          *int64 `json:"offset,omitempty"`
 	Level           string `json:"level"`
 	ID              string `json:"id,omitempty"`
+	Duplicate       bool   `json:"duplicate,omitempty"`
 }
 
 func ackLevel(r *http.Request) (storage.AckLevel, error) {
@@ -403,22 +407,28 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
 	now := time.Now()
-	topic, id, stored, err := contract.DecodeMessage(*bp, now, *out)
+	d, err := contract.DecodeMessage(*bp, now, *out)
+	topic, id := d.Topic, d.ID
 	if err == nil {
-		err = s.checkSize(stored)
+		err = s.checkSize(d.Stored)
 	}
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	*out = stored
-	// Publish creates the topic when needed, and anew when it is deleted
-	// under this request.
-	_, off, err := s.reg.Publish(s.deadlines.get(now), topic, [][]byte{stored}, lvl)
-	if err != nil {
+	*out = d.Stored
+	msg := [1]topicqueue.Message{{Stored: d.Stored}}
+	if d.FromProducer {
+		msg[0].ID = id // deduplicated within mmmq.broker.dedup.window
+	}
+	var res [1]topicqueue.Published
+	// PublishMessages creates the topic when needed, and anew when it is
+	// deleted under this request.
+	if _, err := s.reg.PublishMessages(s.deadlines.get(now), topic, msg[:], lvl, res[:]); err != nil {
 		s.fail(w, err)
 		return
 	}
+	off := res[0].Offset
 	// The reply is appended by hand (no reflection): PublishResponse's shape.
 	b := append((*bp)[:0], `{"acknowledgement":"ACK","topic":"`...)
 	b = append(b, topic...) // validated name: no escaping needed
@@ -431,6 +441,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	b = append(b, lvl.String()...)
 	b = append(b, `","id":`...)
 	b = contract.AppendJSONString(b, id)
+	if res[0].Duplicate {
+		b = append(b, `,"duplicate":true`...)
+	}
 	b = append(b, "}\n"...)
 	*bp = b
 	h := w.Header()

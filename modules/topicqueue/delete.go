@@ -126,6 +126,7 @@ func (r *Registry) Delete(name string) error {
 		for _, fn := range subs {
 			fn(q)
 		}
+		q.dd.Close() // a topic created anew starts with an empty window
 		if err := q.log.Close(); err != nil {
 			// A failed log closes with its failure: it is deleted all the same.
 			r.log.Warn("closing the log of a topic being deleted", zap.String("topic", name), zap.Error(err))
@@ -156,29 +157,18 @@ func (r *Registry) Delete(name string) error {
 // anew after the one it appended to was deleted under it.
 const maxPublishRetries = 3
 
-// Publish appends payloads to topic name, creating it when needed
-// (GetOrCreate), and answers when level is reached with the first offset
-// (-1 for Accepted). When the topic is deleted between the lookup and the
-// append, the append is refused by the closed log and Publish retries on
-// the topic created anew, so a publish racing with a deletion either lands
-// before it (and is deleted with it) or in the new topic — never
-// acknowledged into the deleted one. It returns the topic it appended to.
-// Errors: those of GetOrCreate and Offer.
+// Publish appends payloads (stored message JSONs without producer ids:
+// never deduplicated) to topic name as PublishMessages does, and returns
+// the first offset (-1 for Accepted).
 func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level storage.AckLevel) (*TopicQueue, int64, error) {
-	for i := 0; ; i++ {
-		q, err := r.GetOrCreate(name)
-		if err != nil {
-			return nil, 0, err
-		}
-		var off int64
-		if len(payloads) == 1 {
-			off, err = q.Offer(ctx, payloads[0], level)
-		} else {
-			off, err = q.OfferBatch(ctx, payloads, level)
-		}
-		if err != nil && q.Deleted() && errors.Is(err, storage.ErrClosed) && i < maxPublishRetries {
-			continue
-		}
-		return q, off, err
+	msgs := make([]Message, len(payloads))
+	for i, p := range payloads {
+		msgs[i].Stored = p
 	}
+	out := make([]Published, len(payloads))
+	q, err := r.PublishMessages(ctx, name, msgs, level, out)
+	if err != nil {
+		return q, -1, err
+	}
+	return q, out[0].Offset, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -45,6 +46,9 @@ type RegistryParams struct {
 	// Backend opens the topics: Module provides the LocalBackend
 	// (NewBackendFromConfig); replace it with fx.Decorate or fx.Replace.
 	Backend Backend
+	// Dedup is the idempotent-publish window (NewDedupFromConfig; nil
+	// when mmmq.broker.dedup.window is 0).
+	Dedup *dedup.Tracker `optional:"true"`
 }
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
@@ -126,7 +130,15 @@ func NewFromConfig(p RegistryParams) *Registry {
 	opts.Storage.FS = p.FS
 	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Backend = p.Backend
+	opts.Dedup = p.Dedup
 	return New(opts)
+}
+
+// NewDedupFromConfig is the broker's idempotent-publish window from
+// mmmq.broker.dedup (see package dedup); nil, deduplication off, when its
+// window is 0.
+func NewDedupFromConfig(d config.DedupConfig, log *zap.Logger) *dedup.Tracker {
+	return dedup.New(dedup.Options{Window: d.Window, MaxIDs: d.MaxIDs, MaxBytes: d.MaxBytes, Logger: log.Named("dedup")})
 }
 
 // registerLifecycle locks the store on start, before recovery opens
@@ -153,12 +165,13 @@ func registerLifecycle(lc fx.Lifecycle, r *Registry) {
 }
 
 // Module provides the broker's in-flight memory budget (*contract.Budget,
-// NewBudgetFromConfig), the disk guard (*storage.SpaceGuard,
+// NewBudgetFromConfig), the idempotent-publish window (*dedup.Tracker,
+// NewDedupFromConfig; nil when off), the disk guard (*storage.SpaceGuard,
 // NewSpaceGuardFromConfig; nil when off), the Backend (the local segmented log; replace it
 // with fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return
 // mine }) or fx.Replace) and the *Registry over it, and ties the backend's
 // lock and the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
-	fx.Provide(NewBudgetFromConfig, NewSpaceGuardFromConfig, NewBackendFromConfig, NewFromConfig),
+	fx.Provide(NewBudgetFromConfig, NewDedupFromConfig, NewSpaceGuardFromConfig, NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

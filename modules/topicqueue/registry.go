@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -25,6 +26,9 @@ type Options struct {
 	Storage storage.Options
 	// Backend opens the topics; nil means &LocalBackend{Root, Storage}.
 	Backend Backend
+	// Dedup is the idempotent-publish window (mmmq.broker.dedup); nil
+	// stores every message, whatever its id.
+	Dedup *dedup.Tracker
 }
 
 // Registry holds every open TopicQueue by name. Lookups take a read lock.
@@ -178,7 +182,7 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 		_ = l.Close()
 		o.err = ErrClosed
 	default:
-		o.q = &TopicQueue{name: name, log: l}
+		o.q = &TopicQueue{name: name, log: l, dd: r.opts.Dedup.Open(name, l)}
 		r.topics[name] = o.q
 		subs = r.subscribers()
 	}
@@ -295,6 +299,7 @@ func (r *Registry) Close() error {
 	r.mu.Unlock()
 	var first error
 	for _, q := range topics {
+		q.dd.Close()
 		if err := q.log.Close(); err != nil && first == nil {
 			first = fmt.Errorf("close topic %s: %w", q.name, err)
 		}

@@ -48,6 +48,11 @@ func (r *Registry) Reopen(name string) (int64, error) {
 	if !ok {
 		return -1, fmt.Errorf("%w: topic %s", ErrReopenUnsupported, name)
 	}
+	// The window may remember offsets past the high watermark the log is
+	// cut back to (WRITTEN publishes the failure lost): it forgets them
+	// all and rebuilds from the recovered log on the next publish. Claims
+	// in flight were failed with the log and record nothing.
+	q.dd.Reset()
 	hw, err := ro.Reopen()
 	if err != nil {
 		return -1, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -22,7 +23,8 @@ import (
 type TopicQueue struct {
 	name    string
 	log     contract.Log
-	deleted atomic.Bool // set by Registry.Delete before the log closes
+	deleted atomic.Bool   // set by Registry.Delete before the log closes
+	dd      *dedup.Window // the idempotent-publish window; nil when off
 }
 
 // Deleted reports whether Registry.Delete has taken this topic out: its log

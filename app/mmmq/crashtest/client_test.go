@@ -30,6 +30,9 @@ type pubResult struct {
 	Offset  int64 // -1 unless ACK at WRITTEN or DURABLE
 	Level   string
 	Err     string
+	// Duplicate: the broker answered that the id was already published
+	// within the dedup window (nothing stored; Offset is the first one's).
+	Duplicate bool
 }
 
 // publish posts one message; content must be compact JSON (the broker
@@ -54,6 +57,7 @@ func publish(base, topic, id string, content []byte, level string) pubResult {
 		Offset          *int64 `json:"offset"`
 		Level           string `json:"level"`
 		Error           string `json:"error"`
+		Duplicate       bool   `json:"duplicate"`
 	}
 	r := pubResult{Replied: true, Status: resp.StatusCode, Offset: -1}
 	if err := json.Unmarshal(data, &v); err != nil {
@@ -61,7 +65,7 @@ func publish(base, topic, id string, content []byte, level string) pubResult {
 		return r
 	}
 	r.Ack = resp.StatusCode == http.StatusOK && v.Acknowledgement == "ACK"
-	r.Level, r.Err = v.Level, v.Error
+	r.Level, r.Err, r.Duplicate = v.Level, v.Error, v.Duplicate
 	if v.Offset != nil {
 		r.Offset = *v.Offset
 	}
