@@ -16,7 +16,7 @@ import (
 // clock is a settable clock for the window.
 type clock struct{ ns atomic.Int64 }
 
-func (c *clock) now() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func newClock() *clock {
