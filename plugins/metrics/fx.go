@@ -7,6 +7,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -54,6 +55,7 @@ type watchParams struct {
 	SpaceGuard *storage.SpaceGuard `optional:"true"`
 	Groups     *groups.Coordinator `optional:"true"`
 	Retainer   *retention.Retainer `optional:"true"`
+	Dedup      *dedup.Tracker      `optional:"true"`
 }
 
 func watch(p watchParams) {
@@ -72,6 +74,7 @@ func watch(p watchParams) {
 		rs.Totals = func() (int, int64, int64) { t := r.Totals(); return t.Segments, t.Entries, t.Bytes }
 	}
 	p.Metrics.WatchRetention(rs)
+	p.Metrics.WatchDedup(p.Dedup)
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,

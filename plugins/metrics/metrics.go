@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -288,6 +289,41 @@ func (m *Metrics) WatchRetention(s RetentionSource) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_retention_deleted_bytes_total",
 			Help: "Bytes of segment and index files deleted by retention."},
 			func() float64 { _, _, n := s.Totals(); return float64(n) }),
+	)
+}
+
+// WatchDedup adds the idempotent-publish window's metrics, read at scrape
+// time (nothing when t is nil, deduplication off):
+//
+//	mmmq_dedup_ids                    producer ids remembered now, all topics
+//	mmmq_dedup_bytes                  their memory as counted against mmmq.broker.dedup.max-bytes
+//	mmmq_dedup_duplicates_total       publishes answered "duplicate" (nothing stored)
+//	mmmq_dedup_evicted_total          ids forgotten before their window ended (max-ids, max-bytes):
+//	                                  above 0, the window is too small for the publish rate
+//	mmmq_dedup_rebuilt_ids_total      ids taken from the logs' tails after a restart or reopen
+func (m *Metrics) WatchDedup(t *dedup.Tracker) {
+	if t == nil {
+		return
+	}
+	stat := func(f func(dedup.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(t.Stats())) }
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_dedup_ids",
+			Help: "Producer message ids the idempotent-publish window remembers now, all topics."},
+			stat(func(s dedup.Stats) int64 { return s.IDs })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mmmq_dedup_bytes",
+			Help: "Memory of the remembered ids as counted against mmmq.broker.dedup.max-bytes."},
+			stat(func(s dedup.Stats) int64 { return s.Bytes })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_dedup_duplicates_total",
+			Help: "Publishes answered as duplicates of a producer id seen within the window: nothing stored."},
+			stat(func(s dedup.Stats) int64 { return s.Duplicates })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_dedup_evicted_total",
+			Help: "Ids forgotten before their window ended because of mmmq.broker.dedup.max-ids or max-bytes: they are no longer deduplicated."},
+			stat(func(s dedup.Stats) int64 { return s.Evicted })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mmmq_dedup_rebuilt_ids_total",
+			Help: "Ids the window took from the logs' tails after a restart or a reopen."},
+			stat(func(s dedup.Stats) int64 { return s.Rebuilt })),
 	)
 }
 
