@@ -28,8 +28,9 @@ type PublishRequest struct {
 	ID      *string           `json:"id"`
 }
 
-// maxIDBytes caps a producer message id.
-const maxIDBytes = 256
+// MaxIDBytes caps a producer message id, in bytes (the HTTP "id" field,
+// the line protocol's PUBID).
+const MaxIDBytes = 256
 
 // Decoded is one validated publish request.
 type Decoded struct {
@@ -110,8 +111,8 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		if err := json.Unmarshal(f.id, &d.ID); err != nil || f.id[0] != '"' {
 			return d, BadRequest(`field "id" must be a string`)
 		}
-		if d.ID == "" || len(d.ID) > maxIDBytes {
-			return d, BadRequest(`field "id" must be 1-%d bytes when given`, maxIDBytes)
+		if d.ID == "" || len(d.ID) > MaxIDBytes {
+			return d, BadRequest(`field "id" must be 1-%d bytes when given`, MaxIDBytes)
 		}
 	}
 	var headers map[string]string
@@ -168,8 +169,8 @@ func EncodeMessage(topic string, content json.RawMessage, id string, headers map
 	if err := ValidateTopic(topic); err != nil {
 		return nil, BadRequest("%s", err.Error())
 	}
-	if !utf8.ValidString(id) || len(id) > maxIDBytes {
-		return nil, BadRequest(`field "id" must be valid UTF-8 of at most %d bytes`, maxIDBytes)
+	if !utf8.ValidString(id) || len(id) > MaxIDBytes {
+		return nil, BadRequest(`field "id" must be valid UTF-8 of at most %d bytes`, MaxIDBytes)
 	}
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {

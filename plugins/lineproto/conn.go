@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -205,6 +207,8 @@ func (c *conn) handle(line []byte) {
 		c.replyf("ERR %s empty request", CodeBadRequest)
 	case bytes.EqualFold(cmd, []byte("PUB")):
 		c.pub(rest)
+	case bytes.EqualFold(cmd, []byte("PUBID")):
+		c.pubID(rest)
 	case bytes.EqualFold(cmd, []byte("FETCH")):
 		c.fetch(rest)
 	case bytes.EqualFold(cmd, []byte("ACK")):
@@ -215,17 +219,36 @@ func (c *conn) handle(line []byte) {
 		if len(cmd) > 32 {
 			cmd = cmd[:32]
 		}
-		c.replyf("ERR %s unknown command %q (want PUB, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
+		c.replyf("ERR %s unknown command %q (want PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
 	}
 }
 
 // pub: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload>
-func (c *conn) pub(rest []byte) {
-	const usage = "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
+func (c *conn) pub(rest []byte) { c.publish(rest, false) }
+
+// pubID: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload>
+func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
+
+// publish serves PUB (withID false: the broker generates the id, never
+// deduplicated) and PUBID (withID true: the producer's id, deduplicated
+// within mmmq.broker.dedup.window). It answers "OK <offset> <LEVEL>", or
+// "OK - ACCEPTED", followed by " DUPLICATE" when the id was already
+// published to the topic within the window (nothing stored; the offset is
+// the first message's).
+func (c *conn) publish(rest []byte, withID bool) {
+	usage := "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
+	if withID {
+		usage = "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
+	}
 	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
-	levelB, payload, ok2 := bytes.Cut(rest, []byte{' '})
-	payload = bytes.TrimSpace(payload)
-	if !ok1 || !ok2 || len(topicB) == 0 || len(levelB) == 0 || len(payload) == 0 {
+	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
+	var idB []byte
+	ok3 := true
+	if withID {
+		idB, rest, ok3 = bytes.Cut(rest, []byte{' '})
+	}
+	payload := bytes.TrimSpace(rest)
+	if !ok1 || !ok2 || !ok3 || len(topicB) == 0 || len(levelB) == 0 || len(payload) == 0 {
 		c.replyf("ERR %s %s", CodeBadRequest, usage)
 		return
 	}
@@ -239,6 +262,14 @@ func (c *conn) pub(rest []byte) {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
+	var id string
+	if withID {
+		if err := validateID(idB); err != nil {
+			c.replyf("ERR %s %s; %s", CodeBadRequest, err, usage)
+			return
+		}
+		id = string(idB)
+	}
 	if len(payload) > c.s.opts.MaxRecordBytes {
 		c.replyf("ERR %s payload of %d bytes is over %d bytes (mmmq.broker.segment.max-record-bytes)",
 			CodeTooLarge, len(payload), c.s.opts.MaxRecordBytes)
@@ -248,26 +279,51 @@ func (c *conn) pub(rest []byte) {
 		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, usage)
 		return
 	}
-	stored, err := contract.EncodeMessage(topic, payload, "", nil, time.Now())
+	stored, err := contract.EncodeMessage(topic, payload, id, nil, time.Now())
 	if err != nil {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
-	// Not derived from the server's context: a PUB in progress during
-	// shutdown still gets its real answer. Publish creates the topic when
-	// needed, and anew when it is deleted under this PUB.
+	// Not derived from the server's context: a publish in progress during
+	// shutdown still gets its real answer. PublishMessages creates the
+	// topic when needed, and anew when it is deleted under this publish.
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.PublishTimeout)
 	defer cancel()
-	_, off, err := c.s.reg.Publish(ctx, topic, [][]byte{stored}, level)
-	if err != nil {
+	msg := [1]topicqueue.Message{{Stored: stored, ID: id}}
+	var res [1]topicqueue.Published
+	if _, err := c.s.reg.PublishMessages(ctx, topic, msg[:], level, res[:]); err != nil {
 		c.replyErr(errCode(err), err)
 		return
 	}
+	dup := ""
+	if res[0].Duplicate {
+		dup = " DUPLICATE"
+	}
 	if level == storage.Accepted {
-		c.replyf("OK - %s", level) // the log-queue study: an ACCEPTED offset is not final
+		c.replyf("OK - %s%s", level, dup) // the log-queue study: an ACCEPTED offset is not final
 		return
 	}
-	c.replyf("OK %d %s", off, level)
+	c.replyf("OK %d %s%s", res[0].Offset, level, dup)
+}
+
+// validateID checks a PUBID id: 1 to contract.MaxIDBytes bytes of valid
+// UTF-8 without control characters (a space cannot occur: it ends the
+// token).
+func validateID(id []byte) error {
+	switch {
+	case len(id) == 0:
+		return errors.New("the id is empty (one space between the tokens)")
+	case len(id) > contract.MaxIDBytes:
+		return fmt.Errorf("the id is %d bytes, over %d", len(id), contract.MaxIDBytes)
+	case !utf8.Valid(id):
+		return errors.New("the id is not valid UTF-8")
+	}
+	for i, r := range string(id) {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("the id has a control character (%U) at byte %d (such ids need the HTTP API)", r, i)
+		}
+	}
+	return nil
 }
 
 // fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]

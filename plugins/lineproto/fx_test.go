@@ -69,3 +69,34 @@ func TestFxListens(t *testing.T) {
 		}
 	}
 }
+
+// TestFxPubIDDeduplicates: with the default configuration (a 2m window)
+// the plugin publishes through the registry that has the application's
+// idempotent-publish window.
+func TestFxPubIDDeduplicates(t *testing.T) {
+	var srv *Server
+	app := fxApp(t, "127.0.0.1:0", &srv)
+	app.RequireStart()
+	defer app.RequireStop()
+	nc, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(nc)
+	for _, step := range []struct{ send, want string }{
+		{`PUBID a.b DURABLE k1 {"x":1}`, "OK 0 DURABLE\n"},
+		{`PUBID a.b DURABLE k1 {"x":1}`, "OK 0 DURABLE DUPLICATE\n"},
+		{`PUB a.b DURABLE {"x":1}`, "OK 1 DURABLE\n"},
+		{"STATUS a.b", "TOPIC a.b next=2 "},
+	} {
+		if _, err := nc.Write([]byte(step.send + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		l, err := r.ReadString('\n')
+		if err != nil || !strings.HasPrefix(l, step.want) {
+			t.Fatalf("%q: %q, %v; want %q", step.send, l, err, step.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -47,7 +48,11 @@ func start(t *testing.T, opts Options, gopts groups.Options, with ...func(*stora
 	}
 	local := &topicqueue.LocalBackend{Root: root, Storage: sopts}
 	notified := make(chan struct{}, 1)
-	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: &topicqueuetest.NotifyingBackend{Backend: local, Notified: notified}})
+	reg := topicqueue.New(topicqueue.Options{
+		Root:    root,
+		Backend: &topicqueuetest.NotifyingBackend{Backend: local, Notified: notified},
+		Dedup:   dedup.New(dedup.Options{Window: time.Minute, Logger: log}),
+	})
 	gopts.Logger = log
 	c := groups.New(reg, gopts)
 	opts.Addr = "127.0.0.1:0"
@@ -261,6 +266,11 @@ func TestErrorCodes(t *testing.T) {
 		{"PUB bad..topic DURABLE {}", "ERR BAD_REQUEST "},
 		{"PUB t DURABLE {not json", "ERR BAD_REQUEST "},
 		{`PUB t DURABLE "` + strings.Repeat("x", 600) + `"`, "ERR TOO_LARGE "},
+		{"PUBID t DURABLE id", "ERR BAD_REQUEST "},
+		{"PUBID t SOMETIMES id {}", "ERR BAD_REQUEST "},
+		{"PUBID bad..topic DURABLE id {}", "ERR BAD_REQUEST "},
+		{"PUBID t DURABLE id {not json", "ERR BAD_REQUEST "},
+		{`PUBID t DURABLE id "` + strings.Repeat("x", 600) + `"`, "ERR TOO_LARGE "},
 		{"FETCH t g", "ERR BAD_REQUEST "},
 		{"FETCH t g 0 0", "ERR BAD_REQUEST "},
 		{"FETCH t g 1 -1", "ERR BAD_REQUEST "},
