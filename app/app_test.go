@@ -116,7 +116,14 @@ func startBroker(t *testing.T, cfg *config.Config, opts ...fx.Option) (*fxtest.A
 
 func publish(t *testing.T, base, topic string, content any) (int, map[string]any) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"topic": topic, "content": content})
+	return postMessage(t, base, map[string]any{"topic": topic, "content": content})
+}
+
+// postMessage POSTs msg to /messages and returns the status and the
+// decoded answer.
+func postMessage(t *testing.T, base string, msg map[string]any) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(msg)
 	resp, err := http.Post(base+"/messages", "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -1,10 +1,8 @@
 package app_test
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +14,7 @@ import (
 // status and the decoded answer.
 func postID(t *testing.T, base, topic, id string, content any) (int, map[string]any) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"topic": topic, "content": content, "id": id})
-	resp, err := http.Post(base+"/messages", "application/json", strings.NewReader(string(body)))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var out map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	return resp.StatusCode, out
+	return postMessage(t, base, map[string]any{"topic": topic, "content": content, "id": id})
 }
 
 // TestIdempotentPublishEndToEnd: with the default configuration (a 2m

@@ -40,34 +40,44 @@ func TestFxDisabledByDefault(t *testing.T) {
 	}
 }
 
-func TestFxListens(t *testing.T) {
-	var srv *Server
-	app := fxApp(t, "127.0.0.1:0", &srv)
-	app.RequireStart()
-	defer app.RequireStop()
-	nc, err := net.Dial("tcp", srv.Addr())
+// step is one request sent and the prefix its reply line must have ("":
+// send nothing, read the next line of the previous reply).
+type step struct{ send, want string }
+
+// converse dials addr and runs steps in order.
+func converse(t *testing.T, addr string, steps []step) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(nc)
-	for _, step := range []struct{ send, want string }{
-		{`PUB a.b DURABLE {"x":1}`, "OK 0 DURABLE"},
-		{"FETCH a.b g 1 0", "MSG 0 "},
-		{"", "END 1"},
-		{"ACK a.b g 0", "ACKED 1"},
-	} {
-		if step.send != "" {
-			if _, err := nc.Write([]byte(step.send + "\n")); err != nil {
+	for _, st := range steps {
+		if st.send != "" {
+			if _, err := nc.Write([]byte(st.send + "\n")); err != nil {
 				t.Fatal(err)
 			}
 		}
 		l, err := r.ReadString('\n')
-		if err != nil || !strings.HasPrefix(l, step.want) {
-			t.Fatalf("%q: %q, %v; want %q", step.send, l, err, step.want)
+		if err != nil || !strings.HasPrefix(l, st.want) {
+			t.Fatalf("%q: %q, %v; want %q", st.send, l, err, st.want)
 		}
 	}
+}
+
+func TestFxListens(t *testing.T) {
+	var srv *Server
+	app := fxApp(t, "127.0.0.1:0", &srv)
+	app.RequireStart()
+	defer app.RequireStop()
+	converse(t, srv.Addr(), []step{
+		{`PUB a.b DURABLE {"x":1}`, "OK 0 DURABLE"},
+		{"FETCH a.b g 1 0", "MSG 0 "},
+		{"", "END 1"},
+		{"ACK a.b g 0", "ACKED 1"},
+	})
 }
 
 // TestFxPubIDDeduplicates: with the default configuration (a 2m window)
@@ -78,25 +88,10 @@ func TestFxPubIDDeduplicates(t *testing.T) {
 	app := fxApp(t, "127.0.0.1:0", &srv)
 	app.RequireStart()
 	defer app.RequireStop()
-	nc, err := net.Dial("tcp", srv.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	r := bufio.NewReader(nc)
-	for _, step := range []struct{ send, want string }{
+	converse(t, srv.Addr(), []step{
 		{`PUBID a.b DURABLE k1 {"x":1}`, "OK 0 DURABLE\n"},
 		{`PUBID a.b DURABLE k1 {"x":1}`, "OK 0 DURABLE DUPLICATE\n"},
 		{`PUB a.b DURABLE {"x":1}`, "OK 1 DURABLE\n"},
 		{"STATUS a.b", "TOPIC a.b next=2 "},
-	} {
-		if _, err := nc.Write([]byte(step.send + "\n")); err != nil {
-			t.Fatal(err)
-		}
-		l, err := r.ReadString('\n')
-		if err != nil || !strings.HasPrefix(l, step.want) {
-			t.Fatalf("%q: %q, %v; want %q", step.send, l, err, step.want)
-		}
-	}
+	})
 }
