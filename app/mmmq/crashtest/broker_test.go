@@ -41,6 +41,9 @@ type brokerConf struct {
 	// RetentionMaxBytes, when > 0, sets mmmq.broker.retention.max-bytes
 	// with a 20ms check-interval.
 	RetentionMaxBytes int64
+	// DedupWindow, when not "", sets mmmq.broker.dedup.window (the
+	// idempotent-publish window; "0s" turns it off).
+	DedupWindow string
 	// Crashpoint and CrashAfter set MMMQ_CRASHPOINT(_AFTER); "" for none.
 	Crashpoint string
 	CrashAfter int
@@ -80,6 +83,9 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
 	if c.RetentionMaxBytes > 0 {
 		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
+	}
+	if c.DedupWindow != "" {
+		fmt.Fprintf(&y, "    dedup:\n      window: %s\n", c.DedupWindow)
 	}
 	if len(c.Dispatchers) > 0 {
 		y.WriteString("    dispatchers:\n")

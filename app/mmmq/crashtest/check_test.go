@@ -14,6 +14,11 @@ type sentMsg struct {
 	Level   string // accepted | written | durable
 	Content []byte // compact JSON, as the broker stores it
 	Res     pubResult
+	// Retrying: sent by a retrying producer (retrier), which publishes a
+	// message without an answer again with the same id and content;
+	// Attempt numbers the publishes of that id (1: the first).
+	Retrying bool
+	Attempt  int
 }
 
 // wkey is one dispatch worker: (dispatcher, topic).
@@ -105,8 +110,9 @@ func checkAcked(sent []sentMsg, cur map[string][]stored, tl *tally) []string {
 }
 
 // checkLogIDs: every message in the log is one the harness sent, with the
-// content sent, and appears once (the random rounds never retry, so a
-// duplicate would be the broker's own doing).
+// content sent, and appears once (the plain producers never retry, and the
+// retrying ones publish again with the same id, which the broker's
+// idempotent-publish window must recognise: a second copy is a failure).
 func checkLogIDs(sent []sentMsg, cur map[string][]stored) []string {
 	var bad []string
 	byID := make(map[string]*sentMsg, len(sent))
@@ -278,6 +284,95 @@ func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []stri
 		}
 		if missing > 0 {
 			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered (first %d)", k, missing, len(cur[k.T]), first))
+		}
+	}
+	return bad
+}
+
+// retryTally counts the retrying producers' messages and publishes.
+type retryTally struct {
+	Messages       int // distinct ids
+	Acked          int // ids acknowledged (by the first publish or a retry)
+	Retried        int // ids published more than once
+	Retries        int // publishes after the first
+	RetryDuplicate int // retries answered "duplicate": true (the first was stored)
+	RetryStored    int // retries answered as new messages (the first was lost)
+	RetryNoReply   int // retries again without a reply (or a 503), retried later
+	StoredTwice    int // copies of a retrying producer's id in the log beyond the first
+}
+
+func (rt retryTally) String() string {
+	return fmt.Sprintf("messages=%d acked=%d retried_messages=%d retries=%d retries_duplicate=%d retries_stored=%d retries_no_reply=%d ids_stored_twice=%d",
+		rt.Messages, rt.Acked, rt.Retried, rt.Retries, rt.RetryDuplicate, rt.RetryStored, rt.RetryNoReply, rt.StoredTwice)
+}
+
+// checkRetries checks the retrying producers' messages against the log:
+// no id of theirs is stored twice (the retry of a message whose first
+// publish was stored without an answer must be recognised as its
+// duplicate), and an ACK with "duplicate": true names the offset where
+// that id is stored. With final, every one of their messages must have
+// been acknowledged and be in the log: each id exactly once. (That every
+// ACK's offset holds the message sent is checkAcked's part.)
+func checkRetries(sent []sentMsg, cur map[string][]stored, final bool, rt *retryTally) []string {
+	type loc struct {
+		topic string
+		off   int64
+	}
+	where := map[string][]loc{}
+	for tp, l := range cur {
+		for off, s := range l {
+			where[s.ID] = append(where[s.ID], loc{tp, int64(off)})
+		}
+	}
+	var (
+		bad     []string
+		order   []string
+		acked   = map[string]bool{}
+		retried = map[string]bool{}
+	)
+	for _, m := range sent {
+		if !m.Retrying {
+			continue
+		}
+		if m.Attempt == 1 {
+			order = append(order, m.ID)
+		} else {
+			rt.Retries++
+			retried[m.ID] = true
+			switch {
+			case m.Res.Ack && m.Res.Duplicate:
+				rt.RetryDuplicate++
+			case m.Res.Ack:
+				rt.RetryStored++
+			default:
+				rt.RetryNoReply++
+			}
+		}
+		if !m.Res.Ack {
+			continue
+		}
+		acked[m.ID] = true
+		if !m.Res.Duplicate {
+			continue
+		}
+		at := where[m.ID]
+		if len(at) == 0 || at[0].topic != m.Topic || at[0].off != m.Res.Offset {
+			bad = append(bad, fmt.Sprintf("publish %d of %s (round %d) answered duplicate at %s@%d, but the id is stored at %v",
+				m.Attempt, m.ID, m.Round, m.Topic, m.Res.Offset, at))
+		}
+	}
+	rt.Messages, rt.Acked, rt.Retried = len(order), len(acked), len(retried)
+	for _, id := range order {
+		at := where[id]
+		if len(at) > 1 {
+			rt.StoredTwice += len(at) - 1
+			bad = append(bad, fmt.Sprintf("retried id %s stored %d times: %v", id, len(at), at))
+		}
+		if final && !acked[id] {
+			bad = append(bad, fmt.Sprintf("retried id %s never acknowledged", id))
+		}
+		if final && len(at) == 0 {
+			bad = append(bad, fmt.Sprintf("retried id %s not in the log", id))
 		}
 	}
 	return bad

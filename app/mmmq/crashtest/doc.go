@@ -10,8 +10,12 @@
 //   - offsets are contiguous from 0 and never change once visible;
 //   - every message delivered to the consumer is in the log at that offset;
 //   - per (dispatcher, topic) delivery is in order without gaps, and after a
-//     crash it resumes exactly at the checkpoint left on disk.
+//     crash it resumes exactly at the checkpoint left on disk;
+//   - a producer that publishes an unanswered message again with the same
+//     id (TestCrashRandomKillRetrySameID) finds it stored exactly once:
+//     the retry is answered as a duplicate at the stored offset, or stored
+//     when the first publish never reached the log.
 //
 // The package has only tests; `make test` runs a short version (5 rounds),
-// `make crash` a long one (MMMQ_LONG=1, 60 rounds, or -crash.rounds N).
+// `make crash` a long one (MMMQ_LONG=1, 100 rounds, or -crash.rounds N).
 package crashtest

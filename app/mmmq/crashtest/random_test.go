@@ -86,9 +86,33 @@ func readCheckpoints(t testing.TB, root string) map[wkey]int64 {
 // load → restart and check (check_test.go). A final run drains the
 // dispatchers and checks that every offset was delivered.
 func TestCrashRandomKill(t *testing.T) {
+	runRandomKill(t, rkLoad{Plain: rkProducers})
+}
+
+// rkLoad is the producers of one run of the random-kill harness.
+type rkLoad struct {
+	// Plain producers publish at random ack levels and never retry: a
+	// publish without a reply is left as it is.
+	Plain int
+	// Retrying producers (retrier) publish DURABLE and publish a message
+	// that got no reply or a 503 again, same id and content, after the
+	// restart, until it is acknowledged.
+	Retrying int
+}
+
+// rkResult is what the checks of a random-kill run counted at the end.
+type rkResult struct {
+	Tally tally
+	Retry retryTally
+}
+
+// runRandomKill is the harness of TestCrashRandomKill with the producers
+// of load. Every check runs after every restart and fails the test at
+// once; the counters of the final check are returned and printed.
+func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	rounds := rkRounds()
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("rounds=%d seed=%d", rounds, seed)
+	t.Logf("rounds=%d seed=%d producers: plain=%d retrying=%d", rounds, seed, load.Plain, load.Retrying)
 	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
 	dir := t.TempDir()
 	root := filepath.Join(dir, "data")
@@ -99,6 +123,12 @@ func TestCrashRandomKill(t *testing.T) {
 		cpStart = map[int]map[wkey]int64{}
 		cpEnd   = map[int]map[wkey]int64{}
 	)
+	// The retrying producers outlive the rounds: a message without an
+	// answer waits in one for the next run.
+	retriers := make([]*retrier, load.Retrying)
+	for g := range retriers {
+		retriers[g] = &retrier{g: g}
+	}
 	// Stop with a clear failure 2 minutes before go test's -timeout would
 	// kill the test without a report (a run without -timeout has no limit).
 	deadline, limited := t.Deadline()
@@ -115,8 +145,9 @@ func TestCrashRandomKill(t *testing.T) {
 		return brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes, Dispatchers: ds}
 	}
 	// verify reads the whole log back and runs every check; final adds the
-	// completeness check.
-	verify := func(b *broker, label string, final bool) tally {
+	// completeness checks (every offset delivered, every retrying
+	// producer's message acknowledged).
+	verify := func(b *broker, label string, final bool) rkResult {
 		t.Helper()
 		cur := map[string][]stored{}
 		for _, tp := range rkTopics {
@@ -126,12 +157,14 @@ func TestCrashRandomKill(t *testing.T) {
 			}
 			cur[tp] = l
 		}
-		var tl tally
+		var res rkResult
+		tl := &res.Tally
 		var bad []string
 		bad = append(bad, checkPrefix(prev, cur)...)
-		bad = append(bad, checkAcked(sent, cur, &tl)...)
+		bad = append(bad, checkAcked(sent, cur, tl)...)
 		bad = append(bad, checkLogIDs(sent, cur)...)
-		bad = append(bad, checkDeliveries(cons.deliveries(), cur, cpStart, cpEnd, intervalKeys, &tl)...)
+		bad = append(bad, checkRetries(sent, cur, final, &res.Retry)...)
+		bad = append(bad, checkDeliveries(cons.deliveries(), cur, cpStart, cpEnd, intervalKeys, tl)...)
 		if final {
 			bad = append(bad, checkComplete(cons.deliveries(), cur, rkWorkers())...)
 		}
@@ -142,7 +175,7 @@ func TestCrashRandomKill(t *testing.T) {
 			t.Fatalf("%s: %d violations (seed %d, data %s):\n  %s", label, len(bad), seed, root, strings.Join(bad, "\n  "))
 		}
 		prev = cur
-		return tl
+		return res
 	}
 
 	for r := 1; r <= rounds; r++ {
@@ -152,10 +185,12 @@ func TestCrashRandomKill(t *testing.T) {
 		cpStart[r] = readCheckpoints(t, root)
 		b := startBroker(t, conf(r))
 		if r > 1 {
-			tl := verify(b, fmt.Sprintf("round %d after restart", r), false)
+			res := verify(b, fmt.Sprintf("round %d after restart", r), false)
 			if (r-1)%50 == 0 { // progress of long runs (go test -v streams it)
-				t.Logf("%d of %d rounds after %s: acked durable %d, lost durable %d, delivered %d",
-					r-1, rounds, time.Since(began).Round(time.Second), tl.AckedDurable, tl.LostDurable, tl.Delivered)
+				tl, rt := res.Tally, res.Retry
+				t.Logf("%d of %d rounds after %s: acked durable %d, lost durable %d, delivered %d, retries %d (duplicate %d, stored %d), ids stored twice %d",
+					r-1, rounds, time.Since(began).Round(time.Second), tl.AckedDurable, tl.LostDurable, tl.Delivered,
+					rt.Retries, rt.RetryDuplicate, rt.RetryStored, rt.StoredTwice)
 			}
 		}
 		killAfter := time.Duration(10+rng.IntN(291)) * time.Millisecond
@@ -172,7 +207,12 @@ func TestCrashRandomKill(t *testing.T) {
 			once     sync.Once
 			finished = make(chan struct{})
 		)
-		for g := range rkProducers {
+		answered := func() {
+			if acked.Add(1) == rkFirstRoundAcks {
+				once.Do(func() { close(enough) })
+			}
+		}
+		for g := range load.Plain {
 			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(g)))
 			wg.Add(1)
 			go func() {
@@ -203,9 +243,33 @@ func TestCrashRandomKill(t *testing.T) {
 						t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
 						return
 					}
-					if acked.Add(1) == rkFirstRoundAcks {
-						once.Do(func() { close(enough) })
+					answered()
+				}
+			}()
+		}
+		for _, p := range retriers {
+			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(1000+p.g)))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range rkMaxPerProducer {
+					select {
+					case <-stop:
+						return
+					default:
 					}
+					m, goOn, err := p.step(b.base, r, rkTopics, prng)
+					mu.Lock()
+					sent = append(sent, m)
+					mu.Unlock()
+					if err != nil {
+						t.Errorf("round %d: %v", r, err)
+						return
+					}
+					if !goOn {
+						return // no reply or 503: pending until the restart
+					}
+					answered()
 				}
 			}()
 		}
@@ -228,6 +292,10 @@ func TestCrashRandomKill(t *testing.T) {
 	cpStart[final] = readCheckpoints(t, root)
 	b := startBroker(t, conf(final))
 	verify(b, "after the last restart", false)
+	// The retrying producers publish what is still unanswered, once more.
+	if retried := publishPending(t, retriers, b, final, &sent); retried > 0 {
+		verify(b, "after the last retries", false)
+	}
 	hw := map[string]int{}
 	for tp, l := range prev {
 		hw[tp] = len(l)
@@ -250,8 +318,9 @@ func TestCrashRandomKill(t *testing.T) {
 	b.stop()
 	cpEnd[final] = readCheckpoints(t, root)
 	b = startBroker(t, brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes})
-	tl := verify(b, "final", true)
+	res := verify(b, "final", true)
 	b.stop()
+	tl, rt := res.Tally, res.Retry
 	if tl.LostDurable != 0 || tl.LostWritten != 0 {
 		t.Fatalf("lost acknowledged data: %+v", tl)
 	}
@@ -270,6 +339,10 @@ func TestCrashRandomKill(t *testing.T) {
 	}
 	line := fmt.Sprintf("rounds=%d acked_durable=%d acked_written=%d acked_accepted=%d lost_durable=%d lost_written=%d lost_accepted=%d delivered=%d duplicates=%d no_reply=%d segments=%d",
 		rounds, tl.AckedDurable, tl.AckedWritten, tl.AckedAccepted, tl.LostDurable, tl.LostWritten, tl.LostAccepted, tl.Delivered, tl.Duplicates, noReply, len(segs))
+	if load.Retrying > 0 {
+		line += " retrying: " + rt.String()
+	}
 	t.Log(line)
 	fmt.Println("crashtest:", line)
+	return res
 }

@@ -20,6 +20,17 @@ func TestCheckersCatchViolations(t *testing.T) {
 		return sentMsg{Topic: "t", ID: id, Level: level, Content: []byte(`{"id":"` + id + `"}`),
 			Res: pubResult{Replied: true, Ack: true, Offset: off}}
 	}
+	// retry is a retrying producer's publish of id: its attempt-th, with
+	// no reply (off < 0) or an ACK at off (dup: "duplicate": true).
+	retry := func(id string, attempt int, off int64, dup bool) sentMsg {
+		m := sent(id, "durable", off)
+		m.Retrying, m.Attempt = true, attempt
+		if off < 0 {
+			m.Res = pubResult{Offset: -1}
+		}
+		m.Res.Duplicate = dup
+		return m
+	}
 	log3 := map[string][]stored{"t": {msg("t", "a"), msg("t", "b"), msg("t", "c")}}
 	k := wkey{"d", "t"}
 	del := func(round int, off int64, id string) delivery {
@@ -83,6 +94,19 @@ func TestCheckersCatchViolations(t *testing.T) {
 		{"never delivered", func(*tally) []string {
 			return checkComplete([]delivery{del(1, 0, "a")}, log3, []wkey{k})
 		}, "never delivered"},
+		{"retry stored twice", func(*tally) []string {
+			return checkRetries([]sentMsg{retry("a", 1, -1, false), retry("a", 2, 1, false)},
+				map[string][]stored{"t": {msg("t", "a"), msg("t", "a")}}, false, &retryTally{})
+		}, "stored 2 times"},
+		{"duplicate answer at another offset", func(*tally) []string {
+			return checkRetries([]sentMsg{retry("b", 1, -1, false), retry("b", 2, 0, true)}, log3, false, &retryTally{})
+		}, "answered duplicate at t@0"},
+		{"retry never acknowledged", func(*tally) []string {
+			return checkRetries([]sentMsg{retry("c", 1, -1, false), retry("c", 2, -1, false)}, log3, true, &retryTally{})
+		}, "never acknowledged"},
+		{"retried id not in the log", func(*tally) []string {
+			return checkRetries([]sentMsg{retry("x", 1, -1, false)}, log3, true, &retryTally{})
+		}, "not in the log"},
 	}
 	for _, c := range cases {
 		var tl tally
@@ -99,5 +123,15 @@ func TestCheckersCatchViolations(t *testing.T) {
 	bad = append(bad, checkComplete([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 2, "c")}, log3, []wkey{k})...)
 	if len(bad) > 0 || tl.Duplicates != 1 {
 		t.Errorf("a correct history: %v, duplicates %d (want none, 1)", bad, tl.Duplicates)
+	}
+	// A correct retry history: a (first publish stored, unanswered) retried
+	// as the duplicate at 0; b (first publish lost) retried twice, stored
+	// by the second retry at 1; c acknowledged at once.
+	var rt retryTally
+	rs := []sentMsg{retry("a", 1, -1, false), retry("b", 1, -1, false), retry("c", 1, 2, false),
+		retry("a", 2, 0, true), retry("b", 2, -1, false), retry("b", 3, 1, false)}
+	if bad := checkRetries(rs, log3, true, &rt); len(bad) > 0 ||
+		rt != (retryTally{Messages: 3, Acked: 3, Retried: 2, Retries: 3, RetryDuplicate: 1, RetryStored: 1, RetryNoReply: 1}) {
+		t.Errorf("a correct retry history: %v, %s", bad, rt)
 	}
 }
