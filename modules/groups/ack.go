@@ -15,6 +15,10 @@ import (
 //     nothing is committed;
 //   - offset+1 <= the committed offset (including any negative offset): a
 //     no-op returning the current committed offset, which never moves back;
+//   - offset below the topic's log start offset (retention deleted it; the
+//     session's fetches continued from the start offset): the start offset
+//     is committed, never less, so the committed offset and the lag stay
+//     meaningful — nothing readable is skipped by it;
 //   - a session that does not hold the group (expired, released, unknown):
 //     ErrSessionExpired, so a stale consumer can never commit.
 //
@@ -41,12 +45,18 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 	if offset < committed { // offset+1 <= committed, without overflow
 		return committed, nil
 	}
-	if err := g.cp.Commit(offset + 1); err != nil {
-		return 0, fmt.Errorf("commit group %s of topic %s at %d: %w", group, topic, offset+1, err)
+	// Retention may have deleted offset and what follows it: commit at
+	// least the log start offset (at most what was delivered).
+	next := max(offset+1, min(g.topic.StartOffset(), l.next))
+	if next <= committed {
+		return committed, nil
+	}
+	if err := g.cp.Commit(next); err != nil {
+		return 0, fmt.Errorf("commit group %s of topic %s at %d: %w", group, topic, next, err)
 	}
 	g.active.Store(time.Now().UnixNano())
 	l.expires = time.Now().Add(c.opts.LeaseTimeout)
-	return offset + 1, nil
+	return next, nil
 }
 
 // Committed returns the durable committed offset of group on topic (0 for

@@ -281,8 +281,17 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 	if got := c.RetentionSkipped(); got != 4 {
 		t.Fatalf("RetentionSkipped = %d after a second session, want still 4", got)
 	}
-	r = do(t, "POST", base+"/fetch?from=2", r.session, "")
+	s = r.session
+	r = do(t, "POST", base+"/fetch?from=2", s, "")
 	if r.status != 410 || r.code() != contract.CodeOffsetExpired || r.body["startOffset"] != 5.0 {
 		t.Fatalf("from=2 below the start offset: %d %s", r.status, r.raw)
+	}
+	// An ack of a deleted offset commits the start offset, not offset+1:
+	// the committed offset (and the lag) say where the group really is.
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 2}`); r.status != 200 || r.body["committed"] != 5.0 {
+		t.Fatalf("ack of deleted offset 2: %d %s, want committed 5", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 5}`); r.status != 200 || r.body["committed"] != 6.0 {
+		t.Fatalf("ack 5: %d %s", r.status, r.raw)
 	}
 }
