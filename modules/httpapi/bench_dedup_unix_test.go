@@ -15,29 +15,37 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/dedup"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // BenchmarkPublishDedup measures what the idempotent-publish window costs:
 // every message carries a fresh producer id, with the window off and on
-// (2m, the default), through the real handler and storage, DURABLE. The
-// figure to compare is cpu-us/msg, the process's user + system CPU time
-// per publish (getrusage), which the shared machine's noise moves far less
-// than wall time:
+// (2m, the default), through the real handler and storage engine, DURABLE.
+// The figure to compare is cpu-us/msg, the process's user + system CPU
+// time per publish (getrusage). With fs=mem (the in-memory filesystem: no
+// fsync waits, so the software path alone, the deterministic comparison)
+// and with fs=disk (real fsyncs, whose CPU and latency swing with the
+// shared machine's load):
 //
-//	go test -run '^$' -bench PublishDedup -count 6 ./modules/httpapi/ | tee dedup.txt
-//	benchstat -col /dedup dedup.txt   (or compare the cpu-us/msg lines by eye)
+//	go test -run '^$' -bench 'PublishDedup/fs=mem' -benchtime 20000x -count 6 ./modules/httpapi/
 func BenchmarkPublishDedup(b *testing.B) {
-	for _, producers := range []int{1, 8} {
-		for _, on := range []bool{false, true} {
-			name := fmt.Sprintf("producers=%d/dedup=%s", producers, map[bool]string{false: "off", true: "on"}[on])
-			b.Run(name, func(b *testing.B) { benchPublishIDs(b, producers, on) })
+	for _, fs := range []string{"mem", "disk"} {
+		for _, producers := range []int{1, 8} {
+			for _, on := range []bool{false, true} {
+				name := fmt.Sprintf("fs=%s/producers=%d/dedup=%s", fs, producers, map[bool]string{false: "off", true: "on"}[on])
+				b.Run(name, func(b *testing.B) { benchPublishIDs(b, fs == "mem", producers, on) })
+			}
 		}
 	}
 }
 
-func benchPublishIDs(b *testing.B, producers int, on bool) {
+func benchPublishIDs(b *testing.B, mem bool, producers int, on bool) {
 	ropts := topicqueue.Options{Root: b.TempDir()}
+	if mem {
+		ropts.Root = "/data"
+		ropts.Storage.FS = vfs.NewMem()
+	}
 	if on {
 		ropts.Dedup = dedup.New(dedup.Options{Window: 2 * time.Minute})
 	}
