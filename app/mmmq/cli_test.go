@@ -134,6 +134,33 @@ func TestVerifyExitCodes(t *testing.T) {
 	})
 }
 
+// A damaged incarnation file stops the broker, so verify reports it as
+// corruption (exit 3) naming the file, with no offset (none applies).
+func TestVerifyBadIncarnationIsCorrupt(t *testing.T) {
+	for name, content := range map[string]string{"garbled": "zzzz\n", "empty": ""} {
+		t.Run(name, func(t *testing.T) {
+			root, _ := fixture(t, 3)
+			inc := filepath.Join(root, "t", storage.IncarnationFile)
+			if err := os.WriteFile(inc, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out := capture(t, "verify", "--root", root)
+			if code != 3 || !strings.Contains(out, "CORRUPT at "+inc+" byte 0: incarnation file is not 32 hex digits") ||
+				strings.Contains(out, "offset") {
+				t.Fatalf("exit %d, output %q; want exit 3 and CORRUPT naming %s without an offset", code, out, inc)
+			}
+			code, out = capture(t, "verify", "--root", root, "--json")
+			var rep storage.TopicReport
+			if code != 3 || json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Status != storage.StatusCorrupt {
+				t.Fatalf("--json: exit %d, output %q", code, out)
+			}
+			if b, _ := os.ReadFile(inc); string(b) != content {
+				t.Fatalf("verify changed the incarnation file: %q", b)
+			}
+		})
+	}
+}
+
 func TestDump(t *testing.T) {
 	root, seg := fixture(t, 3)
 	code, out := capture(t, "dump", "--root", root, "--topic", "t", "--from", "1", "--count", "1")

@@ -164,8 +164,7 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 	}
 	switch rep.Status {
 	case storage.StatusCorrupt:
-		c := rep.Corruption
-		fmt.Fprintf(w, "%-40s CORRUPT at %s byte %d offset %d: %s\n", rep.Topic, c.File, c.Pos, c.Offset, c.Reason)
+		fmt.Fprintf(w, "%-40s CORRUPT at %s: %s\n", rep.Topic, corruptAt(rep.Corruption), rep.Corruption.Reason)
 	case storage.StatusTornTail:
 		fmt.Fprintf(w, "%-40s TORN_TAIL would cut %d index bytes, %d segment bytes (%d entries): %s\n", rep.Topic,
 			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
@@ -179,6 +178,19 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 	for _, p := range rep.Checkpoints {
 		fmt.Fprintf(w, "%-40s   checkpoint: %s\n", "", p)
 	}
+}
+
+// corruptAt is where c is, for the CORRUPT line: the file, then "byte N"
+// and "offset N" when they apply (a whole-file problem has neither).
+func corruptAt(c *storage.CorruptionError) string {
+	s := c.File
+	if c.Pos >= 0 {
+		s += fmt.Sprintf(" byte %d", c.Pos)
+	}
+	if c.Offset >= 0 {
+		s += fmt.Sprintf(" offset %d", c.Offset)
+	}
+	return s
 }
 
 func dirBytes(dir string) int64 {

@@ -32,8 +32,8 @@ type TopicReport struct {
 }
 
 // Verify walks every index entry and every CRC of the topic in dir without
-// modifying anything (for `mmmq verify`). It first runs repair in check
-// mode (what Open would cut or refuse), then reads every kept entry
+// modifying anything (for `mmmq verify`). It first checks the incarnation
+// file and runs repair in check mode (what Open would cut or refuse), then reads every kept entry
 // sequentially, checking that each index entry starts where the previous
 // entry ends and that every CRC matches, and finally checks the checkpoint
 // files. progress, when set, is called with the number of segment bytes
@@ -42,9 +42,17 @@ type TopicReport struct {
 func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, error) {
 	o := opts.withDefaults()
 	rep := TopicReport{Topic: filepath.Base(dir), Status: StatusOK}
+	// The incarnation file first, as Open reads it: a bad one refuses the
+	// topic before repair looks at a segment.
+	var ce *CorruptionError
+	if _, err := ReadIncarnation(o.FS, dir); errors.As(err, &ce) {
+		rep.Status, rep.Corruption = StatusCorrupt, ce
+		return rep, nil
+	} else if err != nil {
+		return rep, err
+	}
 	segs, rr, err := repairDir(o.FS, dir, rep.Topic, o, false)
 	rep.Recovery = rr
-	var ce *CorruptionError
 	if errors.As(err, &ce) {
 		rep.Status, rep.Corruption = StatusCorrupt, ce
 		return rep, nil

@@ -61,9 +61,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 		var ce *storage.CorruptionError
 		switch {
 		case errors.As(err, &ce):
-			log.Error("topic refused: corruption found by startup recovery; files left untouched",
-				zap.String("topic", ce.Topic), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
-				zap.Int64("offset", ce.Offset), zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
+			log.Error("topic refused: corruption found by startup recovery; files left untouched", corruptionFields(ce, policy)...)
 			if policy != config.OnCorruptionQuarantine {
 				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
 			}
@@ -88,4 +86,17 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 	log.Info("startup recovery finished", zap.Int("topics", rep.Topics), zap.Int("changed", len(rep.Changed)),
 		zap.Int("quarantined", len(rep.Quarantined)), zap.Duration("took", rep.Took))
 	return rep, nil
+}
+
+// corruptionFields are the log fields of a refused topic: pos and offset
+// only when they apply (not -1).
+func corruptionFields(ce *storage.CorruptionError, policy config.OnCorruption) []zap.Field {
+	f := []zap.Field{zap.String("topic", ce.Topic), zap.String("file", ce.File)}
+	if ce.Pos >= 0 {
+		f = append(f, zap.Int64("pos", ce.Pos))
+	}
+	if ce.Offset >= 0 {
+		f = append(f, zap.Int64("offset", ce.Offset))
+	}
+	return append(f, zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
 }
