@@ -161,6 +161,70 @@ func TestVerifyBadIncarnationIsCorrupt(t *testing.T) {
 	}
 }
 
+// verify sorts out the data root as the broker's startup does: a
+// directory under a topic name holding neither segment nor incarnation id
+// but other files is CORRUPT (startup refuses it), an interrupted creation
+// is reported and only --repair removes it, a directory that is not a
+// topic name is SKIPPED; --repair leaves every foreign file alone.
+func TestVerifyForeignAndUnfinishedDirectories(t *testing.T) {
+	root, _ := fixture(t, 3)
+	files := map[string]string{
+		"backup/readme.txt":               "important\n",
+		"nested/deep/f":                   "n\n",
+		"used/checkpoints/foo.checkpoint": "\x00\x00\x00\x00\x00\x00\x00\x07",
+		"not a topic/f":                   "f",
+		".deleting-not-ours/keep":         "k",
+		"left.t/" + storage.IncarnationFile + storage.TmpExt: "",
+	}
+	for name, data := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "empty.t"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out := capture(t, "verify", "--root", root)
+	for _, want := range []string{
+		"backup ", "CORRUPT at " + filepath.Join(root, "backup") + ": directory holds no segment and no incarnation id but holds readme.txt",
+		"but holds deep/", "but holds checkpoints/",
+		"not a topic", "SKIPPED not a topic name", ".deleting-not-ours", "left.t", "empty.t", "INTERRUPTED_CREATION",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verify output lacks %q", want)
+		}
+	}
+	if code != 3 {
+		t.Errorf("exit %d, want 3 (startup would refuse backup, nested and used)", code)
+	}
+	if t.Failed() {
+		t.Fatalf("output:\n%s", out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--repair")
+	if code != 3 || strings.Count(out, "INTERRUPTED_CREATION removed") != 2 {
+		t.Fatalf("--repair: exit %d, output:\n%s", code, out)
+	}
+	for name, data := range files {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if strings.HasPrefix(name, "left.t/") {
+			if !os.IsNotExist(err) {
+				t.Errorf("%s: still there after --repair (%v)", name, err)
+			}
+			continue
+		}
+		if err != nil || string(b) != data {
+			t.Errorf("%s after --repair: %q, %v; want it untouched", name, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "empty.t")); !os.IsNotExist(err) {
+		t.Errorf("empty.t after --repair: %v, want removed", err)
+	}
+}
+
 func TestDump(t *testing.T) {
 	root, seg := fixture(t, 3)
 	code, out := capture(t, "dump", "--root", root, "--topic", "t", "--from", "1", "--count", "1")

@@ -61,7 +61,7 @@ func verify(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 2
 	}
-	topics, deleting, total, err := listTopics(dir)
+	ents, err := listRoot(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 1
@@ -75,36 +75,43 @@ func verify(args []string) int {
 		}
 		defer release()
 	}
-	if err := reportDeletions(dir, deleting, *repair); err != nil {
+	v := &verifier{root: dir, opts: storageOptions(cfg), repair: *repair, asJSON: *asJSON, out: os.Stdout}
+	if err := v.deletions(ents.deleting); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
 		return 1
 	}
+	v.skipped(ents.skipped)
+	return v.topics(ents.topics, ents.total)
+}
+
+// verifier is one run of `mmmq verify` over the data root.
+type verifier struct {
+	root   string
+	opts   storage.Options
+	repair bool
+	asJSON bool
+	out    io.Writer
+}
+
+// topics verifies every topic directory (and repairs with --repair) and
+// returns the exit code: 3 when one is corrupt, 1 on an I/O error.
+func (v *verifier) topics(topics []string, total int64) int {
 	bar := newProgress(os.Stderr, total)
-	opts := storageOptions(cfg)
 	corrupt := 0
 	for _, t := range topics {
-		rep, err := storage.Verify(filepath.Join(dir, t), opts, bar.add)
+		rep, err := storage.Verify(filepath.Join(v.root, t), v.opts, bar.add)
+		bar.clear()
+		if err == nil && v.repair {
+			err = v.repairTopic(&rep)
+		}
 		if err != nil {
-			bar.clear()
 			fmt.Fprintf(os.Stderr, "mmmq verify: %s: %v\n", t, err)
 			return 1
-		}
-		bar.clear()
-		if *repair && rep.Status == storage.StatusTornTail {
-			l, err := storage.Open(filepath.Join(dir, t), opts)
-			if err == nil {
-				err = l.Close()
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "mmmq verify: repair %s: %v\n", t, err)
-				return 1
-			}
-			rep.Status = "REPAIRED"
 		}
 		if rep.Status == storage.StatusCorrupt {
 			corrupt++
 		}
-		printReport(os.Stdout, rep, *asJSON)
+		printReport(v.out, rep, v.asJSON)
 	}
 	bar.done()
 	fmt.Fprintf(os.Stderr, "verified %d topics: %d corrupt\n", len(topics), corrupt)
@@ -114,40 +121,86 @@ func verify(args []string) int {
 	return 0
 }
 
-// listTopics returns the topic directories under dir (valid topic names),
-// the directories of interrupted topic deletions, and the topics' bytes in
-// all, for the progress indicator.
-func listTopics(dir string) (topics, deleting []string, total int64, err error) {
+// repairTopic does what the broker's startup would do to a topic verify
+// found repairable: cut a torn tail (an Open), or remove what an
+// interrupted creation left.
+func (v *verifier) repairTopic(rep *storage.TopicReport) error {
+	dir := filepath.Join(v.root, rep.Topic)
+	switch rep.Status {
+	case storage.StatusTornTail:
+		l, err := storage.Open(dir, v.opts)
+		if err == nil {
+			err = l.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Status = "REPAIRED"
+	case storage.StatusInterruptedCreation:
+		removed, err := storage.RemoveUnfinishedTopic(vfs.OS{}, dir)
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Removed = removed
+	}
+	return nil
+}
+
+// rootEntries are the directories of a data root, sorted out as the
+// broker's startup does.
+type rootEntries struct {
+	topics   []string // valid topic names
+	deleting []string // directories of interrupted topic deletions
+	skipped  []string // other directories: not topics, left alone by the broker
+	total    int64    // the topics' segment bytes, for the progress indicator
+}
+
+// listRoot lists the directories under dir; plain files (the lock file)
+// are not reported.
+func listRoot(dir string) (rootEntries, error) {
+	var r rootEntries
 	ents, err := vfs.OS{}.List(dir)
 	if err != nil {
-		return nil, nil, 0, err
+		return r, err
 	}
 	for _, e := range ents {
 		switch {
-		case e.IsDir && contract.ValidateTopic(e.Name) == nil:
-			topics = append(topics, e.Name)
-			total += dirBytes(filepath.Join(dir, e.Name))
-		case e.IsDir && storage.IsDeletingDir(e.Name):
-			deleting = append(deleting, e.Name)
+		case !e.IsDir:
+		case contract.ValidateTopic(e.Name) == nil:
+			r.topics = append(r.topics, e.Name)
+			r.total += dirBytes(filepath.Join(dir, e.Name))
+		case storage.IsDeletingDir(e.Name):
+			r.deleting = append(r.deleting, e.Name)
+		default:
+			r.skipped = append(r.skipped, e.Name)
 		}
 	}
-	return topics, deleting, total, nil
+	return r, nil
 }
 
-// reportDeletions prints one line per directory a topic deletion
-// interrupted by a crash left (the broker removes them when it starts),
-// and removes them with --repair.
-func reportDeletions(dir string, deleting []string, repair bool) error {
+// skipped reports the directories that are not topics; the broker skips
+// them too (with a warning) and never touches them.
+func (v *verifier) skipped(names []string) {
+	for _, n := range names {
+		printReport(v.out, storage.TopicReport{Topic: n, Status: statusSkipped,
+			Detail: "not a topic name; the broker leaves it alone (" + contract.ValidateTopic(n).Error() + ")"}, v.asJSON)
+	}
+}
+
+// deletions prints one line per directory a topic deletion interrupted by
+// a crash left (the broker removes them when it starts), and removes them
+// with --repair.
+func (v *verifier) deletions(deleting []string) error {
 	if len(deleting) == 0 {
 		return nil
 	}
-	if repair {
-		if _, err := storage.FinishDeletions(vfs.OS{}, dir); err != nil {
+	if v.repair {
+		if _, err := storage.FinishDeletions(vfs.OS{}, v.root); err != nil {
 			return err
 		}
 	}
 	for _, d := range deleting {
-		if repair {
+		if v.repair {
 			fmt.Printf("%s INTERRUPTED_DELETION removed\n", d)
 			continue
 		}
@@ -156,6 +209,9 @@ func reportDeletions(dir string, deleting []string, repair bool) error {
 	return nil
 }
 
+// statusSkipped is the status of a directory that is not a topic.
+const statusSkipped = "SKIPPED"
+
 func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 	if asJSON {
 		b, _ := json.Marshal(rep)
@@ -163,6 +219,14 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 		return
 	}
 	switch rep.Status {
+	case statusSkipped:
+		fmt.Fprintf(w, "%-40s %s %s\n", rep.Topic, rep.Status, rep.Detail)
+	case storage.StatusInterruptedCreation:
+		if rep.Removed {
+			fmt.Fprintf(w, "%-40s %s removed\n", rep.Topic, rep.Status)
+			break
+		}
+		fmt.Fprintf(w, "%-40s %s what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or mmmq verify --repair)\n", rep.Topic, rep.Status)
 	case storage.StatusCorrupt:
 		fmt.Fprintf(w, "%-40s CORRUPT at %s: %s\n", rep.Topic, corruptAt(rep.Corruption), rep.Corruption.Reason)
 	case storage.StatusTornTail:

@@ -17,6 +17,15 @@ const (
 	StatusOK       = "OK"        // every indexed entry is valid
 	StatusTornTail = "TORN_TAIL" // repair would cut a never-acknowledged tail on open
 	StatusCorrupt  = "CORRUPT"   // refused: corruption with valid data after it, or a bad old entry
+	// StatusInterruptedCreation: the directory holds only what a topic
+	// creation interrupted before its incarnation id leaves (empty, or
+	// incarnation.tmp); nothing was acknowledged in it, and the broker
+	// removes it when it starts.
+	StatusInterruptedCreation = "INTERRUPTED_CREATION"
+	// StatusInterruptedDeletion: a .deleting- directory, the rest of a
+	// topic deletion a crash interrupted; the broker removes it when it
+	// starts.
+	StatusInterruptedDeletion = "INTERRUPTED_DELETION"
 )
 
 // TopicReport is the result of a full offline check of one topic.
@@ -29,19 +38,40 @@ type TopicReport struct {
 	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
 	Corruption  *CorruptionError `json:"corruption,omitempty"`
 	Checkpoints []string         `json:"checkpointProblems,omitempty"`
+	// Removed: `mmmq verify --repair` removed the directory (an interrupted
+	// creation or deletion).
+	Removed bool `json:"removed,omitempty"`
+	// Detail says more where the status is not about entries (why a
+	// directory is skipped).
+	Detail string `json:"detail,omitempty"`
 }
 
 // Verify walks every index entry and every CRC of the topic in dir without
-// modifying anything (for `mmmq verify`). It first checks the incarnation
-// file and runs repair in check mode (what Open would cut or refuse), then reads every kept entry
-// sequentially, checking that each index entry starts where the previous
-// entry ends and that every CRC matches, and finally checks the checkpoint
-// files. progress, when set, is called with the number of segment bytes
-// scanned since the previous call. The error is for I/O failures only;
-// corruption is reported in the TopicReport.
+// modifying anything (for `mmmq verify`). It first sorts the directory out
+// as startup does: one holding only what an interrupted creation leaves
+// (startup removes it) is StatusInterruptedCreation, one holding neither
+// the incarnation file nor a segment but other entries is CORRUPT. Then it
+// checks the incarnation file, runs repair in check mode (what Open would
+// cut or refuse), reads every kept entry sequentially, checking that each
+// index entry starts where the previous entry ends and that every CRC
+// matches, and finally checks the checkpoint files. progress, when set, is
+// called with the number of segment bytes scanned since the previous call.
+// The error is for I/O failures only; corruption is reported in the
+// TopicReport.
 func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, error) {
 	o := opts.withDefaults()
 	rep := TopicReport{Topic: filepath.Base(dir), Status: StatusOK}
+	// What the broker would remove or refuse before reading a file.
+	switch d, err := inspectTopicDir(o.FS, dir); {
+	case err != nil:
+		return rep, err
+	case d.unfinished():
+		rep.Status = StatusInterruptedCreation
+		return rep, nil
+	case d.refused():
+		rep.Status, rep.Corruption = StatusCorrupt, notATopicError(dir, d)
+		return rep, nil
+	}
 	// The incarnation file first, as Open reads it: a bad one refuses the
 	// topic before repair looks at a segment.
 	var ce *CorruptionError

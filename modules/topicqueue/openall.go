@@ -30,7 +30,10 @@ type Report struct {
 // offset when policy is config.OnCorruptionFail (the default: the log-queue
 // study refuses to start rather than skip records that may have been
 // acknowledged), or is quarantined (Quarantined; publishing to it fails
-// with ErrQuarantined) under config.OnCorruptionQuarantine.
+// with ErrQuarantined) under config.OnCorruptionQuarantine. A directory
+// under a topic name that holds neither a segment nor the incarnation id
+// but other entries (storage.Open) is refused the same way, untouched; one
+// holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
@@ -69,7 +72,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 			rep.Quarantined[name] = ce
 			continue
 		case errors.Is(err, storage.ErrUnfinishedTopic):
-			log.Warn("removed a topic directory a failed or interrupted creation left (no segment, no incarnation id: nothing was acknowledged in it)",
+			log.Warn("removed a topic directory a failed or interrupted creation left (empty, or only incarnation.tmp: nothing was acknowledged in it)",
 				zap.String("topic", name))
 			continue
 		case err != nil:
