@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,26 @@ func fixture(t *testing.T, n int) (root, seg string) {
 		t.Fatal(err)
 	}
 	return root, filepath.Join(root, "t", storage.SegmentName(0)+storage.SegmentExt)
+}
+
+// decodeReports decodes the whole of verify --json's stdout as a stream
+// of JSON reports; anything else in it fails the test.
+func decodeReports(t *testing.T, out string) []storage.TopicReport {
+	t.Helper()
+	var reps []storage.TopicReport
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	for {
+		var rep storage.TopicReport
+		err := dec.Decode(&rep)
+		if err == io.EOF {
+			return reps
+		}
+		if err != nil {
+			t.Fatalf("verify --json output is not JSON records only (%v):\n%s", err, out)
+		}
+		reps = append(reps, rep)
+	}
 }
 
 func size(t *testing.T, path string) int64 {
@@ -100,16 +121,26 @@ func TestVerifyExitCodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(left, "0000000000000000000.mmm"), []byte("x"), 0o644)
+		name := filepath.Base(left)
 		code, out := capture(t, "verify", "--root", root)
-		if code != 0 || !strings.Contains(out, ".deleting-0123456789abcdef INTERRUPTED_DELETION") {
+		if code != 0 || !regexp.MustCompile(`(?m)^`+name+` +INTERRUPTED_DELETION `).MatchString(out) {
 			t.Fatalf("exit %d, output %q", code, out)
+		}
+		// --json: stdout is JSON records only, the deletion one of them.
+		code, out = capture(t, "verify", "--root", root, "--json")
+		reps := decodeReports(t, out)
+		if code != 0 || len(reps) != 2 || reps[0].Topic != name || reps[0].Status != storage.StatusInterruptedDeletion ||
+			reps[0].Removed || reps[1].Topic != "t" || reps[1].Status != storage.StatusOK {
+			t.Fatalf("--json: exit %d, records %+v", code, reps)
 		}
 		if _, err := os.Stat(left); err != nil {
 			t.Fatalf("verify without --repair removed it: %v", err)
 		}
-		code, out = capture(t, "verify", "--root", root, "--repair")
-		if _, err := os.Stat(left); code != 0 || !os.IsNotExist(err) || !strings.Contains(out, "INTERRUPTED_DELETION removed") {
-			t.Fatalf("--repair: exit %d, output %q, stat %v", code, out, err)
+		code, out = capture(t, "verify", "--root", root, "--repair", "--json")
+		reps = decodeReports(t, out)
+		if _, err := os.Stat(left); code != 0 || !os.IsNotExist(err) || len(reps) != 2 || !reps[0].Removed ||
+			reps[0].Status != storage.StatusInterruptedDeletion {
+			t.Fatalf("--repair --json: exit %d, records %+v, stat %v", code, reps, err)
 		}
 	})
 	t.Run("bit flip is corruption: exit 3, files untouched", func(t *testing.T) {
@@ -203,6 +234,19 @@ func TestVerifyForeignAndUnfinishedDirectories(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Fatalf("output:\n%s", out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	status := map[string]string{}
+	for _, rep := range decodeReports(t, out) {
+		status[rep.Topic] = rep.Status
+	}
+	want := map[string]string{
+		"backup": storage.StatusCorrupt, "nested": storage.StatusCorrupt, "used": storage.StatusCorrupt,
+		"left.t": storage.StatusInterruptedCreation, "empty.t": storage.StatusInterruptedCreation,
+		"not a topic": "SKIPPED", ".deleting-not-ours": "SKIPPED", "t": storage.StatusOK,
+	}
+	if code != 3 || fmt.Sprint(status) != fmt.Sprint(want) {
+		t.Fatalf("--json: exit %d, statuses %v, want %v", code, status, want)
 	}
 	code, out = capture(t, "verify", "--root", root, "--repair")
 	if code != 3 || strings.Count(out, "INTERRUPTED_CREATION removed") != 2 {

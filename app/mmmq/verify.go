@@ -187,8 +187,8 @@ func (v *verifier) skipped(names []string) {
 	}
 }
 
-// deletions prints one line per directory a topic deletion interrupted by
-// a crash left (the broker removes them when it starts), and removes them
+// deletions reports each directory a topic deletion interrupted by a
+// crash left (the broker removes them when it starts), and removes them
 // with --repair.
 func (v *verifier) deletions(deleting []string) error {
 	if len(deleting) == 0 {
@@ -200,11 +200,7 @@ func (v *verifier) deletions(deleting []string) error {
 		}
 	}
 	for _, d := range deleting {
-		if v.repair {
-			fmt.Printf("%s INTERRUPTED_DELETION removed\n", d)
-			continue
-		}
-		fmt.Printf("%s INTERRUPTED_DELETION a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)\n", d)
+		printReport(v.out, storage.TopicReport{Topic: d, Status: storage.StatusInterruptedDeletion, Removed: v.repair}, v.asJSON)
 	}
 	return nil
 }
@@ -221,6 +217,12 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 	switch rep.Status {
 	case statusSkipped:
 		fmt.Fprintf(w, "%-40s %s %s\n", rep.Topic, rep.Status, rep.Detail)
+	case storage.StatusInterruptedDeletion:
+		if rep.Removed {
+			fmt.Fprintf(w, "%-40s %s removed\n", rep.Topic, rep.Status)
+			break
+		}
+		fmt.Fprintf(w, "%-40s %s a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)\n", rep.Topic, rep.Status)
 	case storage.StatusInterruptedCreation:
 		if rep.Removed {
 			fmt.Fprintf(w, "%-40s %s removed\n", rep.Topic, rep.Status)
