@@ -149,7 +149,8 @@ type RetentionConfig struct {
 	CheckInterval time.Duration `koanf:"check-interval"`
 	// Topics are per-pattern overrides of max-age and max-bytes; the first
 	// pattern matching a topic wins (dispatcher pattern rules: "*" one
-	// segment, "**" any number). File only. Default none.
+	// segment, "**" any number), so the same pattern twice is refused.
+	// File only. Default none.
 	Topics RetentionTopicsConfig `koanf:"topics"`
 	// KeepUnconsumed keeps every segment that a configured dispatcher, or
 	// a consumer group that committed within GroupIdle, has not read past.
