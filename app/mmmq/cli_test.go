@@ -373,9 +373,11 @@ func TestVerifyArgumentsAnywhere(t *testing.T) {
 }
 
 // verify and dump work on a topic whose start offset is not 0 (retention
-// deleted its first segments), and verify reports an interrupted deletion
-// (a first segment with one file) as something repair finishes, not
-// corruption; --repair finishes it.
+// deleted its first segments): entries counts the entries on disk and
+// next-offset is the high watermark. verify reports an interrupted
+// retention deletion (a first segment with one file) as
+// INTERRUPTED_RETENTION, something repair finishes, not corruption nor a
+// torn tail; --repair finishes it.
 func TestVerifyDumpAfterRetention(t *testing.T) {
 	root := t.TempDir()
 	l, err := storage.Open(filepath.Join(root, "t"), storage.Options{SegmentMaxBytes: 64})
@@ -395,9 +397,15 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := res.StartOffset
+	// entries counts what is on disk; next-offset is the high watermark.
 	code, out := capture(t, "verify", "--root", root)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("OK entries=40 start-offset=%d ", start)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("OK entries=%d start-offset=%d next-offset=40 ", 40-start, start)) {
 		t.Fatalf("verify: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	if reps := decodeReports(t, out); code != 0 || len(reps) != 1 || reps[0].Entries != 40-start ||
+		reps[0].StartOffset != start || reps[0].NextOffset != 40 {
+		t.Fatalf("verify --json: exit %d, %+v; want entries %d, start %d, next 40", code, reps, 40-start, start)
 	}
 	code, out = capture(t, "dump", "--root", root, "--topic", "t", "--from", "0", "--count", "2")
 	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("%d\t", start)) || !strings.Contains(out, fmt.Sprintf(`{"i":%d}`, start+1)) {
@@ -409,8 +417,13 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out = capture(t, "verify", "--root", root)
-	if code == 3 || !strings.Contains(out, "finish interrupted retention deletion") {
+	if code != 0 || !strings.Contains(out, " INTERRUPTED_RETENTION ") || strings.Contains(out, "TORN_TAIL") ||
+		!strings.Contains(out, "finish interrupted retention deletion") {
 		t.Fatalf("verify after an interrupted deletion: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	if reps := decodeReports(t, out); code != 0 || len(reps) != 1 || reps[0].Status != storage.StatusInterruptedRetention {
+		t.Fatalf("verify --json after an interrupted deletion: exit %d, %+v", code, reps)
 	}
 	code, out = capture(t, "verify", "--root", root, "--repair")
 	if code != 0 || !strings.Contains(out, "REPAIRED") {
@@ -420,7 +433,7 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatalf("the lone .mmm is still there: %v", err)
 	}
 	code, out = capture(t, "verify", "--root", root)
-	if code != 0 || !strings.Contains(out, "OK entries=40 start-offset=") {
+	if code != 0 || !strings.Contains(out, "OK entries=") || !strings.Contains(out, " next-offset=40 ") {
 		t.Fatalf("verify after repair: exit %d, output %q", code, out)
 	}
 }

@@ -122,12 +122,12 @@ func (v *verifier) topics(topics []string, total int64) int {
 }
 
 // repairTopic does what the broker's startup would do to a topic verify
-// found repairable: cut a torn tail (an Open), or remove what an
-// interrupted creation left.
+// found repairable: cut a torn tail or finish an interrupted retention
+// deletion (an Open), or remove what an interrupted creation left.
 func (v *verifier) repairTopic(rep *storage.TopicReport) error {
 	dir := filepath.Join(v.root, rep.Topic)
 	switch rep.Status {
-	case storage.StatusTornTail:
+	case storage.StatusTornTail, storage.StatusInterruptedRetention:
 		l, err := storage.Open(dir, v.opts)
 		if err == nil {
 			err = l.Close()
@@ -214,36 +214,36 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 		fmt.Fprintln(w, string(b))
 		return
 	}
-	switch rep.Status {
-	case statusSkipped:
-		fmt.Fprintf(w, "%-40s %s %s\n", rep.Topic, rep.Status, rep.Detail)
-	case storage.StatusInterruptedDeletion:
-		if rep.Removed {
-			fmt.Fprintf(w, "%-40s %s removed\n", rep.Topic, rep.Status)
-			break
-		}
-		fmt.Fprintf(w, "%-40s %s a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)\n", rep.Topic, rep.Status)
-	case storage.StatusInterruptedCreation:
-		if rep.Removed {
-			fmt.Fprintf(w, "%-40s %s removed\n", rep.Topic, rep.Status)
-			break
-		}
-		fmt.Fprintf(w, "%-40s %s what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or mmmq verify --repair)\n", rep.Topic, rep.Status)
-	case storage.StatusCorrupt:
-		fmt.Fprintf(w, "%-40s CORRUPT at %s: %s\n", rep.Topic, corruptAt(rep.Corruption), rep.Corruption.Reason)
-	case storage.StatusTornTail:
-		fmt.Fprintf(w, "%-40s TORN_TAIL would cut %d index bytes, %d segment bytes (%d entries): %s\n", rep.Topic,
-			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
-	default:
-		start := ""
-		if rep.StartOffset > 0 {
-			start = fmt.Sprintf(" start-offset=%d", rep.StartOffset) // retention deleted the offsets below it
-		}
-		fmt.Fprintf(w, "%-40s %s entries=%d%s bytes=%d\n", rep.Topic, rep.Status, rep.Entries, start, rep.Bytes)
-	}
+	fmt.Fprintf(w, "%-40s %s %s\n", rep.Topic, rep.Status, describe(rep))
 	for _, p := range rep.Checkpoints {
 		fmt.Fprintf(w, "%-40s   checkpoint: %s\n", "", p)
 	}
+}
+
+// describe is the text after the status on a report's line.
+func describe(rep storage.TopicReport) string {
+	counts := fmt.Sprintf("entries=%d start-offset=%d next-offset=%d bytes=%d", rep.Entries, rep.StartOffset, rep.NextOffset, rep.Bytes)
+	switch rep.Status {
+	case statusSkipped:
+		return rep.Detail
+	case storage.StatusInterruptedDeletion, storage.StatusInterruptedCreation:
+		switch {
+		case rep.Removed:
+			return "removed"
+		case rep.Status == storage.StatusInterruptedDeletion:
+			return "a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)"
+		}
+		return "what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or mmmq verify --repair)"
+	case storage.StatusCorrupt:
+		return fmt.Sprintf("at %s: %s", corruptAt(rep.Corruption), rep.Corruption.Reason)
+	case storage.StatusTornTail:
+		return fmt.Sprintf("would cut %d index bytes, %d segment bytes (%d entries): %s",
+			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
+	case storage.StatusInterruptedRetention:
+		return fmt.Sprintf("a crash interrupted a retention deletion; the broker finishes it at its next start (or mmmq verify --repair): %s; %s",
+			strings.Join(rep.Recovery.Actions, "; "), counts)
+	}
+	return counts
 }
 
 // corruptAt is where c is, for the CORRUPT line: the file, then "byte N"

@@ -17,6 +17,10 @@ const (
 	StatusOK       = "OK"        // every indexed entry is valid
 	StatusTornTail = "TORN_TAIL" // repair would cut a never-acknowledged tail on open
 	StatusCorrupt  = "CORRUPT"   // refused: corruption with valid data after it, or a bad old entry
+	// StatusInterruptedRetention: the first segment lost one of its two
+	// files to a retention deletion a crash interrupted; repair (the
+	// broker's next start) removes the other one.
+	StatusInterruptedRetention = "INTERRUPTED_RETENTION"
 	// StatusInterruptedCreation: the directory holds only what a topic
 	// creation interrupted before its incarnation id leaves (empty, or
 	// incarnation.tmp); nothing was acknowledged in it, and the broker
@@ -32,8 +36,9 @@ const (
 type TopicReport struct {
 	Topic       string           `json:"topic"`
 	Status      string           `json:"status"`
-	Entries     int64            `json:"entries"`     // the high watermark: one past the last offset
+	Entries     int64            `json:"entries"`     // entries on disk: NextOffset - StartOffset
 	StartOffset int64            `json:"startOffset"` // the first offset stored (above 0 once retention deleted segments)
+	NextOffset  int64            `json:"nextOffset"`  // one past the last offset stored: the high watermark
 	Bytes       int64            `json:"bytes"`
 	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
 	Corruption  *CorruptionError `json:"corruption,omitempty"`
@@ -61,28 +66,12 @@ type TopicReport struct {
 func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, error) {
 	o := opts.withDefaults()
 	rep := TopicReport{Topic: filepath.Base(dir), Status: StatusOK}
-	// What the broker would remove or refuse before reading a file.
-	switch d, err := inspectTopicDir(o.FS, dir); {
-	case err != nil:
-		return rep, err
-	case d.unfinished():
-		rep.Status = StatusInterruptedCreation
-		return rep, nil
-	case d.refused():
-		rep.Status, rep.Corruption = StatusCorrupt, notATopicError(dir, d)
-		return rep, nil
-	}
-	// The incarnation file first, as Open reads it: a bad one refuses the
-	// topic before repair looks at a segment.
-	var ce *CorruptionError
-	if _, err := ReadIncarnation(o.FS, dir); errors.As(err, &ce) {
-		rep.Status, rep.Corruption = StatusCorrupt, ce
-		return rep, nil
-	} else if err != nil {
+	if done, err := verifyDir(o.FS, dir, &rep); done || err != nil {
 		return rep, err
 	}
 	segs, rr, err := repairDir(o.FS, dir, rep.Topic, o, false)
 	rep.Recovery = rr
+	var ce *CorruptionError
 	if errors.As(err, &ce) {
 		rep.Status, rep.Corruption = StatusCorrupt, ce
 		return rep, nil
@@ -90,11 +79,11 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	if err != nil {
 		return rep, err
 	}
-	if !rr.Clean() {
-		rep.Status = StatusTornTail
-	}
+	rep.Status = repairStatus(rr)
 	if len(segs) > 0 {
-		rep.StartOffset = segs[0].base
+		last := segs[len(segs)-1]
+		rep.StartOffset, rep.NextOffset = segs[0].base, last.base+last.count
+		rep.Entries = rep.NextOffset - rep.StartOffset
 	}
 	buf := make([]byte, 0, 64<<10)
 	for _, s := range segs {
@@ -107,11 +96,48 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 			rep.Status, rep.Corruption = StatusCorrupt, ce
 			return rep, nil
 		}
-		rep.Entries = s.base + s.count
 		rep.Bytes += s.size
 	}
-	rep.Checkpoints = verifyCheckpoints(o.FS, dir, rep.Entries)
+	rep.Checkpoints = verifyCheckpoints(o.FS, dir, rep.NextOffset)
 	return rep, nil
+}
+
+// verifyDir is what the broker decides before repair looks at a segment:
+// the directory sorted out (an interrupted creation, startup removes it;
+// a directory that is no topic, refused) and the incarnation file read
+// (a bad one refuses the topic). It reports whether that settled rep.
+func verifyDir(fsys vfs.FS, dir string, rep *TopicReport) (done bool, err error) {
+	switch d, err := inspectTopicDir(fsys, dir); {
+	case err != nil:
+		return true, err
+	case d.unfinished():
+		rep.Status = StatusInterruptedCreation
+		return true, nil
+	case d.refused():
+		rep.Status, rep.Corruption = StatusCorrupt, notATopicError(dir, d)
+		return true, nil
+	}
+	var ce *CorruptionError
+	if _, err := ReadIncarnation(fsys, dir); errors.As(err, &ce) {
+		rep.Status, rep.Corruption = StatusCorrupt, ce
+		return true, nil
+	} else if err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// repairStatus is the status of a topic repair would change as rr says:
+// OK when clean, StatusInterruptedRetention when finishing an interrupted
+// retention deletion is all it would do, else StatusTornTail.
+func repairStatus(rr RepairReport) string {
+	switch {
+	case rr.Clean():
+		return StatusOK
+	case rr.InterruptedRetention != "" && len(rr.Actions) == 1:
+		return StatusInterruptedRetention
+	}
+	return StatusTornTail
 }
 
 // scanSegment reads every entry of s (its files opened read-only for the
