@@ -437,3 +437,18 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatalf("verify after repair: exit %d, output %q", code, out)
 	}
 }
+
+// The help texts say everything verify does: the top-level usage lists
+// --json, and --repair's text names every change it makes.
+func TestVerifyHelpIsComplete(t *testing.T) {
+	_, out := capture(t, "--help")
+	if !strings.Contains(out, "mmmq verify [--root DIR] [--repair] [--json]") {
+		t.Errorf("mmmq --help does not list verify's --json:\n%s", out)
+	}
+	_, out = capture(t, "verify", "--help")
+	for _, want := range []string{"cut torn tails", "finish interrupted retention deletions", ".deleting- directories", "interrupted topic creations", "never touches corruption"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mmmq verify --help lacks %q:\n%s", want, out)
+		}
+	}
+}

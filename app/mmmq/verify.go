@@ -38,8 +38,10 @@ func verify(args []string) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	root := fs.String("root", "", "data root (default mmmq.broker.storage.root-dir)")
 	cfgPath := fs.String("config", "", "YAML config file")
-	repair := fs.Bool("repair", false, "cut torn tails (never touches corruption)")
-	asJSON := fs.Bool("json", false, "print one JSON report per topic")
+	repair := fs.Bool("repair", false, "do what the broker's next start would: cut torn tails, finish interrupted retention deletions,\n"+
+		"remove the .deleting- directories of interrupted topic deletions and the directories of interrupted topic creations\n"+
+		"(never touches corruption; refused while a broker holds the data directory)")
+	asJSON := fs.Bool("json", false, "print one JSON report per line (every topic and directory), nothing else on stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mmmq verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
 		fs.PrintDefaults()
