@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
@@ -205,4 +207,23 @@ func scrape(t *testing.T, base string) string {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// TestDiskGuardLargerThanFilesystemWarnsAtStartup: the default
+// min-free-bytes (256 MiB) on an 8 MiB tmpfs can never be met; the broker
+// says so when it starts, naming both numbers and the key, instead of
+// first at a refused publish.
+func TestDiskGuardLargerThanFilesystemWarnsAtStartup(t *testing.T) {
+	mnt := vfstest.MountTmpfs(t, 8<<20)
+	cfg := testConfig(t, filepath.Join(mnt, "data"))
+	require.Equal(t, int64(storage.DefaultMinFreeBytes), cfg.MMMQ.Broker.Storage.MinFreeBytes)
+	core, logs := observer.New(zapcore.WarnLevel)
+	a, _ := startBroker(t, cfg, fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) }))
+	defer a.RequireStop()
+	warned := logs.FilterMessageSnippet("smaller than mmmq.broker.storage.min-free-bytes").All()
+	require.Len(t, warned, 1, "startup warnings: %v", logs.All())
+	f := warned[0].ContextMap()
+	assert.Equal(t, int64(8<<20), f["filesystem-bytes"])
+	assert.Equal(t, int64(storage.DefaultMinFreeBytes), f["min-free-bytes"])
+	assert.Equal(t, filepath.Join(mnt, "data"), f["dir"])
 }

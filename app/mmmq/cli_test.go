@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,26 @@ func fixture(t *testing.T, n int) (root, seg string) {
 		t.Fatal(err)
 	}
 	return root, filepath.Join(root, "t", storage.SegmentName(0)+storage.SegmentExt)
+}
+
+// decodeReports decodes the whole of verify --json's stdout as a stream
+// of JSON reports; anything else in it fails the test.
+func decodeReports(t *testing.T, out string) []storage.TopicReport {
+	t.Helper()
+	var reps []storage.TopicReport
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	for {
+		var rep storage.TopicReport
+		err := dec.Decode(&rep)
+		if err == io.EOF {
+			return reps
+		}
+		if err != nil {
+			t.Fatalf("verify --json output is not JSON records only (%v):\n%s", err, out)
+		}
+		reps = append(reps, rep)
+	}
 }
 
 func size(t *testing.T, path string) int64 {
@@ -100,16 +121,26 @@ func TestVerifyExitCodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(left, "0000000000000000000.mmm"), []byte("x"), 0o644)
+		name := filepath.Base(left)
 		code, out := capture(t, "verify", "--root", root)
-		if code != 0 || !strings.Contains(out, ".deleting-0123456789abcdef INTERRUPTED_DELETION") {
+		if code != 0 || !regexp.MustCompile(`(?m)^`+name+` +INTERRUPTED_DELETION `).MatchString(out) {
 			t.Fatalf("exit %d, output %q", code, out)
+		}
+		// --json: stdout is JSON records only, the deletion one of them.
+		code, out = capture(t, "verify", "--root", root, "--json")
+		reps := decodeReports(t, out)
+		if code != 0 || len(reps) != 2 || reps[0].Topic != name || reps[0].Status != storage.StatusInterruptedDeletion ||
+			reps[0].Removed || reps[1].Topic != "t" || reps[1].Status != storage.StatusOK {
+			t.Fatalf("--json: exit %d, records %+v", code, reps)
 		}
 		if _, err := os.Stat(left); err != nil {
 			t.Fatalf("verify without --repair removed it: %v", err)
 		}
-		code, out = capture(t, "verify", "--root", root, "--repair")
-		if _, err := os.Stat(left); code != 0 || !os.IsNotExist(err) || !strings.Contains(out, "INTERRUPTED_DELETION removed") {
-			t.Fatalf("--repair: exit %d, output %q, stat %v", code, out, err)
+		code, out = capture(t, "verify", "--root", root, "--repair", "--json")
+		reps = decodeReports(t, out)
+		if _, err := os.Stat(left); code != 0 || !os.IsNotExist(err) || len(reps) != 2 || !reps[0].Removed ||
+			reps[0].Status != storage.StatusInterruptedDeletion {
+			t.Fatalf("--repair --json: exit %d, records %+v, stat %v", code, reps, err)
 		}
 	})
 	t.Run("bit flip is corruption: exit 3, files untouched", func(t *testing.T) {
@@ -132,6 +163,110 @@ func TestVerifyExitCodes(t *testing.T) {
 			t.Fatal("--repair modified a corrupt segment")
 		}
 	})
+}
+
+// A damaged incarnation file stops the broker, so verify reports it as
+// corruption (exit 3) naming the file, with no offset (none applies).
+func TestVerifyBadIncarnationIsCorrupt(t *testing.T) {
+	for name, content := range map[string]string{"garbled": "zzzz\n", "empty": ""} {
+		t.Run(name, func(t *testing.T) {
+			root, _ := fixture(t, 3)
+			inc := filepath.Join(root, "t", storage.IncarnationFile)
+			if err := os.WriteFile(inc, []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out := capture(t, "verify", "--root", root)
+			if code != 3 || !strings.Contains(out, "CORRUPT at "+inc+" byte 0: incarnation file is not 32 hex digits") ||
+				strings.Contains(out, "offset") {
+				t.Fatalf("exit %d, output %q; want exit 3 and CORRUPT naming %s without an offset", code, out, inc)
+			}
+			code, out = capture(t, "verify", "--root", root, "--json")
+			var rep storage.TopicReport
+			if code != 3 || json.Unmarshal([]byte(strings.TrimSpace(out)), &rep) != nil || rep.Status != storage.StatusCorrupt {
+				t.Fatalf("--json: exit %d, output %q", code, out)
+			}
+			if b, _ := os.ReadFile(inc); string(b) != content {
+				t.Fatalf("verify changed the incarnation file: %q", b)
+			}
+		})
+	}
+}
+
+// verify sorts out the data root as the broker's startup does: a
+// directory under a topic name holding neither segment nor incarnation id
+// but other files is CORRUPT (startup refuses it), an interrupted creation
+// is reported and only --repair removes it, a directory that is not a
+// topic name is SKIPPED; --repair leaves every foreign file alone.
+func TestVerifyForeignAndUnfinishedDirectories(t *testing.T) {
+	root, _ := fixture(t, 3)
+	files := map[string]string{
+		"backup/readme.txt":               "important\n",
+		"nested/deep/f":                   "n\n",
+		"used/checkpoints/foo.checkpoint": "\x00\x00\x00\x00\x00\x00\x00\x07",
+		"not a topic/f":                   "f",
+		".deleting-not-ours/keep":         "k",
+		"left.t/" + storage.IncarnationFile + storage.TmpExt: "",
+	}
+	for name, data := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "empty.t"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, out := capture(t, "verify", "--root", root)
+	for _, want := range []string{
+		"backup ", "CORRUPT at " + filepath.Join(root, "backup") + ": directory holds no segment and no incarnation id but holds readme.txt",
+		"but holds deep/", "but holds checkpoints/",
+		"not a topic", "SKIPPED not a topic name", ".deleting-not-ours", "left.t", "empty.t", "INTERRUPTED_CREATION",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verify output lacks %q", want)
+		}
+	}
+	if code != 3 {
+		t.Errorf("exit %d, want 3 (startup would refuse backup, nested and used)", code)
+	}
+	if t.Failed() {
+		t.Fatalf("output:\n%s", out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	status := map[string]string{}
+	for _, rep := range decodeReports(t, out) {
+		status[rep.Topic] = rep.Status
+	}
+	want := map[string]string{
+		"backup": storage.StatusCorrupt, "nested": storage.StatusCorrupt, "used": storage.StatusCorrupt,
+		"left.t": storage.StatusInterruptedCreation, "empty.t": storage.StatusInterruptedCreation,
+		"not a topic": "SKIPPED", ".deleting-not-ours": "SKIPPED", "t": storage.StatusOK,
+	}
+	if code != 3 || fmt.Sprint(status) != fmt.Sprint(want) {
+		t.Fatalf("--json: exit %d, statuses %v, want %v", code, status, want)
+	}
+	code, out = capture(t, "verify", "--root", root, "--repair")
+	if code != 3 || strings.Count(out, "INTERRUPTED_CREATION removed") != 2 {
+		t.Fatalf("--repair: exit %d, output:\n%s", code, out)
+	}
+	for name, data := range files {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if strings.HasPrefix(name, "left.t/") {
+			if !os.IsNotExist(err) {
+				t.Errorf("%s: still there after --repair (%v)", name, err)
+			}
+			continue
+		}
+		if err != nil || string(b) != data {
+			t.Errorf("%s after --repair: %q, %v; want it untouched", name, b, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "empty.t")); !os.IsNotExist(err) {
+		t.Errorf("empty.t after --repair: %v, want removed", err)
+	}
 }
 
 func TestDump(t *testing.T) {
@@ -238,9 +373,11 @@ func TestVerifyArgumentsAnywhere(t *testing.T) {
 }
 
 // verify and dump work on a topic whose start offset is not 0 (retention
-// deleted its first segments), and verify reports an interrupted deletion
-// (a first segment with one file) as something repair finishes, not
-// corruption; --repair finishes it.
+// deleted its first segments): entries counts the entries on disk and
+// next-offset is the high watermark. verify reports an interrupted
+// retention deletion (a first segment with one file) as
+// INTERRUPTED_RETENTION, something repair finishes, not corruption nor a
+// torn tail; --repair finishes it.
 func TestVerifyDumpAfterRetention(t *testing.T) {
 	root := t.TempDir()
 	l, err := storage.Open(filepath.Join(root, "t"), storage.Options{SegmentMaxBytes: 64})
@@ -260,9 +397,15 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := res.StartOffset
+	// entries counts what is on disk; next-offset is the high watermark.
 	code, out := capture(t, "verify", "--root", root)
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("OK entries=40 start-offset=%d ", start)) {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("OK entries=%d start-offset=%d next-offset=40 ", 40-start, start)) {
 		t.Fatalf("verify: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	if reps := decodeReports(t, out); code != 0 || len(reps) != 1 || reps[0].Entries != 40-start ||
+		reps[0].StartOffset != start || reps[0].NextOffset != 40 {
+		t.Fatalf("verify --json: exit %d, %+v; want entries %d, start %d, next 40", code, reps, 40-start, start)
 	}
 	code, out = capture(t, "dump", "--root", root, "--topic", "t", "--from", "0", "--count", "2")
 	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("%d\t", start)) || !strings.Contains(out, fmt.Sprintf(`{"i":%d}`, start+1)) {
@@ -274,8 +417,13 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out = capture(t, "verify", "--root", root)
-	if code == 3 || !strings.Contains(out, "finish interrupted retention deletion") {
+	if code != 0 || !strings.Contains(out, " INTERRUPTED_RETENTION ") || strings.Contains(out, "TORN_TAIL") ||
+		!strings.Contains(out, "finish interrupted retention deletion") {
 		t.Fatalf("verify after an interrupted deletion: exit %d, output %q", code, out)
+	}
+	code, out = capture(t, "verify", "--root", root, "--json")
+	if reps := decodeReports(t, out); code != 0 || len(reps) != 1 || reps[0].Status != storage.StatusInterruptedRetention {
+		t.Fatalf("verify --json after an interrupted deletion: exit %d, %+v", code, reps)
 	}
 	code, out = capture(t, "verify", "--root", root, "--repair")
 	if code != 0 || !strings.Contains(out, "REPAIRED") {
@@ -285,7 +433,22 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatalf("the lone .mmm is still there: %v", err)
 	}
 	code, out = capture(t, "verify", "--root", root)
-	if code != 0 || !strings.Contains(out, "OK entries=40 start-offset=") {
+	if code != 0 || !strings.Contains(out, "OK entries=") || !strings.Contains(out, " next-offset=40 ") {
 		t.Fatalf("verify after repair: exit %d, output %q", code, out)
+	}
+}
+
+// The help texts say everything verify does: the top-level usage lists
+// --json, and --repair's text names every change it makes.
+func TestVerifyHelpIsComplete(t *testing.T) {
+	_, out := capture(t, "--help")
+	if !strings.Contains(out, "mmmq verify [--root DIR] [--repair] [--json]") {
+		t.Errorf("mmmq --help does not list verify's --json:\n%s", out)
+	}
+	_, out = capture(t, "verify", "--help")
+	for _, want := range []string{"cut torn tails", "finish interrupted retention deletions", ".deleting- directories", "interrupted topic creations", "never touches corruption"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mmmq verify --help lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -144,3 +144,20 @@ func TestConfigCheckUsage(t *testing.T) {
 		}
 	}
 }
+
+// config check refuses a topic pattern serve would refuse, with serve's
+// one-line error naming the key, instead of saying "configuration OK".
+func TestConfigCheckRefusesInvalidPatterns(t *testing.T) {
+	for name, body := range map[string]string{
+		"mmmq.broker.dispatchers[0].patterns[0]":  "mmmq:\n  broker:\n    dispatchers:\n      - {name: d, host: \"http://localhost:8081\", patterns: [\"a..b\"]}\n",
+		"mmmq.broker.retention.topics[0].pattern": "mmmq:\n  broker:\n    retention:\n      topics: [{pattern: \"a..b\", max-age: 1h}]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := captureAll(t, "config", "check", "--config", writeConfig(t, body))
+			if code != 1 || strings.Contains(out, "configuration OK") ||
+				!strings.Contains(errOut, name+`: invalid topic pattern "a..b": '..' at byte 1`) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 naming %s", code, out, errOut, name)
+			}
+		})
+	}
+}

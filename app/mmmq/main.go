@@ -2,7 +2,7 @@
 //
 //	mmmq [serve] [--config FILE]        run the broker (default command)
 //	mmmq config check [--config FILE]   validate the configuration as serve would; print it with sources
-//	mmmq verify [--root DIR] [--repair] offline check of every topic; exit 3 on corruption
+//	mmmq verify [--root DIR] [--repair] [--json]  offline check of every topic; exit 3 on corruption
 //	mmmq dump --topic T [--root DIR] [--from N] [--count K]
 //	mmmq version
 //
@@ -67,7 +67,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   mmmq [serve] [--config FILE]          run the broker (default: configs/mmmq.yaml if present)
   mmmq config check [--config FILE]     validate the configuration as serve would; print each key and its source
-  mmmq verify [--root DIR] [--repair]   check every entry and CRC offline; exit 3 on corruption
+  mmmq verify [--root DIR] [--repair] [--json]
+                                        check every entry and CRC offline; exit 3 on corruption
   mmmq dump --topic T [--root DIR] [--from N] [--count K]
   mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
   mmmq version

@@ -38,8 +38,10 @@ func verify(args []string) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	root := fs.String("root", "", "data root (default mmmq.broker.storage.root-dir)")
 	cfgPath := fs.String("config", "", "YAML config file")
-	repair := fs.Bool("repair", false, "cut torn tails (never touches corruption)")
-	asJSON := fs.Bool("json", false, "print one JSON report per topic")
+	repair := fs.Bool("repair", false, "do what the broker's next start would: cut torn tails, finish interrupted retention deletions,\n"+
+		"remove the .deleting- directories of interrupted topic deletions and the directories of interrupted topic creations\n"+
+		"(never touches corruption; refused while a broker holds the data directory)")
+	asJSON := fs.Bool("json", false, "print one JSON report per line (every topic and directory), nothing else on stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mmmq verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
 		fs.PrintDefaults()
@@ -61,7 +63,7 @@ func verify(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 2
 	}
-	topics, deleting, total, err := listTopics(dir)
+	ents, err := listRoot(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
 		return 1
@@ -75,36 +77,43 @@ func verify(args []string) int {
 		}
 		defer release()
 	}
-	if err := reportDeletions(dir, deleting, *repair); err != nil {
+	v := &verifier{root: dir, opts: storageOptions(cfg), repair: *repair, asJSON: *asJSON, out: os.Stdout}
+	if err := v.deletions(ents.deleting); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
 		return 1
 	}
+	v.skipped(ents.skipped)
+	return v.topics(ents.topics, ents.total)
+}
+
+// verifier is one run of `mmmq verify` over the data root.
+type verifier struct {
+	root   string
+	opts   storage.Options
+	repair bool
+	asJSON bool
+	out    io.Writer
+}
+
+// topics verifies every topic directory (and repairs with --repair) and
+// returns the exit code: 3 when one is corrupt, 1 on an I/O error.
+func (v *verifier) topics(topics []string, total int64) int {
 	bar := newProgress(os.Stderr, total)
-	opts := storageOptions(cfg)
 	corrupt := 0
 	for _, t := range topics {
-		rep, err := storage.Verify(filepath.Join(dir, t), opts, bar.add)
+		rep, err := storage.Verify(filepath.Join(v.root, t), v.opts, bar.add)
+		bar.clear()
+		if err == nil && v.repair {
+			err = v.repairTopic(&rep)
+		}
 		if err != nil {
-			bar.clear()
 			fmt.Fprintf(os.Stderr, "mmmq verify: %s: %v\n", t, err)
 			return 1
-		}
-		bar.clear()
-		if *repair && rep.Status == storage.StatusTornTail {
-			l, err := storage.Open(filepath.Join(dir, t), opts)
-			if err == nil {
-				err = l.Close()
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "mmmq verify: repair %s: %v\n", t, err)
-				return 1
-			}
-			rep.Status = "REPAIRED"
 		}
 		if rep.Status == storage.StatusCorrupt {
 			corrupt++
 		}
-		printReport(os.Stdout, rep, *asJSON)
+		printReport(v.out, rep, v.asJSON)
 	}
 	bar.done()
 	fmt.Fprintf(os.Stderr, "verified %d topics: %d corrupt\n", len(topics), corrupt)
@@ -114,47 +123,92 @@ func verify(args []string) int {
 	return 0
 }
 
-// listTopics returns the topic directories under dir (valid topic names),
-// the directories of interrupted topic deletions, and the topics' bytes in
-// all, for the progress indicator.
-func listTopics(dir string) (topics, deleting []string, total int64, err error) {
+// repairTopic does what the broker's startup would do to a topic verify
+// found repairable: cut a torn tail or finish an interrupted retention
+// deletion (an Open), or remove what an interrupted creation left.
+func (v *verifier) repairTopic(rep *storage.TopicReport) error {
+	dir := filepath.Join(v.root, rep.Topic)
+	switch rep.Status {
+	case storage.StatusTornTail, storage.StatusInterruptedRetention:
+		l, err := storage.Open(dir, v.opts)
+		if err == nil {
+			err = l.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Status = "REPAIRED"
+	case storage.StatusInterruptedCreation:
+		removed, err := storage.RemoveUnfinishedTopic(vfs.OS{}, dir)
+		if err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+		rep.Removed = removed
+	}
+	return nil
+}
+
+// rootEntries are the directories of a data root, sorted out as the
+// broker's startup does.
+type rootEntries struct {
+	topics   []string // valid topic names
+	deleting []string // directories of interrupted topic deletions
+	skipped  []string // other directories: not topics, left alone by the broker
+	total    int64    // the topics' segment bytes, for the progress indicator
+}
+
+// listRoot lists the directories under dir; plain files (the lock file)
+// are not reported.
+func listRoot(dir string) (rootEntries, error) {
+	var r rootEntries
 	ents, err := vfs.OS{}.List(dir)
 	if err != nil {
-		return nil, nil, 0, err
+		return r, err
 	}
 	for _, e := range ents {
 		switch {
-		case e.IsDir && contract.ValidateTopic(e.Name) == nil:
-			topics = append(topics, e.Name)
-			total += dirBytes(filepath.Join(dir, e.Name))
-		case e.IsDir && storage.IsDeletingDir(e.Name):
-			deleting = append(deleting, e.Name)
+		case !e.IsDir:
+		case contract.ValidateTopic(e.Name) == nil:
+			r.topics = append(r.topics, e.Name)
+			r.total += dirBytes(filepath.Join(dir, e.Name))
+		case storage.IsDeletingDir(e.Name):
+			r.deleting = append(r.deleting, e.Name)
+		default:
+			r.skipped = append(r.skipped, e.Name)
 		}
 	}
-	return topics, deleting, total, nil
+	return r, nil
 }
 
-// reportDeletions prints one line per directory a topic deletion
-// interrupted by a crash left (the broker removes them when it starts),
-// and removes them with --repair.
-func reportDeletions(dir string, deleting []string, repair bool) error {
+// skipped reports the directories that are not topics; the broker skips
+// them too (with a warning) and never touches them.
+func (v *verifier) skipped(names []string) {
+	for _, n := range names {
+		printReport(v.out, storage.TopicReport{Topic: n, Status: statusSkipped,
+			Detail: "not a topic name; the broker leaves it alone (" + contract.ValidateTopic(n).Error() + ")"}, v.asJSON)
+	}
+}
+
+// deletions reports each directory a topic deletion interrupted by a
+// crash left (the broker removes them when it starts), and removes them
+// with --repair.
+func (v *verifier) deletions(deleting []string) error {
 	if len(deleting) == 0 {
 		return nil
 	}
-	if repair {
-		if _, err := storage.FinishDeletions(vfs.OS{}, dir); err != nil {
+	if v.repair {
+		if _, err := storage.FinishDeletions(vfs.OS{}, v.root); err != nil {
 			return err
 		}
 	}
 	for _, d := range deleting {
-		if repair {
-			fmt.Printf("%s INTERRUPTED_DELETION removed\n", d)
-			continue
-		}
-		fmt.Printf("%s INTERRUPTED_DELETION a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)\n", d)
+		printReport(v.out, storage.TopicReport{Topic: d, Status: storage.StatusInterruptedDeletion, Removed: v.repair}, v.asJSON)
 	}
 	return nil
 }
+
+// statusSkipped is the status of a directory that is not a topic.
+const statusSkipped = "SKIPPED"
 
 func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 	if asJSON {
@@ -162,23 +216,49 @@ func printReport(w io.Writer, rep storage.TopicReport, asJSON bool) {
 		fmt.Fprintln(w, string(b))
 		return
 	}
-	switch rep.Status {
-	case storage.StatusCorrupt:
-		c := rep.Corruption
-		fmt.Fprintf(w, "%-40s CORRUPT at %s byte %d offset %d: %s\n", rep.Topic, c.File, c.Pos, c.Offset, c.Reason)
-	case storage.StatusTornTail:
-		fmt.Fprintf(w, "%-40s TORN_TAIL would cut %d index bytes, %d segment bytes (%d entries): %s\n", rep.Topic,
-			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
-	default:
-		start := ""
-		if rep.StartOffset > 0 {
-			start = fmt.Sprintf(" start-offset=%d", rep.StartOffset) // retention deleted the offsets below it
-		}
-		fmt.Fprintf(w, "%-40s %s entries=%d%s bytes=%d\n", rep.Topic, rep.Status, rep.Entries, start, rep.Bytes)
-	}
+	fmt.Fprintf(w, "%-40s %s %s\n", rep.Topic, rep.Status, describe(rep))
 	for _, p := range rep.Checkpoints {
 		fmt.Fprintf(w, "%-40s   checkpoint: %s\n", "", p)
 	}
+}
+
+// describe is the text after the status on a report's line.
+func describe(rep storage.TopicReport) string {
+	counts := fmt.Sprintf("entries=%d start-offset=%d next-offset=%d bytes=%d", rep.Entries, rep.StartOffset, rep.NextOffset, rep.Bytes)
+	switch rep.Status {
+	case statusSkipped:
+		return rep.Detail
+	case storage.StatusInterruptedDeletion, storage.StatusInterruptedCreation:
+		switch {
+		case rep.Removed:
+			return "removed"
+		case rep.Status == storage.StatusInterruptedDeletion:
+			return "a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)"
+		}
+		return "what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or mmmq verify --repair)"
+	case storage.StatusCorrupt:
+		return fmt.Sprintf("at %s: %s", corruptAt(rep.Corruption), rep.Corruption.Reason)
+	case storage.StatusTornTail:
+		return fmt.Sprintf("would cut %d index bytes, %d segment bytes (%d entries): %s",
+			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
+	case storage.StatusInterruptedRetention:
+		return fmt.Sprintf("a crash interrupted a retention deletion; the broker finishes it at its next start (or mmmq verify --repair): %s; %s",
+			strings.Join(rep.Recovery.Actions, "; "), counts)
+	}
+	return counts
+}
+
+// corruptAt is where c is, for the CORRUPT line: the file, then "byte N"
+// and "offset N" when they apply (a whole-file problem has neither).
+func corruptAt(c *storage.CorruptionError) string {
+	s := c.File
+	if c.Pos >= 0 {
+		s += fmt.Sprintf(" byte %d", c.Pos)
+	}
+	if c.Offset >= 0 {
+		s += fmt.Sprintf(" offset %d", c.Offset)
+	}
+	return s
 }
 
 func dirBytes(dir string) int64 {

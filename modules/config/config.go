@@ -149,15 +149,19 @@ type RetentionConfig struct {
 	CheckInterval time.Duration `koanf:"check-interval"`
 	// Topics are per-pattern overrides of max-age and max-bytes; the first
 	// pattern matching a topic wins (dispatcher pattern rules: "*" one
-	// segment, "**" any number). File only. Default none.
+	// segment, "**" any number), so the same pattern twice is refused.
+	// File only. Default none.
 	Topics RetentionTopicsConfig `koanf:"topics"`
 	// KeepUnconsumed keeps every segment that a configured dispatcher, or
-	// a consumer group that committed within GroupIdle, has not read past.
-	// Checkpoints of dispatchers no longer configured hold nothing.
+	// a consumer group that committed or fetched within GroupIdle, has not
+	// read past. Only groups used since the broker started count: after a
+	// restart a group holds nothing until a consumer fetches or commits
+	// again. Checkpoints of dispatchers no longer configured hold nothing.
 	// Default false.
 	KeepUnconsumed bool `koanf:"keep-unconsumed"`
-	// GroupIdle: a consumer group that has not committed for this long no
-	// longer holds data under keep-unconsumed. Default 24h.
+	// GroupIdle: a consumer group that has neither committed nor fetched
+	// for this long no longer holds data under keep-unconsumed. Default
+	// 24h.
 	GroupIdle time.Duration `koanf:"group-idle"`
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -465,4 +466,45 @@ mmmq:
 	_, err = load(t, "", "MMMQ_BROKER_RETENTION_TOPICS=x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "can only be set in the YAML file")
+}
+
+// TestPatternsValidatedAsServeDoes: a topic pattern serve would refuse (a
+// dispatcher's or a retention override's) fails validation, naming its key
+// and saying why with the parser's own words, so `mmmq config check` never
+// says OK for a configuration serve refuses; a retention pattern given
+// twice is refused, naming both overrides.
+func TestPatternsValidatedAsServeDoes(t *testing.T) {
+	for _, p := range []string{"a..b", "a.b*", "***", "/etc", "a b", ".", "*a", "a.", "ä"} {
+		t.Run(p, func(t *testing.T) {
+			_, err := load(t, dispatcherYAML(fmt.Sprintf("patterns: [order.**, %q]", p)))
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrInvalidValue)
+			assert.Contains(t, err.Error(), fmt.Sprintf("config: mmmq.broker.dispatchers[0].patterns[1]: invalid topic pattern %q: ", p))
+
+			_, err = load(t, fmt.Sprintf("mmmq: {broker: {retention: {topics: [{pattern: %q, max-age: 1h}]}}}", p))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), fmt.Sprintf("config: mmmq.broker.retention.topics[0].pattern: invalid topic pattern %q: ", p))
+		})
+	}
+	_, err := load(t, `
+mmmq:
+  broker:
+    retention:
+      topics:
+        - {pattern: "metrics.**", max-age: 1h}
+        - {pattern: "logs.*", max-age: 2h}
+        - {pattern: "metrics.**", max-age: 3h}
+`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `config: mmmq.broker.retention.topics[2].pattern: duplicate pattern "metrics.**" (also mmmq.broker.retention.topics[0].pattern)`)
+	assert.NotContains(t, err.Error(), "topics[1]")
+
+	_, err = load(t, `
+mmmq:
+  broker:
+    dispatchers: [{name: d, host: "http://h:1", patterns: ["order.**", "*", "a.**.b"]}]
+    retention:
+      topics: [{pattern: "metrics.**", max-age: 1h}, {pattern: "**", max-age: 2h}]
+`)
+	require.NoError(t, err, "valid patterns")
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // dispatcherNameRE is the allowed dispatcher name; the name is also a file
@@ -92,19 +94,7 @@ func (c *Config) Validate() error {
 		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, d, seen, i)
 	}
 
-	r := b.Retention
-	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge)
-	v.intRange("mmmq.broker.retention.max-bytes", r.MaxBytes, 0, math.MaxInt64)
-	v.positive("mmmq.broker.retention.check-interval", r.CheckInterval)
-	v.positive("mmmq.broker.retention.group-idle", r.GroupIdle)
-	for i, tc := range r.Topics {
-		key := fmt.Sprintf("%s[%d]", retentionTopicsKey, i)
-		if strings.TrimSpace(tc.Pattern) == "" {
-			v.add(invalid(key+".pattern", "must not be empty"))
-		}
-		v.nonNegative(key+".max-age", tc.MaxAge)
-		v.intRange(key+".max-bytes", tc.MaxBytes, 0, math.MaxInt64)
-	}
+	v.retention(b.Retention)
 
 	v.nonNegative("mmmq.broker.dedup.window", b.Dedup.Window)
 	v.intRange("mmmq.broker.dedup.max-ids", int64(b.Dedup.MaxIDs), 1, math.MaxInt32)
@@ -173,6 +163,44 @@ func (v *validator) positive(key string, d time.Duration) {
 	}
 }
 
+// retention checks mmmq.broker.retention. Two overrides with the same
+// pattern are refused: the first one that matches a topic wins, so the
+// second could never apply.
+func (v *validator) retention(r RetentionConfig) {
+	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge)
+	v.intRange("mmmq.broker.retention.max-bytes", r.MaxBytes, 0, math.MaxInt64)
+	v.positive("mmmq.broker.retention.check-interval", r.CheckInterval)
+	v.positive("mmmq.broker.retention.group-idle", r.GroupIdle)
+	first := map[string]int{} // pattern -> index of its first override
+	for i, tc := range r.Topics {
+		key := fmt.Sprintf("%s[%d]", retentionTopicsKey, i)
+		if v.pattern(key+".pattern", tc.Pattern) {
+			if j, dup := first[tc.Pattern]; dup {
+				v.add(invalid(key+".pattern", "duplicate pattern %q (also %s[%d].pattern): the first override that matches a topic wins, so this one would never apply",
+					tc.Pattern, retentionTopicsKey, j))
+			} else {
+				first[tc.Pattern] = i
+			}
+		}
+		v.nonNegative(key+".max-age", tc.MaxAge)
+		v.intRange(key+".max-bytes", tc.MaxBytes, 0, math.MaxInt64)
+	}
+}
+
+// pattern checks a topic pattern with the parser serve uses
+// (contract.ValidatePattern) and reports whether it is valid.
+func (v *validator) pattern(key, p string) bool {
+	if strings.TrimSpace(p) == "" {
+		v.add(invalid(key, "must not be empty"))
+		return false
+	}
+	if err := contract.ValidatePattern(p); err != nil {
+		v.add(invalid(key, "%v", err))
+		return false
+	}
+	return true
+}
+
 func (v *validator) path(key, p string) {
 	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?# ") {
 		v.add(invalid(key, "must start with \"/\" and hold no query, fragment or spaces; got %q", p))
@@ -197,9 +225,7 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfi
 		v.add(invalid(key+".patterns", "must list at least one topic pattern"))
 	}
 	for j, p := range d.Patterns {
-		if p == "" {
-			v.add(invalid(fmt.Sprintf("%s.patterns[%d]", key, j), "must not be empty"))
-		}
+		v.pattern(fmt.Sprintf("%s.patterns[%d]", key, j), p)
 	}
 	inheritsBad := func(own, inherited any, defKey string) bool {
 		return own == inherited && v.failed(defKey)

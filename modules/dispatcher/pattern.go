@@ -1,11 +1,9 @@
 package dispatcher
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // segKind is the kind of one pattern segment.
@@ -42,37 +40,23 @@ type Pattern struct {
 // when s is empty, longer than topicqueue.MaxNameBytes (249) bytes, has an empty
 // segment (leading, trailing or doubled '.'), or has a segment that is
 // neither [A-Za-z0-9_-]+ nor exactly "*" or "**" (so "a*", "*a", "***" are
-// errors: wildcards are whole segments only).
+// errors: wildcards are whole segments only). The syntax check is
+// contract.ValidatePattern, which configuration validation runs too.
 func ParsePattern(s string) (Pattern, error) {
-	if s == "" {
-		return Pattern{}, fmt.Errorf("invalid topic pattern %q: empty", s)
-	}
-	if len(s) > topicqueue.MaxNameBytes {
-		return Pattern{}, fmt.Errorf("invalid topic pattern %.40q...: %d bytes, at most %d", s, len(s), topicqueue.MaxNameBytes)
+	if err := contract.ValidatePattern(s); err != nil {
+		return Pattern{}, err
 	}
 	parts := strings.Split(s, ".")
 	segs := make([]segment, 0, len(parts))
-	pos := 0
 	for _, p := range parts {
-		switch {
-		case p == "":
-			return Pattern{}, fmt.Errorf("invalid topic pattern %q: %s", s, emptySegment(s, pos))
-		case p == "*":
+		switch p {
+		case "*":
 			segs = append(segs, segment{kind: segOne})
-		case p == "**":
+		case "**":
 			segs = append(segs, segment{kind: segAny})
 		default:
-			for i := 0; i < len(p); i++ {
-				if p[i] == '*' {
-					return Pattern{}, fmt.Errorf("invalid topic pattern %q: segment %q: '*' and '**' must be a whole segment", s, p)
-				}
-				if !segmentByte(p[i]) {
-					return Pattern{}, fmt.Errorf("invalid topic pattern %q: byte %d is %q; segments may hold only [A-Za-z0-9_-], '*' or '**'", s, pos+i, p[i])
-				}
-			}
 			segs = append(segs, segment{kind: segLiteral, lit: p})
 		}
-		pos += len(p) + 1
 	}
 	return Pattern{raw: s, segs: segs}, nil
 }
@@ -127,21 +111,4 @@ func (p Pattern) Match(topic string) bool {
 		next, cur = cur, next
 	}
 	return next[0]
-}
-
-// segmentByte reports whether c may appear in a literal segment
-// ([A-Za-z0-9_-], the same characters as a topic name segment).
-func segmentByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
-
-// emptySegment says where the empty segment starting at byte pos of s is.
-func emptySegment(s string, pos int) string {
-	switch {
-	case pos == 0:
-		return "leading '.'"
-	case pos >= len(s):
-		return "trailing '.'"
-	}
-	return fmt.Sprintf("'..' at byte %d", pos-1)
 }

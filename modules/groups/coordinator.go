@@ -162,9 +162,9 @@ type group struct {
 	mu    sync.Mutex
 	lease *lease // nil: free
 
-	// active is when the group was opened by this coordinator or last
-	// committed (Unix ns): what retention's keep-unconsumed compares with
-	// mmmq.broker.retention.group-idle.
+	// active is when the group was opened by this coordinator, or last
+	// fetched or committed (Unix ns): what retention's keep-unconsumed
+	// compares with mmmq.broker.retention.group-idle.
 	active atomic.Int64
 	// expiredTo: offsets below it that retention deleted were already
 	// counted (and warned about) as never delivered to this group, so a
@@ -299,10 +299,11 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 }
 
 // Holding returns the lowest committed offset among the groups of topic
-// that this coordinator opened or that committed at or after since, and
-// false when there is none: the offset from which retention's
-// keep-unconsumed must keep the topic's data. Groups not used since the
-// broker started hold nothing until a consumer uses them again.
+// that this coordinator opened, or that fetched or committed, at or after
+// since, and false when there is none: the offset from which retention's
+// keep-unconsumed must keep the topic's data. Only groups used since the
+// broker started count: a group's checkpoint on disk holds nothing until a
+// consumer uses the group again.
 func (c *Coordinator) Holding(topic string, since time.Time) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

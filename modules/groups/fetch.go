@@ -77,6 +77,7 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 		return Batch{}, err
 	}
 	defer unhold()
+	g.active.Store(time.Now().UnixNano()) // a fetch is activity (keep-unconsumed)
 
 	var timeout <-chan time.Time
 	if wait > 0 {

@@ -57,6 +57,15 @@ func splitBatch(r *http.Request, body []byte) ([]json.RawMessage, error) {
 	return contract.SplitBatch(body, ct == "application/x-ndjson", MaxBatchMessages)
 }
 
+// storeFailure is the error of a batch some of whose messages (failed of
+// count) storage did not store; first is the first failure.
+func storeFailure(failed, count int, first string) string {
+	if failed == count {
+		return fmt.Sprintf("none of the %d messages was stored; first: %s", count, first)
+	}
+	return fmt.Sprintf("%d of %d messages were not stored; first: %s (the others were stored: their offsets are in results)", failed, count, first)
+}
+
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	lvl, bp, ok := s.publishRequest(w, r)
 	if !ok {
@@ -86,9 +95,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if b.resp.Failed > 0 {
 		b.resp.Acknowledgement, status = "NACK", b.firstStatus
-		b.resp.Error = fmt.Sprintf("%d of %d messages were not stored; first: %s (the others have offsets in results)", b.resp.Failed, len(msgs), firstErr(b.resp.Results))
+		b.resp.Error = storeFailure(b.resp.Failed, len(msgs), firstErr(b.resp.Results))
 		if status >= 500 {
-			s.log.Sugar().Warnw("batch publish partly failed", "failed", b.resp.Failed, "count", b.resp.Count)
+			s.log.Sugar().Warnw("batch publish failed, in part or whole", "failed", b.resp.Failed, "count", b.resp.Count)
 		}
 		if b.resp.Code == contract.CodeNoSpace {
 			w.Header().Set("Retry-After", contract.NoSpaceRetryAfter) // as a single publish's 507

@@ -198,7 +198,8 @@ func TestBatchPartialStorageFailure(t *testing.T) {
 	var resp BatchResponse
 	decodeJSON(t, rec, &resp)
 	if rec.Code != http.StatusServiceUnavailable || resp.Acknowledgement != "NACK" || resp.Code != contract.CodeTooManyTopics ||
-		resp.Failed != 1 || resp.Count != 3 || !strings.Contains(resp.Error, "1 of 3 messages were not stored") {
+		resp.Failed != 1 || resp.Count != 3 || !strings.Contains(resp.Error, "1 of 3 messages were not stored") ||
+		!strings.Contains(resp.Error, "(the others were stored: their offsets are in results)") {
 		t.Fatalf("HTTP %d %s, want 503 NACK %s for one message", rec.Code, rec.Body, contract.CodeTooManyTopics)
 	}
 	if got := fmt.Sprint(offsetsOf(resp.Results)); got != "[1 -1 2]" {
@@ -212,5 +213,25 @@ func TestBatchPartialStorageFailure(t *testing.T) {
 	}
 	if _, ok := a.reg.Get("full.b"); ok {
 		t.Error("full.b was created over the topic limit")
+	}
+}
+
+// When storage stores none of a batch's messages, the error says so: no
+// talk of other messages with offsets.
+func TestBatchWholeStorageFailure(t *testing.T) {
+	a := newAPI(t, Options{}, topicqueue.Options{MaxTopics: 1})
+	a.publish("full.a", `{"content":0}`)
+	rec := a.call(http.MethodPost, "/messages/batch", "", `[
+		{"topic":"full.b","content":1},
+		{"topic":"full.c","content":2}]`)
+	var resp BatchResponse
+	decodeJSON(t, rec, &resp)
+	if rec.Code != http.StatusServiceUnavailable || resp.Acknowledgement != "NACK" || resp.Code != contract.CodeTooManyTopics ||
+		resp.Failed != 2 || !strings.HasPrefix(resp.Error, "none of the 2 messages was stored; first: ") ||
+		strings.Contains(resp.Error, "others") {
+		t.Fatalf("HTTP %d %s, want 503 NACK saying none of the 2 messages was stored", rec.Code, rec.Body)
+	}
+	if got := fmt.Sprint(offsetsOf(resp.Results)); got != "[-1 -1]" {
+		t.Errorf("offsets %s, want none", got)
 	}
 }

@@ -7,8 +7,8 @@
 // from it (modules/dispatcher, modules/groups).
 //
 // With keep-unconsumed, a segment is kept while a configured dispatcher,
-// or a consumer group that committed (or was opened) within group-idle,
-// has not read past it — the "retain unacknowledged messages" rule of
+// or a consumer group that committed or fetched within group-idle (only
+// groups used since the broker started count), has not read past it — the "retain unacknowledged messages" rule of
 // Google Pub/Sub. It works without Fx; fx.go wires it into the application.
 package retention
 
@@ -41,8 +41,9 @@ type Rule struct {
 }
 
 // GroupHolder says from which offset the consumer groups of a topic still
-// need its data: the lowest committed offset among the groups opened or
-// committed at or after since (*groups.Coordinator implements it).
+// need its data: the lowest committed offset among the groups opened,
+// fetched or committed at or after since (*groups.Coordinator implements
+// it).
 type GroupHolder interface {
 	Holding(topic string, since time.Time) (int64, bool)
 }
@@ -58,7 +59,8 @@ type Options struct {
 	CheckInterval time.Duration
 	// KeepUnconsumed keeps what Dispatchers and Groups have not read.
 	KeepUnconsumed bool
-	// GroupIdle: a group silent longer than this holds nothing; default 24h.
+	// GroupIdle: a group that has neither fetched nor committed for longer
+	// than this holds nothing; default 24h.
 	GroupIdle time.Duration
 	// Dispatchers are the configured dispatchers (keep-unconsumed); nil
 	// for none. Checkpoints of dispatchers not in the set hold nothing.

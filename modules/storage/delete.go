@@ -3,7 +3,6 @@ package storage
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -21,8 +20,21 @@ import (
 const DeletingPrefix = ".deleting-"
 
 // IsDeletingDir reports whether name (a data root entry) is a topic
-// directory renamed aside by an interrupted deletion.
-func IsDeletingDir(name string) bool { return strings.HasPrefix(name, DeletingPrefix) }
+// directory renamed aside by a deletion: DeletingPrefix and exactly the 16
+// lower-case hex digits DeleteTopicDir gives it. Any other name starting
+// with '.' is not a topic and not the broker's, and is left alone.
+func IsDeletingDir(name string) bool {
+	hexPart, ok := strings.CutPrefix(name, DeletingPrefix)
+	if !ok || len(hexPart) != 16 {
+		return false
+	}
+	for i := 0; i < len(hexPart); i++ {
+		if c := hexPart[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // DeleteTopicDir removes the topic directory root/topic, whose log must be
 // closed, so that a crash at any step leaves the whole topic or nothing:
@@ -123,47 +135,4 @@ func (h *Hooks) call(pick func(*Hooks) func()) {
 	if fn := pick(h); fn != nil {
 		fn()
 	}
-}
-
-// ErrUnfinishedTopic is returned by OpenExisting for a topic directory that
-// holds no segment and no incarnation id: what a creation interrupted by a
-// crash or a failed write (a full disk) leaves. Nothing was ever
-// acknowledged in it; OpenExisting has removed it.
-var ErrUnfinishedTopic = errors.New("storage: unfinished topic creation removed")
-
-// unfinishedTopic reports whether dir is missing, or holds neither a
-// segment file (.mmm or .idx) nor the incarnation id file.
-func unfinishedTopic(fsys vfs.FS, dir string) bool {
-	ents, err := fsys.List(dir)
-	if err != nil {
-		return vfs.IsNotExist(err)
-	}
-	for _, e := range ents {
-		if e.Name == IncarnationFile || strings.HasSuffix(e.Name, SegmentExt) || strings.HasSuffix(e.Name, IndexExt) {
-			return false
-		}
-	}
-	return true
-}
-
-// removeUnfinished removes what a failed creation left of dir, and syncs
-// its parent; best effort (a later start removes what is left).
-func removeUnfinished(fsys vfs.FS, dir string) {
-	if err := removeAll(fsys, dir, nil); err == nil {
-		_ = fsys.SyncDir(filepath.Dir(dir))
-	}
-}
-
-// OpenExisting is Open for a topic found on disk at startup: a directory a
-// failed or interrupted creation left (no segment, no incarnation id) is
-// removed instead of created again — startup must not need free space, nor
-// invent an empty topic nobody published to — and ErrUnfinishedTopic is
-// returned. Anything else is Open.
-func OpenExisting(dir string, opts Options) (*Log, error) {
-	o := opts.withDefaults()
-	if unfinishedTopic(o.FS, dir) {
-		removeUnfinished(o.FS, dir)
-		return nil, fmt.Errorf("%w: %s", ErrUnfinishedTopic, dir)
-	}
-	return Open(dir, opts)
 }

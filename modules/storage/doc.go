@@ -173,6 +173,15 @@
 // untouched). A topic deleted and created again starts at offset 0 under a
 // new id.
 //
+// # Unfinished creation (unfinished.go)
+//
+// Before a new topic's incarnation file and first segment exist, a crash
+// or a failed write can leave only its directory, empty or holding
+// incarnation.tmp; OpenExisting removes exactly that at startup. A topic
+// directory that holds neither the incarnation file nor a segment but
+// anything else was not left by a creation: Open refuses it (a
+// *CorruptionError with no byte position or offset) and writes nothing.
+//
 // # Topic deletion (delete.go)
 //
 // DeleteTopicDir renames <root>/<topic> to <root>/.deleting-<16 hex>, a

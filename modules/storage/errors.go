@@ -52,16 +52,30 @@ var (
 // a more specific cause) so errors.Is(err, ErrCorrupt) holds.
 type CorruptionError struct {
 	Topic  string // topic name (the directory name)
-	File   string // file path
-	Pos    int64  // byte position in File
-	Offset int64  // the message offset concerned, -1 when unknown
+	File   string // file (or directory) path
+	Pos    int64  // byte position in File, -1 when none applies
+	Offset int64  // the message offset concerned, -1 when none applies
 	Reason string // short reason, e.g. "crc mismatch"
-	Err    error  // underlying error; nil means ErrCorrupt
+	Err    error  `json:"-"` // underlying error; nil means ErrCorrupt (not in JSON: an error value has no fields to show)
 }
 
+// Error names the topic, the reason and where: the file, then the byte
+// position and the offset when they apply (not -1).
 func (e *CorruptionError) Error() string {
-	return fmt.Sprintf("storage: corruption in topic %q: %s at %s byte %d (offset %d)",
-		e.Topic, e.Reason, e.File, e.Pos, e.Offset)
+	return fmt.Sprintf("storage: corruption in topic %q: %s at %s", e.Topic, e.Reason, e.Where())
+}
+
+// Where is the place of the corruption: the file, " byte N" when a byte
+// position applies and " (offset N)" when a message offset does.
+func (e *CorruptionError) Where() string {
+	s := e.File
+	if e.Pos >= 0 {
+		s += fmt.Sprintf(" byte %d", e.Pos)
+	}
+	if e.Offset >= 0 {
+		s += fmt.Sprintf(" (offset %d)", e.Offset)
+	}
+	return s
 }
 
 // Unwrap returns the cause; ErrCorrupt when none was recorded.

@@ -60,9 +60,11 @@ type Log struct {
 
 // Open opens the log in dir (<root>/<topic>; the topic name is the
 // directory's base name), creating it with an empty first segment when it
-// does not exist, and otherwise running repair (see the package doc).
-// A topic refused by repair returns a *CorruptionError and leaves every
-// file untouched.
+// does not exist (or holds only what an interrupted creation leaves), and
+// otherwise running repair (see the package doc). A topic refused by
+// repair returns a *CorruptionError and leaves every file untouched; so
+// does a directory that holds neither the incarnation file nor a segment
+// but other entries (see unfinished.go).
 func Open(dir string, opts Options) (*Log, error) {
 	o := opts.withDefaults()
 	l := &Log{
@@ -77,12 +79,19 @@ func Open(dir string, opts Options) (*Log, error) {
 		checkpoints: map[string]*Checkpoint{},
 	}
 
+	d, err := inspectTopicDir(o.FS, dir)
+	if err != nil {
+		return nil, err
+	}
+	if d.refused() {
+		// Not a topic and not what a creation leaves: never written into.
+		return nil, notATopicError(dir, d)
+	}
 	// A creation that fails part way (a full disk, the open-file limit)
 	// removes what it made: a refused publish leaves nothing behind.
-	fresh := unfinishedTopic(o.FS, dir)
-	l, err := open(l, dir, o)
-	if err != nil && fresh {
-		removeUnfinished(o.FS, dir)
+	l, err = open(l, dir, o)
+	if err != nil && !d.topic {
+		_ = removeCreation(o.FS, dir)
 	}
 	return l, err
 }

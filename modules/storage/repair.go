@@ -25,7 +25,11 @@ type RepairReport struct {
 	CutEntries     int64    `json:"cutEntries"`     // trailing index entries removed (never acknowledged)
 	TruncatedBytes int64    `json:"truncatedBytes"` // segment bytes beyond the last indexed entry removed
 	Removed        []string `json:"removed,omitempty"`
-	Actions        []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
+	// InterruptedRetention names the lone file of a first segment that a
+	// crash left half deleted by retention, which repair removes
+	// (finishing the deletion); empty when there is none.
+	InterruptedRetention string   `json:"interruptedRetention,omitempty"`
+	Actions              []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
 }
 
 // RecoveryReport is the old name of RepairReport.

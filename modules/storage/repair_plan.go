@@ -111,6 +111,7 @@ func (pl *planner) planSegment(p *segPlan, nextBase int64, first, last bool) (in
 			if p.hasIdx {
 				lone = p.idxPath
 			}
+			pl.rep.InterruptedRetention = filepath.Base(lone)
 			pl.act("finish interrupted retention deletion: remove %s", filepath.Base(lone))
 			return -1, nil
 		case last && !p.hasIdx && p.mmmSize == 0:

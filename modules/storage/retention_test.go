@@ -318,8 +318,10 @@ func TestRepairInterruptedDeletion(t *testing.T) {
 				t.Fatalf("open: %v", err)
 			}
 			defer l.Close()
-			if l.StartOffset() != tc.wantStart || l.HighWatermark() != 35 || vr.StartOffset != tc.wantStart || vr.Entries != 35 {
-				t.Fatalf("start %d hw %d (verify: start %d entries %d %s)", l.StartOffset(), l.HighWatermark(), vr.StartOffset, vr.Entries, vr.Status)
+			if l.StartOffset() != tc.wantStart || l.HighWatermark() != 35 || vr.StartOffset != tc.wantStart ||
+				vr.NextOffset != 35 || vr.Entries != 35-tc.wantStart || vr.Status != StatusInterruptedRetention {
+				t.Fatalf("start %d hw %d (verify: start %d next %d entries %d %s; want %s)", l.StartOffset(), l.HighWatermark(),
+					vr.StartOffset, vr.NextOffset, vr.Entries, vr.Status, StatusInterruptedRetention)
 			}
 			if len(tc.remove) == 1 || tc.wantStart == 20 {
 				if !strings.Contains(strings.Join(l.Repair().Actions, "|"), "finish interrupted retention deletion") || len(l.Repair().Removed) != 1 {

@@ -111,7 +111,8 @@ type SpaceGuard struct {
 }
 
 // NewSpaceGuard returns a guard over o, or nil (admit everything) when
-// o.MinFree <= 0. It samples nothing until the first Admit.
+// o.MinFree <= 0. It samples nothing until CheckAtStart or the first
+// Admit.
 func NewSpaceGuard(o SpaceGuardOptions) *SpaceGuard {
 	if o.MinFree <= 0 {
 		return nil
@@ -135,6 +136,26 @@ func NewSpaceGuard(o SpaceGuardOptions) *SpaceGuard {
 		now: o.Now, start: o.Now(), log: o.Logger}
 	g.free.Store(-1)
 	return g
+}
+
+// CheckAtStart is the guard's look at the data filesystem when the broker
+// starts (the data root must exist): it warns, naming both numbers and
+// mmmq.broker.storage.min-free-bytes, when the whole filesystem is smaller
+// than MinFree — every publish would be refused for as long as the broker
+// runs — and takes a first sample, which warns when free space is already
+// under MinFree (publishes are refused from the first one). A failed
+// statfs is logged by the sample; a filesystem whose size cannot be read
+// is only sampled.
+func (g *SpaceGuard) CheckAtStart() {
+	if g == nil {
+		return
+	}
+	if total, err := g.fs.TotalSpace(g.dir); err == nil && total < g.minFree {
+		g.log.Warn("the data filesystem is smaller than mmmq.broker.storage.min-free-bytes: every publish will be refused (507 NO_SPACE); "+
+			"lower mmmq.broker.storage.min-free-bytes (0 turns the disk guard off) or give root-dir a larger filesystem",
+			zap.String("dir", g.dir), zap.Int64("filesystem-bytes", total), zap.Int64("min-free-bytes", g.minFree))
+	}
+	g.sample()
 }
 
 // clock is the time since the guard was made, in nanoseconds (monotonic).

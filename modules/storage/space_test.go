@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -312,5 +314,52 @@ func TestSpaceGuardMeasuresBigRequestsAgainstWhatTheyLeave(t *testing.T) {
 	}
 	if err := g.Admit(1900); err != nil {
 		t.Fatalf("a 1900-byte request leaving 1100 free: %v", err)
+	}
+}
+
+// TestSpaceGuardCheckAtStart: a guard larger than the whole data
+// filesystem is warned about when the broker starts, naming both numbers
+// and the key, and so is free space already under the minimum; a guard
+// the filesystem can meet says nothing.
+func TestSpaceGuardCheckAtStart(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name               string
+		capacity, used     int64
+		wantSmall, wantLow bool
+	}{
+		{name: "filesystem smaller than the guard", capacity: 2 * mib, wantSmall: true, wantLow: true},
+		{name: "free space already under the guard", capacity: 8 * mib, used: 6 * mib, wantLow: true},
+		{name: "room enough", capacity: 8 * mib, used: 1 * mib},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := vfs.NewMem()
+			if err := fsys.MkdirAll("/data"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.used > 0 {
+				if err := fsys.WriteFile("/data/other", make([]byte, tc.used), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fsys.SetCapacity(tc.capacity)
+			core, logs := observer.New(zap.InfoLevel)
+			g := NewSpaceGuard(SpaceGuardOptions{FS: fsys, Dir: "/data", MinFree: 4 * mib, Logger: zap.New(core)})
+			g.CheckAtStart()
+			small := logs.FilterMessageSnippet("smaller than mmmq.broker.storage.min-free-bytes").All()
+			low := logs.FilterMessageSnippet("free space under mmmq.broker.storage.min-free-bytes").All()
+			if (len(small) == 1) != tc.wantSmall || (len(low) == 1) != tc.wantLow || logs.Len() != len(small)+len(low) {
+				t.Fatalf("logs %v; want the filesystem-size warning %v, the low-space warning %v", logs.All(), tc.wantSmall, tc.wantLow)
+			}
+			if tc.wantSmall {
+				f := small[0].ContextMap()
+				if small[0].Level != zap.WarnLevel || f["filesystem-bytes"] != tc.capacity || f["min-free-bytes"] != int64(4*mib) {
+					t.Errorf("warning %v %v: want filesystem-bytes %d and min-free-bytes %d", small[0].Level, f, tc.capacity, 4*mib)
+				}
+			}
+			if err := g.Admit(1); (err != nil) != tc.wantLow {
+				t.Errorf("first publish after the check: %v, want refused %v", err, tc.wantLow)
+			}
+		})
 	}
 }

@@ -17,31 +17,58 @@ const (
 	StatusOK       = "OK"        // every indexed entry is valid
 	StatusTornTail = "TORN_TAIL" // repair would cut a never-acknowledged tail on open
 	StatusCorrupt  = "CORRUPT"   // refused: corruption with valid data after it, or a bad old entry
+	// StatusInterruptedRetention: the first segment lost one of its two
+	// files to a retention deletion a crash interrupted; repair (the
+	// broker's next start) removes the other one.
+	StatusInterruptedRetention = "INTERRUPTED_RETENTION"
+	// StatusInterruptedCreation: the directory holds only what a topic
+	// creation interrupted before its incarnation id leaves (empty, or
+	// incarnation.tmp); nothing was acknowledged in it, and the broker
+	// removes it when it starts.
+	StatusInterruptedCreation = "INTERRUPTED_CREATION"
+	// StatusInterruptedDeletion: a .deleting- directory, the rest of a
+	// topic deletion a crash interrupted; the broker removes it when it
+	// starts.
+	StatusInterruptedDeletion = "INTERRUPTED_DELETION"
 )
 
 // TopicReport is the result of a full offline check of one topic.
 type TopicReport struct {
 	Topic       string           `json:"topic"`
 	Status      string           `json:"status"`
-	Entries     int64            `json:"entries"`     // the high watermark: one past the last offset
+	Entries     int64            `json:"entries"`     // entries on disk: NextOffset - StartOffset
 	StartOffset int64            `json:"startOffset"` // the first offset stored (above 0 once retention deleted segments)
+	NextOffset  int64            `json:"nextOffset"`  // one past the last offset stored: the high watermark
 	Bytes       int64            `json:"bytes"`
 	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
 	Corruption  *CorruptionError `json:"corruption,omitempty"`
 	Checkpoints []string         `json:"checkpointProblems,omitempty"`
+	// Removed: `mmmq verify --repair` removed the directory (an interrupted
+	// creation or deletion).
+	Removed bool `json:"removed,omitempty"`
+	// Detail says more where the status is not about entries (why a
+	// directory is skipped).
+	Detail string `json:"detail,omitempty"`
 }
 
 // Verify walks every index entry and every CRC of the topic in dir without
-// modifying anything (for `mmmq verify`). It first runs repair in check
-// mode (what Open would cut or refuse), then reads every kept entry
-// sequentially, checking that each index entry starts where the previous
-// entry ends and that every CRC matches, and finally checks the checkpoint
-// files. progress, when set, is called with the number of segment bytes
-// scanned since the previous call. The error is for I/O failures only;
-// corruption is reported in the TopicReport.
+// modifying anything (for `mmmq verify`). It first sorts the directory out
+// as startup does: one holding only what an interrupted creation leaves
+// (startup removes it) is StatusInterruptedCreation, one holding neither
+// the incarnation file nor a segment but other entries is CORRUPT. Then it
+// checks the incarnation file, runs repair in check mode (what Open would
+// cut or refuse), reads every kept entry sequentially, checking that each
+// index entry starts where the previous entry ends and that every CRC
+// matches, and finally checks the checkpoint files. progress, when set, is
+// called with the number of segment bytes scanned since the previous call.
+// The error is for I/O failures only; corruption is reported in the
+// TopicReport.
 func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, error) {
 	o := opts.withDefaults()
 	rep := TopicReport{Topic: filepath.Base(dir), Status: StatusOK}
+	if done, err := verifyDir(o.FS, dir, &rep); done || err != nil {
+		return rep, err
+	}
 	segs, rr, err := repairDir(o.FS, dir, rep.Topic, o, false)
 	rep.Recovery = rr
 	var ce *CorruptionError
@@ -52,11 +79,11 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	if err != nil {
 		return rep, err
 	}
-	if !rr.Clean() {
-		rep.Status = StatusTornTail
-	}
+	rep.Status = repairStatus(rr)
 	if len(segs) > 0 {
-		rep.StartOffset = segs[0].base
+		last := segs[len(segs)-1]
+		rep.StartOffset, rep.NextOffset = segs[0].base, last.base+last.count
+		rep.Entries = rep.NextOffset - rep.StartOffset
 	}
 	buf := make([]byte, 0, 64<<10)
 	for _, s := range segs {
@@ -69,11 +96,48 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 			rep.Status, rep.Corruption = StatusCorrupt, ce
 			return rep, nil
 		}
-		rep.Entries = s.base + s.count
 		rep.Bytes += s.size
 	}
-	rep.Checkpoints = verifyCheckpoints(o.FS, dir, rep.Entries)
+	rep.Checkpoints = verifyCheckpoints(o.FS, dir, rep.NextOffset)
 	return rep, nil
+}
+
+// verifyDir is what the broker decides before repair looks at a segment:
+// the directory sorted out (an interrupted creation, startup removes it;
+// a directory that is no topic, refused) and the incarnation file read
+// (a bad one refuses the topic). It reports whether that settled rep.
+func verifyDir(fsys vfs.FS, dir string, rep *TopicReport) (done bool, err error) {
+	switch d, err := inspectTopicDir(fsys, dir); {
+	case err != nil:
+		return true, err
+	case d.unfinished():
+		rep.Status = StatusInterruptedCreation
+		return true, nil
+	case d.refused():
+		rep.Status, rep.Corruption = StatusCorrupt, notATopicError(dir, d)
+		return true, nil
+	}
+	var ce *CorruptionError
+	if _, err := ReadIncarnation(fsys, dir); errors.As(err, &ce) {
+		rep.Status, rep.Corruption = StatusCorrupt, ce
+		return true, nil
+	} else if err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
+// repairStatus is the status of a topic repair would change as rr says:
+// OK when clean, StatusInterruptedRetention when finishing an interrupted
+// retention deletion is all it would do, else StatusTornTail.
+func repairStatus(rr RepairReport) string {
+	switch {
+	case rr.Clean():
+		return StatusOK
+	case rr.InterruptedRetention != "" && len(rr.Actions) == 1:
+		return StatusInterruptedRetention
+	}
+	return StatusTornTail
 }
 
 // scanSegment reads every entry of s (its files opened read-only for the

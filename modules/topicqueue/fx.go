@@ -141,15 +141,30 @@ func NewDedupFromConfig(d config.DedupConfig, log *zap.Logger) *dedup.Tracker {
 	return dedup.New(dedup.Options{Window: d.Window, MaxIDs: d.MaxIDs, MaxBytes: d.MaxBytes, Logger: log.Named("dedup")})
 }
 
+// lifecycleParams are what registerLifecycle ties to the application's
+// start and stop.
+type lifecycleParams struct {
+	fx.In
+	Lifecycle fx.Lifecycle
+	Registry  *Registry
+	// SpaceGuard is the disk guard; nil when off.
+	SpaceGuard *storage.SpaceGuard `optional:"true"`
+}
+
 // registerLifecycle locks the store on start, before recovery opens
-// anything, and on stop closes every log, after the HTTP server and the
-// dispatchers (which started later, so stop first), then unlocks.
-func registerLifecycle(lc fx.Lifecycle, r *Registry) {
+// anything, then has the disk guard look at the data filesystem (a
+// warning when min-free-bytes can never be met, or is not met now), and
+// on stop closes every log, after the HTTP server and the dispatchers
+// (which started later, so stop first), then unlocks.
+func registerLifecycle(p lifecycleParams) {
+	r := p.Registry
 	var release func() error
-	lc.Append(fx.Hook{
+	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			var err error
-			release, err = r.Lock()
+			if release, err = r.Lock(); err == nil {
+				p.SpaceGuard.CheckAtStart()
+			}
 			return err
 		},
 		OnStop: func(context.Context) error {

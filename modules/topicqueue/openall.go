@@ -30,7 +30,10 @@ type Report struct {
 // offset when policy is config.OnCorruptionFail (the default: the log-queue
 // study refuses to start rather than skip records that may have been
 // acknowledged), or is quarantined (Quarantined; publishing to it fails
-// with ErrQuarantined) under config.OnCorruptionQuarantine.
+// with ErrQuarantined) under config.OnCorruptionQuarantine. A directory
+// under a topic name that holds neither a segment nor the incarnation id
+// but other entries (storage.Open) is refused the same way, untouched; one
+// holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
@@ -61,9 +64,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 		var ce *storage.CorruptionError
 		switch {
 		case errors.As(err, &ce):
-			log.Error("topic refused: corruption found by startup recovery; files left untouched",
-				zap.String("topic", ce.Topic), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
-				zap.Int64("offset", ce.Offset), zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
+			log.Error("topic refused: corruption found by startup recovery; files left untouched", corruptionFields(ce, policy)...)
 			if policy != config.OnCorruptionQuarantine {
 				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
 			}
@@ -71,7 +72,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 			rep.Quarantined[name] = ce
 			continue
 		case errors.Is(err, storage.ErrUnfinishedTopic):
-			log.Warn("removed a topic directory a failed or interrupted creation left (no segment, no incarnation id: nothing was acknowledged in it)",
+			log.Warn("removed a topic directory a failed or interrupted creation left (empty, or only incarnation.tmp: nothing was acknowledged in it)",
 				zap.String("topic", name))
 			continue
 		case err != nil:
@@ -88,4 +89,17 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 	log.Info("startup recovery finished", zap.Int("topics", rep.Topics), zap.Int("changed", len(rep.Changed)),
 		zap.Int("quarantined", len(rep.Quarantined)), zap.Duration("took", rep.Took))
 	return rep, nil
+}
+
+// corruptionFields are the log fields of a refused topic: pos and offset
+// only when they apply (not -1).
+func corruptionFields(ce *storage.CorruptionError, policy config.OnCorruption) []zap.Field {
+	f := []zap.Field{zap.String("topic", ce.Topic), zap.String("file", ce.File)}
+	if ce.Pos >= 0 {
+		f = append(f, zap.Int64("pos", ce.Pos))
+	}
+	if ce.Offset >= 0 {
+		f = append(f, zap.Int64("offset", ce.Offset))
+	}
+	return append(f, zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
 }

@@ -83,3 +83,177 @@ func TestStartupRemovesUnfinishedTopic(t *testing.T) {
 		t.Fatalf("topics %q, want good.t only", got)
 	}
 }
+
+// snapshot is every file under dir with its contents, and every directory
+// (as "name/"), for checking that nothing changed.
+func snapshot(t *testing.T, fsys *vfs.MemFS, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var walk func(string)
+	walk = func(d string) {
+		ents, err := fsys.List(d)
+		if err != nil {
+			t.Fatalf("list %s: %v", d, err)
+		}
+		for _, e := range ents {
+			p := filepath.Join(d, e.Name)
+			if e.IsDir {
+				out[p+"/"] = ""
+				walk(p)
+				continue
+			}
+			b, err := fsys.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[p] = string(b)
+		}
+	}
+	walk(dir)
+	return out
+}
+
+// foreignDirs lays out, under /data, directories that no topic creation
+// leaves: under valid topic names (a file of someone else's, a nested
+// tree, a lone checkpoint, an empty checkpoints directory, a file named
+// like a leftover but not one) and under names that are not topics.
+func foreignDirs(t *testing.T, fsys *vfs.MemFS) (refused []string) {
+	t.Helper()
+	files := map[string]string{
+		"/data/backup/readme.txt":               "important\n",
+		"/data/nested/deep/f":                   "n\n",
+		"/data/used/checkpoints/foo.checkpoint": "\x00\x00\x00\x00\x00\x00\x00\x07",
+		"/data/odd.t/incarnation.tmp.bak":       "x",
+		"/data/.deleting-not-ours/keep":         "k",
+		"/data/.deleting-0123456789ABCDEF/keep": "upper-case hex is not a name the broker makes",
+		"/data/not a topic/f":                   "f",
+		"/data/..x/f":                           "f",
+	}
+	for name, data := range files {
+		if err := fsys.WriteFile(name, []byte(data), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fsys.MkdirAll("/data/emptycp/checkpoints"); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"backup", "emptycp", "nested", "odd.t", "used"}
+}
+
+// Startup never removes a directory that holds anything a topic creation
+// does not leave: under a valid topic name it is refused like corruption
+// (quarantined here, so the broker serves the rest), left byte for byte
+// as it was, and never written into by a publish; under any other name it
+// is skipped.
+func TestStartupLeavesForeignDirectoriesAlone(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	if _, err := reg.GetOrCreate("good.t"); err != nil {
+		t.Fatal(err)
+	}
+	reg.Close()
+	refused := foreignDirs(t, fsys)
+	before := snapshot(t, fsys, "/data")
+
+	reg = New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	defer reg.Close()
+	rep, err := reg.OpenAll(config.OnCorruptionQuarantine, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Topics != 1 || len(rep.Quarantined) != len(refused) {
+		t.Fatalf("opened %d topics, quarantined %v; want good.t open and %v refused", rep.Topics, rep.Quarantined, refused)
+	}
+	for _, name := range refused {
+		var ce *storage.CorruptionError
+		if err := rep.Quarantined[name]; !errors.As(err, &ce) || !strings.Contains(ce.Reason, "no topic creation leaves") {
+			t.Errorf("%s: %v, want a refusal saying it is not what a creation leaves", name, err)
+		}
+		if _, err := reg.GetOrCreate(name); !errors.Is(err, ErrQuarantined) {
+			t.Errorf("publish to %s: %v, want ErrQuarantined", name, err)
+		}
+	}
+	if !strings.Contains(rep.Quarantined["backup"].Error(), "readme.txt") ||
+		!strings.Contains(rep.Quarantined["nested"].Error(), "deep/") ||
+		strings.Contains(rep.Quarantined["backup"].Error(), "offset") {
+		t.Errorf("refusals should name the unexpected entries and no offset: %v", rep.Quarantined)
+	}
+	after := snapshot(t, fsys, "/data")
+	for p, data := range before {
+		if got, ok := after[p]; !ok || got != data {
+			t.Errorf("%s changed by startup (present %v)", p, ok)
+		}
+	}
+}
+
+// Under the default policy a foreign directory stops startup, naming it,
+// with every file untouched.
+func TestStartupForeignDirectoryFailsUntouched(t *testing.T) {
+	fsys := vfs.NewMem()
+	if err := fsys.WriteFile("/data/backup/readme.txt", []byte("important\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	defer reg.Close()
+	_, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop())
+	if err == nil || !strings.Contains(err.Error(), `topic "backup"`) || !strings.Contains(err.Error(), "readme.txt") {
+		t.Fatalf("startup: %v, want a refusal naming backup and readme.txt", err)
+	}
+	if b, err := fsys.ReadFile("/data/backup/readme.txt"); err != nil || string(b) != "important\n" {
+		t.Fatalf("readme.txt after startup: %q, %v", b, err)
+	}
+}
+
+// A publish to a name whose directory holds someone else's files (made
+// while the broker runs) is refused and writes nothing into it.
+func TestCreateIntoForeignDirectoryRefused(t *testing.T) {
+	fsys := vfs.NewMem()
+	reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+	defer reg.Close()
+	if err := fsys.WriteFile("/data/backup/readme.txt", []byte("important\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, fsys, "/data")
+	var ce *storage.CorruptionError
+	if _, err := reg.GetOrCreate("backup"); !errors.As(err, &ce) {
+		t.Fatalf("create into a foreign directory: %v, want a refusal", err)
+	}
+	if after := snapshot(t, fsys, "/data"); len(after) != len(before) || after["/data/backup/readme.txt"] != "important\n" {
+		t.Fatalf("the refused creation changed the directory: %v", after)
+	}
+}
+
+// The states a topic creation interrupted before its incarnation id (and
+// so before its first segment) can leave — an empty directory,
+// incarnation.tmp empty, torn or whole — are still removed at startup.
+func TestStartupRemovesEveryInterruptedCreationState(t *testing.T) {
+	for name, tmp := range map[string]*string{
+		"empty directory":       nil,
+		"empty incarnation.tmp": ptr(""),
+		"torn incarnation.tmp":  ptr("0123456789"),
+		"whole incarnation.tmp": ptr(storage.NewIncarnation() + "\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			fsys := vfs.NewMem()
+			if err := fsys.MkdirAll("/data/left.t"); err != nil {
+				t.Fatal(err)
+			}
+			if tmp != nil {
+				if err := fsys.WriteFile("/data/left.t/"+storage.IncarnationFile+storage.TmpExt, []byte(*tmp), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
+			defer reg.Close()
+			rep, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop())
+			if err != nil || rep.Topics != 0 {
+				t.Fatalf("startup: %+v, %v", rep, err)
+			}
+			if _, err := fsys.List("/data/left.t"); !vfs.IsNotExist(err) {
+				t.Fatalf("the leftover directory is still there (%v)", err)
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }

@@ -23,33 +23,35 @@ type Op uint8
 // The operations a MemFS hook sees. Each is reported once per call, before
 // the operation is performed.
 const (
-	OpCreate    Op = iota + 1 // FS.Create
-	OpOpen                    // FS.Open and FS.OpenRW
-	OpWrite                   // File.WriteAt
-	OpSync                    // File.Sync
-	OpTruncate                // File.Truncate
-	OpRename                  // FS.Rename (the hook gets oldname)
-	OpRemove                  // FS.Remove
-	OpMkdir                   // FS.MkdirAll
-	OpSyncDir                 // FS.SyncDir
-	OpRead                    // File.ReadAt
-	OpList                    // FS.List
-	OpFreeSpace               // FS.FreeSpace
+	OpCreate     Op = iota + 1 // FS.Create
+	OpOpen                     // FS.Open and FS.OpenRW
+	OpWrite                    // File.WriteAt
+	OpSync                     // File.Sync
+	OpTruncate                 // File.Truncate
+	OpRename                   // FS.Rename (the hook gets oldname)
+	OpRemove                   // FS.Remove
+	OpMkdir                    // FS.MkdirAll
+	OpSyncDir                  // FS.SyncDir
+	OpRead                     // File.ReadAt
+	OpList                     // FS.List
+	OpFreeSpace                // FS.FreeSpace
+	OpTotalSpace               // FS.TotalSpace
 )
 
 var opNames = [...]string{
-	OpCreate:    "create",
-	OpOpen:      "open",
-	OpWrite:     "write",
-	OpSync:      "sync",
-	OpTruncate:  "truncate",
-	OpRename:    "rename",
-	OpRemove:    "remove",
-	OpMkdir:     "mkdir",
-	OpSyncDir:   "syncdir",
-	OpRead:      "read",
-	OpList:      "list",
-	OpFreeSpace: "freespace",
+	OpCreate:     "create",
+	OpOpen:       "open",
+	OpWrite:      "write",
+	OpSync:       "sync",
+	OpTruncate:   "truncate",
+	OpRename:     "rename",
+	OpRemove:     "remove",
+	OpMkdir:      "mkdir",
+	OpSyncDir:    "syncdir",
+	OpRead:       "read",
+	OpList:       "list",
+	OpFreeSpace:  "freespace",
+	OpTotalSpace: "totalspace",
 }
 
 // String returns the lower-case name of the operation ("write", "syncdir").
@@ -497,6 +499,28 @@ func (m *MemFS) FreeSpace(dir string) (int64, error) {
 		return math.MaxInt64, nil
 	}
 	return max(m.capacity-m.used, 0), nil
+}
+
+// TotalSpace implements FS: the capacity set by SetCapacity, or
+// math.MaxInt64 when none is set. dir must exist (fs.ErrNotExist, ENOTDIR
+// for a file). The hook sees OpTotalSpace with dir.
+func (m *MemFS) TotalSpace(dir string) (int64, error) {
+	if err := m.callHook(OpTotalSpace, dir); err != nil {
+		return 0, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n, errno := m.lookup(split(dir))
+	if errno == 0 && !n.dir {
+		errno = syscall.ENOTDIR
+	}
+	if errno != 0 {
+		return 0, &fs.PathError{Op: "statfs", Path: dir, Err: errno}
+	}
+	if m.capacity == 0 {
+		return math.MaxInt64, nil
+	}
+	return m.capacity, nil
 }
 
 // SyncDir implements FS: dir's current entries become its durable entries.

@@ -350,6 +350,7 @@ func TestHookErrors(t *testing.T) {
 		{vfs.OpRead, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.ReadAt(make([]byte, 1), 0); return err }},
 		{vfs.OpList, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.List("d"); return err }},
 		{vfs.OpFreeSpace, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.FreeSpace("d"); return err }},
+		{vfs.OpTotalSpace, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.TotalSpace("d"); return err }},
 	}
 	for i, tt := range tests {
 		t.Run(fmt.Sprintf("%d-%s", i, tt.op), func(t *testing.T) {
@@ -929,6 +930,26 @@ func TestMemFreeSpace(t *testing.T) {
 	}
 	mustCreate(t, m, "d/g", "x", false)
 	if _, err := m.FreeSpace("d/g"); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("a file: %v", err)
+	}
+}
+
+// TestMemTotalSpace: the capacity, whatever is used; unlimited without
+// one; a missing directory or a file is an error.
+func TestMemTotalSpace(t *testing.T) {
+	m := durableDir(t)
+	if total, err := m.TotalSpace("d"); err != nil || total != math.MaxInt64 {
+		t.Fatalf("no capacity: total %d (%v), want MaxInt64", total, err)
+	}
+	mustCreate(t, m, "d/f", "0123456789", false)
+	m.SetCapacity(100)
+	if total, err := m.TotalSpace("d"); err != nil || total != 100 {
+		t.Fatalf("total %d (%v), want 100", total, err)
+	}
+	if _, err := m.TotalSpace("nope"); !vfs.IsNotExist(err) {
+		t.Errorf("missing dir: %v", err)
+	}
+	if _, err := m.TotalSpace("d/f"); !errors.Is(err, syscall.ENOTDIR) {
 		t.Errorf("a file: %v", err)
 	}
 }

@@ -23,3 +23,17 @@ func (OS) FreeSpace(dir string) (int64, error) {
 	}
 	return int64(free), nil
 }
+
+// TotalSpace implements FS with statfs(2) on dir: the filesystem's blocks
+// times the block size (what df(1) shows as "Size").
+func (OS) TotalSpace(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	total := uint64(st.Blocks) * uint64(st.Bsize)
+	if st.Bsize > 0 && total/uint64(st.Bsize) != uint64(st.Blocks) || total > math.MaxInt64 {
+		return math.MaxInt64, nil
+	}
+	return int64(total), nil
+}

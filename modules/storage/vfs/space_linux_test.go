@@ -46,3 +46,19 @@ func TestOSFreeSpaceOnTmpfs(t *testing.T) {
 		t.Errorf("FreeSpace(missing) = %v, want a not-exist error", err)
 	}
 }
+
+// TestOSTotalSpaceOnTmpfs: OS.TotalSpace is the filesystem's size
+// (Blocks × Bsize), whatever is used; a missing directory is an error.
+func TestOSTotalSpaceOnTmpfs(t *testing.T) {
+	const size = 1 << 20
+	dir := vfstest.MountTmpfs(t, size)
+	if err := os.WriteFile(filepath.Join(dir, "fill"), make([]byte, 256<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if total, err := (vfs.OS{}).TotalSpace(dir); err != nil || total != size {
+		t.Fatalf("total space of a %d-byte tmpfs = %d (%v)", size, total, err)
+	}
+	if _, err := (vfs.OS{}).TotalSpace(filepath.Join(dir, "missing")); err == nil || !vfs.IsNotExist(err) {
+		t.Errorf("TotalSpace(missing) = %v, want a not-exist error", err)
+	}
+}

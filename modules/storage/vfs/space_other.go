@@ -15,3 +15,8 @@ var ErrFreeSpaceUnsupported = errors.New("vfs: free space is not reported on thi
 func (OS) FreeSpace(dir string) (int64, error) {
 	return 0, fmt.Errorf("statfs %s: %w", dir, ErrFreeSpaceUnsupported)
 }
+
+// TotalSpace implements FS: not supported here (see ErrFreeSpaceUnsupported).
+func (OS) TotalSpace(dir string) (int64, error) {
+	return 0, fmt.Errorf("statfs %s: %w", dir, ErrFreeSpaceUnsupported)
+}

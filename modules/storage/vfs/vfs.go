@@ -79,6 +79,11 @@ type FS interface {
 	// capacity left for a MemFS). It is a system call: callers on a hot
 	// path sample it (see storage.SpaceGuard). Errors name dir.
 	FreeSpace(dir string) (int64, error)
+	// TotalSpace returns the size in bytes of the filesystem holding dir
+	// (statfs(2): Blocks × Bsize for OS; the capacity for a MemFS), for
+	// telling a disk guard that can never be met from one that is met
+	// now. Errors name dir.
+	TotalSpace(dir string) (int64, error)
 }
 
 // IsNotExist reports whether err says a file or directory does not exist.
