@@ -136,11 +136,16 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 var durationType = reflect.TypeFor[time.Duration]()
 
 // formatValue shows a setting's value as in the YAML file: strings quoted,
-// durations with their unit ("30s"), lists in brackets.
+// durations with their unit ("30s"), lists in brackets; an optional value
+// left out (a nil pointer: a retention override's limit) is "inherited".
 func formatValue(v reflect.Value) string {
 	switch {
 	case !v.IsValid():
 		return "null"
+	case v.Kind() == reflect.Pointer && v.IsNil():
+		return "inherited"
+	case v.Kind() == reflect.Pointer:
+		return formatValue(v.Elem())
 	case v.Type() == durationType:
 		return time.Duration(v.Int()).String()
 	case v.Kind() == reflect.String:

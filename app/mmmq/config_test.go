@@ -85,6 +85,27 @@ func TestConfigCheckPrintsSources(t *testing.T) {
 	}
 }
 
+// TestConfigCheckShowsInheritedRetention: a retention override's limit
+// that the file leaves out is shown as inherited, one given is shown as
+// its value (0 included).
+func TestConfigCheckShowsInheritedRetention(t *testing.T) {
+	cfg := writeConfig(t, "mmmq:\n  broker:\n    retention:\n      max-bytes: 4096\n      topics:\n        - pattern: \"age.**\"\n          max-age: 3s\n        - pattern: \"keep.**\"\n          max-bytes: 0\n")
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	for key, want := range map[string]string{
+		"mmmq.broker.retention.topics[0].max-age":   "3s " + cfg,
+		"mmmq.broker.retention.topics[0].max-bytes": "inherited default",
+		"mmmq.broker.retention.topics[1].max-age":   "inherited default",
+		"mmmq.broker.retention.topics[1].max-bytes": "0 " + cfg,
+	} {
+		if got := strings.Join(fieldsOf(out, key), " "); got != key+" "+want {
+			t.Errorf("line of %s: %q, want %q", key, got, key+" "+want)
+		}
+	}
+}
+
 // TestConfigCheckFailsAsServe: an invalid configuration exits 1 with the
 // one stderr line serve prints for it, and nothing on stdout.
 func TestConfigCheckFailsAsServe(t *testing.T) {

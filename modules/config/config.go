@@ -147,7 +147,8 @@ type RetentionConfig struct {
 	MaxBytes int64 `koanf:"max-bytes"`
 	// CheckInterval is how often every topic is checked. Default 1m.
 	CheckInterval time.Duration `koanf:"check-interval"`
-	// Topics are per-pattern overrides of max-age and max-bytes; the first
+	// Topics are per-pattern overrides of max-age and max-bytes (a limit an
+	// override leaves out is inherited from these keys); the first
 	// pattern matching a topic wins (dispatcher pattern rules: "*" one
 	// segment, "**" any number), so the same pattern twice is refused.
 	// File only. Default none.
@@ -170,16 +171,19 @@ type RetentionConfig struct {
 type RetentionTopicsConfig []RetentionTopicConfig
 
 // RetentionTopicConfig overrides retention for the topics matching Pattern
-// (list key "mmmq.broker.retention.topics").
+// (list key "mmmq.broker.retention.topics"). A limit the entry leaves out
+// is inherited from mmmq.broker.retention (as Kafka's topic-level
+// retention settings fall back to the broker's); 0 given explicitly means
+// forever / unlimited for these topics.
 type RetentionTopicConfig struct {
 	// Pattern is a topic pattern with the dispatcher rules. Required.
 	Pattern string `koanf:"pattern"`
 	// MaxAge replaces mmmq.broker.retention.max-age for these topics
-	// (0 = forever).
-	MaxAge time.Duration `koanf:"max-age"`
+	// (0 = forever); nil inherits it.
+	MaxAge *time.Duration `koanf:"max-age"`
 	// MaxBytes replaces mmmq.broker.retention.max-bytes for these topics
-	// (0 = unlimited).
-	MaxBytes int64 `koanf:"max-bytes"`
+	// (0 = unlimited); nil inherits it.
+	MaxBytes *int64 `koanf:"max-bytes"`
 }
 
 // OnCorruption says what startup does with a topic whose files are corrupt

@@ -182,8 +182,12 @@ func (v *validator) retention(r RetentionConfig) {
 				first[tc.Pattern] = i
 			}
 		}
-		v.nonNegative(key+".max-age", tc.MaxAge)
-		v.intRange(key+".max-bytes", tc.MaxBytes, 0, math.MaxInt64)
+		if tc.MaxAge != nil {
+			v.nonNegative(key+".max-age", *tc.MaxAge)
+		}
+		if tc.MaxBytes != nil {
+			v.intRange(key+".max-bytes", *tc.MaxBytes, 0, math.MaxInt64)
+		}
 	}
 }
 

@@ -92,7 +92,15 @@ func OptionsFromConfig(c config.RetentionConfig) (Options, error) {
 			errs = append(errs, fmt.Errorf("mmmq.broker.retention.topics[%d].pattern: %w", i, err))
 			continue
 		}
-		o.Rules = append(o.Rules, Rule{Pattern: p, Policy: storage.RetentionPolicy{MaxAge: t.MaxAge, MaxBytes: t.MaxBytes}})
+		// A limit the override leaves out is the broker-wide one.
+		pol := o.Default
+		if t.MaxAge != nil {
+			pol.MaxAge = *t.MaxAge
+		}
+		if t.MaxBytes != nil {
+			pol.MaxBytes = *t.MaxBytes
+		}
+		o.Rules = append(o.Rules, Rule{Pattern: p, Policy: pol})
 	}
 	return o, errors.Join(errs...)
 }

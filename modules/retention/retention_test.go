@@ -155,29 +155,41 @@ func TestByAgeWithClock(t *testing.T) {
 }
 
 // TestRulesFirstMatchWins: per-pattern overrides, the first matching one
-// wins; a topic no rule matches uses the default (here: keep forever).
+// wins; a limit an override leaves out is the broker-wide one (here
+// max-bytes 1: delete every sealed segment), one it gives as 0 is
+// forever / unlimited; a topic no rule matches uses the broker-wide limits.
 func TestRulesFirstMatchWins(t *testing.T) {
 	e := newEnv(t, 512)
-	o, err := OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{
-		{Pattern: "metrics.keep"},              // 0, 0: keep forever
-		{Pattern: "metrics.**", MaxBytes: 1},   // everything else under metrics
-		{Pattern: "metrics.keep", MaxBytes: 1}, // never reached
+	hour, zero, one := time.Hour, int64(0), int64(1)
+	o, err := OptionsFromConfig(config.RetentionConfig{MaxBytes: 1, Topics: config.RetentionTopicsConfig{
+		{Pattern: "metrics.keep", MaxBytes: &zero}, // unlimited; max-age inherited: 0, forever
+		{Pattern: "metrics.**", MaxAge: &hour},     // max-bytes inherited: 1
+		{Pattern: "metrics.keep", MaxBytes: &one},  // never reached
 	}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for topic, want := range map[string]storage.RetentionPolicy{
+		"metrics.keep": {},
+		"metrics.cpu":  {MaxAge: time.Hour, MaxBytes: 1},
+		"orders":       {MaxBytes: 1},
+	} {
+		if got := o.PolicyFor(topic); got != want {
+			t.Errorf("PolicyFor(%s) = %+v, want %+v", topic, got, want)
+		}
 	}
 	r := New(e.reg, o)
 	for _, topic := range []string{"metrics.cpu", "metrics.keep", "orders"} {
 		e.publish(topic, 30, time.Now())
 	}
 	r.Pass()
-	for topic, deleted := range map[string]bool{"metrics.cpu": true, "metrics.keep": false, "orders": false} {
+	for topic, deleted := range map[string]bool{"metrics.cpu": true, "metrics.keep": false, "orders": true} {
 		q, _ := e.reg.Get(topic)
 		if got := q.StartOffset() > 0; got != deleted {
 			t.Errorf("%s: start offset %d, want deletion %v", topic, q.StartOffset(), deleted)
 		}
 	}
-	if !r.Enabled() {
+	if o, _ := OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{{Pattern: "x", MaxBytes: &one}}}); !New(e.reg, o).Enabled() {
 		t.Error("a rule with a limit enables retention")
 	}
 	if New(e.reg, Options{}).Enabled() {
