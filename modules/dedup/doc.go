@@ -36,8 +36,9 @@
 //
 // The window is rebuilt from the tail of the topic's log: lazily, on the
 // first publish with an id after the topic is opened (or reopened after a
-// failure), not at startup. It reads the entries whose stored timestamp
-// lies within the window, at most the last MaxIDs of them, and remembers
-// those whose id came from a producer. A corrupt entry is skipped (it
-// cannot be a duplicate of anything readable).
+// failure), not at startup. It reads backwards from the high watermark
+// until it has MaxIDs producer ids or reaches entries stored before the
+// window, skipping entries without a producer id, so its cost grows with
+// what the topic stored within the window. A corrupt entry is skipped (it
+// cannot be a duplicate of anything readable) and counted in a warning.
 package dedup

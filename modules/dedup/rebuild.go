@@ -13,11 +13,26 @@ import (
 // rebuildBatch is how many entries one read of the rebuild returns.
 const rebuildBatch = 512
 
+// rebuildSlack is how far before the window the rebuild keeps reading:
+// stored timestamps are taken when a publish is decoded, so concurrent
+// producers store them a little out of order.
+const rebuildSlack = time.Second
+
+// found is one producer id the rebuild took from the log.
+type found struct {
+	k  key
+	it stored
+}
+
 // load rebuilds the window from the tail of the topic's log once (again
-// after Reset): the last MaxIDs entries, of which those published within
-// the window with a producer id are remembered. Concurrent callers wait
-// for the one loading. A read error other than a corrupt entry ends the
-// rebuild early (logged); what was read is kept.
+// after Reset). It reads backwards from the high watermark, in batches,
+// until it has MaxIDs producer ids, or meets an entry published more than
+// a second before the window, or the log start; entries without a
+// producer id are read and skipped, so a topic that mixes them with
+// deduplicated publishes keeps every id of the window (up to MaxIDs). A
+// corrupt entry is skipped and counted (it cannot be a duplicate of
+// anything readable); another read error ends the rebuild early, keeping
+// what was read. Concurrent callers wait for the one loading.
 func (w *Window) load() {
 	w.loadMu.Lock()
 	defer w.loadMu.Unlock()
@@ -26,65 +41,83 @@ func (w *Window) load() {
 	}
 	defer w.loaded.Store(true)
 	start := time.Now()
-	now := w.t.opts.Now().UnixNano()
-	horizon := now - int64(w.t.opts.Window)
-	hw := w.src.HighWatermark()
-	from := max(w.src.StartOffset(), hw-int64(w.t.opts.MaxIDs))
-	// Stored timestamps are taken when a publish is decoded, so concurrent
-	// producers store them a little out of order: search a second early.
-	if off, err := w.src.OffsetAt(time.Unix(0, horizon).Add(-time.Second)); err == nil {
-		from = max(from, off)
+	horizon := w.t.opts.Now().UnixNano() - int64(w.t.opts.Window)
+	ids, read, corrupt := w.scanBack(horizon)
+	w.mu.Lock()
+	if !w.closed {
+		for i := len(ids) - 1; i >= 0; i-- { // oldest first, as the ring wants
+			w.rememberLocked(ids[i].k, ids[i].it)
+		}
 	}
-	read, kept := int64(0), int64(0)
-	for off := from; off < hw; {
-		es, err := w.src.ReadBatch(off, int(min(rebuildBatch, hw-off)))
-		for _, e := range es {
+	w.mu.Unlock()
+	w.t.rebuilt.Add(int64(len(ids)))
+	if read > 0 {
+		w.t.log.Info("dedup window rebuilt from the log", zap.String("topic", w.topic),
+			zap.Int64("entries-read", read), zap.Int("ids", len(ids)), zap.Duration("took", time.Since(start)))
+	}
+	if corrupt > 0 {
+		w.t.log.Warn("dedup window: corrupt entries skipped while rebuilding; a retry of their ids is stored again",
+			zap.String("topic", w.topic), zap.Int64("corrupt-entries", corrupt))
+	}
+}
+
+// scanBack reads the log backwards from its high watermark and returns the
+// producer ids published at or after horizon (Unix ns), newest first, at
+// most MaxIDs of them.
+func (w *Window) scanBack(horizon int64) (ids []found, read, corrupt int64) {
+	stop := horizon - int64(rebuildSlack)
+	for end := w.src.HighWatermark(); end > w.src.StartOffset(); {
+		from := max(w.src.StartOffset(), end-rebuildBatch)
+		es, bad, err := w.readRange(from, end)
+		corrupt += bad
+		switch {
+		case err == nil:
+		case errors.Is(err, contract.ErrOffsetExpired):
+			return ids, read, corrupt // retention moved the start: nothing older to read
+		default:
+			w.t.log.Warn("dedup window: rebuild from the log stopped early; older ids are not deduplicated",
+				zap.String("topic", w.topic), zap.Int64("offset", from), zap.Error(err))
+			return ids, read, corrupt
+		}
+		for i := len(es) - 1; i >= 0; i-- {
 			read++
-			if w.rememberStored(e, horizon) {
-				kept++
+			id, fromProducer, ts, ok := contract.StoredMeta(es[i].Payload)
+			at := ts * int64(time.Millisecond)
+			if ok && at < stop {
+				return ids, read, corrupt // older than the window: done
+			}
+			if ok && fromProducer && at >= horizon {
+				ids = append(ids, found{w.t.key(id), stored{off: es[i].Offset, at: at}})
+				if len(ids) >= w.t.opts.MaxIDs {
+					return ids, read, corrupt
+				}
 			}
 		}
+		end = from
+	}
+	return ids, read, corrupt
+}
+
+// readRange returns the readable entries of [from, end) and how many
+// corrupt entries it skipped; err is a read error other than corruption.
+func (w *Window) readRange(from, end int64) (out []contract.Entry, corrupt int64, err error) {
+	for off := from; off < end; {
+		es, err := w.src.ReadBatch(off, int(end-off))
+		out = append(out, es...)
 		if len(es) > 0 {
 			off = es[len(es)-1].Offset + 1
 		}
 		var ce *storage.CorruptionError
 		switch {
 		case err == nil && len(es) == 0:
-			off = hw // nothing more (retention moved the start, or a short read)
+			return out, corrupt, nil
 		case err == nil:
 		case errors.As(err, &ce) && ce.Offset >= off:
-			off = ce.Offset + 1 // a corrupt entry is no one's duplicate
-		case errors.Is(err, contract.ErrOffsetExpired):
-			off = max(off+1, w.src.StartOffset())
+			corrupt++
+			off = ce.Offset + 1
 		default:
-			w.t.log.Warn("dedup window: rebuild from the log stopped early; ids before it are not deduplicated",
-				zap.String("topic", w.topic), zap.Int64("offset", off), zap.Error(err))
-			off = hw
+			return out, corrupt, err
 		}
 	}
-	w.t.rebuilt.Add(kept)
-	if read > 0 {
-		w.t.log.Info("dedup window rebuilt from the log", zap.String("topic", w.topic),
-			zap.Int64("entries-read", read), zap.Int64("ids", kept), zap.Duration("took", time.Since(start)))
-	}
-}
-
-// rememberStored remembers e's id if a producer supplied it and it was
-// published at or after horizon (Unix ns).
-func (w *Window) rememberStored(e contract.Entry, horizon int64) bool {
-	id, fromProducer, ts, ok := contract.StoredMeta(e.Payload)
-	if !ok || !fromProducer || ts*int64(time.Millisecond) < horizon {
-		return false
-	}
-	at := ts * int64(time.Millisecond)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return false
-	}
-	w.rememberLocked(w.t.key(id), stored{off: e.Offset, at: at})
-	for w.ring.len() > w.t.opts.MaxIDs {
-		w.evictFrontLocked(at)
-	}
-	return true
+	return out, corrupt, nil
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
@@ -15,7 +14,6 @@ import (
 type Source interface {
 	HighWatermark() int64
 	StartOffset() int64
-	OffsetAt(t time.Time) (int64, error)
 	ReadBatch(from int64, max int) ([]contract.Entry, error)
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // clock is a settable clock for the window.
@@ -30,6 +31,7 @@ type memLog struct {
 	mu      sync.Mutex
 	entries [][]byte
 	start   int64
+	corrupt map[int64]bool // offsets ReadBatch reports as corrupt
 }
 
 func (l *memLog) HighWatermark() int64 {
@@ -38,21 +40,14 @@ func (l *memLog) HighWatermark() int64 {
 	return l.start + int64(len(l.entries))
 }
 func (l *memLog) StartOffset() int64 { return l.start }
-func (l *memLog) OffsetAt(t time.Time) (int64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, e := range l.entries {
-		if _, _, ts, _ := contract.StoredMeta(e); ts >= t.UnixMilli() {
-			return l.start + int64(i), nil
-		}
-	}
-	return l.start + int64(len(l.entries)), nil
-}
 func (l *memLog) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []contract.Entry
 	for off := from; off < l.start+int64(len(l.entries)) && len(out) < max; off++ {
+		if l.corrupt[off] {
+			return out, &storage.CorruptionError{Topic: "t", Offset: off, Reason: "crc mismatch"}
+		}
 		out = append(out, contract.Entry{Offset: off, Payload: l.entries[off-l.start]})
 	}
 	return out, nil
@@ -284,7 +279,7 @@ func TestBeginHonoursContext(t *testing.T) {
 
 // TestRebuildFromLog: a new window (a restart) remembers the producer ids
 // the log stored within the window, at their offsets; not generated ids,
-// not older ones, at most MaxIDs.
+// not older ones, at most MaxIDs (the newest).
 func TestRebuildFromLog(t *testing.T) {
 	c := newClock()
 	l := &memLog{start: 5}
@@ -299,16 +294,50 @@ func TestRebuildFromLog(t *testing.T) {
 	want := []Result{{Verdict: Store, Index: 0}, {Verdict: Store, Index: 1}, {Verdict: Store, Index: 2},
 		{Verdict: Duplicate, Offset: 9}, {Verdict: Duplicate, Offset: 16}}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
-		t.Fatalf("after rebuild got %+v\nwant %+v (p1 is beyond the last 8 entries)", res, want)
+		t.Fatalf("after rebuild got %+v\nwant %+v (p1 is older than the newest 8 ids)", res, want)
 	}
 	if s := tr.Stats(); s.Rebuilt != 8 {
-		t.Fatalf("rebuilt %d ids, want 8 (p2..p9; the last 8 entries are gen and p0..p9 minus p0, p1)", s.Rebuilt)
+		t.Fatalf("rebuilt %d ids, want 8 (p2..p9)", s.Rebuilt)
 	}
 	// Reset forgets and rebuilds on the next call.
 	l.add(t, "later", true, c.now())
 	w.Reset()
 	if _, res := begin(t, w, contract.Durable, "later"); res[0] != (Result{Verdict: Duplicate, Offset: 17}) {
 		t.Fatalf("after Reset: %+v", res)
+	}
+}
+
+// TestRebuildSkipsMessagesWithoutIDs: max-ids counts producer ids, not
+// entries: ids published before many messages without one (other clients,
+// bulk batches) are found again after a restart (an operator trial found
+// them forgotten when the rebuild read only the last max-ids entries).
+func TestRebuildSkipsMessagesWithoutIDs(t *testing.T) {
+	c := newClock()
+	l := &memLog{}
+	l.add(t, "a", true, c.now().Add(-time.Minute))
+	l.add(t, "b", true, c.now().Add(-time.Minute))
+	for i := 0; i < 50; i++ {
+		l.add(t, "", false, c.now().Add(-30*time.Second))
+	}
+	tr := newTracker(t, c, Options{Window: 2 * time.Minute, MaxIDs: 3})
+	_, res := begin(t, tr.Open("t", l), contract.Durable, "a", "b")
+	if res[0] != (Result{Verdict: Duplicate, Offset: 0}) || res[1] != (Result{Verdict: Duplicate, Offset: 1}) {
+		t.Fatalf("after 50 messages without ids and a restart: %+v, want both duplicates", res)
+	}
+}
+
+// TestRebuildSkipsCorruptEntries: a corrupt entry is skipped (its id is
+// lost: a retry is stored again) and the ids on both sides of it are found.
+func TestRebuildSkipsCorruptEntries(t *testing.T) {
+	c := newClock()
+	l := &memLog{corrupt: map[int64]bool{1: true, 2: true}}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		l.add(t, id, true, c.now())
+	}
+	_, res := begin(t, newTracker(t, c, Options{}).Open("t", l), contract.Durable, "a", "b", "c", "d")
+	want := []Result{{Verdict: Duplicate, Offset: 0}, {Verdict: Store, Index: 0}, {Verdict: Store, Index: 1}, {Verdict: Duplicate, Offset: 3}}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		t.Fatalf("got %+v, want %+v", res, want)
 	}
 }
 
