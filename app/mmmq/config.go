@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -113,8 +114,16 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 	}
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	values := map[string]string{}
 	for _, s := range eff.Settings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, formatValue(reflect.ValueOf(s.Value)), s.Source())
+		values[s.Key] = formatValue(reflect.ValueOf(s.Value))
+	}
+	for _, s := range eff.Settings {
+		v := values[s.Key]
+		if m := overrideLimit.FindStringSubmatch(s.Key); m != nil && v == "inherited" {
+			v += ":" + values["mmmq.broker.retention."+m[1]] // the value it inherits
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, s.Source())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -134,6 +143,10 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
+
+// overrideLimit matches a retention override's limit key; a limit the
+// override leaves out is shown with the broker-wide value it inherits.
+var overrideLimit = regexp.MustCompile(`^mmmq\.broker\.retention\.topics\[\d+\]\.(max-age|max-bytes)$`)
 
 // formatValue shows a setting's value as in the YAML file: strings quoted,
 // durations with their unit ("30s"), lists in brackets; an optional value

@@ -96,8 +96,8 @@ func TestConfigCheckShowsInheritedRetention(t *testing.T) {
 	}
 	for key, want := range map[string]string{
 		"mmmq.broker.retention.topics[0].max-age":   "3s " + cfg,
-		"mmmq.broker.retention.topics[0].max-bytes": "inherited default",
-		"mmmq.broker.retention.topics[1].max-age":   "inherited default",
+		"mmmq.broker.retention.topics[0].max-bytes": "inherited:4096 default",
+		"mmmq.broker.retention.topics[1].max-age":   "inherited:0s default",
 		"mmmq.broker.retention.topics[1].max-bytes": "0 " + cfg,
 	} {
 		if got := strings.Join(fieldsOf(out, key), " "); got != key+" "+want {

@@ -509,3 +509,18 @@ mmmq:
 `)
 	require.NoError(t, err, "valid patterns")
 }
+
+// TestDedupConfig: mmmq.broker.dedup defaults, an override from the
+// environment, and invalid values refused naming the key (a negative
+// window says that 0 turns deduplication off).
+func TestDedupConfig(t *testing.T) {
+	cfg, err := load(t, "", "MMMQ_BROKER_DEDUP_WINDOW=30s")
+	require.NoError(t, err)
+	assert.Equal(t, DedupConfig{Window: 30 * time.Second, MaxIDs: 100000, MaxBytes: 64 << 20}, cfg.MMMQ.Broker.Dedup)
+	assert.Equal(t, cfg.MMMQ.Broker.Dedup, SectionsOf(cfg).Dedup)
+	_, err = load(t, "mmmq:\n  broker:\n    dedup:\n      window: -1s\n      max-ids: 0\n      max-bytes: 1000\n")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `mmmq.broker.dedup.window: must be a duration >= 0 such as "168h" (0 = off)`)
+	assert.Contains(t, err.Error(), "mmmq.broker.dedup.max-ids")
+	assert.Contains(t, err.Error(), "mmmq.broker.dedup.max-bytes")
+}

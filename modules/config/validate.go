@@ -96,7 +96,7 @@ func (c *Config) Validate() error {
 
 	v.retention(b.Retention)
 
-	v.nonNegative("mmmq.broker.dedup.window", b.Dedup.Window)
+	v.nonNegative("mmmq.broker.dedup.window", b.Dedup.Window, "off")
 	v.intRange("mmmq.broker.dedup.max-ids", int64(b.Dedup.MaxIDs), 1, math.MaxInt32)
 	v.intRange("mmmq.broker.dedup.max-bytes", b.Dedup.MaxBytes, 1<<20, math.MaxInt64)
 
@@ -151,9 +151,11 @@ func (v *validator) intRange(key string, n, lo, hi int64) {
 	}
 }
 
-func (v *validator) nonNegative(key string, d time.Duration) {
+// nonNegative checks a duration >= 0; zero says what 0 means for key
+// ("keep forever", "off").
+func (v *validator) nonNegative(key string, d time.Duration, zero string) {
 	if d < 0 {
-		v.add(invalid(key, "must be a duration >= 0 such as \"168h\" (0 = keep forever); got %s", d))
+		v.add(invalid(key, "must be a duration >= 0 such as \"168h\" (0 = %s); got %s", zero, d))
 	}
 }
 
@@ -167,7 +169,7 @@ func (v *validator) positive(key string, d time.Duration) {
 // pattern are refused: the first one that matches a topic wins, so the
 // second could never apply.
 func (v *validator) retention(r RetentionConfig) {
-	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge)
+	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge, "keep forever")
 	v.intRange("mmmq.broker.retention.max-bytes", r.MaxBytes, 0, math.MaxInt64)
 	v.positive("mmmq.broker.retention.check-interval", r.CheckInterval)
 	v.positive("mmmq.broker.retention.group-idle", r.GroupIdle)
@@ -183,7 +185,7 @@ func (v *validator) retention(r RetentionConfig) {
 			}
 		}
 		if tc.MaxAge != nil {
-			v.nonNegative(key+".max-age", *tc.MaxAge)
+			v.nonNegative(key+".max-age", *tc.MaxAge, "keep forever")
 		}
 		if tc.MaxBytes != nil {
 			v.intRange(key+".max-bytes", *tc.MaxBytes, 0, math.MaxInt64)

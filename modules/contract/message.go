@@ -111,6 +111,11 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		if err := json.Unmarshal(f.id, &d.ID); err != nil || f.id[0] != '"' {
 			return d, BadRequest(`field "id" must be a string`)
 		}
+		if loneSurrogate(f.id) {
+			// encoding/json would turn it into U+FFFD, so two different
+			// ids would become one (and be deduplicated as one).
+			return d, BadRequest(`field "id" has an escaped lone UTF-16 surrogate (\ud800-\udfff without its pair); ids must be valid Unicode`)
+		}
 		if d.ID == "" || len(d.ID) > MaxIDBytes {
 			return d, BadRequest(`field "id" must be 1-%d bytes when given`, MaxIDBytes)
 		}
@@ -431,4 +436,38 @@ func StoredMeta(stored []byte) (id string, fromProducer bool, timestamp int64, o
 	}
 	timestamp, _ = strconv.ParseInt(string(tsRaw), 10, 64)
 	return id, string(fpRaw) == "true", timestamp, true
+}
+
+// loneSurrogate reports whether the JSON string literal raw has a \uXXXX
+// escape of a UTF-16 surrogate that is not a high surrogate followed by a
+// low one.
+func loneSurrogate(raw []byte) bool {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		switch {
+		case !ok:
+			i++ // another escape: skip its second byte (it may be a backslash)
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return true // a low surrogate first
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := hex4(i + 6)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return true
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return false
 }

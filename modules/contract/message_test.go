@@ -21,6 +21,8 @@ func TestDecodeMessage(t *testing.T) {
 			`{"topic":{"name":"a"},"content":"v","id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 		{"unknown fields ignored", `{"topic":"a","content":1,"id":"i","extra":{"deep":[true]}}`,
 			`{"topic":{"name":"a"},"content":1,"id":"i","idFromProducer":true,"timestamp":1700000000123}`},
+		{"surrogate pair and an escaped backslash in the id", `{"topic":"a","content":1,"id":"\ud83d\ude00\\udc00"}`,
+			`{"topic":{"name":"a"},"content":1,"id":"😀\\udc00","idFromProducer":true,"timestamp":1700000000123}`},
 		{"unicode content", `{"topic":"a","content":"é\u2028","id":"i"}`,
 			`{"topic":{"name":"a"},"content":"é\u2028","id":"i","idFromProducer":true,"timestamp":1700000000123}`},
 	}
@@ -68,6 +70,9 @@ func TestDecodeMessage(t *testing.T) {
 		`{"topic":"a","content":1,"topic":"b"}`:               `field "topic" is given more than once`,
 		`{"topic":"a","content":1,"cont\u0065nt":2}`:          `field "content" is given more than once`,
 		`{"topic":"a","content":1,"id":"x","id":"y"}`:         `field "id" is given more than once`,
+		`{"topic":"a","content":1,"id":"\udc00"}`:             `lone UTF-16 surrogate`,
+		`{"topic":"a","content":1,"id":"a\ud800"}`:            `lone UTF-16 surrogate`,
+		`{"topic":"a","content":1,"id":"\ud800\u0041"}`:       `lone UTF-16 surrogate`,
 	}
 	for in, want := range bad {
 		d, err := DecodeMessage([]byte(in), now, nil)

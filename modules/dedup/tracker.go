@@ -90,8 +90,22 @@ func New(opts Options) *Tracker {
 // Window is the configured window length.
 func (t *Tracker) Window() time.Duration { return t.opts.Window }
 
-// Stats returns the counters.
+// Stats returns the counters. It first forgets the ids whose window ended
+// in every topic (a topic forgets them itself only on its next publish with
+// an id), so that IDs and Bytes count what is remembered for a reason.
 func (t *Tracker) Stats() Stats {
+	t.mu.Lock()
+	ws := make([]*Window, 0, len(t.windows))
+	for w := range t.windows {
+		ws = append(ws, w)
+	}
+	t.mu.Unlock()
+	horizon := t.opts.Now().UnixNano() - int64(t.opts.Window)
+	for _, w := range ws {
+		w.mu.Lock()
+		w.expireLocked(horizon)
+		w.mu.Unlock()
+	}
 	return Stats{IDs: t.ids.Load(), Bytes: t.bytes.Load(), Duplicates: t.duplicates.Load(),
 		Evicted: t.evicted.Load(), Rebuilt: t.rebuilt.Load()}
 }

@@ -134,6 +134,9 @@ func TestDuplicateWithinWindow(t *testing.T) {
 	}
 	oc.Resolve(0, nil)
 	c.advance(2 * time.Second)
+	if s := tr.Stats(); s.IDs != 1 || s.Bytes != EntryBytes {
+		t.Fatalf("stats once t's id expired: %+v, want only u's id counted", s)
+	}
 	claim3, res := begin(t, w, contract.Durable, "a")
 	if claim3 == nil || res[0].Verdict != Store {
 		t.Fatalf("after the window: %+v", res)

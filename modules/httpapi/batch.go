@@ -22,6 +22,9 @@ const MaxBatchMessages = 10000
 type BatchResult struct {
 	Topic  string `json:"topic,omitempty"`
 	Offset *int64 `json:"offset,omitempty"`
+	// ID is the message id: the producer's, or the one the broker
+	// generated (absent for an invalid message).
+	ID string `json:"id,omitempty"`
 	// Duplicate: the message's producer id was already published to the
 	// topic within mmmq.broker.dedup.window, or earlier in this batch;
 	// nothing was stored and Offset is the first message's.
@@ -147,7 +150,7 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 			b.setErr(i, fmt.Errorf("message %d: %w", i, err))
 			continue
 		}
-		b.resp.Results[i].Topic = topic
+		b.resp.Results[i].Topic, b.resp.Results[i].ID = topic, d.ID
 		g := byTopic[topic]
 		if g == nil {
 			g = &topicGroup{topic: topic}

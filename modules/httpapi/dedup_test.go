@@ -78,11 +78,12 @@ func TestBatchDuplicateID(t *testing.T) {
 	}
 	var got []string
 	for _, r := range br.Results {
-		got = append(got, fmt.Sprintf("%s@%d/%t", r.Topic, *r.Offset, r.Duplicate))
+		got = append(got, fmt.Sprintf("%s@%d/%t/%s", r.Topic, *r.Offset, r.Duplicate, r.ID))
 	}
-	want := "t@0/true t@1/false u@0/false t@1/true t@2/false"
-	if strings.Join(got, " ") != want {
-		t.Fatalf("results %v, want %s", got, want)
+	generated := br.Results[4].ID
+	want := "t@0/true/a t@1/false/b u@0/false/b t@1/true/b t@2/false/" + generated
+	if strings.Join(got, " ") != want || generated == "" {
+		t.Fatalf("results %v, want %s (the last with a generated id)", got, want)
 	}
 	if q, _ := a.reg.Get("t"); q.HighWatermark() != 3 {
 		t.Fatalf("topic t holds %d messages, want 3", q.HighWatermark())

@@ -51,12 +51,12 @@ var (
 // CorruptionError says where corrupt data was found. It wraps ErrCorrupt (or
 // a more specific cause) so errors.Is(err, ErrCorrupt) holds.
 type CorruptionError struct {
-	Topic  string // topic name (the directory name)
-	File   string // file (or directory) path
-	Pos    int64  // byte position in File, -1 when none applies
-	Offset int64  // the message offset concerned, -1 when none applies
-	Reason string // short reason, e.g. "crc mismatch"
-	Err    error  `json:"-"` // underlying error; nil means ErrCorrupt (not in JSON: an error value has no fields to show)
+	Topic  string `json:"topic"`  // topic name (the directory name)
+	File   string `json:"file"`   // file (or directory) path
+	Pos    int64  `json:"pos"`    // byte position in File, -1 when none applies
+	Offset int64  `json:"offset"` // the message offset concerned, -1 when none applies
+	Reason string `json:"reason"` // short reason, e.g. "crc mismatch"
+	Err    error  `json:"-"`      // underlying error; nil means ErrCorrupt (not in JSON: an error value has no fields to show)
 }
 
 // Error names the topic, the reason and where: the file, then the byte
