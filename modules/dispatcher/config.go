@@ -1,6 +1,10 @@
 package dispatcher
 
-import "github.com/mmmq/mmmq/modules/config"
+import (
+	"fmt"
+
+	"github.com/mmmq/mmmq/modules/config"
+)
 
 // OptionsFromConfig maps mmmq.broker.dispatch to Options: timeout ->
 // DefaultTimeout, max-resends -> MaxResends (marked set, so 0 means no
@@ -15,4 +19,40 @@ func OptionsFromConfig(d config.DispatchConfig) Options {
 		MaxResponseBytes: d.MaxResponseBytes,
 		DefaultPath:      d.Path,
 	}.WithMaxResends(d.MaxResends)
+}
+
+// FromConfig builds the Dispatcher of one mmmq.broker.dispatchers entry
+// (also the body of the admin API's create and replace), labelled with
+// source (see WithSource). dc should be normalized (config.Normalize:
+// commit defaults filled). Errors name the field under key, e.g.
+// "mmmq.broker.dispatchers[0].patterns[1]: invalid topic pattern ...".
+func FromConfig(dc config.DispatcherConfig, key, source string) (*Dispatcher, error) {
+	host, err := ParseHost(dc.Host)
+	if err != nil {
+		return nil, fmt.Errorf("%s.host: %w", key, err)
+	}
+	pats := make([]Pattern, 0, len(dc.Patterns))
+	for j, s := range dc.Patterns {
+		p, err := ParsePattern(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s.patterns[%d]: %w", key, j, err)
+		}
+		pats = append(pats, p)
+	}
+	d := New(dc.Name, host, pats...).WithSource(source)
+	if dc.Path != "" {
+		d = d.WithPath(dc.Path)
+	}
+	if dc.Timeout > 0 {
+		d = d.WithTimeout(dc.Timeout)
+	}
+	pol := CommitPolicy{Mode: dc.Commit.Policy}
+	if dc.Commit.Policy == config.CommitInterval {
+		pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
+	}
+	d = d.WithCommitPolicy(pol)
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return d, nil
 }

@@ -167,7 +167,37 @@ type WorkerStatus struct {
 	// Err is why the worker ended on its own ("" otherwise), e.g. a failed
 	// commit (fsync).
 	Err string
+	// State is StateDelivering, StateBackoff, StateNackResend, StateIdle or
+	// StatePaused (a paused dispatcher's workers are stopped; Status
+	// reports its last state as paused).
+	State string
+	// Attempt is the attempt number of the message at Next (1 = first
+	// send); 0 when idle.
+	Attempt int
+	// HighWatermark is the topic's high watermark when the snapshot was
+	// taken; Lag = HighWatermark - Committed, never below 0.
+	HighWatermark, Lag int64
+	// LastError is the last abnormal answer, NACK or failure, and
+	// LastErrorAt when it happened (zero when none since the worker started).
+	LastError   string
+	LastErrorAt time.Time
+	// NextRetry is when the next attempt is due while backing off (zero
+	// otherwise).
+	NextRetry time.Time
+	// OldestUnacked is the stored timestamp of the message at Next, the
+	// oldest one not yet acknowledged (zero when idle or unreadable): its
+	// age is how far behind the consumer is in time.
+	OldestUnacked time.Time
 }
+
+// Worker states of WorkerStatus.State (the admin API's "state").
+const (
+	StateDelivering = "delivering"  // a message is being sent
+	StateBackoff    = "backoff"     // waiting after an abnormal answer (NextRetry)
+	StateNackResend = "nack-resend" // the consumer NACKed the message; it is sent again
+	StateIdle       = "idle"        // everything up to the high watermark is delivered
+	StatePaused     = "paused"      // the dispatcher is paused: no worker runs
+)
 
 type workerKey struct{ dispatcher, topic string }
 
@@ -196,7 +226,11 @@ type Manager struct {
 	unsubDel    func()
 	workers     map[workerKey]*worker // latest worker per key, running or ended
 	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
+	topics      map[string]Topic      // every topic handed over and not deleted
+	paused      map[string]bool       // dispatchers paused (Pause)
 	wg          sync.WaitGroup
+
+	liveMu sync.Mutex // serialises the live changes (live.go)
 
 	expired atomic.Uint64 // every worker's Expired, summed since the Manager was made
 }
@@ -221,6 +255,8 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 		log:     log,
 		workers: make(map[workerKey]*worker),
 		pending: make(map[workerKey]Topic),
+		topics:  make(map[string]Topic),
+		paused:  make(map[string]bool),
 	}
 }
 
@@ -242,14 +278,15 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 
 	if m.set.Len() == 0 {
-		m.log.Info("no dispatchers configured")
-		return nil
+		m.log.Info("no dispatchers configured yet")
+	} else {
+		names := make([]string, 0, m.set.Len())
+		for _, d := range m.set.All() {
+			names = append(names, d.String())
+		}
+		m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
 	}
-	names := make([]string, 0, m.set.Len())
-	for _, d := range m.set.All() {
-		names = append(names, d.String())
-	}
-	m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
+	// Subscribed even without dispatchers: the admin API may add some.
 	unsubDel := func() {}
 	if ds, ok := m.src.(DeletionSource); ok {
 		unsubDel = ds.SubscribeDeletes(m.onDelete)
@@ -329,16 +366,16 @@ func (m *Manager) Status() []WorkerStatus {
 // matching t. It does no I/O (the worker opens its checkpoint).
 func (m *Manager) onTopic(t Topic) {
 	name := t.Name()
-	ds := m.set.Matching(name)
-	if len(ds) == 0 {
-		return
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state != stateStarted {
 		return
 	}
-	for _, d := range ds {
+	m.topics[name] = t
+	for _, d := range m.set.Matching(name) {
+		if m.paused[d.name] {
+			continue
+		}
 		k := workerKey{d.name, name}
 		if w, ok := m.workers[k]; ok && !w.ended {
 			// Never two workers for one key: remember the newest topic
@@ -373,30 +410,11 @@ func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 func (m *Manager) onDelete(t Topic) {
 	name := t.Name()
 	m.mu.Lock()
-	var ws []*worker
-	for k, w := range m.workers {
-		if k.topic == name {
-			w.deleting = true
-			w.cancel()
-			ws = append(ws, w)
-		}
-	}
-	for k := range m.pending {
-		if k.topic == name {
-			delete(m.pending, k)
-		}
+	if m.topics[name] == t {
+		delete(m.topics, name)
 	}
 	m.mu.Unlock()
-	for _, w := range ws {
-		<-w.done
-	}
-	m.mu.Lock()
-	for _, w := range ws {
-		if k := (workerKey{w.d.name, name}); m.workers[k] == w {
-			delete(m.workers, k)
-		}
-	}
-	m.mu.Unlock()
+	ws := m.stopWorkers(func(k workerKey) bool { return k.topic == name })
 	if len(ws) > 0 {
 		m.log.Info("dispatch workers stopped: topic deleted", zap.String("topic", name), zap.Int("workers", len(ws)))
 	}

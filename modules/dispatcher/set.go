@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/fx"
@@ -78,6 +79,30 @@ func (d *Dispatcher) WithSource(label string) *Dispatcher {
 // Source is the label set by WithSource, "" when none was.
 func (d *Dispatcher) Source() string { return d.source }
 
+// Origins of a dispatcher (Origin): declared in Go code, in the
+// configuration file, or created through the admin API.
+const (
+	OriginGo     = "go"
+	OriginConfig = "config"
+	OriginAPI    = "api"
+)
+
+// SourceAPI is the source label of dispatchers created through the admin
+// API (WithSource); they are the only ones the API may change.
+const SourceAPI = "api (dispatchers.json)"
+
+// Origin is where d was declared, from its source label: OriginConfig
+// ("config ..."), OriginAPI (SourceAPI), else OriginGo.
+func (d *Dispatcher) Origin() string {
+	switch {
+	case strings.HasPrefix(d.source, "config "):
+		return OriginConfig
+	case d.source == SourceAPI:
+		return OriginAPI
+	}
+	return OriginGo
+}
+
 // SetParams is what NewSet takes from the Fx graph: every member of the
 // dispatchers value group, in random order.
 type SetParams struct {
@@ -88,9 +113,11 @@ type SetParams struct {
 }
 
 // Set is the validated, duplicate-free set of dispatchers, sorted by name.
-// It is immutable after NewSet.
+// Put and Remove change it while the broker runs (the admin API); readers
+// see a consistent snapshot without locking.
 type Set struct {
-	list []*Dispatcher
+	mu   sync.Mutex                    // serialises Put and Remove
+	list atomic.Pointer[[]*Dispatcher] // sorted by name; replaced, never modified
 }
 
 // NewSet builds the Set from the value group: nil members are skipped, every
@@ -131,20 +158,25 @@ func SetOf(ds ...*Dispatcher) (*Set, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("dispatcher set: %w", errors.Join(errs...))
 	}
-	return &Set{list: list}, nil
+	s := &Set{}
+	s.list.Store(&list)
+	return s, nil
 }
 
+func (s *Set) snapshot() []*Dispatcher { return *s.list.Load() }
+
 // All returns the dispatchers sorted by name (a copy).
-func (s *Set) All() []*Dispatcher { return append([]*Dispatcher(nil), s.list...) }
+func (s *Set) All() []*Dispatcher { return append([]*Dispatcher(nil), s.snapshot()...) }
 
 // Len is the number of dispatchers.
-func (s *Set) Len() int { return len(s.list) }
+func (s *Set) Len() int { return len(s.snapshot()) }
 
 // Get returns the dispatcher named name.
 func (s *Set) Get(name string) (*Dispatcher, bool) {
-	i := sort.Search(len(s.list), func(i int) bool { return s.list[i].name >= name })
-	if i < len(s.list) && s.list[i].name == name {
-		return s.list[i], true
+	list := s.snapshot()
+	i := sort.Search(len(list), func(i int) bool { return list[i].name >= name })
+	if i < len(list) && list[i].name == name {
+		return list[i], true
 	}
 	return nil, false
 }
@@ -153,12 +185,54 @@ func (s *Set) Get(name string) (*Dispatcher, bool) {
 // topic.
 func (s *Set) Matching(topic string) []*Dispatcher {
 	var out []*Dispatcher
-	for _, d := range s.list {
+	for _, d := range s.snapshot() {
 		if d.Matches(topic) {
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// Put adds d, or replaces the dispatcher of the same name, and returns the
+// one it replaced (nil when d is new). d must pass Validate.
+func (s *Set) Put(d *Dispatcher) (*Dispatcher, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.snapshot()
+	list := make([]*Dispatcher, 0, len(old)+1)
+	var prev *Dispatcher
+	for _, x := range old {
+		if x.name == d.name {
+			prev = x
+			continue
+		}
+		list = append(list, x)
+	}
+	list = append(list, d)
+	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
+	s.list.Store(&list)
+	return prev, nil
+}
+
+// Remove takes the dispatcher named name out of the set and returns it.
+func (s *Set) Remove(name string) (*Dispatcher, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.snapshot()
+	list := make([]*Dispatcher, 0, len(old))
+	var prev *Dispatcher
+	for _, x := range old {
+		if x.name == name {
+			prev = x
+			continue
+		}
+		list = append(list, x)
+	}
+	s.list.Store(&list)
+	return prev, prev != nil
 }
 
 // describeSources lists the sources of a duplicated name, sorted (the value

@@ -43,10 +43,14 @@ type worker struct {
 	delivered, nacked, exhausted, skipped, abnormal, commits atomic.Uint64
 	// expired counts messages retention deleted before this worker read
 	// them (its checkpoint was below the topic's start offset).
-	expired             atomic.Uint64
-	backingOff, running atomic.Bool
-	errMu               sync.Mutex
-	errText             string
+	expired                         atomic.Uint64
+	backingOff, running, nackResend atomic.Bool
+	attempt                         atomic.Int64 // of the message at next; 0 when idle
+	retryAt                         atomic.Int64 // Unix ns of the next attempt while backing off
+	errMu                           sync.Mutex
+	errText                         string
+	lastErr                         string    // the last abnormal answer or failure
+	lastErrAt                       time.Time // when it happened
 
 	ctx        context.Context // set by run; commit retries until it ends
 	cp         contract.Checkpoint
@@ -93,24 +97,48 @@ func (m *Manager) newBackoff() *backoff.ExponentialBackOff {
 
 func (w *worker) status() WorkerStatus {
 	w.errMu.Lock()
-	errText := w.errText
+	errText, lastErr, lastErrAt := w.errText, w.lastErr, w.lastErrAt
 	w.errMu.Unlock()
-	return WorkerStatus{
-		Dispatcher: w.d.name,
-		Topic:      w.topicName,
-		Committed:  w.committed.Load(),
-		Next:       w.next.Load(),
-		Delivered:  w.delivered.Load(),
-		Nacked:     w.nacked.Load(),
-		Exhausted:  w.exhausted.Load(),
-		Skipped:    w.skipped.Load(),
-		Expired:    w.expired.Load(),
-		Abnormal:   w.abnormal.Load(),
-		Commits:    w.commits.Load(),
-		Backoff:    w.backingOff.Load(),
-		Running:    w.running.Load(),
-		Err:        errText,
+	hw, committed, next := w.topic.HighWatermark(), w.committed.Load(), w.next.Load()
+	st := WorkerStatus{
+		Dispatcher:    w.d.name,
+		Topic:         w.topicName,
+		Committed:     committed,
+		Next:          next,
+		Delivered:     w.delivered.Load(),
+		Nacked:        w.nacked.Load(),
+		Exhausted:     w.exhausted.Load(),
+		Skipped:       w.skipped.Load(),
+		Expired:       w.expired.Load(),
+		Abnormal:      w.abnormal.Load(),
+		Commits:       w.commits.Load(),
+		Backoff:       w.backingOff.Load(),
+		Running:       w.running.Load(),
+		Err:           errText,
+		HighWatermark: hw,
+		Lag:           max(0, hw-committed),
+		Attempt:       int(w.attempt.Load()),
+		LastError:     lastErr,
+		LastErrorAt:   lastErrAt,
 	}
+	switch {
+	case st.Backoff:
+		st.State, st.NextRetry = StateBackoff, time.Unix(0, w.retryAt.Load())
+	case w.nackResend.Load():
+		st.State = StateNackResend
+	case next < hw:
+		st.State = StateDelivering
+	default:
+		st.State = StateIdle
+	}
+	if next < hw {
+		if es, _ := w.topic.ReadBatch(next, 1); len(es) == 1 {
+			if _, _, ts, ok := contract.StoredMeta(es[0].Payload); ok && ts > 0 {
+				st.OldestUnacked = time.UnixMilli(ts)
+			}
+		}
+	}
+	return st
 }
 
 // run is the worker's goroutine. It returns nil when stopped by ctx,
@@ -268,10 +296,13 @@ func (w *worker) loop(ctx context.Context) error {
 func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 	id := contract.MessageID(e.Payload)
 	nacks := 0
+	defer w.attempt.Store(0)
+	defer w.nackResend.Store(false)
 	for attempt := 1; ; attempt++ {
 		if ctx.Err() != nil {
 			return errStopped
 		}
+		w.attempt.Store(int64(attempt))
 		actx, cancel := context.WithTimeout(ctx, w.timeout)
 		out, err := w.m.sender.Send(actx, Delivery{
 			Dispatcher:  w.d,
@@ -299,6 +330,8 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			}
 			nacks++
 			w.nacked.Add(1)
+			w.nackResend.Store(true)
+			w.noteErr(fmt.Sprintf("offset %d: NACK on attempt %d", e.Offset, attempt))
 			if nacks > w.m.opts.MaxResends {
 				// The original Java mmmq's rule: after 3 resends log and move on
 				// (dead-letter later).
@@ -318,7 +351,9 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 		}
 		w.abnormal.Add(1)
 		w.backingOff.Store(true)
+		w.noteErr(fmt.Sprintf("offset %d attempt %d: %v", e.Offset, attempt, err))
 		delay := w.bo.NextBackOff()
+		w.retryAt.Store(time.Now().Add(delay).UnixNano())
 		w.log.Warn("abnormal response; retrying after backoff",
 			zap.Int64("offset", e.Offset), zap.Int("attempt", attempt), zap.Duration("retry-in", delay), zap.Error(err))
 		// Waiting counts as idle: make finished messages durable first.
@@ -329,6 +364,13 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			return errStopped
 		}
 	}
+}
+
+// noteErr records the last abnormal answer or failure, for the status.
+func (w *worker) noteErr(text string) {
+	w.errMu.Lock()
+	w.lastErr, w.lastErrAt = text, time.Now()
+	w.errMu.Unlock()
 }
 
 // advance records that every offset below next is finished and commits per

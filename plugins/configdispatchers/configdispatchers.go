@@ -40,32 +40,9 @@ func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
 	var out []*dispatcher.Dispatcher
 	for i, dc := range ds {
 		key := fmt.Sprintf("mmmq.broker.dispatchers[%d]", i)
-		host, err := dispatcher.ParseHost(dc.Host)
+		d, err := dispatcher.FromConfig(dc, key, "config "+key)
 		if err != nil {
-			return nil, fmt.Errorf("config: %s.host: %w", key, err)
-		}
-		pats := make([]dispatcher.Pattern, 0, len(dc.Patterns))
-		for j, s := range dc.Patterns {
-			p, err := dispatcher.ParsePattern(s)
-			if err != nil {
-				return nil, fmt.Errorf("config: %s.patterns[%d]: %w", key, j, err)
-			}
-			pats = append(pats, p)
-		}
-		d := dispatcher.New(dc.Name, host, pats...).WithSource("config " + key)
-		if dc.Path != "" {
-			d = d.WithPath(dc.Path)
-		}
-		if dc.Timeout > 0 {
-			d = d.WithTimeout(dc.Timeout)
-		}
-		pol := dispatcher.CommitPolicy{Mode: dc.Commit.Policy}
-		if dc.Commit.Policy == config.CommitInterval {
-			pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
-		}
-		d = d.WithCommitPolicy(pol)
-		if err := d.Validate(); err != nil {
-			return nil, fmt.Errorf("config: %s: %w", key, err)
+			return nil, fmt.Errorf("config: %w", err)
 		}
 		out = append(out, d)
 	}

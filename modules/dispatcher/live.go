@@ -1,0 +1,244 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"go.uber.org/zap"
+)
+
+// Errors of the live changes (the admin API maps them to 404 and 409).
+var (
+	// ErrUnknownDispatcher: no dispatcher has that name.
+	ErrUnknownDispatcher = errors.New("dispatcher: unknown dispatcher")
+	// ErrDispatcherExists: Add of a name the set already has.
+	ErrDispatcherExists = errors.New("dispatcher: a dispatcher of that name exists")
+)
+
+// Live changes. A change takes effect at once: the workers of a dispatcher
+// being replaced, paused, sought or removed are stopped first (an attempt
+// in flight is abandoned and its message delivered again later, so
+// at-least-once holds; finished messages are committed before the worker
+// ends), then the new workers start on every open topic the dispatcher
+// matches. Changes are serialised.
+
+// Add starts delivering d, a dispatcher whose name is not in the set: it
+// joins the set and gets a worker on every open topic it matches (none
+// while paused). Errors: d's Validate error, ErrDispatcherExists.
+func (m *Manager) Add(d *Dispatcher) error {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if _, ok := m.set.Get(d.name); ok {
+		return fmt.Errorf("%w: %s", ErrDispatcherExists, d.name)
+	}
+	if _, err := m.set.Put(d); err != nil {
+		return err
+	}
+	m.startFor(d)
+	m.log.Info("dispatcher added", zap.String("dispatcher", d.String()))
+	return nil
+}
+
+// Replace swaps the dispatcher of d's name for d: the old one's workers
+// stop, then d's start (a pattern change stops the workers of topics no
+// longer matched and starts workers for newly matched ones). Its
+// checkpoints, and whether it is paused, are kept. Errors: d's Validate
+// error, ErrUnknownDispatcher.
+func (m *Manager) Replace(d *Dispatcher) error {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if _, ok := m.set.Get(d.name); !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, d.name)
+	}
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == d.name })
+	if _, err := m.set.Put(d); err != nil {
+		return err
+	}
+	m.startFor(d)
+	m.log.Info("dispatcher replaced", zap.String("dispatcher", d.String()))
+	return nil
+}
+
+// Remove stops the workers of the dispatcher named name and takes it out
+// of the set; it returns the removed dispatcher. Its checkpoints stay on
+// disk (a dispatcher created again under that name resumes from them).
+// Error: ErrUnknownDispatcher.
+func (m *Manager) Remove(name string) (*Dispatcher, error) {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	d, ok := m.set.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name })
+	m.set.Remove(name)
+	m.mu.Lock()
+	delete(m.paused, name)
+	m.mu.Unlock()
+	m.log.Info("dispatcher removed", zap.String("dispatcher", name))
+	return d, nil
+}
+
+// Pause stops delivering for the dispatcher named name until Resume: its
+// workers stop (finished messages committed) and none start for new
+// topics. Pausing a paused dispatcher does nothing. Error:
+// ErrUnknownDispatcher.
+func (m *Manager) Pause(name string) error {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if _, ok := m.set.Get(name); !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	m.mu.Lock()
+	m.paused[name] = true
+	m.mu.Unlock()
+	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name })
+	m.log.Info("dispatcher paused", zap.String("dispatcher", name))
+	return nil
+}
+
+// Resume restarts delivery for a paused dispatcher, from its checkpoints.
+// Resuming one that is not paused does nothing. Error: ErrUnknownDispatcher.
+func (m *Manager) Resume(name string) error {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	d, ok := m.set.Get(name)
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	m.mu.Lock()
+	delete(m.paused, name)
+	m.mu.Unlock()
+	m.startFor(d)
+	m.log.Info("dispatcher resumed", zap.String("dispatcher", name))
+	return nil
+}
+
+// Paused reports whether the dispatcher named name is paused.
+func (m *Manager) Paused(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.paused[name]
+}
+
+// SeekResult is where a seek moved one topic's checkpoint.
+type SeekResult struct {
+	Topic    string `json:"topic"`
+	Previous int64  `json:"previous"`
+	Offset   int64  `json:"offset"`
+}
+
+// Seek moves the durable checkpoint of the dispatcher named name on every
+// open topic it matches whose name match accepts (a topic name or a
+// pattern, decided by the caller), to the offset target returns for that
+// topic — backwards too: a seek is the one way a checkpoint moves back.
+// The workers of those topics stop first and start again from the new
+// checkpoint (unless the dispatcher is paused). Results are sorted by
+// topic. Errors: ErrUnknownDispatcher, target's error, a commit error (the
+// topics before it are moved).
+func (m *Manager) Seek(name string, match func(topic string) bool, target func(Topic) (int64, error)) ([]SeekResult, error) {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	d, ok := m.set.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	var ts []Topic
+	for _, t := range m.openTopics() {
+		if d.Matches(t.Name()) && match(t.Name()) {
+			ts = append(ts, t)
+		}
+	}
+	sel := map[string]bool{}
+	for _, t := range ts {
+		sel[t.Name()] = true
+	}
+	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name && sel[k.topic] })
+	defer m.startFor(d)
+	var out []SeekResult
+	for _, t := range ts {
+		to, err := target(t)
+		if err != nil {
+			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+		}
+		cp, err := t.Checkpoint(name)
+		if err != nil {
+			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+		}
+		prev := cp.Offset()
+		if err := cp.Commit(to); err != nil {
+			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+		}
+		out = append(out, SeekResult{Topic: t.Name(), Previous: prev, Offset: to})
+		m.log.Info("dispatcher checkpoint moved by a seek", zap.String("dispatcher", name),
+			zap.String("topic", t.Name()), zap.Int64("previous", prev), zap.Int64("offset", to))
+	}
+	return out, nil
+}
+
+// openTopics is every topic the Source handed over and did not delete,
+// sorted by name.
+func (m *Manager) openTopics() []Topic {
+	m.mu.Lock()
+	ts := make([]Topic, 0, len(m.topics))
+	for _, t := range m.topics {
+		ts = append(ts, t)
+	}
+	m.mu.Unlock()
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name() < ts[j].Name() })
+	return ts
+}
+
+// startFor starts d's worker on every open topic it matches that has no
+// running worker of d, unless d is paused or the Manager is not running.
+func (m *Manager) startFor(d *Dispatcher) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != stateStarted || m.paused[d.name] {
+		return
+	}
+	for name, t := range m.topics {
+		if !d.Matches(name) {
+			continue
+		}
+		if w, ok := m.workers[workerKey{d.name, name}]; ok && !w.ended {
+			continue
+		}
+		m.startLocked(d, t)
+	}
+}
+
+// stopWorkers stops every worker whose key match accepts, waits for them
+// to end and forgets them (Status no longer lists them).
+func (m *Manager) stopWorkers(match func(workerKey) bool) []*worker {
+	m.mu.Lock()
+	var ws []*worker
+	for k, w := range m.workers {
+		if match(k) {
+			w.deleting = true
+			w.cancel()
+			ws = append(ws, w)
+		}
+	}
+	for k := range m.pending {
+		if match(k) {
+			delete(m.pending, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, w := range ws {
+		<-w.done
+	}
+	m.mu.Lock()
+	for _, w := range ws {
+		if k := (workerKey{w.d.name, w.topicName}); m.workers[k] == w {
+			delete(m.workers, k)
+		}
+	}
+	m.mu.Unlock()
+	return ws
+}

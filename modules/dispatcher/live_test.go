@@ -1,0 +1,70 @@
+package dispatcher
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestLiveAddReplacePauseSeekRemove drives every live change on a running
+// Manager: a dispatcher added without a restart delivers; a pattern change
+// stops the topics no longer matched and starts the newly matched ones;
+// a paused dispatcher delivers nothing until resumed; a seek moves the
+// checkpoint back and the messages are delivered again; a removed
+// dispatcher delivers nothing more.
+func TestLiveAddReplacePauseSeekRemove(t *testing.T) {
+	root := t.TempDir()
+	a, b := newMemTopic(t, root, "a.x"), newMemTopic(t, root, "b.x")
+	a.publish(3)
+	b.publish(2)
+	c := newConsumer(t, nil)
+	m := startManager(t, newMemSource(a, b), testOptions()) // no dispatcher yet
+
+	if err := m.Add(New("live", c.host(t), MustPattern("a.*"))); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, m, "live", "a.x", 3)
+	if err := m.Add(New("live", c.host(t), MustPattern("b.*"))); !errors.Is(err, ErrDispatcherExists) {
+		t.Fatalf("second Add: %v", err)
+	}
+
+	if err := m.Replace(New("live", c.host(t), MustPattern("b.*"))); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, m, "live", "b.x", 2)
+	if st := status(m, "live", "a.x"); st.Running {
+		t.Fatalf("a.x still has a running worker after the pattern change: %+v", st)
+	}
+	a.publish(1)
+	wantOffsets(t, "deliveries of a.x", c.requestsFor("a.x", "live"), 0, 1, 2)
+
+	if err := m.Pause("live"); err != nil || !m.Paused("live") {
+		t.Fatalf("pause: %v", err)
+	}
+	if ws := m.Status(); len(ws) != 0 {
+		t.Fatalf("workers while paused: %+v", ws)
+	}
+	b.publish(1)
+	if err := m.Resume("live"); err != nil || m.Paused("live") {
+		t.Fatalf("resume: %v", err)
+	}
+	waitCommitted(t, m, "live", "b.x", 3)
+
+	res, err := m.Seek("live", func(string) bool { return true }, func(Topic) (int64, error) { return 1, nil })
+	if err != nil || len(res) != 1 || res[0] != (SeekResult{Topic: "b.x", Previous: 3, Offset: 1}) {
+		t.Fatalf("seek: %+v %v", res, err)
+	}
+	waitCommitted(t, m, "live", "b.x", 3)
+	wantOffsets(t, "deliveries of b.x", c.requestsFor("b.x", "live"), 0, 1, 2, 1, 2)
+
+	if _, err := m.Remove("live"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove("live"); !errors.Is(err, ErrUnknownDispatcher) {
+		t.Fatalf("second Remove: %v", err)
+	}
+	b.publish(1)
+	if len(m.Status()) != 0 {
+		t.Fatalf("workers after Remove: %+v", m.Status())
+	}
+	wantCheckpoint(t, b.dir, "live", 3) // kept on disk
+}
