@@ -26,6 +26,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
@@ -54,6 +55,7 @@ const (
 	Dispatcher        = "dispatcher"
 	ConfigDispatchers = "configdispatchers"
 	Groups            = "groups"
+	Admin             = "admin"
 	Retention         = "retention"
 	Metrics           = "metrics"
 	HTTPAPI           = "httpapi"
@@ -72,7 +74,8 @@ type module struct {
 // order on start and in reverse on stop:
 //
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
-//	       consumer groups → retention loop → metrics → HTTP API → line
+//	       consumer groups → admin (dispatchers.json) → retention loop →
+//	       metrics → HTTP API → line
 //	       protocol → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
@@ -90,6 +93,7 @@ func defaults() []module {
 		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromConfig), dispatcher.Module)},
 		{ConfigDispatchers, configdispatchers.Module},
 		{Groups, groups.Module},
+		{Admin, admin.Module},         // loads dispatchers.json; serves /mmmq/dispatchers
 		{Retention, retention.Module}, // runs only when a retention limit is set
 		{Metrics, metrics.Module},
 		{HTTPAPI, httpapi.Module},

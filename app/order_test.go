@@ -85,6 +85,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/recovery",   // open every topic
 		"modules/dispatcher",
 		"modules/groups",
+		"modules/admin", // dispatchers.json loaded after recovery, into the running manager
 		"modules/retention",
 		"modules/httpapi",
 		"plugins/lineproto",

@@ -91,6 +91,18 @@ type LoggingConfig struct {
 type MMMQConfig struct {
 	// Broker is the core broker (key "mmmq.broker").
 	Broker BrokerConfig `koanf:"broker"`
+	// Admin configures the admin API (key "mmmq.admin").
+	Admin AdminConfig `koanf:"admin"`
+}
+
+// AdminConfig configures the admin API (key "mmmq.admin").
+type AdminConfig struct {
+	// AllowedHosts limits where dispatchers created through the admin API
+	// may push: each entry is a pattern of the consumer's host name or IP
+	// address, or of "host:port", with "*" matching any run of characters
+	// ("*.svc.cluster.local", "10.0.0.*", "billing:8081"). Empty (the
+	// default) allows any host. File only.
+	AllowedHosts []string `koanf:"allowed-hosts"`
 }
 
 // BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").

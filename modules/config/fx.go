@@ -86,6 +86,8 @@ type ModuleSections struct {
 	// Dedup is "mmmq.broker.dedup" (topicqueue, which provides the
 	// idempotent-publish window).
 	Dedup DedupConfig
+	// Admin is "mmmq.admin" (admin); the host list is a copy.
+	Admin AdminConfig
 }
 
 // SectionsOf returns cfg's module sections, the dispatcher list copied.
@@ -102,6 +104,7 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Memory:      b.Memory,
 		Retention:   cloneRetention(b.Retention),
 		Dedup:       b.Dedup,
+		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
 	}
 }
 

@@ -1,19 +1,20 @@
 package dispatcher
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
-// Errors of the live changes (the admin API maps them to 404 and 409).
+// Errors of the live changes.
 var (
-	// ErrUnknownDispatcher: no dispatcher has that name.
-	ErrUnknownDispatcher = errors.New("dispatcher: unknown dispatcher")
-	// ErrDispatcherExists: Add of a name the set already has.
-	ErrDispatcherExists = errors.New("dispatcher: a dispatcher of that name exists")
+	// ErrUnknownDispatcher: no dispatcher has that name (404 NOT_FOUND).
+	ErrUnknownDispatcher = contract.NewError(contract.CodeNotFound, "dispatcher: unknown dispatcher")
+	// ErrDispatcherExists: Add of a name the set already has (409 NAME_TAKEN).
+	ErrDispatcherExists = contract.NewError(contract.CodeNameTaken, "dispatcher: a dispatcher of that name exists")
 )
 
 // Live changes. A change takes effect at once: the workers of a dispatcher
@@ -241,4 +242,25 @@ func (m *Manager) stopWorkers(match func(workerKey) bool) []*worker {
 	}
 	m.mu.Unlock()
 	return ws
+}
+
+// checkpointRemover is a Topic that can remove a checkpoint
+// (*topicqueue.TopicQueue over the local log).
+type checkpointRemover interface {
+	RemoveCheckpoint(name string) error
+}
+
+// DeleteCheckpoints removes the checkpoints of the dispatcher named name
+// on every open topic that can remove them (call it after Remove, so no
+// worker holds them). A dispatcher created again under that name starts
+// from offset 0.
+func (m *Manager) DeleteCheckpoints(name string) error {
+	for _, t := range m.openTopics() {
+		if r, ok := t.(checkpointRemover); ok {
+			if err := r.RemoveCheckpoint(name); err != nil {
+				return fmt.Errorf("delete checkpoints of %s: %w", name, err)
+			}
+		}
+	}
+	return nil
 }

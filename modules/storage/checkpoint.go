@@ -219,3 +219,32 @@ func (c *Checkpoint) Close() error {
 	c.closed = true
 	return nil
 }
+
+// RemoveCheckpoint closes the checkpoint name of this topic if it is open
+// and removes its file, durably (the checkpoints directory is fsynced). A
+// checkpoint that does not exist is no error. The admin API's
+// ?delete-checkpoints=true uses it: a reader created again under that name
+// starts from offset 0.
+func (l *Log) RemoveCheckpoint(name string) error {
+	if err := ValidCheckpointName(name); err != nil {
+		return err
+	}
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	if c, ok := l.checkpoints[name]; ok {
+		_ = c.Close()
+		delete(l.checkpoints, name)
+	}
+	dir := filepath.Join(l.dir, CheckpointDir)
+	p := filepath.Join(dir, name+CheckpointExt)
+	if err := l.fs.Remove(p); err != nil {
+		if vfs.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("remove checkpoint %s: %w", p, err)
+	}
+	if err := l.fs.SyncDir(dir); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -135,3 +135,13 @@ const MaxNameBytes = contract.MaxTopicBytes
 //
 // Deprecated: use contract.ValidateTopic.
 func ValidateName(name string) error { return contract.ValidateTopic(name) }
+
+// RemoveCheckpoint removes the checkpoint name of this topic when the log
+// can (the local log: storage.(*Log).RemoveCheckpoint); with another
+// backend it does nothing.
+func (q *TopicQueue) RemoveCheckpoint(name string) error {
+	if r, ok := q.log.(interface{ RemoveCheckpoint(string) error }); ok {
+		return r.RemoveCheckpoint(name)
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+// Package admin is the live administration of dispatchers: the REST API at
+// /mmmq/dispatchers (the newest Java mmmq's shape, extended) that lists,
+// creates, replaces, deletes, pauses, resumes and seeks dispatchers while
+// the broker runs, and dispatchers.json, where the dispatchers created
+// through it are kept across restarts.
+//
+// Dispatchers declared in Go code ("go") or in the configuration file
+// ("config") are listed and may be paused, resumed and sought, but not
+// replaced or deleted (409 READ_ONLY); only "api" dispatchers are. A pause
+// of a go or config dispatcher lasts until the broker restarts; an api
+// dispatcher's pause is stored with it.
+package admin
+
+import (
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+)
+
+// ErrReadOnly: a change of a dispatcher declared in Go code or in the
+// configuration file (409 READ_ONLY).
+var ErrReadOnly = contract.NewError(contract.CodeReadOnly, "admin: dispatcher is read-only")
+
+// Options configures an Admin.
+type Options struct {
+	// Defaults are mmmq.broker.dispatch, the per-dispatcher defaults.
+	Defaults config.DispatchConfig
+	// AllowedHosts are mmmq.admin.allowed-hosts (empty: any host).
+	AllowedHosts []string
+	// GroupTaken reports whether a consumer group uses name (a dispatcher
+	// may not take a group's name); nil: none does.
+	GroupTaken func(name string) bool
+	Logger     *zap.Logger
+}
+
+// Admin applies the admin API's changes to the running dispatchers and
+// keeps the api ones in dispatchers.json. Changes are serialised; each is
+// stored before it is applied, so a crash never loses an acknowledged
+// change (an api change answered 2xx is in the file).
+type Admin struct {
+	m     *dispatcher.Manager
+	set   *dispatcher.Set
+	store *Store
+	opts  Options
+	log   *zap.Logger
+
+	mu sync.Mutex
+}
+
+// New returns an Admin over the dispatchers of m (whose set is set),
+// keeping api dispatchers in store.
+func New(m *dispatcher.Manager, set *dispatcher.Set, store *Store, opts Options) *Admin {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger}
+}
+
+// Start loads dispatchers.json and starts its dispatchers (paused ones
+// stay paused). A file that cannot be read or holds an invalid dispatcher,
+// or a name already declared in Go or the configuration, is an error
+// naming the file: the broker refuses to start rather than drop them.
+func (a *Admin) Start() error {
+	specs, err := a.store.Load()
+	if err != nil {
+		return err
+	}
+	for i, s := range specs {
+		d, err := s.build(a.opts.Defaults)
+		if err != nil {
+			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
+		}
+		if err := a.m.Add(d); err != nil {
+			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
+		}
+		if s.Paused {
+			if err := a.m.Pause(d.Name()); err != nil {
+				return err
+			}
+		}
+	}
+	if len(specs) > 0 {
+		a.log.Info("dispatchers loaded", zap.String("file", a.store.Path()), zap.Int("dispatchers", len(specs)))
+	}
+	return nil
+}
+
+// Listed is one dispatcher as GET /mmmq/dispatchers shows it.
+type Listed struct {
+	Spec
+	Source string `json:"source"` // "go", "config" or "api"
+}
+
+// List returns every dispatcher, sorted by name.
+func (a *Admin) List() []Listed {
+	var out []Listed
+	for _, d := range a.set.All() {
+		out = append(out, Listed{Spec: specOf(d, a.m.Paused(d.Name())), Source: d.Origin()})
+	}
+	return out
+}
+
+// Create adds an api dispatcher: stored, then started. Errors: 400 for an
+// invalid spec or a host outside mmmq.admin.allowed-hosts, 409 NAME_TAKEN
+// when a dispatcher or consumer group has the name.
+func (a *Admin) Create(s Spec) (Listed, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, err := a.check(s)
+	if err != nil {
+		return Listed{}, err
+	}
+	if _, ok := a.set.Get(d.Name()); ok {
+		return Listed{}, fmt.Errorf("%w: %s", dispatcher.ErrDispatcherExists, d.Name())
+	}
+	if a.opts.GroupTaken != nil && a.opts.GroupTaken(d.Name()) {
+		return Listed{}, contract.NewError(contract.CodeNameTaken, fmt.Sprintf("admin: %q is the name of a consumer group (they share checkpoint files)", d.Name()))
+	}
+	stored := specOf(d, s.Paused)
+	if err := a.save(d.Name(), &stored); err != nil {
+		return Listed{}, err
+	}
+	if err := a.m.Add(d); err != nil {
+		return Listed{}, err
+	}
+	if s.Paused {
+		_ = a.m.Pause(d.Name())
+	}
+	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
+}
+
+// Replace replaces the api dispatcher of s's name (its checkpoints are
+// kept). Errors as Create, 404 for an unknown name, 409 READ_ONLY.
+func (a *Admin) Replace(name string, s Spec) (Listed, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s.Name == "" {
+		s.Name = name
+	}
+	if s.Name != name {
+		return Listed{}, contract.BadRequest("field \"name\" is %q but the path names %q: a dispatcher cannot be renamed", s.Name, name)
+	}
+	if err := a.writable(name); err != nil {
+		return Listed{}, err
+	}
+	d, err := a.check(s)
+	if err != nil {
+		return Listed{}, err
+	}
+	stored := specOf(d, s.Paused)
+	if err := a.save(name, &stored); err != nil {
+		return Listed{}, err
+	}
+	if err := a.m.Replace(d); err != nil {
+		return Listed{}, err
+	}
+	a.setPaused(name, s.Paused)
+	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
+}
+
+// Delete removes the api dispatcher name: stored, then stopped. Its
+// checkpoints stay unless deleteCheckpoints. Errors: 404, 409 READ_ONLY.
+func (a *Admin) Delete(name string, deleteCheckpoints bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.writable(name); err != nil {
+		return err
+	}
+	if err := a.save(name, nil); err != nil {
+		return err
+	}
+	if _, err := a.m.Remove(name); err != nil {
+		return err
+	}
+	if deleteCheckpoints {
+		return a.m.DeleteCheckpoints(name)
+	}
+	return nil
+}
+
+// SetPaused pauses or resumes the dispatcher name; an api dispatcher's
+// state is stored. Error: 404.
+func (a *Admin) SetPaused(name string, paused bool) (Listed, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d, ok := a.set.Get(name)
+	if !ok {
+		return Listed{}, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
+	}
+	if d.Origin() == dispatcher.OriginAPI {
+		s := specOf(d, paused)
+		if err := a.save(name, &s); err != nil {
+			return Listed{}, err
+		}
+	}
+	a.setPaused(name, paused)
+	return Listed{Spec: specOf(d, paused), Source: d.Origin()}, nil
+}
+
+func (a *Admin) setPaused(name string, paused bool) {
+	if paused {
+		_ = a.m.Pause(name)
+	} else {
+		_ = a.m.Resume(name)
+	}
+}
+
+// writable fails unless name is an api dispatcher.
+func (a *Admin) writable(name string) error {
+	d, ok := a.set.Get(name)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
+	case d.Origin() != dispatcher.OriginAPI:
+		return fmt.Errorf("%w: %s is declared in %s (%s); change it there", ErrReadOnly, name, d.Origin(), d.Source())
+	}
+	return nil
+}
+
+// check validates s and its host against mmmq.admin.allowed-hosts.
+func (a *Admin) check(s Spec) (*dispatcher.Dispatcher, error) {
+	d, err := s.build(a.opts.Defaults)
+	if err != nil {
+		return nil, err
+	}
+	if !a.hostAllowed(d.Host()) {
+		return nil, contract.BadRequest("invalid dispatcher: host %s is not allowed by mmmq.admin.allowed-hosts %v", d.Host(), a.opts.AllowedHosts)
+	}
+	return d, nil
+}
+
+// hostAllowed matches h's "address" and "address:port" against the
+// allowed host patterns ("*" any run of characters); no pattern: any.
+func (a *Admin) hostAllowed(h dispatcher.Host) bool {
+	if len(a.opts.AllowedHosts) == 0 {
+		return true
+	}
+	withPort := h.Address + ":" + strconv.Itoa(h.Port)
+	for _, p := range a.opts.AllowedHosts {
+		for _, cand := range []string{h.Address, withPort} {
+			if ok, _ := path.Match(p, cand); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// save writes the api dispatchers with name set to s (nil: removed).
+func (a *Admin) save(name string, s *Spec) error {
+	var specs []Spec
+	for _, d := range a.set.All() {
+		if d.Origin() != dispatcher.OriginAPI || d.Name() == name {
+			continue
+		}
+		specs = append(specs, specOf(d, a.m.Paused(d.Name())))
+	}
+	if s != nil {
+		specs = append(specs, *s)
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	if err := a.store.Save(specs); err != nil {
+		return fmt.Errorf("admin: store %s: %w", a.store.Path(), err)
+	}
+	return nil
+}

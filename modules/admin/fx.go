@@ -1,0 +1,69 @@
+package admin
+
+import (
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Params are the Admin's dependencies in the Fx graph.
+type Params struct {
+	fx.In
+
+	Manager  *dispatcher.Manager
+	Set      *dispatcher.Set
+	Store    *Store
+	Dispatch config.DispatchConfig
+	Admin    config.AdminConfig
+	Logger   *zap.Logger
+	Registry *topicqueue.Registry
+	// Groups, when present, reserve their names: a dispatcher may not take
+	// the name of a consumer group in use.
+	Groups *groups.Coordinator `optional:"true"`
+}
+
+// NewStoreFromConfig is the Store of <mmmq.broker.storage.root-dir>/dispatchers.json
+// on the graph's filesystem. Crash tests decorate it (Store.BeforeRename).
+func NewStoreFromConfig(st config.StorageConfig, fsys vfs.FS) *Store {
+	return NewStore(fsys, st.RootDir)
+}
+
+// NewFromConfig builds the Admin from mmmq.broker.dispatch (defaults of
+// new dispatchers) and mmmq.admin.
+func NewFromConfig(p Params) *Admin {
+	opts := Options{Defaults: p.Dispatch, AllowedHosts: p.Admin.AllowedHosts, Logger: p.Logger.Named("admin")}
+	if c := p.Groups; c != nil {
+		reg := p.Registry
+		opts.GroupTaken = func(name string) bool {
+			for _, q := range reg.List() {
+				for _, g := range c.Groups(q.Name()) {
+					if g.Group == name {
+						return true
+					}
+				}
+			}
+			return false
+		}
+	}
+	return New(p.Manager, p.Set, p.Store, opts)
+}
+
+// Module provides the *Admin and *Store, contributes the admin API's
+// routes, and loads dispatchers.json when the application starts (after
+// recovery and the dispatcher manager, which start before it: list it
+// after dispatcher.Module).
+var Module = fx.Module("admin",
+	fx.Provide(NewStoreFromConfig, NewFromConfig),
+	contract.ProvideRoute(NewRoute),
+	fx.Invoke(registerLifecycle),
+)
+
+// registerLifecycle loads dispatchers.json on start (nothing to do on
+// stop: the dispatcher manager stops the workers).
+func registerLifecycle(lc fx.Lifecycle, a *Admin) { lc.Append(fx.StartHook(a.Start)) }

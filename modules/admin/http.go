@@ -1,0 +1,237 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+)
+
+// maxBody caps an admin request body.
+const maxBody = 1 << 20
+
+// Route is the admin API (contract.Route):
+//
+//	GET    /mmmq/dispatchers                  200 {"dispatchers": [Listed...]}
+//	POST   /mmmq/dispatchers                  201 Listed (body: Spec)
+//	GET    /mmmq/dispatchers/{name}           200 Status
+//	PUT    /mmmq/dispatchers/{name}           200 Listed (body: Spec; api dispatchers only)
+//	DELETE /mmmq/dispatchers/{name}           200 {"name","deleted":true} (?delete-checkpoints=true)
+//	POST   /mmmq/dispatchers/{name}/pause     200 Listed
+//	POST   /mmmq/dispatchers/{name}/resume    200 Listed
+//	POST   /mmmq/dispatchers/{name}/seek      200 {"name","topics":[SeekResult...]} (body: SeekRequest)
+//
+// Errors are the broker's JSON error body: 400 naming the field, 404
+// NOT_FOUND, 409 READ_ONLY / NAME_TAKEN.
+type Route struct {
+	a *Admin
+}
+
+// NewRoute returns the admin API over a.
+func NewRoute(a *Admin) *Route { return &Route{a: a} }
+
+// Register adds the routes to r.
+func (rt *Route) Register(r *mux.Router) {
+	r.HandleFunc("/mmmq/dispatchers", rt.list).Methods(http.MethodGet)
+	r.HandleFunc("/mmmq/dispatchers", rt.create).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}", rt.get).Methods(http.MethodGet)
+	r.HandleFunc("/mmmq/dispatchers/{name}", rt.replace).Methods(http.MethodPut)
+	r.HandleFunc("/mmmq/dispatchers/{name}", rt.remove).Methods(http.MethodDelete)
+	r.HandleFunc("/mmmq/dispatchers/{name}/pause", rt.pause(true)).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/resume", rt.pause(false)).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/seek", rt.seek).Methods(http.MethodPost)
+}
+
+func (rt *Route) list(w http.ResponseWriter, _ *http.Request) {
+	ds := rt.a.List()
+	if ds == nil {
+		ds = []Listed{}
+	}
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"dispatchers": ds})
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return nil, contract.BadRequest("read body: %v", err)
+	}
+	if len(b) > maxBody {
+		return nil, contract.TooLarge("body over %d bytes", maxBody)
+	}
+	return b, nil
+}
+
+func (rt *Route) create(w http.ResponseWriter, r *http.Request) {
+	b, err := readBody(r)
+	var s Spec
+	if err == nil {
+		s, err = decodeSpec(b)
+	}
+	var out Listed
+	if err == nil {
+		out, err = rt.a.Create(s)
+	}
+	if err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	contract.WriteJSON(w, http.StatusCreated, out)
+}
+
+func (rt *Route) replace(w http.ResponseWriter, r *http.Request) {
+	b, err := readBody(r)
+	var s Spec
+	if err == nil {
+		s, err = decodeSpec(b)
+	}
+	var out Listed
+	if err == nil {
+		out, err = rt.a.Replace(mux.Vars(r)["name"], s)
+	}
+	if err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, out)
+}
+
+func (rt *Route) remove(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["name"]
+	del := false
+	if v := r.URL.Query().Get("delete-checkpoints"); v != "" {
+		var err error
+		if del, err = strconv.ParseBool(v); err != nil {
+			contract.WriteErr(w, contract.BadRequest("query parameter delete-checkpoints must be true or false; got %q", v))
+			return
+		}
+	}
+	if err := rt.a.Delete(name, del); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "deleted": true, "checkpointsDeleted": del})
+}
+
+func (rt *Route) pause(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		out, err := rt.a.SetPaused(mux.Vars(r)["name"], paused)
+		if err != nil {
+			contract.WriteErr(w, err)
+			return
+		}
+		contract.WriteJSON(w, http.StatusOK, out)
+	}
+}
+
+// TopicStatus is one topic of GET /mmmq/dispatchers/{name}.
+type TopicStatus struct {
+	Topic                   string     `json:"topic"`
+	Committed               int64      `json:"committed"`
+	HighWatermark           int64      `json:"highWatermark"`
+	Lag                     int64      `json:"lag"`
+	OldestUnackedAgeSeconds float64    `json:"oldestUnackedAgeSeconds"`
+	State                   string     `json:"state"`
+	Attempt                 int        `json:"attempt"`
+	Delivered               uint64     `json:"delivered"`
+	LastError               string     `json:"lastError,omitempty"`
+	LastErrorAt             *time.Time `json:"lastErrorAt,omitempty"`
+	NextRetry               *time.Time `json:"nextRetry,omitempty"`
+}
+
+// Status is GET /mmmq/dispatchers/{name}: the dispatcher and, per topic it
+// delivers, its progress.
+type Status struct {
+	Listed
+	Topics []TopicStatus `json:"topics"`
+}
+
+func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["name"]
+	d, ok := rt.a.set.Get(name)
+	if !ok {
+		contract.WriteErr(w, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name))
+		return
+	}
+	paused := rt.a.m.Paused(name)
+	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, Topics: []TopicStatus{}}
+	now := time.Now()
+	for _, ws := range rt.a.m.Status() {
+		if ws.Dispatcher != name {
+			continue
+		}
+		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
+			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, LastError: ws.LastError}
+		if !ws.OldestUnacked.IsZero() {
+			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
+		}
+		if !ws.LastErrorAt.IsZero() {
+			ts.LastErrorAt = &ws.LastErrorAt
+		}
+		if !ws.NextRetry.IsZero() {
+			ts.NextRetry = &ws.NextRetry
+		}
+		st.Topics = append(st.Topics, ts)
+	}
+	if paused {
+		for i := range st.Topics {
+			st.Topics[i].State = dispatcher.StatePaused
+		}
+	}
+	contract.WriteJSON(w, http.StatusOK, st)
+}
+
+// SeekRequest is the body of POST /mmmq/dispatchers/{name}/seek: Topic is
+// a topic name or pattern (default "**": every topic the dispatcher
+// delivers), To is "earliest" (the log start offset), "latest" (the high
+// watermark), an offset, or {"timestamp": <unix ms>} (the first message
+// stored at or after it).
+type SeekRequest struct {
+	Topic string          `json:"topic"`
+	To    json.RawMessage `json:"to"`
+}
+
+func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
+	name := mux.Vars(r)["name"]
+	b, err := readBody(r)
+	var req SeekRequest
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if derr := dec.Decode(&req); derr != nil {
+			err = contract.BadRequest("invalid seek: %s", jsonProblem(derr))
+		}
+	}
+	var target func(dispatcher.Topic) (int64, error)
+	var match func(string) bool
+	if err == nil {
+		target, err = parseTarget(req.To)
+	}
+	if err == nil {
+		match, err = topicMatcher(req.Topic)
+	}
+	if err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	if _, ok := rt.a.set.Get(name); !ok {
+		contract.WriteErr(w, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name))
+		return
+	}
+	res, err := rt.a.m.Seek(name, match, target)
+	if err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	if res == nil {
+		res = []dispatcher.SeekResult{}
+	}
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "topics": res})
+}

@@ -1,0 +1,117 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// FileName is the file, in the data root, that holds the dispatchers
+// created through the admin API (the newest Java mmmq's dispatchers.json).
+const FileName = "dispatchers.json"
+
+// fileMode is dispatchers.json's mode: consumer addresses (and, later,
+// signing secrets) are for the broker's user only.
+const fileMode = 0o600
+
+// document is dispatchers.json: {"version": 1, "dispatchers": [Spec...]}.
+type document struct {
+	Version     int    `json:"version"`
+	Dispatchers []Spec `json:"dispatchers"`
+}
+
+// Store reads and writes dispatchers.json. Save replaces the file so that
+// a crash at any moment leaves the old or the new content, never a mix:
+// write a temporary file, fsync it, rename it over the old one, fsync the
+// directory.
+type Store struct {
+	fs   vfs.FS
+	dir  string
+	path string
+	// BeforeRename, when set (crash tests), runs after the temporary file
+	// is fsynced and before it replaces the old one.
+	BeforeRename func()
+}
+
+// NewStore returns the Store of dir/dispatchers.json on fsys.
+func NewStore(fsys vfs.FS, dir string) *Store {
+	return &Store{fs: fsys, dir: dir, path: filepath.Join(dir, FileName)}
+}
+
+// Path is the file's path.
+func (s *Store) Path() string { return s.path }
+
+// Load returns the dispatchers stored, none when the file does not exist.
+// An unreadable or invalid file is an error naming the file and the
+// problem: the broker must not start and silently drop dispatchers.
+func (s *Store) Load() ([]Spec, error) {
+	f, err := s.fs.Open(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.path, err)
+	}
+	defer f.Close()
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.path, err)
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil && size > 0 {
+		return nil, fmt.Errorf("read %s: %w", s.path, err)
+	}
+	var doc document
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("%s is not valid: %v (fix or remove it; it holds the dispatchers created through the admin API)", s.path, err)
+	}
+	if doc.Version != 1 {
+		return nil, fmt.Errorf("%s: version %d, want 1", s.path, doc.Version)
+	}
+	return doc.Dispatchers, nil
+}
+
+// Save replaces the file's content with specs, durably (see Store).
+func (s *Store) Save(specs []Spec) error {
+	b, err := json.MarshalIndent(document{Version: 1, Dispatchers: specs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	f, err := s.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", tmp, err)
+	}
+	if c, ok := f.(interface{ Chmod(os.FileMode) error }); ok {
+		if err := c.Chmod(fileMode); err != nil {
+			f.Close()
+			return fmt.Errorf("chmod %s: %w", tmp, err)
+		}
+	}
+	if _, err := f.WriteAt(append(b, '\n'), 0); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("sync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if s.BeforeRename != nil {
+		s.BeforeRename()
+	}
+	if err := s.fs.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("sync %s: %w", s.dir, err)
+	}
+	return nil
+}
