@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 )
@@ -45,10 +46,14 @@ const (
 	cpDeleteAfterRenameSync = "delete-after-rename-sync" // rename durable, nothing removed
 	cpDeleteMidRemove       = "delete-mid-remove"        // some files of the renamed dir removed (MMMQ_CRASHPOINT_AFTER: after that many)
 	cpBetweenUnlinks        = "between-segment-unlinks"  // retention: head segment's .idx removed, .mmm not yet
+	// Admin API: dispatchers.json.tmp written and fsynced, not yet renamed
+	// over dispatchers.json.
+	cpDispatchersBeforeRename = "dispatchers-before-rename"
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks}
+	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks,
+	cpDispatchersBeforeRename}
 
 func init() {
 	extraOptions = crashOptions
@@ -85,6 +90,12 @@ func crashOptions() fx.Option {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {} // SIGKILL is not deliverable late; never go on
 		}
+	}
+	if name == cpDispatchersBeforeRename {
+		return fx.Decorate(func(s *admin.Store) *admin.Store {
+			s.BeforeRename = hit
+			return s
+		})
 	}
 	if name == cpAfterAck {
 		return fx.Decorate(func(o dispatcher.Options) dispatcher.Options {

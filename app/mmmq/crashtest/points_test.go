@@ -51,6 +51,7 @@ func TestCrashPoints(t *testing.T) {
 		{"delete-after-rename-sync", func(t *testing.T) pointRow { return deleteCase(t, "delete-after-rename-sync", 1) }},
 		{"delete-mid-remove", func(t *testing.T) pointRow { return deleteCase(t, "delete-mid-remove", 2) }},
 		{"between-segment-unlinks", betweenUnlinksCase},
+		{"dispatchers-before-rename", dispatchersFileCase},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
