@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -135,4 +137,40 @@ func TestAdminInvalidFileStopsStartup(t *testing.T) {
 	}
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), filepath.Join(root, "dispatchers.json"))
+}
+
+// TestAdminStatusOfAStuckDispatcher: a dispatcher whose consumer answers
+// 503 shows state backoff, its lag, the last error, the next retry and the
+// age of the oldest unacknowledged message, in GET /mmmq/dispatchers/{name}
+// and in mmmq_dispatch_oldest_unacked_age_seconds.
+func TestAdminStatusOfAStuckDispatcher(t *testing.T) {
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }))
+	t.Cleanup(down.Close)
+	cfg := testConfig(t, t.TempDir())
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	publish(t, base, "stuck.t", 1)
+	st, body := call(t, "POST", base+"/mmmq/dispatchers", fmt.Sprintf(`{"name":"stuck","host":%q,"patterns":["stuck.*"]}`, down.URL))
+	require.Equal(t, 201, st, "%v", body)
+	var ts map[string]any
+	require.Eventually(t, func() bool {
+		_, body := call(t, "GET", base+"/mmmq/dispatchers/stuck", "")
+		topics, _ := body["topics"].([]any)
+		if len(topics) != 1 {
+			return false
+		}
+		ts = topics[0].(map[string]any)
+		return ts["state"] == "backoff" && ts["lastError"] != nil
+	}, 10*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, ts["lag"])
+	assert.Contains(t, ts["lastError"], "503")
+	assert.NotNil(t, ts["nextRetry"])
+	assert.Greater(t, ts["oldestUnackedAgeSeconds"], 0.0)
+
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Regexp(t, `mmmq_dispatch_oldest_unacked_age_seconds\{dispatcher="stuck",topic="stuck.t"\} [0-9.e-]+`, string(raw))
+	assert.NotContains(t, string(raw), `mmmq_dispatch_oldest_unacked_age_seconds{dispatcher="stuck",topic="stuck.t"} 0`+"\n")
 }

@@ -125,7 +125,8 @@ var (
 	dAbnormal   = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
 	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
 	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
-	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dAbnormal, dSkipped, dBackoff}
+	dOldest     = prometheus.NewDesc("mmmq_dispatch_oldest_unacked_age_seconds", "Age of the oldest message the worker has not had acknowledged (from its stored timestamp); 0 when it is idle: how far behind the consumer is in time.", dLabels, nil)
+	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dAbnormal, dSkipped, dBackoff, dOldest}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
@@ -159,6 +160,11 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dAbnormal, prometheus.CounterValue, float64(s.Abnormal), lv...)
 		ch <- prometheus.MustNewConstMetric(dSkipped, prometheus.CounterValue, float64(s.Skipped), lv...)
 		ch <- prometheus.MustNewConstMetric(dBackoff, prometheus.GaugeValue, backoff, lv...)
+		age := 0.0
+		if !s.OldestUnacked.IsZero() {
+			age = max(0, time.Since(s.OldestUnacked).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(dOldest, prometheus.GaugeValue, age, lv...)
 	}
 }
 
