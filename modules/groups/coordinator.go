@@ -265,8 +265,9 @@ func (c *Coordinator) Drain(context.Context) error {
 	return nil
 }
 
-// group returns the state of (topic, name), creating it on first use.
-func (c *Coordinator) group(topic, name string) (*group, error) {
+// lookup checks the names of (topic, name) and returns the topic.
+// Errors: ErrInvalidName, ErrNameTaken, ErrUnknownTopic.
+func (c *Coordinator) lookup(topic, name string) (*topicqueue.TopicQueue, error) {
 	if err := contract.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
@@ -279,6 +280,15 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 	q, ok := c.reg.Get(topic)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+	}
+	return q, nil
+}
+
+// group returns the state of (topic, name), creating it on first use.
+func (c *Coordinator) group(topic, name string) (*group, error) {
+	q, err := c.lookup(topic, name)
+	if err != nil {
+		return nil, err
 	}
 	k := key{topic, name}
 	c.mu.Lock()

@@ -29,9 +29,15 @@
 //
 // Ack(offset) commits offset+1 and answers only after the fsync. An offset
 // the session was not delivered is ErrNotDelivered; an offset below the
-// committed one is a no-op (the committed offset never moves back); an ack
-// from a session that lost the group is ErrSessionExpired, so a stale
-// consumer never commits.
+// committed one is a no-op (an ack never moves the committed offset back);
+// an ack from a session that lost the group is ErrSessionExpired, so a
+// stale consumer never commits.
+//
+// An operator moves a group's committed offset with a seek
+// (SeekCommitted), forwards or backwards: it is the one way a committed
+// offset moves back. A seek is refused with ErrGroupBusy while a session
+// holds the group, so it never races a consumer's acks; the next session
+// starts at the new offset, and retention's keep-unconsumed holds from it.
 //
 // Corrupt entries (CRC mismatch at read time) are skipped one offset at a
 // time with an error log, as the dispatcher does (the original Java mmmq's
@@ -64,9 +70,40 @@
 //	  200 {"topic":"t","group":"g","released":true|false,"committed":c}
 //	  the next session starts at the committed offset
 //
+//	GET /topics/{topic}/groups   (HEAD too)
+//	  200 {"topic":"t","highWatermark":N,"startOffset":S,
+//	       "groups":[{"group":"g","committed":c,"lag":l,"held":true,
+//	                  "leaseExpiresInMs":ms}, ...]}
+//	  groups sorted by name: those used since the broker started, and the
+//	  topic's stored checkpoints that are not a dispatcher's (so groups
+//	  show after a restart; a group that never committed has none).
+//	  lag = N - max(c, S), never below 0: messages retention deleted
+//	  before the group read them are not lag. leaseExpiresInMs (the
+//	  milliseconds left on the holder's lease) only when held. Listing a
+//	  group does not make it hold data for keep-unconsumed.
+//
+//	POST /topics/{topic}/groups/{group}/seek
+//	  {"to": "earliest"}               the log start offset S
+//	  {"to": "latest"}                 the high watermark N
+//	  {"to": n}                        offset n, S <= n <= N
+//	  {"to": {"timestamp": ms}}        the first offset whose stored
+//	                                   "timestamp" (Unix ms) is >= ms (for
+//	                                   a time between two messages, the
+//	                                   later one); N when there is none
+//	  → 200 {"topic":"t","group":"g","committed":<new>,"previous":<old>}
+//	  after the fsync. A group never used before may be sought: its
+//	  checkpoint is created.
+//	  409 GROUP_BUSY (with Retry-After) while a session holds the group
+//	  410 OFFSET_EXPIRED with "startOffset" for n < S
+//	  400 BAD_REQUEST for n > N (naming the high watermark), a negative
+//	  n or ms, an unknown "to" string, a body of another shape, or
+//	  unknown members
+//
 // Errors use contract.ErrorBody {"acknowledgement":"NACK","error":"...",
 // "code":"..."}: 400 BAD_REQUEST (invalid topic or group name, max, wait,
-// body, missing header), 404 NOT_FOUND (unknown topic), 409 GROUP_BUSY,
+// body, missing header, a seek above the high watermark), 404 NOT_FOUND
+// (unknown topic), 410 OFFSET_EXPIRED (a from= or a seek below the log
+// start offset, with "startOffset"), 409 GROUP_BUSY,
 // NOT_DELIVERED, SESSION_EXPIRED, NAME_TAKEN (group named like a
 // dispatcher), 503 UNAVAILABLE (I/O or fsync error, topic closing), 507
 // NO_SPACE, 503 OVERLOADED with Retry-After (the broker-wide in-flight

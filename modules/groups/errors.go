@@ -44,6 +44,10 @@ var (
 	// (those messages are acknowledged and will not be redelivered).
 	// HTTP 400 BAD_REQUEST.
 	ErrInvalidOffset = contract.NewError(contract.CodeBadRequest, "groups: offset already committed")
+	// ErrBeyondHighWatermark: a seek of a group's committed offset names
+	// an offset above the topic's high watermark (nothing is stored
+	// there yet). HTTP 400 BAD_REQUEST.
+	ErrBeyondHighWatermark = contract.NewError(contract.CodeBadRequest, "groups: offset beyond the high watermark")
 	// ErrTooManyGroups: Options.MaxGroups (topic, group) pairs are already
 	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR TOO_MANY_GROUPS.
 	ErrTooManyGroups = contract.NewError(contract.CodeTooManyGroups, "groups: group limit reached")

@@ -47,6 +47,8 @@ type RouteOptions struct {
 //	POST   /topics/{topic}/groups/{group}/fetch?max=N&wait=MS
 //	POST   /topics/{topic}/groups/{group}/ack        {"offset": n}
 //	DELETE /topics/{topic}/groups/{group}/session
+//	GET    /topics/{topic}/groups                    (and HEAD)
+//	POST   /topics/{topic}/groups/{group}/seek       {"to": ...}
 //
 // See the package documentation for the bodies and status codes.
 type Route struct {
@@ -78,6 +80,8 @@ func (rt *Route) Register(r *mux.Router) {
 	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", rt.handleFetch).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/ack", rt.handleAck).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/session", rt.handleRelease).Methods(http.MethodDelete)
+	r.HandleFunc("/topics/{topic}/groups", rt.handleList).Methods(http.MethodGet)
+	r.HandleFunc("/topics/{topic}/groups/{group}/seek", rt.handleSeek).Methods(http.MethodPost)
 }
 
 // Message is one fetched message: its offset and the stored message JSON

@@ -95,6 +95,17 @@ func (c *Coordinator) holdForFetch(g *group, session string) (*lease, func(), er
 	return l, unhold, nil
 }
 
+// leaseLeft is how long l holds its group from now unless renewed. A
+// waiting fetch holds the lease and renews it when it returns: the group
+// is then busy for at least another lease.
+func (c *Coordinator) leaseLeft(l *lease, now time.Time) time.Duration {
+	left := max(l.expires.Sub(now), 0)
+	if l.fetching > 0 {
+		left = max(left, c.opts.LeaseTimeout)
+	}
+	return left
+}
+
 // Acquire starts a session on group of topic and returns its id (32 hex
 // digits). Its first Fetch starts at the committed offset (0 for a new
 // group). Errors: ErrGroupBusy while another session's lease is live,
@@ -109,13 +120,7 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	defer g.mu.Unlock()
 	c.expireLocked(g, now)
 	if l := g.lease; l != nil {
-		left := max(l.expires.Sub(now), 0)
-		if l.fetching > 0 {
-			// A waiting fetch holds the lease and renews it when it
-			// returns: the group is busy for at least another lease.
-			left = max(left, c.opts.LeaseTimeout)
-		}
-		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: left}
+		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: c.leaseLeft(l, now)}
 	}
 
 	id := newSessionID()

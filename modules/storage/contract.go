@@ -1,9 +1,13 @@
 package storage
 
 import (
+	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // AckLevel is how far an append must get before its caller is answered; it
@@ -58,6 +62,37 @@ func (l *Log) OffsetAt(t time.Time) (int64, error) {
 		}
 	}
 	return lo, nil
+}
+
+// *Log lists its stored checkpoints.
+var _ contract.CheckpointLister = (*Log)(nil)
+
+// Checkpoints returns the names of the checkpoint files of this topic
+// (<topic>/checkpoints/<name>.checkpoint), sorted; entries that are not a
+// checkpoint file with a valid name (ValidCheckpointName) are left out.
+// A checkpoint opened but never committed has no file and is not listed.
+// Errors: ErrClosed after Close, or the directory listing's I/O error.
+func (l *Log) Checkpoints() ([]string, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	dir := filepath.Join(l.dir, CheckpointDir)
+	ents, err := l.fs.List(dir)
+	if vfs.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints %s: %w", dir, err)
+	}
+	var names []string
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name, CheckpointExt)
+		if e.IsDir || !ok || ValidCheckpointName(name) != nil {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names, nil
 }
 
 // OpenCheckpoint is Checkpoint behind the contract.Checkpoint interface.

@@ -999,3 +999,43 @@ func TestCheckpointCommitErrorKeepsOffset(t *testing.T) {
 		t.Fatalf("offset %d after failed commit", c.Offset())
 	}
 }
+
+// Checkpoints lists the committed checkpoint files by name, sorted, and
+// leaves out what is not one: an uncommitted checkpoint (no file), other
+// files, directories and invalid names.
+func TestCheckpointsLists(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{})
+	if names, err := l.Checkpoints(); err != nil || len(names) != 0 {
+		t.Fatalf("no checkpoints dir: %q, %v", names, err)
+	}
+	for _, name := range []string{"zeta", "alpha", "mid.dle"} {
+		c, err := l.Checkpoint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Commit(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Checkpoint("opened-only"); err != nil {
+		t.Fatal(err)
+	}
+	dir := path.Join(testDir, CheckpointDir)
+	for _, f := range []string{"notes.txt", ".hidden" + CheckpointExt, CheckpointExt} {
+		if err := fsys.WriteFile(path.Join(dir, f), be64(1), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fsys.MkdirAll(path.Join(dir, "sub"+CheckpointExt)); err != nil {
+		t.Fatal(err)
+	}
+	names, err := l.Checkpoints()
+	if want := []string{"alpha", "mid.dle", "zeta"}; err != nil || !slices.Equal(names, want) {
+		t.Fatalf("Checkpoints = %q, %v; want %q", names, err, want)
+	}
+	l.Close()
+	if _, err := l.Checkpoints(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}

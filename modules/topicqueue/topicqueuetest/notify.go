@@ -55,6 +55,15 @@ func (l *notifyingLog) Incarnation() string {
 	return ""
 }
 
+// Checkpoints forwards to the wrapped log when it lists its checkpoints
+// (contract.CheckpointLister); otherwise it lists none.
+func (l *notifyingLog) Checkpoints() ([]string, error) {
+	if cl, ok := l.Log.(contract.CheckpointLister); ok {
+		return cl.Checkpoints()
+	}
+	return nil, nil
+}
+
 // Delete forwards to the wrapped backend when it can delete topics
 // (topicqueue.Deleter); otherwise it fails with
 // topicqueue.ErrDeleteUnsupported and the topic stays stored.
