@@ -26,7 +26,10 @@ type Spec struct {
 	Path     string      `json:"path,omitempty"`
 	Timeout  Duration    `json:"timeout,omitempty"`
 	Commit   *CommitSpec `json:"commit,omitempty"`
-	Paused   bool        `json:"paused,omitempty"`
+	// Start is "earliest" (default: replay every stored message) or
+	// "latest" (skip what the topics hold when the dispatcher is created).
+	Start  string `json:"start,omitempty"`
+	Paused bool   `json:"paused,omitempty"`
 }
 
 // CommitSpec is a dispatcher's commit policy (the "commit" entry).
@@ -108,7 +111,7 @@ func jsonKind(goKind string) string {
 // config returns the mmmq.broker.dispatchers entry of s, with the
 // per-dispatcher defaults filled as config.Normalize fills them.
 func (s Spec) config(defaults config.DispatchConfig) config.DispatcherConfig {
-	dc := config.DispatcherConfig{Name: s.Name, Host: s.Host, Patterns: s.Patterns, Path: s.Path, Timeout: time.Duration(s.Timeout)}
+	dc := config.DispatcherConfig{Name: s.Name, Host: s.Host, Patterns: s.Patterns, Path: s.Path, Timeout: time.Duration(s.Timeout), Start: s.Start}
 	if s.Commit != nil {
 		dc.Commit = config.CommitConfig{Policy: config.CommitPolicy(s.Commit.Policy), Interval: time.Duration(s.Commit.Interval), MaxCount: s.Commit.MaxCount}
 	}
@@ -136,7 +139,7 @@ func (s Spec) build(defaults config.DispatchConfig) (*dispatcher.Dispatcher, err
 // specOf describes d as the API shows it (secrets would be left out: the
 // dispatchers have none yet).
 func specOf(d *dispatcher.Dispatcher, paused bool) Spec {
-	s := Spec{Name: d.Name(), Host: d.Host().String(), Path: d.Path(), Timeout: Duration(d.Timeout()), Paused: paused}
+	s := Spec{Name: d.Name(), Host: d.Host().String(), Path: d.Path(), Timeout: Duration(d.Timeout()), Start: d.Start(), Paused: paused}
 	for _, p := range d.Patterns() {
 		s.Patterns = append(s.Patterns, p.String())
 	}

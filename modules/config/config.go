@@ -310,6 +310,11 @@ type DispatcherConfig struct {
 	Timeout time.Duration `koanf:"timeout"`
 	// Commit is the checkpoint commit policy.
 	Commit CommitConfig `koanf:"commit"`
+	// Start is where the dispatcher begins on a topic it has no checkpoint
+	// for: "earliest" (every stored message, as the original Java mmmq
+	// does) or "latest" (on the topics that exist when it starts, only
+	// messages published from then on). Default "" = earliest.
+	Start string `koanf:"start"`
 }
 
 // CommitConfig configures checkpoint commits of one dispatcher.

@@ -239,6 +239,9 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfi
 	if d.Path != "" && !inheritsBad(d.Path, def.Path, "mmmq.broker.dispatch.path") {
 		v.path(key+".path", d.Path)
 	}
+	if d.Start != "" && d.Start != "earliest" && d.Start != "latest" {
+		v.add(invalid(key+".start", "must be \"earliest\" or \"latest\"; got %q", d.Start))
+	}
 	if d.Timeout < 0 && !inheritsBad(d.Timeout, def.Timeout, "mmmq.broker.dispatch.timeout") {
 		v.add(invalid(key+".timeout", "must be a duration > 0 such as \"30s\" (or absent); got %s", d.Timeout))
 	}

@@ -50,7 +50,7 @@ func FromConfig(dc config.DispatcherConfig, key, source string) (*Dispatcher, er
 	if dc.Commit.Policy == config.CommitInterval {
 		pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
 	}
-	d = d.WithCommitPolicy(pol)
+	d = d.WithCommitPolicy(pol).WithStart(dc.Start)
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}

@@ -165,7 +165,36 @@ type Dispatcher struct {
 	path     string
 	timeout  time.Duration
 	commit   CommitPolicy
+	start    string // StartEarliest ("") or StartLatest
 	source   string // where it was declared, for error messages (see WithSource)
+}
+
+// Start positions of a new dispatcher (WithStart): where it begins on a
+// topic it has no checkpoint for.
+const (
+	// StartEarliest replays every stored message from the log start (the
+	// original Java mmmq: a new dispatcher starts at offset 0). The default.
+	StartEarliest = "earliest"
+	// StartLatest skips what the topics hold when the dispatcher starts:
+	// on each topic that exists then, it begins at the high watermark;
+	// a topic created later is delivered from its start.
+	StartLatest = "latest"
+)
+
+// WithStart returns a copy of d with start position s (StartEarliest,
+// StartLatest; "" is StartEarliest).
+func (d *Dispatcher) WithStart(s string) *Dispatcher {
+	c := *d
+	c.start = s
+	return &c
+}
+
+// Start is the start position (StartEarliest or StartLatest).
+func (d *Dispatcher) Start() string {
+	if d.start == "" {
+		return StartEarliest
+	}
+	return d.start
 }
 
 // New returns a dispatcher named name that sends the topics matching any of
@@ -266,6 +295,9 @@ func (d *Dispatcher) Validate() error {
 	}
 	if err := d.commit.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if d.start != "" && d.start != StartEarliest && d.start != StartLatest {
+		errs = append(errs, fmt.Errorf("start %q: want %q or %q", d.start, StartEarliest, StartLatest))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("dispatcher %q: %w", d.name, errors.Join(errs...))

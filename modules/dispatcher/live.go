@@ -209,7 +209,7 @@ func (m *Manager) startFor(d *Dispatcher) {
 		if w, ok := m.workers[workerKey{d.name, name}]; ok && !w.ended {
 			continue
 		}
-		m.startLocked(d, t)
+		m.startLocked(d, t, true) // the topic exists as d starts: start "latest" applies
 	}
 }
 

@@ -68,3 +68,33 @@ func TestLiveAddReplacePauseSeekRemove(t *testing.T) {
 	}
 	wantCheckpoint(t, b.dir, "live", 3) // kept on disk
 }
+
+// TestStartLatest: a dispatcher added with start "latest" skips what an
+// existing topic holds (it begins at the high watermark), delivers what
+// is published from then on, and delivers a topic created later from its
+// start; a dispatcher with a checkpoint resumes from it whatever its start.
+func TestStartLatest(t *testing.T) {
+	root := t.TempDir()
+	old := newMemTopic(t, root, "s.old")
+	old.publish(3)
+	c := newConsumer(t, nil)
+	src := newMemSource(old)
+	m := startManager(t, src, testOptions())
+	if err := m.Add(New("late", c.host(t), MustPattern("s.*")).WithStart(StartLatest)); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, m, "late", "s.old", 3)
+	old.publish(1)
+	waitCommitted(t, m, "late", "s.old", 4)
+	wantOffsets(t, "deliveries of s.old", c.requestsFor("s.old", "late"), 3)
+
+	fresh := newMemTopic(t, root, "s.new")
+	fresh.publish(2)
+	src.add(fresh)
+	waitCommitted(t, m, "late", "s.new", 2)
+	wantOffsets(t, "deliveries of s.new", c.requestsFor("s.new", "late"), 0, 1)
+
+	if err := New("x", c.host(t), MustPattern("a")).WithStart("middle").Validate(); err == nil {
+		t.Fatal("start \"middle\" accepted")
+	}
+}

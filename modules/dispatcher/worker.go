@@ -37,6 +37,9 @@ type worker struct {
 	done      chan struct{} // closed once run has returned and m.ended ran
 	// incarnation is the topic's incarnation id (mmmq-topic-incarnation).
 	incarnation string
+	// startLatest: the topic existed when the dispatcher started, so a
+	// dispatcher with start "latest" begins at its high watermark.
+	startLatest bool
 
 	// status, read by Manager.Status
 	committed, next                                          atomic.Int64
@@ -168,6 +171,11 @@ func (w *worker) run(ctx context.Context) (err error) {
 		return err
 	}
 	w.cp = cp
+	if w.startLatest {
+		if err := w.skipToLatest(); err != nil {
+			return err
+		}
+	}
 	off := cp.Offset()
 	w.committed.Store(off)
 	w.next.Store(off)
@@ -364,6 +372,22 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			return errStopped
 		}
 	}
+}
+
+// skipToLatest begins a dispatcher with start "latest" at the topic's high
+// watermark when it has no checkpoint on it yet (one that exists is
+// resumed as always).
+func (w *worker) skipToLatest() error {
+	e, ok := w.cp.(interface{ Exists() bool })
+	if !ok || e.Exists() {
+		return nil
+	}
+	hw := w.topic.HighWatermark()
+	if err := w.commit(hw); err != nil {
+		return err
+	}
+	w.log.Info("new dispatcher starts at the latest offset (start: latest); the messages before it are not delivered", zap.Int64("offset", hw))
+	return nil
 }
 
 // noteErr records the last abnormal answer or failure, for the status.

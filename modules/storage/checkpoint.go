@@ -130,6 +130,15 @@ func (c *Checkpoint) Name() string { return c.name }
 // Path is the checkpoint file path.
 func (c *Checkpoint) Path() string { return c.path }
 
+// Exists reports whether the checkpoint has a file: false for a reader
+// that never committed on this topic (a new dispatcher's start position
+// then applies).
+func (c *Checkpoint) Exists() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exists
+}
+
 // Offset is the last committed next offset (0 for a new checkpoint).
 func (c *Checkpoint) Offset() int64 {
 	c.mu.Lock()
