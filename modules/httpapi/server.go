@@ -221,6 +221,12 @@ func overlappingRoutes(r *mux.Router) error {
 	return nil
 }
 
+// Walk calls fn for every route of the router (mux.Router.Walk): the
+// server's own and the plugins', all registered by New. The routes that
+// answer HEAD for GET routes (see allowHeadWhereGet) have no path template
+// and no methods of their own.
+func (s *Server) Walk(fn mux.WalkFunc) error { return s.router.Walk(fn) }
+
 // Handler is the server's handler (fast publish path, then the router), for
 // tests with httptest.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
