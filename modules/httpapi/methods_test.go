@@ -128,6 +128,7 @@ func TestHeadWhereGet(t *testing.T) {
 		{"/topics/t/messages?offset=0&limit=1", http.StatusOK},
 		{"/topics/missing/messages", http.StatusNotFound},
 		{"/topics/t/messages?limit=0", http.StatusBadRequest},
+		{"/openapi.yaml", http.StatusOK},
 		{"/plugin/p1", http.StatusOK},
 	} {
 		path := c.path

@@ -1,9 +1,12 @@
 // Package httpapi is the broker's HTTP API on gorilla/mux:
 // publishing (POST /messages, POST /mmmq/messages, POST /messages/batch),
 // topic listing and read-back (GET /topics, GET /topics/{topic}/messages),
-// reopening a failed topic (POST /topics/{topic}/reopen),
-// and health (/healthz, /readyz). Plugins add routes through the value group
-// `group:"routes"` (see Route). It works without Fx; fx.go wires it.
+// deleting and reopening a topic (DELETE /topics/{topic},
+// POST /topics/{topic}/reopen), health (/healthz, /readyz) and the OpenAPI
+// document of every route (GET /openapi.yaml, from openapi.yaml). Plugins
+// add routes through the value group `group:"routes"` (see Route); a new
+// route is documented in openapi.yaml too. It works without Fx; fx.go wires
+// it.
 //
 // For every route, the server's own and the plugins' alike: a route that
 // allows GET answers HEAD too (same status and headers, no body; RFC 9110
@@ -146,6 +149,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		contract.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", s.handleReady).Methods(http.MethodGet)
+	r.HandleFunc("/openapi.yaml", handleOpenAPI).Methods(http.MethodGet)
 	for _, rt := range routes {
 		if rt != nil {
 			rt.Register(r)
@@ -216,6 +220,12 @@ func overlappingRoutes(r *mux.Router) error {
 	}
 	return nil
 }
+
+// Walk calls fn for every route of the router (mux.Router.Walk): the
+// server's own and the plugins', all registered by New. The routes that
+// answer HEAD for GET routes (see allowHeadWhereGet) have no path template
+// and no methods of their own.
+func (s *Server) Walk(fn mux.WalkFunc) error { return s.router.Walk(fn) }
 
 // Handler is the server's handler (fast publish path, then the router), for
 // tests with httptest.
