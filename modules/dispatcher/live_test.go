@@ -2,6 +2,10 @@ package dispatcher
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -96,5 +100,46 @@ func TestStartLatest(t *testing.T) {
 
 	if err := New("x", c.host(t), MustPattern("a")).WithStart("middle").Validate(); err == nil {
 		t.Fatal("start \"middle\" accepted")
+	}
+}
+
+// TestReplaceDuringDeliveryRedelivers: a dispatcher replaced while a
+// delivery is in flight abandons that attempt without committing it; the
+// new dispatcher delivers the same offset again (at-least-once holds) and
+// nothing is skipped.
+func TestReplaceDuringDeliveryRedelivers(t *testing.T) {
+	root := t.TempDir()
+	tp := newMemTopic(t, root, "r.x")
+	tp.publish(3)
+	inFlight := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
+		if r.Offset == 1 && r.ConsumerID == "d" && r.Path == "/old" {
+			once.Do(func() { close(inFlight) })
+			select { // hold the first delivery of offset 1 until the test releases it
+			case <-release:
+			case <-req.Context().Done():
+			}
+			return // no answer: abnormal if it ever arrived
+		}
+		answer(w, ACK)
+	})
+	m := startManager(t, newMemSource(tp), testOptions())
+	if err := m.Add(New("d", c.host(t), MustPattern("r.*")).WithPath("/old")); err != nil {
+		t.Fatal(err)
+	}
+	<-inFlight
+	if err := m.Replace(New("d", c.host(t), MustPattern("r.*")).WithPath("/new")); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	waitCommitted(t, m, "d", "r.x", 3)
+	var got []string
+	for _, r := range c.requestsFor("r.x", "d") {
+		got = append(got, fmt.Sprintf("%s@%d", r.Path, r.Offset))
+	}
+	if want := "/old@0 /old@1 /new@1 /new@2"; strings.Join(got, " ") != want {
+		t.Fatalf("deliveries %v, want %s (offset 1 delivered again by the replacement, nothing skipped)", got, want)
 	}
 }
