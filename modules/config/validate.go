@@ -95,16 +95,27 @@ func (c *Config) Validate() error {
 	}
 
 	v.retention(b.Retention)
-
-	v.nonNegative("mmmq.broker.dedup.window", b.Dedup.Window, "off")
-	v.intRange("mmmq.broker.dedup.max-ids", int64(b.Dedup.MaxIDs), 1, math.MaxInt32)
-	v.intRange("mmmq.broker.dedup.max-bytes", b.Dedup.MaxBytes, 1<<20, math.MaxInt64)
+	v.dedup(b.Dedup)
 
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
+	v.memory(b)
 
-	// One message of the largest size must fit, or it could never be
-	// fetched; an invalid max-record-bytes is the one cause reported.
+	v.errs = append(v.errs, c.validateSections()...)
+	return errors.Join(v.errs...)
+}
+
+// dedup checks mmmq.broker.dedup.
+func (v *validator) dedup(d DedupConfig) {
+	v.nonNegative("mmmq.broker.dedup.window", d.Window, "off")
+	v.intRange("mmmq.broker.dedup.max-ids", int64(d.MaxIDs), 1, math.MaxInt32)
+	v.intRange("mmmq.broker.dedup.max-bytes", d.MaxBytes, 1<<20, math.MaxInt64)
+}
+
+// memory checks mmmq.broker.memory: one message of the largest size must
+// fit, or it could never be fetched; an invalid max-record-bytes is the
+// one cause reported.
+func (v *validator) memory(b BrokerConfig) {
 	if m := b.Memory.MaxInflightBytes; m != 0 {
 		lo := int64(64)
 		if !v.failed("mmmq.broker.segment.max-record-bytes") {
@@ -114,9 +125,6 @@ func (c *Config) Validate() error {
 			v.add(invalid("mmmq.broker.memory.max-inflight-bytes", "must be 0 (unlimited) or at least mmmq.broker.segment.max-record-bytes (%d); got %d", lo, m))
 		}
 	}
-
-	v.errs = append(v.errs, c.validateSections()...)
-	return errors.Join(v.errs...)
 }
 
 // validator collects the problems of one Validate and remembers which keys
