@@ -326,6 +326,8 @@ func TestHelpGoesToStdout(t *testing.T) {
 		{"--help"}, {"-h"}, {"help"},
 		{"serve", "--help"}, {"verify", "--help"}, {"dump", "--help"}, {"bench", "--help"}, {"version", "--help"},
 		{"serve", "-h"}, {"bench", "-h"},
+		{"dispatchers", "--help"}, {"dispatchers", "help"}, {"dispatchers", "seek", "--help"}, {"dispatchers", "create", "-h"},
+		{"topics", "--help"}, {"topics", "get", "--help"},
 	} {
 		r, w, err := os.Pipe()
 		if err != nil {

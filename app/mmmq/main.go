@@ -4,11 +4,14 @@
 //	mmmq config check [--config FILE]   validate the configuration as serve would; print it with sources
 //	mmmq verify [--root DIR] [--repair] [--json]  offline check of every topic; exit 3 on corruption
 //	mmmq dump --topic T [--root DIR] [--from N] [--count K]
+//	mmmq dispatchers list|get|create|update|delete|pause|resume|seek ...   a running broker's dispatchers
+//	mmmq topics list|get NAME                                            a running broker's topics and groups
 //	mmmq version
 //
 // Exit codes: 0 clean stop or all OK; 1 startup or runtime failure, or an
-// invalid configuration (one line on stderr says why); 2 bad usage; 3
-// corruption found (verify, dump).
+// invalid configuration (one line on stderr says why), or, for dispatchers
+// and topics, an error answer of the broker or a broker that cannot be
+// reached; 2 bad usage; 3 corruption found (verify, dump).
 package main
 
 import (
@@ -43,6 +46,10 @@ func run(args []string) int {
 		return verify(args)
 	case "dump":
 		return dump(args)
+	case "dispatchers":
+		return dispatchers(args)
+	case "topics":
+		return topics(args)
 	case "bench":
 		return loadgen.Main(args)
 	case "version":
@@ -70,6 +77,16 @@ func usage(w io.Writer) {
   mmmq verify [--root DIR] [--repair] [--json]
                                         check every entry and CRC offline; exit 3 on corruption
   mmmq dump --topic T [--root DIR] [--from N] [--count K]
+
+Against a running broker (--server URL, default $MMMQ_SERVER, else http://localhost:8080):
+  mmmq dispatchers list|get NAME        the dispatchers; one with its progress per topic
+  mmmq dispatchers create|update NAME   add or change one (flags or --file FILE)
+  mmmq dispatchers delete NAME [--delete-checkpoints]
+  mmmq dispatchers pause|resume NAME
+  mmmq dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN]
+  mmmq topics list|get NAME             the topics; one with its consumer groups
+                                        (mmmq dispatchers --help, mmmq topics --help)
+
   mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
   mmmq version
 `)

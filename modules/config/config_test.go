@@ -212,6 +212,18 @@ func TestSectionGivenScalarFails(t *testing.T) {
 	assert.Contains(t, err.Error(), "config: server: must be a mapping")
 }
 
+// $MMMQ_SERVER is the URL the admin commands talk to: a broker started in
+// the same shell does not refuse it, but a near miss is still refused.
+func TestServerURLVariableIsNotAKey(t *testing.T) {
+	cfg, err := load(t, "", "MMMQ_SERVER=http://broker:8080", "MMMQ_SERVER_PORT=7070")
+	require.NoError(t, err)
+	assert.Equal(t, 7070, cfg.Server.Port)
+	_, err = load(t, "", "MMMQ_SERVERS=http://broker:8080")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrUnknownKey)
+	assert.Contains(t, err.Error(), "MMMQ_SERVERS")
+}
+
 func TestUnknownEnvVarNamesIt(t *testing.T) {
 	_, err := load(t, "", "MMMQ_BROKER_SEGMNT_MAX_BYTES=1")
 	require.Error(t, err)

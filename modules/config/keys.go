@@ -74,6 +74,11 @@ const envPrefix = "MMMQ_"
 // EnvConfigVar names the YAML file when LoadOptions.PathExplicit is false.
 const EnvConfigVar = "MMMQ_CONFIG"
 
+// EnvServerVar is the broker URL of the commands that talk to a running
+// broker ("mmmq dispatchers", "mmmq topics"). It names no key: Load skips
+// it, so one shell can set it and still start a broker.
+const EnvServerVar = "MMMQ_SERVER"
+
 // EnvVar returns the environment variable for key under the package's one
 // rule: "MMMQ_" + key without a leading "mmmq.", upper-cased, with "." and
 // "-" replaced by "_". EnvVar("mmmq.broker.storage.root-dir") is
@@ -95,7 +100,8 @@ var envKeys = func() map[string]leaf {
 }()
 
 // envTable maps each variable to its scalar key of s; lists are file-only.
-// Two keys sharing a variable, or a key named like EnvConfigVar, is an error.
+// Two keys sharing a variable, or a key named like EnvConfigVar or
+// EnvServerVar, is an error.
 func envTable(s schema) (map[string]leaf, error) {
 	m := make(map[string]leaf, len(s.leaves))
 	for _, key := range slices.Sorted(maps.Keys(s.leaves)) {
@@ -107,8 +113,8 @@ func envTable(s schema) (map[string]leaf, error) {
 		if prev, dup := m[name]; dup {
 			return nil, fmt.Errorf("config: keys %s and %s share variable %s", prev.key, key, name)
 		}
-		if name == EnvConfigVar {
-			return nil, fmt.Errorf("config: key %s collides with %s", key, EnvConfigVar)
+		if name == EnvConfigVar || name == EnvServerVar {
+			return nil, fmt.Errorf("config: key %s collides with %s", key, name)
 		}
 		m[name] = l
 	}

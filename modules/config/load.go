@@ -269,7 +269,7 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 	fromEnv = map[string]string{}
 	var errs []error
 	for _, name := range names {
-		if name == EnvConfigVar {
+		if name == EnvConfigVar || name == EnvServerVar {
 			continue
 		}
 		val := env[name]

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+)
+
+// dispatchers is `mmmq dispatchers <subcommand>`: the admin API
+// (/mmmq/dispatchers) of a running broker.
+func dispatchers(args []string) int {
+	g := &group{name: "dispatchers", about: `Lists, creates, changes, pauses, resumes, moves and deletes the dispatchers of
+a running broker through its admin API (/mmmq/dispatchers). Dispatchers from
+Go code or the configuration file (source go, config) can be paused, resumed
+and sought; only those created here (source api) can be updated or deleted.`,
+		subs: []subcommand{
+			{name: "list", synopsis: "[flags]", run: dispatchersList,
+				brief: "List every dispatcher: name, source (go, config or api), paused, host, patterns, commit policy."},
+			{name: "get", synopsis: "NAME [flags]", run: dispatchersGet,
+				brief: "Show one dispatcher and its progress on each topic it delivers.",
+				about: "Per topic: the committed offset, the high watermark, the lag, the age of the oldest\nunacknowledged message, the state, the attempt, the messages delivered and the last error."},
+			{name: "create", synopsis: "--name NAME --host URL --pattern P [--pattern P ...] [flags] | --file FILE", run: dispatchersCreate,
+				brief: "Create a dispatcher; it starts at once and is kept in dispatchers.json.",
+				about: specAbout},
+			{name: "update", synopsis: "NAME [--host URL] [--pattern P ...] [flags] | NAME --file FILE", run: dispatchersUpdate,
+				brief: "Change a dispatcher created through the API; its checkpoints are kept.",
+				about: "With flags, update reads the dispatcher, changes the fields given and replaces it\n" +
+					"(--pattern, repeated, replaces the whole list). With --file, the file is the whole\n" +
+					"new dispatcher (its \"name\" may be left out).\n\n" + specAbout},
+			{name: "delete", synopsis: "NAME [--delete-checkpoints] [flags]", run: dispatchersDelete,
+				brief: "Delete a dispatcher created through the API.",
+				about: "Its checkpoints are kept unless --delete-checkpoints: a dispatcher created again under\nthe name then replays its topics from the start."},
+			{name: "pause", synopsis: "NAME [flags]", run: dispatchersPause(true),
+				brief: "Stop delivering (a go or config dispatcher's pause lasts until the broker restarts)."},
+			{name: "resume", synopsis: "NAME [flags]", run: dispatchersPause(false),
+				brief: "Deliver again, from the checkpoints."},
+			{name: "seek", synopsis: "NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [flags]", run: dispatchersSeek,
+				brief: "Move the dispatcher's checkpoints, backwards too.",
+				about: seekAbout},
+		}}
+	return g.run(args)
+}
+
+// specAbout describes the dispatcher flags of create and update.
+const specAbout = `The dispatcher is given either as flags or, with --file FILE ("-": standard
+input), as the JSON body of the admin API:
+  {"name":"billing","host":"http://localhost:8081","patterns":["order.**"],
+   "path":"/mmmq/messages","timeout":"30s",
+   "commit":{"policy":"interval","interval":"1s","max-count":1000},"paused":false}
+Fields left out take the broker's defaults (mmmq.broker.dispatch).`
+
+// seekAbout describes seek's --to.
+const seekAbout = `--to is where each topic's checkpoint goes:
+  earliest   the log start offset: redeliver everything still stored
+  latest     the high watermark: skip the backlog
+  OFFSET     an offset, e.g. 1200 (below the log start offset the broker answers
+             410 OFFSET_EXPIRED, above the high watermark 400)
+  TIME       an RFC 3339 time, e.g. 2026-01-02T15:04:05Z or 2026-01-02T15:04:05+09:00:
+             the first message stored at or after it (the high watermark if none is)
+  ts:MS      the same with the time in Unix milliseconds, e.g. ts:1767225600000
+--topic limits the seek to the topics matching a name or pattern (default: every
+topic the dispatcher delivers).`
+
+// dispatcherPath is the admin API path of the dispatcher name.
+func dispatcherPath(name string) string { return "/mmmq/dispatchers/" + url.PathEscape(name) }
+
+func dispatchersList(r *remote, args []string) int {
+	if _, code, ok := r.parse(args); !ok {
+		return code
+	}
+	var out struct {
+		Dispatchers []admin.Listed `json:"dispatchers"`
+	}
+	return r.call(http.MethodGet, "/mmmq/dispatchers", nil, &out, func() string {
+		rows := make([][]string, 0, len(out.Dispatchers))
+		for _, d := range out.Dispatchers {
+			rows = append(rows, []string{d.Name, d.Source, yesNo(d.Paused), d.Host, strings.Join(d.Patterns, ","),
+				orDash(d.Path), time.Duration(d.Timeout).String(), commitText(d.Commit)})
+		}
+		return table([]string{"NAME", "SOURCE", "PAUSED", "HOST", "PATTERNS", "PATH", "TIMEOUT", "COMMIT"}, rows)
+	})
+}
+
+func dispatchersGet(r *remote, args []string) int {
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	var st admin.Status
+	return r.call(http.MethodGet, dispatcherPath(pos[0]), nil, &st, func() string {
+		if len(st.Topics) == 0 {
+			why := "no open topic matches its patterns"
+			if st.Paused {
+				why = "paused, or " + why
+			}
+			return dispatcherBlock(st.Listed) + "\ntopics: none shown (" + why + ")\n"
+		}
+		rows := make([][]string, 0, len(st.Topics))
+		for _, t := range st.Topics {
+			age := "-"
+			if t.OldestUnackedAgeSeconds > 0 {
+				age = time.Duration(t.OldestUnackedAgeSeconds * float64(time.Second)).Round(time.Millisecond).String()
+			}
+			rows = append(rows, []string{t.Topic, num(t.Committed), num(t.HighWatermark), num(t.Lag), t.State,
+				num(t.Attempt), num(t.Delivered), age, when(t.NextRetry), orDash(t.LastError)})
+		}
+		return dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
+			"ATTEMPT", "DELIVERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
+	})
+}
+
+// dispatcherBlock shows one dispatcher as "key: value" lines.
+func dispatcherBlock(d admin.Listed) string {
+	return block([][2]string{
+		{"name", d.Name}, {"source", d.Source}, {"paused", yesNo(d.Paused)}, {"host", d.Host},
+		{"patterns", strings.Join(d.Patterns, ", ")}, {"path", orDash(d.Path)},
+		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)},
+	})
+}
+
+// commitText describes a commit policy in a few words.
+func commitText(c *admin.CommitSpec) string {
+	switch {
+	case c == nil || c.Policy == "":
+		return "every-message"
+	case c.Policy == "interval":
+		return fmt.Sprintf("interval (%s or %d messages)", time.Duration(c.Interval), c.MaxCount)
+	}
+	return c.Policy
+}
+
+func dispatchersCreate(r *remote, args []string) int {
+	f := addSpecFlags(r, true)
+	if _, code, ok := r.parse(args); !ok {
+		return code
+	}
+	body, code, ok := f.fileBody()
+	if !ok {
+		return code
+	}
+	if body == nil {
+		var s admin.Spec
+		f.apply(&s)
+		switch {
+		case s.Name == "":
+			return r.usageError("--name is required (or --file)")
+		case s.Host == "":
+			return r.usageError("--host is required (or --file)")
+		case len(s.Patterns) == 0:
+			return r.usageError("--pattern is required, at least once (or --file)")
+		}
+		body, _ = json.Marshal(s)
+	}
+	var out admin.Listed
+	return r.call(http.MethodPost, "/mmmq/dispatchers", body, &out, func() string { return dispatcherBlock(out) })
+}
+
+func dispatchersUpdate(r *remote, args []string) int {
+	f := addSpecFlags(r, false)
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	body, code, ok := f.fileBody()
+	if !ok {
+		return code
+	}
+	if body == nil {
+		if len(f.given()) == 0 {
+			return r.usageError("nothing to change: give the fields to change as flags, or the whole dispatcher with --file")
+		}
+		// The current dispatcher, with the fields given changed.
+		c := r.client()
+		raw, err := c.do(http.MethodGet, dispatcherPath(pos[0]), nil)
+		if err != nil {
+			return fail(err)
+		}
+		var cur admin.Status
+		if err := c.decode(raw, &cur); err != nil {
+			return fail(err)
+		}
+		f.apply(&cur.Spec)
+		body, _ = json.Marshal(cur.Spec)
+	}
+	var out admin.Listed
+	return r.call(http.MethodPut, dispatcherPath(pos[0]), body, &out, func() string { return dispatcherBlock(out) })
+}
+
+func dispatchersDelete(r *remote, args []string) int {
+	delCheckpoints := r.fs.Bool("delete-checkpoints", false, "delete its checkpoints too (a dispatcher created again under the name replays from the start)")
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	path := dispatcherPath(pos[0])
+	if *delCheckpoints {
+		path += "?delete-checkpoints=true"
+	}
+	var out struct {
+		Name               string `json:"name"`
+		CheckpointsDeleted bool   `json:"checkpointsDeleted"`
+	}
+	return r.call(http.MethodDelete, path, nil, &out, func() string {
+		if out.CheckpointsDeleted {
+			return fmt.Sprintf("deleted dispatcher %s and its checkpoints\n", out.Name)
+		}
+		return fmt.Sprintf("deleted dispatcher %s; its checkpoints are kept\n", out.Name)
+	})
+}
+
+// dispatchersPause is pause (paused true) or resume.
+func dispatchersPause(paused bool) func(r *remote, args []string) int {
+	action := "resume"
+	if paused {
+		action = "pause"
+	}
+	return func(r *remote, args []string) int {
+		pos, code, ok := r.parse(args, "NAME")
+		if !ok {
+			return code
+		}
+		var out admin.Listed
+		return r.call(http.MethodPost, dispatcherPath(pos[0])+"/"+action, nil, &out, func() string { return dispatcherBlock(out) })
+	}
+}
+
+func dispatchersSeek(r *remote, args []string) int {
+	to := r.fs.String("to", "", "earliest, latest, an offset, an RFC 3339 time or ts:<unix ms> (required)")
+	topic := r.fs.String("topic", "", "only the topics matching this name or pattern (default: all it delivers)")
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	if *to == "" {
+		return r.usageError("--to is required")
+	}
+	target, err := seekTarget(*to)
+	if err != nil {
+		return r.usageError("%v", err)
+	}
+	body, _ := json.Marshal(struct {
+		Topic string `json:"topic,omitempty"`
+		To    any    `json:"to"`
+	}{*topic, target})
+	var out struct {
+		Name   string                  `json:"name"`
+		Topics []dispatcher.SeekResult `json:"topics"`
+	}
+	return r.call(http.MethodPost, dispatcherPath(pos[0])+"/seek", body, &out, func() string {
+		if len(out.Topics) == 0 {
+			return fmt.Sprintf("no open topic of dispatcher %s matches: nothing moved\n", out.Name)
+		}
+		rows := make([][]string, 0, len(out.Topics))
+		for _, t := range out.Topics {
+			rows = append(rows, []string{t.Topic, num(t.Previous), num(t.Offset)})
+		}
+		return table([]string{"TOPIC", "PREVIOUS", "OFFSET"}, rows)
+	})
+}

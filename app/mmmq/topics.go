@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/httpapi"
+)
+
+// topics is `mmmq topics <subcommand>`: the topics of a running broker.
+func topics(args []string) int {
+	g := &group{name: "topics", about: "Shows the topics of a running broker and the consumer groups of each.",
+		subs: []subcommand{
+			{name: "list", synopsis: "[flags]", run: topicsList,
+				brief: "List every topic: offsets, segments, bytes; then the quarantined ones.",
+				about: "--json prints the answer of GET /topics."},
+			{name: "get", synopsis: "NAME [flags]", run: topicsGet,
+				brief: "Show one topic and its consumer groups (committed offset, lag, held).",
+				about: "--json prints {\"topic\": <its row of GET /topics>, \"groups\": <GET /topics/NAME/groups>}."},
+		}}
+	return g.run(args)
+}
+
+// topicList is the answer of GET /topics.
+type topicList struct {
+	Topics      []httpapi.TopicInfo `json:"topics"`
+	Quarantined map[string]string   `json:"quarantined"`
+}
+
+func topicsList(r *remote, args []string) int {
+	if _, code, ok := r.parse(args); !ok {
+		return code
+	}
+	var out topicList
+	return r.call(http.MethodGet, "/topics", nil, &out, func() string {
+		rows := make([][]string, 0, len(out.Topics))
+		for _, t := range out.Topics {
+			rows = append(rows, []string{t.Name, num(t.StartOffset), num(t.NextOffset), num(t.Segments), num(t.Bytes), orDash(t.Failed)})
+		}
+		s := table([]string{"NAME", "START-OFFSET", "NEXT-OFFSET", "SEGMENTS", "BYTES", "FAILED"}, rows)
+		names := make([]string, 0, len(out.Quarantined))
+		for n := range out.Quarantined {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			s += fmt.Sprintf("quarantined: %s: %s\n", n, out.Quarantined[n])
+		}
+		return s
+	})
+}
+
+func topicsGet(r *remote, args []string) int {
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	name := pos[0]
+	c := r.client()
+	raw, err := c.do(http.MethodGet, "/topics", nil)
+	if err != nil {
+		return fail(err)
+	}
+	var list struct {
+		Topics      []json.RawMessage `json:"topics"`
+		Quarantined map[string]string `json:"quarantined"`
+	}
+	if err := c.decode(raw, &list); err != nil {
+		return fail(err)
+	}
+	var row json.RawMessage // null when the topic is not listed
+	for _, t := range list.Topics {
+		var ti httpapi.TopicInfo
+		if c.decode(t, &ti) == nil && ti.Name == name {
+			row = t
+		}
+	}
+	if reason, ok := list.Quarantined[name]; ok && row == nil {
+		return fail(fmt.Errorf("topic %s is quarantined: %s", name, reason))
+	}
+	graw, err := c.do(http.MethodGet, "/topics/"+url.PathEscape(name)+"/groups", nil)
+	if err != nil {
+		return fail(err)
+	}
+	if r.asJSON {
+		both, err := json.Marshal(struct {
+			Topic  json.RawMessage `json:"topic"`
+			Groups json.RawMessage `json:"groups"`
+		}{row, graw})
+		if err != nil {
+			return fail(err)
+		}
+		return printJSON(both)
+	}
+	var ti httpapi.TopicInfo
+	var gl groups.Listing
+	if row != nil {
+		if err := c.decode(row, &ti); err != nil {
+			return fail(err)
+		}
+	}
+	if err := c.decode(graw, &gl); err != nil {
+		return fail(err)
+	}
+	return show(topicText(name, row != nil, ti, gl))
+}
+
+// topicText shows a topic as "key: value" lines and its groups as a table.
+func topicText(name string, listed bool, ti httpapi.TopicInfo, gl groups.Listing) string {
+	pairs := [][2]string{{"name", name}}
+	if listed {
+		pairs = append(pairs, [2]string{"start-offset", num(ti.StartOffset)}, [2]string{"next-offset", num(ti.NextOffset)},
+			[2]string{"segments", num(ti.Segments)}, [2]string{"bytes", num(ti.Bytes)}, [2]string{"incarnation", orDash(ti.Incarnation)})
+		if ti.Failed != "" {
+			pairs = append(pairs, [2]string{"failed", ti.Failed})
+		}
+	}
+	s := block(pairs)
+	if len(gl.Groups) == 0 {
+		return s + "\ngroups: none\n"
+	}
+	rows := make([][]string, 0, len(gl.Groups))
+	for _, g := range gl.Groups {
+		lease := "-"
+		if g.LeaseExpiresInMs != nil {
+			lease = (time.Duration(*g.LeaseExpiresInMs) * time.Millisecond).String()
+		}
+		rows = append(rows, []string{g.Group, num(g.Committed), num(g.Lag), yesNo(g.Held), lease})
+	}
+	return s + "\n" + table([]string{"GROUP", "COMMITTED", "LAG", "HELD", "LEASE-EXPIRES-IN"}, rows)
+}
