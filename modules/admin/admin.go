@@ -78,13 +78,12 @@ func (a *Admin) Start() error {
 		if err != nil {
 			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
 		}
-		if err := a.m.Add(d); err != nil {
-			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
-		}
+		add := a.m.Add
 		if s.Paused {
-			if err := a.m.Pause(d.Name()); err != nil {
-				return err
-			}
+			add = a.m.AddPaused // never delivers before the pause applies
+		}
+		if err := add(d); err != nil {
+			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
 		}
 	}
 	if len(specs) > 0 {
@@ -128,11 +127,12 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 	if err := a.save(d.Name(), &stored); err != nil {
 		return Listed{}, err
 	}
-	if err := a.m.Add(d); err != nil {
-		return Listed{}, err
-	}
+	add := a.m.Add
 	if s.Paused {
-		_ = a.m.Pause(d.Name())
+		add = a.m.AddPaused // never delivers before the pause applies
+	}
+	if err := add(d); err != nil {
+		return Listed{}, err
 	}
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
 }

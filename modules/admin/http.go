@@ -163,10 +163,12 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 	paused := rt.a.m.Paused(name)
 	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, Topics: []TopicStatus{}}
 	now := time.Now()
-	for _, ws := range rt.a.m.Status() {
-		if ws.Dispatcher != name {
-			continue
-		}
+	all, err := rt.a.m.DispatcherStatus(name)
+	if err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
+	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, LastError: ws.LastError}
 		if !ws.OldestUnacked.IsZero() {
@@ -179,11 +181,6 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 			ts.NextRetry = &ws.NextRetry
 		}
 		st.Topics = append(st.Topics, ts)
-	}
-	if paused {
-		for i := range st.Topics {
-			st.Topics[i].State = dispatcher.StatePaused
-		}
 	}
 	contract.WriteJSON(w, http.StatusOK, st)
 }

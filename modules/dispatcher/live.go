@@ -27,12 +27,28 @@ var (
 // Add starts delivering d, a dispatcher whose name is not in the set: it
 // joins the set and gets a worker on every open topic it matches (none
 // while paused). Errors: d's Validate error, ErrDispatcherExists.
-func (m *Manager) Add(d *Dispatcher) error {
+func (m *Manager) Add(d *Dispatcher) error { return m.add(d, false) }
+
+// AddPaused is Add for a dispatcher that starts paused: no worker runs,
+// so nothing is delivered, until Resume.
+func (m *Manager) AddPaused(d *Dispatcher) error { return m.add(d, true) }
+
+func (m *Manager) add(d *Dispatcher, paused bool) error {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	if _, ok := m.set.Get(d.name); ok {
 		return fmt.Errorf("%w: %s", ErrDispatcherExists, d.name)
 	}
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if paused {
+		m.paused[d.name] = true
+	} else {
+		delete(m.paused, d.name)
+	}
+	m.mu.Unlock()
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
@@ -263,4 +279,43 @@ func (m *Manager) DeleteCheckpoints(name string) error {
 		}
 	}
 	return nil
+}
+
+// DispatcherStatus returns one WorkerStatus per open topic the dispatcher
+// named name matches, sorted by topic: the running worker's, or, for a
+// topic without one (paused, or a worker that ended), its checkpoint and
+// the topic's high watermark, with State StatePaused when the dispatcher
+// is paused. Error: ErrUnknownDispatcher.
+func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
+	d, ok := m.set.Get(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	running := map[string]WorkerStatus{}
+	for _, s := range m.Status() {
+		if s.Dispatcher == name && s.Running {
+			running[s.Topic] = s
+		}
+	}
+	paused := m.Paused(name)
+	var out []WorkerStatus
+	for _, t := range m.openTopics() {
+		if !d.Matches(t.Name()) {
+			continue
+		}
+		if s, ok := running[t.Name()]; ok && !paused {
+			out = append(out, s)
+			continue
+		}
+		s := WorkerStatus{Dispatcher: name, Topic: t.Name(), HighWatermark: t.HighWatermark(), State: StateIdle}
+		if paused {
+			s.State = StatePaused
+		}
+		if cp, err := t.Checkpoint(name); err == nil {
+			s.Committed, s.Next = cp.Offset(), cp.Offset()
+		}
+		s.Lag = max(0, s.HighWatermark-s.Committed)
+		out = append(out, s)
+	}
+	return out, nil
 }

@@ -143,3 +143,28 @@ func TestReplaceDuringDeliveryRedelivers(t *testing.T) {
 		t.Fatalf("deliveries %v, want %s (offset 1 delivered again by the replacement, nothing skipped)", got, want)
 	}
 }
+
+// TestAddPausedDeliversNothing: a dispatcher added paused gets no worker
+// (nothing is delivered or committed) until it is resumed.
+func TestAddPausedDeliversNothing(t *testing.T) {
+	root := t.TempDir()
+	tp := newMemTopic(t, root, "p.x")
+	tp.publish(2)
+	c := newConsumer(t, nil)
+	m := startManager(t, newMemSource(tp), testOptions())
+	if err := m.AddPaused(New("quiet", c.host(t), MustPattern("p.*"))); err != nil || !m.Paused("quiet") {
+		t.Fatalf("AddPaused: %v", err)
+	}
+	if ws := m.Status(); len(ws) != 0 {
+		t.Fatalf("workers of a dispatcher added paused: %+v", ws)
+	}
+	st, err := m.DispatcherStatus("quiet")
+	if err != nil || len(st) != 1 || st[0].State != StatePaused || st[0].Lag != 2 || st[0].Committed != 0 {
+		t.Fatalf("status while paused: %+v %v", st, err)
+	}
+	if err := m.Resume("quiet"); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, m, "quiet", "p.x", 2)
+	wantOffsets(t, "deliveries", c.requestsFor("p.x", "quiet"), 0, 1)
+}
