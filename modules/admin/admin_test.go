@@ -132,3 +132,21 @@ func TestStore(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTarget: a seek's "to" is "earliest", "latest", an offset >= 0
+// or {"timestamp": <unix ms>}; anything else, null included (which would
+// otherwise decode as offset 0 and rewind every topic), is a 400 naming
+// "to".
+func TestParseTarget(t *testing.T) {
+	for _, ok := range []string{`"earliest"`, `"latest"`, `0`, `17`, `{"timestamp":1767225600000}`} {
+		if _, err := parseTarget([]byte(ok)); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{``, `null`, ` null `, `"yesterday"`, `-1`, `1.5`, `"0"`, `{}`, `{"timestamp":null}`, `{"timestamp":1,"x":2}`, `[]`, `true`} {
+		_, err := parseTarget([]byte(bad))
+		if err == nil || contract.Classify(err).Status != 400 || !strings.Contains(err.Error(), `"to"`) {
+			t.Errorf("%q: %v, want a 400 naming \"to\"", bad, err)
+		}
+	}
+}

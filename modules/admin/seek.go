@@ -29,7 +29,9 @@ func parseTarget(raw json.RawMessage) (func(dispatcher.Topic) (int64, error), er
 		Timestamp *int64 `json:"timestamp"`
 	}
 	switch {
-	case len(raw) == 0:
+	case len(raw) == 0 || string(raw) == "null":
+		// An explicit null is a missing "to": it decodes into an offset
+		// without error (as 0), which would rewind every topic.
 		return nil, contract.BadRequest(`invalid seek: field "to" is required: "earliest", "latest", an offset or {"timestamp": <unix ms>}`)
 	case json.Unmarshal(raw, &word) == nil && (word == "earliest" || word == "latest"):
 		return func(t dispatcher.Topic) (int64, error) {
