@@ -539,11 +539,15 @@ func TestOpenAPIValidatesDispatcherExchanges(t *testing.T) {
 	assert.Equal(t, []any{"order.*", "pay.*"}, replaced["patterns"])
 	assert.Equal(t, "billing", replaced["name"])
 
-	// Pause and resume; a paused dispatcher runs no worker. A config
-	// dispatcher may be paused too.
+	// Pause and resume; a paused dispatcher's topics show state paused
+	// with its checkpoints. A config dispatcher may be paused too.
 	paused := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/pause", status: 200}).json(t)
 	assert.Equal(t, true, paused["paused"])
-	assert.Empty(t, c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)["topics"])
+	pausedTopics := c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)["topics"].([]any)
+	require.NotEmpty(t, pausedTopics)
+	for _, pt := range pausedTopics {
+		assert.Equal(t, "paused", pt.(map[string]any)["state"])
+	}
 	resumed := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/resume", status: 200}).json(t)
 	assert.Nil(t, resumed["paused"])
 	assert.Equal(t, true, c.do(exchange{method: "POST", path: "/mmmq/dispatchers/from-file/pause", status: 200}).json(t)["paused"])
