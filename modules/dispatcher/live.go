@@ -49,10 +49,17 @@ func (m *Manager) add(d *Dispatcher, paused bool) error {
 		delete(m.paused, d.name)
 	}
 	m.mu.Unlock()
+	if paused && d.Start() == StartLatest {
+		// No worker runs to decide the start: do it now, on the topics
+		// that exist as d is created.
+		if err := m.markLatest(d); err != nil {
+			return err
+		}
+	}
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
-	m.startFor(d)
+	m.startFor(d, true) // the open topics exist as d is created: start "latest" applies
 	m.log.Info("dispatcher added", zap.String("dispatcher", d.String()))
 	return nil
 }
@@ -75,7 +82,7 @@ func (m *Manager) Replace(d *Dispatcher) error {
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
-	m.startFor(d)
+	m.startFor(d, true) // a newly matched topic without a checkpoint: start "latest" applies
 	m.log.Info("dispatcher replaced", zap.String("dispatcher", d.String()))
 	return nil
 }
@@ -130,7 +137,9 @@ func (m *Manager) Resume(name string) error {
 	m.mu.Lock()
 	delete(m.paused, name)
 	m.mu.Unlock()
-	m.startFor(d)
+	// A topic without a checkpoint now was created while d was paused
+	// (AddPaused marks the others): it is delivered from its start.
+	m.startFor(d, false)
 	m.log.Info("dispatcher resumed", zap.String("dispatcher", name))
 	return nil
 }
@@ -175,7 +184,7 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 		sel[t.Name()] = true
 	}
 	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name && sel[k.topic] })
-	defer m.startFor(d)
+	defer m.startFor(d, false)
 	var out []SeekResult
 	for _, t := range ts {
 		to, err := target(t)
@@ -211,8 +220,10 @@ func (m *Manager) openTopics() []Topic {
 }
 
 // startFor starts d's worker on every open topic it matches that has no
-// running worker of d, unless d is paused or the Manager is not running.
-func (m *Manager) startFor(d *Dispatcher) {
+// running worker of d, unless d is paused or the Manager is not running;
+// existed says those topics count as existing when d started (start
+// "latest" applies to the ones without a checkpoint).
+func (m *Manager) startFor(d *Dispatcher, existed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state != stateStarted || m.paused[d.name] {
@@ -225,7 +236,7 @@ func (m *Manager) startFor(d *Dispatcher) {
 		if w, ok := m.workers[workerKey{d.name, name}]; ok && !w.ended {
 			continue
 		}
-		m.startLocked(d, t, true) // the topic exists as d starts: start "latest" applies
+		m.startLocked(d, t, existed)
 	}
 }
 
@@ -318,4 +329,24 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// markLatest writes d's checkpoint at the high watermark of every open
+// topic it matches that has none (a paused "latest" dispatcher's start).
+func (m *Manager) markLatest(d *Dispatcher) error {
+	for _, t := range m.openTopics() {
+		if !d.Matches(t.Name()) {
+			continue
+		}
+		cp, err := t.Checkpoint(d.name)
+		if err != nil {
+			return fmt.Errorf("start %s on topic %s: %w", d.name, t.Name(), err)
+		}
+		if e, ok := cp.(interface{ Exists() bool }); ok && !e.Exists() {
+			if err := cp.Commit(t.HighWatermark()); err != nil {
+				return fmt.Errorf("start %s on topic %s: %w", d.name, t.Name(), err)
+			}
+		}
+	}
+	return nil
 }

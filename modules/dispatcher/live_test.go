@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -167,4 +168,61 @@ func TestAddPausedDeliversNothing(t *testing.T) {
 	}
 	waitCommitted(t, m, "quiet", "p.x", 2)
 	wantOffsets(t, "deliveries", c.requestsFor("p.x", "quiet"), 0, 1)
+}
+
+// TestStartLatestDecidedOnce: the start position of a "latest" dispatcher
+// is decided when it starts on a topic and kept in its checkpoint: a topic
+// created after it, whose first delivery failed, is still delivered from
+// its start after a pause and resume (an operator trial found offset 0
+// skipped); a "latest" dispatcher added paused skips what the topics held
+// when it was added, even though it is resumed later.
+func TestStartLatestDecidedOnce(t *testing.T) {
+	root := t.TempDir()
+	old := newMemTopic(t, root, "l.old")
+	old.publish(2)
+	var down atomic.Bool // the consumer answers 503 while down
+	down.Store(true)
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		answer(w, ACK)
+	})
+	src := newMemSource(old)
+	m := startManager(t, src, testOptions())
+	if err := m.Add(New("lat", c.host(t), MustPattern("l.*")).WithStart(StartLatest)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AddPaused(New("latp", c.host(t), MustPattern("l.*")).WithStart(StartLatest)); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newMemTopic(t, root, "l.new")
+	fresh.publish(1)
+	src.add(fresh)
+	eventually(t, "a failed first delivery of l.new", func() bool { return status(m, "lat", "l.new").Abnormal > 0 })
+	if err := m.Pause("lat"); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(false)
+	for _, name := range []string{"lat", "latp"} {
+		if err := m.Resume(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCommitted(t, m, "lat", "l.new", 1)
+	waitCommitted(t, m, "latp", "l.new", 1)
+	waitCommitted(t, m, "latp", "l.old", 2)
+	for _, name := range []string{"lat", "latp"} {
+		var acked []int64
+		for _, r := range c.requestsFor("l.new", name) {
+			acked = append(acked, r.Offset)
+		}
+		if len(acked) == 0 || acked[len(acked)-1] != 0 {
+			t.Errorf("%s: deliveries of l.new %v, want offset 0 delivered (created after the dispatcher)", name, acked)
+		}
+		if rs := c.requestsFor("l.old", name); len(rs) != 0 {
+			t.Errorf("%s: l.old delivered %v, want nothing (it held 2 messages when the dispatcher started)", name, offsets(rs))
+		}
+	}
 }

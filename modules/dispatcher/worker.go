@@ -171,10 +171,8 @@ func (w *worker) run(ctx context.Context) (err error) {
 		return err
 	}
 	w.cp = cp
-	if w.startLatest {
-		if err := w.skipToLatest(); err != nil {
-			return err
-		}
+	if err := w.markStart(); err != nil {
+		return err
 	}
 	off := cp.Offset()
 	w.committed.Store(off)
@@ -374,19 +372,28 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 	}
 }
 
-// skipToLatest begins a dispatcher with start "latest" at the topic's high
-// watermark when it has no checkpoint on it yet (one that exists is
-// resumed as always).
-func (w *worker) skipToLatest() error {
+// markStart writes the checkpoint of a dispatcher that has none on this
+// topic yet, at the offset it starts from, so that the start position is
+// decided once: a restart, a pause or a replace later resumes from the
+// checkpoint, and a topic created after a "latest" dispatcher is never
+// taken for one that existed before it. The start is the high watermark
+// for a dispatcher with start "latest" on a topic that existed when it
+// started (startLatest), else the checkpoint's value (0: from the start).
+func (w *worker) markStart() error {
 	e, ok := w.cp.(interface{ Exists() bool })
 	if !ok || e.Exists() {
 		return nil
 	}
-	hw := w.topic.HighWatermark()
-	if err := w.commit(hw); err != nil {
+	at := w.cp.Offset()
+	if w.startLatest {
+		at = w.topic.HighWatermark()
+	}
+	if err := w.commit(at); err != nil {
 		return err
 	}
-	w.log.Info("new dispatcher starts at the latest offset (start: latest); the messages before it are not delivered", zap.Int64("offset", hw))
+	if w.startLatest {
+		w.log.Info("new dispatcher starts at the latest offset (start: latest); the messages before it are not delivered", zap.Int64("offset", at))
+	}
 	return nil
 }
 
