@@ -16,6 +16,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -77,6 +78,12 @@ func (a *Admin) Start() error {
 		d, err := s.build(a.opts.Defaults)
 		if err != nil {
 			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
+		}
+		if !a.hostAllowed(d.Host()) {
+			// Stored before the allowed hosts were narrowed: kept (it is the
+			// operator's), and said loudly.
+			a.log.Warn("a stored dispatcher pushes to a host mmmq.admin.allowed-hosts does not allow; change or delete it",
+				zap.String("dispatcher", d.Name()), zap.String("host", d.Host().String()), zap.Strings("allowed-hosts", a.opts.AllowedHosts))
 		}
 		add := a.m.Add
 		if s.Paused {
@@ -237,21 +244,47 @@ func (a *Admin) check(s Spec) (*dispatcher.Dispatcher, error) {
 	return d, nil
 }
 
-// hostAllowed matches h's "address" and "address:port" against the
-// allowed host patterns ("*" any run of characters); no pattern: any.
+// hostAllowed reports whether h matches one of the allowed host patterns
+// (hostMatches); no pattern: any host.
 func (a *Admin) hostAllowed(h dispatcher.Host) bool {
 	if len(a.opts.AllowedHosts) == 0 {
 		return true
 	}
-	withPort := h.Address + ":" + strconv.Itoa(h.Port)
 	for _, p := range a.opts.AllowedHosts {
-		for _, cand := range []string{h.Address, withPort} {
-			if ok, _ := path.Match(p, cand); ok {
-				return true
-			}
+		if hostMatches(p, h) {
+			return true
 		}
 	}
 	return false
+}
+
+// hostMatches matches h against one allowed-hosts pattern, "host" or
+// "host:port": the host is compared label by label (the parts between
+// dots), each pattern label a glob where "*" matches any run of
+// characters within that label, so "10.0.0.*" matches 10.0.0.7 but not
+// 10.0.0.1.attacker.example and "*.svc.cluster.local" matches exactly one
+// label before ".svc.cluster.local" (as a TLS wildcard does). A port,
+// when given, must be equal ("*" for any). An IPv6 address matches only
+// a pattern equal to it (without brackets, or "[addr]:port").
+func hostMatches(pattern string, h dispatcher.Host) bool {
+	port := strconv.Itoa(h.Port)
+	if strings.Contains(h.Address, ":") { // IPv6
+		return pattern == h.Address || pattern == "["+h.Address+"]:"+port || pattern == "["+h.Address+"]:*"
+	}
+	host, pport, withPort := strings.Cut(pattern, ":")
+	if withPort && pport != "*" && pport != port {
+		return false
+	}
+	pl, hl := strings.Split(host, "."), strings.Split(h.Address, ".")
+	if len(pl) != len(hl) {
+		return false
+	}
+	for i := range pl {
+		if ok, err := path.Match(pl[i], hl[i]); err != nil || !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // save writes the api dispatchers with name set to s (nil: removed).

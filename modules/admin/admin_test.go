@@ -86,6 +86,9 @@ func TestAllowedHosts(t *testing.T) {
 		"http://billing:8082":                false,
 		"http://169.254.169.254:80":          false,
 		"http://localhost:8081":              false,
+		"http://10.0.0.1.attacker.com:80":    false, // "*" stays within one label
+		"http://a.b.svc.cluster.local:80":    false, // one label before .svc.cluster.local
+		"http://[::1]:8081":                  false,
 	} {
 		if got := a.hostAllowed(h(url)); got != want {
 			t.Errorf("%s: allowed %v, want %v", url, got, want)

@@ -133,17 +133,20 @@ func (rt *Route) pause(paused bool) http.HandlerFunc {
 
 // TopicStatus is one topic of GET /mmmq/dispatchers/{name}.
 type TopicStatus struct {
-	Topic                   string     `json:"topic"`
-	Committed               int64      `json:"committed"`
-	HighWatermark           int64      `json:"highWatermark"`
-	Lag                     int64      `json:"lag"`
-	OldestUnackedAgeSeconds float64    `json:"oldestUnackedAgeSeconds"`
-	State                   string     `json:"state"`
-	Attempt                 int        `json:"attempt"`
-	Delivered               uint64     `json:"delivered"`
-	LastError               string     `json:"lastError,omitempty"`
-	LastErrorAt             *time.Time `json:"lastErrorAt,omitempty"`
-	NextRetry               *time.Time `json:"nextRetry,omitempty"`
+	Topic                   string  `json:"topic"`
+	Committed               int64   `json:"committed"`
+	HighWatermark           int64   `json:"highWatermark"`
+	Lag                     int64   `json:"lag"`
+	OldestUnackedAgeSeconds float64 `json:"oldestUnackedAgeSeconds"`
+	State                   string  `json:"state"`
+	Attempt                 int     `json:"attempt"`
+	Delivered               uint64  `json:"delivered"`
+	// Exhausted counts messages skipped after every attempt was NACKed
+	// (since the worker started).
+	Exhausted   uint64     `json:"exhausted"`
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
+	NextRetry   *time.Time `json:"nextRetry,omitempty"`
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher and, per topic it
@@ -170,7 +173,7 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
-			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, LastError: ws.LastError}
+			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, LastError: ws.LastError}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
 		}
@@ -227,8 +230,14 @@ func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
 		contract.WriteErr(w, err)
 		return
 	}
-	if res == nil {
-		res = []dispatcher.SeekResult{}
+	if len(res) == 0 {
+		topic := req.Topic
+		if topic == "" {
+			topic = "**"
+		}
+		contract.WriteErr(w, contract.NewError(contract.CodeNotFound,
+			fmt.Sprintf("seek: no open topic matches both %q and dispatcher %s's patterns: nothing moved", topic, name)))
+		return
 	}
 	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "topics": res})
 }

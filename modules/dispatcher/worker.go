@@ -48,6 +48,7 @@ type worker struct {
 	// them (its checkpoint was below the topic's start offset).
 	expired                         atomic.Uint64
 	backingOff, running, nackResend atomic.Bool
+	sending                         atomic.Bool // an attempt is in flight
 	attempt                         atomic.Int64 // of the message at next; 0 when idle
 	retryAt                         atomic.Int64 // Unix ns of the next attempt while backing off
 	errMu                           sync.Mutex
@@ -125,6 +126,8 @@ func (w *worker) status() WorkerStatus {
 		LastErrorAt:   lastErrAt,
 	}
 	switch {
+	case w.sending.Load():
+		st.State = StateDelivering // an attempt is in flight (a resend too)
 	case st.Backoff:
 		st.State, st.NextRetry = StateBackoff, time.Unix(0, w.retryAt.Load())
 	case w.nackResend.Load():
@@ -309,6 +312,7 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			return errStopped
 		}
 		w.attempt.Store(int64(attempt))
+		w.sending.Store(true)
 		actx, cancel := context.WithTimeout(ctx, w.timeout)
 		out, err := w.m.sender.Send(actx, Delivery{
 			Dispatcher:  w.d,
@@ -320,6 +324,7 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 			Body:        e.Payload,
 		})
 		cancel()
+		w.sending.Store(false)
 		if err == nil && (out == ACK || out == NACK) {
 			// A normal answer, even if ctx ended meanwhile: the consumer
 			// has decided, so it counts.
