@@ -48,7 +48,7 @@ type worker struct {
 	// them (its checkpoint was below the topic's start offset).
 	expired                         atomic.Uint64
 	backingOff, running, nackResend atomic.Bool
-	sending                         atomic.Bool // an attempt is in flight
+	sending                         atomic.Bool  // an attempt is in flight
 	attempt                         atomic.Int64 // of the message at next; 0 when idle
 	retryAt                         atomic.Int64 // Unix ns of the next attempt while backing off
 	errMu                           sync.Mutex
