@@ -174,3 +174,37 @@ func TestAdminStatusOfAStuckDispatcher(t *testing.T) {
 	assert.Regexp(t, `mmmq_dispatch_oldest_unacked_age_seconds\{dispatcher="stuck",topic="stuck.t"\} [0-9.e-]+`, string(raw))
 	assert.NotContains(t, string(raw), `mmmq_dispatch_oldest_unacked_age_seconds{dispatcher="stuck",topic="stuck.t"} 0`+"\n")
 }
+
+// TestGroupMetrics: /metrics shows each consumer group's committed offset,
+// lag and whether a session holds it.
+func TestGroupMetrics(t *testing.T) {
+	a, base := startBroker(t, testConfig(t, t.TempDir()))
+	defer a.RequireStop()
+	for i := 0; i < 3; i++ {
+		publish(t, base, "gm.t", i)
+	}
+	req, _ := http.NewRequest("POST", base+"/topics/gm.t/groups/billing/fetch?max=2", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	session := resp.Header.Get("mmmq-session")
+	resp.Body.Close()
+	require.NotEmpty(t, session)
+	req, _ = http.NewRequest("POST", base+"/topics/gm.t/groups/billing/ack", strings.NewReader(`{"offset":1}`))
+	req.Header.Set("mmmq-session", session)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+
+	resp, err = http.Get(base + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`mmmq_group_committed_offset{group="billing",topic="gm.t"} 2`,
+		`mmmq_group_lag{group="billing",topic="gm.t"} 1`,
+		`mmmq_group_held{group="billing",topic="gm.t"} 1`,
+	} {
+		assert.Contains(t, string(raw), want+"\n")
+	}
+}

@@ -75,6 +75,7 @@ func watch(p watchParams) {
 	}
 	p.Metrics.WatchRetention(rs)
 	p.Metrics.WatchDedup(p.Dedup)
+	p.Metrics.WatchGroups(p.Groups, p.Registry)
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,

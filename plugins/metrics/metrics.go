@@ -16,6 +16,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
+	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -296,6 +297,53 @@ func (m *Metrics) WatchRetention(s RetentionSource) {
 			Help: "Bytes of segment and index files deleted by retention."},
 			func() float64 { _, _, n := s.Totals(); return float64(n) }),
 	)
+}
+
+var (
+	gLabels    = []string{"topic", "group"}
+	gCommitted = prometheus.NewDesc("mmmq_group_committed_offset", "A consumer group's durable committed offset (GET /topics/{topic}/groups).", gLabels, nil)
+	gLag       = prometheus.NewDesc("mmmq_group_lag", "Messages a consumer group has still to acknowledge: high watermark - max(committed, log start offset).", gLabels, nil)
+	gHeld      = prometheus.NewDesc("mmmq_group_held", "1 while a session holds the consumer group.", gLabels, nil)
+)
+
+// groupCollector reads every topic's consumer groups at scrape time (the
+// groups used since start and those stored on disk; their number is
+// bounded by the consumer-group cap).
+type groupCollector struct {
+	c   *groups.Coordinator
+	reg *topicqueue.Registry
+}
+
+func (g groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gCommitted
+	ch <- gLag
+	ch <- gHeld
+}
+
+func (g groupCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range g.reg.List() {
+		l, err := g.c.List(q.Name())
+		if err != nil {
+			continue
+		}
+		for _, gi := range l.Groups {
+			held := 0.0
+			if gi.Held {
+				held = 1
+			}
+			ch <- prometheus.MustNewConstMetric(gCommitted, prometheus.GaugeValue, float64(gi.Committed), q.Name(), gi.Group)
+			ch <- prometheus.MustNewConstMetric(gLag, prometheus.GaugeValue, float64(gi.Lag), q.Name(), gi.Group)
+			ch <- prometheus.MustNewConstMetric(gHeld, prometheus.GaugeValue, held, q.Name(), gi.Group)
+		}
+	}
+}
+
+// WatchGroups adds per-group gauges (committed offset, lag, held) read
+// from c at scrape time; nothing when c is nil.
+func (m *Metrics) WatchGroups(c *groups.Coordinator, reg *topicqueue.Registry) {
+	if c != nil {
+		m.reg.MustRegister(groupCollector{c: c, reg: reg})
+	}
 }
 
 // WatchDedup adds the idempotent-publish window's metrics, read at scrape
