@@ -253,9 +253,6 @@ func dispatchersSeek(r *remote, args []string) int {
 		Topics []dispatcher.SeekResult `json:"topics"`
 	}
 	return r.call(http.MethodPost, dispatcherPath(pos[0])+"/seek", body, &out, func() string {
-		if len(out.Topics) == 0 {
-			return fmt.Sprintf("no open topic of dispatcher %s matches: nothing moved\n", out.Name)
-		}
 		rows := make([][]string, 0, len(out.Topics))
 		for _, t := range out.Topics {
 			rows = append(rows, []string{t.Topic, num(t.Previous), num(t.Offset)})
