@@ -52,7 +52,7 @@ const specAbout = `The dispatcher is given either as flags or, with --file FILE 
 input), as the JSON body of the admin API:
   {"name":"billing","host":"http://localhost:8081","patterns":["order.**"],
    "path":"/mmmq/messages","timeout":"30s",
-   "commit":{"policy":"interval","interval":"1s","max-count":1000},"paused":false}
+   "commit":{"policy":"interval","interval":"1s","max-count":1000},"start":"earliest","paused":false}
 Fields left out take the broker's defaults (mmmq.broker.dispatch).`
 
 // seekAbout describes seek's --to.
@@ -120,7 +120,7 @@ func dispatcherBlock(d admin.Listed) string {
 	return block([][2]string{
 		{"name", d.Name}, {"source", d.Source}, {"paused", yesNo(d.Paused)}, {"host", d.Host},
 		{"patterns", strings.Join(d.Patterns, ", ")}, {"path", orDash(d.Path)},
-		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)},
+		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)}, {"start", orDash(d.Start)},
 	})
 }
 

@@ -104,9 +104,12 @@ func (b *cliBroker) post(path, body string, want int) []byte {
 func (b *cliBroker) publish(topic string, n int) []int64 {
 	b.t.Helper()
 	for i := range n {
-		start := time.Now().UnixMilli()
 		b.post("/messages", fmt.Sprintf(`{"topic":%q,"content":{"i":%d}}`, topic, i), 200)
-		for time.Now().UnixMilli() == start { // the next message gets a later timestamp
+		// The message's timestamp was taken before the answer: once the
+		// clock has passed the answer's millisecond, the next message gets
+		// a later timestamp.
+		end := time.Now().UnixMilli()
+		for time.Now().UnixMilli() <= end {
 		}
 	}
 	resp, err := http.Get(b.base + "/topics/" + topic + "/messages?limit=100")

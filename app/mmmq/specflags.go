@@ -26,6 +26,7 @@ type specFlags struct {
 	policy   string
 	interval time.Duration
 	maxCount int
+	start    string
 	paused   bool
 }
 
@@ -48,12 +49,13 @@ func addSpecFlags(r *remote, withName bool) *specFlags {
 	fs.StringVar(&f.policy, "commit-policy", "", "every-message or interval (default every-message)")
 	fs.DurationVar(&f.interval, "commit-interval", 0, "with --commit-policy interval: commit at most this often")
 	fs.IntVar(&f.maxCount, "commit-max-count", 0, "with --commit-policy interval: or after this many messages")
+	fs.StringVar(&f.start, "start", "", "earliest (default: every stored message) or latest (skip what the topics hold now)")
 	fs.BoolVar(&f.paused, "paused", false, "create it paused (update: --paused=false resumes it)")
 	return f
 }
 
 // specFlagNames are the flags that are a field of the dispatcher.
-var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "paused"}
+var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused"}
 
 // given returns the dispatcher flags set on the command line.
 func (f *specFlags) given() []string {
@@ -94,6 +96,8 @@ func (f *specFlags) apply(s *admin.Spec) {
 			commit().Interval = admin.Duration(f.interval)
 		case "commit-max-count":
 			commit().MaxCount = f.maxCount
+		case "start":
+			s.Start = f.start
 		case "paused":
 			s.Paused = f.paused
 		}

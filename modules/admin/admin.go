@@ -85,11 +85,9 @@ func (a *Admin) Start() error {
 			a.log.Warn("a stored dispatcher pushes to a host mmmq.admin.allowed-hosts does not allow; change or delete it",
 				zap.String("dispatcher", d.Name()), zap.String("host", d.Host().String()), zap.Strings("allowed-hosts", a.opts.AllowedHosts))
 		}
-		add := a.m.Add
-		if s.Paused {
-			add = a.m.AddPaused // never delivers before the pause applies
-		}
-		if err := add(d); err != nil {
+		// Restored, not created: its start was decided when it was
+		// created; a paused one never delivers before the pause applies.
+		if err := a.m.Restore(d, s.Paused); err != nil {
 			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
 		}
 	}

@@ -213,6 +213,14 @@ func (s *memSource) Subscribe(fn func(Topic)) func() {
 	}
 }
 
+// Topics lists the source's topics (memSource is a Lister, as the
+// registry's source is).
+func (s *memSource) Topics() []Topic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Topic(nil), s.topics...)
+}
+
 func (s *memSource) add(t Topic) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -74,6 +74,15 @@ func (s registrySource) Subscribe(fn func(Topic)) (cancel func()) {
 	return s.r.Subscribe(func(q *topicqueue.TopicQueue) { fn(q) })
 }
 
+func (s registrySource) Topics() []Topic {
+	qs := s.r.List()
+	out := make([]Topic, len(qs))
+	for i, q := range qs {
+		out[i] = q
+	}
+	return out
+}
+
 func (s registrySource) SubscribeDeletes(fn func(Topic)) (cancel func()) {
 	return s.r.SubscribeDeletes(func(q *topicqueue.TopicQueue) { fn(q) })
 }

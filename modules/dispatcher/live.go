@@ -27,13 +27,21 @@ var (
 // Add starts delivering d, a dispatcher whose name is not in the set: it
 // joins the set and gets a worker on every open topic it matches (none
 // while paused). Errors: d's Validate error, ErrDispatcherExists.
-func (m *Manager) Add(d *Dispatcher) error { return m.add(d, false) }
+func (m *Manager) Add(d *Dispatcher) error { return m.add(d, false, true) }
 
 // AddPaused is Add for a dispatcher that starts paused: no worker runs,
 // so nothing is delivered, until Resume.
-func (m *Manager) AddPaused(d *Dispatcher) error { return m.add(d, true) }
+func (m *Manager) AddPaused(d *Dispatcher) error { return m.add(d, true, true) }
 
-func (m *Manager) add(d *Dispatcher, paused bool) error {
+// Restore is Add for a dispatcher created before (loaded from
+// dispatchers.json at startup): its start position was decided when it was
+// created, so a topic it has no checkpoint on is one created since, and
+// is delivered from its start.
+func (m *Manager) Restore(d *Dispatcher, paused bool) error { return m.add(d, paused, false) }
+
+// add joins d to the set and starts its workers (none while paused);
+// fresh says d is being created now (start "latest" then applies).
+func (m *Manager) add(d *Dispatcher, paused, fresh bool) error {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	if _, ok := m.set.Get(d.name); ok {
@@ -49,17 +57,17 @@ func (m *Manager) add(d *Dispatcher, paused bool) error {
 		delete(m.paused, d.name)
 	}
 	m.mu.Unlock()
-	if paused && d.Start() == StartLatest {
-		// No worker runs to decide the start: do it now, on the topics
-		// that exist as d is created.
-		if err := m.markLatest(d); err != nil {
+	if fresh && d.Start() == StartLatest {
+		// d is created now: it begins at the high watermark of the topics
+		// that exist, decided here, once, in its checkpoints.
+		if err := m.markLatest(d, m.openTopics()); err != nil {
 			return err
 		}
 	}
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
-	m.startFor(d, true) // the open topics exist as d is created: start "latest" applies
+	m.startFor(d)
 	m.log.Info("dispatcher added", zap.String("dispatcher", d.String()))
 	return nil
 }
@@ -82,7 +90,14 @@ func (m *Manager) Replace(d *Dispatcher) error {
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
-	m.startFor(d, true) // a newly matched topic without a checkpoint: start "latest" applies
+	if d.Start() == StartLatest {
+		// Topics newly matched by a pattern change begin at their high
+		// watermark too (those it had seen keep their checkpoints).
+		if err := m.markLatest(d, m.openTopics()); err != nil {
+			return err
+		}
+	}
+	m.startFor(d)
 	m.log.Info("dispatcher replaced", zap.String("dispatcher", d.String()))
 	return nil
 }
@@ -138,8 +153,9 @@ func (m *Manager) Resume(name string) error {
 	delete(m.paused, name)
 	m.mu.Unlock()
 	// A topic without a checkpoint now was created while d was paused
-	// (AddPaused marks the others): it is delivered from its start.
-	m.startFor(d, false)
+	// (a "latest" dispatcher's others were marked when it was created):
+	// it is delivered from its start.
+	m.startFor(d)
 	m.log.Info("dispatcher resumed", zap.String("dispatcher", name))
 	return nil
 }
@@ -184,7 +200,7 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 		sel[t.Name()] = true
 	}
 	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name && sel[k.topic] })
-	defer m.startFor(d, false)
+	defer m.startFor(d)
 	var out []SeekResult
 	for _, t := range ts {
 		to, err := target(t)
@@ -220,10 +236,8 @@ func (m *Manager) openTopics() []Topic {
 }
 
 // startFor starts d's worker on every open topic it matches that has no
-// running worker of d, unless d is paused or the Manager is not running;
-// existed says those topics count as existing when d started (start
-// "latest" applies to the ones without a checkpoint).
-func (m *Manager) startFor(d *Dispatcher, existed bool) {
+// running worker of d, unless d is paused or the Manager is not running.
+func (m *Manager) startFor(d *Dispatcher) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state != stateStarted || m.paused[d.name] {
@@ -236,7 +250,7 @@ func (m *Manager) startFor(d *Dispatcher, existed bool) {
 		if w, ok := m.workers[workerKey{d.name, name}]; ok && !w.ended {
 			continue
 		}
-		m.startLocked(d, t, existed)
+		m.startLocked(d, t)
 	}
 }
 
@@ -326,15 +340,16 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 			s.Committed, s.Next = cp.Offset(), cp.Offset()
 		}
 		s.Lag = max(0, s.HighWatermark-s.Committed)
+		s.OldestUnacked = storedAt(t, s.Committed, s.HighWatermark)
 		out = append(out, s)
 	}
 	return out, nil
 }
 
-// markLatest writes d's checkpoint at the high watermark of every open
-// topic it matches that has none (a paused "latest" dispatcher's start).
-func (m *Manager) markLatest(d *Dispatcher) error {
-	for _, t := range m.openTopics() {
+// markLatest writes d's checkpoint at the high watermark of every topic
+// of ts it matches that has none: the start of a "latest" dispatcher.
+func (m *Manager) markLatest(d *Dispatcher, ts []Topic) error {
+	for _, t := range ts {
 		if !d.Matches(t.Name()) {
 			continue
 		}
@@ -350,3 +365,51 @@ func (m *Manager) markLatest(d *Dispatcher) error {
 	}
 	return nil
 }
+
+// Lister is a Source that can list its topics before Subscribe
+// (RegistrySource can): Start then decides the start of new "latest"
+// dispatchers from Go code or the configuration file.
+type Lister interface {
+	Topics() []Topic
+}
+
+// startNewLatest writes, before any worker starts, the checkpoints of
+// every "latest" dispatcher of the set that is new — it has a checkpoint
+// on none of the topics it matches — at those topics' high watermarks. A
+// dispatcher with checkpoints has run before: a topic it has none on was
+// created since and is delivered from its start.
+func (m *Manager) startNewLatest() error {
+	l, ok := m.src.(Lister)
+	if !ok {
+		return nil
+	}
+	ts := l.Topics()
+	for _, d := range m.set.All() {
+		if d.Start() != StartLatest || m.seenAny(d, ts) {
+			continue
+		}
+		if err := m.markLatest(d, ts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seenAny reports whether d has a checkpoint on one of the topics of ts
+// it matches.
+func (m *Manager) seenAny(d *Dispatcher, ts []Topic) bool {
+	for _, t := range ts {
+		if !d.Matches(t.Name()) {
+			continue
+		}
+		if cp, err := t.Checkpoint(d.name); err == nil {
+			if e, ok := cp.(interface{ Exists() bool }); ok && e.Exists() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Dispatchers returns the dispatchers of the set, sorted by name.
+func (m *Manager) Dispatchers() []*Dispatcher { return m.set.All() }

@@ -228,7 +228,6 @@ type Manager struct {
 	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
 	topics      map[string]Topic      // every topic handed over and not deleted
 	paused      map[string]bool       // dispatchers paused (Pause)
-	subscribing bool                  // Start is in Subscribe: topics handed over existed before
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
@@ -292,15 +291,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	if ds, ok := m.src.(DeletionSource); ok {
 		unsubDel = ds.SubscribeDeletes(m.onDelete)
 	}
-	// The topics handed over during Subscribe existed before the
-	// dispatchers started (start "latest" applies to them).
-	m.mu.Lock()
-	m.subscribing = true
-	m.mu.Unlock()
+	if err := m.startNewLatest(); err != nil {
+		return err
+	}
 	unsub := m.src.Subscribe(m.onTopic)
-	m.mu.Lock()
-	m.subscribing = false
-	m.mu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state != stateStarted { // Stop ran meanwhile
@@ -392,15 +386,13 @@ func (m *Manager) onTopic(t Topic) {
 			m.pending[k] = t
 			continue
 		}
-		m.startLocked(d, t, m.subscribing)
+		m.startLocked(d, t)
 	}
 }
 
-// startLocked starts d's worker on t; existed says t existed when d
-// started (start "latest" then applies to it).
-func (m *Manager) startLocked(d *Dispatcher, t Topic, existed bool) {
+// startLocked starts d's worker on t.
+func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 	w := newWorker(m, d, t)
-	w.startLatest = existed && d.Start() == StartLatest
 	m.workers[workerKey{d.name, w.topicName}] = w
 	ctx, cancel := context.WithCancel(m.ctx)
 	w.cancel = cancel
@@ -446,6 +438,6 @@ func (m *Manager) ended(w *worker, err error) {
 	}
 	delete(m.pending, k)
 	if (errors.Is(err, errTopicClosed) || w.deleting) && m.state == stateStarted && m.ctx.Err() == nil {
-		m.startLocked(w.d, t, false)
+		m.startLocked(w.d, t)
 	}
 }

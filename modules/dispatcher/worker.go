@@ -37,9 +37,6 @@ type worker struct {
 	done      chan struct{} // closed once run has returned and m.ended ran
 	// incarnation is the topic's incarnation id (mmmq-topic-incarnation).
 	incarnation string
-	// startLatest: the topic existed when the dispatcher started, so a
-	// dispatcher with start "latest" begins at its high watermark.
-	startLatest bool
 
 	// status, read by Manager.Status
 	committed, next                                          atomic.Int64
@@ -137,14 +134,22 @@ func (w *worker) status() WorkerStatus {
 	default:
 		st.State = StateIdle
 	}
-	if next < hw {
-		if es, _ := w.topic.ReadBatch(next, 1); len(es) == 1 {
-			if _, _, ts, ok := contract.StoredMeta(es[0].Payload); ok && ts > 0 {
-				st.OldestUnacked = time.UnixMilli(ts)
-			}
+	st.OldestUnacked = storedAt(w.topic, next, hw)
+	return st
+}
+
+// storedAt is the stored timestamp of the message at off of t, zero when
+// off is at or past hw or the message is unreadable or has none.
+func storedAt(t Topic, off, hw int64) time.Time {
+	if off >= hw {
+		return time.Time{}
+	}
+	if es, _ := t.ReadBatch(off, 1); len(es) == 1 {
+		if _, _, ts, ok := contract.StoredMeta(es[0].Payload); ok && ts > 0 {
+			return time.UnixMilli(ts)
 		}
 	}
-	return st
+	return time.Time{}
 }
 
 // run is the worker's goroutine. It returns nil when stopped by ctx,
@@ -378,28 +383,16 @@ func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
 }
 
 // markStart writes the checkpoint of a dispatcher that has none on this
-// topic yet, at the offset it starts from, so that the start position is
-// decided once: a restart, a pause or a replace later resumes from the
-// checkpoint, and a topic created after a "latest" dispatcher is never
-// taken for one that existed before it. The start is the high watermark
-// for a dispatcher with start "latest" on a topic that existed when it
-// started (startLatest), else the checkpoint's value (0: from the start).
+// topic yet, at offset 0, before the first delivery: from then on the
+// topic counts as seen, so a restart or a resume never takes it for one
+// that existed before a "latest" dispatcher was created (Manager.Add
+// writes those checkpoints, at the high watermark, when it creates one).
 func (w *worker) markStart() error {
 	e, ok := w.cp.(interface{ Exists() bool })
 	if !ok || e.Exists() {
 		return nil
 	}
-	at := w.cp.Offset()
-	if w.startLatest {
-		at = w.topic.HighWatermark()
-	}
-	if err := w.commit(at); err != nil {
-		return err
-	}
-	if w.startLatest {
-		w.log.Info("new dispatcher starts at the latest offset (start: latest); the messages before it are not delivered", zap.Int64("offset", at))
-	}
-	return nil
+	return w.commit(w.cp.Offset())
 }
 
 // noteErr records the last abnormal answer or failure, for the status.

@@ -143,7 +143,16 @@ func (c dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.m.Status() {
+	// Per dispatcher, every topic it matches: a paused dispatcher (no
+	// worker) still shows its lag and the age of its oldest message.
+	var all []dispatcher.WorkerStatus
+	for _, d := range c.m.Dispatchers() {
+		st, err := c.m.DispatcherStatus(d.Name())
+		if err == nil {
+			all = append(all, st...)
+		}
+	}
+	for _, s := range all {
 		lv := []string{s.Dispatcher, s.Topic}
 		lag := 0.0
 		if q, ok := c.reg.Get(s.Topic); ok {
