@@ -483,29 +483,20 @@ func (m *MemFS) List(dir string) ([]DirEntry, error) {
 // capacity is set. dir must exist (fs.ErrNotExist, ENOTDIR for a file).
 // The hook sees OpFreeSpace with dir.
 func (m *MemFS) FreeSpace(dir string) (int64, error) {
-	if err := m.callHook(OpFreeSpace, dir); err != nil {
-		return 0, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	n, errno := m.lookup(split(dir))
-	if errno == 0 && !n.dir {
-		errno = syscall.ENOTDIR
-	}
-	if errno != 0 {
-		return 0, &fs.PathError{Op: "statfs", Path: dir, Err: errno}
-	}
-	if m.capacity == 0 {
-		return math.MaxInt64, nil
-	}
-	return max(m.capacity-m.used, 0), nil
+	return m.statfs(OpFreeSpace, dir, func() int64 { return max(m.capacity-m.used, 0) })
 }
 
 // TotalSpace implements FS: the capacity set by SetCapacity, or
 // math.MaxInt64 when none is set. dir must exist (fs.ErrNotExist, ENOTDIR
 // for a file). The hook sees OpTotalSpace with dir.
 func (m *MemFS) TotalSpace(dir string) (int64, error) {
-	if err := m.callHook(OpTotalSpace, dir); err != nil {
+	return m.statfs(OpTotalSpace, dir, func() int64 { return m.capacity })
+}
+
+// statfs is FreeSpace and TotalSpace: the hook, dir's checks, then size()
+// under the read lock (math.MaxInt64 when no capacity is set).
+func (m *MemFS) statfs(op Op, dir string, size func() int64) (int64, error) {
+	if err := m.callHook(op, dir); err != nil {
 		return 0, err
 	}
 	m.mu.RLock()
@@ -520,7 +511,7 @@ func (m *MemFS) TotalSpace(dir string) (int64, error) {
 	if m.capacity == 0 {
 		return math.MaxInt64, nil
 	}
-	return m.capacity, nil
+	return size(), nil
 }
 
 // SyncDir implements FS: dir's current entries become its durable entries.
