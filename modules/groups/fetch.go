@@ -115,9 +115,16 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 		select {
 		case <-g.topic.Notify(pos):
 			// The high watermark never decreases: a wake-up without new
-			// data means the topic closed.
+			// data means the topic closed. A deletion drops the session
+			// before it closes the log, and both wake this select: the
+			// session's loss is the answer then (the loop reports it).
 			if g.topic.HighWatermark() <= pos {
-				return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", group, topic, storage.ErrClosed)
+				g.mu.Lock()
+				lost := g.lease != l
+				g.mu.Unlock()
+				if !lost {
+					return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", group, topic, storage.ErrClosed)
+				}
 			}
 		case <-timeout:
 			return Batch{Committed: committed, Next: pos, Incarnation: g.topic.Incarnation()}, nil
