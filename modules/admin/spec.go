@@ -3,7 +3,9 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -78,6 +80,8 @@ func decodeSpec(body []byte) (Spec, error) {
 func jsonProblem(err error) string {
 	var te *json.UnmarshalTypeError
 	switch {
+	case errors.Is(err, io.EOF):
+		return "the body is empty: send a JSON object"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	case asTypeError(err, &te):
