@@ -28,6 +28,7 @@ func TestDecodeSpec(t *testing.T) {
 		`{"timeout":"-1s"}`:             `got "-1s"`,
 		`{"name":"d"} {"name":"e"}`:     "data after the JSON object",
 		`not json`:                      "invalid dispatcher",
+		``:                              "the body is empty: send a JSON object",
 		`{"commit":{"every":"always"}}`: `unknown field "every"`,
 	} {
 		_, err := decodeSpec([]byte(body))
