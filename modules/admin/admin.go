@@ -137,6 +137,7 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 		add = a.m.AddPaused // never delivers before the pause applies
 	}
 	if err := add(d); err != nil {
+		a.undo(d.Name(), nil) // the file must not keep what was refused
 		return Listed{}, err
 	}
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
@@ -160,11 +161,18 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 	if err != nil {
 		return Listed{}, err
 	}
+	prev, _ := a.set.Get(name)
+	before := specOf(prev, a.m.Paused(name))
 	stored := specOf(d, s.Paused)
 	if err := a.save(name, &stored); err != nil {
 		return Listed{}, err
 	}
+	if s.Paused {
+		_ = a.m.Pause(name) // before the new settings run: nothing is sent with them
+	}
 	if err := a.m.Replace(d); err != nil {
+		a.undo(name, &before) // the file must not keep what was refused
+		a.setPaused(name, before.Paused)
 		return Listed{}, err
 	}
 	a.setPaused(name, s.Paused)
@@ -283,6 +291,14 @@ func hostMatches(pattern string, h dispatcher.Host) bool {
 		}
 	}
 	return true
+}
+
+// undo stores again what was there before a change the manager refused
+// (logged when even that fails: the file then holds the refused change).
+func (a *Admin) undo(name string, s *Spec) {
+	if err := a.save(name, s); err != nil {
+		a.log.Error("admin: could not take a refused change back out of the file", zap.String("dispatcher", name), zap.Error(err))
+	}
 }
 
 // save writes the api dispatchers with name set to s (nil: removed).

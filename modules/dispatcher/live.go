@@ -80,26 +80,55 @@ func (m *Manager) add(d *Dispatcher, paused, fresh bool) error {
 func (m *Manager) Replace(d *Dispatcher) error {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
-	if _, ok := m.set.Get(d.name); !ok {
+	old, ok := m.set.Get(d.name)
+	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, d.name)
 	}
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == d.name })
+	release := m.hold(d.name)
+	defer release() // whatever happens, the dispatcher in the set runs again
 	if _, err := m.set.Put(d); err != nil {
 		return err
 	}
 	if d.Start() == StartLatest {
-		// Topics newly matched by a pattern change begin at their high
-		// watermark too (those it had seen keep their checkpoints).
-		if err := m.markLatest(d, m.openTopics()); err != nil {
+		// Topics the pattern change newly matches begin at their high
+		// watermark too; those the old patterns matched keep their
+		// checkpoints, or have none yet because they were created while
+		// it was paused (delivered from their start).
+		var added []Topic
+		for _, t := range m.openTopics() {
+			if !old.Matches(t.Name()) {
+				added = append(added, t)
+			}
+		}
+		if err := m.markLatest(d, added); err != nil {
+			_, _ = m.set.Put(old) // refused: the old one runs again
 			return err
 		}
 	}
-	m.startFor(d)
 	m.log.Info("dispatcher replaced", zap.String("dispatcher", d.String()))
 	return nil
+}
+
+// hold stops the workers of the dispatcher named name and keeps any from
+// starting (onTopic, a worker's end) until the returned release, which
+// starts the workers of the dispatcher then in the set (none when it was
+// removed or is paused). Used while a live change is applied.
+func (m *Manager) hold(name string) (release func()) {
+	m.mu.Lock()
+	m.held[name] = true
+	m.mu.Unlock()
+	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name })
+	return func() {
+		m.mu.Lock()
+		delete(m.held, name)
+		m.mu.Unlock()
+		if d, ok := m.set.Get(name); ok {
+			m.startFor(d)
+		}
+	}
 }
 
 // Remove stops the workers of the dispatcher named name and takes it out
@@ -113,8 +142,9 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
-	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name })
+	release := m.hold(name)
 	m.set.Remove(name)
+	release() // starts nothing: it is no longer in the set
 	m.mu.Lock()
 	delete(m.paused, name)
 	m.mu.Unlock()
@@ -178,10 +208,11 @@ type SeekResult struct {
 // open topic it matches whose name match accepts (a topic name or a
 // pattern, decided by the caller), to the offset target returns for that
 // topic — backwards too: a seek is the one way a checkpoint moves back.
-// The workers of those topics stop first and start again from the new
-// checkpoint (unless the dispatcher is paused). Results are sorted by
-// topic. Errors: ErrUnknownDispatcher, target's error, a commit error (the
-// topics before it are moved).
+// Every target is computed first: target's error on one topic moves none.
+// Then the dispatcher's workers stop, the checkpoints are committed and
+// the workers start again from them (unless the dispatcher is paused).
+// Results are sorted by topic. Errors: ErrUnknownDispatcher, target's
+// error, a commit error (the topics before it are moved).
 func (m *Manager) Seek(name string, match func(topic string) bool, target func(Topic) (int64, error)) ([]SeekResult, error) {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
@@ -189,35 +220,40 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
-	var ts []Topic
+	// Every target first: a seek that cannot move one topic moves none.
+	type move struct {
+		t  Topic
+		to int64
+	}
+	var moves []move
 	for _, t := range m.openTopics() {
-		if d.Matches(t.Name()) && match(t.Name()) {
-			ts = append(ts, t)
+		if !d.Matches(t.Name()) || !match(t.Name()) {
+			continue
 		}
-	}
-	sel := map[string]bool{}
-	for _, t := range ts {
-		sel[t.Name()] = true
-	}
-	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name && sel[k.topic] })
-	defer m.startFor(d)
-	var out []SeekResult
-	for _, t := range ts {
 		to, err := target(t)
 		if err != nil {
-			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+			return nil, fmt.Errorf("seek %s on topic %s (nothing moved): %w", name, t.Name(), err)
 		}
-		cp, err := t.Checkpoint(name)
+		moves = append(moves, move{t, to})
+	}
+	if len(moves) == 0 {
+		return nil, nil
+	}
+	release := m.hold(name)
+	defer release()
+	var out []SeekResult
+	for _, mv := range moves {
+		cp, err := mv.t.Checkpoint(name)
 		if err != nil {
-			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+			return out, fmt.Errorf("seek %s on topic %s: %w", name, mv.t.Name(), err)
 		}
 		prev := cp.Offset()
-		if err := cp.Commit(to); err != nil {
-			return out, fmt.Errorf("seek %s on topic %s: %w", name, t.Name(), err)
+		if err := cp.Commit(mv.to); err != nil {
+			return out, fmt.Errorf("seek %s on topic %s: %w", name, mv.t.Name(), err)
 		}
-		out = append(out, SeekResult{Topic: t.Name(), Previous: prev, Offset: to})
+		out = append(out, SeekResult{Topic: mv.t.Name(), Previous: prev, Offset: mv.to})
 		m.log.Info("dispatcher checkpoint moved by a seek", zap.String("dispatcher", name),
-			zap.String("topic", t.Name()), zap.Int64("previous", prev), zap.Int64("offset", to))
+			zap.String("topic", mv.t.Name()), zap.Int64("previous", prev), zap.Int64("offset", mv.to))
 	}
 	return out, nil
 }
@@ -318,7 +354,13 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 	}
 	running := map[string]WorkerStatus{}
 	for _, s := range m.Status() {
-		if s.Dispatcher == name && s.Running {
+		switch {
+		case s.Dispatcher != name:
+		case s.Running:
+			running[s.Topic] = s
+		case s.Err != "":
+			// Ended on an error: not delivering until a restart; say so.
+			s.State, s.LastError = StateFailed, s.Err
 			running[s.Topic] = s
 		}
 	}

@@ -258,3 +258,54 @@ func TestStartLatestAcrossRestarts(t *testing.T) {
 		t.Errorf("r.old delivered %v: it held 3 messages when the dispatcher first ran", offsets(rs))
 	}
 }
+
+// TestSeekAllOrNothing: a seek whose target fails on one topic moves no
+// checkpoint (a review found the topics before it already rewound while
+// the client got an error).
+func TestSeekAllOrNothing(t *testing.T) {
+	root := t.TempDir()
+	a, b := newMemTopic(t, root, "s.a"), newMemTopic(t, root, "s.b")
+	a.publish(10)
+	b.publish(3)
+	c := newConsumer(t, nil)
+	m := startManager(t, newMemSource(a, b), testOptions(), New("d", c.host(t), MustPattern("s.*")))
+	waitCommitted(t, m, "d", "s.a", 10)
+	waitCommitted(t, m, "d", "s.b", 3)
+	_, err := m.Seek("d", func(string) bool { return true }, func(tp Topic) (int64, error) {
+		if tp.HighWatermark() < 5 {
+			return 0, errors.New("offset 5 is beyond the high watermark")
+		}
+		return 5, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "nothing moved") {
+		t.Fatalf("seek: %v", err)
+	}
+	wantCheckpoint(t, a.dir, "d", 10)
+	wantCheckpoint(t, b.dir, "d", 3)
+}
+
+// TestReplaceKeepsTopicsCreatedWhilePaused: a "latest" dispatcher added
+// paused, a topic created during the pause, a replace with the same
+// patterns, then resume: the topic is delivered from its start (a review
+// found the replace marked it at its high watermark).
+func TestReplaceKeepsTopicsCreatedWhilePaused(t *testing.T) {
+	root := t.TempDir()
+	c := newConsumer(t, nil)
+	src := newMemSource()
+	m := startManager(t, src, testOptions())
+	d := New("lp", c.host(t), MustPattern("p.*")).WithStart(StartLatest)
+	if err := m.AddPaused(d); err != nil {
+		t.Fatal(err)
+	}
+	fresh := newMemTopic(t, root, "p.new")
+	fresh.publish(3)
+	src.add(fresh)
+	if err := m.Replace(d.WithTimeout(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Resume("lp"); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(t, m, "lp", "p.new", 3)
+	wantOffsets(t, "deliveries of p.new", c.requestsFor("p.new", "lp"), 0, 1, 2)
+}

@@ -197,6 +197,7 @@ const (
 	StateNackResend = "nack-resend" // the consumer NACKed the message; it is sent again
 	StateIdle       = "idle"        // everything up to the high watermark is delivered
 	StatePaused     = "paused"      // the dispatcher is paused: no worker runs
+	StateFailed     = "failed"      // the worker ended on an error (WorkerStatus.Err); it runs again after a restart
 )
 
 type workerKey struct{ dispatcher, topic string }
@@ -228,6 +229,7 @@ type Manager struct {
 	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
 	topics      map[string]Topic      // every topic handed over and not deleted
 	paused      map[string]bool       // dispatchers paused (Pause)
+	held        map[string]bool       // dispatchers being changed (live.go): no worker starts
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
@@ -257,6 +259,7 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 		pending: make(map[workerKey]Topic),
 		topics:  make(map[string]Topic),
 		paused:  make(map[string]bool),
+		held:    make(map[string]bool),
 	}
 }
 
@@ -286,13 +289,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
 	}
+	if err := m.startNewLatest(); err != nil {
+		return err
+	}
 	// Subscribed even without dispatchers: the admin API may add some.
 	unsubDel := func() {}
 	if ds, ok := m.src.(DeletionSource); ok {
 		unsubDel = ds.SubscribeDeletes(m.onDelete)
-	}
-	if err := m.startNewLatest(); err != nil {
-		return err
 	}
 	unsub := m.src.Subscribe(m.onTopic)
 	m.mu.Lock()
@@ -376,7 +379,7 @@ func (m *Manager) onTopic(t Topic) {
 	}
 	m.topics[name] = t
 	for _, d := range m.set.Matching(name) {
-		if m.paused[d.name] {
+		if m.stoppedLocked(d.name) {
 			continue
 		}
 		k := workerKey{d.name, name}
@@ -437,7 +440,15 @@ func (m *Manager) ended(w *worker, err error) {
 		return
 	}
 	delete(m.pending, k)
-	if (errors.Is(err, errTopicClosed) || w.deleting) && m.state == stateStarted && m.ctx.Err() == nil {
-		m.startLocked(w.d, t)
+	// The dispatcher as it is now: it may have been replaced, removed or
+	// paused while this worker ran.
+	d, inSet := m.set.Get(w.d.name)
+	if inSet && !m.stoppedLocked(d.name) && d.Matches(t.Name()) &&
+		(errors.Is(err, errTopicClosed) || w.deleting) && m.state == stateStarted && m.ctx.Err() == nil {
+		m.startLocked(d, t)
 	}
 }
+
+// stoppedLocked reports whether no worker of the dispatcher named name may
+// start now: it is paused or being changed (m.mu held).
+func (m *Manager) stoppedLocked(name string) bool { return m.paused[name] || m.held[name] }

@@ -180,6 +180,9 @@ func (w *worker) run(ctx context.Context) (err error) {
 	}
 	w.cp = cp
 	if err := w.markStart(); err != nil {
+		if errors.Is(err, errStopped) || ctx.Err() != nil {
+			return nil // stopped while the first commit was retried
+		}
 		return err
 	}
 	off := cp.Offset()

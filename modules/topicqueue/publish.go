@@ -175,8 +175,17 @@ func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level storage.Ac
 
 // awaitVisible waits until the message at off reached level: at Written
 // an offset the window remembers was written; at Durable it waits for the
-// high watermark to pass it.
+// high watermark to pass it. An offset not yet durable in a log that has
+// failed may be lost (the reopen cuts it): the duplicate is refused with
+// the log's failure, as a new publish would be.
 func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.AckLevel) error {
+	if off >= q.log.HighWatermark() {
+		if f, ok := q.log.(interface{ Err() error }); ok {
+			if err := f.Err(); err != nil {
+				return err
+			}
+		}
+	}
 	if level != storage.Durable {
 		return nil
 	}

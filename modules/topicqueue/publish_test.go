@@ -165,6 +165,12 @@ func TestPublishAfterReopenForgetsLostOffsets(t *testing.T) {
 			t.Fatal("the topic did not fail")
 		}
 	}
+	// Before the reopen, a retry of b is refused with the failure, not
+	// answered as a duplicate of an offset the reopen will cut.
+	out1 := make([]Published, 1)
+	if _, err := e.reg.PublishMessages(context.Background(), "t", []Message{msg(t, "t", "b", `2`)}, storage.Written, out1); !errors.Is(err, storage.ErrFailed) {
+		t.Fatalf("retry of b on the failed topic: %+v %v, want the topic's failure", out1, err)
+	}
 	if hw, err := e.reg.Reopen("t"); err != nil || hw != 1 {
 		t.Fatalf("reopen: %d %v", hw, err)
 	}
