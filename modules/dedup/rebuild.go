@@ -39,10 +39,13 @@ func (w *Window) load() {
 	if w.loaded.Load() {
 		return
 	}
-	defer w.loaded.Store(true)
 	start := time.Now()
 	horizon := w.t.opts.Now().UnixNano() - int64(w.t.opts.Window)
 	ids, read, corrupt := w.scanBack(horizon)
+	if corrupt < 0 {
+		return // a read error: not loaded, so the next Begin tries again
+	}
+	defer w.loaded.Store(true)
 	w.mu.Lock()
 	if !w.closed {
 		for i := len(ids) - 1; i >= 0; i-- { // oldest first, as the ring wants
@@ -63,7 +66,8 @@ func (w *Window) load() {
 
 // scanBack reads the log backwards from its high watermark and returns the
 // producer ids published at or after horizon (Unix ns), newest first, at
-// most MaxIDs of them.
+// most MaxIDs of them. corrupt is -1 when a read failed (other than a
+// corrupt entry or retention): the result is then incomplete and empty.
 func (w *Window) scanBack(horizon int64) (ids []found, read, corrupt int64) {
 	stop := horizon - int64(rebuildSlack)
 	for end := w.src.HighWatermark(); end > w.src.StartOffset(); {
@@ -75,9 +79,9 @@ func (w *Window) scanBack(horizon int64) (ids []found, read, corrupt int64) {
 		case errors.Is(err, contract.ErrOffsetExpired):
 			return ids, read, corrupt // retention moved the start: nothing older to read
 		default:
-			w.t.log.Warn("dedup window: rebuild from the log stopped early; older ids are not deduplicated",
+			w.t.log.Warn("dedup window: rebuild from the log failed; it is tried again on the next publish with an id",
 				zap.String("topic", w.topic), zap.Int64("offset", from), zap.Error(err))
-			return ids, read, corrupt
+			return nil, read, -1
 		}
 		for i := len(es) - 1; i >= 0; i-- {
 			read++

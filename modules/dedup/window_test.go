@@ -32,6 +32,7 @@ type memLog struct {
 	entries [][]byte
 	start   int64
 	corrupt map[int64]bool // offsets ReadBatch reports as corrupt
+	failing bool           // ReadBatch fails (an I/O error)
 }
 
 func (l *memLog) HighWatermark() int64 {
@@ -43,6 +44,9 @@ func (l *memLog) StartOffset() int64 { return l.start }
 func (l *memLog) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.failing {
+		return nil, errors.New("read: input/output error")
+	}
 	var out []contract.Entry
 	for off := from; off < l.start+int64(len(l.entries)) && len(out) < max; off++ {
 		if l.corrupt[off] {
@@ -446,5 +450,26 @@ func BenchmarkBeginResolve(b *testing.B) {
 		if claim != nil {
 			claim.Resolve(int64(i), nil)
 		}
+	}
+}
+
+// TestRebuildRetriedAfterReadError: a rebuild that fails to read the log
+// leaves the window unloaded, so the next publish with an id tries again
+// (a review found the window left empty until the next restart).
+func TestRebuildRetriedAfterReadError(t *testing.T) {
+	c := newClock()
+	l := &memLog{failing: true}
+	l.add(t, "a", true, c.now())
+	w := newTracker(t, c, Options{}).Open("t", l)
+	claim, res := begin(t, w, contract.Durable, "b")
+	if res[0].Verdict != Store {
+		t.Fatalf("while the log fails: %+v", res)
+	}
+	claim.Resolve(1, nil)
+	l.mu.Lock()
+	l.failing = false
+	l.mu.Unlock()
+	if _, res := begin(t, w, contract.Durable, "a"); res[0] != (Result{Verdict: Duplicate, Offset: 0}) {
+		t.Fatalf("after the log reads again: %+v, want a found by the retried rebuild", res)
 	}
 }
