@@ -70,17 +70,9 @@ func TestPublishTimeoutWhileDiskHangs(t *testing.T) {
 	if rec := publish(); rec.Code != http.StatusOK {
 		t.Fatalf("first publish: %d %s", rec.Code, rec.Body)
 	}
-	release := make(chan struct{})
-	var once sync.Once
-	fsys.SetHook(func(op vfs.Op, name string) error {
-		if op == vfs.OpSync {
-			<-release
-		}
-		return nil
-	})
+	unblock := blockOn(fsys, vfs.OpSync)
 	defer func() {
-		once.Do(func() { close(release) })
-		fsys.SetHook(nil)
+		unblock()
 		reg.Close()
 	}()
 	start := time.Now()
@@ -101,7 +93,7 @@ func TestPublishTimeoutWhileDiskHangs(t *testing.T) {
 	if el < 300*time.Millisecond || el > 300*time.Millisecond+deadlineTick+2*time.Second {
 		t.Fatalf("answered after %v with a 300ms publish timeout", el)
 	}
-	once.Do(func() { close(release) })
+	unblock()
 }
 
 // A batch whose topics cannot be created in time (the directory fsync of a
@@ -112,17 +104,9 @@ func TestBatchTimeoutWhileTopicCreationHangs(t *testing.T) {
 	fsys := vfs.NewMem()
 	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: fsys}})
 	s := New(Options{PublishTimeout: 300 * time.Millisecond}, reg, nil, zap.NewNop())
-	release := make(chan struct{})
-	var once sync.Once
-	fsys.SetHook(func(op vfs.Op, name string) error {
-		if op == vfs.OpSyncDir {
-			<-release
-		}
-		return nil
-	})
+	unblock := blockOn(fsys, vfs.OpSyncDir)
 	defer func() {
-		once.Do(func() { close(release) })
-		fsys.SetHook(nil)
+		unblock()
 		reg.Close()
 	}()
 	recc := make(chan *httptest.ResponseRecorder, 1)
@@ -146,5 +130,22 @@ func TestBatchTimeoutWhileTopicCreationHangs(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || len(body.Results) != 2 ||
 		body.Code != CodeTimeout || body.Results[0].Status != http.StatusServiceUnavailable || body.Results[1].Status != http.StatusServiceUnavailable {
 		t.Fatalf("batch while topic creation hangs: HTTP %d %s", rec.Code, rec.Body)
+	}
+}
+
+// blockOn makes every op on fsys wait until the returned unblock is
+// called (once or more); unblock also removes the hook.
+func blockOn(fsys *vfs.MemFS, op vfs.Op) (unblock func()) {
+	release := make(chan struct{})
+	var once sync.Once
+	fsys.SetHook(func(o vfs.Op, name string) error {
+		if o == op {
+			<-release
+		}
+		return nil
+	})
+	return func() {
+		once.Do(func() { close(release) })
+		fsys.SetHook(nil)
 	}
 }

@@ -331,21 +331,7 @@ func crashRounds() int {
 func TestPowerLossProperty(t *testing.T) {
 	for vi, v := range crashVariants {
 		t.Run(v.name, func(t *testing.T) {
-			var total crashCounts
-			for r := 0; r < crashRounds(); r++ {
-				seed := uint64(vi*100000 + r)
-				c, violations := crashRound(seed, v, false, false)
-				for _, s := range violations {
-					t.Errorf("seed %d: %s", seed, s)
-				}
-				if c.lostDurable > 0 {
-					t.Errorf("seed %d: %d DURABLE-acknowledged entries lost", seed, c.lostDurable)
-				}
-				total.add(c)
-				if t.Failed() {
-					t.FailNow()
-				}
-			}
+			total := runCrashRounds(t, uint64(vi*100000), v, false)
 			t.Logf("%s: %d rounds; acked durable %d / written %d / accepted %d; lost durable %d, written %d, accepted %d; recovered %d entries (recovery cut %d entries, truncated %d bytes)",
 				v.name, total.rounds, total.ackedDurable, total.ackedWritten, total.ackedAccepted,
 				total.lostDurable, total.lostWritten, total.lostAccepted, total.recoveredEntries, total.cutEntries, total.truncBytes)
@@ -559,4 +545,27 @@ func TestPowerLossNewRootDir(t *testing.T) {
 		}
 		l2.Close()
 	}
+}
+
+// runCrashRounds runs crashRounds() rounds of variant v from seed base
+// (retain: with retention passes), failing the test at the first round
+// with a violation or a lost DURABLE acknowledgement, and returns the sums.
+func runCrashRounds(t *testing.T, base uint64, v crashVariant, retain bool) crashCounts {
+	t.Helper()
+	var total crashCounts
+	for r := 0; r < crashRounds(); r++ {
+		seed := base + uint64(r)
+		c, violations := crashRound(seed, v, false, retain)
+		for _, s := range violations {
+			t.Errorf("seed %d: %s", seed, s)
+		}
+		if c.lostDurable > 0 {
+			t.Errorf("seed %d: %d DURABLE-acknowledged entries lost", seed, c.lostDurable)
+		}
+		total.add(c)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	return total
 }

@@ -405,21 +405,7 @@ func TestCrashBetweenSegmentUnlinks(t *testing.T) {
 func TestPowerLossPropertyWithRetention(t *testing.T) {
 	for vi, v := range crashVariants {
 		t.Run(v.name, func(t *testing.T) {
-			var total crashCounts
-			for r := 0; r < crashRounds(); r++ {
-				seed := uint64(500000 + vi*100000 + r)
-				c, violations := crashRound(seed, v, false, true)
-				for _, s := range violations {
-					t.Errorf("seed %d: %s", seed, s)
-				}
-				if c.lostDurable > 0 {
-					t.Errorf("seed %d: %d DURABLE-acknowledged entries lost", seed, c.lostDurable)
-				}
-				total.add(c)
-				if t.Failed() {
-					t.FailNow()
-				}
-			}
+			total := runCrashRounds(t, uint64(500000+vi*100000), v, true)
 			t.Logf("%s: %d rounds; acked durable %d; lost durable %d; acked entries below the recovered start offset (deleted) %d; sum of start offsets after the crash %d",
 				v.name, total.rounds, total.ackedDurable, total.lostDurable, total.deleted, total.startAfterCrash)
 			if total.ackedDurable == 0 || total.startAfterCrash == 0 {
