@@ -65,7 +65,7 @@ func ParseSecret(s string) (Secret, error) {
 		// message is not used so that no future wording can quote input.
 		var ce base64.CorruptInputError
 		if errors.As(err, &ce) {
-			return Secret{}, fmt.Errorf("%w: key is not standard base64 with padding (A-Z a-z 0-9 + / =): bad or missing input at character %d after %q",
+			return Secret{}, fmt.Errorf("%w: key is not standard base64 with padding (A-Z a-z 0-9 + / =): bad or incomplete group of 4 characters at character %d after %q",
 				ErrInvalidSecret, int64(ce), SecretPrefix)
 		}
 		return Secret{}, fmt.Errorf("%w: key is not standard base64 with padding", ErrInvalidSecret)

@@ -143,7 +143,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: %d of %d entries in %s are v1, none is the signature of this id, timestamp and body under the %d secret(s)",
+	return fmt.Errorf("%w: checked the %d v1 entries of %d in %s against %d secret(s) for this id, timestamp and body",
 		ErrNoMatchingSignature, v1, entries, HeaderSignature, len(v.macs))
 }
 
