@@ -14,6 +14,7 @@
 //	go run ./examples/consumer -fail-every 10               # answer 500 on every 10th request
 //	go run ./examples/consumer -delay 200ms                 # slow consumer
 //	go run ./examples/consumer -record /tmp/got.jsonl -quiet  # what `make demo` and tests use
+//	MMMQ_SIGNING_SECRET=whsec_... go run ./examples/consumer   # refuse pushes without a valid signature
 //
 // Matching broker configuration (configs/mmmq.yaml):
 //
@@ -31,11 +32,38 @@
 //	 "id":"evt-000001","answer":"ACK","body":{"topic":{"name":"order.created"},...}}
 //
 // "answer" is what this consumer replied (ACK, NACK, FAIL for a 500 from
-// -fail-every, GONE when the dispatcher hung up during -delay), so a checker
-// keeps the ACK lines to see what was delivered.
+// -fail-every, GONE when the dispatcher hung up during -delay, UNSIGNED for
+// a 401, see below), so a checker keeps the ACK lines to see what was
+// delivered.
 // offset and attempt are -1 when the header is missing or not a number.
 // Delivery is at-least-once: the same (topic, offset) can be recorded more
 // than once, for instance when an ACK is lost; deduplicate by id.
+//
+// # Signed pushes
+//
+// With -signing-secret whsec_... (or the environment variable
+// MMMQ_SIGNING_SECRET, used when the flag is not given) every push must
+// carry a valid Standard Webhooks signature (https://www.standardwebhooks.com,
+// package github.com/mmmq/mmmq/plugins/webhooks): the headers webhook-id,
+// webhook-timestamp (Unix seconds, at most -signing-tolerance, default 5m,
+// away from this machine's clock) and webhook-signature ("v1,<base64
+// HMAC-SHA256 of id.timestamp.body>", one entry per sender secret). Several
+// secrets, the flag repeated or separated by commas, are for a key rotation:
+// a push signed with any of them is accepted. Prefer the environment
+// variable (command lines are visible to every user of the machine), set
+// for this command only as in the example above: mmmq serve refuses to
+// start when the environment holds an MMMQ_ variable that names none of its
+// configuration keys.
+//
+// The signature is checked before anything else; only a wrong method (405)
+// and a body that cannot be read whole (413 over -max-body, 400 on a read
+// error) are answered first, because the signature covers the whole body. A push that fails is answered 401 with
+// {"error":"<why>"}, logged, and recorded with answer UNSIGNED and the reason
+// in "error" (body is null when it is not JSON); it is counted by neither
+// -nack nor -fail-every. Only webhook-id, webhook-timestamp and the body are
+// signed: the mmmq-* headers are not (the body names the topic too), and a
+// push sent again within the tolerance passes again (deduplicate by
+// webhook-id or the message id).
 //
 // The program stops on SIGINT or SIGTERM, letting requests in progress finish
 // (at most 10 s).
@@ -60,6 +88,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 // Push headers set by mmmq dispatchers, in the lower case they are sent in.
@@ -82,7 +112,13 @@ const (
 	AnswerFail = "FAIL"
 	// AnswerGone: the client went away during -delay; nothing was answered.
 	AnswerGone = "GONE"
+	// AnswerUnsigned: the signature check failed; answered 401.
+	AnswerUnsigned = "UNSIGNED"
 )
+
+// EnvSigningSecret is read for the signing secrets when -signing-secret is
+// not given (comma-separated).
+const EnvSigningSecret = "MMMQ_SIGNING_SECRET"
 
 // Config controls how a Handler answers.
 type Config struct {
@@ -104,6 +140,10 @@ type Config struct {
 	Out io.Writer
 	// Record, when not nil, receives one Record JSON line per message.
 	Record io.Writer
+	// Verifier, when not nil, checks every push's Standard Webhooks
+	// signature before anything else; a push that fails is answered 401
+	// {"error":"..."}, logged and recorded as AnswerUnsigned.
+	Verifier *webhooks.Verifier
 }
 
 // Record is one line of the -record file.
@@ -115,6 +155,8 @@ type Record struct {
 	ID         string          `json:"id"`
 	Answer     string          `json:"answer"`
 	Body       json.RawMessage `json:"body"`
+	// Error is why a push was refused (answer UNSIGNED); omitted otherwise.
+	Error string `json:"error,omitempty"`
 }
 
 // Handler is the http.Handler that receives dispatcher pushes. It is safe for
@@ -144,8 +186,9 @@ func NewHandler(cfg Config) *Handler {
 }
 
 // ServeHTTP handles one push. Status codes: 200 with an ACK/NACK body;
-// 400 body is not JSON; 405 not a POST; 413 body over the limit; 500 on
-// purpose (-fail-every).
+// 400 body is not JSON; 401 signature check failed (with a Verifier; body
+// {"error":"..."}); 405 not a POST; 413 body over the limit; 500 on purpose
+// (-fail-every).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -161,6 +204,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
+	}
+	if h.cfg.Verifier != nil {
+		if err := h.cfg.Verifier.Verify(r.Header, body); err != nil {
+			h.refuse(w, r, body, err)
+			return
+		}
 	}
 	if !json.Valid(body) {
 		http.Error(w, "body is not JSON", http.StatusBadRequest)
@@ -210,6 +259,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `{"acknowledgement":%q}`+"\n", rec.Answer)
 }
 
+// refuse answers 401 to a push whose signature check failed with err, and
+// logs and records it.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, body []byte, err error) {
+	rec := Record{
+		Dispatcher: r.Header.Get(HeaderConsumerID),
+		Topic:      r.Header.Get(HeaderTopic),
+		Offset:     headerInt(r.Header, HeaderOffset),
+		Attempt:    headerInt(r.Header, HeaderAttempt),
+		ID:         r.Header.Get(HeaderMessageID),
+		Answer:     AnswerUnsigned,
+		Error:      err.Error(),
+	}
+	if json.Valid(body) {
+		rec.Body = body
+	}
+	log.Printf("refused push from %s (401): %v (dispatcher=%q topic=%q offset=%d webhook-id=%q)",
+		r.RemoteAddr, err, rec.Dispatcher, rec.Topic, rec.Offset, r.Header.Get(webhooks.HeaderID))
+	h.report(rec)
+	answer, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write(append(answer, '\n'))
+}
+
 // nack reports whether this delivery of rec is answered NACK, counting it.
 func (h *Handler) nack(rec Record) bool {
 	if h.cfg.Nack <= 0 {
@@ -232,14 +307,14 @@ func (h *Handler) report(rec Record) {
 	if h.cfg.Record != nil {
 		var err error
 		line, err = json.Marshal(rec)
-		if err != nil { // cannot happen: Body is valid JSON
+		if err != nil { // cannot happen: Body is valid JSON or nil
 			log.Printf("consumer: encode record: %v", err)
 		}
 		line = append(line, '\n')
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.cfg.Out != nil {
+	if h.cfg.Out != nil && rec.Answer != AnswerUnsigned { // refusals are logged instead
 		fmt.Fprintf(h.cfg.Out, "%-4s topic=%s offset=%d attempt=%d id=%s dispatcher=%s content=%s\n",
 			rec.Answer, rec.Topic, rec.Offset, rec.Attempt, rec.ID, rec.Dispatcher, contentOf(rec.Body))
 	}
@@ -274,6 +349,49 @@ func contentOf(body []byte) string {
 	return s
 }
 
+// secretList is the -signing-secret flag: repeatable, each value one or
+// more secrets separated by commas. It never prints the secrets.
+type secretList []string
+
+func (l *secretList) String() string {
+	if l == nil || len(*l) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("(%d values)", len(*l))
+}
+
+func (l *secretList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// signingSecrets parses the -signing-secret values, or env (the value of
+// MMMQ_SIGNING_SECRET) when there are none: secrets separated by commas,
+// spaces around them ignored, empty entries skipped. No secret at all is
+// no error (nil: signatures are not checked). An error names the source
+// and the secret's position, never its text.
+func signingSecrets(flagValues []string, env string) ([]webhooks.Secret, error) {
+	source, values := "-signing-secret", flagValues
+	if len(values) == 0 {
+		source, values = EnvSigningSecret, []string{env}
+	}
+	var secrets []webhooks.Secret
+	for _, v := range values {
+		for entry := range strings.SplitSeq(v, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				continue
+			}
+			s, err := webhooks.ParseSecret(entry)
+			if err != nil {
+				return nil, fmt.Errorf("%s: secret %d: %w", source, len(secrets)+1, err)
+			}
+			secrets = append(secrets, s)
+		}
+	}
+	return secrets, nil
+}
+
 // headerInt parses a decimal header; -1 when missing or invalid.
 func headerInt(h http.Header, name string) int64 {
 	v, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64)
@@ -299,15 +417,30 @@ func run() error {
 	record := flag.String("record", "", "append one JSON line per received message to `FILE`")
 	maxBody := flag.Int64("max-body", DefaultMaxBody, "request body limit in `bytes`")
 	quiet := flag.Bool("quiet", false, "do not print a line per message")
+	var secretFlag secretList
+	flag.Var(&secretFlag, "signing-secret", "refuse pushes not signed with this Standard Webhooks `secret` (whsec_...); "+
+		"repeat it or separate several with commas (key rotation); default $"+EnvSigningSecret)
+	tolerance := flag.Duration("signing-tolerance", webhooks.DefaultTolerance,
+		"largest difference between a signed push's webhook-timestamp and this clock")
 	flag.Parse()
 	log.SetPrefix("consumer: ")
 	log.SetFlags(log.LstdFlags | log.Lmsgprefix)
 
-	if !strings.HasPrefix(*path, "/") || flag.NArg() > 0 || *nack < 0 || *failEvery < 0 || *delay < 0 || *maxBody <= 0 {
+	if !strings.HasPrefix(*path, "/") || flag.NArg() > 0 || *nack < 0 || *failEvery < 0 || *delay < 0 || *maxBody <= 0 || *tolerance <= 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
+	secrets, err := signingSecrets(secretFlag, os.Getenv(EnvSigningSecret))
+	if err != nil {
+		return err
+	}
 	cfg := Config{Nack: *nack, FailEvery: *failEvery, Delay: *delay, MaxBody: *maxBody}
+	signing := "off"
+	if len(secrets) > 0 {
+		cfg.Verifier = webhooks.NewVerifier(*tolerance, secrets...)
+		signing = fmt.Sprintf("%d secret(s), fingerprints %s, tolerance %s",
+			len(secrets), strings.Join(cfg.Verifier.Fingerprints(), " "), cfg.Verifier.Tolerance())
+	}
 	if !*quiet {
 		cfg.Out = os.Stdout
 	}
@@ -337,8 +470,8 @@ func run() error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Printf("listening on %s, POST %s (nack=%d fail-every=%d delay=%s record=%q)",
-		ln.Addr(), *path, *nack, *failEvery, *delay, *record)
+	log.Printf("listening on %s, POST %s (nack=%d fail-every=%d delay=%s record=%q signing=%s)",
+		ln.Addr(), *path, *nack, *failEvery, *delay, *record, signing)
 
 	select {
 	case err := <-errc:

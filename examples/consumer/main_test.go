@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 // push sends one dispatcher-style request to url and returns the status code
@@ -22,10 +24,18 @@ import (
 // reported with t.Errorf (it runs in goroutines) and return status 0.
 func push(t *testing.T, url, topic string, offset, attempt int, body string) (int, string) {
 	t.Helper()
+	code, ack, _ := pushWith(t, url, topic, offset, attempt, body, nil)
+	return code, ack
+}
+
+// pushWith is push with edit, when not nil, called on the request headers
+// before sending (to sign them); it also returns the response body.
+func pushWith(t *testing.T, url, topic string, offset, attempt int, body string, edit func(http.Header)) (int, string, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Errorf("new request: %v", err)
-		return 0, ""
+		return 0, "", nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderConsumerID, "order-dispatcher")
@@ -33,10 +43,13 @@ func push(t *testing.T, url, topic string, offset, attempt int, body string) (in
 	req.Header.Set(HeaderOffset, strconv.Itoa(offset))
 	req.Header.Set(HeaderAttempt, strconv.Itoa(attempt))
 	req.Header.Set(HeaderMessageID, fmt.Sprintf("evt-%06d", offset+1))
+	if edit != nil {
+		edit(req.Header)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("push: %v", err)
-		return 0, ""
+		return 0, "", nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -44,9 +57,9 @@ func push(t *testing.T, url, topic string, offset, attempt int, body string) (in
 		Acknowledgement string `json:"acknowledgement"`
 	}
 	if json.Unmarshal(b, &ack) != nil {
-		return resp.StatusCode, ""
+		return resp.StatusCode, "", b
 	}
-	return resp.StatusCode, ack.Acknowledgement
+	return resp.StatusCode, ack.Acknowledgement, b
 }
 
 func message(topic string, offset int) string {
@@ -247,5 +260,149 @@ func TestContentOf(t *testing.T) {
 		if got := contentOf([]byte(tc.in)); got != tc.want {
 			t.Errorf("contentOf(%.40s) = %.40s, want %.40s", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestSigned: with a Verifier, a signed push is handled as usual; a
+// tampered, unsigned or stale one is answered 401 with the reason, recorded
+// as UNSIGNED and not counted by -fail-every.
+func TestSigned(t *testing.T) {
+	secretText, err := webhooks.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := webhooks.ParseSecret(secretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := webhooks.NewSigner(secret)
+	var out, rec syncBuffer
+	srv := httptest.NewServer(NewHandler(Config{FailEvery: 2, Out: &out, Record: &rec,
+		Verifier: webhooks.NewVerifier(0, secret)}))
+	defer srv.Close()
+
+	// sign returns a header editor signing body as of at, for message id.
+	sign := func(id string, at time.Time, body string) func(http.Header) {
+		return func(h http.Header) { signer.SetHeaders(h, id, at, []byte(body)) }
+	}
+	body0 := message("order.created", 0)
+	code, ack, _ := pushWith(t, srv.URL, "order.created", 0, 1, body0, sign("evt-000001", time.Now(), body0))
+	if code != http.StatusOK || ack != "ACK" {
+		t.Fatalf("signed push: got %d %q, want 200 ACK", code, ack)
+	}
+
+	body1 := message("order.created", 1)
+	tampered := strings.Replace(body1, "1001", "9999", 1)
+	for _, tc := range []struct {
+		name, body string
+		edit       func(http.Header)
+		reason     string
+	}{
+		{"tampered body", tampered, sign("evt-000002", time.Now(), body1), "webhooks: no matching signature"},
+		{"unsigned", body1, nil, "webhooks: missing headers: webhook-id, webhook-timestamp, webhook-signature"},
+		{"stale", body1, sign("evt-000002", time.Now().Add(-6*time.Minute), body1), "webhooks: timestamp too old"},
+		{"not JSON", "{tampered", sign("evt-000002", time.Now(), body1), "webhooks: no matching signature"},
+	} {
+		code, ack, raw := pushWith(t, srv.URL, "order.created", 1, 1, tc.body, tc.edit)
+		var answer struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &answer); err != nil || code != http.StatusUnauthorized || ack != "" ||
+			!strings.HasPrefix(answer.Error, tc.reason) {
+			t.Errorf("%s: got %d %s, want 401 {\"error\":\"%s...\"}", tc.name, code, raw, tc.reason)
+		}
+	}
+	// The 2nd well-formed push is the first -fail-every 2 fails: the
+	// refused ones were not counted.
+	code, _, _ = pushWith(t, srv.URL, "order.created", 1, 2, body1, sign("evt-000002", time.Now(), body1))
+	if code != http.StatusInternalServerError {
+		t.Errorf("second signed push: got %d, want 500 from -fail-every 2", code)
+	}
+
+	var answers []string
+	sc := bufio.NewScanner(strings.NewReader(rec.String()))
+	for sc.Scan() {
+		var r Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("record %q: %v", sc.Text(), err)
+		}
+		answers = append(answers, r.Answer)
+		switch {
+		case r.Answer == AnswerUnsigned && (r.Error == "" || r.Topic != "order.created" || r.Offset != 1):
+			t.Errorf("UNSIGNED record without reason or headers: %s", sc.Text())
+		case r.Answer == AnswerUnsigned && string(r.Body) != "null" && !jsonEqual(r.Body, tampered) && !jsonEqual(r.Body, body1):
+			t.Errorf("UNSIGNED record body %s", r.Body)
+		case r.Answer != AnswerUnsigned && r.Error != "":
+			t.Errorf("%s record with an error: %s", r.Answer, sc.Text())
+		}
+	}
+	if got := strings.Join(answers, " "); got != "ACK UNSIGNED UNSIGNED UNSIGNED UNSIGNED FAIL" {
+		t.Errorf("recorded answers %s, want ACK, 4 UNSIGNED, FAIL", got)
+	}
+	if !strings.Contains(rec.String(), `"answer":"UNSIGNED","body":null,"error":`) {
+		t.Errorf("the refused non-JSON body is not recorded as null:\n%s", rec.String())
+	}
+	if strings.Contains(out.String(), "UNSIGNED") || strings.Count(out.String(), "\n") != 2 {
+		t.Errorf("printed lines (refusals are logged, not printed):\n%s", out.String())
+	}
+}
+
+// jsonEqual reports whether raw is s compacted (the record file holds
+// bodies compacted).
+func jsonEqual(raw json.RawMessage, s string) bool {
+	var b bytes.Buffer
+	return json.Compact(&b, []byte(s)) == nil && b.String() == string(raw)
+}
+
+func TestSigningSecrets(t *testing.T) {
+	a, _ := webhooks.NewSecret()
+	b, _ := webhooks.NewSecret()
+	fp := func(secrets []webhooks.Secret) string {
+		var s []string
+		for _, sec := range secrets {
+			s = append(s, sec.Fingerprint())
+		}
+		return strings.Join(s, " ")
+	}
+	pa, _ := webhooks.ParseSecret(a)
+	pb, _ := webhooks.ParseSecret(b)
+	both := pa.Fingerprint() + " " + pb.Fingerprint()
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		env   string
+		want  string
+	}{
+		{"none", nil, "", ""},
+		{"env", nil, a, pa.Fingerprint()},
+		{"env, comma-separated with spaces", nil, " " + a + " , " + b + ",", both},
+		{"flag repeated", []string{a, b}, "", both},
+		{"flag comma-separated", []string{a + "," + b}, "", both},
+		{"flag wins over env", []string{b}, a, pb.Fingerprint()},
+	} {
+		got, err := signingSecrets(tc.flags, tc.env)
+		if err != nil || fp(got) != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.name, fp(got), err, tc.want)
+		}
+	}
+	bad := "whsec_" + strings.Repeat("Zm9v", 3) // 9 bytes: too short
+	for _, tc := range []struct {
+		flags []string
+		env   string
+		want  string
+	}{
+		{[]string{a, bad}, "", "-signing-secret: secret 2: webhooks: invalid secret: key is 9 bytes"},
+		{nil, a + "," + strings.TrimPrefix(b, "whsec_"), "MMMQ_SIGNING_SECRET: secret 2: webhooks: invalid secret: does not start"},
+	} {
+		_, err := signingSecrets(tc.flags, tc.env)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "Zm9v") ||
+			strings.Contains(err.Error(), strings.TrimPrefix(b, "whsec_")[:10]) {
+			t.Errorf("got %v, want an error starting %q without the secret", err, tc.want)
+		}
+	}
+	var l secretList
+	_ = l.Set(a)
+	if s := l.String(); strings.Contains(s, "whsec_") {
+		t.Errorf("the flag prints %q", s)
 	}
 }
