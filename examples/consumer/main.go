@@ -14,7 +14,7 @@
 //	go run ./examples/consumer -fail-every 10               # answer 500 on every 10th request
 //	go run ./examples/consumer -delay 200ms                 # slow consumer
 //	go run ./examples/consumer -record /tmp/got.jsonl -quiet  # what `make demo` and tests use
-//	MMMQ_SIGNING_SECRET=whsec_... go run ./examples/consumer   # refuse pushes without a valid signature
+//	CONSUMER_SIGNING_SECRET=whsec_... go run ./examples/consumer   # refuse pushes without a valid signature
 //
 // Matching broker configuration (configs/mmmq.yaml):
 //
@@ -42,7 +42,7 @@
 // # Signed pushes
 //
 // With -signing-secret whsec_... (or the environment variable
-// MMMQ_SIGNING_SECRET, used when the flag is not given) every push must
+// CONSUMER_SIGNING_SECRET, used when the flag is not given) every push must
 // carry a valid Standard Webhooks signature (https://www.standardwebhooks.com,
 // package github.com/mmmq/mmmq/plugins/webhooks): the headers webhook-id,
 // webhook-timestamp (Unix seconds, at most -signing-tolerance, default 5m,
@@ -118,7 +118,7 @@ const (
 
 // EnvSigningSecret is read for the signing secrets when -signing-secret is
 // not given (comma-separated).
-const EnvSigningSecret = "MMMQ_SIGNING_SECRET"
+const EnvSigningSecret = "CONSUMER_SIGNING_SECRET"
 
 // Config controls how a Handler answers.
 type Config struct {
@@ -366,7 +366,7 @@ func (l *secretList) Set(v string) error {
 }
 
 // signingSecrets parses the -signing-secret values, or env (the value of
-// MMMQ_SIGNING_SECRET) when there are none: secrets separated by commas,
+// CONSUMER_SIGNING_SECRET) when there are none: secrets separated by commas,
 // spaces around them ignored, empty entries skipped. No secret at all is
 // no error (nil: signatures are not checked). An error names the source
 // and the secret's position, never its text.

@@ -392,7 +392,7 @@ func TestSigningSecrets(t *testing.T) {
 		want  string
 	}{
 		{[]string{a, bad}, "", "-signing-secret: secret 2: webhooks: invalid secret: key is 9 bytes"},
-		{nil, a + "," + strings.TrimPrefix(b, "whsec_"), "MMMQ_SIGNING_SECRET: secret 2: webhooks: invalid secret: does not start"},
+		{nil, a + "," + strings.TrimPrefix(b, "whsec_"), "CONSUMER_SIGNING_SECRET: secret 2: webhooks: invalid secret: does not start"},
 	} {
 		_, err := signingSecrets(tc.flags, tc.env)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "Zm9v") ||

@@ -93,6 +93,9 @@ type MMMQConfig struct {
 	Broker BrokerConfig `koanf:"broker"`
 	// Admin configures the admin API (key "mmmq.admin").
 	Admin AdminConfig `koanf:"admin"`
+	// NodeName names this broker in CloudEvents pushes (ce-source
+	// "mmmq://<node-name>/<topic>"); "" means the host name. Default "".
+	NodeName string `koanf:"node-name"`
 }
 
 // AdminConfig configures the admin API (key "mmmq.admin").
@@ -316,6 +319,52 @@ type DispatcherConfig struct {
 	// does) or "latest" (on the topics that exist when it starts, only
 	// messages published from then on). Default "" = earliest.
 	Start string `koanf:"start"`
+	// DeadLetter is the topic a message goes to once its NACK resends are
+	// exhausted (and, with a max-abnormal limit, once it is reached); absent
+	// means "dead-letter.<name>"; "" logs and skips the message instead (the
+	// original Java mmmq's rule). Default absent.
+	DeadLetter *string `koanf:"dead-letter"`
+	// AckMode is "body" (a 2xx with {"acknowledgement":"ACK"|"NACK"}, the
+	// original contract) or "status" (any 2xx is an ACK; a 4xx other than
+	// 408/409/425/429 a NACK; the rest abnormal). Default "" = body.
+	AckMode string `koanf:"ack-mode"`
+	// MaxAbnormalAttempts dead-letters a message after this many abnormal
+	// answers; 0 retries for ever (the original rule). Default 0.
+	MaxAbnormalAttempts int `koanf:"max-abnormal-attempts"`
+	// MaxAbnormalDuration dead-letters a message still answered abnormally
+	// this long after its first abnormal answer; 0 means never. Default 0.
+	MaxAbnormalDuration time.Duration `koanf:"max-abnormal-duration"`
+	// BackoffJitter draws each backoff wait uniformly from (0, delay]
+	// ("full jitter"); false keeps the exact 1 s, 2 s, 4 s ... series. Default false.
+	BackoffJitter bool `koanf:"backoff-jitter"`
+	// SigningSecrets sign every push (Standard Webhooks webhook-id,
+	// webhook-timestamp, webhook-signature), one "whsec_<base64>" per key;
+	// several for rotation. Default none (unsigned).
+	SigningSecrets []string `koanf:"signing-secrets"`
+	// Headers are added to every push (e.g. Authorization). Default none.
+	Headers map[string]string `koanf:"headers"`
+	// CloudEvents renders pushes as CloudEvents 1.0 in binary mode (ce-*
+	// headers, the content as body). Default false.
+	CloudEvents bool `koanf:"cloudevents"`
+	// MaxInFlight is the most pushes of one topic outstanding at once,
+	// 1..1024; above 1 a consumer may see messages out of order (commits stay
+	// in order). Default 0 = 1.
+	MaxInFlight int `koanf:"max-in-flight"`
+	// Batch groups messages into one push. Default off.
+	Batch BatchConfig `koanf:"batch"`
+}
+
+// BatchConfig groups a dispatcher's messages into one push (a JSON array).
+type BatchConfig struct {
+	// MaxMessages is the most messages per push, 1..10000; 0 turns batches
+	// off. Default 0.
+	MaxMessages int `koanf:"max-messages"`
+	// MaxBytes caps the stored-message bytes of one push; 0 means 1 MiB.
+	// Default 0.
+	MaxBytes int64 `koanf:"max-bytes"`
+	// MaxWait is how long to wait for a batch to fill; 0 sends at once.
+	// Default 0.
+	MaxWait time.Duration `koanf:"max-wait"`
 }
 
 // CommitConfig configures checkpoint commits of one dispatcher.

@@ -23,6 +23,7 @@ const (
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher, or a dispatcher name in use
 	CodeReadOnly       = "READ_ONLY"          // 409: a dispatcher declared in Go code or the configuration file; the admin API changes only its own
+	CodeNoDeadLetters  = "NO_DEAD_LETTERS"    // 409: redrive of a dispatcher whose dead letters are off
 	CodeTopicBusy      = "TOPIC_BUSY"         // 409, with Retry-After: the topic is being created, reopened or deleted; retry shortly
 	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
@@ -68,6 +69,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
 	{http.StatusConflict, CodeReadOnly},
+	{http.StatusConflict, CodeNoDeadLetters},
 	{http.StatusConflict, CodeTopicBusy},
 	{http.StatusConflict, CodeTopicNotFailed},
 	{http.StatusServiceUnavailable, CodeTopicFailed},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 // OptionsFromConfig maps mmmq.broker.dispatch to Options: timeout ->
@@ -51,6 +52,25 @@ func FromConfig(dc config.DispatcherConfig, key, source string) (*Dispatcher, er
 		pol.Interval, pol.MaxCount = dc.Commit.Interval, dc.Commit.MaxCount
 	}
 	d = d.WithCommitPolicy(pol).WithStart(dc.Start)
+	if dc.DeadLetter != nil {
+		d = d.WithDeadLetter(*dc.DeadLetter)
+	}
+	secrets := make([]webhooks.Secret, 0, len(dc.SigningSecrets))
+	for j, s := range dc.SigningSecrets {
+		sec, err := webhooks.ParseSecret(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s.signing-secrets[%d]: %w", key, j, err)
+		}
+		secrets = append(secrets, sec)
+	}
+	d = d.WithAckMode(AckMode(dc.AckMode)).
+		WithAbnormalLimit(AbnormalLimit{MaxAttempts: dc.MaxAbnormalAttempts, MaxDuration: dc.MaxAbnormalDuration}).
+		WithBackoffJitter(dc.BackoffJitter).
+		WithSigningSecrets(secrets...).
+		WithHeaders(dc.Headers).
+		WithCloudEvents(dc.CloudEvents).
+		WithMaxInFlight(dc.MaxInFlight).
+		WithBatch(Batch{MaxMessages: dc.Batch.MaxMessages, MaxBytes: dc.Batch.MaxBytes, MaxWait: dc.Batch.MaxWait})
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}

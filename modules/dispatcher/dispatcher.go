@@ -167,6 +167,7 @@ type Dispatcher struct {
 	commit   CommitPolicy
 	start    string // StartEarliest ("") or StartLatest
 	source   string // where it was declared, for error messages (see WithSource)
+	dl       delivery
 }
 
 // Start positions of a new dispatcher (WithStart): where it begins on a
@@ -254,8 +255,15 @@ func (d *Dispatcher) Timeout() time.Duration { return d.timeout }
 func (d *Dispatcher) CommitPolicy() CommitPolicy { return d.commit }
 
 // Matches reports whether topic matches any of the dispatcher's patterns.
+// A topic under DeadLetterPrefix matches only a pattern whose first segment
+// is literally "dead-letter": "**" or "*.x" never deliver dead letters, so
+// a dead letter cannot loop back to the consumer that refused it.
 func (d *Dispatcher) Matches(topic string) bool {
+	dead := strings.HasPrefix(topic, DeadLetterPrefix)
 	for _, p := range d.patterns {
+		if dead && !strings.HasPrefix(p.String(), DeadLetterPrefix) {
+			continue
+		}
 		if p.Match(topic) {
 			return true
 		}
@@ -299,6 +307,7 @@ func (d *Dispatcher) Validate() error {
 	if d.start != "" && d.start != StartEarliest && d.start != StartLatest {
 		errs = append(errs, fmt.Errorf("start %q: want %q or %q", d.start, StartEarliest, StartLatest))
 	}
+	errs = append(errs, d.validateDelivery()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("dispatcher %q: %w", d.name, errors.Join(errs...))
 	}

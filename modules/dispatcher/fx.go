@@ -1,11 +1,13 @@
 package dispatcher
 
 import (
+	"context"
 	"errors"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -64,8 +66,25 @@ func newManagerFx(p ManagerParams) (*Manager, error) {
 		}
 		src = RegistrySource(p.Registry)
 	}
-	return NewManager(p.Set, src, p.Sender, p.Options, p.Log.Named("dispatcher")), nil
+	m := NewManager(p.Set, src, p.Sender, p.Options, p.Log.Named("dispatcher"))
+	if p.Registry != nil {
+		m.SetPublisher(RegistryPublisher(p.Registry))
+	}
+	return m, nil
 }
+
+// registryPublisher adapts the topic registry to Publisher.
+type registryPublisher struct{ r *topicqueue.Registry }
+
+func (p registryPublisher) PublishDurable(ctx context.Context, topic string, stored [][]byte) (int64, error) {
+	_, first, err := p.r.Publish(ctx, topic, stored, storage.Durable)
+	return first, err
+}
+
+// RegistryPublisher is the topic registry as a Publisher: a durable
+// publish, creating the topic when it does not exist (dead-letter topics
+// are ordinary topics).
+func RegistryPublisher(r *topicqueue.Registry) Publisher { return registryPublisher{r} }
 
 // registrySource adapts the topic registry to Source.
 type registrySource struct{ r *topicqueue.Registry }

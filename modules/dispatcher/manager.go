@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -13,7 +14,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 )
+
+// hostName is the host name, "localhost" when it cannot be read.
+func hostName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "localhost"
+}
 
 // Options tunes the Manager and the HTTPSender. The zero value means "all
 // defaults"; WithDefaults fills zero fields. The defaults of the fields that
@@ -45,6 +55,13 @@ type Options struct {
 	// BatchSize is how many entries a worker reads from the log at once.
 	// Default 256.
 	BatchSize int
+	// UserAgent is the User-Agent of every push (a dispatcher's headers may
+	// override it). Default "mmmq/" + contract.Version.
+	UserAgent string
+	// NodeName is this broker's name in CloudEvents pushes (ce-source
+	// "mmmq://<NodeName>/<topic>"). Default the host name ("localhost" when
+	// it cannot be read).
+	NodeName string
 	// Hooks are test-only crash-injection points; nil in production. Only
 	// the crash-test build of app/mmmq (-tags crashpoints) sets them. A
 	// pointer keeps Options comparable.
@@ -61,6 +78,10 @@ type Hooks struct {
 	// AfterAck is called right after the consumer ACKed offset of topic and
 	// before the checkpoint is committed (written and fsynced).
 	AfterAck func(dispatcher, topic string, offset int64)
+	// AfterDeadLetter is called right after offset of topic was appended
+	// (durably) to the dispatcher's dead-letter topic and before the
+	// checkpoint moves past it.
+	AfterDeadLetter func(dispatcher, topic string, offset int64)
 }
 
 // dispatchDefaults are the defaults of mmmq.broker.dispatch, the zero-value
@@ -124,6 +145,12 @@ func (o Options) WithDefaults() Options {
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
 	}
+	if o.UserAgent == "" {
+		o.UserAgent = "mmmq/" + contract.Version
+	}
+	if o.NodeName == "" {
+		o.NodeName = hostName()
+	}
 	return o
 }
 
@@ -145,9 +172,13 @@ type WorkerStatus struct {
 	Delivered uint64
 	// Nacked counts NACK answers (every attempt, not messages).
 	Nacked uint64
-	// Exhausted counts messages moved past after MaxResends+1 NACKs
-	// (dead-letter candidates).
+	// Exhausted counts messages moved past after MaxResends+1 NACKs, or
+	// past the dispatcher's AbnormalLimit.
 	Exhausted uint64
+	// DeadLettered counts the exhausted messages appended to the
+	// dispatcher's dead-letter topic (the others were logged and skipped:
+	// dead letters off).
+	DeadLettered uint64
 	// Skipped counts corrupt offsets skipped.
 	Skipped uint64
 	// Expired counts messages retention deleted before the worker read
@@ -233,6 +264,7 @@ type Manager struct {
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
+	pub    Publisher  // dead letters and redrive (SetPublisher); nil: log and skip
 
 	expired atomic.Uint64 // every worker's Expired, summed since the Manager was made
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 func TestDeliverInOrderWithHeaders(t *testing.T) {
@@ -445,7 +447,7 @@ func TestManagerLifecycleErrors(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	got := Options{}.WithDefaults()
 	want := Options{MaxResends: 3, BackoffInitial: time.Second, BackoffMax: time.Minute, DefaultTimeout: 30 * time.Second,
-		MaxResponseBytes: 64 << 10, DefaultPath: "/mmmq/messages", BatchSize: 256}
+		MaxResponseBytes: 64 << 10, DefaultPath: "/mmmq/messages", BatchSize: 256, UserAgent: "mmmq/" + contract.Version, NodeName: hostName()}
 	if got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}

@@ -3,6 +3,8 @@ package dispatcher
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,13 +12,15 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Outcome is a consumer's normal answer to a delivery: a 2xx response whose
-// JSON body is {"acknowledgement":"ACK"} or {"acknowledgement":"NACK"}.
+// JSON body is {"acknowledgement":"ACK"} or {"acknowledgement":"NACK"}
+// (AckBody), or a status AckStatus reads as one.
 type Outcome string
 
 const (
@@ -24,7 +28,8 @@ const (
 	ACK Outcome = "ACK"
 	// NACK: the consumer refused the message; the worker resends it, at most
 	// Options.MaxResends times (the original Java mmmq's rule: 3 resends, 4
-	// attempts in all), then logs it, commits and moves on.
+	// attempts in all), then appends it to the dispatcher's dead-letter
+	// topic (or, with dead letters off, logs it), commits and moves on.
 	NACK Outcome = "NACK"
 )
 
@@ -58,12 +63,40 @@ type Delivery struct {
 // or the transport error (connection refused, timeout, cancelled context).
 // Send must honour ctx: when ctx is done it returns promptly.
 //
-// The default implementation is *HTTPSender. The Fx module provides it as
+// The default implementation is *HTTPSender, which is also a PushSender
+// (batches, the status of normal answers). The Fx module provides it as
 // Sender, so tests and plugins may replace it with
 // fx.Decorate(func(dispatcher.Sender) dispatcher.Sender { ... }) or
-// fx.Replace(fx.Annotate(mySender, fx.As(new(dispatcher.Sender)))).
+// fx.Replace(fx.Annotate(mySender, fx.As(new(dispatcher.Sender)))). A
+// replacement that is not a PushSender gets one Send per message: batches
+// are then sent message by message.
 type Sender interface {
 	Send(ctx context.Context, d Delivery) (Outcome, error)
+}
+
+// Push is one request to a consumer: one message, or a batch of them.
+type Push struct {
+	// Messages are the deliveries, in offset order (at least one); they
+	// share Dispatcher, Topic and Incarnation.
+	Messages []Delivery
+	// Batch sends Messages as a JSON array (the dispatcher has a Batch),
+	// even when there is only one.
+	Batch bool
+}
+
+// Answer is a consumer's normal answer to a Push.
+type Answer struct {
+	// Status is the HTTP status code (0 when the sender has none).
+	Status int
+	// Outcomes holds one ACK or NACK per message of the push, in order.
+	Outcomes []Outcome
+}
+
+// PushSender is a Sender that also sends a Push in one request. The worker
+// uses it when the Sender has it.
+type PushSender interface {
+	Sender
+	Push(ctx context.Context, p Push) (Answer, error)
 }
 
 // AbnormalError is a response that is not a normal one (3xx,
@@ -74,6 +107,10 @@ type AbnormalError struct {
 	StatusCode int
 	// Reason says what was wrong, e.g. `body is not {"acknowledgement":"ACK"|"NACK"}`.
 	Reason string
+	// RetryAfter is the wait a 429 or 503 asked for in its Retry-After
+	// header (seconds or an HTTP date); 0 when absent or unreadable. The
+	// worker waits at least this long, at most Options.BackoffMax.
+	RetryAfter time.Duration
 }
 
 // Error returns "dispatcher: abnormal response: HTTP <status>: <reason>".
@@ -94,32 +131,48 @@ const (
 	HeaderTopicIncarnation = "mmmq-topic-incarnation"
 	// HeaderOffset carries the message offset in its topic, in decimal.
 	HeaderOffset = "mmmq-offset"
-	// HeaderAttempt carries Delivery.Attempt (1-based), in decimal.
+	// HeaderAttempt carries Delivery.Attempt (1-based), in decimal; in a
+	// batch, the highest attempt of its messages.
 	HeaderAttempt = "mmmq-attempt"
 	// HeaderMessageID carries the producer message id; omitted when empty.
 	HeaderMessageID = "mmmq-message-id"
+	// HeaderBatchSize carries the number of messages of a batch push.
+	HeaderBatchSize = "mmmq-batch-size"
+	// HeaderFirstOffset and HeaderLastOffset carry the first and last
+	// offsets of a batch push.
+	HeaderFirstOffset = "mmmq-first-offset"
+	HeaderLastOffset  = "mmmq-last-offset"
 )
 
-// HTTPSender is the default Sender: it POSTs the stored message JSON to
-// <host><path> with the mmmq-* delivery headers above and reads the answer.
+// HTTPSender is the default Sender and PushSender: it POSTs the stored
+// message JSON (or a batch: a JSON array of them) to <host><path> with the
+// mmmq-* delivery headers above, the dispatcher's own headers, User-Agent
+// Options.UserAgent and, when the dispatcher has them, CloudEvents headers
+// and Standard Webhooks signatures, and reads the answer per the
+// dispatcher's AckMode.
 // Redirects are never followed (a 3xx is abnormal); each attempt is bounded by the
 // dispatcher's timeout (default Options.DefaultTimeout, 30 s), which covers
 // connecting, sending, waiting for headers and reading the body, so a
 // consumer trickling its body cannot hold a worker longer; at most
 // Options.MaxResponseBytes (default 64 KiB) of the response are read and a
-// longer body is abnormal. Safe for concurrent use.
+// longer body is abnormal (with AckBody; AckStatus ignores the body). Safe
+// for concurrent use.
 type HTTPSender struct {
 	client      *http.Client
 	maxBody     int64
 	timeout     time.Duration
 	defaultPath string
+	userAgent   string
+	nodeName    string
+	now         func() time.Time
 }
 
 // NewHTTPSender returns an HTTPSender using opts.DefaultTimeout,
-// opts.MaxResponseBytes and opts.DefaultPath (zero fields take the defaults,
-// see Options). Its transport keeps up to 64 idle connections per consumer
-// host (a worker has at most one request in flight), dials with a 10 s timeout and reads at most 64 KiB of response
-// headers.
+// opts.MaxResponseBytes, opts.DefaultPath, opts.UserAgent and opts.NodeName
+// (zero fields take the defaults, see Options). Its transport keeps up to
+// 64 idle connections per consumer host (enough for max-in-flight pushes of
+// several topics), dials with a 10 s timeout and reads at most 64 KiB of
+// response headers.
 func NewHTTPSender(opts Options) *HTTPSender {
 	opts = opts.WithDefaults()
 	tr := &http.Transport{
@@ -143,6 +196,9 @@ func NewHTTPSender(opts Options) *HTTPSender {
 		maxBody:     opts.MaxResponseBytes,
 		timeout:     opts.DefaultTimeout,
 		defaultPath: opts.DefaultPath,
+		userAgent:   opts.UserAgent,
+		nodeName:    opts.NodeName,
+		now:         time.Now,
 	}
 }
 
@@ -160,57 +216,236 @@ func (s *HTTPSender) URL(d *Dispatcher) string {
 	return d.Host().String() + p
 }
 
-// Send implements Sender.
+// Send implements Sender: a Push of d alone.
 func (s *HTTPSender) Send(ctx context.Context, d Delivery) (Outcome, error) {
-	timeout := d.Dispatcher.Timeout()
+	a, err := s.Push(ctx, Push{Messages: []Delivery{d}})
+	if err != nil {
+		return "", err
+	}
+	return a.Outcomes[0], nil
+}
+
+// Push implements PushSender.
+func (s *HTTPSender) Push(ctx context.Context, p Push) (Answer, error) {
+	if len(p.Messages) == 0 {
+		return Answer{}, errors.New("dispatcher: empty push")
+	}
+	first := p.Messages[0]
+	d := first.Dispatcher
+	timeout := d.Timeout()
 	if timeout <= 0 {
 		timeout = s.timeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	url := s.URL(d.Dispatcher)
+	url := s.URL(d)
+	body, webhookID := s.render(p)
 	// A *bytes.Reader body gives the request its Content-Length.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(d.Body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return "", fmt.Errorf("build request for %s: %w", url, err)
+		return Answer{}, fmt.Errorf("build request for %s: %w", url, err)
 	}
-	// Raw map keys so that the names go out exactly as the Header constants
-	// spell them (lower case; Header.Set would canonicalise them).
-	req.Header["Content-Type"] = []string{"application/json"}
-	req.Header[HeaderConsumerID] = []string{d.Dispatcher.Name()}
-	req.Header[HeaderTopic] = []string{d.Topic}
-	req.Header[HeaderOffset] = []string{strconv.FormatInt(d.Offset, 10)}
-	if d.Incarnation != "" && contract.ValidHeaderValue(d.Incarnation) {
-		req.Header[HeaderTopicIncarnation] = []string{d.Incarnation}
-	}
-	req.Header[HeaderAttempt] = []string{strconv.Itoa(d.Attempt)}
-	if d.MessageID != "" && contract.ValidHeaderValue(d.MessageID) {
-		req.Header[HeaderMessageID] = []string{d.MessageID}
+	s.setHeaders(req.Header, p)
+	if d.dl.signer != nil {
+		d.dl.signer.SetHeaders(req.Header, webhookID, s.now(), body)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("post %s: %w", url, err)
+		return Answer{}, fmt.Errorf("post %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBody+1))
+	rbody, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBody+1))
 	if err != nil {
-		return "", fmt.Errorf("read response from %s (HTTP %d): %w", url, resp.StatusCode, err)
+		return Answer{}, fmt.Errorf("read response from %s (HTTP %d): %w", url, resp.StatusCode, err)
+	}
+	return s.answer(p, resp, rbody)
+}
+
+// setHeaders sets the delivery headers of p on h. Raw map keys, so that
+// the names go out exactly as the Header constants spell them (lower case;
+// Header.Set would canonicalise them).
+func (s *HTTPSender) setHeaders(h http.Header, p Push) {
+	first, last := p.Messages[0], p.Messages[len(p.Messages)-1]
+	d := first.Dispatcher
+	for k, v := range d.dl.headers {
+		h.Set(k, v)
+	}
+	if _, own := h["User-Agent"]; !own {
+		h["User-Agent"] = []string{s.userAgent}
+	}
+	h["Content-Type"] = []string{"application/json"}
+	h[HeaderConsumerID] = []string{d.Name()}
+	h[HeaderTopic] = []string{first.Topic}
+	if first.Incarnation != "" && contract.ValidHeaderValue(first.Incarnation) {
+		h[HeaderTopicIncarnation] = []string{first.Incarnation}
+	}
+	if p.Batch {
+		attempt := 0
+		for _, m := range p.Messages {
+			attempt = max(attempt, m.Attempt)
+		}
+		h[HeaderBatchSize] = []string{strconv.Itoa(len(p.Messages))}
+		h[HeaderFirstOffset] = []string{strconv.FormatInt(first.Offset, 10)}
+		h[HeaderLastOffset] = []string{strconv.FormatInt(last.Offset, 10)}
+		h[HeaderAttempt] = []string{strconv.Itoa(attempt)}
+		return
+	}
+	h[HeaderOffset] = []string{strconv.FormatInt(first.Offset, 10)}
+	h[HeaderAttempt] = []string{strconv.Itoa(first.Attempt)}
+	if first.MessageID != "" && contract.ValidHeaderValue(first.MessageID) {
+		h[HeaderMessageID] = []string{first.MessageID}
+	}
+	if d.dl.cloudEvents {
+		setCloudEvents(h, first, s.nodeName)
+	}
+}
+
+// render returns the request body of p and its webhook id.
+func (s *HTTPSender) render(p Push) (body []byte, id string) {
+	first := p.Messages[0]
+	if !p.Batch {
+		if first.Dispatcher.dl.cloudEvents {
+			return contentOf(first.Body), webhookID(p)
+		}
+		return first.Body, webhookID(p)
+	}
+	n := 2
+	for _, m := range p.Messages {
+		n += len(m.Body) + 32
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '[')
+	for i, m := range p.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendWithOffset(b, m.Body, m.Offset)
+	}
+	b = append(b, ']')
+	return b, webhookID(p)
+}
+
+// webhookID is the webhook-id of p: the same on every attempt of the same
+// messages, different for any other message of any topic, and made only of
+// [A-Za-z0-9_-] (no ".", the separator of the signed text, and nothing a
+// producer chose): "msg_<topic key>_<offset>" for one message,
+// "batch_<topic key>_<first>_<last>_<count>" for a batch, where the topic
+// key is 16 hex digits of SHA-256 over the topic name and its incarnation.
+func webhookID(p Push) string {
+	first, last := p.Messages[0], p.Messages[len(p.Messages)-1]
+	sum := sha256.Sum256([]byte(first.Topic + "\x00" + first.Incarnation))
+	key := hex.EncodeToString(sum[:8])
+	if !p.Batch {
+		return "msg_" + key + "_" + strconv.FormatInt(first.Offset, 10)
+	}
+	return fmt.Sprintf("batch_%s_%d_%d_%d", key, first.Offset, last.Offset, len(p.Messages))
+}
+
+// appendWithOffset appends the stored message JSON body with "offset":off
+// as its first member (a stored message is always a JSON object; anything
+// else is appended unchanged).
+func appendWithOffset(b, body []byte, off int64) []byte {
+	t := bytes.TrimLeft(body, " \t\r\n")
+	if len(t) == 0 || t[0] != '{' {
+		return append(b, body...)
+	}
+	b = append(b, `{"offset":`...)
+	b = strconv.AppendInt(b, off, 10)
+	rest := bytes.TrimLeft(t[1:], " \t\r\n")
+	if len(rest) > 0 && rest[0] != '}' {
+		b = append(b, ',')
+	}
+	return append(b, rest...)
+}
+
+// answer reads the consumer's response to p per the dispatcher's AckMode.
+func (s *HTTPSender) answer(p Push, resp *http.Response, body []byte) (Answer, error) {
+	code := resp.StatusCode
+	n := len(p.Messages)
+	all := func(o Outcome) Answer {
+		a := Answer{Status: code, Outcomes: make([]Outcome, n)}
+		for i := range a.Outcomes {
+			a.Outcomes[i] = o
+		}
+		return a
+	}
+	if p.Messages[0].Dispatcher.AckMode() == AckStatus {
+		if o, ok := statusOutcome(code); ok {
+			return all(o), nil
+		}
+		return Answer{}, abnormal(resp, body)
 	}
 	if int64(len(body)) > s.maxBody {
-		return "", &AbnormalError{StatusCode: resp.StatusCode, Reason: fmt.Sprintf("response body over %d bytes", s.maxBody)}
+		return Answer{}, &AbnormalError{StatusCode: code, Reason: fmt.Sprintf("response body over %d bytes", s.maxBody)}
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		reason := http.StatusText(resp.StatusCode)
-		if loc := resp.Header.Get("Location"); loc != "" {
-			reason += " (redirect to " + loc + " not followed)"
+	if code < 200 || code > 299 {
+		return Answer{}, abnormal(resp, body)
+	}
+	if !p.Batch {
+		o, err := parseAnswer(body)
+		if err != nil {
+			return Answer{}, &AbnormalError{StatusCode: code, Reason: err.Error() + snippet(body)}
 		}
-		return "", &AbnormalError{StatusCode: resp.StatusCode, Reason: reason + snippet(body)}
+		return all(o), nil
 	}
-	o, err := parseAnswer(body)
+	outs, err := parseBatchAnswer(body, p.Messages)
 	if err != nil {
-		return "", &AbnormalError{StatusCode: resp.StatusCode, Reason: err.Error() + snippet(body)}
+		return Answer{}, &AbnormalError{StatusCode: code, Reason: err.Error() + snippet(body)}
 	}
-	return o, nil
+	return Answer{Status: code, Outcomes: outs}, nil
+}
+
+// statusOutcome is AckStatus's reading of a status code: 2xx is ACK; a 4xx
+// other than 408 (timeout), 409 (conflict), 425 (too early) and 429 (too
+// many requests), which ask for a later retry, is NACK; anything else is
+// abnormal (ok false).
+func statusOutcome(code int) (Outcome, bool) {
+	switch {
+	case code >= 200 && code <= 299:
+		return ACK, true
+	case code == 408 || code == 409 || code == 425 || code == 429:
+		return "", false
+	case code >= 400 && code <= 499:
+		return NACK, true
+	}
+	return "", false
+}
+
+// abnormal describes a response that is not a normal answer, with the
+// Retry-After of a 429 or 503.
+func abnormal(resp *http.Response, body []byte) *AbnormalError {
+	e := &AbnormalError{StatusCode: resp.StatusCode, Reason: http.StatusText(resp.StatusCode)}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		e.Reason = "a 2xx is not an answer here"
+	}
+	if loc := resp.Header.Get("Location"); loc != "" {
+		e.Reason += " (redirect to " + loc + " not followed)"
+	}
+	e.Reason += snippet(body)
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (RFC 9110 10.2.3). It returns 0 for an empty, negative, past or
+// unreadable value.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
 }
 
 // parseAnswer reads a normal answer: a JSON object (whitespace and other
@@ -222,11 +457,68 @@ func parseAnswer(body []byte) (Outcome, error) {
 	if err := json.Unmarshal(body, &a); err != nil || a.Acknowledgement == nil {
 		return "", errors.New(`body is not {"acknowledgement":"ACK"|"NACK"}`)
 	}
-	switch o := Outcome(*a.Acknowledgement); o {
+	return outcome(*a.Acknowledgement)
+}
+
+func outcome(s string) (Outcome, error) {
+	switch o := Outcome(s); o {
 	case ACK, NACK:
 		return o, nil
 	}
-	return "", fmt.Errorf("acknowledgement %q is neither ACK nor NACK", *a.Acknowledgement)
+	return "", fmt.Errorf("acknowledgement %q is neither ACK nor NACK", s)
+}
+
+// parseBatchAnswer reads the answer to a batch: {"acknowledgement":...} for
+// every message, or {"results":[{"offset":o,"acknowledgement":...},...]}
+// naming every offset of the batch exactly once.
+func parseBatchAnswer(body []byte, ms []Delivery) ([]Outcome, error) {
+	var a struct {
+		Acknowledgement *string `json:"acknowledgement"`
+		Results         *[]struct {
+			Offset          *int64 `json:"offset"`
+			Acknowledgement string `json:"acknowledgement"`
+		} `json:"results"`
+	}
+	const want = `body is not {"acknowledgement":"ACK"|"NACK"} nor {"results":[{"offset":o,"acknowledgement":"ACK"|"NACK"},...]}`
+	if err := json.Unmarshal(body, &a); err != nil || (a.Acknowledgement == nil) == (a.Results == nil) {
+		return nil, errors.New(want)
+	}
+	outs := make([]Outcome, len(ms))
+	if a.Acknowledgement != nil {
+		o, err := outcome(*a.Acknowledgement)
+		if err != nil {
+			return nil, err
+		}
+		for i := range outs {
+			outs[i] = o
+		}
+		return outs, nil
+	}
+	at := make(map[int64]int, len(ms))
+	for i, m := range ms {
+		at[m.Offset] = i
+	}
+	for _, r := range *a.Results {
+		if r.Offset == nil {
+			return nil, errors.New(`a result has no "offset"`)
+		}
+		i, ok := at[*r.Offset]
+		if !ok {
+			return nil, fmt.Errorf("result for offset %d, which is not in this batch (or is given twice)", *r.Offset)
+		}
+		delete(at, *r.Offset)
+		o, err := outcome(r.Acknowledgement)
+		if err != nil {
+			return nil, fmt.Errorf("offset %d: %w", *r.Offset, err)
+		}
+		outs[i] = o
+	}
+	for _, m := range ms {
+		if _, missing := at[m.Offset]; missing {
+			return nil, fmt.Errorf("no result for offset %d", m.Offset)
+		}
+	}
+	return outs, nil
 }
 
 // snippet quotes the start of a response body for an error message.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 func TestHTTPSenderAnswers(t *testing.T) {
@@ -91,6 +93,7 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 		"mmmq-offset":      "17",
 		"mmmq-attempt":     "2",
 		"mmmq-message-id":  "abc",
+		"User-Agent":       "mmmq/" + contract.Version,
 	}
 	for k, v := range want {
 		if got := r.Header[k]; len(got) != 1 || got[0] != v {

@@ -22,7 +22,9 @@ var (
 	errTopicClosed = errors.New("dispatcher: topic closed")
 )
 
-// worker delivers one topic to one dispatcher, strictly in offset order.
+// worker delivers one topic to one dispatcher: up to MaxInFlight pushes
+// at once (one by default, strictly in offset order), committing the
+// checkpoint over the contiguous prefix of finished messages (window.go).
 // Only its own goroutine touches the fields below the atomics.
 type worker struct {
 	m         *Manager
@@ -41,6 +43,8 @@ type worker struct {
 	// status, read by Manager.Status
 	committed, next                                          atomic.Int64
 	delivered, nacked, exhausted, skipped, abnormal, commits atomic.Uint64
+	// deadLettered counts messages appended to the dead-letter topic.
+	deadLettered atomic.Uint64
 	// expired counts messages retention deleted before this worker read
 	// them (its checkpoint was below the topic's start offset).
 	expired                         atomic.Uint64
@@ -58,6 +62,19 @@ type worker struct {
 	bo         *backoff.ExponentialBackOff // abnormal responses; reset after any normal one
 	pending    int                         // finished but uncommitted messages
 	lastCommit time.Time
+
+	// The window (window.go).
+	win         []*msg          // read and not yet committed, in offset order
+	ready       []*msg          // to send: first sends, NACK resends, retries; in offset order
+	readNext    int64           // next offset to read
+	inflight    int             // pushes outstanding
+	results     chan pushResult // their answers
+	retryUntil  time.Time       // no push starts before (backoff)
+	readRetry   time.Time       // no read before (after a read error)
+	readBackoff *backoff.ExponentialBackOff
+	maxInFlight int
+	winCap      int   // most messages in win
+	batch       Batch // MaxMessages 0: one message per push
 }
 
 func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
@@ -76,8 +93,17 @@ func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
 		bo:        m.newBackoff(),
 		done:      make(chan struct{}),
 
+		readBackoff: m.newBackoff(),
+		maxInFlight: d.MaxInFlight(),
+		batch:       d.Batch(),
+
 		incarnation: topicIncarnation(t),
 	}
+	if _, ok := m.sender.(PushSender); !ok {
+		w.batch = Batch{} // a plain Sender gets one message per push
+	}
+	w.winCap = max(m.opts.BatchSize, w.maxInFlight*max(w.batch.MaxMessages, 1))
+	w.results = make(chan pushResult, w.maxInFlight)
 	w.running.Store(true)
 	return w
 }
@@ -109,6 +135,7 @@ func (w *worker) status() WorkerStatus {
 		Delivered:     w.delivered.Load(),
 		Nacked:        w.nacked.Load(),
 		Exhausted:     w.exhausted.Load(),
+		DeadLettered:  w.deadLettered.Load(),
 		Skipped:       w.skipped.Load(),
 		Expired:       w.expired.Load(),
 		Abnormal:      w.abnormal.Load(),
@@ -188,6 +215,7 @@ func (w *worker) run(ctx context.Context) (err error) {
 	off := cp.Offset()
 	w.committed.Store(off)
 	w.next.Store(off)
+	w.readNext = off
 	w.lastCommit = time.Now()
 	w.log.Info("dispatch worker started", zap.Int64("offset", off), zap.String("checkpoint", cp.Path()))
 	err = w.loop(ctx)
@@ -222,169 +250,6 @@ func (w *worker) openCheckpoint(ctx context.Context) (contract.Checkpoint, error
 	}
 }
 
-// loop delivers until ctx is done (errStopped), the topic closes
-// (errTopicClosed) or a commit fails.
-func (w *worker) loop(ctx context.Context) error {
-	readBackoff := w.m.newBackoff()
-	for {
-		if ctx.Err() != nil {
-			return errStopped
-		}
-		next := w.next.Load()
-		if next >= w.topic.HighWatermark() {
-			// Idle: make what is finished durable, then wait for data.
-			if err := w.flush(); err != nil {
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return errStopped
-			case <-w.topic.Notify(next):
-			}
-			// The high watermark never decreases: no new data means closed.
-			if w.topic.HighWatermark() <= next {
-				return errTopicClosed
-			}
-			continue
-		}
-		batch, rerr := w.topic.ReadBatch(next, w.m.opts.BatchSize)
-		for _, e := range batch {
-			if e.Offset != next {
-				return fmt.Errorf("read batch: got offset %d, want %d (topic source broke its contract)", e.Offset, next)
-			}
-			if err := w.deliver(ctx, e); err != nil {
-				return err
-			}
-			if err := w.advance(next + 1); err != nil {
-				return err
-			}
-			next++
-		}
-		var ce *storage.CorruptionError
-		var oe *contract.OffsetExpiredError
-		switch {
-		case rerr == nil && len(batch) > 0:
-			readBackoff.Reset()
-		case errors.As(rerr, &oe) && oe.StartOffset > next:
-			// Retention deleted what this dispatcher had not read: go on
-			// from the log start offset, once, loudly.
-			n := oe.StartOffset - next
-			w.expired.Add(uint64(n))
-			w.m.expired.Add(uint64(n))
-			w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
-				zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
-			if err := w.advance(oe.StartOffset); err != nil {
-				return err
-			}
-		case errors.As(rerr, &ce) && ce.Offset == next:
-			// Integrity check (the original Java mmmq's rule): an entry whose
-			// CRC does not match is logged and skipped alone; delivery goes on.
-			w.skipped.Add(1)
-			w.log.Error("corrupt entry skipped; it is not delivered",
-				zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
-				zap.String("reason", ce.Reason), zap.Error(rerr))
-			if err := w.advance(next + 1); err != nil {
-				return err
-			}
-		case errors.Is(rerr, storage.ErrClosed):
-			return errTopicClosed
-		default:
-			// An I/O error, a corruption at an unknown offset, or an empty
-			// batch below the high watermark: never skip what we cannot
-			// place; retry the read.
-			if rerr == nil {
-				rerr = errors.New("empty batch below the high watermark")
-			}
-			if err := w.flush(); err != nil {
-				return err
-			}
-			delay := readBackoff.NextBackOff()
-			w.log.Error("read failed; retrying", zap.Int64("offset", next), zap.Duration("retry-in", delay), zap.Error(rerr))
-			if !sleep(ctx, delay) {
-				return errStopped
-			}
-		}
-	}
-}
-
-// deliver sends e until it is finished: ACKed, or NACKed MaxResends+1 times.
-// It returns nil when finished, errStopped when ctx ended first (e is then
-// not finished and must not be committed), or a commit error.
-func (w *worker) deliver(ctx context.Context, e storage.Entry) error {
-	id := contract.MessageID(e.Payload)
-	nacks := 0
-	defer w.attempt.Store(0)
-	defer w.nackResend.Store(false)
-	for attempt := 1; ; attempt++ {
-		if ctx.Err() != nil {
-			return errStopped
-		}
-		w.attempt.Store(int64(attempt))
-		w.sending.Store(true)
-		actx, cancel := context.WithTimeout(ctx, w.timeout)
-		out, err := w.m.sender.Send(actx, Delivery{
-			Dispatcher:  w.d,
-			Topic:       w.topicName,
-			Incarnation: w.incarnation,
-			Offset:      e.Offset,
-			Attempt:     attempt,
-			MessageID:   id,
-			Body:        e.Payload,
-		})
-		cancel()
-		w.sending.Store(false)
-		if err == nil && (out == ACK || out == NACK) {
-			// A normal answer, even if ctx ended meanwhile: the consumer
-			// has decided, so it counts.
-			w.bo.Reset()
-			if w.backingOff.Swap(false) {
-				w.log.Info("consumer answers again", zap.Int64("offset", e.Offset), zap.Int("attempt", attempt))
-			}
-			if out == ACK {
-				w.delivered.Add(1)
-				if h := w.m.opts.Hooks; h != nil && h.AfterAck != nil {
-					h.AfterAck(w.d.name, w.topicName, e.Offset) // test-only crash point
-				}
-				return nil
-			}
-			nacks++
-			w.nacked.Add(1)
-			w.nackResend.Store(true)
-			w.noteErr(fmt.Sprintf("offset %d: NACK on attempt %d", e.Offset, attempt))
-			if nacks > w.m.opts.MaxResends {
-				// The original Java mmmq's rule: after 3 resends log and move on
-				// (dead-letter later).
-				w.exhausted.Add(1)
-				w.log.Warn("message NACKed on every attempt; moving on without delivery",
-					zap.Int64("offset", e.Offset), zap.Int("attempts", attempt), zap.Int("nacks", nacks),
-					zap.String("message-id", id))
-				return nil
-			}
-			continue
-		}
-		if ctx.Err() != nil {
-			return errStopped
-		}
-		if err == nil {
-			err = fmt.Errorf("sender returned unknown outcome %q", out)
-		}
-		w.abnormal.Add(1)
-		w.backingOff.Store(true)
-		w.noteErr(fmt.Sprintf("offset %d attempt %d: %v", e.Offset, attempt, err))
-		delay := w.bo.NextBackOff()
-		w.retryAt.Store(time.Now().Add(delay).UnixNano())
-		w.log.Warn("abnormal response; retrying after backoff",
-			zap.Int64("offset", e.Offset), zap.Int("attempt", attempt), zap.Duration("retry-in", delay), zap.Error(err))
-		// Waiting counts as idle: make finished messages durable first.
-		if err := w.flush(); err != nil {
-			return err
-		}
-		if !sleep(ctx, delay) {
-			return errStopped
-		}
-	}
-}
-
 // markStart writes the checkpoint of a dispatcher that has none on this
 // topic yet, at offset 0, before the first delivery: from then on the
 // topic counts as seen, so a restart or a resume never takes it for one
@@ -403,28 +268,6 @@ func (w *worker) noteErr(text string) {
 	w.errMu.Lock()
 	w.lastErr, w.lastErrAt = text, time.Now()
 	w.errMu.Unlock()
-}
-
-// advance records that every offset below next is finished and commits per
-// the dispatcher's policy.
-func (w *worker) advance(next int64) error {
-	w.next.Store(next)
-	w.pending++
-	p := w.d.commit
-	if p.Mode != Interval || // EveryMessage (or its empty form)
-		p.MaxCount > 0 && w.pending >= p.MaxCount ||
-		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval {
-		return w.commit(next)
-	}
-	return nil
-}
-
-// flush commits the finished messages not yet committed, if any.
-func (w *worker) flush() error {
-	if w.cp == nil || w.pending == 0 {
-		return nil
-	}
-	return w.commit(w.next.Load())
 }
 
 // commit durably stores next (write + fsync: the checkpoint is fsynced before

@@ -1,0 +1,204 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// Dead letters.
+//
+// A message a consumer NACKs on every attempt (the original Java mmmq: 4
+// attempts, then "log and move on"), or that is past the dispatcher's
+// AbnormalLimit, is appended durably to the dispatcher's dead-letter topic
+// (DeadLetterPrefix + its name unless WithDeadLetter says otherwise), and
+// only then does the checkpoint move past it: a crash in between
+// dead-letters it again after the restart (at least once), it is never
+// lost. The dead letter is an ordinary message of that topic: the original
+// content, the original headers plus the HeaderDL* headers below, a fresh
+// id and the time it was dead-lettered. Redrive publishes dead letters to
+// their original topics again, with fresh ids.
+
+// Headers of a dead letter (message headers of the stored message, not
+// HTTP headers). Wire format, do not change.
+const (
+	// HeaderDLTopic is the topic the message was read from.
+	HeaderDLTopic = "mmmq-dl-topic"
+	// HeaderDLOffset is its offset there, in decimal.
+	HeaderDLOffset = "mmmq-dl-offset"
+	// HeaderDLAttempts is how many times it was sent, in decimal.
+	HeaderDLAttempts = "mmmq-dl-attempts"
+	// HeaderDLReason is ReasonNACKs or ReasonAbnormal.
+	HeaderDLReason = "mmmq-dl-reason"
+	// HeaderDLLastStatus is the HTTP status of the last answer ("0" when
+	// it had none: a connection error or a timeout).
+	HeaderDLLastStatus = "mmmq-dl-last-status"
+	// HeaderDLOriginalID is the message's id in its original topic.
+	HeaderDLOriginalID = "mmmq-dl-original-id"
+	// HeaderDLDispatcher is the dispatcher that gave up on it.
+	HeaderDLDispatcher = "mmmq-dl-dispatcher"
+	// HeaderDLLastError is the last abnormal answer (at most 256 bytes),
+	// when there was one.
+	HeaderDLLastError = "mmmq-dl-last-error"
+	// HeaderDLContentOmitted is set ("record too large") when the dead
+	// letter with its content would exceed the record size limit: it then
+	// carries null, and the content is only in the original topic.
+	HeaderDLContentOmitted = "mmmq-dl-content-omitted"
+	// HeaderRedrivenFrom is set on a redriven message:
+	// "<dead-letter topic>/<offset>".
+	HeaderRedrivenFrom = "mmmq-redriven-from"
+)
+
+// Values of HeaderDLReason.
+const (
+	// ReasonNACKs: NACKed on every attempt (MaxResends + 1).
+	ReasonNACKs = "nack-exhausted"
+	// ReasonAbnormal: answered abnormally past the dispatcher's
+	// AbnormalLimit.
+	ReasonAbnormal = "abnormal-limit"
+)
+
+// Publisher appends one stored message JSON durably (fsynced before it
+// returns) to a topic, creating the topic if needed, and returns its
+// offsets. The Fx module adapts *topicqueue.Registry; a Manager without one
+// logs and skips exhausted messages as if dead letters were off.
+type Publisher interface {
+	PublishDurable(ctx context.Context, topic string, stored [][]byte) (first int64, err error)
+}
+
+// SetPublisher gives the Manager the Publisher its workers append dead
+// letters with, and Redrive republishes with. Call it before Start.
+func (m *Manager) SetPublisher(p Publisher) {
+	m.mu.Lock()
+	m.pub = p
+	m.mu.Unlock()
+}
+
+func (m *Manager) publisher() Publisher {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pub
+}
+
+// exhaust finishes m, which will not be delivered: it is appended to the
+// dead-letter topic (retried with backoff until it is, or until the worker
+// stops: then m stays unfinished and is delivered again after a restart),
+// or logged and skipped when dead letters are off.
+func (w *worker) exhaust(m *msg, reason string) error {
+	w.exhausted.Add(1)
+	topic, pub := w.d.DeadLetter(), w.m.publisher()
+	fields := []zap.Field{zap.Int64("offset", m.e.Offset), zap.Int("attempts", m.attempts),
+		zap.String("reason", reason), zap.String("message-id", m.id)}
+	if topic == "" || pub == nil {
+		w.log.Warn("message not delivered and dead letters are off; moving on without delivery", fields...)
+		m.done = true
+		return nil
+	}
+	stored := deadLetter(m, w.d.name, w.topicName, topic, reason, false)
+	b := w.m.newBackoff()
+	for {
+		off, err := pub.PublishDurable(w.ctx, topic, [][]byte{stored})
+		if errors.Is(err, storage.ErrRecordTooLarge) {
+			stored = deadLetter(m, w.d.name, w.topicName, topic, reason, true)
+			off, err = pub.PublishDurable(w.ctx, topic, [][]byte{stored})
+		}
+		if err == nil {
+			w.deadLettered.Add(1)
+			w.log.Warn("message dead-lettered", append(fields, zap.String("dead-letter-topic", topic), zap.Int64("dead-letter-offset", off))...)
+			if h := w.m.opts.Hooks; h != nil && h.AfterDeadLetter != nil {
+				h.AfterDeadLetter(w.d.name, w.topicName, m.e.Offset) // test-only crash point
+			}
+			m.done = true
+			return nil
+		}
+		if w.ctx.Err() != nil {
+			return errStopped
+		}
+		delay := b.NextBackOff()
+		w.noteErr(fmt.Sprintf("offset %d: append to dead-letter topic %s: %v", m.e.Offset, topic, err))
+		w.log.Error("append to the dead-letter topic failed; delivery waits and retries (nothing is skipped)",
+			append(fields, zap.String("dead-letter-topic", topic), zap.Duration("retry-in", delay), zap.Error(err))...)
+		w.backingOff.Store(true)
+		ok := sleep(w.ctx, delay)
+		w.backingOff.Store(false)
+		if !ok {
+			return errStopped
+		}
+	}
+}
+
+// storedParts is what a dead letter and a redrive take from a stored
+// message.
+type storedParts struct {
+	Content json.RawMessage   `json:"content"`
+	ID      string            `json:"id"`
+	Headers map[string]string `json:"headers"`
+}
+
+// parseStored decodes a stored message JSON; one that is not (it passed its
+// CRC, so it is what was written) keeps its bytes as a JSON string content.
+func parseStored(b []byte) storedParts {
+	var p storedParts
+	if err := json.Unmarshal(b, &p); err != nil || p.Content == nil {
+		s := string(b)
+		if !utf8.ValidString(s) {
+			s = strings.ToValidUTF8(s, "\uFFFD")
+		}
+		raw, _ := json.Marshal(s)
+		return storedParts{Content: raw}
+	}
+	return p
+}
+
+// deadLetter returns the stored JSON of m's dead letter in dlTopic (content
+// null when omitContent).
+func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent bool) []byte {
+	p := parseStored(m.e.Payload)
+	h := make(map[string]string, len(p.Headers)+9)
+	for k, v := range p.Headers {
+		h[k] = v
+	}
+	h[HeaderDLTopic] = topic
+	h[HeaderDLOffset] = strconv.FormatInt(m.e.Offset, 10)
+	h[HeaderDLAttempts] = strconv.Itoa(m.attempts)
+	h[HeaderDLReason] = reason
+	h[HeaderDLLastStatus] = strconv.Itoa(m.lastStatus)
+	h[HeaderDLOriginalID] = p.ID
+	h[HeaderDLDispatcher] = dispatcher
+	if m.lastErr != "" {
+		h[HeaderDLLastError] = truncateUTF8(m.lastErr, 256)
+	}
+	content := p.Content
+	if omitContent {
+		content = json.RawMessage("null")
+		h[HeaderDLContentOmitted] = "record too large"
+	}
+	// The content came from a stored message (valid JSON) and the topic
+	// passed Validate: encoding cannot fail.
+	b, err := contract.EncodeMessage(dlTopic, content, "", h, time.Now())
+	if err != nil {
+		panic(fmt.Sprintf("dispatcher: encode dead letter: %v", err))
+	}
+	return b
+}
+
+// truncateUTF8 cuts s to at most n bytes on a rune boundary.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

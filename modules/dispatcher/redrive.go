@@ -1,0 +1,189 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// Errors of Redrive.
+var (
+	// ErrNoDeadLetters: the dispatcher has dead letters off (409
+	// NO_DEAD_LETTERS).
+	ErrNoDeadLetters = contract.NewError(contract.CodeNoDeadLetters, "dispatcher: dead letters are off for this dispatcher (dead-letter is \"\")")
+	// ErrNoPublisher: the Manager has no Publisher (503).
+	ErrNoPublisher = errors.New("dispatcher: no publisher to redrive with")
+)
+
+// MaxRedrive is the most dead letters one Redrive call republishes; the
+// result's Next says where to go on.
+const MaxRedrive = 10000
+
+// RedriveResult is what Redrive did.
+type RedriveResult struct {
+	// DeadLetterTopic is the topic read.
+	DeadLetterTopic string `json:"deadLetterTopic"`
+	// From and To are the offsets of DeadLetterTopic covered, [From, To).
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+	// Next is the offset after the last one handled: To when everything
+	// was, less when MaxRedrive stopped the call (call again from Next).
+	Next int64 `json:"next"`
+	// Redriven lists the messages published again, in order.
+	Redriven []Redriven `json:"redriven"`
+	// Skipped lists the offsets that were not dead letters (no
+	// mmmq-dl-topic header, or one naming an invalid topic) or were
+	// deleted by retention, with why.
+	Skipped []RedriveSkip `json:"skipped"`
+}
+
+// Redriven is one dead letter published again.
+type Redriven struct {
+	// DeadLetterOffset is its offset in the dead-letter topic.
+	DeadLetterOffset int64 `json:"deadLetterOffset"`
+	// Topic and Offset are where it was published.
+	Topic  string `json:"topic"`
+	Offset int64  `json:"offset"`
+}
+
+// RedriveSkip is an offset of the dead-letter topic Redrive did not
+// publish.
+type RedriveSkip struct {
+	Offset int64  `json:"offset"`
+	Reason string `json:"reason"`
+}
+
+// Redrive publishes the dead letters at offsets [from, to) of the named
+// dispatcher's dead-letter topic to their original topics (HeaderDLTopic),
+// each durably, with a fresh id, the original content and headers (the
+// mmmq-dl-* ones removed) and HeaderRedrivenFrom; every dispatcher and
+// group reading that topic gets it again. from < 0 means the topic's
+// first offset, to < 0 its high watermark. A dead-letter topic that does not
+// exist yet has nothing to redrive. Redriving the same offsets twice
+// publishes them twice. At most MaxRedrive are handled per call.
+// Errors: ErrUnknownDispatcher, ErrNoDeadLetters, a 400 for a range outside
+// [0, high watermark] or with from > to, the publish error (what was
+// published before it is in the error's result).
+func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (RedriveResult, error) {
+	d, ok := m.set.Get(name)
+	if !ok {
+		return RedriveResult{}, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
+	}
+	dl := d.DeadLetter()
+	if dl == "" {
+		return RedriveResult{}, ErrNoDeadLetters
+	}
+	pub := m.publisher()
+	if pub == nil {
+		return RedriveResult{}, ErrNoPublisher
+	}
+	res := RedriveResult{DeadLetterTopic: dl, From: max(from, 0), Redriven: []Redriven{}, Skipped: []RedriveSkip{}}
+	m.mu.Lock()
+	t := m.topics[dl]
+	m.mu.Unlock()
+	hw := int64(0)
+	if t != nil {
+		hw = t.HighWatermark()
+	}
+	if to < 0 {
+		to = hw
+	}
+	if from > hw || to > hw || from > to {
+		return RedriveResult{}, contract.BadRequest("redrive range [%d, %d) is not within [0, %d], the high watermark of %s", from, to, hw, dl)
+	}
+	res.To, res.Next = to, res.From
+	if t == nil {
+		return res, nil
+	}
+	err := m.redrive(ctx, t, pub, &res)
+	return res, err
+}
+
+// redrive republishes res.Next..res.To of t, one durable publish per run
+// of dead letters bound for the same topic.
+func (m *Manager) redrive(ctx context.Context, t Topic, pub Publisher, res *RedriveResult) error {
+	limit := res.Next + MaxRedrive
+	for res.Next < res.To && res.Next < limit {
+		es, err := t.ReadBatch(res.Next, int(min(res.To, limit)-res.Next))
+		var oe *contract.OffsetExpiredError
+		var ce *storage.CorruptionError
+		switch {
+		case errors.As(err, &oe) && oe.StartOffset > res.Next:
+			res.Skipped = append(res.Skipped, RedriveSkip{Offset: res.Next,
+				Reason: fmt.Sprintf("offsets %d..%d were deleted by retention", res.Next, oe.StartOffset-1)})
+			res.Next = oe.StartOffset
+			continue
+		case errors.As(err, &ce) && len(es) == 0 && ce.Offset == res.Next:
+			res.Skipped = append(res.Skipped, RedriveSkip{Offset: res.Next, Reason: "corrupt entry: " + ce.Reason})
+			res.Next++
+			continue
+		case err != nil && len(es) == 0:
+			return fmt.Errorf("read %s at offset %d: %w", t.Name(), res.Next, err)
+		}
+		for len(es) > 0 {
+			n, err := m.redriveRun(ctx, t.Name(), es, pub, res)
+			if err != nil {
+				return err
+			}
+			es = es[n:]
+		}
+	}
+	return nil
+}
+
+// redriveRun publishes the leading run of es bound for one topic (or skips
+// the first entry, not a dead letter) and reports how many entries it
+// handled.
+func (m *Manager) redriveRun(ctx context.Context, dlTopic string, es []storage.Entry, pub Publisher, res *RedriveResult) (int, error) {
+	dest, stored, why := redriven(dlTopic, es[0])
+	if why != "" {
+		res.Skipped = append(res.Skipped, RedriveSkip{Offset: es[0].Offset, Reason: why})
+		res.Next = es[0].Offset + 1
+		return 1, nil
+	}
+	batch := [][]byte{stored}
+	for _, e := range es[1:] {
+		d2, s2, why2 := redriven(dlTopic, e)
+		if why2 != "" || d2 != dest {
+			break
+		}
+		batch = append(batch, s2)
+	}
+	first, err := pub.PublishDurable(ctx, dest, batch)
+	if err != nil {
+		return 0, fmt.Errorf("publish to %s: %w", dest, err)
+	}
+	for i := range batch {
+		res.Redriven = append(res.Redriven, Redriven{DeadLetterOffset: es[i].Offset, Topic: dest, Offset: first + int64(i)})
+	}
+	res.Next = es[len(batch)-1].Offset + 1
+	return len(batch), nil
+}
+
+// redriven returns the original topic of dead letter e and the stored JSON
+// to publish there, or why it cannot be redriven.
+func redriven(dlTopic string, e storage.Entry) (topic string, stored []byte, why string) {
+	p := parseStored(e.Payload)
+	topic = p.Headers[HeaderDLTopic]
+	if topic == "" {
+		return "", nil, "not a dead letter (no " + HeaderDLTopic + " header)"
+	}
+	if err := contract.ValidateTopic(topic); err != nil {
+		return "", nil, fmt.Sprintf("%s header: %v", HeaderDLTopic, err)
+	}
+	h := maps.Clone(p.Headers)
+	maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "mmmq-dl-") })
+	h[HeaderRedrivenFrom] = dlTopic + "/" + strconv.FormatInt(e.Offset, 10)
+	b, err := contract.EncodeMessage(topic, p.Content, "", h, time.Now())
+	if err != nil {
+		return "", nil, "cannot encode: " + err.Error()
+	}
+	return topic, b, ""
+}

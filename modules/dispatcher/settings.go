@@ -1,0 +1,294 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/plugins/webhooks"
+)
+
+// AckMode says how a consumer's HTTP answer is read (a dispatcher's
+// ack-mode key).
+type AckMode string
+
+const (
+	// AckBody is the original Java mmmq's contract, the default: a 2xx whose
+	// body is {"acknowledgement":"ACK"} or {"acknowledgement":"NACK"} is a
+	// normal answer; anything else is abnormal (backoff).
+	AckBody AckMode = "body"
+	// AckStatus reads the status only, for plain webhook receivers: any 2xx
+	// is an ACK; a 4xx other than 408, 409, 425 and 429 is a NACK (resends,
+	// then the dead letter); 408, 409, 425, 429, 3xx, 5xx, timeouts and
+	// connection errors are abnormal (backoff). Redirects are never followed.
+	AckStatus AckMode = "status"
+)
+
+// DeadLetterPrefix starts every dead-letter topic: a dispatcher's default
+// dead-letter topic is DeadLetterPrefix + its name. Dispatcher patterns
+// never match topics under it unless their first segment is literally
+// "dead-letter" (so "**" does not loop dead letters back to a consumer).
+const DeadLetterPrefix = "dead-letter."
+
+// AbnormalLimit bounds the abnormal answers (connection errors, timeouts,
+// 5xx, ...) one message may get before it is dead-lettered. The zero value
+// is the original Java mmmq's rule: retried with backoff until the consumer
+// answers normally, for ever.
+type AbnormalLimit struct {
+	// MaxAttempts dead-letters a message after this many abnormal answers
+	// (0: no count limit).
+	MaxAttempts int
+	// MaxDuration dead-letters a message once this long has passed since its
+	// first abnormal answer and another abnormal answer comes (0: no time
+	// limit).
+	MaxDuration time.Duration
+}
+
+// Enabled reports whether a limit is set.
+func (l AbnormalLimit) Enabled() bool { return l.MaxAttempts > 0 || l.MaxDuration > 0 }
+
+// Batch groups messages into one push (a dispatcher's batch key): one POST
+// carries a JSON array of up to MaxMessages stored messages, each with its
+// "offset" added, of at most MaxBytes in all. The zero value (MaxMessages
+// 0) sends one message per push.
+type Batch struct {
+	// MaxMessages is the most messages per push; 0 turns batching off.
+	MaxMessages int
+	// MaxBytes caps the summed stored-message bytes of a push (a single
+	// larger message still goes alone). 0 means DefaultBatchMaxBytes.
+	MaxBytes int64
+	// MaxWait is how long a worker waits for a batch to fill before it
+	// sends what it has; 0 sends at once.
+	MaxWait time.Duration
+}
+
+// DefaultBatchMaxBytes is Batch.MaxBytes when unset: 1 MiB.
+const DefaultBatchMaxBytes = 1 << 20
+
+// Limits on the delivery settings, checked by Validate.
+const (
+	// MaxInFlightLimit is the largest max-in-flight accepted.
+	MaxInFlightLimit = 1024
+	// MaxBatchMessages is the largest batch max-messages accepted.
+	MaxBatchMessages = 10000
+)
+
+// delivery holds a dispatcher's delivery settings (the zero value: the
+// original Java mmmq's behaviour, with dead letters on).
+type delivery struct {
+	deadLetter    *string // nil: DeadLetterPrefix+name; "": log and skip
+	ackMode       AckMode // "": AckBody
+	abnormal      AbnormalLimit
+	jitter        bool
+	secrets       []webhooks.Secret
+	signer        *webhooks.Signer
+	headers       map[string]string
+	cloudEvents   bool
+	maxInFlight   int // 0: 1
+	batch         Batch
+	deadLetterSet bool // WithDeadLetter was called
+}
+
+// WithDeadLetter returns a copy of d whose NACK-exhausted messages (and
+// abnormal ones past its AbnormalLimit) are appended to topic; "" turns
+// dead letters off: such a message is logged and skipped, the original Java
+// mmmq's rule. Without it the topic is DeadLetterPrefix + the name.
+func (d *Dispatcher) WithDeadLetter(topic string) *Dispatcher {
+	c := *d
+	c.dl.deadLetter, c.dl.deadLetterSet = &topic, true
+	return &c
+}
+
+// DeadLetter is the dead-letter topic, "" when dead letters are off.
+func (d *Dispatcher) DeadLetter() string {
+	if d.dl.deadLetter != nil {
+		return *d.dl.deadLetter
+	}
+	return DeadLetterPrefix + d.name
+}
+
+// WithAckMode returns a copy of d reading answers per m ("" is AckBody).
+func (d *Dispatcher) WithAckMode(m AckMode) *Dispatcher {
+	c := *d
+	c.dl.ackMode = m
+	return &c
+}
+
+// AckMode is AckBody (default) or AckStatus.
+func (d *Dispatcher) AckMode() AckMode {
+	if d.dl.ackMode == "" {
+		return AckBody
+	}
+	return d.dl.ackMode
+}
+
+// WithAbnormalLimit returns a copy of d that dead-letters a message after
+// the abnormal answers l allows (the zero l: retry for ever).
+func (d *Dispatcher) WithAbnormalLimit(l AbnormalLimit) *Dispatcher {
+	c := *d
+	c.dl.abnormal = l
+	return &c
+}
+
+// AbnormalLimit is the limit set with WithAbnormalLimit.
+func (d *Dispatcher) AbnormalLimit() AbnormalLimit { return d.dl.abnormal }
+
+// WithBackoffJitter returns a copy of d whose backoff waits are drawn
+// uniformly from (0, the exponential delay] ("full jitter"), so that many
+// workers failing together do not retry together. Off by default: the
+// original Java mmmq waits exactly 1 s, 2 s, 4 s, ... 60 s.
+func (d *Dispatcher) WithBackoffJitter(on bool) *Dispatcher {
+	c := *d
+	c.dl.jitter = on
+	return &c
+}
+
+// BackoffJitter reports whether full jitter is on.
+func (d *Dispatcher) BackoffJitter() bool { return d.dl.jitter }
+
+// WithSigningSecrets returns a copy of d whose pushes are signed (Standard
+// Webhooks): webhook-id, webhook-timestamp and webhook-signature with one
+// "v1,<signature>" per secret, so that a consumer can rotate keys. No
+// secrets: unsigned (the default).
+func (d *Dispatcher) WithSigningSecrets(secrets ...webhooks.Secret) *Dispatcher {
+	c := *d
+	c.dl.secrets = slices.Clone(secrets)
+	c.dl.signer = nil
+	if len(secrets) > 0 {
+		c.dl.signer = webhooks.NewSigner(secrets...)
+	}
+	return &c
+}
+
+// SigningSecrets returns a copy of the signing secrets (they print
+// redacted).
+func (d *Dispatcher) SigningSecrets() []webhooks.Secret { return slices.Clone(d.dl.secrets) }
+
+// WithHeaders returns a copy of d that adds h to every push (for instance
+// an Authorization header the consumer wants). Names are HTTP tokens and
+// may not be Content-Type, Content-Length, Host, Connection,
+// Transfer-Encoding or start with mmmq-, webhook- or ce- (the broker's own);
+// values hold no control characters. Validate reports violations.
+func (d *Dispatcher) WithHeaders(h map[string]string) *Dispatcher {
+	c := *d
+	c.dl.headers = maps.Clone(h)
+	return &c
+}
+
+// Headers returns a copy of the extra push headers.
+func (d *Dispatcher) Headers() map[string]string { return maps.Clone(d.dl.headers) }
+
+// WithCloudEvents returns a copy of d that renders each push as a
+// CloudEvents 1.0 event in binary mode: ce-specversion "1.0", ce-id (the
+// message id), ce-source "mmmq://<node name>/<topic>", ce-type (the topic),
+// ce-time (the stored timestamp, RFC 3339) and, as the body, the message's
+// content (the event data) instead of the stored message JSON. It cannot be
+// combined with batches.
+func (d *Dispatcher) WithCloudEvents(on bool) *Dispatcher {
+	c := *d
+	c.dl.cloudEvents = on
+	return &c
+}
+
+// CloudEvents reports whether pushes are CloudEvents in binary mode.
+func (d *Dispatcher) CloudEvents() bool { return d.dl.cloudEvents }
+
+// WithMaxInFlight returns a copy of d with up to n pushes of one (dispatcher,
+// topic) outstanding at once (1..MaxInFlightLimit; 0 is 1, the original
+// Java mmmq's one at a time). With n > 1 a consumer may see messages
+// concurrently and out of order; the checkpoint still only moves over a
+// contiguous prefix of finished messages, so commits stay in offset order.
+func (d *Dispatcher) WithMaxInFlight(n int) *Dispatcher {
+	c := *d
+	c.dl.maxInFlight = n
+	return &c
+}
+
+// MaxInFlight is the most pushes outstanding per topic (at least 1).
+func (d *Dispatcher) MaxInFlight() int { return max(d.dl.maxInFlight, 1) }
+
+// WithBatch returns a copy of d sending batches per b (b.MaxMessages 0:
+// one message per push).
+func (d *Dispatcher) WithBatch(b Batch) *Dispatcher {
+	c := *d
+	if b.MaxMessages > 0 && b.MaxBytes == 0 {
+		b.MaxBytes = DefaultBatchMaxBytes
+	}
+	c.dl.batch = b
+	return &c
+}
+
+// Batch is the batch setting (MaxMessages 0: off).
+func (d *Dispatcher) Batch() Batch { return d.dl.batch }
+
+// reservedHeader reports whether name (any case) is one the broker sets.
+func reservedHeader(name string) bool {
+	n := strings.ToLower(name)
+	switch n {
+	case "content-type", "content-length", "host", "connection", "transfer-encoding":
+		return true
+	}
+	return strings.HasPrefix(n, "mmmq-") || strings.HasPrefix(n, "webhook-") || strings.HasPrefix(n, "ce-")
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110 5.1).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validateDelivery reports the problems of the delivery settings.
+func (d *Dispatcher) validateDelivery() []error {
+	var errs []error
+	if dl := d.DeadLetter(); dl != "" {
+		if err := contract.ValidateTopic(dl); err != nil {
+			if d.dl.deadLetterSet {
+				errs = append(errs, fmt.Errorf("dead-letter: %w", err))
+			} else {
+				errs = append(errs, fmt.Errorf("the default dead-letter topic %q is not a valid topic name (%v): set dead-letter to a topic, or to \"\" to log and skip", dl, err))
+			}
+		}
+	}
+	switch d.dl.ackMode {
+	case "", AckBody, AckStatus:
+	default:
+		errs = append(errs, fmt.Errorf("ack-mode %q: want %q or %q", d.dl.ackMode, AckBody, AckStatus))
+	}
+	if d.dl.abnormal.MaxAttempts < 0 || d.dl.abnormal.MaxDuration < 0 {
+		errs = append(errs, errors.New("max-abnormal-attempts and max-abnormal-duration must not be negative"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.dl.headers)) {
+		switch {
+		case !validHeaderName(name):
+			errs = append(errs, fmt.Errorf("headers: %q is not a valid header name", name))
+		case reservedHeader(name):
+			errs = append(errs, fmt.Errorf("headers: %q is set by the broker and cannot be overridden", name))
+		case !contract.ValidHeaderValue(d.dl.headers[name]):
+			errs = append(errs, fmt.Errorf("headers: the value of %q holds control characters", name))
+		}
+	}
+	if n := d.dl.maxInFlight; n < 0 || n > MaxInFlightLimit {
+		errs = append(errs, fmt.Errorf("max-in-flight %d outside 1..%d", n, MaxInFlightLimit))
+	}
+	b := d.dl.batch
+	if b.MaxMessages < 0 || b.MaxMessages > MaxBatchMessages || b.MaxBytes < 0 || b.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("batch: max-messages must be 0..%d, max-bytes and max-wait not negative", MaxBatchMessages))
+	}
+	if b.MaxMessages > 0 && d.dl.cloudEvents {
+		errs = append(errs, errors.New("cloudevents cannot be combined with batch (a binary-mode CloudEvent is one message)"))
+	}
+	return errs
+}

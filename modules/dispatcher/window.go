@@ -1,0 +1,508 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// The delivery window of a worker.
+//
+// A worker reads messages ahead of its checkpoint into a window (at most
+// winCap of them) and pushes them to the consumer, up to maxInFlight
+// pushes at a time, each push one message or a batch. Every message of the
+// window is in one of three places: ready (waiting for a push: its first
+// send, a NACK resend, or a retry after an abnormal answer), in flight, or
+// done (ACKed, dead-lettered, skipped). The checkpoint moves only over the
+// contiguous prefix of done messages, so it never passes a message that is
+// not finished, whatever order the answers come in.
+//
+// With maxInFlight 1 and no batch (the defaults) exactly one message is in
+// flight and ready is kept in offset order, so the consumer sees the
+// original Java mmmq's strict order: a NACKed message is sent again before
+// any later one.
+
+// msg is one message of the window, from its read to its commit.
+type msg struct {
+	e   storage.Entry
+	end int64  // the offset after it: e.Offset+1, or the log start offset for a retention gap
+	id  string // producer message id (header form), "" when none
+
+	readAt        time.Time // when it was read (a batch waits at most MaxWait from the first)
+	attempts      int       // sends so far, abnormal ones included
+	nacks         int
+	abnormals     int
+	firstAbnormal time.Time
+	lastStatus    int    // HTTP status of the last answer, 0 for none
+	lastErr       string // the last abnormal answer
+	done          bool
+}
+
+// pushResult is the answer to one push.
+type pushResult struct {
+	ms  []*msg
+	ans Answer
+	err error
+}
+
+// loop delivers until ctx is done (errStopped), the topic closes
+// (errTopicClosed) or a commit fails.
+func (w *worker) loop(ctx context.Context) error {
+	sendCtx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		w.drain()
+	}()
+	for {
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		if err := w.fill(); err != nil {
+			return err
+		}
+		// Commit before the next push: with the defaults the consumer
+		// never gets a message before the one it ACKed is committed.
+		if err := w.advance(); err != nil {
+			return err
+		}
+		wake := w.launchReady(sendCtx)
+		if w.inflight == 0 && len(w.ready) == 0 {
+			// Waiting counts as idle: make what is finished durable first.
+			if err := w.flush(); err != nil {
+				return err
+			}
+		}
+		var notify <-chan struct{}
+		if w.readRetry.IsZero() && len(w.win) < w.winCap {
+			// Already closed when data came after fill looked.
+			notify = w.topic.Notify(w.readNext)
+		}
+		if !w.readRetry.IsZero() && (wake.IsZero() || w.readRetry.Before(wake)) {
+			wake = w.readRetry
+		}
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !wake.IsZero() {
+			t = time.NewTimer(time.Until(wake))
+			timer = t.C
+		}
+		err := w.wait(ctx, timer, notify)
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// wait blocks until an answer, new data (notify), the timer or the end of
+// ctx, and handles what came.
+func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify <-chan struct{}) error {
+	select {
+	case <-ctx.Done():
+		return errStopped
+	case r := <-w.results:
+		return w.received(r)
+	case <-notify:
+		// The high watermark never decreases: no new data means closed.
+		if w.topic.HighWatermark() <= w.readNext {
+			return errTopicClosed
+		}
+	case <-timer:
+	}
+	return nil
+}
+
+// received handles r and every other answer already waiting, so that one
+// commit covers them all.
+func (w *worker) received(r pushResult) error {
+	for {
+		w.inflight--
+		if err := w.handle(r); err != nil {
+			return err
+		}
+		select {
+		case r = <-w.results:
+		default:
+			w.sending.Store(w.inflight > 0)
+			return nil
+		}
+	}
+}
+
+// drain waits for the pushes still in flight (their context is cancelled),
+// counting the ACKs that came anyway: the consumer has decided. Nothing is
+// committed here (run's flush does, on a graceful stop).
+func (w *worker) drain() {
+	for ; w.inflight > 0; w.inflight-- {
+		r := <-w.results
+		if r.err != nil {
+			continue
+		}
+		for i, m := range r.ms {
+			if r.ans.Outcomes[i] == ACK && !m.done {
+				m.done = true
+				w.delivered.Add(1)
+			}
+		}
+	}
+	w.sending.Store(false)
+	w.popDone()
+}
+
+// fill reads messages into the window while it has room and the topic has
+// more. Reading errors are handled as the original Java mmmq does: a
+// corrupt entry is logged and skipped alone; what cannot be placed is
+// retried later (readRetry), never skipped.
+func (w *worker) fill() error {
+	if !w.readRetry.IsZero() {
+		if time.Now().Before(w.readRetry) {
+			return nil
+		}
+		w.readRetry = time.Time{}
+	}
+	for len(w.win) < w.winCap && w.readNext < w.topic.HighWatermark() {
+		batch, rerr := w.topic.ReadBatch(w.readNext, min(w.m.opts.BatchSize, w.winCap-len(w.win)))
+		now := time.Now()
+		for _, e := range batch {
+			if e.Offset != w.readNext {
+				return fmt.Errorf("read batch: got offset %d, want %d (topic source broke its contract)", e.Offset, w.readNext)
+			}
+			m := &msg{e: e, end: e.Offset + 1, id: contract.MessageID(e.Payload), readAt: now}
+			w.win = append(w.win, m)
+			w.ready = append(w.ready, m)
+			w.readNext++
+		}
+		if err := w.readProblem(batch, rerr); err != nil {
+			return err
+		}
+		if !w.readRetry.IsZero() {
+			return nil
+		}
+	}
+	return nil
+}
+
+// readProblem handles what ReadBatch reported besides its entries.
+func (w *worker) readProblem(batch []storage.Entry, rerr error) error {
+	next := w.readNext
+	var ce *storage.CorruptionError
+	var oe *contract.OffsetExpiredError
+	switch {
+	case rerr == nil && len(batch) > 0:
+		w.readBackoff.Reset()
+	case errors.As(rerr, &oe) && oe.StartOffset > next:
+		// Retention deleted what this dispatcher had not read: go on
+		// from the log start offset, once, loudly.
+		n := oe.StartOffset - next
+		w.expired.Add(uint64(n))
+		w.m.expired.Add(uint64(n))
+		w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
+			zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
+		w.win = append(w.win, &msg{e: storage.Entry{Offset: next}, end: oe.StartOffset, done: true})
+		w.readNext = oe.StartOffset
+	case errors.As(rerr, &ce) && ce.Offset == next:
+		// Integrity check (the original Java mmmq's rule): an entry whose
+		// CRC does not match is logged and skipped alone; delivery goes on.
+		w.skipped.Add(1)
+		w.log.Error("corrupt entry skipped; it is not delivered",
+			zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
+			zap.String("reason", ce.Reason), zap.Error(rerr))
+		w.win = append(w.win, &msg{e: storage.Entry{Offset: next}, end: next + 1, done: true})
+		w.readNext++
+	case errors.Is(rerr, storage.ErrClosed):
+		return errTopicClosed
+	default:
+		// An I/O error, a corruption at an unknown offset, or an empty
+		// batch below the high watermark: never skip what we cannot
+		// place; retry the read.
+		if rerr == nil {
+			rerr = errors.New("empty batch below the high watermark")
+		}
+		if err := w.flush(); err != nil {
+			return err
+		}
+		delay := w.readBackoff.NextBackOff()
+		w.readRetry = time.Now().Add(delay)
+		w.log.Error("read failed; retrying", zap.Int64("offset", next), zap.Duration("retry-in", delay), zap.Error(rerr))
+	}
+	return nil
+}
+
+// launchReady starts pushes of ready messages while fewer than maxInFlight
+// are outstanding and no backoff is running. It returns when to look again
+// (the end of the backoff, or of a batch's MaxWait), zero for "on the next
+// event".
+func (w *worker) launchReady(ctx context.Context) time.Time {
+	now := time.Now()
+	if now.Before(w.retryUntil) {
+		return w.retryUntil
+	}
+	for w.inflight < w.maxInFlight && len(w.ready) > 0 {
+		unit, wait := w.takeUnit(now)
+		if unit == nil {
+			return wait
+		}
+		w.launch(ctx, unit)
+	}
+	return time.Time{}
+}
+
+// takeUnit takes the next push's messages from the front of ready: one, or
+// a batch bounded by MaxMessages and MaxBytes (at least one message). A
+// batch of first sends that could still grow waits until MaxWait after its
+// first message was read: then it returns nil and that time.
+func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
+	b := w.batch
+	if b.MaxMessages <= 0 {
+		u := w.ready[:1:1]
+		w.ready = w.ready[1:]
+		return u, time.Time{}
+	}
+	n, size := 0, int64(0)
+	for n < len(w.ready) && n < b.MaxMessages {
+		sz := int64(len(w.ready[n].e.Payload))
+		if n > 0 && size+sz > b.MaxBytes {
+			break
+		}
+		size += sz
+		n++
+	}
+	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || len(w.win) >= w.winCap
+	if !full && b.MaxWait > 0 && w.ready[0].attempts == 0 {
+		if deadline := w.ready[0].readAt.Add(b.MaxWait); now.Before(deadline) {
+			return nil, deadline
+		}
+	}
+	u := append([]*msg(nil), w.ready[:n]...)
+	w.ready = w.ready[n:]
+	return u, time.Time{}
+}
+
+// launch sends unit in a goroutine of its own; the answer comes back on
+// w.results (buffered for maxInFlight, so the goroutine never blocks).
+func (w *worker) launch(ctx context.Context, unit []*msg) {
+	p := Push{Messages: make([]Delivery, len(unit)), Batch: w.batch.MaxMessages > 0}
+	for i, m := range unit {
+		m.attempts++
+		p.Messages[i] = Delivery{Dispatcher: w.d, Topic: w.topicName, Incarnation: w.incarnation,
+			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Body: m.e.Payload}
+	}
+	w.inflight++
+	w.sending.Store(true)
+	w.showHead()
+	go func() {
+		actx, cancel := context.WithTimeout(ctx, w.timeout)
+		ans, err := w.push(actx, p)
+		cancel()
+		w.results <- pushResult{ms: unit, ans: ans, err: err}
+	}()
+}
+
+// push sends p with the PushSender when there is one, else with Send (one
+// message: batches are off for a plain Sender).
+func (w *worker) push(ctx context.Context, p Push) (Answer, error) {
+	if ps, ok := w.m.sender.(PushSender); ok {
+		a, err := ps.Push(ctx, p)
+		if err == nil && len(a.Outcomes) != len(p.Messages) {
+			err = fmt.Errorf("sender answered %d outcomes for %d messages", len(a.Outcomes), len(p.Messages))
+		}
+		return a, err
+	}
+	o, err := w.m.sender.Send(ctx, p.Messages[0])
+	if err != nil {
+		return Answer{}, err
+	}
+	return Answer{Outcomes: []Outcome{o}}, nil
+}
+
+// handle applies one push's answer to its messages.
+func (w *worker) handle(r pushResult) error {
+	if r.err == nil {
+		for _, o := range r.ans.Outcomes {
+			if o != ACK && o != NACK {
+				r.err = fmt.Errorf("sender returned unknown outcome %q", o)
+			}
+		}
+	}
+	if r.err != nil {
+		if w.ctx.Err() != nil {
+			w.requeue(r.ms...) // stopping: not finished, sent again after a restart
+			return nil
+		}
+		return w.abnormalAnswer(r)
+	}
+	// A normal answer, even if ctx ended meanwhile: the consumer has
+	// decided, so it counts.
+	w.bo.Reset()
+	if w.backingOff.Swap(false) {
+		w.log.Info("consumer answers again", zap.Int64("offset", r.ms[0].e.Offset), zap.Int("attempt", r.ms[0].attempts))
+	}
+	for i, m := range r.ms {
+		m.lastStatus = r.ans.Status
+		if r.ans.Outcomes[i] == ACK {
+			m.done = true
+			w.delivered.Add(1)
+			if h := w.m.opts.Hooks; h != nil && h.AfterAck != nil {
+				h.AfterAck(w.d.name, w.topicName, m.e.Offset) // test-only crash point
+			}
+			continue
+		}
+		m.nacks++
+		w.nacked.Add(1)
+		w.noteErr(fmt.Sprintf("offset %d: NACK on attempt %d", m.e.Offset, m.attempts))
+		if m.nacks > w.m.opts.MaxResends {
+			// The original Java mmmq's rule: after 3 resends move on; the
+			// message goes to the dead-letter topic first.
+			if err := w.exhaust(m, ReasonNACKs); err != nil {
+				return err
+			}
+			continue
+		}
+		w.requeue(m)
+	}
+	w.showHead()
+	return nil
+}
+
+// abnormalAnswer handles a push answered abnormally: its messages are sent
+// again after a backoff (the whole worker waits), unless a message is past
+// the dispatcher's AbnormalLimit: then it is dead-lettered.
+func (w *worker) abnormalAnswer(r pushResult) error {
+	now := time.Now()
+	w.abnormal.Add(1)
+	w.backingOff.Store(true)
+	first := r.ms[0]
+	w.noteErr(fmt.Sprintf("offset %d attempt %d: %v", first.e.Offset, first.attempts, r.err))
+	var ae *AbnormalError
+	status := 0
+	if errors.As(r.err, &ae) {
+		status = ae.StatusCode
+	}
+	lim := w.d.AbnormalLimit()
+	for _, m := range r.ms {
+		m.abnormals++
+		if m.firstAbnormal.IsZero() {
+			m.firstAbnormal = now
+		}
+		m.lastStatus, m.lastErr = status, r.err.Error()
+		if lim.MaxAttempts > 0 && m.abnormals >= lim.MaxAttempts ||
+			lim.MaxDuration > 0 && now.Sub(m.firstAbnormal) >= lim.MaxDuration {
+			if err := w.exhaust(m, ReasonAbnormal); err != nil {
+				return err
+			}
+			continue
+		}
+		w.requeue(m)
+	}
+	w.showHead()
+	if now.Before(w.retryUntil) {
+		// Already waiting (another push failed first): one backoff step
+		// per round of retries, lengthened only for a Retry-After.
+		if ra := w.retryAfter(ae); now.Add(ra).After(w.retryUntil) {
+			w.retryUntil = now.Add(ra)
+			w.retryAt.Store(w.retryUntil.UnixNano())
+		}
+		return nil
+	}
+	delay := w.bo.NextBackOff()
+	if w.d.BackoffJitter() {
+		delay = rand.N(delay) + 1 // full jitter: uniform in (0, delay]
+	}
+	delay = max(delay, w.retryAfter(ae))
+	w.retryUntil = now.Add(delay)
+	w.retryAt.Store(w.retryUntil.UnixNano())
+	w.log.Warn("abnormal response; retrying after backoff",
+		zap.Int64("offset", first.e.Offset), zap.Int("attempt", first.attempts), zap.Duration("retry-in", delay), zap.Error(r.err))
+	// Waiting counts as idle: make finished messages durable first.
+	return w.flush()
+}
+
+// retryAfter is the wait a 429 or 503 asked for, capped at BackoffMax.
+func (w *worker) retryAfter(ae *AbnormalError) time.Duration {
+	if ae == nil || ae.RetryAfter <= 0 {
+		return 0
+	}
+	return min(ae.RetryAfter, w.m.opts.BackoffMax)
+}
+
+// requeue puts messages back into ready, in offset order.
+func (w *worker) requeue(ms ...*msg) {
+	for _, m := range ms {
+		if m.done {
+			continue
+		}
+		i := sort.Search(len(w.ready), func(i int) bool { return w.ready[i].e.Offset >= m.e.Offset })
+		w.ready = append(w.ready, nil)
+		copy(w.ready[i+1:], w.ready[i:])
+		w.ready[i] = m
+	}
+}
+
+// showHead publishes, for the status, the attempt and the NACK state of
+// the oldest unfinished message.
+func (w *worker) showHead() {
+	for _, m := range w.win {
+		if !m.done {
+			w.attempt.Store(int64(m.attempts))
+			w.nackResend.Store(m.nacks > 0)
+			return
+		}
+	}
+	w.attempt.Store(0)
+	w.nackResend.Store(false)
+}
+
+// popDone removes the contiguous prefix of done messages from the window
+// and records them as finished (w.next, w.pending); it reports whether any
+// were.
+func (w *worker) popDone() bool {
+	k := 0
+	for k < len(w.win) && w.win[k].done {
+		k++
+	}
+	if k == 0 {
+		return false
+	}
+	w.next.Store(w.win[k-1].end)
+	w.pending += k
+	clear(w.win[:k])
+	w.win = w.win[k:]
+	w.showHead()
+	return true
+}
+
+// advance records the finished prefix of the window and commits per the
+// dispatcher's policy: EveryMessage commits whenever the prefix grows (one
+// commit may cover several messages answered together), Interval when its
+// count or time trigger is reached.
+func (w *worker) advance() error {
+	if !w.popDone() {
+		return nil
+	}
+	p := w.d.commit
+	if p.Mode != Interval || // EveryMessage (or its empty form)
+		p.MaxCount > 0 && w.pending >= p.MaxCount ||
+		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval {
+		return w.commit(w.next.Load())
+	}
+	return nil
+}
+
+// flush commits the finished messages not yet committed, if any.
+func (w *worker) flush() error {
+	w.popDone()
+	if w.cp == nil || w.pending == 0 {
+		return nil
+	}
+	return w.commit(w.next.Load())
+}
