@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -614,6 +615,100 @@ func TestOpenAPIValidatesDispatcherExchanges(t *testing.T) {
 	assert.Len(t, c.do(exchange{method: "GET", path: "/mmmq/dispatchers", status: 200}).json(t)["dispatchers"], 1)
 }
 
+// TestOpenAPIValidatesDeadLetterExchanges drives the delivery settings and
+// dead letters through a running broker, validating every request and
+// answer against the document: a dispatcher created with every setting
+// (its secret and header redacted in the answers), replaced with what GET
+// showed, its NACKed messages dead-lettered (the status counts them), then
+// redriven by range and whole; bad redrive bodies, an unknown dispatcher
+// and one whose dead letters are off.
+func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
+	nack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"acknowledgement":"NACK"}`)
+	}))
+	defer nack.Close()
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.Broker.Dispatch.MaxResends = 0
+	a, base := startBroker(t, cfg)
+	defer a.RequireStop()
+	c := newAPIClient(t, base)
+	for i := range 3 {
+		st, body := publish(t, base, "order.created", i)
+		require.Equal(t, 200, st, "%v", body)
+	}
+
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	create := fmt.Sprintf(`{"name":"billing","host":%q,"patterns":["order.**"],"ack-mode":"body","max-abnormal-attempts":5,`+
+		`"max-abnormal-duration":"1h","backoff-jitter":true,"signing-secrets":[%q],"headers":{"Authorization":"Bearer 0123456789"},`+
+		`"max-in-flight":2,"batch":{"max-messages":2,"max-wait":"10ms"}}`, nack.URL, secret)
+	created := c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: create, status: 201})
+	assert.NotContains(t, string(created.body), "MfKQ9r8G")
+	assert.NotContains(t, string(created.body), "0123456789")
+	var st map[string]any
+	require.Eventually(t, func() bool {
+		st = c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)
+		topics := st["topics"].([]any)
+		return len(topics) == 1 && topics[0].(map[string]any)["deadLettered"] == 3.0
+	}, 10*time.Second, 5*time.Millisecond)
+	assert.Equal(t, "dead-letter.billing", st["deadLetterTopic"])
+	assert.Equal(t, 3.0, st["topics"].([]any)[0].(map[string]any)["exhausted"])
+
+	// GET, edit, PUT: the redacted secret and header are kept.
+	spec := st
+	for _, k := range []string{"source", "topics", "deadLetterTopic"} {
+		delete(spec, k)
+	}
+	spec["paused"] = true
+	spec["max-in-flight"] = 1.0
+	body, _ := json.Marshal(spec)
+	replaced := c.do(exchange{method: "PUT", path: "/mmmq/dispatchers/billing", body: string(body), status: 200}).json(t)
+	assert.Equal(t, st["signing-secrets"], replaced["signing-secrets"])
+	assert.Equal(t, map[string]any{"Authorization": "(redacted)"}, replaced["headers"])
+
+	// Redrive the first dead letter, then the rest.
+	first := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: `{"from":0,"to":1}`, status: 200}).json(t)
+	assert.Equal(t, 1.0, first["next"])
+	require.Len(t, first["redriven"], 1)
+	assert.Equal(t, map[string]any{"deadLetterOffset": 0.0, "topic": "order.created", "offset": 3.0}, first["redriven"].([]any)[0])
+	rest := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: `{"from":1}`, status: 200}).json(t)
+	assert.Len(t, rest["redriven"], 2)
+	page := c.do(exchange{method: "GET", path: "/topics/order.created/messages?offset=3", status: 200}).json(t)
+	assert.Len(t, page["messages"], 3, "the three dead letters are in their topic again")
+	all := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", status: 200}).json(t)
+	assert.Equal(t, 3.0, all["to"])
+
+	// Errors; the document refuses the bad bodies too.
+	for _, body := range []string{`{"from":-1}`, `{"to":1.5}`, `{"from":"0"}`, `{"from":0,"count":1}`, `[]`} {
+		bad := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: body, status: 400, invalid: true}).json(t)
+		assert.Equal(t, "BAD_REQUEST", bad["code"], body)
+	}
+	c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: `{"to":99}`, status: 400})
+	c.do(exchange{method: "POST", path: "/mmmq/dispatchers/nope/redrive", status: 404})
+	c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: fmt.Sprintf(`{"name":"off","host":%q,"patterns":["x"],"dead-letter":""}`, nack.URL), status: 201})
+	off := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/off/redrive", status: 409}).json(t)
+	assert.Equal(t, "NO_DEAD_LETTERS", off["code"])
+	for _, body := range []string{
+		`{"name":"x","host":"http://h:1","patterns":["a"],"dead-letter":"a..b"}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"ack-mode":"maybe"}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"signing-secrets":["secret"]}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"max-in-flight":2000}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"batch":{"max-messages":1,"size":2}}`,
+	} {
+		c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: body, status: 400, invalid: true})
+	}
+	// Refused by the broker, not by the document.
+	for _, body := range []string{
+		`{"name":"x","host":"http://h:1","patterns":["a"],"headers":{"Content-Type":"text/plain"}}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"signing-secrets":["whsec_c2hvcnQ="]}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"cloudevents":true,"batch":{"max-messages":2}}`,
+		`{"name":"x","host":"http://h:1","patterns":["a"],"headers":{"X-A":"(redacted)"}}`,
+	} {
+		c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: body, status: 400})
+	}
+}
+
 // validateAnswer validates a JSON answer with status and body to method
 // path against the document's schema for that operation and status.
 func validateAnswer(t *testing.T, router routers.Router, method, path string, status int, body string) error {
@@ -664,8 +759,14 @@ func TestOpenAPIValidatesREADMEAnswers(t *testing.T) {
 func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 	router, err := gorillamux.NewRouter(loadOpenAPI(t))
 	require.NoError(t, err)
-	const disp = `"name":"billing","host":"http://localhost:8081","patterns":["order.**"],"path":"/mmmq/messages","timeout":"30s","commit":{"policy":"every-message"},"start":"earliest"`
-	const topic = `{"topic":"order.created","committed":2,"highWatermark":3,"lag":1,"oldestUnackedAgeSeconds":0.5,"state":"backoff","attempt":2,"delivered":2,"exhausted":0,"lastError":"503","lastErrorAt":"2026-01-01T00:00:00Z","nextRetry":"2026-01-01T00:00:01.5Z"}`
+	const disp = `"name":"billing","host":"http://localhost:8081","patterns":["order.**"],"path":"/mmmq/messages","timeout":"30s","commit":{"policy":"every-message"},"start":"earliest","dead-letter":"dead-letter.billing","ack-mode":"body","max-in-flight":1`
+	const topic = `{"topic":"order.created","committed":2,"highWatermark":3,"lag":1,"oldestUnackedAgeSeconds":0.5,"state":"backoff","attempt":2,"delivered":2,"exhausted":1,"deadLettered":1,"lastError":"503","lastErrorAt":"2026-01-01T00:00:00Z","nextRetry":"2026-01-01T00:00:01.5Z"}`
+	// Every delivery setting, as the broker shows it: secrets and header
+	// values redacted.
+	const delivery = `,"ack-mode":"status","max-abnormal-attempts":3,"max-abnormal-duration":"1m0s","backoff-jitter":true,` +
+		`"signing-secrets":["whsec_\u2026(redacted, fingerprint f74e1720)"],"headers":{"Authorization":"(redacted)"},"cloudevents":true,` +
+		`"batch":{"max-messages":10,"max-bytes":1048576,"max-wait":"50ms"}`
+	const redriven = `{"deadLetterTopic":"dead-letter.billing","from":0,"to":3,"next":3,"redriven":[{"deadLetterOffset":0,"topic":"order.created","offset":7}],"skipped":[{"offset":1,"reason":"not a dead letter"}]}`
 	for _, tc := range []struct {
 		name, method, path string
 		status             int
@@ -674,16 +775,31 @@ func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 	}{
 		{"listed", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"source":"api"}]}`, true},
 		{"listed paused", "POST", "/mmmq/dispatchers/billing/pause", 200, `{` + disp + `,"paused":true,"source":"config"}`, true},
-		{"listed from Go code, no path or timeout", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{"name":"g","host":"http://h:1","patterns":["a"],"commit":{"policy":"interval","interval":"1s","max-count":10},"start":"latest","source":"go"}]}`, true},
+		{"listed from Go code, no path or timeout", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{"name":"g","host":"http://h:1","patterns":["a"],"commit":{"policy":"interval","interval":"1s","max-count":10},"start":"latest","dead-letter":"","ack-mode":"body","max-in-flight":1,"source":"go"}]}`, true},
+		{"listed with every delivery setting", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + delivery + `,"source":"api"}]}`, true},
+		{"listed without dead-letter", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"dead-letter":"dead-letter.billing",`, "", 1) + `,"source":"api"}]}`, false},
+		{"listed with an invalid dead-letter topic", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"dead-letter.billing"`, `"a..b"`, 1) + `,"source":"api"}]}`, false},
+		{"listed with an unknown ack-mode", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"body"`, `"json"`, 1) + `,"source":"api"}]}`, false},
+		{"listed with a signing secret shown", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"signing-secrets":["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],"source":"api"}]}`, false},
+		{"listed with a header value shown", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"headers":{"Authorization":"Bearer x"},"source":"api"}]}`, false},
+		{"listed with backoff-jitter false", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"backoff-jitter":false,"source":"api"}]}`, false},
+		{"listed with a batch member too many", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"batch":{"max-messages":1,"max-bytes":1,"size":1},"source":"api"}]}`, false},
 		{"listed without source", "POST", "/mmmq/dispatchers", 201, `{` + disp + `}`, false},
 		{"listed with paused false", "POST", "/mmmq/dispatchers/billing/resume", 200, `{` + disp + `,"paused":false,"source":"api"}`, false},
 		{"listed with an unknown source", "PUT", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"file"}`, false},
 		{"listed with a member too many", "PUT", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[]}`, false},
-		{"status", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[` + topic + `]}`, true},
-		{"status without topics", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api"}`, false},
-		{"status with a member too many", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[],"workers":1}`, false},
-		{"status with an unknown state", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[` + strings.Replace(topic, "backoff", "stuck", 1) + `]}`, false},
-		{"status with a topic member too many", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[` + strings.Replace(topic, `"attempt"`, `"running":true,"attempt"`, 1) + `]}`, false},
+		{"status", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"dead-letter.billing","topics":[` + topic + `]}`, true},
+		{"status without topics", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":""}`, false},
+		{"status without deadLetterTopic", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[` + topic + `]}`, false},
+		{"status without deadLettered", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"dead-letter.billing","topics":[` + strings.Replace(topic, `"deadLettered":1,`, "", 1) + `]}`, false},
+		{"status with a member too many", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"","topics":[],"workers":1}`, false},
+		{"status with an unknown state", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"","topics":[` + strings.Replace(topic, "backoff", "stuck", 1) + `]}`, false},
+		{"status with a topic member too many", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"","topics":[` + strings.Replace(topic, `"attempt"`, `"running":true,"attempt"`, 1) + `]}`, false},
+		{"redriven", "POST", "/mmmq/dispatchers/billing/redrive", 200, redriven, true},
+		{"redriven without next", "POST", "/mmmq/dispatchers/billing/redrive", 200, strings.Replace(redriven, `"next":3,`, "", 1), false},
+		{"redriven with a member too many", "POST", "/mmmq/dispatchers/billing/redrive", 200, strings.Replace(redriven, `"offset":7}`, `"offset":7,"id":"x"}`, 1), false},
+		{"redriven, a skip without reason", "POST", "/mmmq/dispatchers/billing/redrive", 200, strings.Replace(redriven, `,"reason":"not a dead letter"`, "", 1), false},
+		{"no dead letters", "POST", "/mmmq/dispatchers/billing/redrive", 409, `{"acknowledgement":"NACK","error":"off","code":"NO_DEAD_LETTERS"}`, true},
 		{"deleted", "DELETE", "/mmmq/dispatchers/billing", 200, `{"name":"billing","deleted":true,"checkpointsDeleted":false}`, true},
 		{"deleted without checkpointsDeleted", "DELETE", "/mmmq/dispatchers/billing", 200, `{"name":"billing","deleted":true}`, false},
 		{"sought", "POST", "/mmmq/dispatchers/billing/seek", 200, `{"name":"billing","topics":[{"topic":"order.created","previous":3,"offset":0}]}`, true},

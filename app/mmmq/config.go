@@ -8,23 +8,31 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
+	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 const configUsage = `usage: mmmq config check [--config FILE]
 
 Loads and validates the configuration exactly as "mmmq serve" would (same
 file resolution: --config, else $MMMQ_CONFIG, else configs/mmmq.yaml when
-present; same environment; same plugin sections) and prints every key's
+present; same environment; same plugin sections; the dispatchers of
+mmmq.broker.dispatchers built as serve builds them) and prints every key's
 effective value and source (default, the file, or the MMMQ_ variable), the
-ignored Kubernetes service-link variables and the warnings.
+ignored Kubernetes service-link variables and the warnings. Secrets are
+never printed: a dispatcher's signing-secrets show as their redacted form
+(with the key's fingerprint), its headers with every value "(redacted)".
 
 Exit codes: 0 valid; 1 invalid (one line on stderr, as serve prints it);
 2 bad usage.
@@ -90,6 +98,13 @@ func configCheck(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", err)
 		return 1
 	}
+	// What serve's configdispatchers plugin builds: ack-mode, headers,
+	// signing secrets, the dead-letter topic and the other delivery
+	// settings are checked there, not by config.Load.
+	if _, err := configdispatchers.Build(eff.Config.MMMQ.Broker.Dispatchers); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		return 1
+	}
 	var notes []string
 	if n := eff.Config.MMMQ.Broker.Storage.MaxOpenSegments; n <= 0 {
 		notes = append(notes, fmt.Sprintf("mmmq.broker.storage.max-open-segments 0 means %d here (a quarter of the open-file limit %d)",
@@ -116,12 +131,16 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
 	values := map[string]string{}
 	for _, s := range eff.Settings {
-		values[s.Key] = formatValue(reflect.ValueOf(s.Value))
+		values[s.Key] = formatValue(reflect.ValueOf(redact(s.Key, s.Value)))
 	}
 	for _, s := range eff.Settings {
 		v := values[s.Key]
 		if m := overrideLimit.FindStringSubmatch(s.Key); m != nil && v == "inherited" {
 			v += ":" + values["mmmq.broker.retention."+m[1]] // the value it inherits
+		}
+		if m := deadLetterKey.FindStringSubmatch(s.Key); m != nil && v == "inherited" {
+			// Absent: the default topic, named after the dispatcher.
+			v = strconv.Quote(dispatcher.DeadLetterPrefix + strings.Trim(values[m[1]+".name"], `"`))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, s.Source())
 	}
@@ -148,9 +167,45 @@ var durationType = reflect.TypeFor[time.Duration]()
 // override leaves out is shown with the broker-wide value it inherits.
 var overrideLimit = regexp.MustCompile(`^mmmq\.broker\.retention\.topics\[\d+\]\.(max-age|max-bytes)$`)
 
+// deadLetterKey matches a dispatcher's dead-letter key; absent, it is
+// shown as the default topic. The submatch is the dispatcher's key.
+var deadLetterKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\])\.dead-letter$`)
+
+// secretKey matches the dispatcher keys whose values are secrets.
+var secretKey = regexp.MustCompile(`^mmmq\.broker\.dispatchers\[\d+\]\.(signing-secrets|headers)$`)
+
+// redact returns the value of key to print: a dispatcher's signing secrets
+// in their redacted form (webhooks.Secret's String, with the fingerprint of
+// the key), its headers with every value admin.RedactedValue; any other
+// key's value as it is.
+func redact(key string, v any) any {
+	if !secretKey.MatchString(key) {
+		return v
+	}
+	switch x := v.(type) {
+	case []string:
+		out := make([]string, len(x))
+		for i, s := range x {
+			out[i] = admin.RedactedValue
+			if sec, err := webhooks.ParseSecret(s); err == nil {
+				out[i] = sec.String()
+			}
+		}
+		return out
+	case map[string]string:
+		out := make(map[string]string, len(x))
+		for name := range x {
+			out[name] = admin.RedactedValue
+		}
+		return out
+	}
+	return admin.RedactedValue
+}
+
 // formatValue shows a setting's value as in the YAML file: strings quoted,
-// durations with their unit ("30s"), lists in brackets; an optional value
-// left out (a nil pointer: a retention override's limit) is "inherited".
+// durations with their unit ("30s"), lists in brackets, mappings in braces
+// sorted by key; an optional value left out (a nil pointer: a retention
+// override's limit) is "inherited".
 func formatValue(v reflect.Value) string {
 	switch {
 	case !v.IsValid():
@@ -169,6 +224,14 @@ func formatValue(v reflect.Value) string {
 			parts[i] = formatValue(v.Index(i))
 		}
 		return "[" + strings.Join(parts, ", ") + "]"
+	case v.Kind() == reflect.Map:
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprint(k) + ": " + formatValue(v.MapIndex(k))
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
 	}
 	return fmt.Sprint(v.Interface())
 }

@@ -182,3 +182,77 @@ func TestConfigCheckRefusesInvalidPatterns(t *testing.T) {
 		})
 	}
 }
+
+// dispatcherConfig is a configuration file with one dispatcher "d" whose
+// extra keys are extra (YAML lines indented for the entry), its data root
+// in a temporary directory and the HTTP port free: serve fails or starts
+// harmlessly.
+func dispatcherConfig(t *testing.T, extra string) string {
+	t.Helper()
+	return writeConfig(t, "server: {port: 0, host: 127.0.0.1}\nmmmq:\n  broker:\n    storage: {root-dir: \""+t.TempDir()+"\"}\n"+
+		"    dispatchers:\n      - name: d\n        host: \"http://localhost:8081\"\n        patterns: [\"a.*\"]\n"+extra)
+}
+
+// config check builds the configured dispatchers as serve does: a bad
+// delivery setting exits 1 with serve's one line, naming the key, and
+// nothing on stdout.
+func TestConfigCheckBuildsDispatchers(t *testing.T) {
+	for name, tc := range map[string]struct{ extra, says string }{
+		"ack-mode":      {"        ack-mode: maybe\n", `mmmq.broker.dispatchers[0]: dispatcher "d": ack-mode "maybe": want "body" or "status"`},
+		"header":        {"        headers: {Content-Type: text/plain}\n", `headers: "Content-Type" is set by the broker`},
+		"header value":  {"        headers: {X-A: \"a\\u0001\"}\n", `headers: the value of "X-A" holds control characters`},
+		"secret":        {"        signing-secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_dG9vc2hvcnQ=\"]\n", "mmmq.broker.dispatchers[0].signing-secrets[1]: "},
+		"dead-letter":   {"        dead-letter: \"a..b\"\n", `dispatcher "d": dead-letter: `},
+		"max-in-flight": {"        max-in-flight: 5000\n", "max-in-flight 5000 outside 1..1024"},
+		"batch":         {"        cloudevents: true\n        batch: {max-messages: 10}\n", "cloudevents cannot be combined with batch"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := dispatcherConfig(t, tc.extra)
+			code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+			if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
+				!strings.HasPrefix(errOut, "mmmq: startup failed: config: mmmq.broker.dispatchers[0]") || !strings.Contains(errOut, tc.says) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and one line saying %q", code, out, errOut, tc.says)
+			}
+			if strings.Contains(errOut, "MfKQ9r8G") || strings.Contains(errOut, "dG9vc2hvcnQ") {
+				t.Fatalf("the error shows a secret: %q", errOut)
+			}
+			if code, _, serveErr := captureAll(t, "serve", "--config", cfg); code != 1 || serveErr != errOut {
+				t.Fatalf("serve: exit %d, stderr %q; config check said %q", code, serveErr, errOut)
+			}
+		})
+	}
+}
+
+// config check never prints a signing secret or a header value: the
+// secrets show as their redacted form with the key's fingerprint, the
+// headers by name with every value "(redacted)"; a dead-letter left out
+// shows the default topic.
+func TestConfigCheckRedactsSecrets(t *testing.T) {
+	cfg := dispatcherConfig(t, "        signing-secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"+
+		"        headers: {Authorization: \"Bearer s3cret-token\", X-Team: billing}\n")
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	for _, secret := range []string{"MfKQ9r8G", "s3cret-token", "billing"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("config check prints %q:\n%s", secret, out)
+		}
+	}
+	for key, want := range map[string]string{
+		"mmmq.broker.dispatchers[0].signing-secrets": "[\"whsec_\u2026(redacted, fingerprint f74e1720)\"] " + cfg,
+		"mmmq.broker.dispatchers[0].headers":         `{Authorization: "(redacted)", X-Team: "(redacted)"} ` + cfg,
+		"mmmq.broker.dispatchers[0].dead-letter":     `"dead-letter.d" default`,
+		"mmmq.broker.dispatchers[0].ack-mode":        `"" default`,
+	} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key+" ") {
+				line = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		if line != key+" "+want {
+			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
+		}
+	}
+}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,15 +19,17 @@ import (
 // (/mmmq/dispatchers) of a running broker.
 func dispatchers(args []string) int {
 	g := &group{name: "dispatchers", about: `Lists, creates, changes, pauses, resumes, moves and deletes the dispatchers of
-a running broker through its admin API (/mmmq/dispatchers). Dispatchers from
-Go code or the configuration file (source go, config) can be paused, resumed
-and sought; only those created here (source api) can be updated or deleted.`,
+a running broker through its admin API (/mmmq/dispatchers), and publishes their
+dead letters again. Dispatchers from Go code or the configuration file (source
+go, config) can be paused, resumed, sought and redriven; only those created
+here (source api) can be updated or deleted. Signing secrets and header values
+are never shown: get and list show them redacted.`,
 		subs: []subcommand{
 			{name: "list", synopsis: "[flags]", run: dispatchersList,
 				brief: "List every dispatcher: name, source (go, config or api), paused, host, patterns, commit policy."},
 			{name: "get", synopsis: "NAME [flags]", run: dispatchersGet,
 				brief: "Show one dispatcher and its progress on each topic it delivers.",
-				about: "Per topic: the committed offset, the high watermark, the lag, the age of the oldest\nunacknowledged message, the state, the attempt, the messages delivered and the last error."},
+				about: "Per topic: the committed offset, the high watermark, the lag, the age of the oldest\nunacknowledged message, the state, the attempt, the messages delivered, given up on\n(exhausted) and dead-lettered, and the last error."},
 			{name: "create", synopsis: "--name NAME --host URL --pattern P [--pattern P ...] [flags] | --file FILE", run: dispatchersCreate,
 				brief: "Create a dispatcher; it starts at once and is kept in dispatchers.json.",
 				about: specAbout},
@@ -43,6 +48,9 @@ and sought; only those created here (source api) can be updated or deleted.`,
 			{name: "seek", synopsis: "NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [flags]", run: dispatchersSeek,
 				brief: "Move the dispatcher's checkpoints, backwards too.",
 				about: seekAbout},
+			{name: "redrive", synopsis: "NAME [--from N] [--to N] [flags]", run: dispatchersRedrive,
+				brief: "Publish the dispatcher's dead letters to their original topics again.",
+				about: redriveAbout},
 		}}
 	return g.run(args)
 }
@@ -52,8 +60,23 @@ const specAbout = `The dispatcher is given either as flags or, with --file FILE 
 input), as the JSON body of the admin API:
   {"name":"billing","host":"http://localhost:8081","patterns":["order.**"],
    "path":"/mmmq/messages","timeout":"30s",
-   "commit":{"policy":"interval","interval":"1s","max-count":1000},"start":"earliest","paused":false}
-Fields left out take the broker's defaults (mmmq.broker.dispatch).`
+   "commit":{"policy":"interval","interval":"1s","max-count":1000},"start":"earliest",
+   "dead-letter":"dead-letter.billing","ack-mode":"body","max-abnormal-attempts":0,
+   "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
+   "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":1,
+   "batch":{"max-messages":0,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
+Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets
+and header values are never shown back: a secret as whsec_` + "\u2026" + `(redacted, fingerprint ...),
+a header value as (redacted); sent back as shown (update, or a file made from
+get --json), they keep the current secret or value.`
+
+// redriveAbout describes redrive.
+const redriveAbout = `Publishes the dead letters at offsets [--from, --to) of the dispatcher's
+dead-letter topic (default: all of them) to the topics they were read from,
+durably, with fresh ids and an mmmq-redriven-from header; the dead letters stay.
+Redriving the same offsets twice publishes them twice. At most 10000 per call:
+when "next" is below "to", run it again with --from NEXT. A dispatcher whose
+dead letters are off is 409 NO_DEAD_LETTERS.`
 
 // seekAbout describes seek's --to.
 const seekAbout = `--to is where each topic's checkpoint goes:
@@ -108,20 +131,53 @@ func dispatchersGet(r *remote, args []string) int {
 				age = time.Duration(t.OldestUnackedAgeSeconds * float64(time.Second)).Round(time.Millisecond).String()
 			}
 			rows = append(rows, []string{t.Topic, num(t.Committed), num(t.HighWatermark), num(t.Lag), t.State,
-				num(t.Attempt), num(t.Delivered), age, when(t.NextRetry), orDash(t.LastError)})
+				num(t.Attempt), num(t.Delivered), num(t.Exhausted), num(t.DeadLettered), age, when(t.NextRetry), orDash(t.LastError)})
 		}
 		return dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
-			"ATTEMPT", "DELIVERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
+			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
 	})
 }
 
-// dispatcherBlock shows one dispatcher as "key: value" lines.
+// dispatcherBlock shows one dispatcher as "key: value" lines (secrets and
+// header values as the broker shows them: redacted).
 func dispatcherBlock(d admin.Listed) string {
+	deadLetter := "off (log and skip)"
+	if d.DeadLetter == nil || *d.DeadLetter != "" {
+		deadLetter = orDash(deref(d.DeadLetter))
+	}
+	abnormal := "retry for ever"
+	if d.MaxAbnormalAttempts > 0 || d.MaxAbnormalDuration > 0 {
+		abnormal = fmt.Sprintf("dead-letter after %d attempts or %s (0: no limit)", d.MaxAbnormalAttempts, time.Duration(d.MaxAbnormalDuration))
+	}
+	headers := make([]string, 0, len(d.Headers))
+	for _, name := range slices.Sorted(maps.Keys(d.Headers)) {
+		headers = append(headers, name+": "+d.Headers[name])
+	}
 	return block([][2]string{
 		{"name", d.Name}, {"source", d.Source}, {"paused", yesNo(d.Paused)}, {"host", d.Host},
 		{"patterns", strings.Join(d.Patterns, ", ")}, {"path", orDash(d.Path)},
 		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)}, {"start", orDash(d.Start)},
+		{"dead-letter", deadLetter}, {"ack-mode", orDash(d.AckMode)}, {"abnormal-limit", abnormal},
+		{"backoff-jitter", yesNo(d.BackoffJitter)}, {"signing-secrets", orDash(strings.Join(d.SigningSecrets, ", "))},
+		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
+		{"max-in-flight", num(d.MaxInFlight)}, {"batch", batchText(d.Batch)},
 	})
+}
+
+// batchText describes a batch setting in a few words.
+func batchText(b *admin.BatchSpec) string {
+	if b == nil || b.MaxMessages == 0 {
+		return "off"
+	}
+	return fmt.Sprintf("up to %d messages or %d bytes, waiting up to %s", b.MaxMessages, b.MaxBytes, time.Duration(b.MaxWait))
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // commitText describes a commit policy in a few words.
@@ -259,4 +315,57 @@ func dispatchersSeek(r *remote, args []string) int {
 		}
 		return table([]string{"TOPIC", "PREVIOUS", "OFFSET"}, rows)
 	})
+}
+
+func dispatchersRedrive(r *remote, args []string) int {
+	// Given or not is what counts (Visit below): no default is shown.
+	from := r.fs.Int64("from", 0, "the first offset of the dead-letter topic to redrive (left out: its first)")
+	to := r.fs.Int64("to", 0, "one past the last offset to redrive (left out: its high watermark)")
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	req := admin.RedriveRequest{}
+	var bad []string
+	r.fs.Visit(func(fl *flag.Flag) {
+		switch {
+		case fl.Name == "from" && *from < 0, fl.Name == "to" && *to < 0:
+			bad = append(bad, "--"+fl.Name)
+		case fl.Name == "from":
+			req.From = from
+		case fl.Name == "to":
+			req.To = to
+		}
+	})
+	if len(bad) > 0 {
+		return r.usageError("%s must be an offset >= 0", strings.Join(bad, " and "))
+	}
+	var body []byte
+	if req.From != nil || req.To != nil {
+		body, _ = json.Marshal(req)
+	}
+	var out dispatcher.RedriveResult
+	return r.call(http.MethodPost, dispatcherPath(pos[0])+"/redrive", body, &out, func() string { return redriveText(out) })
+}
+
+// redriveText summarises a redrive: the range, how many were published
+// again and skipped (with why, the first few), and where to go on.
+func redriveText(res dispatcher.RedriveResult) string {
+	next := num(res.Next)
+	if res.Next < res.To {
+		next += fmt.Sprintf(" (stopped at the per-call limit: run again with --from %d)", res.Next)
+	}
+	text := block([][2]string{
+		{"dead-letter topic", res.DeadLetterTopic}, {"range", fmt.Sprintf("[%d, %d)", res.From, res.To)},
+		{"redriven", num(len(res.Redriven))}, {"skipped", num(len(res.Skipped))}, {"next", next},
+	})
+	const shown = 10
+	for i, sk := range res.Skipped {
+		if i == shown {
+			text += fmt.Sprintf("  ... and %d more skipped (--json lists them all)\n", len(res.Skipped)-shown)
+			break
+		}
+		text += fmt.Sprintf("  skipped offset %d: %s\n", sk.Offset, sk.Reason)
+	}
+	return text
 }

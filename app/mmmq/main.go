@@ -4,7 +4,7 @@
 //	mmmq config check [--config FILE]   validate the configuration as serve would; print it with sources
 //	mmmq verify [--root DIR] [--repair] [--json]  offline check of every topic; exit 3 on corruption
 //	mmmq dump --topic T [--root DIR] [--from N] [--count K]
-//	mmmq dispatchers list|get|create|update|delete|pause|resume|seek ...   a running broker's dispatchers
+//	mmmq dispatchers list|get|create|update|delete|pause|resume|seek|redrive ...   a running broker's dispatchers
 //	mmmq topics list|get NAME                                            a running broker's topics and groups
 //	mmmq version
 //
@@ -84,6 +84,8 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
   mmmq dispatchers delete NAME [--delete-checkpoints]
   mmmq dispatchers pause|resume NAME
   mmmq dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN]
+  mmmq dispatchers redrive NAME [--from N] [--to N]
+                                        publish its dead letters to their topics again
   mmmq topics list|get NAME             the topics; one with its consumer groups
                                         (mmmq dispatchers --help, mmmq topics --help)
 

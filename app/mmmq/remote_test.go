@@ -19,6 +19,7 @@ import (
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 )
 
@@ -477,6 +478,12 @@ func TestRemoteCommandUsage(t *testing.T) {
 		{[]string{"dispatchers", "seek", "a", "--to", "yesterday"}, "usage: mmmq dispatchers seek NAME", `got "yesterday"`},
 		{[]string{"dispatchers", "seek", "a", "--to", "-1"}, "usage: mmmq dispatchers seek NAME", `got "-1"`},
 		{[]string{"dispatchers", "seek", "a", "--to", "ts:x"}, "usage: mmmq dispatchers seek NAME", `got "ts:x"`},
+		{[]string{"dispatchers", "create", "--name", "a", "--host", "http://h:1", "--pattern", "a", "--header", "X-A"}, "usage: mmmq dispatchers create", `want NAME=VALUE; got "X-A"`},
+		{[]string{"dispatchers", "update", "a", "--header", "=v"}, "usage: mmmq dispatchers update NAME", `want NAME=VALUE; got "=v"`},
+		{[]string{"dispatchers", "create", "--file", file, "--signing-secret", "whsec_x"}, "usage: mmmq dispatchers create", "give no --signing-secret with it"},
+		{[]string{"dispatchers", "redrive"}, "usage: mmmq dispatchers redrive NAME", "missing NAME"},
+		{[]string{"dispatchers", "redrive", "a", "--to", "-1"}, "usage: mmmq dispatchers redrive NAME", "--to must be an offset >= 0"},
+		{[]string{"dispatchers", "redrive", "a", "--from", "x"}, "usage: mmmq dispatchers redrive NAME", `invalid value "x" for flag -from`},
 		{[]string{"topics", "get"}, "usage: mmmq topics get NAME", "missing NAME"},
 		{[]string{"topics", "list", "--server", "ftp://h"}, "usage: mmmq topics list", "want an http:// or https:// URL"},
 		{[]string{"topics", "list", "--request-timeout", "0s"}, "usage: mmmq topics list", "--request-timeout must be > 0"},
@@ -493,13 +500,13 @@ func TestRemoteCommandUsage(t *testing.T) {
 // seek's --to.
 func TestRemoteCommandHelp(t *testing.T) {
 	_, out := capture(t, "--help")
-	for _, want := range []string{"mmmq dispatchers list|get NAME", "mmmq dispatchers seek NAME --to", "mmmq topics list|get NAME"} {
+	for _, want := range []string{"mmmq dispatchers list|get NAME", "mmmq dispatchers seek NAME --to", "mmmq dispatchers redrive NAME [--from N] [--to N]", "mmmq topics list|get NAME"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("mmmq --help lacks %q", want)
 		}
 	}
 	_, out = capture(t, "dispatchers", "--help")
-	for _, sub := range []string{"list", "get", "create", "update", "delete", "pause", "resume", "seek"} {
+	for _, sub := range []string{"list", "get", "create", "update", "delete", "pause", "resume", "seek", "redrive"} {
 		if !strings.Contains(out, "\n  "+sub+" ") {
 			t.Errorf("mmmq dispatchers --help lacks %s:\n%s", sub, out)
 		}
@@ -510,7 +517,141 @@ func TestRemoteCommandHelp(t *testing.T) {
 			t.Errorf("mmmq dispatchers seek --help lacks %q:\n%s", want, out)
 		}
 	}
+	_, out = capture(t, "dispatchers", "redrive", "--help")
+	for _, want := range []string{"-from int", "-to int", "-json", "dead-letter topic", "NO_DEAD_LETTERS", "--from NEXT"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mmmq dispatchers redrive --help lacks %q:\n%s", want, out)
+		}
+	}
+	_, out = capture(t, "dispatchers", "create", "--help")
+	for _, want := range []string{"-ack-mode", "-dead-letter", "-max-in-flight", "-batch-max-messages", "-batch-max-bytes", "-batch-max-wait",
+		"-max-abnormal-attempts", "-max-abnormal-duration", "-backoff-jitter", "-signing-secret", "-header", "-cloudevents", "(redacted)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mmmq dispatchers create --help lacks %q:\n%s", want, out)
+		}
+	}
 	if _, out = capture(t, "topics", "--help"); !strings.Contains(out, "\n  list ") || !strings.Contains(out, "\n  get ") {
 		t.Errorf("mmmq topics --help:\n%s", out)
 	}
+}
+
+// testSecret is a valid signing secret; its fingerprint is f74e1720.
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// storedFile is the broker's dispatchers.json.
+func (b *cliBroker) storedFile() string {
+	b.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(b.root, admin.FileName))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// The delivery settings go through create and update as flags; get shows
+// them, the secret and header values redacted, never in the output; an
+// update of other fields keeps the secrets and headers (dispatchers.json
+// still holds them); --header replaces the headers; --dead-letter ""
+// turns dead letters off; the broker's refusals name the field.
+func TestDispatchersDeliveryFlags(t *testing.T) {
+	b := startCLIBroker(t)
+	out := b.ok("dispatchers", "create", "--name", "signed", "--host", b.consumer, "--pattern", "s.*", "--paused",
+		"--ack-mode", "status", "--dead-letter", "dl.signed", "--max-abnormal-attempts", "5", "--max-abnormal-duration", "1h",
+		"--backoff-jitter", "--signing-secret", testSecret, "--header", "Authorization=Bearer s3cret=token", "--header", "X-A=1",
+		"--max-in-flight", "4", "--batch-max-messages", "10", "--batch-max-wait", "50ms")
+	requireLines(t, "create", out, "name: signed", "ack-mode: status", "dead-letter: dl.signed",
+		"abnormal-limit: dead-letter after 5 attempts or 1h0m0s", "backoff-jitter: yes",
+		"signing-secrets: whsec_\u2026(redacted, fingerprint f74e1720)", "headers: Authorization: (redacted), X-A: (redacted)",
+		"cloudevents: no", "max-in-flight: 4", "batch: up to 10 messages or 1048576 bytes, waiting up to 50ms")
+	for _, cmd := range [][]string{{"dispatchers", "get", "signed"}, {"dispatchers", "get", "signed", "--json"}, {"dispatchers", "list", "--json"}} {
+		if got := b.ok(cmd...); strings.Contains(got, "MfKQ9r8G") || strings.Contains(got, "s3cret") {
+			t.Fatalf("%v shows a secret:\n%s", cmd, got)
+		}
+	}
+	if f := b.storedFile(); !strings.Contains(f, testSecret) || !strings.Contains(f, `"Bearer s3cret=token"`) {
+		t.Fatalf("dispatchers.json lacks the secret or the header:\n%s", f)
+	}
+
+	// An update of the patterns keeps the secret and the headers.
+	requireLines(t, "update", b.ok("dispatchers", "update", "signed", "--pattern", "t.*"),
+		"patterns: t.*", "signing-secrets: whsec_\u2026(redacted, fingerprint f74e1720)", "headers: Authorization: (redacted), X-A: (redacted)",
+		"ack-mode: status", "max-in-flight: 4")
+	if f := b.storedFile(); !strings.Contains(f, testSecret) || !strings.Contains(f, `"Bearer s3cret=token"`) || !strings.Contains(f, `"t.*"`) {
+		t.Fatalf("after update dispatchers.json lost the secret or the header:\n%s", f)
+	}
+	// --header replaces them all; "(redacted)" keeps one.
+	requireLines(t, "update --header", b.ok("dispatchers", "update", "signed", "--header", "X-B=2", "--header", "authorization=(redacted)"),
+		"headers: X-B: (redacted), authorization: (redacted)")
+	if f := b.storedFile(); !strings.Contains(f, `"authorization": "Bearer s3cret=token"`) || strings.Contains(f, "X-A") {
+		t.Fatalf("after update --header:\n%s", f)
+	}
+	requireLines(t, "update --dead-letter ''", b.ok("dispatchers", "update", "signed", "--dead-letter", ""), "dead-letter: off (log and skip)")
+
+	for _, tc := range []struct{ args []string }{
+		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--ack-mode", "maybe"}},
+		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--cloudevents", "--batch-max-messages", "2"}},
+		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--signing-secret", "whsec_c2hvcnQ="}},
+		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--header", "Host=h"}},
+	} {
+		b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher: ", tc.args...)
+	}
+	if _, ok := b.listed()["x"]; ok {
+		t.Fatal("a refused create made a dispatcher")
+	}
+}
+
+// redrive publishes a dispatcher's dead letters again: a range, then the
+// rest, with a summary (or the broker's JSON); bad offsets are usage
+// errors; a dispatcher whose dead letters are off is 409.
+func TestDispatchersRedrive(t *testing.T) {
+	b := startCLIBroker(t)
+	nack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"acknowledgement":"NACK"}`)
+	}))
+	defer nack.Close()
+	b.publish("order.created", 3)
+	b.ok("dispatchers", "create", "--name", "billing", "--host", nack.URL, "--pattern", "order.*")
+	var st admin.Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		json.Unmarshal([]byte(b.ok("dispatchers", "get", "billing", "--json")), &st)
+		if len(st.Topics) == 1 && st.Topics[0].DeadLettered == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not dead-lettered: %+v", st)
+		}
+	}
+	requireLines(t, "get", b.ok("dispatchers", "get", "billing"), "dead-letter: dead-letter.billing",
+		"TOPIC COMMITTED HIGH-WATERMARK LAG STATE ATTEMPT DELIVERED EXHAUSTED DEAD-LETTERED", "order.created 3 3 0 idle 0 0 3 3 ")
+	b.ok("dispatchers", "pause", "billing")
+
+	requireLines(t, "redrive range", b.ok("dispatchers", "redrive", "billing", "--from", "0", "--to", "1"),
+		"dead-letter topic: dead-letter.billing", "range: [0, 1)", "redriven: 1", "skipped: 0", "next: 1")
+	var res dispatcher.RedriveResult
+	if err := json.Unmarshal([]byte(b.ok("dispatchers", "redrive", "billing", "--from", "1", "--json")), &res); err != nil ||
+		res.From != 1 || res.To != 3 || len(res.Redriven) != 2 || res.Redriven[1].Topic != "order.created" || res.Redriven[1].Offset != 5 {
+		t.Fatalf("redrive --json: %+v, %v", res, err)
+	}
+	requireLines(t, "redrive all", b.ok("dispatchers", "redrive", "billing"), "range: [0, 3)", "redriven: 3")
+	b.fails("mmmq: 400 BAD_REQUEST: redrive range [4, 3)", "dispatchers", "redrive", "billing", "--from", "4")
+	b.fails("mmmq: 404 NOT_FOUND: ", "dispatchers", "redrive", "nope")
+	b.ok("dispatchers", "create", "--name", "off", "--host", nack.URL, "--pattern", "none", "--dead-letter", "")
+	b.fails("mmmq: 409 NO_DEAD_LETTERS: ", "dispatchers", "redrive", "off")
+	code, out, errOut := b.cli("dispatchers", "redrive", "billing", "--from", "-1", "--to", "-2")
+	if code != 2 || out != "" || !strings.Contains(errOut, "--from and --to must be an offset >= 0") || !strings.Contains(errOut, "usage: mmmq dispatchers redrive NAME") {
+		t.Fatalf("negative offsets: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// redriveText says where to go on when the per-call limit stopped a
+// redrive, and lists the first skips.
+func TestRedriveText(t *testing.T) {
+	res := dispatcher.RedriveResult{DeadLetterTopic: "dl", From: 0, To: 20000, Next: 10000}
+	for i := range 12 {
+		res.Skipped = append(res.Skipped, dispatcher.RedriveSkip{Offset: int64(i), Reason: "not a dead letter"})
+	}
+	requireLines(t, "text", redriveText(res), "next: 10000 (stopped at the per-call limit: run again with --from 10000)",
+		"skipped: 12", "skipped offset 9: not a dead letter", "... and 2 more skipped")
 }

@@ -28,6 +28,19 @@ type specFlags struct {
 	maxCount int
 	start    string
 	paused   bool
+
+	deadLetter   string
+	ackMode      string
+	abnAttempts  int
+	abnDuration  time.Duration
+	jitter       bool
+	secrets      []string
+	headers      map[string]string
+	cloudEvents  bool
+	maxInFlight  int
+	batchMsgs    int
+	batchBytes   int64
+	batchMaxWait time.Duration
 }
 
 // addSpecFlags adds the dispatcher flags to r (--name only with withName:
@@ -51,11 +64,47 @@ func addSpecFlags(r *remote, withName bool) *specFlags {
 	fs.IntVar(&f.maxCount, "commit-max-count", 0, "with --commit-policy interval: or after this many messages")
 	fs.StringVar(&f.start, "start", "", "earliest (default: every stored message) or latest (skip what the topics hold now)")
 	fs.BoolVar(&f.paused, "paused", false, "create it paused (update: --paused=false resumes it)")
+	f.addDeliveryFlags()
 	return f
 }
 
+// addDeliveryFlags adds the flags of the delivery settings.
+func (f *specFlags) addDeliveryFlags() {
+	fs := f.r.fs
+	fs.StringVar(&f.deadLetter, "dead-letter", "", `dead-letter topic (default dead-letter.<name>; "" turns dead letters off: log and skip)`)
+	fs.StringVar(&f.ackMode, "ack-mode", "", "body (default: the {\"acknowledgement\":...} answer) or status (any 2xx is an ACK, most 4xx a NACK)")
+	fs.IntVar(&f.abnAttempts, "max-abnormal-attempts", 0, "dead-letter a message after this many abnormal answers (default 0: retry for ever)")
+	fs.DurationVar(&f.abnDuration, "max-abnormal-duration", 0, "dead-letter a message still answered abnormally this long after the first time (default 0: never)")
+	fs.BoolVar(&f.jitter, "backoff-jitter", false, "draw each backoff wait from (0, delay] (full jitter)")
+	fs.Func("signing-secret", "sign every push with this whsec_ secret; repeat for more (rotation); replaces the list; "+
+		"the redacted form get shows keeps that secret (a secret on the command line is visible to other local users: prefer --file)",
+		func(s string) error {
+			f.secrets = append(f.secrets, s)
+			return nil
+		})
+	fs.Func("header", "NAME=VALUE added to every push; repeat for more; replaces all headers; the value (redacted) keeps the current one",
+		func(s string) error {
+			name, value, ok := strings.Cut(s, "=")
+			if !ok || name == "" {
+				return fmt.Errorf("want NAME=VALUE; got %q", s)
+			}
+			if f.headers == nil {
+				f.headers = map[string]string{}
+			}
+			f.headers[name] = value
+			return nil
+		})
+	fs.BoolVar(&f.cloudEvents, "cloudevents", false, "send pushes as CloudEvents 1.0 in binary mode (not with batches)")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "pushes of one topic outstanding at once, 1..1024 (default 1; above 1 the consumer may see them out of order)")
+	fs.IntVar(&f.batchMsgs, "batch-max-messages", 0, "send up to this many messages per push, as a JSON array (default 0: one per push)")
+	fs.Int64Var(&f.batchBytes, "batch-max-bytes", 0, "with batches: at most this many stored-message bytes per push (default 1048576)")
+	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "with batches: wait this long for a batch to fill (default 0: send at once)")
+}
+
 // specFlagNames are the flags that are a field of the dispatcher.
-var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused"}
+var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused",
+	"dead-letter", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
+	"cloudevents", "max-in-flight", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
 
 // given returns the dispatcher flags set on the command line.
 func (f *specFlags) given() []string {
@@ -79,6 +128,9 @@ func (f *specFlags) apply(s *admin.Spec) {
 		return s.Commit
 	}
 	f.r.fs.Visit(func(fl *flag.Flag) {
+		if f.applyDelivery(s, fl.Name) {
+			return
+		}
 		switch fl.Name {
 		case "name":
 			s.Name = f.name
@@ -102,6 +154,46 @@ func (f *specFlags) apply(s *admin.Spec) {
 			s.Paused = f.paused
 		}
 	})
+}
+
+// applyDelivery sets the delivery field of s that flag name is, and
+// reports whether it is one.
+func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
+	batch := func() *admin.BatchSpec {
+		if s.Batch == nil {
+			s.Batch = &admin.BatchSpec{}
+		}
+		return s.Batch
+	}
+	switch name {
+	case "dead-letter":
+		s.DeadLetter = &f.deadLetter
+	case "ack-mode":
+		s.AckMode = f.ackMode
+	case "max-abnormal-attempts":
+		s.MaxAbnormalAttempts = f.abnAttempts
+	case "max-abnormal-duration":
+		s.MaxAbnormalDuration = admin.Duration(f.abnDuration)
+	case "backoff-jitter":
+		s.BackoffJitter = f.jitter
+	case "signing-secret":
+		s.SigningSecrets = f.secrets
+	case "header":
+		s.Headers = f.headers
+	case "cloudevents":
+		s.CloudEvents = f.cloudEvents
+	case "max-in-flight":
+		s.MaxInFlight = f.maxInFlight
+	case "batch-max-messages":
+		batch().MaxMessages = f.batchMsgs
+	case "batch-max-bytes":
+		batch().MaxBytes = f.batchBytes
+	case "batch-max-wait":
+		batch().MaxWait = admin.Duration(f.batchMaxWait)
+	default:
+		return false
+	}
+	return true
 }
 
 // fileBody returns the body --file names (nil without --file), or the

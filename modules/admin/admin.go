@@ -1,14 +1,16 @@
 // Package admin is the live administration of dispatchers: the REST API at
 // /mmmq/dispatchers (the newest Java mmmq's shape, extended) that lists,
-// creates, replaces, deletes, pauses, resumes and seeks dispatchers while
-// the broker runs, and dispatchers.json, where the dispatchers created
-// through it are kept across restarts.
+// creates, replaces, deletes, pauses, resumes and seeks dispatchers and
+// redrives their dead letters while the broker runs, and dispatchers.json,
+// where the dispatchers created through it are kept across restarts (with
+// their signing secrets and push header values, which the API never shows:
+// see Spec).
 //
 // Dispatchers declared in Go code ("go") or in the configuration file
-// ("config") are listed and may be paused, resumed and sought, but not
-// replaced or deleted (409 READ_ONLY); only "api" dispatchers are. A pause
-// of a go or config dispatcher lasts until the broker restarts; an api
-// dispatcher's pause is stored with it.
+// ("config") are listed and may be paused, resumed, sought and redriven,
+// but not replaced or deleted (409 READ_ONLY); only "api" dispatchers are.
+// A pause of a go or config dispatcher lasts until the broker restarts; an
+// api dispatcher's pause is stored with it.
 package admin
 
 import (
@@ -54,6 +56,10 @@ type Admin struct {
 	log   *zap.Logger
 
 	mu sync.Mutex
+	// secrets are the serialized signing secrets of each api dispatcher,
+	// as it was created or replaced: a Dispatcher holds parsed secrets,
+	// which never give their key back, and dispatchers.json must keep them.
+	secrets map[string][]string
 }
 
 // New returns an Admin over the dispatchers of m (whose set is set),
@@ -62,7 +68,7 @@ func New(m *dispatcher.Manager, set *dispatcher.Set, store *Store, opts Options)
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger}
+	return &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger, secrets: map[string][]string{}}
 }
 
 // Start loads dispatchers.json and starts its dispatchers (paused ones
@@ -90,6 +96,7 @@ func (a *Admin) Start() error {
 		if err := a.m.Restore(d, s.Paused); err != nil {
 			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
 		}
+		a.secrets[d.Name()] = s.SigningSecrets
 	}
 	if len(specs) > 0 {
 		a.log.Info("dispatchers loaded", zap.String("file", a.store.Path()), zap.Int("dispatchers", len(specs)))
@@ -118,6 +125,9 @@ func (a *Admin) List() []Listed {
 func (a *Admin) Create(s Spec) (Listed, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := resolveRedacted(&s, nil, nil); err != nil {
+		return Listed{}, err
+	}
 	d, err := a.check(s)
 	if err != nil {
 		return Listed{}, err
@@ -128,7 +138,7 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 	if a.opts.GroupTaken != nil && a.opts.GroupTaken(d.Name()) {
 		return Listed{}, contract.NewError(contract.CodeNameTaken, fmt.Sprintf("admin: %q is the name of a consumer group (they share checkpoint files)", d.Name()))
 	}
-	stored := specOf(d, s.Paused)
+	stored := storedSpecOf(d, s.Paused, s.SigningSecrets)
 	if err := a.save(d.Name(), &stored); err != nil {
 		return Listed{}, err
 	}
@@ -140,11 +150,13 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 		a.undo(d.Name(), nil) // the file must not keep what was refused
 		return Listed{}, err
 	}
+	a.secrets[d.Name()] = stored.SigningSecrets
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
 }
 
 // Replace replaces the api dispatcher of s's name (its checkpoints are
-// kept). Errors as Create, 404 for an unknown name, 409 READ_ONLY.
+// kept). Redacted secrets and header values in s keep the current ones
+// (see Spec). Errors as Create, 404 for an unknown name, 409 READ_ONLY.
 func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -157,13 +169,16 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 	if err := a.writable(name); err != nil {
 		return Listed{}, err
 	}
+	prev, _ := a.set.Get(name)
+	if err := resolveRedacted(&s, prev, a.secrets[name]); err != nil {
+		return Listed{}, err
+	}
 	d, err := a.check(s)
 	if err != nil {
 		return Listed{}, err
 	}
-	prev, _ := a.set.Get(name)
-	before := specOf(prev, a.m.Paused(name))
-	stored := specOf(d, s.Paused)
+	before := storedSpecOf(prev, a.m.Paused(name), a.secrets[name])
+	stored := storedSpecOf(d, s.Paused, s.SigningSecrets)
 	if err := a.save(name, &stored); err != nil {
 		return Listed{}, err
 	}
@@ -175,6 +190,7 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 		a.setPaused(name, before.Paused)
 		return Listed{}, err
 	}
+	a.secrets[name] = stored.SigningSecrets
 	a.setPaused(name, s.Paused)
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
 }
@@ -193,6 +209,7 @@ func (a *Admin) Delete(name string, deleteCheckpoints bool) error {
 	if _, err := a.m.Remove(name); err != nil {
 		return err
 	}
+	delete(a.secrets, name)
 	if deleteCheckpoints {
 		return a.m.DeleteCheckpoints(name)
 	}
@@ -209,7 +226,7 @@ func (a *Admin) SetPaused(name string, paused bool) (Listed, error) {
 		return Listed{}, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
 	}
 	if d.Origin() == dispatcher.OriginAPI {
-		s := specOf(d, paused)
+		s := storedSpecOf(d, paused, a.secrets[name])
 		if err := a.save(name, &s); err != nil {
 			return Listed{}, err
 		}
@@ -301,14 +318,15 @@ func (a *Admin) undo(name string, s *Spec) {
 	}
 }
 
-// save writes the api dispatchers with name set to s (nil: removed).
+// save writes the api dispatchers with name set to s (nil: removed), with
+// their real secrets and header values (storedSpecOf).
 func (a *Admin) save(name string, s *Spec) error {
 	var specs []Spec
 	for _, d := range a.set.All() {
 		if d.Origin() != dispatcher.OriginAPI || d.Name() == name {
 			continue
 		}
-		specs = append(specs, specOf(d, a.m.Paused(d.Name())))
+		specs = append(specs, storedSpecOf(d, a.m.Paused(d.Name()), a.secrets[d.Name()]))
 	}
 	if s != nil {
 		specs = append(specs, *s)

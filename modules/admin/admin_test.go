@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 // TestDecodeSpec: the body of a create or replace is checked field by
@@ -30,6 +33,15 @@ func TestDecodeSpec(t *testing.T) {
 		`not json`:                      "invalid dispatcher",
 		``:                              "the body is empty: send a JSON object",
 		`{"commit":{"every":"always"}}`: `unknown field "every"`,
+		`{"dead-letter":7}`:             `field "dead-letter" must be a JSON string`,
+		`{"signing-secrets":"whsec_x"}`: `field "signing-secrets" must be a JSON array`,
+		`{"headers":{"X-A":1}}`:         `field "headers" must be a JSON object of strings`,
+		`{"headers":["X-A"]}`:           `field "headers" must be a JSON object of strings`,
+		`{"max-in-flight":"4"}`:         `field "max-in-flight" must be a JSON number`,
+		`{"max-abnormal-duration":"1"}`: `must be a duration >= 0 such as "30s"; got "1"`,
+		`{"backoff-jitter":"yes"}`:      `field "backoff-jitter" must be a JSON boolean`,
+		`{"batch":{"max-wait":"-1s"}}`:  `got "-1s"`,
+		`{"batch":{"size":10}}`:         `unknown field "size"`,
 	} {
 		_, err := decodeSpec([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {
@@ -45,27 +57,150 @@ func TestDecodeSpec(t *testing.T) {
 		{Spec{Name: "d", Host: "http://h", Patterns: []string{"a"}}, "host"},
 		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a", "b..c"}}, "patterns[1]"},
 		{Spec{Name: "../x", Host: "http://h:1", Patterns: []string{"a"}}, "name"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("a..b")}, "dead-letter"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, AckMode: "maybe"}, `ack-mode "maybe"`},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxAbnormalAttempts: -1}, "max-abnormal-attempts"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{testSecret, "whsec_short"}}, "signing-secrets[1]"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"Content-Type": "x"}}, `headers: "Content-Type"`},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"bad name": "x"}}, `headers: "bad name"`},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"X-A": "a\nb"}}, `headers: the value of "X-A"`},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxInFlight: 2000}, "max-in-flight 2000"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: &BatchSpec{MaxMessages: 20000}}, "batch"},
+		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: &BatchSpec{MaxMessages: 2}, CloudEvents: true}, "cloudevents"},
 	} {
-		if _, err := tc.s.build(config.Default().MMMQ.Broker.Dispatch); err == nil || !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("%+v: %v, want it to say %q", tc.s, err, tc.says)
+		if _, err := tc.s.build(config.Default().MMMQ.Broker.Dispatch); err == nil || !strings.Contains(err.Error(), tc.says) ||
+			contract.Classify(err).Status != 400 {
+			t.Errorf("%+v: %v, want a 400 saying %q", tc.s, err, tc.says)
 		}
 	}
 }
 
-// TestSpecRoundTrip: what the API shows of a dispatcher builds the same
-// dispatcher again (dispatchers.json is written from it).
+func ptr[T any](v T) *T { return &v }
+
+// testSecret is a valid signing secret (24 bytes).
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// TestSpecRoundTrip: what dispatchers.json keeps of a dispatcher
+// (storedSpecOf) builds the same dispatcher again, every delivery setting
+// included; what the API shows (specOf) is the same but for the secrets
+// and header values, which it redacts.
 func TestSpecRoundTrip(t *testing.T) {
 	defaults := config.Default().MMMQ.Broker.Dispatch
 	in := Spec{Name: "d", Host: "https://h:8443", Patterns: []string{"a.**", "b.*"}, Path: "/in", Timeout: Duration(3 * time.Second),
-		Commit: &CommitSpec{Policy: "interval", Interval: Duration(time.Second), MaxCount: 50}}
+		Commit: &CommitSpec{Policy: "interval", Interval: Duration(time.Second), MaxCount: 50}, Start: "latest",
+		DeadLetter: ptr("dl.d"), AckMode: "status", MaxAbnormalAttempts: 5, MaxAbnormalDuration: Duration(time.Minute),
+		BackoffJitter: true, SigningSecrets: []string{testSecret}, Headers: map[string]string{"Authorization": "Bearer t"},
+		MaxInFlight: 4, Batch: &BatchSpec{MaxMessages: 10, MaxWait: Duration(50 * time.Millisecond)}}
 	d, err := in.build(defaults)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := specOf(d, true)
-	d2, err := out.build(defaults)
-	if err != nil || d2.String() != d.String() || d2.CommitPolicy() != d.CommitPolicy() || !out.Paused {
-		t.Fatalf("round trip: %+v -> %v, %v", out, d2, err)
+	same := func(d2 *dispatcher.Dispatcher) bool {
+		return d2.String() == d.String() && d2.CommitPolicy() == d.CommitPolicy() && d2.Start() == d.Start() &&
+			d2.DeadLetter() == "dl.d" && d2.AckMode() == dispatcher.AckStatus && d2.AbnormalLimit() == d.AbnormalLimit() &&
+			d2.BackoffJitter() && d2.MaxInFlight() == 4 && d2.Batch() == d.Batch() &&
+			fmt.Sprint(d2.SigningSecrets()) == fmt.Sprint(d.SigningSecrets()) && d2.Headers()["Authorization"] == "Bearer t"
+	}
+	stored := storedSpecOf(d, true, in.SigningSecrets)
+	d2, err := stored.build(defaults)
+	if err != nil || !same(d2) || !stored.Paused || stored.Batch.MaxBytes != dispatcher.DefaultBatchMaxBytes {
+		t.Fatalf("round trip: %+v -> %v, %v", stored, d2, err)
+	}
+	shown := specOf(d, true)
+	sec, _ := webhooks.ParseSecret(testSecret)
+	if len(shown.SigningSecrets) != 1 || shown.SigningSecrets[0] != sec.String() || !strings.Contains(shown.SigningSecrets[0], "fingerprint "+sec.Fingerprint()) ||
+		!strings.HasPrefix(shown.SigningSecrets[0], webhooks.SecretPrefix+redactedSecretMark) || shown.Headers["Authorization"] != RedactedValue {
+		t.Fatalf("shown: %+v", shown)
+	}
+	b, _ := json.Marshal(shown)
+	if strings.Contains(string(b), strings.TrimPrefix(testSecret, webhooks.SecretPrefix)) || strings.Contains(string(b), "Bearer") {
+		t.Fatalf("specOf shows a secret: %s", b)
+	}
+	if d.Headers()["Authorization"] != "Bearer t" {
+		t.Fatal("specOf changed the dispatcher's headers")
+	}
+	// The defaults are shown as they apply: the dead-letter topic by the
+	// name, ack-mode body, one push at a time, no batch.
+	plain, err := Spec{Name: "p", Host: "http://h:1", Patterns: []string{"a"}}.build(defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := specOf(plain, false)
+	if ps.DeadLetter == nil || *ps.DeadLetter != "dead-letter.p" || ps.AckMode != "body" || ps.MaxInFlight != 1 || ps.Batch != nil ||
+		ps.SigningSecrets != nil || ps.Headers != nil {
+		t.Fatalf("defaults shown: %+v", ps)
+	}
+	off, err := Spec{Name: "p", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("")}.build(defaults)
+	if err != nil || *specOf(off, false).DeadLetter != "" {
+		t.Fatalf("dead letters off: %v", err)
+	}
+}
+
+// TestResolveRedacted: a PUT that sends back what GET showed keeps the
+// secrets and header values it stands for, finds a header whatever the
+// case of its name, takes new values as given, and refuses (400 naming the
+// field) a redacted form that stands for nothing, and any in a create.
+func TestResolveRedacted(t *testing.T) {
+	defaults := config.Default().MMMQ.Broker.Dispatch
+	other, _ := webhooks.NewSecret()
+	cur, err := Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{other, testSecret},
+		Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}.build(defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{other, testSecret}
+	shown := specOf(cur, false)
+	fresh, _ := webhooks.NewSecret()
+	s := shown
+	s.SigningSecrets = []string{shown.SigningSecrets[1], fresh}
+	s.Headers = map[string]string{"authorization": RedactedValue, "X-A": "new", "X-B": "b"}
+	if err := resolveRedacted(&s, cur, secrets); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(s.SigningSecrets, " ") != testSecret+" "+fresh ||
+		fmt.Sprint(s.Headers) != fmt.Sprint(map[string]string{"authorization": "Bearer t", "X-A": "new", "X-B": "b"}) {
+		t.Fatalf("resolved: %v %v", s.SigningSecrets, s.Headers)
+	}
+	if shown.Headers["X-A"] != RedactedValue || shown.SigningSecrets[1] == testSecret {
+		t.Fatal("resolveRedacted changed the spec it was given a copy of")
+	}
+	unknown, _ := webhooks.ParseSecret(fresh)
+	for _, tc := range []struct {
+		s    Spec
+		cur  *dispatcher.Dispatcher
+		says string
+	}{
+		{Spec{SigningSecrets: []string{testSecret, unknown.String()}}, cur, "signing-secrets[1]: "},
+		{Spec{Headers: map[string]string{"X-C": RedactedValue}}, cur, `headers: the value of "X-C" is "(redacted)"`},
+		{Spec{SigningSecrets: []string{shown.SigningSecrets[0]}}, nil, "signing-secrets[0]: "},
+		{Spec{Headers: map[string]string{"X-A": RedactedValue}}, nil, `headers: the value of "X-A"`},
+	} {
+		err := resolveRedacted(&tc.s, tc.cur, secrets)
+		if err == nil || !strings.Contains(err.Error(), tc.says) || contract.Classify(err).Status != 400 {
+			t.Errorf("%+v: %v; want a 400 saying %q", tc.s, err, tc.says)
+		}
+	}
+}
+
+// TestParseRedrive: a redrive body is empty or {"from","to"}, each an
+// integer >= 0 when present (-1 stands for one left out).
+func TestParseRedrive(t *testing.T) {
+	for body, want := range map[string][2]int64{
+		``: {-1, -1}, " \n": {-1, -1}, `{}`: {-1, -1}, `{"from":3}`: {3, -1}, `{"to":7}`: {-1, 7}, ` {"from":0, "to":9} `: {0, 9},
+	} {
+		from, to, err := parseRedrive([]byte(body))
+		if err != nil || from != want[0] || to != want[1] {
+			t.Errorf("%q: %d %d %v; want %v", body, from, to, err, want)
+		}
+	}
+	for body, says := range map[string]string{
+		`{"from":-1}`: `"from"`, `{"to":1e3}`: `"to"`, `{"to":true}`: `"to"`, `{"to":null}`: `"to"`, `{"from":1,"x":2}`: `unknown field "x"`,
+		`"all"`: "JSON object", `{"from":1`: "JSON object", `{}{}`: "JSON object", `{"from":99999999999999999999}`: `"from"`,
+	} {
+		_, _, err := parseRedrive([]byte(body))
+		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {
+			t.Errorf("%s: %v; want a 400 saying %s", body, err, says)
+		}
 	}
 }
 

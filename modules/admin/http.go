@@ -28,9 +28,10 @@ const maxBody = 1 << 20
 //	POST   /mmmq/dispatchers/{name}/pause     200 Listed
 //	POST   /mmmq/dispatchers/{name}/resume    200 Listed
 //	POST   /mmmq/dispatchers/{name}/seek      200 {"name","topics":[SeekResult...]} (body: SeekRequest)
+//	POST   /mmmq/dispatchers/{name}/redrive   200 dispatcher.RedriveResult (body: RedriveRequest, optional)
 //
 // Errors are the broker's JSON error body: 400 naming the field, 404
-// NOT_FOUND, 409 READ_ONLY / NAME_TAKEN.
+// NOT_FOUND, 409 READ_ONLY / NAME_TAKEN / NO_DEAD_LETTERS.
 type Route struct {
 	a *Admin
 }
@@ -48,6 +49,7 @@ func (rt *Route) Register(r *mux.Router) {
 	r.HandleFunc("/mmmq/dispatchers/{name}/pause", rt.pause(true)).Methods(http.MethodPost)
 	r.HandleFunc("/mmmq/dispatchers/{name}/resume", rt.pause(false)).Methods(http.MethodPost)
 	r.HandleFunc("/mmmq/dispatchers/{name}/seek", rt.seek).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/redrive", rt.redrive).Methods(http.MethodPost)
 }
 
 func (rt *Route) list(w http.ResponseWriter, _ *http.Request) {
@@ -141,19 +143,25 @@ type TopicStatus struct {
 	State                   string  `json:"state"`
 	Attempt                 int     `json:"attempt"`
 	Delivered               uint64  `json:"delivered"`
-	// Exhausted counts messages skipped after every attempt was NACKed
-	// (since the worker started).
-	Exhausted   uint64     `json:"exhausted"`
-	LastError   string     `json:"lastError,omitempty"`
-	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
-	NextRetry   *time.Time `json:"nextRetry,omitempty"`
+	// Exhausted counts messages given up on since the worker started:
+	// NACKed on every attempt or past the abnormal limit.
+	Exhausted uint64 `json:"exhausted"`
+	// DeadLettered counts the exhausted messages appended to the
+	// dead-letter topic since the worker started (the others were logged
+	// and skipped: dead letters off).
+	DeadLettered uint64     `json:"deadLettered"`
+	LastError    string     `json:"lastError,omitempty"`
+	LastErrorAt  *time.Time `json:"lastErrorAt,omitempty"`
+	NextRetry    *time.Time `json:"nextRetry,omitempty"`
 }
 
-// Status is GET /mmmq/dispatchers/{name}: the dispatcher and, per topic it
-// delivers, its progress.
+// Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
+// topic ("" when dead letters are off) and, per topic it delivers, its
+// progress.
 type Status struct {
 	Listed
-	Topics []TopicStatus `json:"topics"`
+	DeadLetterTopic string        `json:"deadLetterTopic"`
+	Topics          []TopicStatus `json:"topics"`
 }
 
 func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +172,7 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	paused := rt.a.m.Paused(name)
-	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, Topics: []TopicStatus{}}
+	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: []TopicStatus{}}
 	now := time.Now()
 	all, err := rt.a.m.DispatcherStatus(name)
 	if err != nil {
@@ -173,7 +181,8 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
-			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, LastError: ws.LastError}
+			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
+			LastError: ws.LastError}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
 		}

@@ -15,8 +15,9 @@ import (
 // created through the admin API (the newest Java mmmq's dispatchers.json).
 const FileName = "dispatchers.json"
 
-// fileMode is dispatchers.json's mode: consumer addresses (and, later,
-// signing secrets) are for the broker's user only.
+// fileMode is dispatchers.json's mode: consumer addresses, signing
+// secrets and push header values (an Authorization header) are for the
+// broker's user only.
 const fileMode = 0o600
 
 // document is dispatchers.json: {"version": 1, "dispatchers": [Spec...]}.

@@ -138,13 +138,14 @@ func (o origins) source(key string) (SourceKind, string) {
 }
 
 // fileKeys adds to out every key present in raw (a file's nested mapping):
-// each leaf, each list, and each field of a list's mapping elements as
-// "key[i].field".
+// each leaf, each list, each mapping (a setting may be one: a dispatcher's
+// headers), and each field of a list's mapping elements as "key[i].field".
 func fileKeys(raw map[string]any, prefix string, out map[string]bool) {
 	for name, v := range raw {
 		key := prefix + name
 		switch x := v.(type) {
 		case map[string]any:
+			out[key] = true
 			fileKeys(x, key+".", out)
 		case []any:
 			out[key] = true

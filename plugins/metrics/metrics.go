@@ -122,12 +122,13 @@ var (
 	dLag        = prometheus.NewDesc("mmmq_dispatch_lag", "Messages between the worker's next offset and the topic's high watermark.", dLabels, nil)
 	dDelivered  = prometheus.NewDesc("mmmq_dispatch_delivered_total", "Messages ACKed by the consumer.", dLabels, nil)
 	dNacked     = prometheus.NewDesc("mmmq_dispatch_nacks_total", "NACK answers.", dLabels, nil)
-	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages skipped after every attempt was NACKed: 1 + mmmq.broker.dispatch.max-resends attempts, by default 4 (the original Java mmmq's rule: 3 resends).", dLabels, nil)
+	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages given up on: NACKed on every attempt (1 + mmmq.broker.dispatch.max-resends, by default 4) or past the abnormal limit; dead-lettered unless dead letters are off.", dLabels, nil)
+	dDead       = prometheus.NewDesc("mmmq_dispatch_dead_lettered_total", "Exhausted messages appended to the dispatcher's dead-letter topic (the others were logged and skipped: dead letters off).", dLabels, nil)
 	dAbnormal   = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
 	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
 	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
 	dOldest     = prometheus.NewDesc("mmmq_dispatch_oldest_unacked_age_seconds", "Age of the oldest message the worker has not had acknowledged (from its stored timestamp); 0 when it is idle: how far behind the consumer is in time.", dLabels, nil)
-	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dAbnormal, dSkipped, dBackoff, dOldest}
+	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
@@ -167,6 +168,7 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dDelivered, prometheus.CounterValue, float64(s.Delivered), lv...)
 		ch <- prometheus.MustNewConstMetric(dNacked, prometheus.CounterValue, float64(s.Nacked), lv...)
 		ch <- prometheus.MustNewConstMetric(dExhausted, prometheus.CounterValue, float64(s.Exhausted), lv...)
+		ch <- prometheus.MustNewConstMetric(dDead, prometheus.CounterValue, float64(s.DeadLettered), lv...)
 		ch <- prometheus.MustNewConstMetric(dAbnormal, prometheus.CounterValue, float64(s.Abnormal), lv...)
 		ch <- prometheus.MustNewConstMetric(dSkipped, prometheus.CounterValue, float64(s.Skipped), lv...)
 		ch <- prometheus.MustNewConstMetric(dBackoff, prometheus.GaugeValue, backoff, lv...)
