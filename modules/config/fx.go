@@ -154,7 +154,14 @@ func Supply(cfg *Config) fx.Option {
 func cloneDispatchers(ds DispatchersConfig) DispatchersConfig {
 	out := slices.Clone(ds)
 	for i := range out {
-		out[i].Patterns = slices.Clone(out[i].Patterns)
+		d := &out[i]
+		d.Patterns = slices.Clone(d.Patterns)
+		d.SigningSecrets = slices.Clone(d.SigningSecrets)
+		d.Headers = maps.Clone(d.Headers)
+		if d.DeadLetter != nil {
+			dl := *d.DeadLetter
+			d.DeadLetter = &dl
+		}
 	}
 	return out
 }

@@ -11,6 +11,14 @@
 //	        path: /mmmq/messages             # optional
 //	        timeout: 30s                     # optional, per attempt
 //	        commit: {policy: every-message}  # or {policy: interval, interval: 1s, max-count: 1000}
+//	        dead-letter: parked.orders       # optional; default dead-letter.<name>, "" = log and skip
+//	        ack-mode: status                 # optional; body (default) | status
+//	        max-in-flight: 8                 # optional; default 1
+//	        batch: {max-messages: 100}       # optional; default off
+//
+// The other delivery keys (max-abnormal-attempts, max-abnormal-duration,
+// backoff-jitter, signing-secrets, headers, cloudevents) are documented in
+// configs/mmmq.yaml.
 //
 // It is part of the default mmmq binary (app.New).
 package configdispatchers
