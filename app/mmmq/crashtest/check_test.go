@@ -160,14 +160,8 @@ func checkDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd ma
 	byKey := map[wkey][]delivery{}
 	for _, d := range dels {
 		tl.Delivered++
-		l := cur[d.Topic]
-		switch {
-		case d.Offset < 0 || d.Offset >= int64(len(l)):
-			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d (id %s, run %d) is beyond the high watermark %d",
-				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, len(l)))
-		case l[d.Offset].ID != d.ID || !bytes.Equal(l[d.Offset].Raw, d.Body):
-			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d id %s (run %d) but the log holds id %s there",
-				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, l[d.Offset].ID))
+		if v := notInLog(d, cur); v != "" {
+			bad = append(bad, v)
 		}
 		k := wkey{d.Dispatcher, d.Topic}
 		byKey[k] = append(byKey[k], d)
@@ -259,12 +253,31 @@ func checkDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd ma
 	return bad
 }
 
+// notInLog describes how delivery d differs from the log cur: beyond the
+// high watermark, or another id or other bytes at its offset ("" when it
+// is the message there, byte for byte).
+func notInLog(d delivery, cur map[string][]stored) string {
+	l := cur[d.Topic]
+	switch {
+	case d.Offset < 0 || d.Offset >= int64(len(l)):
+		return fmt.Sprintf("delivered %s/%s@%d (id %s, run %d) is beyond the high watermark %d",
+			d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, len(l))
+	case l[d.Offset].ID != d.ID || !bytes.Equal(l[d.Offset].Raw, d.Body):
+		return fmt.Sprintf("delivered %s/%s@%d id %s (run %d) but the log holds id %s there",
+			d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, l[d.Offset].ID)
+	}
+	return ""
+}
+
 // checkComplete: after the final drain every offset of every worker's topic
-// was delivered at least once.
+// was delivered and ACKed at least once.
 func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []string {
 	var bad []string
 	seen := map[wkey]map[int64]bool{}
 	for _, d := range dels {
+		if !d.Acked {
+			continue
+		}
 		k := wkey{d.Dispatcher, d.Topic}
 		if seen[k] == nil {
 			seen[k] = map[int64]bool{}
@@ -283,7 +296,7 @@ func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []stri
 			}
 		}
 		if missing > 0 {
-			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered (first %d)", k, missing, len(cur[k.T]), first))
+			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered and ACKed (first %d)", k, missing, len(cur[k.T]), first))
 		}
 	}
 	return bad

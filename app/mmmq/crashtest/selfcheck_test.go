@@ -1,6 +1,9 @@
 package crashtest
 
 import (
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -34,7 +37,7 @@ func TestCheckersCatchViolations(t *testing.T) {
 	log3 := map[string][]stored{"t": {msg("t", "a"), msg("t", "b"), msg("t", "c")}}
 	k := wkey{"d", "t"}
 	del := func(round int, off int64, id string) delivery {
-		return delivery{Round: round, Dispatcher: "d", Topic: "t", Offset: off, ID: id, Body: log3["t"][off].Raw}
+		return delivery{Round: round, Dispatcher: "d", Topic: "t", Offset: off, ID: id, Body: log3["t"][off].Raw, Acked: true}
 	}
 	cases := []struct {
 		name string
@@ -107,6 +110,11 @@ func TestCheckersCatchViolations(t *testing.T) {
 		{"retried id not in the log", func(*tally) []string {
 			return checkRetries([]sentMsg{retry("x", 1, -1, false)}, log3, true, &retryTally{})
 		}, "not in the log"},
+		{"NACKed only, never ACKed", func(*tally) []string {
+			d := del(1, 1, "b")
+			d.Acked = false
+			return checkComplete([]delivery{del(1, 0, "a"), d, del(1, 2, "c")}, log3, []wkey{k})
+		}, "never delivered and ACKed (first 1)"},
 	}
 	for _, c := range cases {
 		var tl tally
@@ -133,5 +141,61 @@ func TestCheckersCatchViolations(t *testing.T) {
 	if bad := checkRetries(rs, log3, true, &rt); len(bad) > 0 ||
 		rt != (retryTally{Messages: 3, Acked: 3, Retried: 2, Retries: 3, RetryDuplicate: 1, RetryStored: 1, RetryNoReply: 1}) {
 		t.Errorf("a correct retry history: %v, %s", bad, rt)
+	}
+}
+
+// TestConsumerBatchFormat posts batch pushes to the test consumer: a well
+// formed one is split into one delivery per element, each element's body
+// without "offset" being the stored message, and answered per message
+// (NACK for the one nack selects); every malformed one is answered 400 and
+// reported as a violation.
+func TestConsumerBatchFormat(t *testing.T) {
+	c := &consumer{nack: func(d delivery) bool { return d.Offset == 8 }}
+	port, _ := c.listen(t, 1)
+	m := func(id string) string {
+		return `{"topic":{"name":"t"},"content":{"id":"` + id + `"},"id":"` + id + `","timestamp":1}`
+	}
+	post := func(size, first, last string, body string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/mmmq/messages", port), strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("mmmq-consumer-id", "d")
+		req.Header.Set("mmmq-topic", "t")
+		req.Header.Set("mmmq-batch-size", size)
+		req.Header.Set("mmmq-first-offset", first)
+		req.Header.Set("mmmq-last-offset", last)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, ans := post("2", "7", "8", `[{"offset":7,`+m("a")[1:]+`,{"offset":8,`+m("b")[1:]+`]`)
+	ds := c.deliveries()
+	if code != 200 || !strings.Contains(ans, `{"offset":7,"acknowledgement":"ACK"},{"offset":8,"acknowledgement":"NACK"}`) || len(ds) != 2 ||
+		ds[0].Offset != 7 || ds[0].ID != "a" || string(ds[0].Body) != m("a") || !ds[0].Acked || ds[0].Batch != 2 ||
+		ds[1].Offset != 8 || ds[1].ID != "b" || string(ds[1].Body) != m("b") || ds[1].Acked {
+		t.Fatalf("well-formed batch: %d %s, deliveries %+v", code, ans, ds)
+	}
+	bad := []struct{ size, first, last, body, want string }{
+		{"2", "7", "8", `[{"offset":7,` + m("a")[1:] + `]`, "batch of 1 elements, mmmq-batch-size 2"},
+		{"1", "6", "7", `[{"offset":7,` + m("a")[1:] + `]`, "headers say 6..7"},
+		{"1", "7", "7", `[` + m("a") + `]`, `does not start with {"offset":`},
+		{"2", "8", "7", `[{"offset":8,` + m("b")[1:] + `,{"offset":7,` + m("a")[1:] + `]`, "offset 7 after 8"},
+		{"1", "7", "7", m("a"), "not a JSON array"},
+	}
+	for i, b := range bad {
+		if code, _ := post(b.size, b.first, b.last, b.body); code != http.StatusBadRequest {
+			t.Errorf("malformed batch %d: answered %d, want 400", i, code)
+		}
+		if v := c.violations(); len(v) != i+1 || !strings.Contains(v[i], b.want) {
+			t.Errorf("malformed batch %d: violations %q, want a new one containing %q", i, v, b.want)
+		}
+	}
+	if n := len(c.deliveries()); n != 2 {
+		t.Errorf("malformed batches recorded deliveries: %d in all, want the 2 of the good one", n)
 	}
 }
