@@ -390,3 +390,53 @@ func checkRetries(sent []sentMsg, cur map[string][]stored, final bool, rt *retry
 	}
 	return bad
 }
+
+// checkDeadLetters checks the dead-letter topic dlTopic, read back as dl,
+// of dispatcher disp for the message orig, which disp's consumer NACKed on
+// every attempt at offset off of topic: it is there at least once, and
+// every copy has orig's content, a fresh id (neither orig's nor another
+// copy's) and the headers mmmq-dl-topic, mmmq-dl-offset, mmmq-dl-attempts
+// (attempts), mmmq-dl-reason "nack-exhausted", mmmq-dl-original-id and
+// mmmq-dl-dispatcher. dl holds nothing else.
+func checkDeadLetters(dl []stored, dlTopic, disp, topic string, off int64, orig stored, attempts int) []string {
+	var bad []string
+	if len(dl) == 0 {
+		return []string{fmt.Sprintf("%s@%d (id %s) was NACKed %d times and is not in %s", topic, off, orig.ID, attempts, dlTopic)}
+	}
+	want := map[string]string{
+		"mmmq-dl-topic":       topic,
+		"mmmq-dl-offset":      fmt.Sprint(off),
+		"mmmq-dl-attempts":    fmt.Sprint(attempts),
+		"mmmq-dl-reason":      "nack-exhausted",
+		"mmmq-dl-original-id": orig.ID,
+		"mmmq-dl-dispatcher":  disp,
+	}
+	names := make([]string, 0, len(want))
+	for h := range want {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	ids := map[string]int{}
+	for i, s := range dl {
+		at := fmt.Sprintf("%s@%d", dlTopic, i)
+		if s.Topic != dlTopic {
+			bad = append(bad, fmt.Sprintf("%s: stored topic %q", at, s.Topic))
+		}
+		for _, h := range names {
+			if got, ok := s.Headers[h]; !ok || got != want[h] {
+				bad = append(bad, fmt.Sprintf("%s: header %s = %q (present %t), want %q", at, h, got, ok, want[h]))
+			}
+		}
+		if !bytes.Equal(s.Content, orig.Content) {
+			bad = append(bad, fmt.Sprintf("%s: content %s, the original's is %s", at, s.Content, orig.Content))
+		}
+		switch {
+		case s.ID == "" || s.ID == orig.ID:
+			bad = append(bad, fmt.Sprintf("%s: id %q is not a fresh id (the original's is %q)", at, s.ID, orig.ID))
+		case ids[s.ID] > 0:
+			bad = append(bad, fmt.Sprintf("%s: id %q already used by %s@%d", at, s.ID, dlTopic, ids[s.ID]-1))
+		}
+		ids[s.ID] = i + 1
+	}
+	return bad
+}

@@ -39,6 +39,17 @@ func TestCheckersCatchViolations(t *testing.T) {
 	del := func(round int, off int64, id string) delivery {
 		return delivery{Round: round, Dispatcher: "d", Topic: "t", Offset: off, ID: id, Body: log3["t"][off].Raw, Acked: true}
 	}
+	// dl is a dead letter in dead-letter.d of t@1 (id b) with the given
+	// id and attempts.
+	dl := func(id, attempts string) stored {
+		s, err := parseStored([]byte(`{"topic":{"name":"dead-letter.d"},"content":{"id":"b"},"id":"` + id + `","timestamp":1,"headers":{` +
+			`"mmmq-dl-topic":"t","mmmq-dl-offset":"1","mmmq-dl-attempts":"` + attempts + `","mmmq-dl-reason":"nack-exhausted",` +
+			`"mmmq-dl-original-id":"b","mmmq-dl-dispatcher":"d","mmmq-dl-last-status":"200"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 	cases := []struct {
 		name string
 		run  func(tl *tally) []string
@@ -115,6 +126,21 @@ func TestCheckersCatchViolations(t *testing.T) {
 			d.Acked = false
 			return checkComplete([]delivery{del(1, 0, "a"), d, del(1, 2, "c")}, log3, []wkey{k})
 		}, "never delivered and ACKed (first 1)"},
+		{"no dead letter", func(*tally) []string {
+			return checkDeadLetters(nil, "dead-letter.d", "d", "t", 1, log3["t"][1], 4)
+		}, "is not in dead-letter.d"},
+		{"dead letter with the wrong attempts", func(*tally) []string {
+			return checkDeadLetters([]stored{dl("x1", "3")}, "dead-letter.d", "d", "t", 1, log3["t"][1], 4)
+		}, `header mmmq-dl-attempts = "3"`},
+		{"dead letter under the original id", func(*tally) []string {
+			return checkDeadLetters([]stored{dl("b", "4")}, "dead-letter.d", "d", "t", 1, log3["t"][1], 4)
+		}, "is not a fresh id"},
+		{"two dead letters under one id", func(*tally) []string {
+			return checkDeadLetters([]stored{dl("x1", "4"), dl("x1", "4")}, "dead-letter.d", "d", "t", 1, log3["t"][1], 4)
+		}, "already used by dead-letter.d@0"},
+		{"dead letter of another offset", func(*tally) []string {
+			return checkDeadLetters([]stored{dl("x1", "4")}, "dead-letter.d", "d", "t", 2, log3["t"][2], 4)
+		}, `header mmmq-dl-offset = "1"`},
 	}
 	for _, c := range cases {
 		var tl tally
@@ -131,6 +157,11 @@ func TestCheckersCatchViolations(t *testing.T) {
 	bad = append(bad, checkComplete([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 2, "c")}, log3, []wkey{k})...)
 	if len(bad) > 0 || tl.Duplicates != 1 {
 		t.Errorf("a correct history: %v, duplicates %d (want none, 1)", bad, tl.Duplicates)
+	}
+	// Two correct dead letters of t@1: the kill after the first append
+	// dead-letters it again.
+	if bad := checkDeadLetters([]stored{dl("x1", "4"), dl("x2", "4")}, "dead-letter.d", "d", "t", 1, log3["t"][1], 4); len(bad) > 0 {
+		t.Errorf("correct dead letters: %v", bad)
 	}
 	// A correct retry history: a (first publish stored, unanswered) retried
 	// as the duplicate at 0; b (first publish lost) retried twice, stored
