@@ -39,6 +39,15 @@ func TestCheckersCatchViolations(t *testing.T) {
 	del := func(round int, off int64, id string) delivery {
 		return delivery{Round: round, Dispatcher: "d", Topic: "t", Offset: off, ID: id, Body: log3["t"][off].Raw, Acked: true}
 	}
+	// wdel is a delivery of the window dispatcher "w" (nack: answered
+	// NACK).
+	wk := wkey{"w", "t"}
+	wdel := func(round int, off int64, nack bool) delivery {
+		d := del(round, off, log3["t"][off].ID)
+		d.Dispatcher, d.Acked = "w", !nack
+		return d
+	}
+	win := map[string]bool{"w": true}
 	// dl is a dead letter in dead-letter.d of t@1 (id b) with the given
 	// id and attempts.
 	dl := func(id, attempts string) stored {
@@ -126,6 +135,35 @@ func TestCheckersCatchViolations(t *testing.T) {
 			d.Acked = false
 			return checkComplete([]delivery{del(1, 0, "a"), d, del(1, 2, "c")}, log3, []wkey{k})
 		}, "never delivered and ACKed (first 1)"},
+		{"window: checkpoint past an offset never received", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(1, 2, false)}, log3,
+				nil, map[int]map[wkey]int64{1: {wk: 3}}, win, nil, tl)
+		}, "killed with checkpoint 3, past offset 1"},
+		{"window: checkpoint past a NACKed offset", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(1, 1, true), wdel(1, 2, false)}, log3,
+				nil, map[int]map[wkey]int64{1: {wk: 2}}, win, nil, tl)
+		}, "killed with checkpoint 2, past offset 1"},
+		{"window: run started past an unACKed offset", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(2, 2, false)}, log3,
+				map[int]map[wkey]int64{2: {wk: 2}}, nil, win, nil, tl)
+		}, "run 2 started from checkpoint 2, past offset 1"},
+		{"window: sent below the checkpoint", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(1, 1, false), wdel(2, 0, false)}, log3,
+				map[int]map[wkey]int64{2: {wk: 1}}, nil, win, nil, tl)
+		}, "offset 0 sent below the checkpoint 1"},
+		{"window: checkpoint went back", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(1, 1, false), wdel(2, 1, false)}, log3,
+				map[int]map[wkey]int64{2: {wk: 1}}, map[int]map[wkey]int64{2: {wk: 0}}, win, nil, tl)
+		}, "checkpoint went back from 1 to 0"},
+		{"window: other bytes", func(tl *tally) []string {
+			d := wdel(1, 0, false)
+			d.Body = []byte(`{"offset":0,` + string(d.Body[1:]))
+			return checkWindowDeliveries([]delivery{d}, log3, nil, nil, win, nil, tl)
+		}, "but the log holds"},
+		{"window, one push at a time: out of order", func(tl *tally) []string {
+			return checkWindowDeliveries([]delivery{wdel(1, 0, false), wdel(1, 2, false), wdel(1, 1, false)}, log3,
+				nil, nil, win, win, tl)
+		}, "offset 2 sent before 1"},
 		{"no dead letter", func(*tally) []string {
 			return checkDeadLetters(nil, "dead-letter.d", "d", "t", 1, log3["t"][1], 4)
 		}, "is not in dead-letter.d"},
@@ -157,6 +195,17 @@ func TestCheckersCatchViolations(t *testing.T) {
 	bad = append(bad, checkComplete([]delivery{del(1, 0, "a"), del(1, 1, "b"), del(2, 2, "c")}, log3, []wkey{k})...)
 	if len(bad) > 0 || tl.Duplicates != 1 {
 		t.Errorf("a correct history: %v, duplicates %d (want none, 1)", bad, tl.Duplicates)
+	}
+	// A correct window history: run 1 sends 0, 1 and 2 at once; 2 and 0
+	// are ACKed, 1 never arrives, the kill leaves the checkpoint at 1; run
+	// 2 sends 1 and 2 again, both ACKed, checkpoint 3.
+	tl = tally{}
+	wd := []delivery{wdel(1, 2, false), wdel(1, 0, false), wdel(2, 2, false), wdel(2, 1, false)}
+	bad = checkWindowDeliveries(wd, log3, map[int]map[wkey]int64{1: {wk: 0}, 2: {wk: 1}},
+		map[int]map[wkey]int64{1: {wk: 1}, 2: {wk: 3}}, win, nil, &tl)
+	bad = append(bad, checkComplete(wd, log3, []wkey{wk})...)
+	if len(bad) > 0 || tl.Duplicates != 1 || tl.Delivered != 4 {
+		t.Errorf("a correct window history: %v, duplicates %d delivered %d (want none, 1, 4)", bad, tl.Duplicates, tl.Delivered)
 	}
 	// Two correct dead letters of t@1: the kill after the first append
 	// dead-letters it again.
