@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~6-7 minutes (the 1M replay is most of it)
+#   make bench                       # full run, ~8 minutes (the 1M replays are most of it)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~2-3 minutes
 #
 # Knobs (environment):
