@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~6-7 minutes (the 1M replay is most of it)
+#   make bench                       # full run, ~8 minutes (the 1M replays are most of it)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~2-3 minutes
 #
 # Knobs (environment):
@@ -13,7 +13,8 @@
 #   BENCH_REPLAY_COUNT=N   messages stored and replayed by a new dispatcher (default 1000000)
 #   BENCH_REPLAY_TOPICS=K  topics they are spread over (default 1: one dispatch worker)
 #   BENCH_STARTUP_BYTES=N  size of the startup data dir (default 1 GiB over 10 topics)
-#   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks
+#   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks (the dispatcher ones run 1x: one op is a whole replay)
+#   BENCH_INFLIGHT_COUNT=N messages per op of the dispatcher max-in-flight benchmark (default 20000; quick 5000)
 #   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
 #
@@ -38,6 +39,7 @@ if [ "$QUICK" = 1 ]; then
 	DELIVER_EVERY=${BENCH_DELIVER_EVERY:-2000}
 	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-20000}
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-200000}
+	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-5000}
 else
 	DUR=${BENCH_DURATION:-4s}
 	WARM=${BENCH_WARMUP:-1s}
@@ -46,6 +48,7 @@ else
 	DELIVER_EVERY=${BENCH_DELIVER_EVERY:-5000}
 	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-50000}
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-1000000}
+	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
 fi
 CS=${BENCH_C:-"1 8 32 128 512"}
 REPLAY_TOPICS=${BENCH_REPLAY_TOPICS:-1}
@@ -179,6 +182,14 @@ else
 fi
 TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench 'PublishHandler' -benchtime "$GOBENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
 	say "httpapi benchmarks failed or timed out"
+# Dispatcher delivery, in-process (memTopic, httptest consumer ACKing at
+# once): replay of REPLAY_COUNT stored messages, batches of 500 or none;
+# INFLIGHT_COUNT messages committed after every message, max-in-flight 64
+# or 1. One op is a whole run, so -benchtime 1x.
+say "go benchmarks (dispatcher): replay of $REPLAY_COUNT, max-in-flight over $INFLIGHT_COUNT"
+TMPDIR=$TMP timeout 600 "$GO" test -run '^$' -bench 'Replay|MaxInFlight' -benchtime 1x ./modules/dispatcher/ \
+	-dispatch.replay "$REPLAY_COUNT" -dispatch.inflight "$INFLIGHT_COUNT" >>"$GOBENCH" 2>&1 ||
+	say "dispatcher benchmarks failed or timed out"
 grep -E '^(FAIL|panic|---)' "$GOBENCH" >&2 || true
 
 # Each "BenchmarkX-N  iters  v unit  v unit ..." line becomes a row: msgs/s
@@ -319,6 +330,7 @@ jq -rs '
   (map(select(.mode == "plain" and (.inProcess | not))) | map({key: (.producers|tostring), value: .msgsPerSec}) | from_entries) as $plain
   | (map(select(.gobench and (.scenario | test("JavaBaseline")))) | map({key: (.scenario | sub("^[^/]*"; "")), value: .msgsPerSec}) | from_entries) as $javaBy
   | ([$javaBy[]] | max) as $javaBest
+  | (map(select(.gobench)) | map({key: .scenario, value: .msgsPerSec}) | from_entries) as $go
   | "| scenario | producers | msgs/s | p50 ms | p99 ms | p999 ms | errors | ratio | fsyncs/msg | server CPU µs/msg | broker peak RSS MiB | notes |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     (.[] |
@@ -329,6 +341,10 @@ jq -rs '
             (.scenario | sub("^[^/]*"; "")) as $k
             | if ($javaBy[$k] // 0) > 0 then ((.msgsPerSec / $javaBy[$k]) | f(1)) + "× Java design (same appenders)"
               else ((.msgsPerSec / $javaBest) | f(1)) + "× best Java design" end
+         elif .gobench and .scenario == "go: BenchmarkReplay/batch=500" and ($go["go: BenchmarkReplay/batch=off"] // 0) > 0 then
+            ((.msgsPerSec / $go["go: BenchmarkReplay/batch=off"]) | f(1)) + "× no batch"
+         elif .gobench and .scenario == "go: BenchmarkMaxInFlight/max-in-flight=64" and ($go["go: BenchmarkMaxInFlight/max-in-flight=1"] // 0) > 0 then
+            ((.msgsPerSec / $go["go: BenchmarkMaxInFlight/max-in-flight=1"]) | f(1)) + "× max-in-flight 1"
          else "" end) as $ratio
       | (if .mode == "deliver" then
             "delivered \(.delivered // 0), dup \(.duplicates // 0), order violations \(.orderViolations // 0), \(.deliverSeconds // 0 | f(2)) s"

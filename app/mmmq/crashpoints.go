@@ -41,6 +41,9 @@ const (
 	cpAfterIndexSync    = "after-index-sync"           // .idx fsynced, before the reply
 	cpRotate            = "rotate-between-mmm-and-idx" // rotation: new .mmm created, .idx not
 	cpAfterAck          = "after-ack-before-checkpoint"
+	// A NACK-exhausted message appended (fsynced) to the dispatcher's
+	// dead-letter topic, the checkpoint not yet moved past it.
+	cpAfterDeadLetter = "after-dead-letter-before-checkpoint"
 	// Topic deletion (DELETE /topics/{topic}):
 	cpDeleteAfterRename     = "delete-after-rename"      // topic dir renamed aside, data root not fsynced
 	cpDeleteAfterRenameSync = "delete-after-rename-sync" // rename durable, nothing removed
@@ -52,7 +55,7 @@ const (
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks,
+	cpAfterIndexSync, cpRotate, cpAfterAck, cpAfterDeadLetter, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks,
 	cpDispatchersBeforeRename}
 
 func init() {
@@ -100,6 +103,12 @@ func crashOptions() fx.Option {
 	if name == cpAfterAck {
 		return fx.Decorate(func(o dispatcher.Options) dispatcher.Options {
 			o.Hooks = &dispatcher.Hooks{AfterAck: func(string, string, int64) { hit() }}
+			return o
+		})
+	}
+	if name == cpAfterDeadLetter {
+		return fx.Decorate(func(o dispatcher.Options) dispatcher.Options {
+			o.Hooks = &dispatcher.Hooks{AfterDeadLetter: func(string, string, int64) { hit() }}
 			return o
 		})
 	}

@@ -65,12 +65,15 @@ func (w *worker) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return errStopped
 		}
-		if err := w.fill(); err != nil {
-			return err
-		}
 		// Commit before the next push: with the defaults the consumer
 		// never gets a message before the one it ACKed is committed.
+		// Before fill too: the finished messages leave the window, so
+		// that fill reads the next ones into their room instead of
+		// finding it full (and the worker idle, committing early).
 		if err := w.advance(); err != nil {
+			return err
+		}
+		if err := w.fill(); err != nil {
 			return err
 		}
 		wake := w.launchReady(sendCtx)

@@ -31,6 +31,15 @@ type dispatcherConf struct {
 	Patterns []string
 	// Interval, when > 0, sets commit: {policy: interval, interval, max-count: 8}.
 	Interval time.Duration
+	// MaxInFlight, when > 0, sets max-in-flight (pushes outstanding per
+	// topic).
+	MaxInFlight int
+	// BatchMax, when > 0, sets batch: {max-messages: BatchMax} (one push
+	// carries a JSON array of up to that many messages).
+	BatchMax int
+	// DeadLetter, when not nil, sets dead-letter ("" turns dead letters
+	// off: an exhausted message is logged and skipped).
+	DeadLetter *string
 }
 
 // brokerConf is what a test varies in the broker's YAML.
@@ -94,6 +103,15 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 			fmt.Fprintf(&y, "      - name: %s\n        host: http://127.0.0.1:%d\n        patterns: %s\n", d.Name, d.Port, pats)
 			if d.Interval > 0 {
 				fmt.Fprintf(&y, "        commit: {policy: interval, interval: %s, max-count: 8}\n", d.Interval)
+			}
+			if d.MaxInFlight > 0 {
+				fmt.Fprintf(&y, "        max-in-flight: %d\n", d.MaxInFlight)
+			}
+			if d.BatchMax > 0 {
+				fmt.Fprintf(&y, "        batch: {max-messages: %d}\n", d.BatchMax)
+			}
+			if d.DeadLetter != nil {
+				fmt.Fprintf(&y, "        dead-letter: %q\n", *d.DeadLetter)
 			}
 		}
 	}

@@ -160,14 +160,8 @@ func checkDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd ma
 	byKey := map[wkey][]delivery{}
 	for _, d := range dels {
 		tl.Delivered++
-		l := cur[d.Topic]
-		switch {
-		case d.Offset < 0 || d.Offset >= int64(len(l)):
-			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d (id %s, run %d) is beyond the high watermark %d",
-				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, len(l)))
-		case l[d.Offset].ID != d.ID || !bytes.Equal(l[d.Offset].Raw, d.Body):
-			bad = append(bad, fmt.Sprintf("delivered %s/%s@%d id %s (run %d) but the log holds id %s there",
-				d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, l[d.Offset].ID))
+		if v := notInLog(d, cur); v != "" {
+			bad = append(bad, v)
 		}
 		k := wkey{d.Dispatcher, d.Topic}
 		byKey[k] = append(byKey[k], d)
@@ -259,12 +253,31 @@ func checkDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd ma
 	return bad
 }
 
+// notInLog describes how delivery d differs from the log cur: beyond the
+// high watermark, or another id or other bytes at its offset ("" when it
+// is the message there, byte for byte).
+func notInLog(d delivery, cur map[string][]stored) string {
+	l := cur[d.Topic]
+	switch {
+	case d.Offset < 0 || d.Offset >= int64(len(l)):
+		return fmt.Sprintf("delivered %s/%s@%d (id %s, run %d) is beyond the high watermark %d",
+			d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, len(l))
+	case l[d.Offset].ID != d.ID || !bytes.Equal(l[d.Offset].Raw, d.Body):
+		return fmt.Sprintf("delivered %s/%s@%d id %s (run %d) but the log holds id %s there",
+			d.Dispatcher, d.Topic, d.Offset, d.ID, d.Round, l[d.Offset].ID)
+	}
+	return ""
+}
+
 // checkComplete: after the final drain every offset of every worker's topic
-// was delivered at least once.
+// was delivered and ACKed at least once.
 func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []string {
 	var bad []string
 	seen := map[wkey]map[int64]bool{}
 	for _, d := range dels {
+		if !d.Acked {
+			continue
+		}
 		k := wkey{d.Dispatcher, d.Topic}
 		if seen[k] == nil {
 			seen[k] = map[int64]bool{}
@@ -283,7 +296,7 @@ func checkComplete(dels []delivery, cur map[string][]stored, keys []wkey) []stri
 			}
 		}
 		if missing > 0 {
-			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered (first %d)", k, missing, len(cur[k.T]), first))
+			bad = append(bad, fmt.Sprintf("%s: %d of %d offsets never delivered and ACKed (first %d)", k, missing, len(cur[k.T]), first))
 		}
 	}
 	return bad
@@ -374,6 +387,165 @@ func checkRetries(sent []sentMsg, cur map[string][]stored, final bool, rt *retry
 		if final && len(at) == 0 {
 			bad = append(bad, fmt.Sprintf("retried id %s not in the log", id))
 		}
+	}
+	return bad
+}
+
+// checkWindowDeliveries checks the deliveries of the dispatchers named in
+// window (max-in-flight above 1, or batches), whose pushes may overlap and
+// be answered in any order, against the log and the checkpoints read from
+// disk between runs (cpStart, cpEnd as in checkDeliveries):
+//
+//   - every delivery is in the log at its offset, byte-identical;
+//   - a run sends nothing below the checkpoint it started from;
+//   - a run starts from, and is killed (or stopped) with, a checkpoint of
+//     at most P, the first offset the consumer had not ACKed in any run so
+//     far (P - 1 ends the contiguous ACKed prefix): the checkpoint never
+//     passes a message that was not ACKed when the broker died;
+//   - the checkpoint never moves back within a run;
+//   - for the dispatchers in ordered (max-in-flight 1: one push at a time,
+//     a batch's messages in offset order) a run sends the offsets from
+//     its checkpoint in order: each one is the next after the highest
+//     sent so far, or a resend of one sent already.
+//
+// Only ACKed deliveries count for P (a NACK does not finish a message).
+// The consumer records its ACK before answering, so what it ACKed is all
+// the broker can have seen ACKed.
+func checkWindowDeliveries(dels []delivery, cur map[string][]stored, cpStart, cpEnd map[int]map[wkey]int64, window, ordered map[string]bool, tl *tally) []string {
+	var bad []string
+	byKey := map[wkey][]delivery{}
+	rounds := map[int]bool{}
+	for _, d := range dels {
+		if !window[d.Dispatcher] {
+			continue
+		}
+		tl.Delivered++
+		if v := notInLog(d, cur); v != "" {
+			bad = append(bad, v)
+		}
+		k := wkey{d.Dispatcher, d.Topic}
+		byKey[k] = append(byKey[k], d)
+		rounds[d.Round] = true
+	}
+	for _, cps := range []map[int]map[wkey]int64{cpStart, cpEnd} {
+		for r, m := range cps {
+			rounds[r] = true
+			for k := range m {
+				if _, ok := byKey[k]; !ok && window[k.D] {
+					byKey[k] = nil
+				}
+			}
+		}
+	}
+	keys := make([]wkey, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	order := make([]int, 0, len(rounds))
+	for r := range rounds {
+		order = append(order, r)
+	}
+	sort.Ints(order)
+	for _, k := range keys {
+		ds := byKey[k]
+		sort.SliceStable(ds, func(i, j int) bool { return ds[i].Round < ds[j].Round })
+		acked := map[int64]bool{}
+		seen := map[int64]bool{}
+		prefix := int64(0) // the first offset not ACKed so far
+		i := 0
+		for _, r := range order {
+			start := cpStart[r][k]
+			if start > prefix {
+				bad = append(bad, fmt.Sprintf("%s run %d started from checkpoint %d, past offset %d, which was never ACKed", k, r, start, prefix))
+			}
+			j := i
+			for j < len(ds) && ds[j].Round == r {
+				j++
+			}
+			run := ds[i:j]
+			i = j
+			top := start - 1 // the highest offset sent in this run
+			for _, d := range run {
+				if d.Offset < start {
+					bad = append(bad, fmt.Sprintf("%s run %d: offset %d sent below the checkpoint %d", k, r, d.Offset, start))
+				}
+				if ordered[k.D] && d.Offset > top+1 {
+					bad = append(bad, fmt.Sprintf("%s run %d: offset %d sent before %d (one push at a time goes in offset order)", k, r, d.Offset, top+1))
+				}
+				top = max(top, d.Offset)
+				if seen[d.Offset] {
+					tl.Duplicates++
+				}
+				seen[d.Offset] = true
+				if d.Acked {
+					acked[d.Offset] = true
+				}
+			}
+			for acked[prefix] {
+				prefix++
+			}
+			end, ok := cpEnd[r][k]
+			if !ok {
+				continue
+			}
+			if end < start {
+				bad = append(bad, fmt.Sprintf("%s run %d: checkpoint went back from %d to %d", k, r, start, end))
+			}
+			if end > prefix {
+				bad = append(bad, fmt.Sprintf("%s run %d: killed with checkpoint %d, past offset %d, which the consumer had not ACKed (ACKed prefix ends at %d)", k, r, end, prefix, prefix-1))
+			}
+		}
+	}
+	return bad
+}
+
+// checkDeadLetters checks the dead-letter topic dlTopic, read back as dl,
+// of dispatcher disp for the message orig, which disp's consumer NACKed on
+// every attempt at offset off of topic: it is there at least once, and
+// every copy has orig's content, a fresh id (neither orig's nor another
+// copy's) and the headers mmmq-dl-topic, mmmq-dl-offset, mmmq-dl-attempts
+// (attempts), mmmq-dl-reason "nack-exhausted", mmmq-dl-original-id and
+// mmmq-dl-dispatcher. dl holds nothing else.
+func checkDeadLetters(dl []stored, dlTopic, disp, topic string, off int64, orig stored, attempts int) []string {
+	var bad []string
+	if len(dl) == 0 {
+		return []string{fmt.Sprintf("%s@%d (id %s) was NACKed %d times and is not in %s", topic, off, orig.ID, attempts, dlTopic)}
+	}
+	want := map[string]string{
+		"mmmq-dl-topic":       topic,
+		"mmmq-dl-offset":      fmt.Sprint(off),
+		"mmmq-dl-attempts":    fmt.Sprint(attempts),
+		"mmmq-dl-reason":      "nack-exhausted",
+		"mmmq-dl-original-id": orig.ID,
+		"mmmq-dl-dispatcher":  disp,
+	}
+	names := make([]string, 0, len(want))
+	for h := range want {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	ids := map[string]int{}
+	for i, s := range dl {
+		at := fmt.Sprintf("%s@%d", dlTopic, i)
+		if s.Topic != dlTopic {
+			bad = append(bad, fmt.Sprintf("%s: stored topic %q", at, s.Topic))
+		}
+		for _, h := range names {
+			if got, ok := s.Headers[h]; !ok || got != want[h] {
+				bad = append(bad, fmt.Sprintf("%s: header %s = %q (present %t), want %q", at, h, got, ok, want[h]))
+			}
+		}
+		if !bytes.Equal(s.Content, orig.Content) {
+			bad = append(bad, fmt.Sprintf("%s: content %s, the original's is %s", at, s.Content, orig.Content))
+		}
+		switch {
+		case s.ID == "" || s.ID == orig.ID:
+			bad = append(bad, fmt.Sprintf("%s: id %q is not a fresh id (the original's is %q)", at, s.ID, orig.ID))
+		case ids[s.ID] > 0:
+			bad = append(bad, fmt.Sprintf("%s: id %q already used by %s@%d", at, s.ID, dlTopic, ids[s.ID]-1))
+		}
+		ids[s.ID] = i + 1
 	}
 	return bad
 }

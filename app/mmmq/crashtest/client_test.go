@@ -78,6 +78,7 @@ type stored struct {
 	ID      string
 	Topic   string
 	Content []byte
+	Headers map[string]string // the message headers ("headers"), nil when none
 }
 
 func parseStored(raw []byte) (stored, error) {
@@ -85,13 +86,14 @@ func parseStored(raw []byte) (stored, error) {
 		Topic struct {
 			Name string `json:"name"`
 		} `json:"topic"`
-		Content json.RawMessage `json:"content"`
-		ID      string          `json:"id"`
+		Content json.RawMessage   `json:"content"`
+		ID      string            `json:"id"`
+		Headers map[string]string `json:"headers"`
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return stored{}, err
 	}
-	return stored{Raw: append([]byte(nil), raw...), ID: v.ID, Topic: v.Topic.Name, Content: []byte(v.Content)}, nil
+	return stored{Raw: append([]byte(nil), raw...), ID: v.ID, Topic: v.Topic.Name, Content: []byte(v.Content), Headers: v.Headers}, nil
 }
 
 // readAll reads the whole visible log of topic through

@@ -11,6 +11,12 @@
 //   - every message delivered to the consumer is in the log at that offset;
 //   - per (dispatcher, topic) delivery is in order without gaps, and after a
 //     crash it resumes exactly at the checkpoint left on disk;
+//   - a dispatcher with a delivery window (max-in-flight above 1, batches;
+//     TestCrashRandomKillWindow) never sends below its checkpoint, and its
+//     checkpoint never passes an offset the consumer had not ACKed;
+//   - a message NACKed on every attempt is in the dispatcher's dead-letter
+//     topic at least once, with its mmmq-dl-* headers, before the
+//     checkpoint passes it (TestCrashPoints/after-dead-letter-before-checkpoint);
 //   - a producer that publishes an unanswered message again with the same
 //     id (TestCrashRandomKillRetrySameID) finds it stored exactly once:
 //     the retry is answered as a duplicate at the stored offset, or stored

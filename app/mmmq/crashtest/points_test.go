@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -46,6 +47,8 @@ func TestCrashPoints(t *testing.T) {
 		{"after-index-sync", afterIndexSyncCase},
 		{"rotate-between-mmm-and-idx", rotateCase},
 		{"after-ack-before-checkpoint", afterAckCase},
+		{"after-dead-letter-before-checkpoint", afterDeadLetterCase},
+		{"after-dead-letter-before-checkpoint-control-dead-letters-off", deadLettersOffControl},
 		{"accepted-offset-not-stable", acceptedNotStableCase},
 		{"delete-after-rename", func(t *testing.T) pointRow { return deleteCase(t, "delete-after-rename", 1) }},
 		{"delete-after-rename-sync", func(t *testing.T) pointRow { return deleteCase(t, "delete-after-rename-sync", 1) }},
@@ -639,4 +642,181 @@ func readFromStartOnce(t *testing.T, b *broker, topic string) (int64, []stored, 
 	}
 	t.Fatalf("topic %s not in GET /topics", topic)
 	return 0, nil, false
+}
+
+// The dead-letter cases: topic cp.t holds m0..m4, dispatcher d1 pushes it
+// one message at a time to a consumer that NACKs offset 2 (m2) on every
+// attempt and ACKs the others.
+const (
+	dlTopic    = "cp.t"
+	dlPoison   = int64(2)
+	dlAttempts = 4 // the default max-resends 3, plus the first send
+)
+
+// dlSetup stores m0..m4 in cp.t (DURABLE) on a fresh data root and returns
+// the root, the log as read back, and a consumer that NACKs offset 2.
+func dlSetup(t *testing.T) (string, []stored, *consumer) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "data")
+	b := startBroker(t, brokerConf{DataDir: root})
+	for i := range 5 {
+		mustPublish(t, b, dlTopic, fmt.Sprintf("m%d", i), "durable")
+	}
+	orig := mustRead(t, b, dlTopic)
+	b.stop()
+	cons := &consumer{nack: func(d delivery) bool { return d.Topic == dlTopic && d.Offset == dlPoison }}
+	return root, orig, cons
+}
+
+// dlDisp is dispatcher d1 on cp.* pushing to port; dl, when not nil, is its
+// dead-letter setting.
+func dlDisp(port int, dl *string) []dispatcherConf {
+	return []dispatcherConf{{Name: "d1", Port: port, Patterns: []string{"cp.*"}, DeadLetter: dl}}
+}
+
+// checkpointOnDisk reads the checkpoint of dispatcher d on topic (-1 when
+// there is none).
+func checkpointOnDisk(t *testing.T, root, topic, d string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root, topic, "checkpoints", d+".checkpoint"))
+	if os.IsNotExist(err) {
+		return -1
+	}
+	if err != nil || len(data) != 8 {
+		t.Fatalf("checkpoint %s/%s: %v, %d bytes", topic, d, err, len(data))
+	}
+	return int64(binary.BigEndian.Uint64(data))
+}
+
+// runSeq is the deliveries of cons as "runN:offset:ACK|NACK".
+func runSeq(cons *consumer) string {
+	var seq []string
+	for _, d := range cons.deliveries() {
+		a := "ACK"
+		if !d.Acked {
+			a = "NACK"
+		}
+		seq = append(seq, fmt.Sprintf("run%d:%d:%s", d.Round, d.Offset, a))
+	}
+	return strings.Join(seq, " ")
+}
+
+// waitCheckpoint waits, at most 10 s, until the checkpoint of d on topic
+// is want.
+func waitCheckpoint(t *testing.T, b *broker, root, topic, d string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for checkpointOnDisk(t, root, topic, d) != want {
+		if !b.alive() {
+			t.Fatalf("broker died:\n%s", b.logTail())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint %s/%s is %d, not %d, 10 s on\n%s", topic, d, checkpointOnDisk(t, root, topic, d), want, b.logTail())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// afterDeadLetterCase: offset 2 is NACKed on all 4 attempts, appended
+// (fsynced) to dead-letter.d1, and the broker is killed before the
+// checkpoint moves past it. The dead letter survives the kill and the
+// checkpoint is still 2; after the restart offset 2 is sent and NACKed
+// again and dead-lettered a second time (at least once: never lost, here
+// twice), then 3 and 4 are delivered and the checkpoint reaches 5. Every
+// copy carries the mmmq-dl-* headers (offset 2, 4 attempts,
+// nack-exhausted, the original id) and a fresh id.
+func afterDeadLetterCase(t *testing.T) pointRow {
+	root, orig, cons := dlSetup(t)
+	const dl = "dead-letter.d1"
+	port, closeRun1 := cons.listen(t, 1)
+	b := startBroker(t, brokerConf{DataDir: root, Dispatchers: dlDisp(port, nil), Crashpoint: "after-dead-letter-before-checkpoint", MayDieStarting: true})
+	if killed, err := b.waitDeath(dieTimeout); err != nil || !killed {
+		t.Fatalf("broker did not die of SIGKILL after the dead letter: %v %v\n%s", killed, err, b.logTail())
+	}
+	closeRun1()
+	run1 := runSeq(cons)
+	const want1 = "run1:0:ACK run1:1:ACK run1:2:NACK run1:2:NACK run1:2:NACK run1:2:NACK"
+	cpKill := checkpointOnDisk(t, root, dlTopic, "d1")
+	if run1 != want1 || cpKill != dlPoison {
+		t.Fatalf("killed run: deliveries %q (want %q), checkpoint %d (want %d)", run1, want1, cpKill, dlPoison)
+	}
+	// What the kill left, read by a broker without dispatchers: the dead
+	// letter is there once, durable, and the topic is untouched.
+	b = startBroker(t, brokerConf{DataDir: root})
+	atKill := mustRead(t, b, dl)
+	if bad := checkDeadLetters(atKill, dl, "d1", dlTopic, dlPoison, orig[dlPoison], dlAttempts); len(bad) > 0 || len(atKill) != 1 {
+		t.Fatalf("after the kill, %s holds %d messages (want 1): %v", dl, len(atKill), bad)
+	}
+	if got := strings.Join(ids(mustRead(t, b, dlTopic)), ","); got != "m0,m1,m2,m3,m4" {
+		t.Fatalf("%s holds %s after the kill", dlTopic, got)
+	}
+	b.stop()
+	// Restart with the dispatcher, without the crash point.
+	port, _ = cons.listen(t, 3)
+	b = startBroker(t, brokerConf{DataDir: root, Dispatchers: dlDisp(port, nil)})
+	waitCheckpoint(t, b, root, dlTopic, "d1", 5)
+	dls := mustRead(t, b, dl)
+	b.stop()
+	seq := runSeq(cons)
+	const want = want1 + " run3:2:NACK run3:2:NACK run3:2:NACK run3:2:NACK run3:3:ACK run3:4:ACK"
+	var bad []string
+	if seq != want {
+		bad = append(bad, fmt.Sprintf("deliveries %q, want %q", seq, want))
+	}
+	if cp := checkpointOnDisk(t, root, dlTopic, "d1"); cp != 5 {
+		bad = append(bad, fmt.Sprintf("checkpoint %d after the stop, want 5", cp))
+	}
+	bad = append(bad, checkDeadLetters(dls, dl, "d1", dlTopic, dlPoison, orig[dlPoison], dlAttempts)...)
+	if len(dls) > 0 && !bytes.Equal(dls[0].Raw, atKill[0].Raw) {
+		bad = append(bad, fmt.Sprintf("%s@0 changed after the restart: was %s, now %s", dl, atKill[0].Raw, dls[0].Raw))
+	}
+	// Nothing lost: every offset ACKed, or NACKed to exhaustion and
+	// dead-lettered.
+	acked := map[int64]bool{}
+	for _, d := range cons.deliveries() {
+		acked[d.Offset] = acked[d.Offset] || d.Acked
+	}
+	for off := range int64(len(orig)) {
+		if !acked[off] && (off != dlPoison || len(dls) == 0) {
+			bad = append(bad, fmt.Sprintf("%s@%d neither ACKed nor dead-lettered", dlTopic, off))
+		}
+	}
+	if len(bad) > 0 {
+		t.Fatalf("after the restart: %s holds %d dead letters; violations:\n  %s", dl, len(dls), strings.Join(bad, "\n  "))
+	}
+	return pointRow{
+		Point:    "after-dead-letter-before-checkpoint",
+		Expected: "offset NACKed 4 times, appended durably to dead-letter.<dispatcher>, killed before the checkpoint moves: the dead letter survives, the checkpoint stays; after restart the offset is dead-lettered again (at least once, never lost), then the next offsets are delivered",
+		Observed: fmt.Sprintf("killed after the dead letter of offset 2; checkpoint on disk = %d, %s holds 1 message; restart: deliveries %s; %s holds %d copies (ids %v, original %s), headers offset=%s attempts=%s reason=%s; checkpoint 5",
+			cpKill, dl, strings.TrimPrefix(seq, want1+" "), dl, len(dls), ids(dls), orig[dlPoison].ID,
+			dls[0].Headers["mmmq-dl-offset"], dls[0].Headers["mmmq-dl-attempts"], dls[0].Headers["mmmq-dl-reason"]),
+	}
+}
+
+// deadLettersOffControl is the negative control of afterDeadLetterCase: the
+// same history with dead letters off (dead-letter: ""), where the broker
+// logs offset 2 and skips it. The crash point is set but never reached,
+// and checkDeadLetters, given the real dead-letter topic, must report the
+// missing dead letter.
+func deadLettersOffControl(t *testing.T) pointRow {
+	root, orig, cons := dlSetup(t)
+	const dl = "dead-letter.d1"
+	off := ""
+	port, _ := cons.listen(t, 1)
+	b := startBroker(t, brokerConf{DataDir: root, Dispatchers: dlDisp(port, &off), Crashpoint: "after-dead-letter-before-checkpoint"})
+	waitCheckpoint(t, b, root, dlTopic, "d1", 5)
+	dls := mustRead(t, b, dl)
+	logged := strings.Contains(b.logText(), "dead letters are off")
+	b.stop()
+	bad := checkDeadLetters(dls, dl, "d1", dlTopic, dlPoison, orig[dlPoison], dlAttempts)
+	const want = "run1:0:ACK run1:1:ACK run1:2:NACK run1:2:NACK run1:2:NACK run1:2:NACK run1:3:ACK run1:4:ACK"
+	if seq := runSeq(cons); seq != want || len(dls) != 0 || !logged || len(bad) != 1 || !strings.Contains(bad[0], "is not in "+dl) {
+		t.Fatalf("dead letters off: deliveries %q (want %q), %s holds %d, skip logged %t, violations %q (want one: not in %s)",
+			seq, want, dl, len(dls), logged, bad, dl)
+	}
+	return pointRow{
+		Point:    "after-dead-letter-before-checkpoint (negative control: dead letters off)",
+		Expected: "offset 2 logged and skipped, no dead letter, the crash point never reached; the dead-letter check must report it",
+		Observed: fmt.Sprintf("broker alive, checkpoint 5, %s empty; checkDeadLetters: %q", dl, bad),
+	}
 }

@@ -45,26 +45,53 @@ func rkRounds() int {
 	return 5
 }
 
-// rkWorkers are the (dispatcher, topic) pairs that exist.
-func rkWorkers() []wkey {
+// rkWorkers are the (dispatcher, topic) pairs of ds over rkTopics.
+func rkWorkers(ds []dispatcherConf) []wkey {
 	var ks []wkey
 	for _, t := range rkTopics {
-		ks = append(ks, wkey{"d-all", t})
-		if strings.Count(t, ".") == 1 {
-			ks = append(ks, wkey{"d-one", t})
-		}
-		if t == "ct.a" {
-			ks = append(ks, wkey{"d-int", t})
+		for _, d := range ds {
+			for _, p := range d.Patterns {
+				if patternMatches(p, t) {
+					ks = append(ks, wkey{d.Name, t})
+					break
+				}
+			}
 		}
 	}
 	return ks
 }
 
-// readCheckpoints reads every worker's checkpoint file straight from disk
-// (8 bytes, int64 BE next offset; missing = 0).
-func readCheckpoints(t testing.TB, root string) map[wkey]int64 {
+// patternMatches is the broker's topic pattern rule: segments split on
+// '.', "*" matches exactly one segment, "**" zero or more, anything else
+// itself.
+func patternMatches(pattern, topic string) bool {
+	var match func(p, t []string) bool
+	match = func(p, t []string) bool {
+		switch {
+		case len(p) == 0:
+			return len(t) == 0
+		case p[0] == "**":
+			for i := 0; i <= len(t); i++ {
+				if match(p[1:], t[i:]) {
+					return true
+				}
+			}
+			return false
+		case len(t) == 0:
+			return false
+		case p[0] == "*" || p[0] == t[0]:
+			return match(p[1:], t[1:])
+		}
+		return false
+	}
+	return match(strings.Split(pattern, "."), strings.Split(topic, "."))
+}
+
+// readCheckpoints reads the checkpoint file of every worker of ks straight
+// from disk (8 bytes, int64 BE next offset; missing = 0).
+func readCheckpoints(t testing.TB, root string, ks []wkey) map[wkey]int64 {
 	out := map[wkey]int64{}
-	for _, k := range rkWorkers() {
+	for _, k := range ks {
 		data, err := os.ReadFile(filepath.Join(root, k.T, "checkpoints", k.D+".checkpoint"))
 		switch {
 		case os.IsNotExist(err):
@@ -89,7 +116,65 @@ func TestCrashRandomKill(t *testing.T) {
 	runRandomKill(t, rkLoad{Plain: rkProducers})
 }
 
-// rkLoad is the producers of one run of the random-kill harness.
+// rkWindowDispatchers are the dispatchers of TestCrashRandomKillWindow:
+// d-all pushes one message at a time (checked as in TestCrashRandomKill),
+// d-mif keeps up to 8 pushes in flight, d-batch sends batches of up to 16
+// messages one at a time, d-both up to 8 batches of up to 16 at once; all
+// on every topic, committing after every message.
+var rkWindowDispatchers = []dispatcherConf{
+	{Name: "d-all", Patterns: []string{"ct.**"}},
+	{Name: "d-mif", Patterns: []string{"ct.**"}, MaxInFlight: 8},
+	{Name: "d-batch", Patterns: []string{"ct.**"}, BatchMax: 16},
+	{Name: "d-both", Patterns: []string{"ct.**"}, MaxInFlight: 8, BatchMax: 16},
+}
+
+// TestCrashRandomKillWindow is the randomized kill -9 harness
+// (runRandomKill, 6 plain producers) with dispatchers that keep several
+// pushes in flight (max-in-flight 8), send batches (batch max-messages
+// 16), or both, next to one that pushes one message at a time. The
+// consumer answers a window's pushes after 0–2 ms, so that they finish out
+// of order. After every restart, for the window dispatchers
+// (checkWindowDeliveries): every delivery is the log's message at its
+// offset, byte for byte (a batch element without its "offset" member);
+// nothing is sent below the checkpoint a run started from; the checkpoint
+// never moves back and is never past an offset the consumer had not ACKed
+// when the broker was killed (at most 1 + the end of the contiguous ACKed
+// prefix); d-batch sends in offset order. At the end every offset of every
+// topic was ACKed by the consumer at least once for every dispatcher; no
+// worker had more pushes in flight than its max-in-flight nor a batch over
+// 16 messages, and the run must have had batches of more than one message
+// and more than one push of a d-mif and a d-both worker in flight at once.
+func TestCrashRandomKillWindow(t *testing.T) {
+	res := runRandomKill(t, rkLoad{Plain: rkProducers, Dispatchers: rkWindowDispatchers})
+	peak, batched := map[string]int{}, map[string]int{}
+	for _, d := range rkWindowDispatchers {
+		for _, k := range rkWorkers([]dispatcherConf{d}) {
+			if lim := max(d.MaxInFlight, 1); res.Peak[k] > lim {
+				t.Fatalf("%s: %d pushes in flight at once, max-in-flight %d", k, res.Peak[k], lim)
+			}
+			peak[d.Name] = max(peak[d.Name], res.Peak[k])
+			batched[d.Name] += res.Batched[k]
+		}
+	}
+	if peak["d-mif"] < 2 || peak["d-both"] < 2 {
+		t.Fatalf("pushes of one worker in flight at once, at most: %v; want more than one for d-mif and d-both (the window was not exercised)", peak)
+	}
+	if batched["d-batch"] == 0 || batched["d-both"] == 0 {
+		t.Fatalf("batch pushes of more than one message: %v; want some for d-batch and d-both", batched)
+	}
+	for _, d := range res.Deliveries {
+		if d.Batch > 16 {
+			t.Fatalf("%s pushed a batch of %d messages (max-messages 16)", d.Dispatcher, d.Batch)
+		}
+		if d.Batch > 0 && (d.Dispatcher == "d-all" || d.Dispatcher == "d-mif") {
+			t.Fatalf("%s, which has no batch setting, pushed a batch", d.Dispatcher)
+		}
+	}
+	t.Logf("pushes of one worker in flight at once, at most: %v; batch pushes of more than one message: %v", peak, batched)
+}
+
+// rkLoad is the producers and dispatchers of one run of the random-kill
+// harness.
 type rkLoad struct {
 	// Plain producers publish at random ack levels and never retry: a
 	// publish without a reply is left as it is.
@@ -98,12 +183,21 @@ type rkLoad struct {
 	// that got no reply or a 503 again, same id and content, after the
 	// restart, until it is acknowledged.
 	Retrying int
+	// Dispatchers push to the in-test consumer (rkDispatchers when nil).
+	// Those with MaxInFlight above 1 or BatchMax set are checked by
+	// checkWindowDeliveries, the others by checkDeliveries.
+	Dispatchers []dispatcherConf
 }
 
 // rkResult is what the checks of a random-kill run counted at the end.
 type rkResult struct {
 	Tally tally
 	Retry retryTally
+	// Peak is, per worker, the most pushes the consumer was handling at
+	// once; Batched counts its batch pushes of more than one message.
+	Peak, Batched map[wkey]int
+	// Deliveries is everything the consumer received.
+	Deliveries []delivery
 }
 
 // runRandomKill is the harness of TestCrashRandomKill with the producers
@@ -112,11 +206,38 @@ type rkResult struct {
 func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	rounds := rkRounds()
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("rounds=%d seed=%d producers: plain=%d retrying=%d", rounds, seed, load.Plain, load.Retrying)
+	dispatchers := load.Dispatchers
+	if dispatchers == nil {
+		dispatchers = rkDispatchers
+	}
+	workers := rkWorkers(dispatchers)
+	intervalKeys := map[wkey]bool{}
+	window, ordered := map[string]bool{}, map[string]bool{}
+	for _, d := range dispatchers {
+		if d.MaxInFlight > 1 || d.BatchMax > 0 {
+			window[d.Name] = true
+			ordered[d.Name] = d.MaxInFlight <= 1
+		}
+		for _, k := range workers {
+			if k.D == d.Name && d.Interval > 0 {
+				intervalKeys[k] = true
+			}
+		}
+	}
+	t.Logf("rounds=%d seed=%d producers: plain=%d retrying=%d; %d dispatchers, %d with a delivery window", rounds, seed, load.Plain, load.Retrying, len(dispatchers), len(window))
 	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
 	dir := t.TempDir()
 	root := filepath.Join(dir, "data")
 	cons := &consumer{}
+	if len(window) > 0 {
+		// Answer the pushes of a window after 0–2 ms, so that concurrent
+		// pushes are answered out of offset order.
+		cons.beforeAnswer = func(ds []delivery) {
+			if window[ds[0].Dispatcher] {
+				time.Sleep(rand.N(2 * time.Millisecond))
+			}
+		}
+	}
 	var (
 		sent    []sentMsg
 		prev    = map[string][]stored{}
@@ -133,12 +254,11 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	// kill the test without a report (a run without -timeout has no limit).
 	deadline, limited := t.Deadline()
 	deadline = deadline.Add(-2 * time.Minute)
-	intervalKeys := map[wkey]bool{{"d-int", "ct.a"}: true}
 	began := time.Now()
 	conf := func(round int) brokerConf {
 		port, _ := cons.listen(t, round)
-		ds := make([]dispatcherConf, len(rkDispatchers))
-		for i, d := range rkDispatchers {
+		ds := make([]dispatcherConf, len(dispatchers))
+		for i, d := range dispatchers {
 			d.Port = port
 			ds[i] = d
 		}
@@ -164,9 +284,18 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 		bad = append(bad, checkAcked(sent, cur, tl)...)
 		bad = append(bad, checkLogIDs(sent, cur)...)
 		bad = append(bad, checkRetries(sent, cur, final, &res.Retry)...)
-		bad = append(bad, checkDeliveries(cons.deliveries(), cur, cpStart, cpEnd, intervalKeys, tl)...)
+		var one []delivery // of the dispatchers without a window
+		for _, d := range cons.deliveries() {
+			if !window[d.Dispatcher] {
+				one = append(one, d)
+			}
+		}
+		notWindow := func(k wkey) bool { return !window[k.D] }
+		bad = append(bad, checkDeliveries(one, cur, onlyKeys(cpStart, notWindow), onlyKeys(cpEnd, notWindow), intervalKeys, tl)...)
+		bad = append(bad, checkWindowDeliveries(cons.deliveries(), cur, cpStart, cpEnd, window, ordered, tl)...)
+		bad = append(bad, cons.violations()...)
 		if final {
-			bad = append(bad, checkComplete(cons.deliveries(), cur, rkWorkers())...)
+			bad = append(bad, checkComplete(cons.deliveries(), cur, workers)...)
 		}
 		if len(bad) > 0 {
 			if len(bad) > 30 {
@@ -182,7 +311,7 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 		if limited && time.Now().After(deadline) {
 			t.Fatalf("out of time after %d rounds (raise go test -timeout)", r-1)
 		}
-		cpStart[r] = readCheckpoints(t, root)
+		cpStart[r] = readCheckpoints(t, root, workers)
 		b := startBroker(t, conf(r))
 		if r > 1 {
 			res := verify(b, fmt.Sprintf("round %d after restart", r), false)
@@ -284,12 +413,12 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 		b.kill()
 		close(stop)
 		wg.Wait()
-		cpEnd[r] = readCheckpoints(t, root)
+		cpEnd[r] = readCheckpoints(t, root, workers)
 	}
 	// Final run: check, let both dispatchers drain, stop cleanly, check
 	// that everything was delivered.
 	final := rounds + 1
-	cpStart[final] = readCheckpoints(t, root)
+	cpStart[final] = readCheckpoints(t, root, workers)
 	b := startBroker(t, conf(final))
 	verify(b, "after the last restart", false)
 	// The retrying producers publish what is still unanswered, once more.
@@ -302,9 +431,9 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	}
 	drainBy := time.Now().Add(60 * time.Second)
 	for {
-		cp := readCheckpoints(t, root)
+		cp := readCheckpoints(t, root, workers)
 		done := true
-		for _, k := range rkWorkers() {
+		for _, k := range workers {
 			done = done && cp[k] >= int64(hw[k.T])
 		}
 		if done {
@@ -316,10 +445,12 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 		time.Sleep(20 * time.Millisecond)
 	}
 	b.stop()
-	cpEnd[final] = readCheckpoints(t, root)
+	cpEnd[final] = readCheckpoints(t, root, workers)
 	b = startBroker(t, brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes})
 	res := verify(b, "final", true)
 	b.stop()
+	res.Peak, res.Batched = cons.stats()
+	res.Deliveries = cons.deliveries()
 	tl, rt := res.Tally, res.Retry
 	if tl.LostDurable != 0 || tl.LostWritten != 0 {
 		t.Fatalf("lost acknowledged data: %+v", tl)
@@ -345,4 +476,18 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	t.Log(line)
 	fmt.Println("crashtest:", line)
 	return res
+}
+
+// onlyKeys returns the checkpoints of cps whose worker keep selects.
+func onlyKeys(cps map[int]map[wkey]int64, keep func(wkey) bool) map[int]map[wkey]int64 {
+	out := make(map[int]map[wkey]int64, len(cps))
+	for r, m := range cps {
+		out[r] = map[wkey]int64{}
+		for k, v := range m {
+			if keep(k) {
+				out[r][k] = v
+			}
+		}
+	}
+	return out
 }
