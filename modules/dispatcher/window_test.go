@@ -34,30 +34,6 @@ func TestBatchIntervalCommitPolicy(t *testing.T) {
 	wantCheckpoint(t, tp.dir, "d", 25)
 }
 
-// memPublisher is a Publisher recording what it is given.
-type memPublisher struct {
-	mu     sync.Mutex
-	topics []string
-	stored [][]byte
-}
-
-func (p *memPublisher) PublishDurable(_ context.Context, topic string, stored [][]byte) (int64, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	first := int64(len(p.stored))
-	for _, s := range stored {
-		p.topics = append(p.topics, topic)
-		p.stored = append(p.stored, append([]byte(nil), s...))
-	}
-	return first, nil
-}
-
-func (p *memPublisher) all() ([]string, [][]byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.topics...), append([][]byte(nil), p.stored...)
-}
-
 // batchOffsets returns the "offset" members of a batch push body.
 func batchOffsets(t *testing.T, body string) []int64 {
 	t.Helper()
@@ -113,9 +89,10 @@ func TestWindowDeadLetterPoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := testOptions()
-	pub := &memPublisher{}
+	src := newMemSource(tp)
+	pub := newMemPublisher(t, src)
 	sender := NewHTTPSender(opts)
-	m := NewManager(set, newMemSource(tp), sender, opts, zaptest.NewLogger(t))
+	m := NewManager(set, src, sender, opts, zaptest.NewLogger(t))
 	m.SetPublisher(pub)
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -133,9 +110,9 @@ func TestWindowDeadLetterPoison(t *testing.T) {
 			t.Errorf("offset %d sent %d times, want %d", off, sent[off], want)
 		}
 	}
-	topics, stored := pub.all()
-	if len(stored) != 1 || topics[0] != "dead-letter.d" {
-		t.Fatalf("dead letters %q in %v, want one in dead-letter.d", stored, topics)
+	stored := pub.published("dead-letter.d")
+	if len(stored) != 1 || len(pub.seen) != 1 {
+		t.Fatalf("dead letters %q (topics %v), want one in dead-letter.d", stored, pub.seen)
 	}
 	var dl struct {
 		ID      string            `json:"id"`
