@@ -90,7 +90,7 @@ func defaults() []module {
 		{Storage, storage.Module},
 		{TopicQueue, topicqueue.Module},
 		{Recovery, recovery.Module},
-		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromConfig), dispatcher.Module)},
+		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromSections), dispatcher.Module)},
 		{ConfigDispatchers, configdispatchers.Module},
 		{Groups, groups.Module},
 		{Admin, admin.Module},         // loads dispatchers.json; serves /mmmq/dispatchers

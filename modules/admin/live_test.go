@@ -339,8 +339,8 @@ func TestRedrive(t *testing.T) {
 		`[0,1]`:                "must be empty or a JSON object",
 		`null`:                 "must be empty or a JSON object",
 		`{"from":0} {}`:        "must be empty or a JSON object",
-		`{"from":4}`:           "is not within [0, 3]",
-		`{"from":2,"to":1}`:    "redrive range [2, 1)",
+		`{"from":4}`:           "from 4 is past 3, the high watermark",
+		`{"from":2,"to":1}`:    "from 2 is after to 1",
 	} {
 		st, out := l.call("POST", "/mmmq/dispatchers/gd/redrive", body)
 		var e struct{ Error, Code string }

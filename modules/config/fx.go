@@ -88,6 +88,14 @@ type ModuleSections struct {
 	Dedup DedupConfig
 	// Admin is "mmmq.admin" (admin); the host list is a copy.
 	Admin AdminConfig
+	// Node is this broker's identity ("mmmq.node-name"; dispatcher).
+	Node NodeConfig
+}
+
+// NodeConfig names this broker (the key "mmmq.node-name").
+type NodeConfig struct {
+	// Name is mmmq.node-name; "" means the host name.
+	Name string
 }
 
 // SectionsOf returns cfg's module sections, the dispatcher list copied.
@@ -105,6 +113,7 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Retention:   cloneRetention(b.Retention),
 		Dedup:       b.Dedup,
 		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
+		Node:        NodeConfig{Name: cfg.MMMQ.NodeName},
 	}
 }
 

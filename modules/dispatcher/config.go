@@ -22,6 +22,15 @@ func OptionsFromConfig(d config.DispatchConfig) Options {
 	}.WithMaxResends(d.MaxResends)
 }
 
+// OptionsFromSections is OptionsFromConfig(d) with NodeName set from
+// mmmq.node-name ("" keeps the host name). The app's Fx graph provides
+// Options with it.
+func OptionsFromSections(d config.DispatchConfig, n config.NodeConfig) Options {
+	o := OptionsFromConfig(d)
+	o.NodeName = n.Name
+	return o
+}
+
 // FromConfig builds the Dispatcher of one mmmq.broker.dispatchers entry
 // (also the body of the admin API's create and replace), labelled with
 // source (see WithSource). dc should be normalized (config.Normalize:

@@ -38,9 +38,12 @@ type RedriveResult struct {
 	Next int64 `json:"next"`
 	// Redriven lists the messages published again, in order.
 	Redriven []Redriven `json:"redriven"`
-	// Skipped lists the offsets that were not dead letters (no
-	// mmmq-dl-topic header, or one naming an invalid topic) or were
-	// deleted by retention, with why.
+	// Skipped lists the offsets not published, with why: not a dead letter
+	// (no mmmq-dl-topic header, or one naming an invalid topic or the
+	// dead-letter topic itself), a dead letter of another dispatcher, one
+	// stored without its content (too large: the original is still at
+	// mmmq-dl-topic / mmmq-dl-offset unless retention deleted it), or
+	// deleted by retention.
 	Skipped []RedriveSkip `json:"skipped"`
 }
 
@@ -61,7 +64,8 @@ type RedriveSkip struct {
 }
 
 // Redrive publishes the dead letters at offsets [from, to) of the named
-// dispatcher's dead-letter topic to their original topics (HeaderDLTopic),
+// dispatcher's dead-letter topic that this dispatcher wrote
+// (HeaderDLDispatcher; a topic may be shared) to their original topics (HeaderDLTopic),
 // each durably, with a fresh id, the original content and headers (the
 // mmmq-dl-* ones removed) and HeaderRedrivenFrom; every dispatcher and
 // group reading that topic gets it again. from < 0 means the topic's
@@ -95,20 +99,25 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	if to < 0 {
 		to = hw
 	}
-	if from > hw || to > hw || from > to {
-		return RedriveResult{}, contract.BadRequest("redrive range [%d, %d) is not within [0, %d], the high watermark of %s", from, to, hw, dl)
+	switch {
+	case from > hw:
+		return RedriveResult{}, contract.BadRequest("redrive from %d is past %d, the high watermark of %s", from, hw, dl)
+	case from > to:
+		return RedriveResult{}, contract.BadRequest("redrive from %d is after to %d", from, to)
+	case to > hw:
+		return RedriveResult{}, contract.BadRequest("redrive to %d is past %d, the high watermark of %s", to, hw, dl)
 	}
 	res.To, res.Next = to, res.From
 	if t == nil {
 		return res, nil
 	}
-	err := m.redrive(ctx, t, pub, &res)
+	err := m.redrive(ctx, t, name, pub, &res)
 	return res, err
 }
 
 // redrive republishes res.Next..res.To of t, one durable publish per run
 // of dead letters bound for the same topic.
-func (m *Manager) redrive(ctx context.Context, t Topic, pub Publisher, res *RedriveResult) error {
+func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publisher, res *RedriveResult) error {
 	limit := res.Next + MaxRedrive
 	for res.Next < res.To && res.Next < limit {
 		es, err := t.ReadBatch(res.Next, int(min(res.To, limit)-res.Next))
@@ -128,7 +137,7 @@ func (m *Manager) redrive(ctx context.Context, t Topic, pub Publisher, res *Redr
 			return fmt.Errorf("read %s at offset %d: %w", t.Name(), res.Next, err)
 		}
 		for len(es) > 0 {
-			n, err := m.redriveRun(ctx, t.Name(), es, pub, res)
+			n, err := m.redriveRun(ctx, t.Name(), name, es, pub, res)
 			if err != nil {
 				return err
 			}
@@ -141,8 +150,8 @@ func (m *Manager) redrive(ctx context.Context, t Topic, pub Publisher, res *Redr
 // redriveRun publishes the leading run of es bound for one topic (or skips
 // the first entry, not a dead letter) and reports how many entries it
 // handled.
-func (m *Manager) redriveRun(ctx context.Context, dlTopic string, es []storage.Entry, pub Publisher, res *RedriveResult) (int, error) {
-	dest, stored, why := redriven(dlTopic, es[0])
+func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []storage.Entry, pub Publisher, res *RedriveResult) (int, error) {
+	dest, stored, why := redriven(dlTopic, name, es[0])
 	if why != "" {
 		res.Skipped = append(res.Skipped, RedriveSkip{Offset: es[0].Offset, Reason: why})
 		res.Next = es[0].Offset + 1
@@ -150,7 +159,7 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic string, es []storage.E
 	}
 	batch := [][]byte{stored}
 	for _, e := range es[1:] {
-		d2, s2, why2 := redriven(dlTopic, e)
+		d2, s2, why2 := redriven(dlTopic, name, e)
 		if why2 != "" || d2 != dest {
 			break
 		}
@@ -167,13 +176,22 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic string, es []storage.E
 	return len(batch), nil
 }
 
-// redriven returns the original topic of dead letter e and the stored JSON
-// to publish there, or why it cannot be redriven.
-func redriven(dlTopic string, e storage.Entry) (topic string, stored []byte, why string) {
+// redriven returns the original topic of dead letter e, which dispatcher
+// name wrote to dlTopic, and the stored JSON to publish there, or why it
+// cannot be redriven.
+func redriven(dlTopic, name string, e storage.Entry) (topic string, stored []byte, why string) {
 	p := parseStored(e.Payload)
 	topic = p.Headers[HeaderDLTopic]
-	if topic == "" {
+	switch by := p.Headers[HeaderDLDispatcher]; {
+	case topic == "":
 		return "", nil, "not a dead letter (no " + HeaderDLTopic + " header)"
+	case by != "" && by != name:
+		return "", nil, "a dead letter of dispatcher " + by
+	case p.Headers[HeaderDLContentOmitted] != "":
+		return "", nil, fmt.Sprintf("stored without its content (%s); the original is at %s offset %s",
+			p.Headers[HeaderDLContentOmitted], topic, p.Headers[HeaderDLOffset])
+	case topic == dlTopic:
+		return "", nil, HeaderDLTopic + " names the dead-letter topic itself"
 	}
 	if err := contract.ValidateTopic(topic); err != nil {
 		return "", nil, fmt.Sprintf("%s header: %v", HeaderDLTopic, err)

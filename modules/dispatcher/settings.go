@@ -169,9 +169,11 @@ func (d *Dispatcher) WithSigningSecrets(secrets ...webhooks.Secret) *Dispatcher 
 func (d *Dispatcher) SigningSecrets() []webhooks.Secret { return slices.Clone(d.dl.secrets) }
 
 // WithHeaders returns a copy of d that adds h to every push (for instance
-// an Authorization header the consumer wants). Names are HTTP tokens and
-// may not be Content-Type, Content-Length, Host, Connection,
-// Transfer-Encoding or start with mmmq-, webhook- or ce- (the broker's own);
+// an Authorization header the consumer wants; a User-Agent replaces the
+// broker's). Names are HTTP tokens, each given once whatever its case, and
+// may not be Content-Type, Content-Length, Content-Encoding, Host,
+// Connection, Transfer-Encoding, TE, Trailer, Upgrade, Expect, Keep-Alive,
+// Proxy-Connection or start with mmmq-, webhook- or ce- (the broker's own);
 // values hold no control characters. Validate reports violations.
 func (d *Dispatcher) WithHeaders(h map[string]string) *Dispatcher {
 	c := *d
@@ -225,11 +227,13 @@ func (d *Dispatcher) WithBatch(b Batch) *Dispatcher {
 // Batch is the batch setting (MaxMessages 0: off).
 func (d *Dispatcher) Batch() Batch { return d.dl.batch }
 
-// reservedHeader reports whether name (any case) is one the broker sets.
+// reservedHeader reports whether name (any case) is one the broker sets,
+// or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
 	n := strings.ToLower(name)
 	switch n {
-	case "content-type", "content-length", "host", "connection", "transfer-encoding":
+	case "content-type", "content-length", "content-encoding", "host", "connection", "transfer-encoding",
+		"te", "trailer", "upgrade", "expect", "keep-alive", "proxy-connection":
 		return true
 	}
 	return strings.HasPrefix(n, "mmmq-") || strings.HasPrefix(n, "webhook-") || strings.HasPrefix(n, "ce-")
@@ -267,10 +271,25 @@ func (d *Dispatcher) validateDelivery() []error {
 	default:
 		errs = append(errs, fmt.Errorf("ack-mode %q: want %q or %q", d.dl.ackMode, AckBody, AckStatus))
 	}
-	if d.dl.abnormal.MaxAttempts < 0 || d.dl.abnormal.MaxDuration < 0 {
-		errs = append(errs, errors.New("max-abnormal-attempts and max-abnormal-duration must not be negative"))
+	if d.dl.abnormal.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("max-abnormal-attempts %d: must not be negative", d.dl.abnormal.MaxAttempts))
 	}
+	if d.dl.abnormal.MaxDuration < 0 {
+		errs = append(errs, fmt.Errorf("max-abnormal-duration %s: must not be negative", d.dl.abnormal.MaxDuration))
+	}
+	if d.dl.abnormal.Enabled() && d.DeadLetter() == "" {
+		errs = append(errs, errors.New("max-abnormal-attempts and max-abnormal-duration need a dead-letter topic: with dead letters off, every message would be dropped while the consumer is down"))
+	}
+	if dl := d.DeadLetter(); dl != "" && contract.ValidateTopic(dl) == nil && d.Matches(dl) {
+		errs = append(errs, fmt.Errorf("its patterns match its own dead-letter topic %q: a message it gives up on would come back to it for ever; set dead-letter to a topic its patterns do not match (or \"\")", dl))
+	}
+	seenHeader := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(d.dl.headers)) {
+		if prev, dup := seenHeader[strings.ToLower(name)]; dup {
+			errs = append(errs, fmt.Errorf("headers: %q and %q are the same header", prev, name))
+			continue
+		}
+		seenHeader[strings.ToLower(name)] = name
 		switch {
 		case !validHeaderName(name):
 			errs = append(errs, fmt.Errorf("headers: %q is not a valid header name", name))
@@ -283,9 +302,25 @@ func (d *Dispatcher) validateDelivery() []error {
 	if n := d.dl.maxInFlight; n < 0 || n > MaxInFlightLimit {
 		errs = append(errs, fmt.Errorf("max-in-flight %d outside 1..%d", n, MaxInFlightLimit))
 	}
+	seenSecret := map[string]bool{}
+	for i, s := range d.dl.secrets {
+		if seenSecret[s.Fingerprint()] {
+			errs = append(errs, fmt.Errorf("signing-secrets[%d]: the same secret is given twice", i))
+		}
+		seenSecret[s.Fingerprint()] = true
+	}
 	b := d.dl.batch
-	if b.MaxMessages < 0 || b.MaxMessages > MaxBatchMessages || b.MaxBytes < 0 || b.MaxWait < 0 {
-		errs = append(errs, fmt.Errorf("batch: max-messages must be 0..%d, max-bytes and max-wait not negative", MaxBatchMessages))
+	if b.MaxMessages < 0 || b.MaxMessages > MaxBatchMessages {
+		errs = append(errs, fmt.Errorf("batch.max-messages %d: must be 0 (off) .. %d", b.MaxMessages, MaxBatchMessages))
+	}
+	if b.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("batch.max-bytes %d: must not be negative", b.MaxBytes))
+	}
+	if b.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("batch.max-wait %s: must not be negative", b.MaxWait))
+	}
+	if b.MaxMessages == 0 && (b.MaxBytes != 0 || b.MaxWait != 0) {
+		errs = append(errs, errors.New("batch: max-bytes and max-wait need max-messages (batches are off without it)"))
 	}
 	if b.MaxMessages > 0 && d.dl.cloudEvents {
 		errs = append(errs, errors.New("cloudevents cannot be combined with batch (a binary-mode CloudEvent is one message)"))
