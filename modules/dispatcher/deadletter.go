@@ -176,7 +176,9 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 	h[HeaderDLOriginalID] = p.ID
 	h[HeaderDLDispatcher] = dispatcher
 	if m.lastErr != "" {
-		h[HeaderDLLastError] = truncateUTF8(m.lastErr, 256)
+		// The consumer controls part of this text (a 3xx's Location, a
+		// custom Sender's error): EncodeMessage refuses invalid UTF-8.
+		h[HeaderDLLastError] = truncateUTF8(strings.ToValidUTF8(m.lastErr, "\uFFFD"), 256)
 	}
 	content := p.Content
 	if omitContent {
