@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -80,10 +81,15 @@ func (w *worker) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		var notify <-chan struct{}
+		var notify, closed <-chan struct{}
 		if w.readRetry.IsZero() && len(w.win) < w.winCap {
 			// Already closed when data came after fill looked.
 			notify = w.topic.Notify(w.readNext)
+		} else {
+			// Not reading now (window full, read retry pending), but a
+			// closed topic must still end the worker: the high watermark
+			// never reaches MaxInt64, so this fires on close only.
+			closed = w.topic.Notify(math.MaxInt64)
 		}
 		if !w.readRetry.IsZero() && (wake.IsZero() || w.readRetry.Before(wake)) {
 			wake = w.readRetry
@@ -94,7 +100,7 @@ func (w *worker) loop(ctx context.Context) error {
 			t = time.NewTimer(time.Until(wake))
 			timer = t.C
 		}
-		err := w.wait(ctx, timer, notify)
+		err := w.wait(ctx, timer, notify, closed)
 		if t != nil {
 			t.Stop()
 		}
@@ -104,12 +110,14 @@ func (w *worker) loop(ctx context.Context) error {
 	}
 }
 
-// wait blocks until an answer, new data (notify), the timer or the end of
-// ctx, and handles what came.
-func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify <-chan struct{}) error {
+// wait blocks until an answer, new data (notify), the topic's close
+// (closed), the timer or the end of ctx, and handles what came.
+func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed <-chan struct{}) error {
 	select {
 	case <-ctx.Done():
 		return errStopped
+	case <-closed:
+		return errTopicClosed
 	case r := <-w.results:
 		return w.received(r)
 	case <-notify:
