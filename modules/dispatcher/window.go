@@ -267,11 +267,12 @@ func (w *worker) launchReady(ctx context.Context) time.Time {
 
 // takeUnit takes the next push's messages from the front of ready: one, or
 // a batch bounded by MaxMessages and MaxBytes (at least one message). A
-// batch of first sends that could still grow waits until MaxWait after its
-// first message was read: then it returns nil and that time.
+// NACKed message is resent on its own, never with others. A batch of first
+// sends that could still grow waits until MaxWait after its first message
+// was read: then it returns nil and that time.
 func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 	b := w.batch
-	if b.MaxMessages <= 0 {
+	if b.MaxMessages <= 0 || w.ready[0].nacks > 0 {
 		u := w.ready[:1:1]
 		w.ready = w.ready[1:]
 		return u, time.Time{}
@@ -279,7 +280,7 @@ func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 	n, size := 0, int64(0)
 	for n < len(w.ready) && n < b.MaxMessages {
 		sz := int64(len(w.ready[n].e.Payload))
-		if n > 0 && size+sz > b.MaxBytes {
+		if n > 0 && (size+sz > b.MaxBytes || w.ready[n].nacks > 0) {
 			break
 		}
 		size += sz
