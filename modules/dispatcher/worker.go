@@ -127,6 +127,11 @@ func (w *worker) status() WorkerStatus {
 	errText, lastErr, lastErrAt := w.errText, w.lastErr, w.lastErrAt
 	w.errMu.Unlock()
 	hw, committed, next := w.topic.HighWatermark(), w.committed.Load(), w.next.Load()
+	// backingOff alone is not enough: a normal answer to another push
+	// (max-in-flight > 1) and the end of a commit or dead-letter retry
+	// clear it while the head still waits out its backoff (retryAt).
+	retryAt := w.retryAt.Load()
+	backoff := w.backingOff.Load() || time.Now().UnixNano() < retryAt
 	st := WorkerStatus{
 		Dispatcher:    w.d.name,
 		Topic:         w.topicName,
@@ -140,7 +145,7 @@ func (w *worker) status() WorkerStatus {
 		Expired:       w.expired.Load(),
 		Abnormal:      w.abnormal.Load(),
 		Commits:       w.commits.Load(),
-		Backoff:       w.backingOff.Load(),
+		Backoff:       backoff,
 		Running:       w.running.Load(),
 		Err:           errText,
 		HighWatermark: hw,
@@ -153,7 +158,7 @@ func (w *worker) status() WorkerStatus {
 	case w.sending.Load():
 		st.State = StateDelivering // an attempt is in flight (a resend too)
 	case st.Backoff:
-		st.State, st.NextRetry = StateBackoff, time.Unix(0, w.retryAt.Load())
+		st.State, st.NextRetry = StateBackoff, time.Unix(0, retryAt)
 	case w.nackResend.Load():
 		st.State = StateNackResend
 	case next < hw:
