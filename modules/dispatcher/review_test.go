@@ -162,6 +162,7 @@ func TestWindowReadAheadBoundedByBatchBytes(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let the worker read what it wants to
 	// 2 pushes in flight of ~7 messages (1 KiB) each, plus one read batch
 	// (16) and a batch's worth in reserve would be ~50; allow 100.
+	t.Logf("read ahead: %d", rt.maxRead.Load())
 	if got := rt.maxRead.Load(); got > 100 {
 		t.Errorf("the worker read %d messages ahead of its checkpoint with 2 pushes of at most 1 KiB in flight; want at most 100", got)
 	}
@@ -299,6 +300,9 @@ func TestIdleWorkerUsesNoCPU(t *testing.T) {
 			return d.WithBatch(Batch{MaxMessages: 10, MaxWait: time.Hour})
 		}, nil},
 		{"full window, stuck consumer", 40, stuck, func(d *Dispatcher) *Dispatcher { return d.WithMaxInFlight(2) }, nil},
+		{"window full by bytes, stuck consumer", 200, stuck, func(d *Dispatcher) *Dispatcher {
+			return d.WithMaxInFlight(2).WithBatch(Batch{MaxMessages: 100, MaxBytes: 300})
+		}, nil},
 		{"dead-letter append retry", 3, nack, nil, func(_ *memTopic, p *memPublisher) { p.fail = 1 << 30 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,7 +82,7 @@ func (w *worker) loop(ctx context.Context) error {
 			}
 		}
 		var notify, closed <-chan struct{}
-		if w.readRetry.IsZero() && len(w.win) < w.winCap {
+		if w.readRetry.IsZero() && w.hasRoom() {
 			// Already closed when data came after fill looked.
 			notify = w.topic.Notify(w.readNext)
 		} else {
@@ -167,6 +167,14 @@ func (w *worker) drain() {
 	w.popDone()
 }
 
+// hasRoom reports whether fill may read more: fewer than winCap messages
+// and, with batches, fewer than winBytesCap bytes in the window. fill, the
+// Notify wait and takeUnit's "the batch cannot grow" all use it (a wait for
+// data the window has no room for would wake at once, for ever).
+func (w *worker) hasRoom() bool {
+	return len(w.win) < w.winCap && (w.winBytesCap == 0 || w.winBytes < w.winBytesCap)
+}
+
 // fill reads messages into the window while it has room and the topic has
 // more. Reading errors are handled as the original Java mmmq does: a
 // corrupt entry is logged and skipped alone; what cannot be placed is
@@ -178,7 +186,7 @@ func (w *worker) fill() error {
 		}
 		w.readRetry = time.Time{}
 	}
-	for len(w.win) < w.winCap && w.readNext < w.topic.HighWatermark() {
+	for w.hasRoom() && w.readNext < w.topic.HighWatermark() {
 		batch, rerr := w.topic.ReadBatch(w.readNext, min(w.m.opts.BatchSize, w.winCap-len(w.win)))
 		now := time.Now()
 		for _, e := range batch {
@@ -187,6 +195,7 @@ func (w *worker) fill() error {
 			}
 			m := &msg{e: e, end: e.Offset + 1, id: contract.MessageID(e.Payload), readAt: now}
 			w.win = append(w.win, m)
+			w.winBytes += int64(len(e.Payload))
 			w.ready = append(w.ready, m)
 			w.readNext++
 		}
@@ -286,7 +295,7 @@ func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 		size += sz
 		n++
 	}
-	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || len(w.win) >= w.winCap
+	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || !w.hasRoom()
 	if !full && b.MaxWait > 0 && w.ready[0].attempts == 0 {
 		if deadline := w.ready[0].readAt.Add(b.MaxWait); now.Before(deadline) {
 			return nil, deadline
@@ -484,6 +493,9 @@ func (w *worker) popDone() bool {
 	}
 	w.next.Store(w.win[k-1].end)
 	w.pending += k
+	for _, m := range w.win[:k] {
+		w.winBytes -= int64(len(m.e.Payload))
+	}
 	clear(w.win[:k])
 	w.win = w.win[k:]
 	w.showHead()

@@ -74,6 +74,8 @@ type worker struct {
 	readBackoff *backoff.ExponentialBackOff
 	maxInFlight int
 	winCap      int   // most messages in win
+	winBytes    int64 // payload bytes in win
+	winBytesCap int64 // with batches: most payload bytes in win (0: no cap)
 	batch       Batch // MaxMessages 0: one message per push
 }
 
@@ -103,6 +105,12 @@ func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
 		w.batch = Batch{} // a plain Sender gets one message per push
 	}
 	w.winCap = max(m.opts.BatchSize, w.maxInFlight*max(w.batch.MaxMessages, 1))
+	if w.batch.MaxMessages > 0 {
+		// maxInFlight batches of MaxBytes in flight and one more ready:
+		// max-messages alone (up to 1024 * 10000 messages) would read a
+		// whole backlog into memory when max-bytes is what bounds a batch.
+		w.winBytesCap = int64(w.maxInFlight+1) * w.batch.MaxBytes
+	}
 	w.results = make(chan pushResult, w.maxInFlight)
 	w.running.Store(true)
 	return w
