@@ -95,12 +95,12 @@ func (m *Manager) publisher() Publisher {
 // stops: then m stays unfinished and is delivered again after a restart),
 // or logged and skipped when dead letters are off.
 func (w *worker) exhaust(m *msg, reason string) error {
-	w.exhausted.Add(1)
 	topic, pub := w.d.DeadLetter(), w.m.publisher()
 	fields := []zap.Field{zap.Int64("offset", m.e.Offset), zap.Int("attempts", m.attempts),
 		zap.String("reason", reason), zap.String("message-id", m.id)}
 	if topic == "" || pub == nil {
 		w.log.Warn("message not delivered and dead letters are off; moving on without delivery", fields...)
+		w.exhausted.Add(1)
 		m.done = true
 		return nil
 	}
@@ -113,6 +113,7 @@ func (w *worker) exhaust(m *msg, reason string) error {
 			off, err = pub.PublishDurable(w.ctx, topic, [][]byte{stored})
 		}
 		if err == nil {
+			w.exhausted.Add(1) // counted once finished: a stop during the retries leaves it unfinished
 			w.deadLettered.Add(1)
 			w.log.Warn("message dead-lettered", append(fields, zap.String("dead-letter-topic", topic), zap.Int64("dead-letter-offset", off))...)
 			if h := w.m.opts.Hooks; h != nil && h.AfterDeadLetter != nil {
@@ -176,7 +177,9 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 	h[HeaderDLOriginalID] = p.ID
 	h[HeaderDLDispatcher] = dispatcher
 	if m.lastErr != "" {
-		h[HeaderDLLastError] = truncateUTF8(m.lastErr, 256)
+		// The consumer controls part of this text (a 3xx's Location, a
+		// custom Sender's error): EncodeMessage refuses invalid UTF-8.
+		h[HeaderDLLastError] = truncateUTF8(strings.ToValidUTF8(m.lastErr, "\uFFFD"), 256)
 	}
 	content := p.Content
 	if omitContent {

@@ -257,8 +257,13 @@ func (d *Dispatcher) CommitPolicy() CommitPolicy { return d.commit }
 // Matches reports whether topic matches any of the dispatcher's patterns.
 // A topic under DeadLetterPrefix matches only a pattern whose first segment
 // is literally "dead-letter": "**" or "*.x" never deliver dead letters, so
-// a dead letter cannot loop back to the consumer that refused it.
+// a dead letter cannot loop back to the consumer that refused it. For the
+// same reason a dispatcher never matches its own dead-letter topic (a custom
+// one under its patterns, or dead-letter.<name> for "dead-letter.**").
 func (d *Dispatcher) Matches(topic string) bool {
+	if dl := d.DeadLetter(); dl != "" && topic == dl {
+		return false
+	}
 	dead := strings.HasPrefix(topic, DeadLetterPrefix)
 	for _, p := range d.patterns {
 		if dead && !strings.HasPrefix(p.String(), DeadLetterPrefix) {

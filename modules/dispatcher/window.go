@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -83,10 +84,15 @@ func (w *worker) loop(ctx context.Context) error {
 				return err
 			}
 		}
-		var notify <-chan struct{}
-		if w.readRetry.IsZero() && len(w.win) < w.winCap {
+		var notify, closed <-chan struct{}
+		if w.readRetry.IsZero() && w.hasRoom() {
 			// Already closed when data came after fill looked.
 			notify = w.topic.Notify(w.readNext)
+		} else {
+			// Not reading now (window full, read retry pending), but a
+			// closed topic must still end the worker: the high watermark
+			// never reaches MaxInt64, so this fires on close only.
+			closed = w.topic.Notify(math.MaxInt64)
 		}
 		if !w.readRetry.IsZero() && (wake.IsZero() || w.readRetry.Before(wake)) {
 			wake = w.readRetry
@@ -97,7 +103,7 @@ func (w *worker) loop(ctx context.Context) error {
 			t = time.NewTimer(time.Until(wake))
 			timer = t.C
 		}
-		err := w.wait(ctx, timer, notify)
+		err := w.wait(ctx, timer, notify, closed)
 		if t != nil {
 			t.Stop()
 		}
@@ -107,12 +113,14 @@ func (w *worker) loop(ctx context.Context) error {
 	}
 }
 
-// wait blocks until an answer, new data (notify), the timer or the end of
-// ctx, and handles what came.
-func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify <-chan struct{}) error {
+// wait blocks until an answer, new data (notify), the topic's close
+// (closed), the timer or the end of ctx, and handles what came.
+func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed <-chan struct{}) error {
 	select {
 	case <-ctx.Done():
 		return errStopped
+	case <-closed:
+		return errTopicClosed
 	case r := <-w.results:
 		return w.received(r)
 	case <-notify:
@@ -162,6 +170,14 @@ func (w *worker) drain() {
 	w.popDone()
 }
 
+// hasRoom reports whether fill may read more: fewer than winCap messages
+// and, with batches, fewer than winBytesCap bytes in the window. fill, the
+// Notify wait and takeUnit's "the batch cannot grow" all use it (a wait for
+// data the window has no room for would wake at once, for ever).
+func (w *worker) hasRoom() bool {
+	return len(w.win) < w.winCap && (w.winBytesCap == 0 || w.winBytes < w.winBytesCap)
+}
+
 // fill reads messages into the window while it has room and the topic has
 // more. Reading errors are handled as the original Java mmmq does: a
 // corrupt entry is logged and skipped alone; what cannot be placed is
@@ -173,7 +189,7 @@ func (w *worker) fill() error {
 		}
 		w.readRetry = time.Time{}
 	}
-	for len(w.win) < w.winCap && w.readNext < w.topic.HighWatermark() {
+	for w.hasRoom() && w.readNext < w.topic.HighWatermark() {
 		batch, rerr := w.topic.ReadBatch(w.readNext, min(w.m.opts.BatchSize, w.winCap-len(w.win)))
 		now := time.Now()
 		for _, e := range batch {
@@ -182,6 +198,7 @@ func (w *worker) fill() error {
 			}
 			m := &msg{e: e, end: e.Offset + 1, id: contract.MessageID(e.Payload), readAt: now}
 			w.win = append(w.win, m)
+			w.winBytes += int64(len(e.Payload))
 			w.ready = append(w.ready, m)
 			w.readNext++
 		}
@@ -262,11 +279,12 @@ func (w *worker) launchReady(ctx context.Context) time.Time {
 
 // takeUnit takes the next push's messages from the front of ready: one, or
 // a batch bounded by MaxMessages and MaxBytes (at least one message). A
-// batch of first sends that could still grow waits until MaxWait after its
-// first message was read: then it returns nil and that time.
+// NACKed message is resent on its own, never with others. A batch of first
+// sends that could still grow waits until MaxWait after its first message
+// was read: then it returns nil and that time.
 func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 	b := w.batch
-	if b.MaxMessages <= 0 {
+	if b.MaxMessages <= 0 || w.ready[0].nacks > 0 {
 		u := w.ready[:1:1]
 		w.ready = w.ready[1:]
 		return u, time.Time{}
@@ -274,13 +292,13 @@ func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 	n, size := 0, int64(0)
 	for n < len(w.ready) && n < b.MaxMessages {
 		sz := int64(len(w.ready[n].e.Payload))
-		if n > 0 && size+sz > b.MaxBytes {
+		if n > 0 && (size+sz > b.MaxBytes || w.ready[n].nacks > 0) {
 			break
 		}
 		size += sz
 		n++
 	}
-	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || len(w.win) >= w.winCap
+	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || !w.hasRoom()
 	if !full && b.MaxWait > 0 && w.ready[0].attempts == 0 {
 		if deadline := w.ready[0].readAt.Add(b.MaxWait); now.Before(deadline) {
 			return nil, deadline
@@ -478,6 +496,9 @@ func (w *worker) popDone() bool {
 	}
 	w.next.Store(w.win[k-1].end)
 	w.pending += k
+	for _, m := range w.win[:k] {
+		w.winBytes -= int64(len(m.e.Payload))
+	}
 	clear(w.win[:k])
 	w.win = w.win[k:]
 	w.showHead()

@@ -74,6 +74,8 @@ type worker struct {
 	readBackoff *backoff.ExponentialBackOff
 	maxInFlight int
 	winCap      int   // most messages in win
+	winBytes    int64 // payload bytes in win
+	winBytesCap int64 // with batches: most payload bytes in win (0: no cap)
 	batch       Batch // MaxMessages 0: one message per push
 }
 
@@ -103,6 +105,12 @@ func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
 		w.batch = Batch{} // a plain Sender gets one message per push
 	}
 	w.winCap = max(m.opts.BatchSize, w.maxInFlight*max(w.batch.MaxMessages, 1))
+	if w.batch.MaxMessages > 0 {
+		// maxInFlight batches of MaxBytes in flight and one more ready:
+		// max-messages alone (up to 1024 * 10000 messages) would read a
+		// whole backlog into memory when max-bytes is what bounds a batch.
+		w.winBytesCap = int64(w.maxInFlight+1) * w.batch.MaxBytes
+	}
 	w.results = make(chan pushResult, w.maxInFlight)
 	w.running.Store(true)
 	return w
@@ -127,6 +135,11 @@ func (w *worker) status() WorkerStatus {
 	errText, lastErr, lastErrAt := w.errText, w.lastErr, w.lastErrAt
 	w.errMu.Unlock()
 	hw, committed, next := w.topic.HighWatermark(), w.committed.Load(), w.next.Load()
+	// backingOff alone is not enough: a normal answer to another push
+	// (max-in-flight > 1) and the end of a commit or dead-letter retry
+	// clear it while the head still waits out its backoff (retryAt).
+	retryAt := w.retryAt.Load()
+	backoff := w.backingOff.Load() || time.Now().UnixNano() < retryAt
 	st := WorkerStatus{
 		Dispatcher:    w.d.name,
 		Topic:         w.topicName,
@@ -140,7 +153,7 @@ func (w *worker) status() WorkerStatus {
 		Expired:       w.expired.Load(),
 		Abnormal:      w.abnormal.Load(),
 		Commits:       w.commits.Load(),
-		Backoff:       w.backingOff.Load(),
+		Backoff:       backoff,
 		Running:       w.running.Load(),
 		Err:           errText,
 		HighWatermark: hw,
@@ -153,7 +166,7 @@ func (w *worker) status() WorkerStatus {
 	case w.sending.Load():
 		st.State = StateDelivering // an attempt is in flight (a resend too)
 	case st.Backoff:
-		st.State, st.NextRetry = StateBackoff, time.Unix(0, w.retryAt.Load())
+		st.State, st.NextRetry = StateBackoff, time.Unix(0, retryAt)
 	case w.nackResend.Load():
 		st.State = StateNackResend
 	case next < hw:
