@@ -19,29 +19,34 @@ import (
 // TestDecodeSpec: the body of a create or replace is checked field by
 // field, and the errors say which field (400 BAD_REQUEST).
 func TestDecodeSpec(t *testing.T) {
-	s, err := decodeSpec([]byte(`{"name":"d","host":"http://h:1","patterns":["a.*"],"timeout":"5s","commit":{"policy":"interval","interval":"2s","max-count":10},"paused":true}`))
+	// What GET answers (source, deadLetterTopic, topics) may be sent back.
+	s, err := decodeSpec([]byte(`{"name":"d","host":"http://h:1","patterns":["a.*"],"timeout":"5s","commit":{"policy":"interval","interval":"2s","max-count":10},"paused":true,"source":"api","deadLetterTopic":"dead-letter.d","topics":[{"topic":"a.b"}]}`))
 	if err != nil || s.Timeout != Duration(5*time.Second) || s.Commit.Interval != Duration(2*time.Second) || !s.Paused {
 		t.Fatalf("%+v %v", s, err)
 	}
 	for body, says := range map[string]string{
-		`{"name":"d","colour":1}`:       `unknown field "colour"`,
-		`{"name":5}`:                    `field "name" must be a JSON string`,
-		`{"patterns":"a.*"}`:            `field "patterns" must be a JSON array`,
-		`{"timeout":"soon"}`:            `must be a duration >= 0 such as "30s"; got "soon"`,
-		`{"timeout":"-1s"}`:             `got "-1s"`,
-		`{"name":"d"} {"name":"e"}`:     "data after the JSON object",
-		`not json`:                      "invalid dispatcher",
-		``:                              "the body is empty: send a JSON object",
-		`{"commit":{"every":"always"}}`: `unknown field "every"`,
-		`{"dead-letter":7}`:             `field "dead-letter" must be a JSON string`,
-		`{"signing-secrets":"whsec_x"}`: `field "signing-secrets" must be a JSON array`,
-		`{"headers":{"X-A":1}}`:         `field "headers" must be a JSON object of strings`,
-		`{"headers":["X-A"]}`:           `field "headers" must be a JSON object of strings`,
-		`{"max-in-flight":"4"}`:         `field "max-in-flight" must be a JSON number`,
-		`{"max-abnormal-duration":"1"}`: `must be a duration >= 0 such as "30s"; got "1"`,
-		`{"backoff-jitter":"yes"}`:      `field "backoff-jitter" must be a JSON boolean`,
-		`{"batch":{"max-wait":"-1s"}}`:  `got "-1s"`,
-		`{"batch":{"size":10}}`:         `unknown field "size"`,
+		`{"name":"d","colour":1}`:         `unknown field "colour"`,
+		`{"name":5}`:                      `field "name" must be a JSON string`,
+		`{"patterns":"a.*"}`:              `field "patterns" must be a JSON array`,
+		`{"timeout":"soon"}`:              `must be a duration >= 0 such as "30s"; got "soon"`,
+		`{"timeout":"-1s"}`:               `got "-1s"`,
+		`{"name":"d"} {"name":"e"}`:       "data after the JSON object",
+		`not json`:                        "invalid dispatcher",
+		``:                                "the body is empty: send a JSON object",
+		`{"commit":{"every":"always"}}`:   `unknown field "every"`,
+		`{"dead-letter":7}`:               `field "dead-letter" must be a JSON string`,
+		`{"signing-secrets":"whsec_x"}`:   `field "signing-secrets" must be a JSON array`,
+		`{"headers":{"X-A":1}}`:           `field "headers" must be a JSON object of strings`,
+		`{"headers":["X-A"]}`:             `field "headers" must be a JSON object of strings`,
+		`{"max-in-flight":"4"}`:           `field "max-in-flight" must be a JSON number`,
+		`{"max-abnormal-duration":"1"}`:   `must be a duration >= 0 such as "30s"; got "1"`,
+		`{"backoff-jitter":"yes"}`:        `field "backoff-jitter" must be a JSON boolean`,
+		`{"batch":{"max-wait":"-1s"}}`:    `got "-1s"`,
+		`{"batch":{"size":10}}`:           `unknown field "size"`,
+		`{"max-abnormal-duration":"-5s"}`: `field "max-abnormal-duration" must be a duration`,
+		`{"batch":{"max-wait":"x"}}`:      `field "batch.max-wait" must be a duration`,
+		`{"commit":{"interval":5}}`:       `field "commit.interval" must be a duration`,
+		`{"timeout":true}`:                `field "timeout" must be a duration`,
 	} {
 		_, err := decodeSpec([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {

@@ -126,17 +126,54 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // decodeSpec reads one Spec from body: unknown fields, a second value and
 // bad types are refused, naming the field.
+//
+// The members only answers carry (source, deadLetterTopic, topics) are
+// accepted and ignored, so that what GET showed can be sent back as is.
 func decodeSpec(body []byte) (Spec, error) {
-	var s Spec
+	var in struct {
+		Spec
+		Source          json.RawMessage `json:"source"`
+		DeadLetterTopic json.RawMessage `json:"deadLetterTopic"`
+		Topics          json.RawMessage `json:"topics"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := dec.Decode(&in); err != nil {
+		if f := badDuration(body); f != "" {
+			return Spec{}, contract.BadRequest("invalid dispatcher: field %q %s", f, err.Error())
+		}
 		return Spec{}, contract.BadRequest("invalid dispatcher: %s", jsonProblem(err))
 	}
 	if dec.More() {
 		return Spec{}, contract.BadRequest("invalid dispatcher: data after the JSON object")
 	}
-	return s, nil
+	return in.Spec, nil
+}
+
+// badDuration names the first duration field of body that is not a valid
+// duration ("timeout", "commit.interval", ...), "" when none is (the
+// decoder's errors from Duration.UnmarshalJSON do not say which field).
+func badDuration(body []byte) string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil {
+		return ""
+	}
+	bad := func(raw json.RawMessage) bool {
+		var d Duration
+		return raw != nil && d.UnmarshalJSON(raw) != nil
+	}
+	for _, f := range []string{"timeout", "max-abnormal-duration"} {
+		if bad(top[f]) {
+			return f
+		}
+	}
+	for sec, f := range map[string]string{"commit": "interval", "batch": "max-wait"} {
+		var sub map[string]json.RawMessage
+		if json.Unmarshal(top[sec], &sub) == nil && bad(sub[f]) {
+			return sec + "." + f
+		}
+	}
+	return ""
 }
 
 // jsonProblem turns a decoding error into a sentence naming the field.
@@ -147,10 +184,12 @@ func jsonProblem(err error) string {
 		return "the body is empty: send a JSON object"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
-	case asTypeError(err, &te) && te.Field == "headers":
+	case asTypeError(err, &te) && strings.HasPrefix(te.Field, "Spec.headers"):
 		return `field "headers" must be a JSON object of strings`
 	case asTypeError(err, &te):
-		return fmt.Sprintf("field %q must be a JSON %s", te.Field, jsonKind(te.Type.Kind().String()))
+		// The body decodes into a struct embedding Spec: its fields are
+		// named "Spec.<name>" by the decoder.
+		return fmt.Sprintf("field %q must be a JSON %s", strings.TrimPrefix(te.Field, "Spec."), jsonKind(te.Type.Kind().String()))
 	}
 	return err.Error()
 }

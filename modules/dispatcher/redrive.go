@@ -127,7 +127,7 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 		case errors.As(err, &oe) && oe.StartOffset > res.Next:
 			res.Skipped = append(res.Skipped, RedriveSkip{Offset: res.Next,
 				Reason: fmt.Sprintf("offsets %d..%d were deleted by retention", res.Next, oe.StartOffset-1)})
-			res.Next = oe.StartOffset
+			res.Next = min(oe.StartOffset, res.To)
 			continue
 		case errors.As(err, &ce) && len(es) == 0 && ce.Offset == res.Next:
 			res.Skipped = append(res.Skipped, RedriveSkip{Offset: res.Next, Reason: "corrupt entry: " + ce.Reason})
@@ -135,6 +135,8 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 			continue
 		case err != nil && len(es) == 0:
 			return fmt.Errorf("read %s at offset %d: %w", t.Name(), res.Next, err)
+		case len(es) == 0:
+			return fmt.Errorf("read %s at offset %d: nothing below the high watermark", t.Name(), res.Next)
 		}
 		for len(es) > 0 {
 			n, err := m.redriveRun(ctx, t.Name(), name, es, pub, res)

@@ -280,9 +280,6 @@ func (d *Dispatcher) validateDelivery() []error {
 	if d.dl.abnormal.Enabled() && d.DeadLetter() == "" {
 		errs = append(errs, errors.New("max-abnormal-attempts and max-abnormal-duration need a dead-letter topic: with dead letters off, every message would be dropped while the consumer is down"))
 	}
-	if dl := d.DeadLetter(); dl != "" && contract.ValidateTopic(dl) == nil && d.Matches(dl) {
-		errs = append(errs, fmt.Errorf("its patterns match its own dead-letter topic %q: a message it gives up on would come back to it for ever; set dead-letter to a topic its patterns do not match (or \"\")", dl))
-	}
 	seenHeader := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(d.dl.headers)) {
 		if prev, dup := seenHeader[strings.ToLower(name)]; dup {
