@@ -376,3 +376,11 @@ func TestBatchNDJSONLines(t *testing.T) {
 		assert.Equal(t, 2, out.Count)
 	}
 }
+
+func TestNodeNameReachesTheDispatchers(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.MMMQ.NodeName = "node-a"
+	var opts dispatcher.Options
+	fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&opts))).RequireStart().RequireStop()
+	assert.Equal(t, "node-a", opts.NodeName, "mmmq.node-name must reach dispatcher.Options (CloudEvents ce-source)")
+}

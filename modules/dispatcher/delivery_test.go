@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
@@ -202,6 +204,34 @@ func TestDeadLetterBeforeCheckpointThenRedrive(t *testing.T) {
 	if _, err := m.Redrive(context.Background(), "d", 0, 5); err == nil {
 		t.Error("redrive past the high watermark succeeded")
 	}
+
+	// A shared dead-letter topic: another dispatcher's dead letters, one
+	// stored without its content and one naming the dead-letter topic
+	// itself are skipped, with why.
+	dlt := pub.topics["dead-letter.d"]
+	other := parseStored(dls[0])
+	for _, h := range []map[string]string{
+		{HeaderDLDispatcher: "someone-else"},
+		{HeaderDLContentOmitted: "record too large"},
+		{HeaderDLTopic: "dead-letter.d"},
+	} {
+		hs := maps.Clone(other.Headers)
+		maps.Copy(hs, h)
+		b, err := contract.EncodeMessage("dead-letter.d", other.Content, "", hs, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		dlt.appendStored(b)
+	}
+	res, err = m.Redrive(context.Background(), "d", 1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Redriven) != 0 || len(res.Skipped) != 3 || res.Next != 4 ||
+		!strings.Contains(res.Skipped[0].Reason, "someone-else") || !strings.Contains(res.Skipped[1].Reason, "without its content") ||
+		!strings.Contains(res.Skipped[2].Reason, "dead-letter topic itself") {
+		t.Errorf("redrive of foreign, content-less and self-naming dead letters = %+v", res)
+	}
 }
 
 func TestDeadLetterAppendRetriedNeverSkipped(t *testing.T) {
@@ -311,6 +341,11 @@ func TestValidateDeliverySettings(t *testing.T) {
 		{base("x").WithBatch(Batch{MaxMessages: -1}), "batch"},
 		{base("x").WithBatch(Batch{MaxMessages: 2}).WithCloudEvents(true), "cloudevents"},
 		{base("x").WithAbnormalLimit(AbnormalLimit{MaxAttempts: -1}), "max-abnormal"},
+		{base("x").WithAbnormalLimit(AbnormalLimit{MaxAttempts: 3}).WithDeadLetter(""), "need a dead-letter topic"},
+		{base("x").WithHeaders(map[string]string{"X-A": "1", "x-a": "2"}), "are the same header"},
+		{base("x").WithHeaders(map[string]string{"Content-Encoding": "gzip"}), "set by the broker"},
+		{base("x").WithBatch(Batch{MaxWait: time.Second}), "need max-messages"},
+		{base("x").WithBatch(Batch{MaxMessages: 2, MaxWait: -1}), "batch.max-wait"},
 	} {
 		err := tc.d.Validate()
 		switch {
