@@ -585,7 +585,11 @@ func TestDispatchersDeliveryFlags(t *testing.T) {
 	if f := b.storedFile(); !strings.Contains(f, `"authorization": "Bearer s3cret=token"`) || strings.Contains(f, "X-A") {
 		t.Fatalf("after update --header:\n%s", f)
 	}
-	requireLines(t, "update --dead-letter ''", b.ok("dispatchers", "update", "signed", "--dead-letter", ""), "dead-letter: off (log and skip)")
+	// Dead letters off needs the abnormal limits off: with them, a consumer
+	// that is down would make messages vanish.
+	b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher", "dispatchers", "update", "signed", "--dead-letter", "")
+	requireLines(t, "update --dead-letter ''", b.ok("dispatchers", "update", "signed", "--dead-letter", "",
+		"--max-abnormal-attempts", "0", "--max-abnormal-duration", "0s"), "dead-letter: off (log and skip)")
 
 	for _, tc := range []struct{ args []string }{
 		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--ack-mode", "maybe"}},
@@ -635,7 +639,7 @@ func TestDispatchersRedrive(t *testing.T) {
 		t.Fatalf("redrive --json: %+v, %v", res, err)
 	}
 	requireLines(t, "redrive all", b.ok("dispatchers", "redrive", "billing"), "range: [0, 3)", "redriven: 3")
-	b.fails("mmmq: 400 BAD_REQUEST: redrive range [4, 3)", "dispatchers", "redrive", "billing", "--from", "4")
+	b.fails("mmmq: 400 BAD_REQUEST: redrive from 4 is past 3, the high watermark", "dispatchers", "redrive", "billing", "--from", "4")
 	b.fails("mmmq: 404 NOT_FOUND: ", "dispatchers", "redrive", "nope")
 	b.ok("dispatchers", "create", "--name", "off", "--host", nack.URL, "--pattern", "none", "--dead-letter", "")
 	b.fails("mmmq: 409 NO_DEAD_LETTERS: ", "dispatchers", "redrive", "off")
