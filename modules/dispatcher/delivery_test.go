@@ -81,30 +81,6 @@ func (tp *memTopic) appendStored(stored ...[]byte) {
 	}
 }
 
-// startWithPublisher starts a Manager over src with pub.
-func startWithPublisher(t *testing.T, src *memSource, pub Publisher, opts Options, ds ...*Dispatcher) *Manager {
-	t.Helper()
-	set, err := SetOf(ds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sender := NewHTTPSender(opts)
-	m := NewManager(set, src, sender, opts, nil)
-	m.SetPublisher(pub)
-	if err := m.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Stop(ctx); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		sender.CloseIdleConnections()
-	})
-	return m
-}
-
 type storedMsg struct {
 	Topic   struct{ Name string } `json:"topic"`
 	Content json.RawMessage       `json:"content"`

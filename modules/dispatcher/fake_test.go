@@ -335,12 +335,22 @@ func testOptions() Options {
 // stops it at cleanup.
 func startManager(t *testing.T, src Source, opts Options, ds ...*Dispatcher) *Manager {
 	t.Helper()
+	return startWithPublisher(t, src, nil, opts, ds...)
+}
+
+// startWithPublisher is startManager with pub as the Manager's Publisher
+// (nil: none, dead letters are logged and skipped).
+func startWithPublisher(t *testing.T, src Source, pub Publisher, opts Options, ds ...*Dispatcher) *Manager {
+	t.Helper()
 	set, err := SetOf(ds...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sender := NewHTTPSender(opts)
 	m := NewManager(set, src, sender, opts, zaptest.NewLogger(t))
+	if pub != nil {
+		m.SetPublisher(pub)
+	}
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
