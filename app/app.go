@@ -33,6 +33,7 @@ import (
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/logging"
 	"github.com/mmmq/mmmq/modules/recovery"
+	"github.com/mmmq/mmmq/modules/reload"
 	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -60,6 +61,7 @@ const (
 	Metrics           = "metrics"
 	HTTPAPI           = "httpapi"
 	LineProto         = "lineproto"
+	Reload            = "reload"
 	Ready             = "ready"
 )
 
@@ -76,7 +78,7 @@ type module struct {
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
 //	       consumer groups → admin (dispatchers.json) → retention loop →
 //	       metrics → HTTP API → line
-//	       protocol → ready
+//	       protocol → SIGHUP handler → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
 //	       retention loop → consumer groups → dispatchers drain → logs
@@ -98,6 +100,7 @@ func defaults() []module {
 		{Metrics, metrics.Module},
 		{HTTPAPI, httpapi.Module},
 		{LineProto, lineproto.Module}, // listens only when mmmq.lineproto.addr is set
+		{Reload, reload.Module},       // SIGHUP re-reads token files and TLS certificates
 		{Ready, recovery.Ready},
 	}
 }

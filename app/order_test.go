@@ -70,6 +70,7 @@ func TestStartAndStopOrder(t *testing.T) {
 	start, stop := hookOrder(t, cfg)
 	wantStop := []string{
 		"modules/recovery",   // ready = false
+		"modules/reload",     // SIGHUP ends the process again
 		"plugins/lineproto",  // stop accepting TCP, close connections
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
 		"modules/retention",  // retention loop (a pass in progress finishes)
@@ -89,6 +90,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/retention",
 		"modules/httpapi",
 		"plugins/lineproto",
+		"modules/reload",   // SIGHUP reloads from here on
 		"modules/recovery", // ready = true
 	}
 	require.Equal(t, wantStart, start, "start hooks by registering package")
@@ -102,7 +104,7 @@ func TestWithoutAndReplace(t *testing.T) {
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
 	_, stop := hookOrder(t, cfg, app.Without(app.LineProto))
 	require.NotContains(t, stop, "plugins/lineproto")
-	require.Equal(t, "modules/httpapi", stop[1])
+	require.Equal(t, "modules/httpapi", stop[2])
 
 	var replaced bool
 	_, stop = hookOrder(t, cfg, app.Replace(app.LineProto, fx.Invoke(func() { replaced = true })))

@@ -24,6 +24,9 @@ const (
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher, or a dispatcher name in use
 	CodeReadOnly       = "READ_ONLY"          // 409: a dispatcher declared in Go code or the configuration file; the admin API changes only its own
 	CodeNoDeadLetters  = "NO_DEAD_LETTERS"    // 409: redrive of a dispatcher whose dead letters are off
+	CodeUnauthorized   = "UNAUTHORIZED"       // 401, with WWW-Authenticate: Bearer: no or unknown credentials
+	CodeForbidden      = "FORBIDDEN"          // 403: the principal may not do this action on this topic or group
+	CodeRateLimited    = "RATE_LIMITED"       // 429, with Retry-After: a per-principal limit was reached
 	CodeTopicBusy      = "TOPIC_BUSY"         // 409, with Retry-After: the topic is being created, reopened or deleted; retry shortly
 	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
@@ -60,6 +63,9 @@ type Class struct {
 // needs an operator), not NO_SPACE (retry later). What matches no row is
 // 503 UNAVAILABLE.
 var classes = []Class{
+	{http.StatusUnauthorized, CodeUnauthorized},
+	{http.StatusForbidden, CodeForbidden},
+	{http.StatusTooManyRequests, CodeRateLimited},
 	{http.StatusRequestEntityTooLarge, CodeTooLarge},
 	{http.StatusBadRequest, CodeBadRequest},
 	{http.StatusNotFound, CodeNotFound},
