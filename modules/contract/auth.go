@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Action is what a request does, for permissions (mmmq.auth.tokens[].
@@ -39,7 +40,52 @@ type Principal interface {
 	// action without a topic, such as listing dispatchers or metrics) and,
 	// for ActionConsume, as group ("" when none applies).
 	Can(action Action, topic, group string) bool
+	// Limits are the principal's own limits (zero fields: none).
+	Limits() Limits
 }
+
+// Limits are one principal's limits (a token entry's
+// max-concurrent-requests, max-connections, publish-rate and
+// publish-burst); 0 means no limit.
+type Limits struct {
+	// MaxConcurrentRequests caps the principal's HTTP requests in progress.
+	MaxConcurrentRequests int
+	// MaxConnections caps the principal's line-protocol connections.
+	MaxConnections int
+	// PublishRate is messages per second (a token bucket), over HTTP and
+	// the line protocol together; PublishBurst is the bucket's size
+	// (0: max(1, PublishRate)).
+	PublishRate  float64
+	PublishBurst int
+}
+
+// Limiter enforces Limits per principal (by name). The auth module
+// provides it; without auth there is no principal and nothing is limited.
+type Limiter interface {
+	// Acquire takes one slot of p's MaxConcurrentRequests (kind
+	// "request") or MaxConnections (kind "connection"); release gives it
+	// back. A full principal gets a *RateLimitedError.
+	Acquire(p Principal, kind string) (release func(), err error)
+	// Publish takes n messages from p's publish bucket, all or none; a
+	// refusal is a *RateLimitedError saying when n would fit.
+	Publish(p Principal, n int) error
+}
+
+// RateLimitedError is a request over a principal's limit (HTTP 429
+// RATE_LIMITED with Retry-After: RetryAfter rounded up to whole seconds;
+// line protocol ERR RATE_LIMITED).
+type RateLimitedError struct {
+	Principal  string
+	What       string        // "concurrent requests", "connections", "publish rate"
+	RetryAfter time.Duration // at least 1 s on the wire
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("rate limited: %q is over its %s limit; retry after %s", e.Principal, e.What, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrRateLimited (429 for Classify).
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 
 // Authenticator finds the Principal of a bearer token. The auth module
 // provides it; with no tokens configured Enabled is false and every
@@ -51,6 +97,10 @@ type Authenticator interface {
 	// Authenticate returns the principal of token (compared in constant
 	// time against stored SHA-256 digests) or ErrUnauthorized.
 	Authenticate(token string) (Principal, error)
+	// AuthenticateCert returns the principal of a verified client
+	// certificate's subject common name (a token entry with client-cn) or
+	// ErrUnauthorized.
+	AuthenticateCert(commonName string) (Principal, error)
 }
 
 type principalKey struct{}
