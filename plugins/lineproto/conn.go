@@ -61,18 +61,20 @@ type conn struct {
 	line     []byte
 	sessions map[groupKey]string // groups this connection holds
 	log      *zap.Logger
+	auth     authState
 }
 
 func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.remove(c)
 	defer c.nc.Close()
+	defer c.releaseAuth()
 	defer c.releaseAll()
 	for {
 		// Deadline first, then the closing check: Stop sets closing before
 		// it sets an immediate deadline, so one of the two always ends an
 		// idle read during shutdown.
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.readTimeout()))
 		if c.s.closing.Load() {
 			return
 		}
@@ -100,14 +102,30 @@ func (c *conn) serve() {
 		// A reply longer than the write buffer is flushed while it is
 		// written: bound those writes too.
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-		c.handle(line)
+		run, closeConn := c.admit(line)
+		if run {
+			c.handle(line)
+		}
 		if !c.flush() {
+			return
+		}
+		if closeConn {
+			c.closeGracefully()
 			return
 		}
 		if cap(c.line) > keepLineBytes {
 			c.line = nil
 		}
 	}
+}
+
+// readTimeout is how long the next request line may take: IdleTimeout, or
+// AuthTimeout when it is the line that must authenticate.
+func (c *conn) readTimeout() time.Duration {
+	if c.auth.principal == nil && c.authEnabled() {
+		return min(c.s.opts.IdleTimeout, c.s.opts.AuthTimeout)
+	}
+	return c.s.opts.IdleTimeout
 }
 
 func isTimeout(err error) bool {
@@ -166,8 +184,8 @@ func (c *conn) trimmed() []byte {
 // client still sends for a moment, so closing does not reset the connection
 // (a reset can make the client lose the ERR line it has not read yet).
 func (c *conn) closeGracefully() {
-	if tc, ok := c.nc.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok { // *net.TCPConn, *tls.Conn
+		_ = cw.CloseWrite()
 	}
 	_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, int64(4*c.s.opts.MaxLineBytes)))
@@ -219,7 +237,7 @@ func (c *conn) handle(line []byte) {
 		if len(cmd) > 32 {
 			cmd = cmd[:32]
 		}
-		c.replyf("ERR %s unknown command %q (want PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
+		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
 	}
 }
 
@@ -236,9 +254,9 @@ func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
 // published to the topic within the window (nothing stored; the offset is
 // the first message's).
 func (c *conn) publish(rest []byte, withID bool) {
-	usage := "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
+	cmd, usage := "PUB", "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
 	if withID {
-		usage = "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
+		cmd, usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
 	}
 	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
 	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
@@ -262,6 +280,9 @@ func (c *conn) publish(rest []byte, withID bool) {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
+	if !c.allowed(cmd, contract.ActionPublish, topic, "") {
+		return
+	}
 	var id string
 	if withID {
 		if err := validateID(idB); err != nil {
@@ -279,15 +300,19 @@ func (c *conn) publish(rest []byte, withID bool) {
 		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, usage)
 		return
 	}
+	if !c.publishAllowed(cmd, topic) {
+		return
+	}
 	stored, err := contract.EncodeMessage(topic, payload, id, nil, time.Now())
 	if err != nil {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
-	// Not derived from the server's context: a publish in progress during
-	// shutdown still gets its real answer. PublishMessages creates the
+	// Not derived from the server's context (it only carries the
+	// principal): a publish in progress during shutdown still gets its
+	// real answer. PublishMessages creates the
 	// topic when needed, and anew when it is deleted under this publish.
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.opts.PublishTimeout)
+	ctx, cancel := context.WithTimeout(c.auth.ctx, c.s.opts.PublishTimeout)
 	defer cancel()
 	msg := [1]topicqueue.Message{{Stored: stored, ID: id}}
 	var res [1]topicqueue.Published
@@ -326,19 +351,27 @@ func validateID(id []byte) error {
 	return nil
 }
 
-// fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]
-func (c *conn) fetch(rest []byte) {
+// fetchArgs are FETCH's arguments; from is -1 without from=.
+type fetchArgs struct {
+	k      groupKey
+	limit  int
+	waitMS int64
+	from   int64
+}
+
+// parseFetch parses FETCH's arguments, or answers ERR BAD_REQUEST.
+func (c *conn) parseFetch(rest []byte) (fetchArgs, bool) {
 	const usage = "usage: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]"
 	f := strings.Fields(string(rest))
 	if len(f) != 4 && len(f) != 5 {
 		c.replyf("ERR %s %s", CodeBadRequest, usage)
-		return
+		return fetchArgs{}, false
 	}
 	limit, err1 := strconv.Atoi(f[2])
 	waitMS, err2 := strconv.ParseInt(f[3], 10, 64)
 	if err1 != nil || limit < 1 || err2 != nil || waitMS < 0 {
 		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", CodeBadRequest)
-		return
+		return fetchArgs{}, false
 	}
 	from := int64(-1)
 	if len(f) == 5 {
@@ -346,12 +379,39 @@ func (c *conn) fetch(rest []byte) {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if !ok || err != nil || n < 0 {
 			c.replyf("ERR %s the fifth argument must be from=<offset>, an integer >= 0; %s", CodeBadRequest, usage)
-			return
+			return fetchArgs{}, false
 		}
 		from = n
 	}
-	wait := time.Duration(min(waitMS, c.s.groups.MaxWait().Milliseconds())) * time.Millisecond
-	k := groupKey{f[0], f[1]}
+	return fetchArgs{k: groupKey{f[0], f[1]}, limit: limit, waitMS: waitMS, from: from}, true
+}
+
+// consumeAllowed checks the consume permission of FETCH and ACK on k: with
+// a principal the names are checked first (ERR BAD_REQUEST), then the
+// permission (ERR FORBIDDEN). Without one it does nothing.
+func (c *conn) consumeAllowed(cmd string, k groupKey) bool {
+	if c.auth.principal == nil {
+		return true
+	}
+	if err := contract.ValidateTopic(k.topic); err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return false
+	}
+	if storage.ValidCheckpointName(k.group) != nil {
+		c.replyf("ERR %s group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", CodeBadRequest, k.group)
+		return false
+	}
+	return c.allowed(cmd, contract.ActionConsume, k.topic, k.group)
+}
+
+// fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]
+func (c *conn) fetch(rest []byte) {
+	a, ok := c.parseFetch(rest)
+	if !ok || !c.consumeAllowed("FETCH", a.k) {
+		return
+	}
+	limit, from, k := a.limit, a.from, a.k
+	wait := time.Duration(min(a.waitMS, c.s.groups.MaxWait().Milliseconds())) * time.Millisecond
 	session, held := c.sessions[k]
 	if !held {
 		s, err := c.s.groups.Acquire(k.topic, k.group)
@@ -433,6 +493,9 @@ func (c *conn) ack(rest []byte) {
 		return
 	}
 	k := groupKey{f[0], f[1]}
+	if !c.consumeAllowed("ACK", k) {
+		return
+	}
 	session, ok := c.sessions[k]
 	if !ok {
 		c.replyf("ERR %s this connection has not fetched group %s of topic %s", CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
@@ -455,10 +518,22 @@ func (c *conn) status(rest []byte) {
 	var list []*topicqueue.TopicQueue
 	switch len(f) {
 	case 0:
-		list = c.s.reg.List()
+		if c.auth.principal == nil {
+			list = c.s.reg.List()
+			break
+		}
+		// Only the topics the principal may read.
+		for _, q := range c.s.reg.List() {
+			if contract.Authorize(c.auth.ctx, contract.ActionRead, q.Name(), "") == nil {
+				list = append(list, q)
+			}
+		}
 	case 1:
 		if err := contract.ValidateTopic(f[0]); err != nil {
 			c.replyErr(CodeBadRequest, err)
+			return
+		}
+		if !c.allowed("STATUS", contract.ActionRead, f[0], "") {
 			return
 		}
 		q, ok := c.s.reg.Get(f[0])

@@ -5,6 +5,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -21,6 +22,11 @@ type Params struct {
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Groups   *groups.Coordinator
+	// Auth and Limiter come from the auth module when the application has
+	// one; without it (or with no tokens configured, Enabled false) the
+	// line protocol is open, as before authentication existed.
+	Auth    contract.Authenticator `optional:"true"`
+	Limiter contract.Limiter       `optional:"true"`
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
@@ -33,6 +39,9 @@ func NewFromConfig(p Params) *Server {
 	}
 	opts := OptionsFromConfig(p.Config, p.Segment)
 	opts.Logger = p.Logger.Named("lineproto")
+	opts.AuditLogger = p.Logger.Named("audit")
+	opts.Authenticator = p.Auth
+	opts.Limiter = p.Limiter
 	return New(opts, p.Registry, p.Groups)
 }
 

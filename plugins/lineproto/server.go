@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -77,6 +78,26 @@ type Options struct {
 	PublishTimeout time.Duration
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
+
+	// Authenticator turns authentication on when it is set and Enabled:
+	// the first line must then be AUTH <token> (or the connection has a
+	// verified client certificate whose common name is a principal), and
+	// every request is checked against the principal's permissions. nil or
+	// not Enabled: no authentication, as before it existed.
+	Authenticator contract.Authenticator
+	// Limiter enforces the principal's max-connections and publish-rate;
+	// nil: no limits.
+	Limiter contract.Limiter
+	// AuditLogger gets refused authentication, FORBIDDEN and RATE_LIMITED
+	// (info level); default Logger.Named("audit") (Module passes the
+	// application's logger named "audit").
+	AuditLogger *zap.Logger
+	// AuthTimeout: a connection that has not authenticated within it is
+	// closed, while authentication is on (default 10s).
+	AuthTimeout time.Duration
+	// AuthFailureDelay: a refused AUTH waits this long before its ERR
+	// UNAUTHORIZED (default 200ms).
+	AuthFailureDelay time.Duration
 }
 
 // AutoMaxConns is the default connection cap: DefaultMaxConns, or an
@@ -104,6 +125,11 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.AuditLogger == nil {
+		o.AuditLogger = o.Logger.Named("audit")
+	}
+	o.AuthTimeout = orDefault(o.AuthTimeout, DefaultAuthTimeout)
+	o.AuthFailureDelay = orDefault(o.AuthFailureDelay, DefaultAuthFailureDelay)
 	return o
 }
 
@@ -166,11 +192,17 @@ func (s *Server) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lineproto: listen on %s: %w", s.opts.Addr, err)
 	}
+	s.serve(ln)
+	return nil
+}
+
+// serve accepts connections from ln in the background (Start; tests pass
+// a TLS listener).
+func (s *Server) serve(ln net.Listener) {
 	s.ln = ln
 	s.acceptDone = make(chan struct{})
 	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()))
 	go s.acceptLoop()
-	return nil
 }
 
 func (s *Server) acceptLoop() {
@@ -266,5 +298,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		w:        bufio.NewWriterSize(nc, readBufferBytes),
 		sessions: map[groupKey]string{},
 		log:      s.log.With(zap.String("remote", nc.RemoteAddr().String())),
+		auth:     authState{ctx: context.Background()},
 	}
 }
