@@ -237,6 +237,12 @@ func (c *conn) handle(line []byte) {
 		if len(cmd) > 32 {
 			cmd = cmd[:32]
 		}
+		if c.auth.principal != nil {
+			// Not echoed while authentication is on: the word may be a
+			// token sent by mistake.
+			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest)
+			return
+		}
 		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
 	}
 }

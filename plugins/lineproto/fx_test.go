@@ -9,9 +9,13 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -94,4 +98,37 @@ func TestFxPubIDDeduplicates(t *testing.T) {
 		{`PUB a.b DURABLE {"x":1}`, "OK 1 DURABLE\n"},
 		{"STATUS a.b", "TOPIC a.b next=2 "},
 	})
+}
+
+// TestFxAuth: an Authenticator and a Limiter in the graph (the auth
+// module's) turn authentication on; refusals go to the logger named
+// "audit".
+func TestFxAuth(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	cfg := config.Default()
+	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.SetSectionValue(cfg, ConfigSection, Config{Addr: "127.0.0.1:0", MaxLineBytes: DefaultMaxLineBytes})
+	fl := &fakeLimiter{conns: map[string]int{}, publish: 0, retry: time.Second}
+	var srv *Server
+	app := fxtest.New(t,
+		config.Module, config.Supply(cfg),
+		fx.Supply(zap.New(core)),
+		fx.Supply(fx.Annotate(newFakeAuth(), fx.As(new(contract.Authenticator)))),
+		fx.Supply(fx.Annotate(fl, fx.As(new(contract.Limiter)))),
+		storage.Module, topicqueue.Module, groups.Module,
+		Module,
+		fx.Populate(&srv),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+	converse(t, srv.Addr(), []step{{"STATUS", "ERR UNAUTHORIZED "}})
+	converse(t, srv.Addr(), []step{
+		{"AUTH " + tokAll, "OK AUTH all\n"},
+		{`PUB t DURABLE 1`, "ERR RATE_LIMITED 1 "},
+		{"STATUS t", "ERR NOT_FOUND "},
+	})
+	audit := logs.FilterLoggerName("audit")
+	if audit.FilterField(zap.String("code", "UNAUTHORIZED")).Len() != 1 || audit.FilterField(zap.String("code", "RATE_LIMITED")).Len() != 1 {
+		t.Fatalf("audit entries: %v", audit.All())
+	}
 }

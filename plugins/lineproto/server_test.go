@@ -39,6 +39,17 @@ type testEnv struct {
 // storage options (e.g. a small segment size).
 func start(t *testing.T, opts Options, gopts groups.Options, with ...func(*storage.Options)) *testEnv {
 	t.Helper()
+	e := newEnv(t, opts, gopts, with...)
+	if err := e.srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newEnv is start without Start: the caller starts the server (serve with
+// its own listener, e.g. a TLS one).
+func newEnv(t *testing.T, opts Options, gopts groups.Options, with ...func(*storage.Options)) *testEnv {
+	t.Helper()
 	log := zaptest.NewLogger(t)
 	// gopts.Budget, when set, is the storage's in-flight budget too.
 	root := t.TempDir()
@@ -66,9 +77,6 @@ func start(t *testing.T, opts Options, gopts groups.Options, with ...func(*stora
 		opts.MaxRecordBytes = 512
 	}
 	srv := New(opts, reg, c)
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		if err := srv.Stop(context.Background()); err != nil {
 			t.Error(err)
