@@ -21,7 +21,8 @@
 // debug level gives its size). A client that half-closes must therefore end
 // its last request with "\n" too.
 //
-//	request  = pub / pubid / fetch / ack / status
+//	request  = auth / pub / pubid / fetch / ack / status
+//	auth     = "AUTH" SP token                        ; only when authentication is on, see below
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	pubid    = "PUBID" SP topic SP level SP id SP payload ; id: the producer's message id, one token
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
@@ -29,6 +30,8 @@
 //	ack      = "ACK" SP topic SP group SP offset
 //	status   = "STATUS" [SP topic]
 //
+//	reply to AUTH    "OK AUTH" SP principal-name       ; authentication on
+//	                 "OK AUTH"                         ; authentication off
 //	reply to PUB     "OK" SP offset SP level           ; WRITTEN, DURABLE
 //	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (log-queue study), none is given
 //	reply to PUBID   "OK" SP offset SP level [SP "DUPLICATE"]
@@ -96,6 +99,74 @@
 // SESSION_EXPIRED once (for FETCH or ACK) and its next FETCH starts a new
 // session from the committed offset.
 //
+// # Authentication
+//
+// Authentication is on when the application has an Authenticator (the auth
+// module, mmmq.auth.tokens) and it is Enabled (at least one token entry).
+// Without one, or with no tokens, nothing below applies and the protocol is
+// open, as before authentication existed.
+//
+// The first line of a connection must then be "AUTH <token>" (the rest of
+// the line, surrounding spaces trimmed), answered "OK AUTH <name>" with the
+// token entry's name. Anything else first, or an unknown token, is
+// answered "ERR UNAUTHORIZED <text>" and the connection is closed; nothing
+// pipelined after it runs. An unknown token is answered only after a fixed
+// delay (Options.AuthFailureDelay, 200 ms), so guessing tokens costs a
+// connection slot and time per guess; a connection that has not
+// authenticated within 10 s (Options.AuthTimeout) is closed.
+//
+// On a TLS connection with a verified client certificate, a certificate
+// whose subject common name is a token entry's client-cn authenticates the
+// connection without AUTH: its first request is simply run as that
+// principal. AUTH as the first line is judged by its token even then (an
+// unknown token is refused, as over HTTP).
+//
+//   - AUTH while authentication is off: "OK AUTH" without a name, the token
+//     not looked at, so a client configured with a token works against a
+//     broker without tokens.
+//   - A second AUTH on an authenticated connection is refused ("ERR
+//     BAD_REQUEST already authenticated as <name>"; its token is not looked
+//     at) and the connection keeps its principal: open a new connection to
+//     use another token.
+//   - The credentials are looked up again before every request, so a token
+//     (or client-cn) removed by a reload of the token list ends the
+//     connections that use it at their next request (ERR UNAUTHORIZED, then
+//     closed), and changed permissions apply at once. Authentication turned
+//     on by a reload makes a connection opened without it send AUTH before
+//     its next request; turned off, every request is let through.
+//   - The token is never echoed or logged. Once authenticated, an unknown
+//     command word is not echoed either (it may be a token sent by mistake).
+//
+// Every request is checked against the principal's permissions
+// (contract.Authorize):
+//
+//	command                   action    topic, group
+//	PUB, PUBID                publish   its topic (then the publish rate)
+//	FETCH (from= too)         consume   its topic, as its group
+//	ACK                       consume   its topic, as its group
+//	STATUS <topic>            read      the topic
+//	STATUS                    read      lists only the topics the principal may read (never refused)
+//
+// A refused request is answered "ERR FORBIDDEN <action> <topic> <text>" and
+// the connection stays open; nothing is stored, taken or moved. The
+// request's arguments are checked first (ERR BAD_REQUEST), so FORBIDDEN
+// only names valid topics; STATUS <topic> is FORBIDDEN before NOT_FOUND, so
+// it does not tell whether a topic exists.
+//
+// Limits per principal (contract.Limiter, a token entry's max-connections
+// and publish-rate): a connection over max-connections is answered "ERR
+// RATE_LIMITED <retry-after-seconds> <text>" to its AUTH (or first request)
+// and closed; its slot is given back when it closes. A PUB or PUBID over
+// the publish rate is answered "ERR RATE_LIMITED <retry-after-seconds>
+// <text>", stores nothing, and the connection stays open. The seconds are
+// rounded up, at least 1.
+//
+// Refused authentication, FORBIDDEN and RATE_LIMITED are logged at info
+// level on the logger named "audit" with the principal (when known), the
+// command word (AUTH, PUB, PUBID, FETCH, ACK, STATUS, or "unknown": never
+// the word itself), action, topic, group, remote address, code and reason;
+// never the token.
+//
 // # Error codes
 //
 // The codes are the HTTP API's (one table for both, contract.Classify):
@@ -105,7 +176,8 @@
 //	GROUP_BUSY       another consumer holds the group (log-queue study)
 //	NOT_DELIVERED    ACK of an offset not delivered to this connection (log-queue study)
 //	BAD_REQUEST      unknown command, wrong arguments, invalid topic or group
-//	                 name, invalid PUBID id, payload not JSON, empty line
+//	                 name, invalid PUBID id, payload not JSON, empty line, a
+//	                 second AUTH
 //	NO_SPACE         free space under mmmq.broker.storage.min-free-bytes (the
 //	                 disk guard; HTTP 507): nothing stored, retry later
 //	TOPIC_FAILED     a write or fsync of the topic failed, cause named (ENOSPC,
@@ -121,6 +193,12 @@
 //	                 deleted it; the text names the start offset (HTTP 410)
 //	SESSION_EXPIRED  the connection's lease on the group expired (mmmq)
 //	NAME_TAKEN       the group name is a dispatcher name (mmmq)
+//	UNAUTHORIZED     no AUTH first, unknown token or client certificate, or
+//	                 credentials removed by a reload (the connection is then closed)
+//	FORBIDDEN        the principal may not do the command's action on its
+//	                 topic (or as its group): "ERR FORBIDDEN <action> <topic> <text>"
+//	RATE_LIMITED     over the principal's max-connections (then closed) or
+//	                 publish-rate: "ERR RATE_LIMITED <retry-after-seconds> <text>"
 //	OVERLOADED       the in-flight memory budget (mmmq.broker.memory.max-inflight-bytes)
 //	                 cannot hold one message of a FETCH, or a PUB(ID) ACCEPTED; nothing
 //	                 was delivered or stored: retry shortly (mmmq)
@@ -135,6 +213,8 @@
 //	connections      1024 at a time; more get ERR UNAVAILABLE and are closed
 //	idle             a connection without a request for 5 minutes is closed
 //	                 (a FETCH wait is not idle time)
+//	authentication   10 s for the first line while authentication is on;
+//	                 an unknown token is answered after 200 ms
 //	reply write      30 s per reply, else the connection is closed
 //	PUB wait         30 s for the ack level (PUB and PUBID), then ERR TIMEOUT
 //	                 (outcome unknown)
