@@ -93,6 +93,9 @@ func (c *conn) login(cmd []byte, isAuth bool, token []byte) (run, closeConn bool
 		p   contract.Principal
 		err error
 	)
+	// A connection authenticated before a reload turned authentication
+	// off and on again starts over.
+	c.releaseAuth()
 	cn, hasCert := c.peerCommonName()
 	switch {
 	case isAuth:
@@ -169,13 +172,13 @@ func (c *conn) setPrincipal(p contract.Principal) {
 	}
 }
 
-// releaseAuth gives back the connection slot.
+// releaseAuth gives back the connection slot and forgets the credentials.
 func (c *conn) releaseAuth() {
 	if c.auth.release != nil {
 		c.auth.release()
 		c.auth.release = nil
 	}
-	c.auth.token = ""
+	c.auth.token, c.auth.certCN = "", ""
 }
 
 // peerCommonName returns the subject common name of the connection's

@@ -290,13 +290,14 @@ func TestAuthFirstLine(t *testing.T) {
 // TestAuthSecondAuthRefused: a second AUTH is ERR BAD_REQUEST whatever its
 // token (not looked at), and the connection keeps its principal.
 func TestAuthSecondAuthRefused(t *testing.T) {
-	e := startAuth(t, newFakeAuth(), nil, Options{})
+	const delay = 3 * time.Second
+	e := startAuth(t, newFakeAuth(), nil, Options{AuthFailureDelay: delay})
 	c := e.dial(t)
 	c.auth(tokPublisher)
 	for _, tok := range []string{tokAll, tokBad} {
 		begin := time.Now()
 		expectPrefix(t, c.do("AUTH "+tok), "ERR BAD_REQUEST already authenticated as publisher")
-		if d := time.Since(begin); d > DefaultAuthFailureDelay {
+		if d := time.Since(begin); d >= delay {
 			t.Fatalf("second AUTH took %s", d)
 		}
 	}
@@ -372,6 +373,34 @@ func TestAuthReload(t *testing.T) {
 	o.expectClosed()
 	if n := e.next(t); n != 3 {
 		t.Fatalf("next offset %d, want 3", n)
+	}
+}
+
+// TestAuthReloadOffAndOn: a connection authenticated before authentication
+// was turned off and on again authenticates again, and holds one
+// connection slot, not two.
+func TestAuthReloadOffAndOn(t *testing.T) {
+	fa := newFakeAuth()
+	fl := &fakeLimiter{maxConns: 1, conns: map[string]int{}, publish: -1, retry: time.Second}
+	e := startAuth(t, fa, fl, Options{})
+	c := e.dial(t)
+	c.auth(tokPublisher)
+	for _, disabled := range []bool{true, false} {
+		fa.mu.Lock()
+		fa.disabled = disabled
+		fa.mu.Unlock()
+		expectPrefix(t, c.do("AUTH "+tokPublisher), "OK AUTH")
+	}
+	if n := fl.open("publisher"); n != 1 {
+		t.Fatalf("%d connection slots held, want 1", n)
+	}
+	c.nc.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for fl.open("publisher") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection slot was not released on close")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 

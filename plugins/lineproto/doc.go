@@ -132,8 +132,10 @@
 //     (or client-cn) removed by a reload of the token list ends the
 //     connections that use it at their next request (ERR UNAUTHORIZED, then
 //     closed), and changed permissions apply at once. Authentication turned
-//     on by a reload makes a connection opened without it send AUTH before
-//     its next request; turned off, every request is let through.
+//     off by a reload lets every request through; turned on, every
+//     connection without a principal (opened while it was off, or
+//     authenticated before it was turned off) must send AUTH before its
+//     next request.
 //   - The token is never echoed or logged. Once authenticated, an unknown
 //     command word is not echoed either (it may be a token sent by mistake).
 //
