@@ -3,6 +3,7 @@ package lineproto
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -34,6 +36,8 @@ const (
 	// DefaultPublishTimeout bounds how long a PUB waits for its ack level
 	// (then ERR UNAVAILABLE, outcome unknown).
 	DefaultPublishTimeout = 30 * time.Second
+	// DefaultHandshakeTimeout bounds a TLS handshake.
+	DefaultHandshakeTimeout = 10 * time.Second
 
 	// readBufferBytes is each connection's read buffer; a longer line is
 	// assembled in a line buffer that never grows past MaxLineBytes.
@@ -77,6 +81,15 @@ type Options struct {
 	PublishTimeout time.Duration
 	// Logger; default zap.NewNop().
 	Logger *zap.Logger
+	// TLS serves the protocol over TLS with these certificates (the HTTP
+	// API's server.tls files; servertls.New); nil serves plain TCP. Each
+	// connection's handshake happens before its first line is read,
+	// bounded by HandshakeTimeout.
+	TLS *servertls.Certs
+	// HandshakeTimeout bounds a TLS handshake (default 10s, at most
+	// IdleTimeout), so that a client that stalls it gives its connection
+	// slot back.
+	HandshakeTimeout time.Duration
 }
 
 // AutoMaxConns is the default connection cap: DefaultMaxConns, or an
@@ -101,6 +114,7 @@ func (o Options) withDefaults() Options {
 	o.IdleTimeout = orDefault(o.IdleTimeout, DefaultIdleTimeout)
 	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
 	o.PublishTimeout = orDefault(o.PublishTimeout, DefaultPublishTimeout)
+	o.HandshakeTimeout = min(orDefault(o.HandshakeTimeout, DefaultHandshakeTimeout), o.IdleTimeout)
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -166,9 +180,13 @@ func (s *Server) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lineproto: listen on %s: %w", s.opts.Addr, err)
 	}
+	if s.opts.TLS != nil {
+		// Accept does not handshake: serveConn does, per connection.
+		ln = tls.NewListener(ln, s.opts.TLS.Config())
+	}
 	s.ln = ln
 	s.acceptDone = make(chan struct{})
-	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()))
+	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", s.opts.TLS != nil))
 	go s.acceptLoop()
 	return nil
 }
@@ -205,7 +223,7 @@ func (s *Server) acceptLoop() {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go c.serve()
+		go s.serveConn(c)
 	}
 }
 
@@ -214,7 +232,8 @@ func (s *Server) refuse(nc net.Conn) {
 	defer s.wg.Done()
 	s.log.Warn("connection refused: too many connections", zap.Int("max-conns", s.opts.MaxConns),
 		zap.String("remote", nc.RemoteAddr().String()))
-	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+	// Over TLS, the write handshakes first: bound reads too.
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
 	_, _ = fmt.Fprintf(nc, "ERR %s too many connections (max %d)\n", CodeUnavailable, s.opts.MaxConns)
 	nc.Close()
 }
