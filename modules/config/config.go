@@ -398,7 +398,36 @@ type DispatcherConfig struct {
 	MaxInFlight int `koanf:"max-in-flight"`
 	// Batch groups messages into one push. Default off.
 	Batch BatchConfig `koanf:"batch"`
+	// TLS is how the dispatcher's HTTPS connections are made: a private
+	// CA, a client certificate (mutual TLS), a server name. Only with an
+	// https host. Default off (system roots, no client certificate).
+	TLS DispatcherTLSConfig `koanf:"tls"`
 }
+
+// DispatcherTLSConfig configures one dispatcher's TLS client (key
+// "mmmq.broker.dispatchers[i].tls"). The files are read when the
+// dispatcher is built (startup, or its creation through the admin API).
+type DispatcherTLSConfig struct {
+	// CAFile holds the PEM certificates of the CAs the consumer's
+	// certificate is verified against, instead of the system roots.
+	// Default "".
+	CAFile string `koanf:"ca-file"`
+	// CertFile is the client certificate chain, PEM, for consumers that
+	// require mutual TLS. Needs KeyFile. Default "".
+	CertFile string `koanf:"cert-file"`
+	// KeyFile is the private key of CertFile, PEM. Default "".
+	KeyFile string `koanf:"key-file"`
+	// ServerName is the name the consumer's certificate must carry, when
+	// it is not the host's address. Default "".
+	ServerName string `koanf:"server-name"`
+	// InsecureSkipVerify accepts any consumer certificate (no
+	// verification at all; a warning naming the dispatcher is logged when
+	// it starts). For tests only. Default false.
+	InsecureSkipVerify bool `koanf:"insecure-skip-verify"`
+}
+
+// Enabled reports whether any TLS setting is given.
+func (t DispatcherTLSConfig) Enabled() bool { return t != DispatcherTLSConfig{} }
 
 // BatchConfig groups a dispatcher's messages into one push (a JSON array).
 type BatchConfig struct {

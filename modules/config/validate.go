@@ -294,6 +294,26 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfi
 	if d.Commit.MaxCount < 0 {
 		v.add(invalid(key+".commit.max-count", "must be at least 1; got %d", d.Commit.MaxCount))
 	}
+	v.dispatcherTLS(key, d)
+}
+
+// dispatcherTLS checks a dispatcher's tls settings: only with an https
+// host, the client certificate and its key together. Whether the files can
+// be read is checked when the dispatcher is built (package dispatcher).
+func (v *validator) dispatcherTLS(key string, d DispatcherConfig) {
+	t := d.TLS
+	if !t.Enabled() {
+		return
+	}
+	if u, err := url.Parse(d.Host); err == nil && u.Scheme == "http" {
+		v.add(invalid(key+".tls", "applies to an https host only; host is %q", d.Host))
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.add(invalid(key+".tls.key-file", "must be set when tls.cert-file is set (the client certificate's private key, PEM)"))
+	case t.CertFile == "" && t.KeyFile != "":
+		v.add(invalid(key+".tls.cert-file", "must be set when tls.key-file is set (the client certificate chain, PEM)"))
+	}
 }
 
 // checkHost accepts exactly scheme://host:port with scheme http or https.
