@@ -81,8 +81,23 @@ type Spec struct {
 	MaxInFlight int `json:"max-in-flight,omitempty"`
 	// Batch groups messages into one push; absent or max-messages 0: off.
 	// GET shows it only when on.
-	Batch  *BatchSpec `json:"batch,omitempty"`
-	Paused bool       `json:"paused,omitempty"`
+	Batch *BatchSpec `json:"batch,omitempty"`
+	// TLS is how HTTPS connections to the consumer are made (private CA,
+	// client certificate, server name); only with an https host. The
+	// files are read when the dispatcher is created or replaced. GET shows
+	// it only when set (paths, no file contents).
+	TLS    *TLSSpec `json:"tls,omitempty"`
+	Paused bool     `json:"paused,omitempty"`
+}
+
+// TLSSpec is a dispatcher's tls entry: the keys of
+// mmmq.broker.dispatchers[i].tls under the same names.
+type TLSSpec struct {
+	CAFile             string `json:"ca-file,omitempty"`
+	CertFile           string `json:"cert-file,omitempty"`
+	KeyFile            string `json:"key-file,omitempty"`
+	ServerName         string `json:"server-name,omitempty"`
+	InsecureSkipVerify bool   `json:"insecure-skip-verify,omitempty"`
 }
 
 // CommitSpec is a dispatcher's commit policy (the "commit" entry).
@@ -229,6 +244,9 @@ func (s Spec) config(defaults config.DispatchConfig) config.DispatcherConfig {
 	if s.Batch != nil {
 		dc.Batch = config.BatchConfig{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}
 	}
+	if s.TLS != nil {
+		dc.TLS = config.DispatcherTLSConfig(*s.TLS)
+	}
 	cfg := config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatch: defaults, Dispatchers: config.DispatchersConfig{dc}}}}
 	cfg.Normalize()
 	return cfg.MMMQ.Broker.Dispatchers[0]
@@ -294,6 +312,9 @@ func fullSpecOf(d *dispatcher.Dispatcher, paused bool) Spec {
 	}
 	if b := d.Batch(); b.MaxMessages > 0 {
 		s.Batch = &BatchSpec{MaxMessages: b.MaxMessages, MaxBytes: b.MaxBytes, MaxWait: Duration(b.MaxWait)}
+	}
+	if t := d.TLS(); !t.IsZero() {
+		s.TLS = &TLSSpec{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
 	}
 	return s
 }

@@ -63,7 +63,53 @@ type ServerConfig struct {
 	// automatic: a quarter of the open-file limit, at least 16 (the segment
 	// cache takes at most half, so clients cannot starve storage).
 	MaxConnections int `koanf:"max-connections"`
+	// TLS serves the HTTP API, and the line protocol when it listens
+	// (mmmq.lineproto.addr), over TLS (key "server.tls"). Off by default.
+	TLS ServerTLSConfig `koanf:"tls"`
 }
+
+// ClientAuth says whether TLS clients must present a certificate (key
+// "server.tls.client-auth").
+type ClientAuth string
+
+// Values accepted by server.tls.client-auth.
+const (
+	// ClientAuthNone asks for no client certificate (the default).
+	ClientAuthNone ClientAuth = "none"
+	// ClientAuthVerifyIfGiven asks for one; a client without one is
+	// accepted, one with a certificate that does not verify against
+	// server.tls.client-ca-file is refused in the handshake.
+	ClientAuthVerifyIfGiven ClientAuth = "verify-if-given"
+	// ClientAuthRequire refuses, in the handshake, a client without a
+	// certificate that verifies against server.tls.client-ca-file.
+	ClientAuthRequire ClientAuth = "require"
+)
+
+// ServerTLSConfig turns on TLS for the broker's listeners (key
+// "server.tls"): the HTTP API and the line protocol share these
+// certificates. TLS is on when CertFile is set; the files are read at
+// startup (an unreadable or invalid file stops startup, naming its key) and
+// again on SIGHUP, without a restart and without dropping connections.
+// TLS 1.2 is the minimum version.
+type ServerTLSConfig struct {
+	// CertFile is the server certificate chain, PEM (leaf first); "" =
+	// plain TCP. Needs KeyFile. Default "".
+	CertFile string `koanf:"cert-file"`
+	// KeyFile is the private key of CertFile, PEM. Default "".
+	KeyFile string `koanf:"key-file"`
+	// ClientCAFile holds the PEM certificates of the CAs client
+	// certificates are verified against. Needs CertFile and a ClientAuth
+	// other than "none" (a CA file that would be ignored is refused).
+	// Default "".
+	ClientCAFile string `koanf:"client-ca-file"`
+	// ClientAuth is "none", "verify-if-given" or "require"; the last two
+	// need ClientCAFile. The verified certificate's subject common name is
+	// the client's principal. Default "none".
+	ClientAuth ClientAuth `koanf:"client-auth"`
+}
+
+// Enabled reports whether TLS is on (CertFile is set).
+func (t ServerTLSConfig) Enabled() bool { return t.CertFile != "" }
 
 // LogFormat selects the log encoder (key "logging.format").
 type LogFormat string
@@ -352,7 +398,36 @@ type DispatcherConfig struct {
 	MaxInFlight int `koanf:"max-in-flight"`
 	// Batch groups messages into one push. Default off.
 	Batch BatchConfig `koanf:"batch"`
+	// TLS is how the dispatcher's HTTPS connections are made: a private
+	// CA, a client certificate (mutual TLS), a server name. Only with an
+	// https host. Default off (system roots, no client certificate).
+	TLS DispatcherTLSConfig `koanf:"tls"`
 }
+
+// DispatcherTLSConfig configures one dispatcher's TLS client (key
+// "mmmq.broker.dispatchers[i].tls"). The files are read when the
+// dispatcher is built (startup, or its creation through the admin API).
+type DispatcherTLSConfig struct {
+	// CAFile holds the PEM certificates of the CAs the consumer's
+	// certificate is verified against, instead of the system roots.
+	// Default "".
+	CAFile string `koanf:"ca-file"`
+	// CertFile is the client certificate chain, PEM, for consumers that
+	// require mutual TLS. Needs KeyFile. Default "".
+	CertFile string `koanf:"cert-file"`
+	// KeyFile is the private key of CertFile, PEM. Default "".
+	KeyFile string `koanf:"key-file"`
+	// ServerName is the name the consumer's certificate must carry, when
+	// it is not the host's address. Default "".
+	ServerName string `koanf:"server-name"`
+	// InsecureSkipVerify accepts any consumer certificate (no
+	// verification at all; a warning naming the dispatcher is logged when
+	// it starts). For tests only. Default false.
+	InsecureSkipVerify bool `koanf:"insecure-skip-verify"`
+}
+
+// Enabled reports whether any TLS setting is given.
+func (t DispatcherTLSConfig) Enabled() bool { return t != DispatcherTLSConfig{} }
 
 // BatchConfig groups a dispatcher's messages into one push (a JSON array).
 type BatchConfig struct {
@@ -421,6 +496,7 @@ func Default() *Config {
 			IdleTimeout:       120 * time.Second,
 			ShutdownTimeout:   30 * time.Second,
 			MaxBodyBytes:      4 << 20,
+			TLS:               ServerTLSConfig{ClientAuth: ClientAuthNone},
 		},
 		Logging: LoggingConfig{
 			Level:  "info",

@@ -45,6 +45,7 @@ func (c *Config) Validate() error {
 	v.positive("server.shutdown-timeout", s.ShutdownTimeout)
 	v.intRange("server.max-body-bytes", s.MaxBodyBytes, 1024, math.MaxInt64)
 	v.intRange("server.max-connections", int64(s.MaxConnections), 0, math.MaxInt32)
+	v.serverTLS(s.TLS)
 
 	if _, err := zapcore.ParseLevel(c.Logging.Level); err != nil {
 		v.add(invalid("logging.level", "must be one of debug, info, warn, error, dpanic, panic, fatal; got %q", c.Logging.Level))
@@ -103,6 +104,35 @@ func (c *Config) Validate() error {
 
 	v.errs = append(v.errs, c.validateSections()...)
 	return errors.Join(v.errs...)
+}
+
+// serverTLS checks server.tls: the files come in pairs, a client CA only
+// with a client-auth that uses it, and the reverse. Whether the files can be
+// read is checked when the listeners are built (package servertls).
+func (v *validator) serverTLS(t ServerTLSConfig) {
+	const k = "server.tls."
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.add(invalid(k+"key-file", "must be set when server.tls.cert-file is set (the certificate's private key, PEM)"))
+	case t.CertFile == "" && t.KeyFile != "":
+		v.add(invalid(k+"cert-file", "must be set when server.tls.key-file is set (the certificate chain, PEM)"))
+	}
+	switch t.ClientAuth {
+	case ClientAuthNone:
+		if t.ClientCAFile != "" {
+			v.add(invalid(k+"client-auth", "is %q but server.tls.client-ca-file is set: set it to %q or %q (or remove the CA file)",
+				t.ClientAuth, ClientAuthVerifyIfGiven, ClientAuthRequire))
+		}
+	case ClientAuthVerifyIfGiven, ClientAuthRequire:
+		if t.ClientCAFile == "" {
+			v.add(invalid(k+"client-ca-file", "must be set when server.tls.client-auth is %q (the CAs client certificates are verified against, PEM)", t.ClientAuth))
+		}
+		if t.CertFile == "" {
+			v.add(invalid(k+"client-auth", "is %q but TLS is off: set server.tls.cert-file and server.tls.key-file", t.ClientAuth))
+		}
+	default:
+		v.add(invalid(k+"client-auth", "must be %q, %q or %q; got %q", ClientAuthNone, ClientAuthVerifyIfGiven, ClientAuthRequire, t.ClientAuth))
+	}
 }
 
 // dedup checks mmmq.broker.dedup.
@@ -263,6 +293,26 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfi
 	}
 	if d.Commit.MaxCount < 0 {
 		v.add(invalid(key+".commit.max-count", "must be at least 1; got %d", d.Commit.MaxCount))
+	}
+	v.dispatcherTLS(key, d)
+}
+
+// dispatcherTLS checks a dispatcher's tls settings: only with an https
+// host, the client certificate and its key together. Whether the files can
+// be read is checked when the dispatcher is built (package dispatcher).
+func (v *validator) dispatcherTLS(key string, d DispatcherConfig) {
+	t := d.TLS
+	if !t.Enabled() {
+		return
+	}
+	if u, err := url.Parse(d.Host); err == nil && u.Scheme == "http" {
+		v.add(invalid(key+".tls", "applies to an https host only; host is %q", d.Host))
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.add(invalid(key+".tls.key-file", "must be set when tls.cert-file is set (the client certificate's private key, PEM)"))
+	case t.CertFile == "" && t.KeyFile != "":
+		v.add(invalid(key+".tls.cert-file", "must be set when tls.key-file is set (the client certificate chain, PEM)"))
 	}
 }
 

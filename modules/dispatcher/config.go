@@ -79,7 +79,9 @@ func FromConfig(dc config.DispatcherConfig, key, source string) (*Dispatcher, er
 		WithHeaders(dc.Headers).
 		WithCloudEvents(dc.CloudEvents).
 		WithMaxInFlight(dc.MaxInFlight).
-		WithBatch(Batch{MaxMessages: dc.Batch.MaxMessages, MaxBytes: dc.Batch.MaxBytes, MaxWait: dc.Batch.MaxWait})
+		WithBatch(Batch{MaxMessages: dc.Batch.MaxMessages, MaxBytes: dc.Batch.MaxBytes, MaxWait: dc.Batch.MaxWait}).
+		WithTLS(TLSSettings{CAFile: dc.TLS.CAFile, CertFile: dc.TLS.CertFile, KeyFile: dc.TLS.KeyFile,
+			ServerName: dc.TLS.ServerName, InsecureSkipVerify: dc.TLS.InsecureSkipVerify})
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}

@@ -69,6 +69,7 @@ func (m *Manager) add(d *Dispatcher, paused, fresh bool) error {
 	}
 	m.startFor(d)
 	m.log.Info("dispatcher added", zap.String("dispatcher", d.String()))
+	m.warnInsecureIfStarted(d)
 	return nil
 }
 
@@ -109,6 +110,7 @@ func (m *Manager) Replace(d *Dispatcher) error {
 		}
 	}
 	m.log.Info("dispatcher replaced", zap.String("dispatcher", d.String()))
+	m.warnInsecureIfStarted(d)
 	return nil
 }
 

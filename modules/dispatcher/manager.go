@@ -321,6 +321,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.log.Info("starting dispatchers", zap.String("dispatchers", strings.Join(names, "; ")))
 	}
+	for _, d := range m.set.All() {
+		m.warnInsecure(d)
+	}
 	if err := m.startNewLatest(); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -159,6 +160,9 @@ const (
 // for concurrent use.
 type HTTPSender struct {
 	client      *http.Client
+	transport   *http.Transport // the shared one, cloned for TLS settings
+	tlsMu       sync.Mutex
+	tlsClients  map[string]tlsClient // by dispatcher name (clientFor)
 	maxBody     int64
 	timeout     time.Duration
 	defaultPath string
@@ -187,6 +191,7 @@ func NewHTTPSender(opts Options) *HTTPSender {
 		MaxResponseHeaderBytes: 64 << 10,
 	}
 	return &HTTPSender{
+		transport: tr,
 		client: &http.Client{
 			Transport: tr,
 			// Redirects are never followed; the 3xx is returned
@@ -202,9 +207,16 @@ func NewHTTPSender(opts Options) *HTTPSender {
 	}
 }
 
-// CloseIdleConnections closes the idle keep-alive connections; the Fx
-// module calls it on stop.
-func (s *HTTPSender) CloseIdleConnections() { s.client.CloseIdleConnections() }
+// CloseIdleConnections closes the idle keep-alive connections, those of
+// the dispatchers' own TLS transports too; the Fx module calls it on stop.
+func (s *HTTPSender) CloseIdleConnections() {
+	s.client.CloseIdleConnections()
+	s.tlsMu.Lock()
+	defer s.tlsMu.Unlock()
+	for _, c := range s.tlsClients {
+		c.client.CloseIdleConnections()
+	}
+}
 
 // URL returns the URL a delivery by d is posted to: host + path (or the
 // default path).
@@ -249,7 +261,7 @@ func (s *HTTPSender) Push(ctx context.Context, p Push) (Answer, error) {
 	if d.dl.signer != nil {
 		d.dl.signer.SetHeaders(req.Header, webhookID, s.now(), body)
 	}
-	resp, err := s.client.Do(req)
+	resp, err := s.clientFor(d).Do(req)
 	if err != nil {
 		return Answer{}, fmt.Errorf("post %s: %w", url, err)
 	}

@@ -91,6 +91,7 @@ type delivery struct {
 	maxInFlight   int // 0: 1
 	batch         Batch
 	deadLetterSet bool // WithDeadLetter was called
+	tls           clientTLS
 }
 
 // WithDeadLetter returns a copy of d whose NACK-exhausted messages (and
@@ -322,5 +323,5 @@ func (d *Dispatcher) validateDelivery() []error {
 	if b.MaxMessages > 0 && d.dl.cloudEvents {
 		errs = append(errs, errors.New("cloudevents cannot be combined with batch (a binary-mode CloudEvent is one message)"))
 	}
-	return errs
+	return append(errs, d.validateTLS()...)
 }

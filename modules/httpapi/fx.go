@@ -9,6 +9,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/recovery"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -48,19 +49,28 @@ func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options 
 
 // NewFromConfig builds the server from the configuration; Module starts it
 // (listen) and stops it (graceful shutdown within server.shutdown-timeout).
-// Routes that overlap (Server.Err) fail the application.
+// Routes that overlap (Server.Err) fail the application, as does a
+// server.tls file that cannot be read (the error names the key).
 func NewFromConfig(p Params) (*Server, error) {
 	opts := OptionsFromConfig(p.Server, p.Segment)
 	opts.Budget = p.Budget
+	certs, err := servertls.New(p.Server.TLS, "http")
+	if err != nil {
+		return nil, err
+	}
+	opts.TLS = certs
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }
 
 // Module provides the *Server, starts it with the application and stops it
 // (stop accepting, drain the routes' long polls, wait for in-flight
-// requests) when the application stops.
+// requests) when the application stops. With server.tls on, it adds the
+// server's certificates to the reloaders value group (contract.Reloader
+// "tls certificates (http)"), so SIGHUP re-reads them.
 var Module = fx.Module("httpapi",
 	fx.Provide(NewFromConfig),
+	fx.Provide(fx.Annotate((*Server).Reloaders, fx.ResultTags(`group:"reloaders,flatten"`))),
 	fx.Invoke(registerLifecycle),
 )
 

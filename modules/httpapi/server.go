@@ -19,6 +19,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -79,6 +81,11 @@ type Options struct {
 	// is shorter (continued from its nextOffset), one it cannot hold a
 	// single message of is 503 OVERLOADED with Retry-After. Nil: unbounded.
 	Budget *contract.Budget
+	// TLS serves the API over TLS with these certificates (server.tls;
+	// servertls.New); nil serves plain HTTP. The handshake is bounded by
+	// the smallest of ReadHeaderTimeout, ReadTimeout and WriteTimeout; a
+	// verified client certificate is in r.TLS.VerifiedChains.
+	TLS *servertls.Certs
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -268,8 +275,15 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
-	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()), zap.Int("max-connections", s.opts.MaxConns))
+	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()), zap.Int("max-connections", s.opts.MaxConns),
+		zap.Bool("tls", s.opts.TLS != nil))
 	ln = &limitListener{Listener: ln, max: s.opts.MaxConns}
+	if s.opts.TLS != nil {
+		// Outside the limit, so that http.Server sees the *tls.Conn (and
+		// fills r.TLS); a connection over the cap is refused before its
+		// handshake, with a plain-text 503 the client cannot read.
+		ln = tls.NewListener(ln, s.opts.TLS.Config("http/1.1"))
+	}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -277,6 +291,15 @@ func (s *Server) Start(context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// Reloaders are the server's members of the reloaders value group: its
+// TLS certificates when TLS is on (re-read on SIGHUP), else none.
+func (s *Server) Reloaders() []contract.Reloader {
+	if s.opts.TLS == nil {
+		return nil
+	}
+	return []contract.Reloader{s.opts.TLS}
 }
 
 // Stop stops accepting connections and waits, bounded by ctx, for in-flight

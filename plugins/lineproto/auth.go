@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/servertls"
 )
 
 // Defaults of the authentication options.
@@ -190,10 +191,10 @@ func (c *conn) peerCommonName() (string, bool) {
 		return "", false
 	}
 	st := tc.ConnectionState()
-	if !st.HandshakeComplete || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+	if !st.HandshakeComplete {
 		return "", false
 	}
-	cn := st.VerifiedChains[0][0].Subject.CommonName
+	cn := servertls.PeerCommonName(&st)
 	return cn, cn != ""
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -18,7 +19,10 @@ type Params struct {
 	// Config is mmmq.lineproto (ConfigSection, provided by Module).
 	Config Config
 	// Segment is mmmq.broker.segment (config.Module).
-	Segment  config.SegmentConfig
+	Segment config.SegmentConfig
+	// Server is the "server" section (config.Module): its server.tls
+	// certificates serve the line protocol too.
+	Server   config.ServerConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Groups   *groups.Coordinator
@@ -30,19 +34,26 @@ type Params struct {
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
-// max-line-bytes) and mmmq.broker.segment.max-record-bytes; Module starts
-// it (listen) and stops it (graceful close). It returns nil when
-// mmmq.lineproto.addr is "" (the default): no TCP listener.
-func NewFromConfig(p Params) *Server {
+// max-line-bytes), mmmq.broker.segment.max-record-bytes and server.tls (the
+// HTTP API's certificates: TLS is on for both or for neither); Module
+// starts it (listen) and stops it (graceful close). It returns nil when
+// mmmq.lineproto.addr is "" (the default): no TCP listener. A server.tls
+// file that cannot be read is an error naming its key.
+func NewFromConfig(p Params) (*Server, error) {
 	if p.Config.Addr == "" {
-		return nil
+		return nil, nil
 	}
 	opts := OptionsFromConfig(p.Config, p.Segment)
 	opts.Logger = p.Logger.Named("lineproto")
 	opts.AuditLogger = p.Logger.Named("audit")
 	opts.Authenticator = p.Auth
 	opts.Limiter = p.Limiter
-	return New(opts, p.Registry, p.Groups)
+	certs, err := servertls.New(p.Server.TLS, "lineproto")
+	if err != nil {
+		return nil, err
+	}
+	opts.TLS = certs
+	return New(opts, p.Registry, p.Groups), nil
 }
 
 // Module registers ConfigSection (and provides Config), provides *Server
@@ -50,10 +61,12 @@ func NewFromConfig(p Params) *Server {
 // application. It needs *topicqueue.Registry and *groups.Coordinator
 // (groups.Module). It is part of app.Modules (and so of the stock binary and
 // of every app.New binary), and listens only when mmmq.lineproto.addr is
-// set.
+// set. Over TLS, its certificates join the reloaders value group
+// ("tls certificates (lineproto)"), so SIGHUP re-reads them.
 var Module = fx.Module("lineproto",
 	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),
+	fx.Provide(fx.Annotate((*Server).Reloaders, fx.ResultTags(`group:"reloaders,flatten"`))),
 	fx.Invoke(registerLifecycle),
 )
 

@@ -3,6 +3,7 @@ package lineproto
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -35,6 +37,8 @@ const (
 	// DefaultPublishTimeout bounds how long a PUB waits for its ack level
 	// (then ERR UNAVAILABLE, outcome unknown).
 	DefaultPublishTimeout = 30 * time.Second
+	// DefaultHandshakeTimeout bounds a TLS handshake.
+	DefaultHandshakeTimeout = 10 * time.Second
 
 	// readBufferBytes is each connection's read buffer; a longer line is
 	// assembled in a line buffer that never grows past MaxLineBytes.
@@ -98,6 +102,16 @@ type Options struct {
 	// AuthFailureDelay: a refused AUTH waits this long before its ERR
 	// UNAUTHORIZED (default 200ms).
 	AuthFailureDelay time.Duration
+
+	// TLS serves the protocol over TLS with these certificates (the HTTP
+	// API's server.tls files; servertls.New); nil serves plain TCP. Each
+	// connection's handshake happens before its first line is read,
+	// bounded by HandshakeTimeout.
+	TLS *servertls.Certs
+	// HandshakeTimeout bounds a TLS handshake (default 10s, at most
+	// IdleTimeout), so that a client that stalls it gives its connection
+	// slot back.
+	HandshakeTimeout time.Duration
 }
 
 // AutoMaxConns is the default connection cap: DefaultMaxConns, or an
@@ -122,6 +136,7 @@ func (o Options) withDefaults() Options {
 	o.IdleTimeout = orDefault(o.IdleTimeout, DefaultIdleTimeout)
 	o.WriteTimeout = orDefault(o.WriteTimeout, DefaultWriteTimeout)
 	o.PublishTimeout = orDefault(o.PublishTimeout, DefaultPublishTimeout)
+	o.HandshakeTimeout = min(orDefault(o.HandshakeTimeout, DefaultHandshakeTimeout), o.IdleTimeout)
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -192,6 +207,10 @@ func (s *Server) Start(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("lineproto: listen on %s: %w", s.opts.Addr, err)
 	}
+	if s.opts.TLS != nil {
+		// Accept does not handshake: serveConn does, per connection.
+		ln = tls.NewListener(ln, s.opts.TLS.Config())
+	}
 	s.serve(ln)
 	return nil
 }
@@ -201,7 +220,7 @@ func (s *Server) Start(context.Context) error {
 func (s *Server) serve(ln net.Listener) {
 	s.ln = ln
 	s.acceptDone = make(chan struct{})
-	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()))
+	s.log.Info("line protocol listening", zap.String("addr", ln.Addr().String()), zap.Bool("tls", s.opts.TLS != nil))
 	go s.acceptLoop()
 }
 
@@ -237,7 +256,7 @@ func (s *Server) acceptLoop() {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go c.serve()
+		go s.serveConn(c)
 	}
 }
 
@@ -246,7 +265,8 @@ func (s *Server) refuse(nc net.Conn) {
 	defer s.wg.Done()
 	s.log.Warn("connection refused: too many connections", zap.Int("max-conns", s.opts.MaxConns),
 		zap.String("remote", nc.RemoteAddr().String()))
-	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+	// Over TLS, the write handshakes first: bound reads too.
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
 	_, _ = fmt.Fprintf(nc, "ERR %s too many connections (max %d)\n", CodeUnavailable, s.opts.MaxConns)
 	nc.Close()
 }
