@@ -51,21 +51,21 @@ mmmq:
 
 func TestAuthErrorsNameKeys(t *testing.T) {
 	for want, body := range map[string]string{
-		"mmmq.auth.tokens[0].permissions[0].actions[1]: must be one of publish, consume, read, admin, metrics": `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [publish, write]}]}`,
-		"mmmq.auth.tokens[0].permissions[0].topics[0]: invalid topic pattern":                                `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [read], topics: ["a*"]}]}`,
-		"mmmq.auth.tokens[0].permissions[0].groups[0]":                                                       `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [consume], groups: [""]}]}`,
-		"mmmq.auth.tokens[0].permissions[0].actions: must list at least one":                                 `{name: a, token-sha256: ` + authDigest + `, permissions: [{topics: ["x"]}]}`,
-		`unknown key "mmmq.auth.tokens[0].permissions[0].topic"`:                                             `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [read], topic: ["x"]}]}`,
-		`unknown key "mmmq.auth.tokens[0].token"`:                                                            `{name: a, token: secret}`,
-		"mmmq.auth.tokens[0]: must have exactly one of token-sha256, token-file and client-cn; got none":      `{name: a}`,
+		"mmmq.auth.tokens[0].permissions[0].actions[1]: must be one of publish, consume, read, admin, metrics":                 `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [publish, write]}]}`,
+		"mmmq.auth.tokens[0].permissions[0].topics[0]: invalid topic pattern":                                                  `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [read], topics: ["a*"]}]}`,
+		"mmmq.auth.tokens[0].permissions[0].groups[0]":                                                                         `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [consume], groups: [""]}]}`,
+		"mmmq.auth.tokens[0].permissions[0].actions: must list at least one":                                                   `{name: a, token-sha256: ` + authDigest + `, permissions: [{topics: ["x"]}]}`,
+		`unknown key "mmmq.auth.tokens[0].permissions[0].topic"`:                                                               `{name: a, token-sha256: ` + authDigest + `, permissions: [{actions: [read], topic: ["x"]}]}`,
+		`unknown key "mmmq.auth.tokens[0].token"`:                                                                              `{name: a, token: secret}`,
+		"mmmq.auth.tokens[0]: must have exactly one of token-sha256, token-file and client-cn; got none":                       `{name: a}`,
 		"mmmq.auth.tokens[0]: must have exactly one of token-sha256, token-file and client-cn; got token-sha256 and client-cn": `{name: a, token-sha256: ` + authDigest + `, client-cn: x}`,
-		"mmmq.auth.tokens[0].token-sha256: must be the lowercase hex SHA-256":                                `{name: a, token-sha256: ` + strings.ToUpper(authDigest) + `}`,
-		"mmmq.auth.tokens[1].name: duplicate name \"a\" (also mmmq.auth.tokens[0])":                          `{name: a, client-cn: x}, {name: a, client-cn: y}`,
-		"mmmq.auth.tokens[1].client-cn: same client-cn as mmmq.auth.tokens[0]":                               `{name: a, client-cn: x}, {name: b, client-cn: x}`,
-		"mmmq.auth.tokens[0].name: must match":                                                               `{name: "a b", client-cn: x}`,
-		"mmmq.auth.tokens[0].publish-rate: must be a number >= 0":                                            `{name: a, client-cn: x, publish-rate: -1}`,
-		"mmmq.auth.tokens[0].max-concurrent-requests: must be between 0 and":                                    `{name: a, client-cn: x, max-concurrent-requests: -1}`,
-		"mmmq.auth.tokens[0]: must be a mapping with name":                                                   `"secret"`,
+		"mmmq.auth.tokens[0].token-sha256: must be the lowercase hex SHA-256":                                                  `{name: a, token-sha256: ` + strings.ToUpper(authDigest) + `}`,
+		"mmmq.auth.tokens[1].name: duplicate name \"a\" (also mmmq.auth.tokens[0])":                                            `{name: a, client-cn: x}, {name: a, client-cn: y}`,
+		"mmmq.auth.tokens[1].client-cn: same client-cn as mmmq.auth.tokens[0]":                                                 `{name: a, client-cn: x}, {name: b, client-cn: x}`,
+		"mmmq.auth.tokens[0].name: must match":                                                                                 `{name: "a b", client-cn: x}`,
+		"mmmq.auth.tokens[0].publish-rate: must be a number >= 0":                                                              `{name: a, client-cn: x, publish-rate: -1}`,
+		"mmmq.auth.tokens[0].max-concurrent-requests: must be between 0 and":                                                   `{name: a, client-cn: x, max-concurrent-requests: -1}`,
+		"mmmq.auth.tokens[0]: must be a mapping with name":                                                                     `"secret"`,
 	} {
 		_, err := load(t, "mmmq:\n  auth:\n    tokens: ["+body+"]\n")
 		if assert.Error(t, err, body) {
