@@ -1,6 +1,7 @@
 package config
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,6 +99,14 @@ func TestReloadRereadsTheFile(t *testing.T) {
 	_, ok, err = cfg.Reload()
 	assert.True(t, ok)
 	assert.Error(t, err)
+
+	require.NoError(t, os.Remove(path))
+	cfg, err = Load(LoadOptions{Path: writeYAML(t, "mmmq:\n  auth:\n    tokens: [{name: x, client-cn: x}]\n"), Environ: []string{}})
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(cfg.loadedWith.Path))
+	_, ok, err = cfg.Reload()
+	assert.True(t, ok)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a file read at startup and gone at reload is an error, not the defaults (auth off)")
 
 	_, ok, err = Default().Reload()
 	assert.False(t, ok)

@@ -127,13 +127,23 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	}
 	cfg.Warnings = warns
 	cfg.IgnoredVars = ignored
-	cfg.loadedWith = &opts
+	cfg.loadedWith = reloadOptions(opts, origin.file)
 	origin.fromEnv = fromEnv
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, origin, attributeVars(err, fromEnv)
 	}
 	return cfg, origin, nil
+}
+
+// reloadOptions are opts for Config.Reload: the file that was read is
+// read again, and its absence is then an error (a file moved away must not
+// silently bring the defaults back, mmmq.auth off among them).
+func reloadOptions(opts LoadOptions, file string) *LoadOptions {
+	if file != "" {
+		opts.Path, opts.PathExplicit = file, true
+	}
+	return &opts
 }
 
 // parseEnviron keeps the MMMQ_ variables; a later duplicate wins as in os.Getenv.
