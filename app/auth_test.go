@@ -1,14 +1,18 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/gorilla/mux"
@@ -25,6 +29,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/reload"
 )
 
 // authBroker is a broker with authentication on, every response body and
@@ -257,8 +262,11 @@ func assertErrorBody(t *testing.T, body, code, name string) {
 func (b *authBroker) assertNoToken(ts tokenSet) {
 	t := b.t
 	t.Helper()
-	_, _, metrics := b.do("GET", "/metrics", ts["all"], "")
-	require.Contains(t, metrics, "mmmq_")
+	metrics := ""
+	if ts["all"] != "" {
+		_, _, metrics = b.do("GET", "/metrics", ts["all"], "")
+		require.Contains(t, metrics, "mmmq_")
+	}
 	var lines []string
 	for _, e := range b.logs.All() {
 		enc, err := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()).EncodeEntry(e.Entry, e.Context)
@@ -364,4 +372,138 @@ func TestPermissionsPatternsGlobsBatchListing(t *testing.T) {
 	require.Len(t, unauth, 1)
 	assert.Equal(t, "/topics", unauth[0].ContextMap()["path"])
 	b.assertNoToken(ts)
+}
+
+// TestLimitsAnswer429: max-concurrent-requests and publish-rate refuse
+// with 429 RATE_LIMITED and Retry-After; the refusal is audited.
+func TestLimitsAnswer429(t *testing.T) {
+	ts := tokenSet{}
+	cfg := testConfig(t, t.TempDir())
+	one := ts.entry("one", allow(contract.Actions, nil, nil))
+	one.MaxConcurrentRequests = 1
+	slow := ts.entry("slow", allow(contract.Actions, nil, nil))
+	slow.PublishRate, slow.PublishBurst = 0.5, 2
+	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{one, slow}
+	b := startAuthBroker(t, cfg)
+
+	// A long poll holds "one"'s only slot.
+	st, _, out := b.do("POST", "/messages", ts["one"], `{"topic":"lim.t","content":0}`)
+	require.Equal(t, 200, st, out)
+	st, h, out := b.do("POST", "/topics/lim.t/groups/g/fetch?max=10", ts["one"], "")
+	require.Equal(t, 200, st, out)
+	polling := make(chan int)
+	go func() { // nothing more to fetch: waits 3 s
+		st, _, _ := b.do("POST", "/topics/lim.t/groups/g/fetch?max=10&wait=3000", ts["one"], "", "mmmq-session", h.Get("mmmq-session"))
+		polling <- st
+	}()
+	require.Eventually(t, func() bool {
+		st, h, out := b.do("GET", "/topics", ts["one"], "")
+		if st != 429 {
+			return false
+		}
+		assert.Equal(t, "1", h.Get("Retry-After"))
+		assertErrorBody(t, out, contract.CodeRateLimited, "concurrent")
+		assert.Contains(t, out, "concurrent requests")
+		return true
+	}, 5*time.Second, 10*time.Millisecond)
+	st, _, _ = b.do("POST", "/messages", ts["slow"], `{"topic":"lim.t","content":1}`) // another principal is not limited
+	require.Equal(t, 200, st)
+	require.Equal(t, 200, <-polling)
+	st, _, _ = b.do("GET", "/topics", ts["one"], "")
+	assert.Equal(t, 200, st, "the slot is free once the poll ended")
+
+	// "slow": burst 2 (one used above), then 0.5/s.
+	st, _, _ = b.do("POST", "/messages", ts["slow"], `{"topic":"lim.t","content":2}`)
+	require.Equal(t, 200, st)
+	st, h, out = b.do("POST", "/messages", ts["slow"], `{"topic":"lim.t","content":3}`)
+	require.Equal(t, 429, st, out)
+	assertErrorBody(t, out, contract.CodeRateLimited, "rate")
+	assert.Contains(t, out, "publish rate")
+	assert.Contains(t, []string{"1", "2"}, h.Get("Retry-After"), "0.5 messages/s: one message fits within 2 s")
+	st, _, out = b.do("POST", "/messages/batch", ts["slow"], `[{"topic":"lim.t","content":4}]`)
+	require.Equal(t, 429, st, out)
+	st, _, out = b.do("GET", "/topics/lim.t/messages", ts["one"], "")
+	require.Equal(t, 200, st)
+	assert.Contains(t, out, `"highWatermark":3`, "the refused publishes stored nothing")
+	rate := 0
+	for _, e := range b.logs.FilterLoggerName("audit").FilterField(zap.Int("status", 429)).All() {
+		if strings.Contains(fmt.Sprint(e.ContextMap()["reason"]), "publish rate") {
+			rate++
+		}
+	}
+	assert.Equal(t, 2, rate, "each publish-rate refusal is audited")
+}
+
+// TestTokensReloadWithoutRestart: SIGHUP's path (reload.Reloader.All)
+// re-reads a changed token file and the token list of the configuration
+// file; the running broker then refuses the old token and accepts the
+// new ones. Auth turned on by a reload applies at once too.
+func TestTokensReloadWithoutRestart(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := filepath.Join(dir, "billing.token")
+	first, _ := auth.NewToken()
+	second, _ := auth.NewToken()
+	added, addedDigest := auth.NewToken()
+	require.NoError(t, os.WriteFile(tokFile, []byte(first+"\n"), 0o600))
+	cfgFile := filepath.Join(dir, "mmmq.yaml")
+	write := func(extra string) {
+		body := fmt.Sprintf(`server: {host: 127.0.0.1, port: 0}
+mmmq:
+  broker: {storage: {root-dir: %q}}
+  auth:
+    tokens:
+      - name: billing
+        token-file: %q
+        permissions: [{actions: [read]}]
+%s`, filepath.Join(dir, "data"), tokFile, extra)
+		require.NoError(t, os.WriteFile(cfgFile, []byte(body), 0o600))
+	}
+	write("")
+	cfg, err := config.Load(config.LoadOptions{Path: cfgFile, PathExplicit: true, Environ: []string{}, Sections: app.Sections()})
+	require.NoError(t, err)
+	var r *reload.Reloader
+	b := startAuthBroker(t, cfg, fx.Populate(&r))
+	ts := tokenSet{"first": first, "second": second, "added": added}
+
+	st, _, _ := b.do("GET", "/topics", first, "")
+	require.Equal(t, 200, st)
+	require.NoError(t, os.WriteFile(tokFile, []byte("  "+second+"  \n"), 0o600))
+	require.Zero(t, r.All(context.Background()))
+	st, _, _ = b.do("GET", "/topics", first, "")
+	assert.Equal(t, 401, st, "the old token is refused after the reload")
+	st, _, _ = b.do("GET", "/topics", second, "")
+	assert.Equal(t, 200, st, "the new token is accepted after the reload")
+
+	write(`      - name: added
+        token-sha256: ` + addedDigest + `
+        permissions: [{actions: [admin]}]
+`)
+	st, _, _ = b.do("GET", "/mmmq/dispatchers", added, "")
+	require.Equal(t, 401, st)
+	require.Zero(t, r.All(context.Background()))
+	st, _, _ = b.do("GET", "/mmmq/dispatchers", added, "")
+	assert.Equal(t, 200, st, "an entry added to the file is accepted after the reload")
+
+	// An invalid file is refused; the tokens in force stay.
+	require.NoError(t, os.WriteFile(cfgFile, []byte("mmmq: {auth: {tokens: [{name: x}]}}\n"), 0o600))
+	assert.Equal(t, 1, r.All(context.Background()))
+	st, _, _ = b.do("GET", "/mmmq/dispatchers", added, "")
+	assert.Equal(t, 200, st)
+	b.assertNoToken(ts)
+}
+
+// TestAuthOffChangesNothing: without tokens a bearer header is ignored and
+// every route answers as before (the other tests of the package run
+// without tokens too).
+func TestAuthOffChangesNothing(t *testing.T) {
+	b := startAuthBroker(t, testConfig(t, t.TempDir()))
+	for _, tok := range []string{"", "whatever"} {
+		st, _, out := b.do("POST", "/messages", tok, `{"topic":"off.t","content":1}`)
+		assert.Equal(t, 200, st, out)
+		st, _, _ = b.do("GET", "/metrics", tok, "")
+		assert.Equal(t, 200, st)
+		st, _, _ = b.do("DELETE", "/topics/off.t", tok, "")
+		assert.Equal(t, 200, st)
+	}
+	assert.Zero(t, b.logs.FilterLoggerName("audit").Len(), "nothing to audit with auth off")
 }
