@@ -12,8 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/gorilla/mux"
 	"github.com/stretchr/testify/assert"
