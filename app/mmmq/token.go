@@ -38,4 +38,3 @@ func printToken(w io.Writer) {
 	fmt.Fprintf(w, "#   mmmq:\n#     auth:\n#       tokens:\n#         - name: my-client\n#           token-sha256: %s\n", digest)
 	fmt.Fprintf(w, "#           permissions: [{actions: [publish, read], topics: [\"**\"]}]\n")
 }
-
