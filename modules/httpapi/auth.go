@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gorilla/mux"
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -145,6 +146,22 @@ func authorizeTopic(r *http.Request, action contract.Action, topic string) error
 		return nil
 	}
 	return contract.Authorize(r.Context(), action, topic, "")
+}
+
+// pathTopic returns the path's topic once it is a valid name (else 400
+// BAD_REQUEST) that the request's principal may do action on (else 403);
+// on failure it has answered and returns ok=false.
+func pathTopic(w http.ResponseWriter, r *http.Request, action contract.Action) (string, bool) {
+	name := mux.Vars(r)["topic"]
+	if err := contract.ValidateTopic(name); err != nil {
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		return "", false
+	}
+	if err := contract.Authorize(r.Context(), action, name, ""); err != nil {
+		contract.WriteErr(w, err)
+		return "", false
+	}
+	return name, true
 }
 
 // may reports whether the principal of ctx (if any) may do action on

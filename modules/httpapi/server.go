@@ -568,13 +568,8 @@ const maxReadLimit = 1000
 const maxReadBytes = 4 << 20
 
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
-	name := mux.Vars(r)["topic"]
-	if err := contract.ValidateTopic(name); err != nil {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
-		return
-	}
-	if err := contract.Authorize(r.Context(), contract.ActionRead, name, ""); err != nil {
-		contract.WriteErr(w, err)
+	name, ok := pathTopic(w, r, contract.ActionRead)
+	if !ok {
 		return
 	}
 	q, ok := s.reg.Get(name)
