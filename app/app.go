@@ -27,6 +27,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
@@ -58,6 +59,7 @@ const (
 	Groups            = "groups"
 	Admin             = "admin"
 	Retention         = "retention"
+	Auth              = "auth"
 	Metrics           = "metrics"
 	HTTPAPI           = "httpapi"
 	LineProto         = "lineproto"
@@ -77,11 +79,11 @@ type module struct {
 //
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
 //	       consumer groups → admin (dispatchers.json) → retention loop →
-//	       metrics → HTTP API → line
+//	       token-file polling → metrics → HTTP API → line
 //	       protocol → SIGHUP handler → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
-//	       retention loop → consumer groups → dispatchers drain → logs
+//	       token-file polling → retention loop → consumer groups → dispatchers drain → logs
 //	       close → lock released → logger flushed
 //
 // app_test.go's stop-order test pins this.
@@ -97,6 +99,7 @@ func defaults() []module {
 		{Groups, groups.Module},
 		{Admin, admin.Module},         // loads dispatchers.json; serves /mmmq/dispatchers
 		{Retention, retention.Module}, // runs only when a retention limit is set
+		{Auth, auth.Module},           // mmmq.auth: tokens, limits; polls token files
 		{Metrics, metrics.Module},
 		{HTTPAPI, httpapi.Module},
 		{LineProto, lineproto.Module}, // listens only when mmmq.lineproto.addr is set

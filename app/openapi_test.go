@@ -258,6 +258,16 @@ func (a answer) json(t *testing.T) map[string]any {
 var validation = &openapi3filter.Options{
 	IncludeResponseStatus: true, // an undocumented status fails
 	MultiError:            true,
+	// The document's security is the bearer scheme or none (the broker
+	// without tokens, as these tests run it): a request sending
+	// credentials must send them as the bearer scheme says.
+	AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+		h := in.RequestValidationInput.Request.Header.Get("Authorization")
+		if in.SecuritySchemeName == "bearer" && h != "" && !strings.HasPrefix(h, "Bearer ") {
+			return fmt.Errorf("Authorization %q is not a bearer token", h)
+		}
+		return nil
+	},
 }
 
 // do validates ex's request, sends it, checks its status and validates the

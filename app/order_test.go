@@ -73,6 +73,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/reload",     // SIGHUP ends the process again
 		"plugins/lineproto",  // stop accepting TCP, close connections
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
+		"modules/auth",       // token-file polling
 		"modules/retention",  // retention loop (a pass in progress finishes)
 		"modules/groups",     // lease janitor
 		"modules/dispatcher", // dispatch workers drain
@@ -88,6 +89,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/groups",
 		"modules/admin", // dispatchers.json loaded after recovery, into the running manager
 		"modules/retention",
+		"modules/auth", // token-file polling
 		"modules/httpapi",
 		"plugins/lineproto",
 		"modules/reload",   // SIGHUP reloads from here on

@@ -324,7 +324,7 @@ func TestServeStartupFailureExits1(t *testing.T) {
 func TestHelpGoesToStdout(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"-h"}, {"help"},
-		{"serve", "--help"}, {"verify", "--help"}, {"dump", "--help"}, {"bench", "--help"}, {"version", "--help"},
+		{"serve", "--help"}, {"verify", "--help"}, {"dump", "--help"}, {"bench", "--help"}, {"version", "--help"}, {"token", "--help"},
 		{"serve", "-h"}, {"bench", "-h"},
 		{"dispatchers", "--help"}, {"dispatchers", "help"}, {"dispatchers", "seek", "--help"}, {"dispatchers", "create", "-h"},
 		{"topics", "--help"}, {"topics", "get", "--help"},

@@ -6,6 +6,7 @@
 //	mmmq dump --topic T [--root DIR] [--from N] [--count K]
 //	mmmq dispatchers list|get|create|update|delete|pause|resume|seek|redrive ...   a running broker's dispatchers
 //	mmmq topics list|get NAME                                            a running broker's topics and groups
+//	mmmq token new                      print a fresh bearer token and its token-sha256
 //	mmmq version
 //
 // Exit codes: 0 clean stop or all OK; 1 startup or runtime failure, or an
@@ -50,6 +51,8 @@ func run(args []string) int {
 		return dispatchers(args)
 	case "topics":
 		return topics(args)
+	case "token":
+		return tokenCmd(args)
 	case "bench":
 		return loadgen.Main(args)
 	case "version":
@@ -89,6 +92,7 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
   mmmq topics list|get NAME             the topics; one with its consumer groups
                                         (mmmq dispatchers --help, mmmq topics --help)
 
+  mmmq token new                        print a fresh bearer token and its token-sha256 (mmmq.auth.tokens)
   mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
   mmmq version
 `)

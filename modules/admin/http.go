@@ -41,15 +41,29 @@ func NewRoute(a *Admin) *Route { return &Route{a: a} }
 
 // Register adds the routes to r.
 func (rt *Route) Register(r *mux.Router) {
-	r.HandleFunc("/mmmq/dispatchers", rt.list).Methods(http.MethodGet)
-	r.HandleFunc("/mmmq/dispatchers", rt.create).Methods(http.MethodPost)
-	r.HandleFunc("/mmmq/dispatchers/{name}", rt.get).Methods(http.MethodGet)
-	r.HandleFunc("/mmmq/dispatchers/{name}", rt.replace).Methods(http.MethodPut)
-	r.HandleFunc("/mmmq/dispatchers/{name}", rt.remove).Methods(http.MethodDelete)
-	r.HandleFunc("/mmmq/dispatchers/{name}/pause", rt.pause(true)).Methods(http.MethodPost)
-	r.HandleFunc("/mmmq/dispatchers/{name}/resume", rt.pause(false)).Methods(http.MethodPost)
-	r.HandleFunc("/mmmq/dispatchers/{name}/seek", rt.seek).Methods(http.MethodPost)
-	r.HandleFunc("/mmmq/dispatchers/{name}/redrive", rt.redrive).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers", admin(rt.list)).Methods(http.MethodGet)
+	r.HandleFunc("/mmmq/dispatchers", admin(rt.create)).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}", admin(rt.get)).Methods(http.MethodGet)
+	r.HandleFunc("/mmmq/dispatchers/{name}", admin(rt.replace)).Methods(http.MethodPut)
+	r.HandleFunc("/mmmq/dispatchers/{name}", admin(rt.remove)).Methods(http.MethodDelete)
+	r.HandleFunc("/mmmq/dispatchers/{name}/pause", admin(rt.pause(true))).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/resume", admin(rt.pause(false))).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/seek", admin(rt.seek)).Methods(http.MethodPost)
+	r.HandleFunc("/mmmq/dispatchers/{name}/redrive", admin(rt.redrive)).Methods(http.MethodPost)
+}
+
+// admin wraps a handler of the admin API: the request's principal (when
+// authentication is on) must have the admin action (403 FORBIDDEN
+// otherwise, before the body is read). The HTTP server's audit log records
+// every admin action and its outcome.
+func admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := contract.Authorize(r.Context(), contract.ActionAdmin, "", ""); err != nil {
+			contract.WriteErr(w, err)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (rt *Route) list(w http.ResponseWriter, _ *http.Request) {

@@ -35,6 +35,10 @@ type Config struct {
 	// given to Load; nil for a Config that Load built without sections or
 	// that Default built.
 	sections map[string]sectionValue
+
+	// loadedWith are the options of the Load that built the Config (nil
+	// for Default or a hand-built one); see [Config.Reload].
+	loadedWith *LoadOptions
 }
 
 // ServerConfig configures the HTTP server (key "server").
@@ -139,6 +143,8 @@ type MMMQConfig struct {
 	Broker BrokerConfig `koanf:"broker"`
 	// Admin configures the admin API (key "mmmq.admin").
 	Admin AdminConfig `koanf:"admin"`
+	// Auth is authentication and authorization (key "mmmq.auth").
+	Auth AuthConfig `koanf:"auth"`
 	// NodeName names this broker in CloudEvents pushes (ce-source
 	// "mmmq://<node-name>/<topic>"); "" means the host name. Default "".
 	NodeName string `koanf:"node-name"`
@@ -153,6 +159,68 @@ type AdminConfig struct {
 	// label ("*.svc.cluster.local", "10.0.0.*", "billing:8081"). Empty
 	// (the default) allows any host. File only.
 	AllowedHosts []string `koanf:"allowed-hosts"`
+}
+
+// AuthConfig is authentication and authorization (key "mmmq.auth"): with
+// at least one token entry, every request but /healthz, /readyz and
+// /openapi.yaml needs a bearer token (or a verified client certificate)
+// of an entry, and may do only what its permissions allow.
+type AuthConfig struct {
+	// Tokens are the principals: each a name, one credential (token-sha256,
+	// token-file or client-cn), permissions and limits. Empty (the
+	// default) turns authentication off. File only.
+	Tokens AuthTokensConfig `koanf:"tokens"`
+	// ProtectMetrics makes GET /metrics need the metrics action; false
+	// leaves /metrics open to anyone (for a scraper without a token), like
+	// /healthz. Only matters with tokens. Default true.
+	ProtectMetrics bool `koanf:"protect-metrics"`
+}
+
+// AuthTokensConfig is the list of token entries (key "mmmq.auth.tokens").
+type AuthTokensConfig []AuthTokenConfig
+
+// AuthTokenConfig is one principal (list key "mmmq.auth.tokens"). Exactly
+// one of TokenSHA256, TokenFile and ClientCN is set.
+type AuthTokenConfig struct {
+	// Name names the principal in logs and errors (never a secret);
+	// [A-Za-z0-9_.-], 1..200 bytes, unique. Required.
+	Name string `koanf:"name"`
+	// TokenSHA256 is the lowercase hex SHA-256 of the bearer token (64
+	// characters); `mmmq token new` prints one.
+	TokenSHA256 string `koanf:"token-sha256"`
+	// TokenFile is a file holding the bearer token itself (surrounding
+	// whitespace trimmed), re-read when it changes and on SIGHUP.
+	TokenFile string `koanf:"token-file"`
+	// ClientCN is the subject common name of a verified client certificate
+	// (mutual TLS) that authenticates as this entry; no secret.
+	ClientCN string `koanf:"client-cn"`
+	// Permissions are what the entry may do; none means nothing.
+	Permissions []AuthPermissionConfig `koanf:"permissions"`
+	// MaxConcurrentRequests caps the entry's HTTP requests in progress
+	// (more get 429 RATE_LIMITED); 0 = no limit. Default 0.
+	MaxConcurrentRequests int `koanf:"max-concurrent-requests"`
+	// MaxConnections caps the entry's line-protocol connections; 0 = no
+	// limit. Default 0.
+	MaxConnections int `koanf:"max-connections"`
+	// PublishRate is messages per second (a token bucket, HTTP and line
+	// protocol together); 0 = no limit. Default 0.
+	PublishRate float64 `koanf:"publish-rate"`
+	// PublishBurst is the bucket's size; 0 = max(1, publish-rate). Default 0.
+	PublishBurst int `koanf:"publish-burst"`
+}
+
+// AuthPermissionConfig grants actions on topics (and, for consume, as
+// consumer groups) (list key "mmmq.auth.tokens[i].permissions").
+type AuthPermissionConfig struct {
+	// Actions are publish, consume, read, admin and metrics; at least one.
+	Actions []string `koanf:"actions"`
+	// Topics are topic patterns with the dispatcher rules ("order.**");
+	// empty means ["**"] (every topic). Actions without a topic (metrics,
+	// the dispatcher API) are granted whatever the topics.
+	Topics []string `koanf:"topics"`
+	// Groups are consumer-group name globs ("*" any run of characters)
+	// for consume; empty means ["*"].
+	Groups []string `koanf:"groups"`
 }
 
 // BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").
@@ -503,6 +571,7 @@ func Default() *Config {
 			Format: FormatJSON,
 		},
 		MMMQ: MMMQConfig{
+			Auth: AuthConfig{ProtectMetrics: true},
 			Broker: BrokerConfig{
 				Storage: StorageConfig{
 					RootDir:      "./data",

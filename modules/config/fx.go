@@ -88,6 +88,8 @@ type ModuleSections struct {
 	Dedup DedupConfig
 	// Admin is "mmmq.admin" (admin); the host list is a copy.
 	Admin AdminConfig
+	// Auth is "mmmq.auth" (auth); the token list is a copy.
+	Auth AuthConfig
 	// Node is this broker's identity ("mmmq.node-name"; dispatcher).
 	Node NodeConfig
 }
@@ -113,8 +115,25 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Retention:   cloneRetention(b.Retention),
 		Dedup:       b.Dedup,
 		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
+		Auth:        CloneAuth(cfg.MMMQ.Auth),
 		Node:        NodeConfig{Name: cfg.MMMQ.NodeName},
 	}
+}
+
+// CloneAuth returns a deep copy of a (the token list and each
+// permission's lists).
+func CloneAuth(a AuthConfig) AuthConfig {
+	a.Tokens = slices.Clone(a.Tokens)
+	for i := range a.Tokens {
+		ps := slices.Clone(a.Tokens[i].Permissions)
+		for j := range ps {
+			ps[j].Actions = slices.Clone(ps[j].Actions)
+			ps[j].Topics = slices.Clone(ps[j].Topics)
+			ps[j].Groups = slices.Clone(ps[j].Groups)
+		}
+		a.Tokens[i].Permissions = ps
+	}
+	return a
 }
 
 func cloneRetention(r RetentionConfig) RetentionConfig {
@@ -150,6 +169,7 @@ func Supply(cfg *Config) fx.Option {
 	c := *cfg
 	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
 	c.MMMQ.Broker.Retention = cloneRetention(cfg.MMMQ.Broker.Retention)
+	c.MMMQ.Auth = CloneAuth(cfg.MMMQ.Auth)
 	c.Warnings = slices.Clone(cfg.Warnings)
 	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)
 	c.sections = maps.Clone(cfg.sections)

@@ -50,22 +50,31 @@ var (
 	configSchema     = newSchema(reflect.TypeFor[Config]())
 	dispatcherSchema = newSchema(reflect.TypeFor[DispatcherConfig]())
 	retentionSchema  = newSchema(reflect.TypeFor[RetentionTopicConfig]())
+	authTokenSchema  = newSchema(reflect.TypeFor[AuthTokenConfig]())
+	authPermSchema   = newSchema(reflect.TypeFor[AuthPermissionConfig]())
 )
 
 // The list-valued keys (file only).
 const (
 	dispatchersKey     = "mmmq.broker.dispatchers"
 	retentionTopicsKey = "mmmq.broker.retention.topics"
+	authTokensKey      = "mmmq.auth.tokens"
+	// authPermissionsKey is the list inside each token entry, as
+	// listSchemas names it: the list's key, "[]", the element's key.
+	authPermissionsKey = authTokensKey + "[].permissions"
 )
 
 // listSchemas are the key sets of one element of each list-valued key, and
-// what an element must be, for the error.
+// what an element must be, for the error. A list inside a list's elements
+// is named "<list>[].<key>".
 var listSchemas = map[string]struct {
 	schema schema
 	want   string
 }{
 	dispatchersKey:     {dispatcherSchema, "a mapping with name, host and patterns"},
 	retentionTopicsKey: {retentionSchema, "a mapping with pattern, max-age and max-bytes"},
+	authTokensKey:      {authTokenSchema, "a mapping with name, one of token-sha256, token-file or client-cn, and permissions"},
+	authPermissionsKey: {authPermSchema, "a mapping with actions, topics and groups"},
 }
 
 // envPrefix starts every variable of the environment rule.

@@ -127,12 +127,23 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	}
 	cfg.Warnings = warns
 	cfg.IgnoredVars = ignored
+	cfg.loadedWith = reloadOptions(opts, origin.file)
 	origin.fromEnv = fromEnv
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, origin, attributeVars(err, fromEnv)
 	}
 	return cfg, origin, nil
+}
+
+// reloadOptions are opts for Config.Reload: the file that was read is
+// read again, and its absence is then an error (a file moved away must not
+// silently bring the defaults back, mmmq.auth off among them).
+func reloadOptions(opts LoadOptions, file string) *LoadOptions {
+	if file != "" {
+		opts.Path, opts.PathExplicit = file, true
+	}
+	return &opts
 }
 
 // parseEnviron keeps the MMMQ_ variables; a later duplicate wins as in os.Getenv.
@@ -186,13 +197,14 @@ func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, 
 // name, and sections given a scalar.
 func checkKeys(raw map[string]any, s schema) error {
 	var errs []error
-	walkKeys(s, raw, "", "", &errs)
+	walkKeys(s, raw, "", "", "", &errs)
 	return errors.Join(errs...)
 }
 
 // walkKeys checks m against s. rel is the key relative to s, shown is the
-// full key used in messages.
-func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
+// full key used in messages, list is the listSchemas prefix of s's keys
+// ("" at the top, "<list>[]." inside a list's elements).
+func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error) {
 	names := make([]string, 0, len(m))
 	for name := range m {
 		names = append(names, name)
@@ -202,21 +214,21 @@ func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
 		v := m[name]
 		r, full := rel+name, shown+name
 		if _, ok := s.leaves[r]; ok {
-			ls, isList := listSchemas[r]
+			ls, isList := listSchemas[list+r]
 			if !isList {
 				continue // the decoder checks the value's type
 			}
-			list, ok := v.([]any)
+			elems, ok := v.([]any)
 			if !ok {
 				continue // the decoder reports the type
 			}
-			for i, el := range list {
+			for i, el := range elems {
 				em, ok := el.(map[string]any)
 				if !ok {
 					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be %s", ls.want))
 					continue
 				}
-				walkKeys(ls.schema, em, "", fmt.Sprintf("%s[%d].", full, i), errs)
+				walkKeys(ls.schema, em, "", fmt.Sprintf("%s[%d].", full, i), list+r+"[].", errs)
 			}
 			continue
 		}
@@ -228,7 +240,7 @@ func walkKeys(s schema, m map[string]any, rel, shown string, errs *[]error) {
 		case nil:
 			// "server:" with nothing under it: keep the defaults.
 		case map[string]any:
-			walkKeys(s, sub, r+".", full+".", errs)
+			walkKeys(s, sub, r+".", full+".", list, errs)
 		default:
 			*errs = append(*errs, invalid(full, "must be a mapping, got %T", v))
 		}
@@ -285,6 +297,8 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
 			case name == EnvVar(retentionTopicsKey) || strings.HasPrefix(name, EnvVar(retentionTopicsKey)+"_"):
 				problem = "mmmq.broker.retention.topics can only be set in the YAML file"
+			case name == EnvVar(authTokensKey) || strings.HasPrefix(name, EnvVar(authTokensKey)+"_"):
+				problem = "mmmq.auth.tokens can only be set in the YAML file"
 			case serviceLinkNamed(name):
 				problem += fmt.Sprintf("; it is named like a Kubernetes service link, but its value %q is not what Kubernetes sets there", val)
 			}

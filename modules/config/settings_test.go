@@ -85,7 +85,7 @@ mmmq:
 	eff, err = LoadEffective(LoadOptions{Path: filepath.Join(t.TempDir(), "absent.yaml"), Environ: []string{}})
 	require.NoError(t, err)
 	assert.Equal(t, "", eff.File)
-	assert.Equal(t, Default(), eff.Config)
+	assert.Equal(t, Default(), plain(eff.Config))
 	for _, s := range eff.Settings {
 		assert.Equal(t, SourceDefault, s.Kind, s.Key)
 	}

@@ -101,6 +101,7 @@ func (c *Config) Validate() error {
 	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
 	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 	v.memory(b)
+	v.auth(c.MMMQ.Auth)
 
 	v.errs = append(v.errs, c.validateSections()...)
 	return errors.Join(v.errs...)

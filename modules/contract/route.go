@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 	"go.uber.org/fx"
@@ -67,14 +69,29 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// RetryAfterSeconds is d in whole seconds for a Retry-After header:
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
 // WriteError writes an ErrorBody with status, code and msg. An OVERLOADED
 // answer also gets "Retry-After: 1" (seconds): the budget frees up as the
 // replies in flight are written, so a short wait is the remedy. A NO_SPACE
 // answer gets "Retry-After: 5" (NoSpaceRetryAfter): nothing was stored,
 // and the publish is accepted again once space is freed. A TOPIC_BUSY
-// answer gets "Retry-After: 1" (TopicBusyRetryAfter).
+// answer gets "Retry-After: 1" (TopicBusyRetryAfter). An UNAUTHORIZED
+// answer gets "WWW-Authenticate: Bearer" (RFC 6750 §3); a RATE_LIMITED one
+// "Retry-After: 1" unless the caller set it (WriteErr sets the error's).
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	switch code {
+	case CodeUnauthorized:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="mmmq"`)
+	case CodeRateLimited:
+		if w.Header().Get("Retry-After") == "" {
+			w.Header().Set("Retry-After", "1")
+		}
 	case CodeOverloaded:
 		w.Header().Set("Retry-After", OverloadedRetryAfter)
 	case CodeNoSpace:
@@ -86,9 +103,14 @@ func WriteError(w http.ResponseWriter, status int, code, msg string) {
 }
 
 // WriteErr writes err as an ErrorBody, its status and code from [Classify]
-// and its text as the message.
+// and its text as the message; a *RateLimitedError's RetryAfter becomes
+// the Retry-After header (whole seconds, rounded up, at least 1).
 func WriteErr(w http.ResponseWriter, err error) {
 	c := Classify(err)
+	var rl *RateLimitedError
+	if errors.As(err, &rl) {
+		w.Header().Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(rl.RetryAfter), 10))
+	}
 	var oe *OffsetExpiredError
 	if c.Code == CodeOffsetExpired && errors.As(err, &oe) {
 		start := oe.StartOffset

@@ -296,7 +296,7 @@ func (d *Dispatcher) Validate() error {
 		errs = append(errs, errors.New("no topic patterns"))
 	}
 	for i, p := range d.patterns {
-		if len(p.segs) == 0 {
+		if p.IsZero() {
 			errs = append(errs, fmt.Errorf("pattern %d is the zero Pattern (use ParsePattern or MustPattern)", i))
 		}
 	}

@@ -77,11 +77,29 @@ func (rt *Route) Drain(ctx context.Context) error { return rt.c.Drain(ctx) }
 
 // Register adds the routes to r (contract.Route).
 func (rt *Route) Register(r *mux.Router) {
-	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", rt.handleFetch).Methods(http.MethodPost)
-	r.HandleFunc("/topics/{topic}/groups/{group}/ack", rt.handleAck).Methods(http.MethodPost)
-	r.HandleFunc("/topics/{topic}/groups/{group}/session", rt.handleRelease).Methods(http.MethodDelete)
-	r.HandleFunc("/topics/{topic}/groups", rt.handleList).Methods(http.MethodGet)
-	r.HandleFunc("/topics/{topic}/groups/{group}/seek", rt.handleSeek).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", consume(rt.handleFetch)).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/ack", consume(rt.handleAck)).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/session", consume(rt.handleRelease)).Methods(http.MethodDelete)
+	r.HandleFunc("/topics/{topic}/groups", consume(rt.handleList)).Methods(http.MethodGet)
+	r.HandleFunc("/topics/{topic}/groups/{group}/seek", consume(rt.handleSeek)).Methods(http.MethodPost)
+}
+
+// consume wraps a handler of the routes: the request's principal (when
+// authentication is on) must have the consume action on the path's topic
+// and, when the path names one, as its group (403 FORBIDDEN otherwise,
+// before anything is read or changed). A topic that is not a valid name
+// is left to the handler's 400.
+func consume(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := mux.Vars(r)
+		if contract.ValidateTopic(v["topic"]) == nil {
+			if err := contract.Authorize(r.Context(), contract.ActionConsume, v["topic"], v["group"]); err != nil {
+				contract.WriteErr(w, err)
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // Message is one fetched message: its offset and the stored message JSON

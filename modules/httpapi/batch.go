@@ -94,6 +94,17 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		contract.WriteJSON(w, b.firstStatus, b.resp)
 		return
 	}
+	// Authorization is all or nothing too: one topic the principal may not
+	// publish to (403), or a batch over its publish rate (429), and
+	// nothing is stored.
+	topics := make([]string, len(groups))
+	for i, g := range groups {
+		topics[i] = g.topic
+	}
+	if err := s.publishAllowed(r, len(msgs), topics...); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
 	s.storeBatch(r.Context(), b, groups, lvl)
 	status := http.StatusOK
 	if b.resp.Failed > 0 {

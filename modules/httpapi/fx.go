@@ -28,6 +28,13 @@ type Params struct {
 	// pages draw from.
 	Budget *contract.Budget
 	Routes []contract.Route `group:"routes"`
+	// Authenticator and Limiter come from the auth module; without it
+	// (app.Without(app.Auth)) there is no authentication.
+	Authenticator contract.Authenticator `optional:"true"`
+	Limiter       contract.Limiter       `optional:"true"`
+	// Auth is mmmq.auth, for protect-metrics when the Authenticator does
+	// not say it itself.
+	Auth config.AuthConfig `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -59,8 +66,23 @@ func NewFromConfig(p Params) (*Server, error) {
 		return nil, err
 	}
 	opts.TLS = certs
+	opts.Auth = authOptions(p)
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
+}
+
+// authOptions is the server's AuthOptions from the graph: the audit log is
+// the logger named "audit"; /metrics is open when the Authenticator's
+// ProtectMetrics (reloaded with the tokens) or else mmmq.auth.protect-metrics
+// says so.
+func authOptions(p Params) AuthOptions {
+	a := AuthOptions{Authenticator: p.Authenticator, Limiter: p.Limiter, Audit: p.Logger.Named("audit")}
+	protect := p.Auth.ProtectMetrics
+	a.MetricsOpen = func() bool { return !protect }
+	if pm, ok := p.Authenticator.(interface{ ProtectMetrics() bool }); ok {
+		a.MetricsOpen = func() bool { return !pm.ProtectMetrics() }
+	}
+	return a
 }
 
 // Module provides the *Server, starts it with the application and stops it

@@ -25,6 +25,10 @@ type ReopenResponse struct {
 // failed (the topic stays failed; the error says why).
 func (s *Server) handleReopen(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
+	if err := authorizeTopic(r, contract.ActionAdmin, name); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
 	hw, err := s.reg.Reopen(name)
 	if err != nil {
 		if c := contract.Classify(err); c.Status >= 500 {

@@ -86,6 +86,9 @@ type Options struct {
 	// the smallest of ReadHeaderTimeout, ReadTimeout and WriteTimeout; a
 	// verified client certificate is in r.TLS.VerifiedChains.
 	TLS *servertls.Certs
+	// Auth is authentication, authorization and the audit log (see
+	// AuthOptions); the zero value: off.
+	Auth AuthOptions
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -172,7 +175,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	s.router = r
 	s.srv = &http.Server{
 		Addr:              opts.Addr,
-		Handler:           http.HandlerFunc(s.serveHTTP),
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: opts.ReadHeaderTimeout,
 		ReadTimeout:       opts.ReadTimeout,
 		WriteTimeout:      opts.WriteTimeout,
@@ -234,9 +237,9 @@ func overlappingRoutes(r *mux.Router) error {
 // and no methods of their own.
 func (s *Server) Walk(fn mux.WalkFunc) error { return s.router.Walk(fn) }
 
-// Handler is the server's handler (fast publish path, then the router), for
-// tests with httptest.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+// Handler is the server's handler (authentication, then the fast publish
+// path, then the router), for tests with httptest.
+func (s *Server) Handler() http.Handler { return withAuth(s.opts.Auth, http.HandlerFunc(s.serveHTTP)) }
 
 // serveHTTP sends the two publish paths straight to their handler (they need
 // no path variables, and matching them through the router's regexps and
@@ -445,6 +448,9 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = s.checkSize(d.Stored)
 	}
+	if err == nil {
+		err = s.publishAllowed(r, 1, topic)
+	}
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -522,13 +528,20 @@ type TopicInfo struct {
 	Incarnation string `json:"incarnation,omitempty"`
 }
 
-func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
+	if err := contract.Authorize(r.Context(), contract.ActionRead, "", ""); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
 	list := s.reg.List()
 	out := struct {
 		Topics      []TopicInfo       `json:"topics"`
 		Quarantined map[string]string `json:"quarantined,omitempty"`
 	}{Topics: make([]TopicInfo, 0, len(list))}
 	for _, q := range list {
+		if !may(r, contract.ActionRead, q.Name()) {
+			continue // the listing shows only the topics the principal may read
+		}
 		st := q.Stats()
 		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
 			Incarnation: q.Incarnation()})
@@ -536,7 +549,9 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 	if qs := s.reg.Quarantined(); len(qs) > 0 {
 		out.Quarantined = map[string]string{}
 		for k, v := range qs {
-			out.Quarantined[k] = v.Error()
+			if may(r, contract.ActionRead, k) {
+				out.Quarantined[k] = v.Error()
+			}
 		}
 	}
 	contract.WriteJSON(w, http.StatusOK, out)
@@ -550,6 +565,10 @@ func (s *Server) handleTopics(w http.ResponseWriter, _ *http.Request) {
 // while it is being created or deleted.
 func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
+	if err := authorizeTopic(r, contract.ActionAdmin, name); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
 	if err := s.reg.Delete(name); err != nil {
 		c := contract.Classify(err)
 		if c.Status >= 500 {
@@ -572,9 +591,8 @@ const maxReadLimit = 1000
 const maxReadBytes = 4 << 20
 
 func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
-	name := mux.Vars(r)["topic"]
-	if err := contract.ValidateTopic(name); err != nil {
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+	name, ok := pathTopic(w, r, contract.ActionRead)
+	if !ok {
 		return
 	}
 	q, ok := s.reg.Get(name)

@@ -79,7 +79,17 @@ func (m *Metrics) Handler() http.Handler {
 
 // Register implements contract.Route: GET /metrics.
 func (m *Metrics) Register(r *mux.Router) {
-	r.Handle("/metrics", m.Handler()).Methods(http.MethodGet)
+	h := m.Handler()
+	r.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
+		// The metrics action, when authentication is on and /metrics is
+		// protected (mmmq.auth.protect-metrics; the HTTP server lets an
+		// unprotected /metrics through without a principal).
+		if err := contract.Authorize(req.Context(), contract.ActionMetrics, "", ""); err != nil {
+			contract.WriteErr(w, err)
+			return
+		}
+		h.ServeHTTP(w, req)
+	}).Methods(http.MethodGet)
 }
 
 var (

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"testing"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/httpapi"
+)
+
+// TestTokenNew: the printed digest is the SHA-256 of the printed token,
+// and a broker configured with that digest accepts the token (and
+// refuses requests without it).
+func TestTokenNew(t *testing.T) {
+	code, out := capture(t, "token", "new")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.HasPrefix(k, "#") {
+			fields[k] = v
+		}
+	}
+	tok, digest := fields["token"], fields["token-sha256"]
+	sum := sha256.Sum256([]byte(tok))
+	if !strings.HasPrefix(tok, "mmmq_") || len(tok) < 40 || hex.EncodeToString(sum[:]) != digest {
+		t.Fatalf("token %q, digest %q: not its SHA-256\n%s", tok, digest, out)
+	}
+	if _, again := capture(t, "token", "new"); strings.Contains(again, tok) {
+		t.Fatal("two runs print the same token")
+	}
+	if code, _ := capture(t, "token"); code != 2 {
+		t.Errorf("mmmq token: exit %d, want 2", code)
+	}
+
+	cfg := config.Default()
+	cfg.Server.Port, cfg.Server.Host, cfg.Logging.Level = 0, "127.0.0.1", "error"
+	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "cli", TokenSHA256: digest,
+		Permissions: []config.AuthPermissionConfig{{Actions: []string{"read"}}}}}
+	var srv *httpapi.Server
+	a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv)))
+	a.RequireStart()
+	defer a.RequireStop()
+	get := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+srv.Addr()+"/topics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(tok); st != 200 {
+		t.Errorf("the new token: %d, want 200", st)
+	}
+	if st := get(""); st != 401 {
+		t.Errorf("no token: %d, want 401", st)
+	}
+}

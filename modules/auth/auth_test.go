@@ -1,0 +1,302 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/reload"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func perm(actions []string, topics, groups []string) config.AuthPermissionConfig {
+	return config.AuthPermissionConfig{Actions: actions, Topics: topics, Groups: groups}
+}
+
+func TestPermissions(t *testing.T) {
+	p, err := newPrincipal("k", config.AuthTokenConfig{Name: "billing", Permissions: []config.AuthPermissionConfig{
+		perm([]string{"publish", "read"}, []string{"order.**", "payment.*"}, nil),
+		perm([]string{"consume"}, []string{"order.**"}, []string{"billing-*", "audit"}),
+		perm([]string{"metrics"}, []string{"nothing"}, nil),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		action       contract.Action
+		topic, group string
+		want         bool
+	}{
+		{contract.ActionPublish, "order", "", true},
+		{contract.ActionPublish, "order.new.eu", "", true},
+		{contract.ActionPublish, "payment.card", "", true},
+		{contract.ActionPublish, "payment.card.visa", "", false},
+		{contract.ActionPublish, "orders", "", false},
+		{contract.ActionRead, "order.x", "", true},
+		{contract.ActionConsume, "order.x", "billing-eu", true},
+		{contract.ActionConsume, "order.x", "billing-", true},
+		{contract.ActionConsume, "order.x", "audit", true},
+		{contract.ActionConsume, "order.x", "audit2", false},
+		{contract.ActionConsume, "order.x", "ops", false},
+		{contract.ActionConsume, "order.x", "", true}, // the group listing
+		{contract.ActionConsume, "payment.card", "billing-eu", false},
+		{contract.ActionPublish, "order.x", "", true},
+		{contract.ActionAdmin, "", "", false},
+		{contract.ActionAdmin, "order.x", "", false},
+		{contract.ActionMetrics, "", "", true}, // topic-less: the topics do not apply
+		{contract.ActionRead, "a..b", "", false},
+	} {
+		if got := p.Can(tt.action, tt.topic, tt.group); got != tt.want {
+			t.Errorf("Can(%s, %q, %q) = %v, want %v", tt.action, tt.topic, tt.group, got, tt.want)
+		}
+	}
+	all, _ := newPrincipal("k", config.AuthTokenConfig{Name: "all", Permissions: []config.AuthPermissionConfig{perm([]string{"read"}, nil, nil)}})
+	if !all.Can(contract.ActionRead, "x.y.z", "") || all.Can(contract.ActionPublish, "x", "") {
+		t.Error("topics default to ** and actions are only those listed")
+	}
+}
+
+func TestGlob(t *testing.T) {
+	for _, tt := range []struct {
+		p, s string
+		want bool
+	}{
+		{"*", "", true}, {"*", "abc", true}, {"a*", "abc", true}, {"a*", "b", false},
+		{"*c", "abc", true}, {"a*c", "ac", true}, {"a*c", "abcbc", true}, {"a*c", "abcb", false},
+		{"abc", "abc", true}, {"abc", "abcd", false}, {"**", "x", true}, {"a*b*c", "aXbYc", true}, {"a*b*c", "aXcYb", false},
+	} {
+		if got := Glob(tt.p, tt.s); got != tt.want {
+			t.Errorf("Glob(%q, %q) = %v", tt.p, tt.s, got)
+		}
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	tok, digest := NewToken()
+	if !strings.HasPrefix(tok, TokenPrefix) || len(digest) != 64 || Digest(tok) != digest {
+		t.Fatalf("NewToken: %q %q", tok, digest)
+	}
+	tok2, _ := NewToken()
+	if tok2 == tok {
+		t.Fatal("two NewToken calls gave the same token")
+	}
+	s, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{
+		{Name: "a", TokenSHA256: Digest("other")},
+		{Name: "b", TokenSHA256: digest},
+		{Name: "c", ClientCN: "svc"},
+	}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Enabled() {
+		t.Fatal("not enabled with tokens")
+	}
+	if p, err := s.Authenticate(tok); err != nil || p.Name() != "b" {
+		t.Fatalf("Authenticate: %v %v", p, err)
+	}
+	for _, bad := range []string{"", tok + "x", digest, "svc"} {
+		if _, err := s.Authenticate(bad); !errors.Is(err, contract.ErrUnauthorized) {
+			t.Errorf("Authenticate(%q) = %v, want ErrUnauthorized", bad, err)
+		}
+	}
+	if p, err := s.AuthenticateCert("svc"); err != nil || p.Name() != "c" {
+		t.Fatalf("AuthenticateCert: %v %v", p, err)
+	}
+	if _, err := s.AuthenticateCert("b"); !errors.Is(err, contract.ErrUnauthorized) {
+		t.Error("a name is not a common name")
+	}
+	off, _ := New(config.AuthConfig{}, nil, nil)
+	if off.Enabled() {
+		t.Error("enabled without tokens")
+	}
+	if _, err := off.Authenticate(tok); err == nil {
+		t.Error("authenticated with auth off")
+	}
+}
+
+// TestTokenFileReload: a changed token file is picked up by polling and by
+// SIGHUP's path (reload.Reloader.All), without a restart; the token never
+// appears in the logs.
+func TestTokenFileReload(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "billing.token")
+	write := func(tok string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("\n  "+tok+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A new modification time even on coarse clocks.
+		future := time.Now().Add(time.Duration(len(tok)) * time.Second)
+		if err := os.Chtimes(path, future, future); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second, third := "mmmq_first-token", "mmmq_second-token-x", "mmmq_third-token-xyz"
+	write(first)
+	core, logs := observer.New(zap.DebugLevel)
+	s, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "billing", TokenFile: path}}}, nil, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepts := func(tok string) bool { _, err := s.Authenticate(tok); return err == nil }
+	if !accepts(first) {
+		t.Fatal("the file's token (whitespace trimmed) is refused")
+	}
+
+	write(second)
+	s.Poll()
+	if accepts(first) || !accepts(second) {
+		t.Fatalf("after a poll: first accepted %v, second accepted %v", accepts(first), accepts(second))
+	}
+
+	write(third)
+	r := reload.New([]contract.Reloader{s}, zap.New(core))
+	if failed := r.All(context.Background()); failed != 0 {
+		t.Fatalf("reload failed: %d", failed)
+	}
+	if accepts(second) || !accepts(third) {
+		t.Fatal("SIGHUP's reload did not switch tokens")
+	}
+
+	// A broken file leaves the previous token in force and is reported once.
+	if err := os.WriteFile(path, []byte("  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.Poll()
+	s.Poll()
+	if !accepts(third) {
+		t.Fatal("an emptied token file turned the token off")
+	}
+	if n := logs.FilterMessageSnippet("could not be read").Len(); n != 1 {
+		t.Errorf("broken file reported %d times, want 1", n)
+	}
+	if r.All(context.Background()) != 1 {
+		t.Error("reload of an empty token file succeeded")
+	}
+	for _, e := range logs.All() {
+		line := e.Message
+		for _, f := range e.Context {
+			line += " " + f.String + " " + f.Key
+			if f.Interface != nil {
+				if err, ok := f.Interface.(error); ok {
+					line += err.Error()
+				}
+			}
+		}
+		for _, tok := range []string{first, second, third} {
+			if strings.Contains(line, tok) {
+				t.Errorf("log line holds a token: %s", line)
+			}
+		}
+	}
+
+	if _, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "x", TokenFile: filepath.Join(dir, "absent")}}}, nil, nil); err == nil ||
+		!strings.Contains(err.Error(), "mmmq.auth.tokens[0].token-file") {
+		t.Errorf("missing token file: %v", err)
+	}
+}
+
+func TestPollingStartsAndStops(t *testing.T) {
+	s, _ := New(config.AuthConfig{}, nil, nil)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReloadReadsTheSource(t *testing.T) {
+	next := config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "new", TokenSHA256: Digest("n")}}}
+	var srcErr error
+	s, _ := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "old", TokenSHA256: Digest("o")}}},
+		func() (config.AuthConfig, bool, error) { return next, true, srcErr }, nil)
+	if err := s.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate("o"); err == nil {
+		t.Error("a token removed from the list is still accepted")
+	}
+	if p, err := s.Authenticate("n"); err != nil || p.Name() != "new" {
+		t.Error("a token added to the list is refused")
+	}
+	srcErr = errors.New("bad file")
+	if err := s.Reload(context.Background()); err == nil {
+		t.Error("a failed re-read is not an error")
+	}
+	if _, err := s.Authenticate("n"); err != nil {
+		t.Error("a failed reload changed the tokens")
+	}
+}
+
+type limited struct{ lim contract.Limits }
+
+func (limited) Name() string                             { return "p" }
+func (limited) Can(contract.Action, string, string) bool { return true }
+func (l limited) Limits() contract.Limits                { return l.lim }
+
+func TestLimiter(t *testing.T) {
+	l := NewLimiter()
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	p := limited{contract.Limits{MaxConcurrentRequests: 2, PublishRate: 2, PublishBurst: 4}}
+
+	r1, err := l.Acquire(p, "request")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := l.Acquire(p, "request")
+	_, err = l.Acquire(p, "request")
+	var rl *contract.RateLimitedError
+	if !errors.As(err, &rl) || rl.RetryAfter < time.Second || rl.What != "concurrent requests" {
+		t.Fatalf("third request: %v", err)
+	}
+	if contract.Classify(err).Status != 429 {
+		t.Error("not 429")
+	}
+	if _, err := l.Acquire(p, "connection"); err != nil {
+		t.Error("connections (no limit here) are counted apart from requests")
+	}
+	r1()
+	r1() // a second release gives nothing back
+	if _, err := l.Acquire(p, "request"); err != nil {
+		t.Fatal("a released slot is not free")
+	}
+	if _, err := l.Acquire(p, "request"); err == nil {
+		t.Fatal("a double release freed two slots")
+	}
+	r2()
+
+	if err := l.Publish(p, 3); err != nil {
+		t.Fatal(err)
+	}
+	err = l.Publish(p, 2) // 1 left
+	if !errors.As(err, &rl) || rl.RetryAfter != 500*time.Millisecond || rl.What != "publish rate" {
+		t.Fatalf("over the burst: %v", err)
+	}
+	now = now.Add(500 * time.Millisecond)
+	if err := l.Publish(p, 2); err != nil {
+		t.Fatalf("after Retry-After: %v", err)
+	}
+	now = now.Add(10 * time.Second) // full again: 4
+	if err := l.Publish(p, 10); err != nil {
+		t.Fatalf("a batch larger than the burst from a full bucket: %v", err)
+	}
+	if err := l.Publish(p, 1); err == nil {
+		t.Fatal("the debt of a large batch is not paid")
+	}
+	if err := l.Publish(limited{}, 1000); err != nil {
+		t.Error("no rate: limited")
+	}
+}

@@ -1,0 +1,126 @@
+package auth
+
+import (
+	"fmt"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// principal is one token entry of mmmq.auth.tokens (contract.Principal).
+// It is immutable: a reload builds new ones.
+type principal struct {
+	name   string
+	perms  []permission
+	limits contract.Limits
+}
+
+// permission is one parsed entry of a token's permissions.
+type permission struct {
+	actions map[contract.Action]bool
+	topics  []contract.Pattern // never empty: ["**"] when none were given
+	groups  []string           // never empty: ["*"] when none were given
+}
+
+func (p *principal) Name() string            { return p.name }
+func (p *principal) Limits() contract.Limits { return p.limits }
+
+// Can reports whether one permission grants action on topic as group. An
+// action without a topic (topic "": metrics, the dispatcher API) is
+// granted by any permission listing it; a consume without a group (the
+// group listing of a topic) needs only the topic.
+func (p *principal) Can(action contract.Action, topic, group string) bool {
+	for i := range p.perms {
+		if p.perms[i].grants(action, topic, group) {
+			return true
+		}
+	}
+	return false
+}
+
+func (pm *permission) grants(action contract.Action, topic, group string) bool {
+	if !pm.actions[action] {
+		return false
+	}
+	if topic != "" && !matchAnyPattern(pm.topics, topic) {
+		return false
+	}
+	if group == "" {
+		return true
+	}
+	for _, g := range pm.groups {
+		if Glob(g, group) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchAnyPattern(ps []contract.Pattern, topic string) bool {
+	for _, p := range ps {
+		if p.Match(topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// Glob reports whether name matches pattern, where "*" matches any run of
+// characters (none included) and every other character itself. It runs in
+// O(len(pattern) × len(name)) at worst, without recursion.
+func Glob(pattern, name string) bool {
+	p, n := 0, 0
+	star, mark := -1, 0 // last '*' seen in pattern, and where in name it took over
+	for n < len(name) {
+		switch {
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, n
+			p++
+		case p < len(pattern) && pattern[p] == name[n]:
+			p++
+			n++
+		case star >= 0:
+			mark++
+			p, n = star+1, mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}
+
+// newPrincipal builds entry i (key names it in errors) of mmmq.auth.tokens;
+// the configuration was validated, so errors here are defensive.
+func newPrincipal(key string, t config.AuthTokenConfig) (*principal, error) {
+	p := &principal{name: t.Name, limits: contract.Limits{
+		MaxConcurrentRequests: t.MaxConcurrentRequests,
+		MaxConnections:        t.MaxConnections,
+		PublishRate:           t.PublishRate,
+		PublishBurst:          t.PublishBurst,
+	}}
+	for j, pc := range t.Permissions {
+		pm := permission{actions: map[contract.Action]bool{}, groups: pc.Groups}
+		for _, a := range pc.Actions {
+			pm.actions[contract.Action(a)] = true
+		}
+		topics := pc.Topics
+		if len(topics) == 0 {
+			topics = []string{"**"}
+		}
+		for k, s := range topics {
+			pat, err := contract.ParsePattern(s)
+			if err != nil {
+				return nil, fmt.Errorf("%s.permissions[%d].topics[%d]: %w", key, j, k, err)
+			}
+			pm.topics = append(pm.topics, pat)
+		}
+		if len(pm.groups) == 0 {
+			pm.groups = []string{"*"}
+		}
+		p.perms = append(p.perms, pm)
+	}
+	return p, nil
+}

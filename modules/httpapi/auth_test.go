@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// fakeAuth knows one token and one client common name.
+type fakeAuth struct{}
+
+type fakePrincipal string
+
+func (p fakePrincipal) Name() string                             { return string(p) }
+func (p fakePrincipal) Can(contract.Action, string, string) bool { return true }
+func (p fakePrincipal) Limits() contract.Limits                  { return contract.Limits{} }
+func (fakeAuth) Enabled() bool                                   { return true }
+func (fakeAuth) Authenticate(tok string) (contract.Principal, error) {
+	if tok == "good" {
+		return fakePrincipal("by-token"), nil
+	}
+	return nil, contract.ErrUnauthorized
+}
+func (fakeAuth) AuthenticateCert(cn string) (contract.Principal, error) {
+	if cn == "svc" {
+		return fakePrincipal("by-cert"), nil
+	}
+	return nil, contract.ErrUnauthorized
+}
+
+// TestClientCertificateAndToken: a verified client certificate's common
+// name authenticates; a request with a certificate and a token is judged
+// by the token alone; an unverified certificate counts for nothing.
+func TestClientCertificateAndToken(t *testing.T) {
+	h := withAuth(AuthOptions{Authenticator: fakeAuth{}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := contract.PrincipalFrom(r.Context())
+		w.Write([]byte(p.Name()))
+	}))
+	cert := func(cn string, verified bool) *tls.ConnectionState {
+		c := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
+		st := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c}}
+		if verified {
+			st.VerifiedChains = [][]*x509.Certificate{{c}}
+		}
+		return st
+	}
+	for _, tt := range []struct {
+		name   string
+		tls    *tls.ConnectionState
+		header string
+		status int
+		who    string
+	}{
+		{"verified certificate", cert("svc", true), "", 200, "by-cert"},
+		{"unknown common name", cert("other", true), "", 401, ""},
+		{"unverified certificate", cert("svc", false), "", 401, ""},
+		{"certificate and good token", cert("svc", true), "Bearer good", 200, "by-token"},
+		{"certificate and bad token", cert("svc", true), "Bearer bad", 401, ""},
+		{"certificate and another scheme", cert("svc", true), "Basic Z29vZA==", 401, ""},
+		{"token, scheme in lower case", nil, "bearer good", 200, "by-token"},
+		{"nothing", nil, "", 401, ""},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/topics", nil)
+		req.TLS = tt.tls
+		if tt.header != "" {
+			req.Header.Set("Authorization", tt.header)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tt.status || (tt.who != "" && rec.Body.String() != tt.who) {
+			t.Errorf("%s: %d %q, want %d %q", tt.name, rec.Code, rec.Body.String(), tt.status, tt.who)
+		}
+		if rec.Code == 401 && rec.Header().Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: 401 without WWW-Authenticate", tt.name)
+		}
+	}
+}
