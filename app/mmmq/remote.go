@@ -85,11 +85,12 @@ func (g *group) usage(w io.Writer) {
 		fmt.Fprintf(&b, "  %s %s\n      %s\n", s.name, s.synopsis, s.brief)
 	}
 	fmt.Fprintf(&b, "\nEvery subcommand takes --server URL (default $%s, else %s), --json\n"+
-		"(print the broker's JSON answer, indented) and --request-timeout D (default %s).\n"+
+		"(print the broker's JSON answer, indented), --request-timeout D (default %s) and\n"+
+		"--token-file FILE (the bearer token of a broker with authentication on; default $%s).\n"+
 		"\"mmmq %s <subcommand> --help\" describes one.\n\n"+
 		"Exit codes: 0 done; 1 the broker answered with an error (its status, code and\n"+
 		"message are printed), could not be reached or is not an mmmq broker; 2 bad usage.\n",
-		config.EnvServerVar, defaultServerURL, defaultRequestTimeout, g.name)
+		config.EnvServerVar, defaultServerURL, defaultRequestTimeout, config.EnvTokenVar, g.name)
 	io.WriteString(w, b.String())
 }
 
@@ -99,9 +100,11 @@ type remote struct {
 	name string // "dispatchers get"
 	fs   *flag.FlagSet
 
-	server  string
-	asJSON  bool
-	timeout time.Duration
+	server    string
+	asJSON    bool
+	timeout   time.Duration
+	tokenFile string
+	token     string // read from tokenFile or $MMMQ_TOKEN by parse
 }
 
 // newRemote returns the subcommand "mmmq <name>" with the flags every
@@ -112,6 +115,7 @@ func newRemote(name, synopsis, about string) *remote {
 	r.fs.StringVar(&r.server, "server", "", "broker URL (default $"+config.EnvServerVar+", else "+defaultServerURL+")")
 	r.fs.BoolVar(&r.asJSON, "json", false, "print the broker's JSON answer, indented, instead of text")
 	r.fs.DurationVar(&r.timeout, "request-timeout", defaultRequestTimeout, "give up on a request that takes longer")
+	r.fs.StringVar(&r.tokenFile, "token-file", "", "file holding the bearer token for a broker with authentication on (default $"+config.EnvTokenVar+")")
 	r.fs.Usage = func() {
 		fmt.Fprintf(r.fs.Output(), "usage: mmmq %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(about))
 		r.fs.PrintDefaults()
@@ -146,6 +150,14 @@ func (r *remote) parse(args []string, names ...string) ([]string, int, bool) {
 		return nil, r.usageError("%s: %v", from, err), false
 	}
 	r.server = base
+	r.token = os.Getenv(config.EnvTokenVar)
+	if r.tokenFile != "" {
+		b, err := os.ReadFile(r.tokenFile)
+		if err != nil {
+			return nil, r.usageError("--token-file: %v", err), false
+		}
+		r.token = strings.TrimSpace(string(b))
+	}
 	return pos, 0, true
 }
 
@@ -192,11 +204,12 @@ func (e *brokerError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status,
 type client struct {
 	base    string
 	timeout time.Duration
+	token   string // bearer token; "" sends none
 	hc      *http.Client
 }
 
 func (r *remote) client() *client {
-	return &client{base: r.server, timeout: r.timeout, hc: &http.Client{
+	return &client{base: r.server, timeout: r.timeout, token: r.token, hc: &http.Client{
 		Timeout: r.timeout,
 		// A redirect is not an mmmq answer: shown as such, never followed
 		// (a followed POST would turn into a GET).
@@ -218,6 +231,9 @@ func (c *client) do(method, path string, body []byte) (json.RawMessage, error) {
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "mmmq/"+version)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.transportError(err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,7 +36,7 @@ type cliBroker struct {
 	consumer string
 }
 
-func startCLIBroker(t *testing.T) *cliBroker {
+func startCLIBroker(t *testing.T, mods ...func(*config.Config)) *cliBroker {
 	t.Helper()
 	cons := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -48,6 +50,9 @@ func startCLIBroker(t *testing.T) *cliBroker {
 	cfg.Logging.Level = "error"
 	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
 	cfg.MMMQ.Broker.Dispatchers = config.DispatchersConfig{{Name: "from-file", Host: cons.URL, Patterns: []string{"file.only"}}}
+	for _, m := range mods {
+		m(cfg)
+	}
 	var srv *httpapi.Server
 	a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv)))
 	a.RequireStart()
@@ -658,4 +663,30 @@ func TestRedriveText(t *testing.T) {
 	}
 	requireLines(t, "text", redriveText(res), "next: 10000 (stopped at the per-call limit: run again with --from 10000)",
 		"skipped: 12", "skipped offset 9: not a dead letter", "... and 2 more skipped")
+}
+
+// With authentication on, the remote commands send the token of
+// --token-file or $MMMQ_TOKEN; without one the broker's 401 is shown.
+func TestRemoteCommandsSendTheToken(t *testing.T) {
+	const token = "mmmq_cli-test-token"
+	sum := sha256.Sum256([]byte(token))
+	b := startCLIBroker(t, func(c *config.Config) {
+		c.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "ops", TokenSHA256: hex.EncodeToString(sum[:]),
+			Permissions: []config.AuthPermissionConfig{{Actions: []string{"admin", "read"}}}}}
+	})
+	b.fails("mmmq: 401 UNAUTHORIZED", "dispatchers", "list")
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	requireLines(t, "list with --token-file", b.ok("dispatchers", "list", "--token-file", file), "from-file")
+	t.Setenv(config.EnvTokenVar, token)
+	requireLines(t, "list with $MMMQ_TOKEN", b.ok("dispatchers", "list"), "from-file")
+	b.ok("topics", "list")
+	t.Setenv(config.EnvTokenVar, "wrong")
+	b.fails("mmmq: 401 UNAUTHORIZED", "topics", "list")
+	if code, _, errOut := b.cli("dispatchers", "list", "--token-file", filepath.Join(t.TempDir(), "missing")); code != 2 ||
+		!strings.HasPrefix(errOut, "mmmq dispatchers list: --token-file: open ") {
+		t.Errorf("missing --token-file: exit %d, stderr %q; want 2 and the file named", code, errOut)
+	}
 }

@@ -88,6 +88,11 @@ const EnvConfigVar = "MMMQ_CONFIG"
 // it, so one shell can set it and still start a broker.
 const EnvServerVar = "MMMQ_SERVER"
 
+// EnvTokenVar is the bearer token of the commands that talk to a running
+// broker with authentication on. It names no key: Load skips it, like
+// EnvServerVar.
+const EnvTokenVar = "MMMQ_TOKEN"
+
 // EnvVar returns the environment variable for key under the package's one
 // rule: "MMMQ_" + key without a leading "mmmq.", upper-cased, with "." and
 // "-" replaced by "_". EnvVar("mmmq.broker.storage.root-dir") is
@@ -122,7 +127,7 @@ func envTable(s schema) (map[string]leaf, error) {
 		if prev, dup := m[name]; dup {
 			return nil, fmt.Errorf("config: keys %s and %s share variable %s", prev.key, key, name)
 		}
-		if name == EnvConfigVar || name == EnvServerVar {
+		if name == EnvConfigVar || name == EnvServerVar || name == EnvTokenVar {
 			return nil, fmt.Errorf("config: key %s collides with %s", key, name)
 		}
 		m[name] = l
