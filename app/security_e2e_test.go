@@ -237,7 +237,8 @@ func TestE2ELineProtocolRealAuth(t *testing.T) {
 // is picked up by the auth module's poll (auth.Store.Poll, what its ticker
 // runs) with no restart; an HTTP keep-alive connection opened with the old
 // token stays open and serves the new token on the same connection, and
-// the old token is refused, on that connection and on a new one.
+// the old token is refused, on that connection (which a refused request
+// without a body keeps open, and one with a body closes) and on a new one.
 func TestE2ETokenFileRotationKeepsConnections(t *testing.T) {
 	dir := t.TempDir()
 	tokFile := filepath.Join(dir, "billing.token")
@@ -258,13 +259,18 @@ func TestE2ETokenFileRotationKeepsConnections(t *testing.T) {
 	keep := &http.Client{Transport: tr}
 	var conns []string
 	var reused []bool
+	// send publishes body, or reads order.rot when body is "".
 	send := func(token, body string) (int, string) {
 		t.Helper()
 		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 			conns = append(conns, i.Conn.LocalAddr().String())
 			reused = append(reused, i.Reused)
 		}}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "POST", b.base+"/messages", strings.NewReader(body))
+		ctx := httptrace.WithClientTrace(context.Background(), trace)
+		req, err := http.NewRequestWithContext(ctx, "POST", b.base+"/messages", strings.NewReader(body))
+		if body == "" {
+			req, err = http.NewRequestWithContext(ctx, "GET", b.base+"/topics/order.rot/messages", nil)
+		}
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := keep.Do(req)
@@ -286,15 +292,23 @@ func TestE2ETokenFileRotationKeepsConnections(t *testing.T) {
 
 	st, out = send(fresh, `{"topic":"order.rot","content":3}`)
 	require.Equal(t, 200, st, "the new token on the open connection: %s", out)
-	st, out = send(old, `{"topic":"order.rot","content":4}`)
+	st, out = send(old, "")
 	require.Equal(t, 401, st, "the old token after the rotation: %s", out)
-	st, out = send(fresh, `{"topic":"order.rot","content":5}`)
-	require.Equal(t, 200, st, "the connection survives a 401: %s", out)
+	st, out = send(fresh, "")
+	require.Equal(t, 200, st, "the connection survives a 401 to a request without a body: %s", out)
 	require.Len(t, conns, 5)
 	for i := 1; i < len(conns); i++ {
 		assert.Equal(t, conns[0], conns[i], "request %d on the first connection", i+1)
 		assert.True(t, reused[i], "request %d reused the connection", i+1)
 	}
+	// A refused request with a body is answered without reading it, and
+	// its connection closed; the client carries on over a new one.
+	st, out = send(old, `{"topic":"order.rot","content":4}`)
+	require.Equal(t, 401, st, "the old token after the rotation: %s", out)
+	st, out = send(fresh, `{"topic":"order.rot","content":5}`)
+	require.Equal(t, 200, st, out)
+	require.Len(t, conns, 7)
+	assert.False(t, reused[6], "a new connection after the refused publish")
 
 	st, _, out = b.do("POST", "/messages", old, `{"topic":"order.rot","content":6}`)
 	require.Equal(t, 401, st, "the old token on a new connection: %s", out)
