@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
@@ -62,11 +63,14 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 			a.Audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "missing or unknown credentials"),
 				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
 			if r.ContentLength != 0 {
-				// Refused before its body is read: close the connection
-				// rather than let net/http read the unused body (a chunked
-				// one, or up to 256 KiB) before sending the 401, waiting
-				// for bytes that may never come.
+				// Refused before its body is read, and it never will be:
+				// close the connection, rather than let net/http read what
+				// is left of the body (a chunked one, or up to 256 KiB)
+				// before sending the 401, waiting for bytes that may never
+				// come; and end reading now, so that it does not read it
+				// after the 401 either (to reuse its buffer).
 				w.Header().Set("Connection", "close")
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			}
 			contract.WriteErr(w, err)
 			return
