@@ -15,6 +15,7 @@
 #   BENCH_STARTUP_BYTES=N  size of the startup data dir (default 1 GiB over 10 topics)
 #   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks (the dispatcher ones run 1x: one op is a whole replay)
 #   BENCH_INFLIGHT_COUNT=N messages per op of the dispatcher max-in-flight benchmark (default 20000; quick 5000)
+#   BENCH_AUTH_BENCHTIME=2000x  -benchtime of BenchmarkAuthCPU (refused requests vs DURABLE publishes; quick 500x)
 #   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
 #
@@ -40,6 +41,7 @@ if [ "$QUICK" = 1 ]; then
 	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-20000}
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-200000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-5000}
+	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-500x}
 else
 	DUR=${BENCH_DURATION:-4s}
 	WARM=${BENCH_WARMUP:-1s}
@@ -49,6 +51,7 @@ else
 	DELIVER_INTERVAL=${BENCH_DELIVER_INTERVAL:-50000}
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-1000000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
+	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-2000x}
 fi
 CS=${BENCH_C:-"1 8 32 128 512"}
 REPLAY_TOPICS=${BENCH_REPLAY_TOPICS:-1}
@@ -171,7 +174,7 @@ EOF
 }
 
 # ---------------------------------------------------------------- Go benchmarks
-say "go benchmarks (storage, publish handler), -benchtime $GOBENCHTIME"
+say "go benchmarks (storage, publish handler), -benchtime $GOBENCHTIME; auth CPU, -benchtime $AUTH_BENCHTIME"
 GOBENCH=$TMP/gobench.txt
 : >"$GOBENCH"
 if ls modules/storage/*_test.go >/dev/null 2>&1 && grep -qs '^func Benchmark' modules/storage/*_test.go; then
@@ -182,6 +185,10 @@ else
 fi
 TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench 'PublishHandler' -benchtime "$GOBENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
 	say "httpapi benchmarks failed or timed out"
+# CPU per refused unauthenticated request next to a DURABLE publish: the
+# real server and auth module on loopback, one client (a few seconds).
+TMPDIR=$TMP timeout 120 "$GO" test -run '^$' -bench 'AuthCPU' -benchtime "$AUTH_BENCHTIME" ./modules/httpapi/ >>"$GOBENCH" 2>&1 ||
+	say "auth CPU benchmark failed or timed out"
 # Dispatcher delivery, in-process (memTopic, httptest consumer ACKing at
 # once): replay of REPLAY_COUNT stored messages, batches of 500 or none;
 # INFLIGHT_COUNT messages committed after every message, max-in-flight 64
@@ -199,7 +206,7 @@ awk '/^Benchmark/ {
 	for (i = 3; i < NF; i += 2) {
 		if ($(i+1) == "ns/op") nsop = $i
 		else if ($(i+1) == "msgs/s") rate = $i
-		else if ($(i+1) ~ /^(entries|records|ops)\/s$/ && rate == "") { rate = $i; extra = extra ", rate = " $(i+1) }
+		else if ($(i+1) ~ /^(entries|records|ops|req)\/s$/ && rate == "") { rate = $i; extra = extra ", rate = " $(i+1) }
 		else if ($(i+1) == "fsyncs/msg") fs = $i
 		else extra = extra ", " $i " " $(i+1)
 	}

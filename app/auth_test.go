@@ -39,6 +39,7 @@ type authBroker struct {
 	app    *fxtest.App
 	base   string
 	srv    *httpapi.Server
+	client *http.Client // for do; nil: http.DefaultClient
 	logs   *observer.ObservedLogs
 	mu     sync.Mutex
 	bodies []string
@@ -80,6 +81,16 @@ func startAuthBroker(t *testing.T, cfg *config.Config, opts ...fx.Option) *authB
 // headers and the body.
 func (b *authBroker) do(method, path, token, body string, hdr ...string) (int, http.Header, string) {
 	b.t.Helper()
+	c := b.client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	return b.doWith(c, method, path, token, body, hdr...)
+}
+
+// doWith is do through the client c (a TLS client, a keep-alive one).
+func (b *authBroker) doWith(c *http.Client, method, path, token, body string, hdr ...string) (int, http.Header, string) {
+	b.t.Helper()
 	req, err := http.NewRequest(method, b.base+path, strings.NewReader(body))
 	require.NoError(b.t, err)
 	if token != "" {
@@ -88,7 +99,7 @@ func (b *authBroker) do(method, path, token, body string, hdr ...string) (int, h
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)

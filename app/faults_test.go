@@ -63,7 +63,13 @@ func failOn(op vfs.Op, topic, ext string, errno syscall.Errno, once bool, fired 
 // test when the answer is not JSON.
 func postJSON(t *testing.T, url string, body []byte) (int, map[string]any) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+	return postJSONAs(t, url, "", body)
+}
+
+// postJSONAs is postJSON with a bearer token ("" for none).
+func postJSONAs(t *testing.T, url, token string, body []byte) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodPost, url, token, bytes.NewReader(body)))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -71,6 +77,21 @@ func postJSON(t *testing.T, url string, body []byte) (int, map[string]any) {
 	var out map[string]any
 	require.NoError(t, json.Unmarshal(b, &out), "answer is not JSON: %q", b)
 	return resp.StatusCode, out
+}
+
+// newRequest is a request with a bearer token ("" for none); a POST is
+// JSON.
+func newRequest(t *testing.T, method, url, token string, body io.Reader) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	require.NoError(t, err)
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req
 }
 
 // publishAt publishes content to topic at ack level lvl ("" = default).
@@ -111,7 +132,13 @@ type readPage struct {
 // status it returns the decoded error body in errBody.
 func readTopic(t *testing.T, base, topic string) (status int, page readPage, errBody map[string]any) {
 	t.Helper()
-	resp, err := http.Get(base + "/topics/" + topic + "/messages?offset=0&limit=1000")
+	return readTopicAs(t, base, topic, "")
+}
+
+// readTopicAs is readTopic with a bearer token ("" for none).
+func readTopicAs(t *testing.T, base, topic, token string) (status int, page readPage, errBody map[string]any) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, base+"/topics/"+topic+"/messages?offset=0&limit=1000", token, nil))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
 )
 
@@ -63,31 +64,109 @@ func requireJSONNACK(t *testing.T, resp *http.Response, body []byte, status int,
 	assert.NotEmpty(t, eb.Error)
 }
 
-// requireNoTopics checks that nothing exists on disk under root and the
+// requireNoTopics checks that nothing exists on disk under e.root and the
 // broker lists no topic.
-func requireNoTopics(t *testing.T, base, root string) {
+func requireNoTopics(t *testing.T, e *hostileEnv) {
 	t.Helper()
-	assert.Empty(t, dataEntries(t, root), "nothing may be created on disk")
-	resp, err := http.Get(base + "/topics")
+	assert.Empty(t, dataEntries(t, e.root), "nothing may be created on disk")
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, e.base+"/topics", e.token, nil))
 	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	defer resp.Body.Close()
 	var out struct{ Topics []httpapi.TopicInfo }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	assert.Empty(t, out.Topics)
 }
 
-// hostileBroker starts a broker whose data root is <tmp>/data, so that a
-// path escaping the root would be visible in <tmp>.
-func hostileBroker(t *testing.T, tune func(c *config.Config)) (base, root, parent string) {
-	parent = t.TempDir()
-	root = filepath.Join(parent, "data")
-	cfg := testConfig(t, root)
+// hostileMode is where a hostile test's requests stand with
+// authentication: off, or on (a token entry configured) with the hostile
+// requests carrying a valid token or none.
+type hostileMode struct {
+	name string
+	auth bool // a token entry is configured
+	send bool // the hostile requests carry its token
+}
+
+var hostileModes = []hostileMode{
+	{name: "auth off"},
+	{name: "auth on, valid token", auth: true, send: true},
+	{name: "auth on, no token", auth: true},
+}
+
+// forHostileModes runs f as a subtest in each of hostileModes.
+func forHostileModes(t *testing.T, f func(t *testing.T, m hostileMode)) {
+	for _, m := range hostileModes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+// hostileEnv is a running broker of the hostile tests.
+type hostileEnv struct {
+	base, root, parent string
+	mode               hostileMode
+	// token is valid for everything when auth is on ("" when off): the
+	// legitimate requests and the checks use it.
+	token string
+}
+
+// sent is the token the hostile requests carry ("" for none).
+func (e *hostileEnv) sent() string {
+	if e.mode.send {
+		return e.token
+	}
+	return ""
+}
+
+// authLine is the header line of a raw hostile request ("" without a token).
+func (e *hostileEnv) authLine() string {
+	if e.sent() == "" {
+		return ""
+	}
+	return "Authorization: Bearer " + e.sent() + "\r\n"
+}
+
+// refused reports whether the hostile requests are refused 401 (auth on,
+// no token) whatever else is wrong with them.
+func (e *hostileEnv) refused() bool { return e.mode.auth && !e.mode.send }
+
+// requireRefusedOr checks a raw answer: 401 UNAUTHORIZED with
+// WWW-Authenticate when the hostile requests are refused, else status and
+// code.
+func (e *hostileEnv) requireRefusedOr(t *testing.T, resp *http.Response, body []byte, status int, code string) {
+	t.Helper()
+	if e.refused() {
+		requireJSONNACK(t, resp, body, http.StatusUnauthorized, contract.CodeUnauthorized)
+		assert.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+		return
+	}
+	requireJSONNACK(t, resp, body, status, code)
+}
+
+// startHostile starts a broker whose data root is <tmp>/data, so that a
+// path escaping the root would be visible in <tmp>, with a token entry
+// when m.auth.
+func startHostile(t *testing.T, m hostileMode, tune func(c *config.Config)) *hostileEnv {
+	e := &hostileEnv{parent: t.TempDir(), mode: m}
+	e.root = filepath.Join(e.parent, "data")
+	cfg := testConfig(t, e.root)
+	if m.auth {
+		ts := tokenSet{}
+		cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{ts.entry("hostile", allow(contract.Actions, nil, nil))}
+		e.token = ts["hostile"]
+	}
 	if tune != nil {
 		tune(cfg)
 	}
 	a, base := startBroker(t, cfg)
 	t.Cleanup(a.RequireStop)
-	return base, root, parent
+	e.base = base
+	return e
+}
+
+// hostileBroker is startHostile with auth off.
+func hostileBroker(t *testing.T, tune func(c *config.Config)) (base, root, parent string) {
+	e := startHostile(t, hostileModes[0], tune)
+	return e.base, e.root, e.parent
 }
 
 // TestHostileTopics: path traversal, encoded traversal, empty segments, NUL,
@@ -124,7 +203,7 @@ func TestHostileTopics(t *testing.T) {
 		resp.Body.Close()
 		assert.Contains(t, []int{301, 400, 404}, resp.StatusCode, "GET %s: %q", p, b)
 	}
-	requireNoTopics(t, base, root)
+	requireNoTopics(t, &hostileEnv{base: base, root: root})
 	ents, err := os.ReadDir(parent)
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "nothing beside the data root")
@@ -138,31 +217,53 @@ func TestHostileTopics(t *testing.T) {
 // surplus is not taken as a publish: net/http reads it as the next request
 // and refuses it as malformed. An invalid Content-Length is refused by
 // net/http itself (400, plain text) before the broker's handler runs. Every
-// answer is a 400 or a 408, and nothing is stored.
+// answer is a 400 or a 408, and nothing is stored. With auth on and no
+// token every request that reaches the broker is 401 before its body is
+// read, and the connection closed (the surplus is never read): its
+// server.read-timeout is a minute there, so a broker that waited for the
+// missing bytes would miss rawExchange's deadline. With a valid token it is
+// as with auth off.
 func TestContentLengthLies(t *testing.T) {
-	base, root, _ := hostileBroker(t, func(c *config.Config) { c.Server.ReadTimeout = time.Second })
+	forHostileModes(t, testContentLengthLies)
+}
+
+func testContentLengthLies(t *testing.T, m hostileMode) {
+	e := startHostile(t, m, func(c *config.Config) {
+		c.Server.ReadTimeout = time.Second
+		if m.auth && !m.send {
+			c.Server.ReadTimeout = time.Minute
+		}
+	})
+	base := e.base
 	body := `{"topic":"lies.topic","content":{"a":1}}`
 	hdr := func(n int) string {
-		return fmt.Sprintf("POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+		return fmt.Sprintf("POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n", e.authLine(), n)
 	}
 
 	t.Run("declared larger, client waits", func(t *testing.T) {
 		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, nil)
-		require.NoError(t, err, "the broker answers once server.read-timeout has passed")
-		requireJSONNACK(t, resp, b, http.StatusRequestTimeout, httpapi.CodeTimeout)
-		assert.Contains(t, string(b), "server.read-timeout")
+		require.NoError(t, err, "the broker answers once server.read-timeout has passed (without a token: at once, without the body)")
+		e.requireRefusedOr(t, resp, b, http.StatusRequestTimeout, httpapi.CodeTimeout)
+		if !e.refused() {
+			assert.Contains(t, string(b), "server.read-timeout")
+		}
 	})
 	t.Run("declared larger, client closes its side", func(t *testing.T) {
 		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, func(c net.Conn) {
 			require.NoError(t, c.(*net.TCPConn).CloseWrite())
 		})
 		require.NoError(t, err)
-		requireJSONNACK(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+		e.requireRefusedOr(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
 	})
 	t.Run("declared smaller", func(t *testing.T) {
 		// The surplus is the whole valid body again: it must not be stored.
 		raw := hdr(20) + body + "\r\n\r\n" + body
 		rs := rawResponses(t, base, raw)
+		if e.refused() {
+			require.Len(t, rs, 1, "401, then the connection ends: the body and the surplus are not read")
+			e.requireRefusedOr(t, rs[0].resp, rs[0].body, 0, "")
+			return
+		}
 		require.Len(t, rs, 2, "one answer for the cut body, one for the surplus, then the connection ends")
 		requireJSONNACK(t, rs[0].resp, rs[0].body, http.StatusBadRequest, httpapi.CodeBadRequest)
 		assert.Contains(t, string(rs[0].body), "invalid JSON")
@@ -170,7 +271,7 @@ func TestContentLengthLies(t *testing.T) {
 	})
 	t.Run("invalid Content-Length", func(t *testing.T) {
 		for _, cl := range []string{"-1", "abc", "1, 2", "99999999999999999999"} {
-			raw := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Length: " + cl + "\r\n\r\n" + body
+			raw := "POST /messages HTTP/1.1\r\nHost: x\r\n" + e.authLine() + "Content-Length: " + cl + "\r\n\r\n" + body
 			resp, b, err := rawExchange(t, base, raw, nil)
 			require.NoError(t, err, "Content-Length %q", cl)
 			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "Content-Length %q: %q", cl, b)
@@ -178,7 +279,7 @@ func TestContentLengthLies(t *testing.T) {
 			assert.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"), "Content-Length %q: %q", cl, b)
 		}
 	})
-	requireNoTopics(t, base, root)
+	requireNoTopics(t, e)
 }
 
 // rawResponse is one answer read by rawResponses.
@@ -237,13 +338,21 @@ func heapInUse() uint64 {
 // of 4 MiB (800 MiB in all) allocate, client and broker together, a small
 // fraction of one body per request (a handler that read a whole body before
 // refusing it would allocate at least 4 MiB per request), and the live heap
-// afterwards has not grown by more than a few buffers.
+// afterwards has not grown by more than a few buffers. With auth on and no
+// token every one is 401 before its body is read (the headers alone get
+// the answer, with a Content-Length or chunked), with the same flat
+// memory; with a valid token it is as with auth off.
 func TestOversizedBodies413FlatMemory(t *testing.T) {
+	forHostileModes(t, testOversizedBodies)
+}
+
+func testOversizedBodies(t *testing.T, m hostileMode) {
 	const max = 64 << 10
-	base, root, _ := hostileBroker(t, func(c *config.Config) {
+	e := startHostile(t, m, func(c *config.Config) {
 		c.Server.MaxBodyBytes = max
 		c.MMMQ.Broker.Segment.MaxRecordBytes = max + 1024
 	})
+	base := e.base
 	prefix := `{"topic":"big.topic","content":"`
 	// send writes the request on its own connection from another
 	// goroutine and reads the answer here. http.Client is not used: when the
@@ -255,8 +364,7 @@ func TestOversizedBodies413FlatMemory(t *testing.T) {
 	send := func(t *testing.T, path string, size int64, chunked bool) (int, []byte) {
 		t.Helper()
 		var body io.Reader = io.MultiReader(strings.NewReader(prefix), io.LimitReader(zeros{}, size-int64(len(prefix))-2), strings.NewReader(`"}`))
-		req, err := http.NewRequest(http.MethodPost, base+path, body)
-		require.NoError(t, err)
+		req := newRequest(t, http.MethodPost, base+path, e.sent(), body)
 		if chunked {
 			req.ContentLength = -1 // Transfer-Encoding: chunked
 		} else {
@@ -279,6 +387,13 @@ func TestOversizedBodies413FlatMemory(t *testing.T) {
 	}
 	check := func(t *testing.T, st int, b []byte) {
 		t.Helper()
+		if e.refused() {
+			var eb httpapi.ErrorBody
+			require.Equal(t, http.StatusUnauthorized, st, "body %q", b)
+			require.NoError(t, json.Unmarshal(b, &eb))
+			assert.Equal(t, contract.CodeUnauthorized, eb.Code)
+			return
+		}
 		check413(t, st, b, "server.max-body-bytes")
 	}
 	for _, path := range []string{"/messages", "/messages/batch"} {
@@ -287,9 +402,26 @@ func TestOversizedBodies413FlatMemory(t *testing.T) {
 			check(t, st, b)
 		}
 	}
+	// Answered from the headers alone, the body never sent: a declared
+	// 4 MiB (413, or 401 without a token), and without a token a chunked
+	// body too (401). A broker that read first would wait for the body
+	// until the exchange's deadline.
+	for _, framing := range []string{"Content-Length: 4194304", "Transfer-Encoding: chunked"} {
+		if framing == "Transfer-Encoding: chunked" && !e.refused() {
+			continue // with a token the chunks are read up to the limit
+		}
+		raw := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + e.authLine() + framing + "\r\n\r\n"
+		resp, b, err := rawExchange(t, base, raw, nil)
+		require.NoError(t, err, "%s, no body: the answer must come from the headers", framing)
+		check(t, resp.StatusCode, b)
+	}
 	// Just at the limit is accepted: the limit is the body, not less.
 	st, b := send(t, "/messages", max, false)
-	require.Equal(t, 200, st, "%q", b)
+	if e.refused() {
+		check(t, st, b)
+	} else {
+		require.Equal(t, 200, st, "%q", b)
+	}
 
 	const workers, each, size = 8, 25, 4 << 20
 	before := heapInUse()
@@ -311,14 +443,17 @@ func TestOversizedBodies413FlatMemory(t *testing.T) {
 	perRequest := (ms1.TotalAlloc - ms0.TotalAlloc) / (workers * each)
 	after := heapInUse()
 	growth := int64(after) - int64(before)
-	t.Logf("%d oversized requests of %d KiB: %d KiB allocated per request; live heap %d KiB before, %d KiB after",
-		workers*each, size>>10, perRequest>>10, before>>10, after>>10)
+	t.Logf("%s: %d oversized requests of %d KiB: %d KiB allocated per request; live heap %d KiB before, %d KiB after",
+		m.name, workers*each, size>>10, perRequest>>10, before>>10, after>>10)
 	assert.Less(t, perRequest, uint64(size/8), "allocation per oversized request: the body must not be buffered")
 	assert.Less(t, growth, int64(8<<20), "the live heap stays flat")
-	st, page, _ := readTopic(t, base, "big.topic")
+	st, page, _ := readTopicAs(t, base, "big.topic", e.token)
+	if e.refused() {
+		assert.Equal(t, http.StatusNotFound, st, "nothing was stored")
+		return
+	}
 	require.Equal(t, 200, st)
 	assert.Len(t, page.Messages, 1, "only the body at the limit was stored")
-	_ = root
 }
 
 // TestRecordTooLarge413: a body under server.max-body-bytes whose stored
@@ -383,9 +518,14 @@ func check413(t *testing.T, st int, b []byte, want string) {
 }
 
 // TestMalformedBodies400: malformed JSON, invalid UTF-8 and deeply nested
-// JSON are 400 JSON NACKs, each answered quickly; nothing is stored.
+// JSON are 400 JSON NACKs, each answered quickly; nothing is stored. With
+// auth on and no token they are 401, with a valid token 400.
 func TestMalformedBodies400(t *testing.T) {
-	base, root, _ := hostileBroker(t, nil)
+	forHostileModes(t, testMalformedBodies)
+}
+
+func testMalformedBodies(t *testing.T, m hostileMode) {
+	e := startHostile(t, m, nil)
 	deep := strings.Repeat("[", 100_000)
 	deepClosed := deep + strings.Repeat("]", 100_000)
 	deepObj := strings.Repeat(`{"a":`, 50_000) + "1" + strings.Repeat("}", 50_000)
@@ -415,21 +555,32 @@ func TestMalformedBodies400(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			start := time.Now()
-			st, out := postJSON(t, base+"/messages", []byte(body))
-			requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+			st, out := postJSONAs(t, e.base+"/messages", e.sent(), []byte(body))
+			if e.refused() {
+				requireNACK(t, st, out, http.StatusUnauthorized, contract.CodeUnauthorized)
+			} else {
+				requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+			}
 			assert.Less(t, time.Since(start), 2*time.Second, "answered quickly")
 		})
 	}
-	requireNoTopics(t, base, root)
+	requireNoTopics(t, e)
 }
 
 // TestSlowloris: connections trickling their request headers a byte at a
 // time are closed by server.read-header-timeout, and while they trickle a
-// normal publish completes within a generous bound.
+// normal publish completes within a generous bound. With auth on the
+// tricklers carry a valid token or none, and the normal publishes a valid
+// one.
 func TestSlowloris(t *testing.T) {
+	forHostileModes(t, testSlowloris)
+}
+
+func testSlowloris(t *testing.T, m hostileMode) {
 	const conns = 64
-	base, _, _ := hostileBroker(t, func(c *config.Config) { c.Server.ReadHeaderTimeout = 500 * time.Millisecond })
-	head := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Padding: " +
+	e := startHostile(t, m, func(c *config.Config) { c.Server.ReadHeaderTimeout = 500 * time.Millisecond })
+	base := e.base
+	head := "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + e.authLine() + "X-Padding: " +
 		strings.Repeat("p", 200) + "\r\n\r\n"
 	type result struct {
 		sent   int
@@ -472,7 +623,7 @@ func TestSlowloris(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // every trickler is connected and sending
 	for i := range 5 {
 		t0 := time.Now()
-		st, out := publishAt(t, base, "slow.topic", map[string]any{"n": i}, "")
+		st, out := postJSONAs(t, base+"/messages", e.token, []byte(fmt.Sprintf(`{"topic":"slow.topic","content":{"n":%d}}`, i)))
 		require.Equal(t, 200, st, out)
 		assert.Less(t, time.Since(t0), 2*time.Second, "a normal publish completes during slowloris")
 	}

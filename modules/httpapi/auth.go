@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorilla/mux"
 	"go.uber.org/zap"
@@ -40,7 +41,8 @@ var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/openapi.yam
 // entry, or come over TLS with a verified client certificate whose subject
 // common name is an entry's client-cn (a request with both is judged by
 // the token alone). Missing or unknown credentials are 401 UNAUTHORIZED
-// with WWW-Authenticate: Bearer; a principal at its
+// with WWW-Authenticate: Bearer (sent at once, the connection then closed
+// when the request has a body, which is not read); a principal at its
 // max-concurrent-requests gets 429 RATE_LIMITED with Retry-After. The
 // principal goes into the request's context (contract.WithPrincipal),
 // where the handlers' contract.Authorize finds it.
@@ -60,6 +62,16 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 		if err != nil {
 			a.Audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "missing or unknown credentials"),
 				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
+			if r.ContentLength != 0 {
+				// Refused before its body is read, and it never will be:
+				// close the connection, rather than let net/http read what
+				// is left of the body (a chunked one, or up to 256 KiB)
+				// before sending the 401, waiting for bytes that may never
+				// come; and end reading now, so that it does not read it
+				// after the 401 either (to reuse its buffer).
+				w.Header().Set("Connection", "close")
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
 			contract.WriteErr(w, err)
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509/pkix"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -77,6 +78,29 @@ func TestClientCertificateAndToken(t *testing.T) {
 		}
 		if rec.Code == 401 && rec.Header().Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: 401 without WWW-Authenticate", tt.name)
+		}
+	}
+}
+
+// TestRefusedBodyClosesTheConnection: a 401 to a request with a body (a
+// length, or chunked) says Connection: close, so that net/http sends it
+// at once instead of reading the body first; one without a body keeps the
+// connection.
+func TestRefusedBodyClosesTheConnection(t *testing.T) {
+	h := withAuth(AuthOptions{Authenticator: fakeAuth{}}, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the handler ran for a refused request")
+	}))
+	for _, tt := range []struct {
+		name  string
+		cl    int64
+		close bool
+	}{{"no body", 0, false}, {"Content-Length", 10, true}, {"chunked", -1, true}} {
+		req := httptest.NewRequest(http.MethodPost, "/messages", strings.NewReader("0123456789"))
+		req.ContentLength = tt.cl
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || (rec.Header().Get("Connection") == "close") != tt.close {
+			t.Errorf("%s: %d, Connection %q; want 401, close %v", tt.name, rec.Code, rec.Header().Get("Connection"), tt.close)
 		}
 	}
 }
