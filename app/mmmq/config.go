@@ -16,8 +16,10 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
 	"github.com/mmmq/mmmq/plugins/webhooks"
@@ -102,6 +104,16 @@ func configCheck(args []string) int {
 	// signing secrets, the dead-letter topic and the other delivery
 	// settings are checked there, not by config.Load.
 	if _, err := configdispatchers.Build(eff.Config.MMMQ.Broker.Dispatchers); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		return 1
+	}
+	// The files serve reads at startup: token files and the TLS
+	// certificates, keys and client CAs.
+	if _, err := auth.New(eff.Config.MMMQ.Auth, nil, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		return 1
+	}
+	if _, err := servertls.New(eff.Config.Server.TLS, "http"); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
 		return 1
 	}

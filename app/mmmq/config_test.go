@@ -256,3 +256,26 @@ func TestConfigCheckRedactsSecrets(t *testing.T) {
 		}
 	}
 }
+
+// config check reads the files serve reads at startup (token files, TLS
+// certificates) and fails as serve does.
+func TestConfigCheckReadsTokenAndTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ yaml, says string }{
+		"token file": {"mmmq:\n  auth:\n    tokens:\n      - name: ops\n        token-file: " + filepath.Join(dir, "missing.token") +
+			"\n        permissions: [{actions: [admin]}]\n", "mmmq.auth.tokens[0].token-file: "},
+		"tls": {"server:\n  tls:\n    cert-file: " + filepath.Join(dir, "nope.crt") + "\n    key-file: " + filepath.Join(dir, "nope.key") + "\n",
+			"server.tls.cert-file: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "mmmq.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := captureAll(t, "config", "check", "--config", path)
+			if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: "+tc.says) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying %q", code, out, errOut, tc.says)
+			}
+		})
+	}
+}

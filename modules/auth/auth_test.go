@@ -300,3 +300,52 @@ func TestLimiter(t *testing.T) {
 		t.Error("no rate: limited")
 	}
 }
+
+// A token file holding another entry's token would make that token
+// whichever entry matched last (a silent change of privileges): refused
+// at start and on reload, naming both entries.
+func TestSameTokenInTwoEntriesRefused(t *testing.T) {
+	tok, digest := NewToken()
+	file := filepath.Join(t.TempDir(), "ops.token")
+	if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := config.AuthConfig{Tokens: config.AuthTokensConfig{
+		{Name: "billing", TokenSHA256: digest, Permissions: []config.AuthPermissionConfig{perm([]string{"publish"}, nil, nil)}},
+		{Name: "ops", TokenFile: file, Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, nil, nil)}},
+	}}
+	_, err := New(a, nil, zap.NewNop())
+	if err == nil || !strings.Contains(err.Error(), "mmmq.auth.tokens[1].token-file: the same token as mmmq.auth.tokens[0].token-sha256") {
+		t.Fatalf("New with one token in two entries: %v", err)
+	}
+	if strings.Contains(err.Error(), tok) {
+		t.Error("the error holds the token")
+	}
+}
+
+// Admin limited to some topics may delete and reopen those, but not use
+// the dispatcher API (topic ""), which could push any topic anywhere.
+func TestTopicScopedAdminHasNoDispatcherAPI(t *testing.T) {
+	scoped, err := newPrincipal("k", config.AuthTokenConfig{Name: "sa", TokenSHA256: strings.Repeat("a", 64),
+		Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, []string{"order.**"}, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := newPrincipal("k", config.AuthTokenConfig{Name: "ops", TokenSHA256: strings.Repeat("b", 64),
+		Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, nil, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		p     *principal
+		topic string
+		want  bool
+	}{
+		{scoped, "order.new", true}, {scoped, "payment.card", false}, {scoped, "", false},
+		{all, "payment.card", true}, {all, "", true},
+	} {
+		if got := tc.p.Can(contract.ActionAdmin, tc.topic, ""); got != tc.want {
+			t.Errorf("%s admin on %q = %v, want %v", tc.p.Name(), tc.topic, got, tc.want)
+		}
+	}
+}

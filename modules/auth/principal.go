@@ -27,7 +27,10 @@ func (p *principal) Limits() contract.Limits { return p.limits }
 
 // Can reports whether one permission grants action on topic as group. An
 // action without a topic (topic "": metrics, the dispatcher API) is
-// granted by any permission listing it; a consume without a group (the
+// granted by any permission listing it, except admin: the dispatcher API
+// can push any topic to any host, so it needs admin on every topic (a
+// permission whose topics include "**"); admin limited to some topics
+// covers deleting and reopening those. A consume without a group (the
 // group listing of a topic) needs only the topic.
 func (p *principal) Can(action contract.Action, topic, group string) bool {
 	for i := range p.perms {
@@ -45,11 +48,24 @@ func (pm *permission) grants(action contract.Action, topic, group string) bool {
 	if topic != "" && !matchAnyPattern(pm.topics, topic) {
 		return false
 	}
+	if topic == "" && action == contract.ActionAdmin && !pm.allTopics() {
+		return false
+	}
 	if group == "" {
 		return true
 	}
 	for _, g := range pm.groups {
 		if Glob(g, group) {
+			return true
+		}
+	}
+	return false
+}
+
+// allTopics reports whether the permission's topics include "**".
+func (pm *permission) allTopics() bool {
+	for _, p := range pm.topics {
+		if p.String() == "**" {
 			return true
 		}
 	}

@@ -96,6 +96,17 @@ func New(a config.AuthConfig, source Source, log *zap.Logger) (*Store, error) {
 // build reads a into a state.
 func build(a config.AuthConfig) (*state, error) {
 	st := &state{certs: map[string]*principal{}, files: map[string]fileStamp{}, open: len(a.Tokens) == 0, protectMetrics: a.ProtectMetrics}
+	owner := map[[sha256.Size]byte]string{} // digest -> the key that holds it
+	add := func(key string, e tokenEntry) error {
+		if prev, dup := owner[e.digest]; dup {
+			// Two entries with one token could not be told apart: the
+			// token would silently become whichever matched last.
+			return fmt.Errorf("%s: the same token as %s (a token file holding another entry's token?); every entry needs its own token", key, prev)
+		}
+		owner[e.digest] = key
+		st.tokens = append(st.tokens, e)
+		return nil
+	}
 	for i, t := range a.Tokens {
 		key := fmt.Sprintf("mmmq.auth.tokens[%d]", i)
 		p, err := newPrincipal(key, t)
@@ -111,7 +122,9 @@ func build(a config.AuthConfig) (*state, error) {
 				return nil, fmt.Errorf("%s.token-file: %w", key, err)
 			}
 			st.files[t.TokenFile] = stamp
-			st.tokens = append(st.tokens, tokenEntry{digest: d, p: p})
+			if err := add(key+".token-file", tokenEntry{digest: d, p: p}); err != nil {
+				return nil, err
+			}
 		default:
 			b, err := hex.DecodeString(t.TokenSHA256)
 			if err != nil || len(b) != sha256.Size {
@@ -119,7 +132,9 @@ func build(a config.AuthConfig) (*state, error) {
 			}
 			e := tokenEntry{p: p}
 			copy(e.digest[:], b)
-			st.tokens = append(st.tokens, e)
+			if err := add(key+".token-sha256", e); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return st, nil

@@ -67,6 +67,10 @@ func TestAuthErrorsNameKeys(t *testing.T) {
 		"mmmq.auth.tokens[0].publish-rate: must be a number >= 0":                                                              `{name: a, client-cn: x, publish-rate: -1}`,
 		"mmmq.auth.tokens[0].max-concurrent-requests: must be between 0 and":                                                   `{name: a, client-cn: x, max-concurrent-requests: -1}`,
 		"mmmq.auth.tokens[0]: must be a mapping with name":                                                                     `"secret"`,
+		// An empty list would decode like an omitted one (everything).
+		"mmmq.auth.tokens[0].permissions[0].topics: is empty":       `{name: a, client-cn: x, permissions: [{actions: [read], topics: []}]}`,
+		"mmmq.auth.tokens[0].permissions[0].groups: is empty":       `{name: a, client-cn: x, permissions: [{actions: [consume], groups: []}]}`,
+		"mmmq.auth.tokens[0].permissions[0].topics: is empty: list": `{name: a, client-cn: x, permissions: [{actions: [read], topics: null}]}`,
 	} {
 		_, err := load(t, "mmmq:\n  auth:\n    tokens: ["+body+"]\n")
 		if assert.Error(t, err, body) {

@@ -198,7 +198,32 @@ func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, 
 func checkKeys(raw map[string]any, s schema) error {
 	var errs []error
 	walkKeys(s, raw, "", "", "", &errs)
+	checkEmptyGrants(raw, &errs)
 	return errors.Join(errs...)
+}
+
+// checkEmptyGrants refuses an explicit empty topics or groups list in a
+// permission of mmmq.auth.tokens: an omitted list means every topic
+// (group), and the decoded value of an empty one cannot be told from it,
+// so "topics: []" would grant everything instead of nothing.
+func checkEmptyGrants(raw map[string]any, errs *[]error) {
+	mmmq, _ := raw["mmmq"].(map[string]any)
+	auth, _ := mmmq["auth"].(map[string]any)
+	tokens, _ := auth["tokens"].([]any)
+	for i, t := range tokens {
+		tm, _ := t.(map[string]any)
+		perms, _ := tm["permissions"].([]any)
+		for j, p := range perms {
+			pm, _ := p.(map[string]any)
+			for _, k := range []string{"topics", "groups"} {
+				v, ok := pm[k]
+				if l, isList := v.([]any); ok && (v == nil || isList && len(l) == 0) {
+					*errs = append(*errs, invalid(fmt.Sprintf("mmmq.auth.tokens[%d].permissions[%d].%s", i, j, k),
+						"is empty: list at least one, or leave the key out for all"))
+				}
+			}
+		}
+	}
 }
 
 // walkKeys checks m against s. rel is the key relative to s, shown is the
