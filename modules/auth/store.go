@@ -90,6 +90,11 @@ func New(a config.AuthConfig, source Source, log *zap.Logger) (*Store, error) {
 		return nil, err
 	}
 	s.cur.Store(st)
+	if st.open {
+		log.Info("authentication off: no mmmq.auth.tokens; every request is allowed")
+	} else {
+		log.Info("authentication on", zap.Int("entries", len(a.Tokens)))
+	}
 	return s, nil
 }
 
@@ -229,7 +234,13 @@ func (s *Store) apply(a config.AuthConfig) error {
 		return err
 	}
 	s.cfg = a
-	s.cur.Store(st)
+	prev := s.cur.Swap(st)
+	if st.open && prev != nil && !prev.open {
+		// A reload that leaves no token turns authentication off: anyone
+		// who reaches the port may do anything again. Say so loudly.
+		s.log.Warn("auth tokens loaded: none left, authentication is OFF; every request is allowed")
+		return nil
+	}
 	s.log.Info("auth tokens loaded", zap.Int("entries", len(a.Tokens)), zap.Bool("enabled", !st.open))
 	return nil
 }

@@ -76,7 +76,7 @@ func NewFromConfig(p Params) (*Server, error) {
 // ProtectMetrics (reloaded with the tokens) or else mmmq.auth.protect-metrics
 // says so.
 func authOptions(p Params) AuthOptions {
-	a := AuthOptions{Authenticator: p.Authenticator, Limiter: p.Limiter, Audit: p.Logger.Named("audit")}
+	a := AuthOptions{Authenticator: p.Authenticator, Limiter: p.Limiter, Audit: contract.AuditLogger(p.Logger)}
 	protect := p.Auth.ProtectMetrics
 	a.MetricsOpen = func() bool { return !protect }
 	if pm, ok := p.Authenticator.(interface{ ProtectMetrics() bool }); ok {

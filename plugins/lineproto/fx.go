@@ -45,7 +45,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	}
 	opts := OptionsFromConfig(p.Config, p.Segment)
 	opts.Logger = p.Logger.Named("lineproto")
-	opts.AuditLogger = p.Logger.Named("audit")
+	opts.AuditLogger = contract.AuditLogger(p.Logger)
 	opts.Authenticator = p.Auth
 	opts.Limiter = p.Limiter
 	certs, err := servertls.New(p.Server.TLS, "lineproto")
