@@ -516,3 +516,18 @@ func TestAuthTokenNeverLeaks(t *testing.T) {
 		t.Fatalf("only %d audit entries", e.logs.FilterLoggerName("audit").Len())
 	}
 }
+
+// TestAuthPreAuthLineLimit: before AUTH a line may be at most
+// PreAuthMaxLineBytes, so an unauthenticated client cannot make the broker
+// hold max-line-bytes per connection; once authenticated the usual limit
+// applies.
+func TestAuthPreAuthLineLimit(t *testing.T) {
+	e := startAuth(t, newFakeAuth(), nil, Options{MaxLineBytes: 64 << 10})
+	c := e.dial(t)
+	expectPrefix(t, c.do("PUB t DURABLE "+strings.Repeat("x", PreAuthMaxLineBytes)), "ERR UNAUTHORIZED a line before AUTH is over 4096 bytes")
+	c.expectClosed()
+	c = e.dial(t)
+	c.auth(tokAll)
+	// Past the line reader: the record limit (512 bytes here) answers.
+	expectPrefix(t, c.do(`PUB t DURABLE "`+strings.Repeat("x", 2*PreAuthMaxLineBytes)+`"`), "ERR TOO_LARGE payload of")
+}

@@ -79,6 +79,12 @@ func (c *conn) serve() {
 			return
 		}
 		line, err := c.readLine()
+		if errors.Is(err, errLineTooLong) && c.preAuth() {
+			c.replyf("ERR %s a line before AUTH is over %d bytes; closing the connection", contract.CodeUnauthorized, PreAuthMaxLineBytes)
+			c.flush()
+			c.closeGracefully()
+			return
+		}
 		if errors.Is(err, errLineTooLong) {
 			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", CodeTooLarge, c.s.opts.MaxLineBytes)
 			c.flush()
@@ -142,6 +148,9 @@ func isTimeout(err error) bool {
 func (c *conn) readLine() ([]byte, error) {
 	c.line = c.line[:0]
 	limit := c.s.opts.MaxLineBytes + 2
+	if c.preAuth() {
+		limit = min(PreAuthMaxLineBytes, c.s.opts.MaxLineBytes) + 2
+	}
 	for {
 		if c.r.Buffered() == 0 {
 			if _, err := c.r.Peek(1); err != nil { // one read from the socket
@@ -163,10 +172,28 @@ func (c *conn) readLine() ([]byte, error) {
 		}
 	}
 	line := c.trimmed()
-	if len(line) > c.s.opts.MaxLineBytes {
+	if len(line) > limit-2 {
 		return nil, errLineTooLong
 	}
 	return line, nil
+}
+
+// PreAuthMaxLineBytes caps a line read before the connection has
+// authenticated (authentication on): AUTH and a token fit in far less, so
+// an unauthenticated client cannot make the broker hold
+// mmmq.lineproto.max-line-bytes per connection.
+const PreAuthMaxLineBytes = 4096
+
+// preAuth reports whether authentication is on and the connection has no
+// principal yet and no verified client certificate (which may
+// authenticate it at its first request).
+func (c *conn) preAuth() bool {
+	a := c.s.opts.Authenticator
+	if a == nil || !a.Enabled() || c.auth.principal != nil || c.auth.certCN != "" {
+		return false
+	}
+	_, hasCert := c.peerCommonName()
+	return !hasCert
 }
 
 func (c *conn) trimmed() []byte {
