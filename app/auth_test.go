@@ -240,7 +240,7 @@ func TestEveryRouteNeedsItsPermission(t *testing.T) {
 		st, _, out := b.do(rc.method, rc.path, ts["no-"+string(rc.action)], body(), hdr()...)
 		if assert.Equal(t, 403, st, "%s without %s: %s", name, rc.action, out) {
 			assertErrorBody(t, out, contract.CodeForbidden, name)
-			assert.Contains(t, out, `may not `+string(rc.action), name)
+			assert.Regexp(t, `may not [a-z ]*`+string(rc.action), out, name) // "administer", "read metrics"
 		}
 		st, h, out := b.do(rc.method, rc.path, ts["only-"+string(rc.action)], body(), hdr()...)
 		assert.Equal(t, rc.want, st, "%s with only %s: %s", name, rc.action, out)

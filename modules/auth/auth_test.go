@@ -296,6 +296,11 @@ func TestLimiter(t *testing.T) {
 	if err := l.Publish(p, 1); err == nil {
 		t.Fatal("the debt of a large batch is not paid")
 	}
+	// A reload that changes the rate starts a fresh bucket: the debt run
+	// up at the old rate is not carried over.
+	if err := l.Publish(limited{contract.Limits{PublishRate: 5, PublishBurst: 4}}, 1); err != nil {
+		t.Fatalf("after a rate change: %v", err)
+	}
 	if err := l.Publish(limited{}, 1000); err != nil {
 		t.Error("no rate: limited")
 	}

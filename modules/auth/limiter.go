@@ -27,6 +27,8 @@ type slotKey struct{ name, kind string }
 type bucket struct {
 	tokens float64
 	last   time.Time
+	rate   float64 // the rate and burst it was filled at: a reload that
+	burst  float64 // changes them starts a fresh, full bucket
 }
 
 // NewLimiter returns an empty Limiter.
@@ -87,8 +89,10 @@ func (l *Limiter) Publish(p contract.Principal, n int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b, ok := l.buckets[p.Name()]
-	if !ok {
-		b = &bucket{tokens: burst, last: now}
+	if !ok || b.rate != lim.PublishRate || b.burst != burst {
+		// New, or its limits changed by a reload: a debt run up at the
+		// old rate is not carried into the new one.
+		b = &bucket{tokens: burst, last: now, rate: lim.PublishRate, burst: burst}
 		l.buckets[p.Name()] = b
 	}
 	if el := now.Sub(b.last).Seconds(); el > 0 {

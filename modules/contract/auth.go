@@ -142,6 +142,12 @@ type ForbiddenError struct {
 // to topic "order.new"`.
 func (e *ForbiddenError) Error() string {
 	what := string(e.Action)
+	switch e.Action {
+	case ActionAdmin:
+		what = "administer"
+	case ActionMetrics:
+		what = "read metrics"
+	}
 	if e.Topic != "" {
 		what += fmt.Sprintf(" on topic %q", e.Topic)
 	}

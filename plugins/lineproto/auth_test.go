@@ -323,6 +323,19 @@ func TestAuthStatusListsReadableTopics(t *testing.T) {
 	p.auth(tokPublisher)
 	expectPrefix(t, p.do("STATUS"), "END 0")
 	expectPrefix(t, p.do("STATUS u"), "ERR FORBIDDEN read u ")
+
+	// A group's line is shown only to whom may consume as that group.
+	expectPrefix(t, c.do(`PUB t DURABLE 1`), "OK ")
+	c.send("FETCH t g 1 0")
+	expectPrefix(t, c.read(), "MSG ")
+	for c.read() != "END 1" {
+	}
+	c.send("STATUS t")
+	expectPrefix(t, c.read(), "TOPIC t ")
+	expectPrefix(t, c.read(), "GROUP t g ")
+	r.send("STATUS t")
+	expectPrefix(t, r.read(), "TOPIC t ")
+	expectPrefix(t, r.read(), "END 1")
 }
 
 // TestAuthOff: an Authenticator that is not Enabled (or none) leaves the

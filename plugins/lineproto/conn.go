@@ -584,6 +584,10 @@ func (c *conn) status(rest []byte) {
 		c.replyf("TOPIC %s next=%d segments=%d bytes=%d start=%d incarnation=%s",
 			st.Topic, st.NextOffset, st.Segments, st.Bytes, st.StartOffset, orDash(q.Incarnation()))
 		for _, g := range c.s.groups.Groups(q.Name()) {
+			// Groups are shown to whom may consume as them (with auth on).
+			if contract.Authorize(c.auth.ctx, contract.ActionConsume, g.Topic, g.Group) != nil {
+				continue
+			}
 			c.replyf("GROUP %s %s committed=%d held=%t", g.Topic, g.Group, g.Committed, g.Held)
 		}
 	}
