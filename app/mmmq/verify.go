@@ -129,7 +129,7 @@ func (v *verifier) topics(topics []string, total int64) int {
 func (v *verifier) repairTopic(rep *storage.TopicReport) error {
 	dir := filepath.Join(v.root, rep.Topic)
 	switch rep.Status {
-	case storage.StatusTornTail, storage.StatusInterruptedRetention:
+	case storage.StatusTornTail, storage.StatusInterruptedRetention, storage.StatusIndexTail:
 		l, err := storage.Open(dir, v.opts)
 		if err == nil {
 			err = l.Close()
@@ -241,6 +241,9 @@ func describe(rep storage.TopicReport) string {
 	case storage.StatusTornTail:
 		return fmt.Sprintf("would cut %d index bytes, %d segment bytes (%d entries): %s",
 			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
+	case storage.StatusIndexTail:
+		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or mmmq verify --repair), nothing is cut; %s",
+			rep.Recovery.ReindexedEntries, counts)
 	case storage.StatusInterruptedRetention:
 		return fmt.Sprintf("a crash interrupted a retention deletion; the broker finishes it at its next start (or mmmq verify --repair): %s; %s",
 			strings.Join(rep.Recovery.Actions, "; "), counts)

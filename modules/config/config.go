@@ -357,6 +357,22 @@ type StorageConfig struct {
 	// disk is actually full, and accepted again once space is freed (no
 	// restart). 0 turns the guard off. Default 268435456 (256 MiB).
 	MinFreeBytes int64 `koanf:"min-free-bytes"`
+
+	// IndexSync is when a topic's offset index is fsynced: "commit" (the
+	// default, the original Java mmmq's order: in every group commit,
+	// after the segment's fsync and before the answer; two fsyncs per group
+	// commit) or "lazy" (one fsync per group commit, the segment's; the
+	// index is fsynced before a segment is sealed, at close and every
+	// IndexSyncInterval, and startup recovery indexes again from the
+	// segment what a power loss took from it). Both keep every DURABLE
+	// acknowledgement through a power loss; lazy answers sooner, and a
+	// restart after a power loss may walk up to an interval of segment
+	// bytes per topic. A data directory may switch between the two at any
+	// restart.
+	IndexSync string `koanf:"index-sync"`
+	// IndexSyncInterval is the longest a lazily written index stays
+	// unsynced; 1ms to 1h. Only index-sync lazy uses it. Default 1s.
+	IndexSyncInterval time.Duration `koanf:"index-sync-interval"`
 }
 
 // SegmentConfig sizes segment files (key "mmmq.broker.segment").
@@ -581,6 +597,9 @@ func Default() *Config {
 					MaxOpenSegments: 0,
 
 					MinFreeBytes: 256 << 20,
+
+					IndexSync:         "commit",
+					IndexSyncInterval: time.Second,
 				},
 				Segment: SegmentConfig{
 					MaxBytes:       64 << 20,

@@ -69,6 +69,14 @@ func (c *Config) Validate() error {
 
 	v.intRange("mmmq.broker.storage.max-open-segments", int64(b.Storage.MaxOpenSegments), 0, math.MaxInt32)
 	v.intRange("mmmq.broker.storage.min-free-bytes", b.Storage.MinFreeBytes, 0, math.MaxInt64)
+	switch b.Storage.IndexSync {
+	case "commit", "lazy":
+	default:
+		v.add(invalid("mmmq.broker.storage.index-sync", "must be %q or %q; got %q", "commit", "lazy", b.Storage.IndexSync))
+	}
+	if d := b.Storage.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
+		v.add(invalid("mmmq.broker.storage.index-sync-interval", "must be between 1ms and 1h; got %s", d))
+	}
 
 	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
 	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the

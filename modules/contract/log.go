@@ -85,9 +85,10 @@ type Stats struct {
 	NextOffset    int64  `json:"nextOffset"`  // the high watermark
 	StartOffset   int64  `json:"startOffset"` // the log start offset: the first offset still stored
 	Segments      int    `json:"segments"`
-	Bytes         int64  `json:"bytes"`   // bytes in .mmm files
-	Fsyncs        int64  `json:"fsyncs"`  // fsyncs of segment and index files since open
-	Batches       int64  `json:"batches"` // group commits since open
+	Bytes         int64  `json:"bytes"`       // bytes in .mmm files
+	Fsyncs        int64  `json:"fsyncs"`      // fsyncs of segment and index files since open
+	IndexFsyncs   int64  `json:"indexFsyncs"` // of which offset index fsyncs
+	Batches       int64  `json:"batches"`     // group commits since open
 	Failed        string `json:"failed,omitempty"`
 	PendingBytes  int64  `json:"pendingBytes"`
 	FirstSegment  int64  `json:"firstSegment"`

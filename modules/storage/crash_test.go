@@ -31,13 +31,33 @@ import (
 type crashVariant struct {
 	name string
 	opts vfs.CrashOptions
+	// sync and interval are the log's index-sync mode and interval.
+	sync     IndexSync
+	interval time.Duration
 }
 
 var crashVariants = []crashVariant{
-	{"drop-unsynced", vfs.CrashOptions{}},
-	{"torn-tail", vfs.CrashOptions{TornTail: true}},
-	{"zero-fill-tail", vfs.CrashOptions{ZeroFillTail: true}},
-	{"torn-zero-fill-tail", vfs.CrashOptions{TornTail: true, ZeroFillTail: true}},
+	{name: "drop-unsynced", opts: vfs.CrashOptions{}},
+	{name: "torn-tail", opts: vfs.CrashOptions{TornTail: true}},
+	{name: "zero-fill-tail", opts: vfs.CrashOptions{ZeroFillTail: true}},
+	{name: "torn-zero-fill-tail", opts: vfs.CrashOptions{TornTail: true, ZeroFillTail: true}},
+}
+
+// lazyIntervals are the index-sync intervals the lazy rounds cycle
+// through: an index fsynced almost after every group commit, now and then,
+// and never before a rotation or close.
+var lazyIntervals = []time.Duration{time.Millisecond, 50 * time.Millisecond, time.Hour}
+
+// lazyVariants are crashVariants with index-sync lazy, each crash option
+// with each interval.
+func lazyVariants() []crashVariant {
+	var out []crashVariant
+	for _, v := range crashVariants {
+		for _, d := range lazyIntervals {
+			out = append(out, crashVariant{name: fmt.Sprintf("lazy-%s-%s", d, v.name), opts: v.opts, sync: IndexSyncLazy, interval: d})
+		}
+	}
+	return out
 }
 
 type crashCounts struct {
@@ -45,7 +65,8 @@ type crashCounts struct {
 	ackedDurable, ackedWritten, ackedAccepted int
 	lostDurable, lostWritten, lostAccepted    int
 	recoveredEntries, cutEntries, truncBytes  int64
-	deleted                                   int // acked entries below the recovered start offset (retention)
+	reindexed                                 int64 // entries repair indexed again
+	deleted                                   int   // acked entries below the recovered start offset (retention)
 	startAfterCrash                           int64
 }
 
@@ -60,6 +81,7 @@ func (c *crashCounts) add(o crashCounts) {
 	c.recoveredEntries += o.recoveredEntries
 	c.cutEntries += o.cutEntries
 	c.truncBytes += o.truncBytes
+	c.reindexed += o.reindexed
 	c.deleted += o.deleted
 	c.startAfterCrash += o.startAfterCrash
 }
@@ -85,10 +107,12 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
 	fsys := vfs.NewMem()
 	opts := Options{
-		FS:              fsys,
-		Logger:          zap.NewNop(),
-		SegmentMaxBytes: int64(256 + rng.IntN(4096)),
-		Hooks:           &Hooks{AckBeforeSync: ackBeforeSync},
+		FS:                fsys,
+		Logger:            zap.NewNop(),
+		SegmentMaxBytes:   int64(256 + rng.IntN(4096)),
+		Hooks:             &Hooks{AckBeforeSync: ackBeforeSync},
+		IndexSync:         v.sync,
+		IndexSyncInterval: v.interval,
 	}
 	l, err := Open(testDir, opts)
 	if err != nil {
@@ -229,7 +253,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 	}
 	defer rl.Close()
 	rep := rl.Repair()
-	c.cutEntries, c.truncBytes = rep.CutEntries, rep.TruncatedBytes
+	c.cutEntries, c.truncBytes, c.reindexed = rep.CutEntries, rep.TruncatedBytes, rep.ReindexedEntries
 	got, err := readAllErr(rl)
 	if err != nil {
 		return c, append(violations, "read after power loss: "+err.Error())
@@ -329,12 +353,24 @@ func crashRounds() int {
 }
 
 func TestPowerLossProperty(t *testing.T) {
-	for vi, v := range crashVariants {
+	testPowerLossProperty(t, crashVariants)
+}
+
+// TestPowerLossPropertyLazy is the same property with index-sync lazy: one
+// fsync per group commit, the index fsynced later. Every crash variant
+// runs with every interval of lazyIntervals (fewer rounds each, the same
+// total order of magnitude).
+func TestPowerLossPropertyLazy(t *testing.T) {
+	testPowerLossProperty(t, lazyVariants())
+}
+
+func testPowerLossProperty(t *testing.T, variants []crashVariant) {
+	for vi, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			total := runCrashRounds(t, uint64(vi*100000), v, false)
-			t.Logf("%s: %d rounds; acked durable %d / written %d / accepted %d; lost durable %d, written %d, accepted %d; recovered %d entries (recovery cut %d entries, truncated %d bytes)",
+			total := runCrashRounds(t, uint64(vi*100000)+uint64(v.sync)*7000000, v, false)
+			t.Logf("%s: %d rounds; acked durable %d / written %d / accepted %d; lost durable %d, written %d, accepted %d; recovered %d entries (recovery cut %d entries, truncated %d bytes, indexed again %d)",
 				v.name, total.rounds, total.ackedDurable, total.ackedWritten, total.ackedAccepted,
-				total.lostDurable, total.lostWritten, total.lostAccepted, total.recoveredEntries, total.cutEntries, total.truncBytes)
+				total.lostDurable, total.lostWritten, total.lostAccepted, total.recoveredEntries, total.cutEntries, total.truncBytes, total.reindexed)
 			if total.ackedDurable == 0 {
 				t.Fatal("no DURABLE acks at all: the property was not exercised")
 			}
@@ -346,10 +382,20 @@ func TestPowerLossProperty(t *testing.T) {
 // (DURABLE answered before any fsync) the same property must fail: some
 // DURABLE-acknowledged entry is lost. This proves the property test can fail.
 func TestPowerLossNegativeControl(t *testing.T) {
+	testPowerLossNegativeControl(t, crashVariants)
+}
+
+// TestPowerLossNegativeControlLazy: the negative control with index-sync
+// lazy; it must fail the same way.
+func TestPowerLossNegativeControlLazy(t *testing.T) {
+	testPowerLossNegativeControl(t, lazyVariants())
+}
+
+func testPowerLossNegativeControl(t *testing.T, variants []crashVariant) {
 	var total crashCounts
 	for r := 0; r < 2*crashRounds(); r++ {
 		seed := uint64(900000 + r)
-		c, violations := crashRound(seed, crashVariants[r%len(crashVariants)], true, false)
+		c, violations := crashRound(seed, variants[r%len(variants)], true, false)
 		for _, s := range violations {
 			t.Errorf("seed %d: %s", seed, s) // only the ack may be wrong, not the disk
 		}
@@ -364,7 +410,10 @@ func TestPowerLossNegativeControl(t *testing.T) {
 
 // TestCrashAtNamedPoints takes the crash snapshot inside each write-path
 // hook, while a DURABLE batch of 3 entries is in flight after 5 acked ones,
-// and checks what the write order (see the package doc) implies.
+// and checks what the write order (see the package doc) and repair's rule
+// for the last segment imply, in both index-sync modes. In lazy mode the 5
+// acked entries are in an index that was never fsynced (the interval is an
+// hour), so every lazy row also proves they come back from the segment.
 func TestCrashAtNamedPoints(t *testing.T) {
 	const acked, inflight = 5, 3
 	entrySize := EntrySize(len(payload(0, 40)))
@@ -379,15 +428,20 @@ func TestCrashAtNamedPoints(t *testing.T) {
 		ackBefore   bool
 		want        expect
 		lone        bool // put the rotation's lone empty .mmm back (a real FS may keep it)
+		lazy        bool // index-sync lazy
 		wantActions string
 	}{
 		{point: "AfterSegmentWrite", want: expect{acked, acked}},
-		{point: "AfterSegmentWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked, acked}},
+		// A torn write keeps a prefix of the batch: its complete entries
+		// are valid and contiguous, so they are indexed again.
+		{point: "AfterSegmentWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked, acked + inflight}},
 		{point: "AfterSegmentWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked, acked}, wantActions: "truncate"},
-		{point: "AfterSegmentSync", want: expect{acked, acked}, wantActions: "truncate"},
-		{point: "AfterIndexWrite", want: expect{acked, acked}, wantActions: "truncate"},
-		{point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked, acked}, wantActions: "cut 3 invalid trailing index entries"},
-		{point: "AfterIndexWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked, acked + inflight}},
+		// The segment is fsynced: the batch is durable there, never
+		// acknowledged, and indexed again (at least once for its producer).
+		{point: "AfterSegmentSync", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 3 entries"},
+		{point: "AfterIndexWrite", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 3 entries"},
+		{point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 3 invalid trailing index entries"},
+		{point: "AfterIndexWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked + inflight, acked + inflight}},
 		{point: "AfterIndexSync", want: expect{acked + inflight, acked + inflight}},
 		{point: "AfterIndexSync", copts: vfs.CrashOptions{TornTail: true, ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}},
 		// Segment full after the acked entries: rotation is the first step
@@ -397,9 +451,26 @@ func TestCrashAtNamedPoints(t *testing.T) {
 		// Rotation in the middle of the batch: the part before it was
 		// fsynced and published (not yet answered) and survives.
 		{point: "AfterRotateSegment", segMax: (acked + 1) * entrySize, want: expect{acked + 1, acked + 1}},
+
+		// Lazy: the index of the acked entries is written, never fsynced.
+		{lazy: true, point: "AfterSegmentWrite", want: expect{acked, acked}, wantActions: "index again 5 entries"},
+		{lazy: true, point: "AfterSegmentWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked, acked + inflight}},
+		{lazy: true, point: "AfterSegmentWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked, acked}, wantActions: "truncate"},
+		{lazy: true, point: "AfterSegmentSync", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
+		{lazy: true, point: "AfterIndexWrite", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
+		{lazy: true, point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 7 invalid trailing index entries"},
+		{lazy: true, point: "AfterAnswer", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
+		{lazy: true, point: "AfterAnswer", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked + inflight, acked + inflight}},
+		{lazy: true, point: "AfterAnswer", copts: vfs.CrashOptions{TornTail: true, ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}},
+		// A rotation fsyncs the full segment's index before it creates the
+		// next segment: crashing just before, the full segment is still
+		// the last one and its entries come back from the segment.
+		{lazy: true, point: "BeforeSealIndexSync", segMax: (acked + 1) * entrySize, want: expect{acked + 1, acked + 1}, wantActions: "index again 6 entries"},
+		{lazy: true, point: "AfterRotateSegment", segMax: (acked + 1) * entrySize, want: expect{acked + 1, acked + 1}},
+		{lazy: true, point: "AfterRotateSegment", segMax: acked * entrySize, lone: true, want: expect{acked, acked}, wantActions: "complete interrupted rotation"},
 	}
 	for _, tc := range tests {
-		name := fmt.Sprintf("%s/torn=%v,zero=%v,segMax=%d,lone=%v", tc.point, tc.copts.TornTail, tc.copts.ZeroFillTail, tc.segMax, tc.lone)
+		name := fmt.Sprintf("%s/torn=%v,zero=%v,segMax=%d,lone=%v,lazy=%v", tc.point, tc.copts.TornTail, tc.copts.ZeroFillTail, tc.segMax, tc.lone, tc.lazy)
 		t.Run(name, func(t *testing.T) {
 			for seed := uint64(0); seed < 8; seed++ {
 				fsys := vfs.NewMem()
@@ -424,12 +495,20 @@ func TestCrashAtNamedPoints(t *testing.T) {
 					h.AfterIndexSync = crash
 				case "AfterRotateSegment":
 					h.AfterRotateSegment = crash
+				case "AfterAnswer":
+					h.AfterAnswer = crash
+				case "BeforeSealIndexSync":
+					h.BeforeSealIndexSync = crash
 				}
 				segMax := tc.segMax
 				if segMax == 0 {
 					segMax = 1 << 20
 				}
-				l := openMem(t, fsys, Options{SegmentMaxBytes: segMax, Hooks: h})
+				mode := IndexSyncCommit
+				if tc.lazy {
+					mode = IndexSyncLazy
+				}
+				l := openMem(t, fsys, Options{SegmentMaxBytes: segMax, Hooks: h, IndexSync: mode, IndexSyncInterval: time.Hour})
 				for i := 0; i < acked; i++ {
 					mustAppend(t, l, payload(i, 40))
 				}
@@ -553,7 +632,11 @@ func TestPowerLossNewRootDir(t *testing.T) {
 func runCrashRounds(t *testing.T, base uint64, v crashVariant, retain bool) crashCounts {
 	t.Helper()
 	var total crashCounts
-	for r := 0; r < crashRounds(); r++ {
+	rounds := crashRounds()
+	if v.sync == IndexSyncLazy {
+		rounds = max(rounds/2, 10) // three intervals per crash variant
+	}
+	for r := 0; r < rounds; r++ {
 		seed := base + uint64(r)
 		c, violations := crashRound(seed, v, false, retain)
 		for _, s := range violations {

@@ -47,14 +47,36 @@
 //	                              ├─ write entries to .mmm ........ (hook AfterSegmentWrite)
 //	                              ├─ fsync .mmm .................... (hook AfterSegmentSync)
 //	                              ├─ write positions to .idx ....... (hook AfterIndexWrite)  → answer WRITTEN
-//	                              ├─ fsync .idx .................... (hook AfterIndexSync)
+//	                              ├─ fsync .idx .................... (hook AfterIndexSync; commit mode only)
 //	                              ├─ publish high watermark (atomic store, wake Notify waiters)
-//	                              └─ answer DURABLE
+//	                              └─ answer DURABLE ................ (hook AfterAnswer)
 //
 // ACCEPTED is answered as soon as the entry is queued. Concurrent appends share
-// one fsync pair; the data of an index entry is always fsynced before the
+// one group commit; the data of an index entry is always fsynced before the
 // index entry is even written, so an index entry on disk never points at
-// data that a power loss can take away. Readers load the high watermark, then
+// data that a power loss can take away.
+//
+// # Index sync (Options.IndexSync, mmmq.broker.storage.index-sync)
+//
+// commit (the default, the original Java mmmq's order) fsyncs the index in
+// every group commit, as drawn above: two fsyncs per group commit. lazy
+// skips that fsync: one fsync per group commit, the segment's. A lazy
+// log fsyncs its active index
+//
+//	before a rotation seals the segment .... (hook BeforeSealIndexSync): a
+//	                                          sealed segment's index is
+//	                                          always complete on disk
+//	when the log closes
+//	IndexSyncInterval (default 1s) after the index was first left
+//	  unsynced, by a timer when the topic is idle and between group
+//	  commits when it is busy
+//
+// and a failure of any of those fsyncs fails the log like any other. Both
+// modes write the same files; what a power loss can leave differs only in
+// the last segment, whose index may lack entries the segment holds (lazy:
+// up to an interval of them; commit: the one group commit between its two
+// fsyncs). Repair indexes them again (below), so it needs no record of the
+// mode that wrote a topic, and a topic may switch modes across restarts. Readers load the high watermark, then
 // the immutable segment list snapshot, pin the segment's files (below) and
 // read with ReadAt: no lock.
 //
@@ -66,7 +88,11 @@
 // .mmm back to the high watermark and the byte size the last successful
 // fsync covered (never trusting what the failed batch left in the page
 // cache), fsyncs them, runs repair, which must find exactly that high
-// watermark, and accepts appends again. A restart runs repair too.
+// watermark, and accepts appends again. (The index is cut back to the
+// entries its last good fsync covered; in lazy mode repair indexes the
+// rest again from the segment.) The writer already makes the same cut,
+// best effort, as soon as the log fails, so that a plain restart does not
+// index again bytes whose fsync failed. A restart runs repair too.
 //
 // # Disk guard (space.go)
 //
@@ -121,8 +147,9 @@
 // creates and removes files and fsyncs them. Verify and Dump stop after
 // plan.
 //
-// The offset index is the single source of truth. Per segment, in order
-// (the plan step that decides it on the right):
+// The offset index of a sealed segment is the single source of truth, and
+// the last segment's is trusted as far as it is valid. Per segment, in
+// order (the plan step that decides it on the right):
 //
 //	segment start != previous     → CORRUPT (gap or overlap        planSegment
 //	  start + previous count        in the chain)
@@ -139,9 +166,25 @@
 //	entry before the last one     → CORRUPT ("index entry points   checkJoin
 //	  does not end where the        into the middle of an entry")
 //	  last one starts
-//	.mmm longer than the end of   → truncate and fsync (bytes      planPair, applySegment
-//	  the last kept entry           never indexed, never
-//	                                acknowledged)
+//	last segment: CRC-valid       → index them again: append       planReindex, applySegment
+//	  entries after the last kept   their positions to .idx,
+//	  one, each starting where      fsync (lazy index tail, or a
+//	  the previous ends             crash between the fsyncs)
+//	then an invalid entry with a  → CORRUPT (the log-queue         planReindex
+//	  CRC-valid entry anywhere      study's rule: damage, not a
+//	  after it (byte scan)          torn tail)
+//	.mmm longer than the end of   → truncate and fsync (a torn     planPair, applySegment
+//	  the last kept entry           tail, never acknowledged)
+//
+// An entry indexed again was fsynced in the segment but may never have
+// been acknowledged (its group commit crashed before the answer): like a
+// lost reply, it is delivered at least once. One rule serves both index-sync
+// modes: an acknowledged entry's bytes were fsynced before its answer in
+// either, and recovery finds it either through the index or through the
+// walk after it. Index entries are not trusted past a damaged one: a zero
+// index entry followed by valid ones (a filesystem that persisted a later
+// index page but not an earlier one) is refused as corruption, files left
+// as they are, rather than guessed at.
 //
 // A chain may start at any offset: retention deletes whole segments from
 // the head, and the log start offset (StartOffset) is the base of the first

@@ -66,12 +66,12 @@ func dumpSegment(fsys vfs.FS, s *segment, from, limit int64, limited bool, fn fu
 		if limited && shown >= limit {
 			return shown, nil
 		}
-		pos, err := f.readPositions(rel, 1, nil)
+		pos, err := s.position(f, rel)
 		if err != nil {
 			return shown, err
 		}
-		e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos[0]}
-		payload, err := f.readEntryAt(pos[0], s.size, MaxEntryPayload)
+		e := DumpEntry{Offset: s.base + rel, File: s.mmmPath, Pos: pos}
+		payload, err := f.readEntryAt(pos, s.size, MaxEntryPayload)
 		var be *badEntry
 		switch {
 		case errors.As(err, &be):

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -49,8 +50,13 @@ type Log struct {
 	cpMu        sync.Mutex
 	checkpoints map[string]*Checkpoint
 
-	fsyncs  atomic.Int64
-	batches atomic.Int64
+	fsyncs      atomic.Int64
+	indexFsyncs atomic.Int64
+	batches     atomic.Int64
+	// idxTimer fires (lazy mode) IndexSyncInterval after the active
+	// index was first left unsynced; stopped otherwise. Writer-owned.
+	idxTimer *time.Timer
+	closeErr error // the writer's last index fsync at close (lazy mode)
 
 	report      RepairReport
 	incarnation string // the topic's incarnation id (incarnation.go)
@@ -77,7 +83,9 @@ func Open(dir string, opts Options) (*Log, error) {
 		wake:        make(chan struct{}, 1),
 		flusherDone: make(chan struct{}),
 		checkpoints: map[string]*Checkpoint{},
+		idxTimer:    time.NewTimer(time.Hour),
 	}
+	l.idxTimer.Stop()
 
 	d, err := inspectTopicDir(o.FS, dir)
 	if err != nil {
@@ -271,6 +279,7 @@ func (l *Log) Stats() Stats {
 		Segments:      len(segs),
 		Bytes:         l.size.Load(),
 		Fsyncs:        l.fsyncs.Load(),
+		IndexFsyncs:   l.indexFsyncs.Load(),
 		Batches:       l.batches.Load(),
 		PendingBytes:  pb,
 		FirstSegment:  segs[0].base,
@@ -320,7 +329,7 @@ func (l *Log) Close() error {
 	}
 	l.closed.Store(true)
 	l.notify.closeAll()
-	var errs []error
+	errs := []error{l.closeErr}
 	l.cpMu.Lock()
 	for _, c := range l.checkpoints {
 		errs = append(errs, c.Close())

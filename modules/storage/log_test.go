@@ -454,11 +454,19 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 		// to; the index fsync failure leaves an index entry in the page
 		// cache that points at fsynced data, so it may reappear.
 		reopen []int64
+		// crash: what a power loss right after the failure recovers to.
+		// When the index fsync fails, the segment fsync of the failed
+		// batch has succeeded, so its entry is durable in the segment; the
+		// failing disk also refuses the fsync of the cut that would take it
+		// back (cutAfterFailure), so repair may index it again: a publish
+		// answered with an error whose entry exists, as when a reply is
+		// lost. Its bytes are the ones written (checked below).
+		crash []int64
 	}{
-		{"segment fsync", vfs.OpSync, SegmentExt, []int64{10}},
-		{"index fsync", vfs.OpSync, IndexExt, []int64{10, 11}},
-		{"segment write", vfs.OpWrite, SegmentExt, []int64{10}},
-		{"index write", vfs.OpWrite, IndexExt, []int64{10}},
+		{"segment fsync", vfs.OpSync, SegmentExt, []int64{10}, []int64{10}},
+		{"index fsync", vfs.OpSync, IndexExt, []int64{10, 11}, []int64{10, 11}},
+		{"segment write", vfs.OpWrite, SegmentExt, []int64{10}, []int64{10}},
+		{"index write", vfs.OpWrite, IndexExt, []int64{10}, []int64{10}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fsys := vfs.NewMem()
@@ -507,8 +515,8 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 			for _, f := range []*vfs.MemFS{crashed, fsys} {
 				l2 := openMem(t, f, Options{SegmentMaxBytes: 128})
 				hw := l2.HighWatermark()
-				if f == crashed && hw != 10 {
-					t.Fatalf("after power loss: hw %d, want 10", hw)
+				if f == crashed && !containsInt(tc.crash, hw) {
+					t.Fatalf("after power loss: hw %d, want one of %v", hw, tc.crash)
 				}
 				if f == fsys && !containsInt(tc.reopen, hw) {
 					t.Fatalf("reopen: hw %d, want one of %v", hw, tc.reopen)

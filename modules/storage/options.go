@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -54,6 +56,17 @@ type Options struct {
 	// an append it refuses fails with a *LowSpaceError (HTTP 507
 	// NO_SPACE) before anything is queued. Nil: no guard.
 	SpaceGuard *SpaceGuard
+	// IndexSync selects when the offset index is fsynced
+	// (mmmq.broker.storage.index-sync): IndexSyncCommit (the default, the
+	// original Java mmmq's order: segment fsync, then index fsync, then the
+	// answer; two fsyncs per group commit) or IndexSyncLazy (one fsync per
+	// group commit: the segment's; see IndexSyncLazy).
+	IndexSync IndexSync
+	// IndexSyncInterval bounds how long a lazily written offset index
+	// stays unsynced while the topic is idle or busy
+	// (mmmq.broker.storage.index-sync-interval); default 1s. Only
+	// IndexSyncLazy uses it.
+	IndexSyncInterval time.Duration
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.
 	Observer Observer
@@ -63,8 +76,9 @@ type Options struct {
 
 // Observer receives write-path measurements (for Prometheus metrics).
 type Observer interface {
-	// ObserveFsync is called after each fsync of a segment or index file.
-	ObserveFsync(topic string, d time.Duration)
+	// ObserveFsync is called after each fsync of a segment (file
+	// FileSegment) or offset index (FileIndex) file.
+	ObserveFsync(topic string, file FileKind, d time.Duration)
 	// ObserveBatch is called after each group commit with its entry count.
 	ObserveBatch(topic string, entries int)
 }
@@ -73,11 +87,18 @@ type Observer interface {
 // power-loss tests to stop the process (or snapshot a MemFS) at an exact
 // moment. Each func is called, when non-nil, from the writer goroutine.
 type Hooks struct {
-	AfterSegmentWrite  func() // .mmm write returned, not fsynced
-	AfterSegmentSync   func() // .mmm fsynced, .idx not yet written
-	AfterIndexWrite    func() // .idx write returned, not fsynced
-	AfterIndexSync     func() // .idx fsynced, before the high watermark moves and waiters are answered
-	AfterRotateSegment func() // rotation: new .mmm created, .idx not yet created
+	AfterSegmentWrite func() // .mmm write returned, not fsynced
+	AfterSegmentSync  func() // .mmm fsynced, .idx not yet written
+	AfterIndexWrite   func() // .idx write returned, not fsynced
+	AfterIndexSync    func() // .idx fsynced, before the high watermark moves and waiters are answered (commit mode)
+	// AfterAnswer is called once a group commit answered its waiters: in
+	// lazy mode the index entries are written and not yet fsynced.
+	AfterAnswer func()
+	// BeforeSealIndexSync is called in lazy mode when a rotation is about
+	// to fsync the full segment's offset index (before the next segment
+	// is created).
+	BeforeSealIndexSync func()
+	AfterRotateSegment  func() // rotation: new .mmm created, .idx not yet created
 	// Topic deletion (DeleteTopicDir), called from the deleting goroutine:
 	AfterTopicRename     func() // topic dir renamed aside, data root not yet fsynced
 	AfterTopicRenameSync func() // rename made durable, nothing removed yet
@@ -91,6 +112,58 @@ type Hooks struct {
 	// variant used as the negative control of the power-loss tests: it must
 	// lose acknowledged data. Never set outside tests.
 	AckBeforeSync bool
+}
+
+// FileKind names the file of an fsync for an Observer.
+type FileKind string
+
+// The two files of a segment.
+const (
+	FileSegment FileKind = "segment" // <base>.mmm
+	FileIndex   FileKind = "index"   // <base>.idx
+)
+
+// IndexSync is when a log fsyncs its offset index; see Options.IndexSync.
+type IndexSync int
+
+const (
+	// IndexSyncCommit fsyncs the index in every group commit, after the
+	// segment and before anyone is answered: .mmm write, fsync, .idx write,
+	// fsync, answer. Two fsyncs per group commit.
+	IndexSyncCommit IndexSync = iota
+	// IndexSyncLazy writes the index in every group commit but fsyncs it
+	// only before a rotation seals the segment, when the log closes, and
+	// at most Options.IndexSyncInterval after it was first left unsynced:
+	// .mmm write, fsync, .idx write, answer. One fsync per group commit.
+	// An index entry is still written only after the bytes it points at
+	// were fsynced, so whatever a power loss leaves of the index never
+	// points at lost data; repair indexes again the entries the index
+	// lost (see the package doc). Kafka works this way: it trusts its
+	// segments and rebuilds the offset index after an unclean shutdown.
+	IndexSyncLazy
+)
+
+// DefaultIndexSyncInterval is Options.IndexSyncInterval's default.
+const DefaultIndexSyncInterval = time.Second
+
+// String is the configuration spelling: "commit" or "lazy".
+func (m IndexSync) String() string {
+	if m == IndexSyncLazy {
+		return "lazy"
+	}
+	return "commit"
+}
+
+// ParseIndexSync parses "commit" or "lazy" (case-insensitive), the values
+// of mmmq.broker.storage.index-sync.
+func ParseIndexSync(s string) (IndexSync, error) {
+	switch strings.ToLower(s) {
+	case "commit":
+		return IndexSyncCommit, nil
+	case "lazy":
+		return IndexSyncLazy, nil
+	}
+	return 0, fmt.Errorf("index sync %q: want commit or lazy", s)
 }
 
 func (o *Options) withDefaults() Options {
@@ -112,6 +185,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.SegmentCache == nil {
 		r.SegmentCache = NewSegmentCache(r.MaxOpenSegments)
+	}
+	if r.IndexSyncInterval <= 0 {
+		r.IndexSyncInterval = DefaultIndexSyncInterval
 	}
 	if r.SlowFsync <= 0 {
 		r.SlowFsync = time.Second

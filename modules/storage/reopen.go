@@ -27,8 +27,11 @@ var (
 //  1. Appends are refused with ErrReopening while it runs; the writer is
 //     between batches (it holds no file).
 //  2. The active segment's files are closed, and its .idx and .mmm are cut
-//     back to the last durable state known in memory — the high watermark
-//     and the byte size the last successful fsync covered — and fsynced.
+//     back to the last durable state known in memory — the index entries
+//     the last successful index fsync covered (the high watermark in
+//     commit mode; possibly fewer in lazy mode, whose later entries repair
+//     indexes again from the segment) and the byte size the last successful
+//     segment fsync covered — and fsynced.
 //     Whatever the failed batch left beyond it is thrown away, even when
 //     it looks complete: after a failed fsync the page cache may hold bytes
 //     the disk never got (fsyncgate), so they are never trusted, never
@@ -90,17 +93,17 @@ func (l *Log) recoverAt(hw int64) error {
 	w := &l.w
 	active := w.active
 	count := hw - active.base
-	if count < 0 || count > active.count || w.durable > active.size {
-		return fmt.Errorf("inconsistent state: high watermark %d, active segment %d with %d entries (%d bytes durable of %d)",
-			hw, active.base, active.count, w.durable, active.size)
+	if count < 0 || count > active.count || w.durable > active.size || w.idxSynced > count {
+		return fmt.Errorf("inconsistent state: high watermark %d, active segment %d with %d entries (%d index entries synced, %d bytes durable of %d)",
+			hw, active.base, active.count, w.idxSynced, w.durable, active.size)
 	}
 	// The failed writer's read-write pair is not used again; a reader
 	// still pinning it keeps it until its read ends.
 	l.cache.drop([]*segment{active})
 	// The index first: at no moment does an index entry point past the
 	// data (the order repair relies on).
-	if err := cutFile(l.fs, active.idxPath, count*IndexEntrySize); err != nil {
-		return fmt.Errorf("cut index back to %d entries: %w", count, err)
+	if err := cutFile(l.fs, active.idxPath, w.idxSynced*IndexEntrySize); err != nil {
+		return fmt.Errorf("cut index back to %d entries: %w", w.idxSynced, err)
 	}
 	if err := cutFile(l.fs, active.mmmPath, w.durable); err != nil {
 		return fmt.Errorf("cut segment back to %d bytes: %w", w.durable, err)

@@ -18,13 +18,17 @@ const TmpExt = ".tmp"
 // entries, sizes in bytes; the JSON field names are part of `mmmq verify
 // --json` output.
 type RepairReport struct {
-	Topic          string   `json:"topic"`
-	Segments       int      `json:"segments"`
-	Entries        int64    `json:"entries"`        // the high watermark after repair
-	CutIndexBytes  int64    `json:"cutIndexBytes"`  // torn or invalid trailing index bytes removed
-	CutEntries     int64    `json:"cutEntries"`     // trailing index entries removed (never acknowledged)
-	TruncatedBytes int64    `json:"truncatedBytes"` // segment bytes beyond the last indexed entry removed
-	Removed        []string `json:"removed,omitempty"`
+	Topic          string `json:"topic"`
+	Segments       int    `json:"segments"`
+	Entries        int64  `json:"entries"`        // the high watermark after repair
+	CutIndexBytes  int64  `json:"cutIndexBytes"`  // torn or invalid trailing index bytes removed
+	CutEntries     int64  `json:"cutEntries"`     // trailing index entries removed (never acknowledged)
+	TruncatedBytes int64  `json:"truncatedBytes"` // torn segment bytes beyond the last valid entry removed
+	// ReindexedEntries counts the last segment's entries that were valid
+	// in the segment but missing from its offset index (a lazily synced
+	// index, or a crash between the two fsyncs) and were indexed again.
+	ReindexedEntries int64    `json:"reindexedEntries"`
+	Removed          []string `json:"removed,omitempty"`
 	// InterruptedRetention names the lone file of a first segment that a
 	// crash left half deleted by retention, which repair removes
 	// (finishing the deletion); empty when there is none.

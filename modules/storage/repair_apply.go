@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -25,7 +27,9 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 		}
 		dirDirty = dirDirty || changed
 		if !p.removeIdx && !p.finishDelete {
-			segs = append(segs, p.segment())
+			s := p.segment()
+			s.tail = nil // in the index now
+			segs = append(segs, s)
 		}
 	}
 	for _, t := range tmps {
@@ -43,8 +47,11 @@ func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *R
 }
 
 // applySegment carries out one segment's plan: remove a lone empty index,
-// create a missing one, cut the index to count entries and the segment to
-// end bytes. It reports whether a directory entry was created or removed.
+// create a missing one, cut the index to the entries kept, append the
+// positions of the entries indexed again, and cut the segment to end bytes
+// — in that order, each step fsynced, so that a crash in between leaves
+// what repair plans the same way again. It reports whether a directory
+// entry was created or removed.
 func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, err error) {
 	switch {
 	case p.finishDelete:
@@ -73,9 +80,15 @@ func applySegment(fsys vfs.FS, p *segPlan, rep *RepairReport) (dirChanged bool, 
 		}
 		dirChanged = true
 	}
-	if p.idxSize > p.count*IndexEntrySize {
-		if err := truncFile(fsys, p.idxPath, p.count*IndexEntrySize); err != nil {
+	keep := p.indexKept()
+	if p.idxSize > keep*IndexEntrySize {
+		if err := truncFile(fsys, p.idxPath, keep*IndexEntrySize); err != nil {
 			return dirChanged, fmt.Errorf("truncate index %s: %w", p.idxPath, err)
+		}
+	}
+	if len(p.tail) > 0 {
+		if err := appendIndex(fsys, p.idxPath, keep, p.tail); err != nil {
+			return dirChanged, fmt.Errorf("index again %s: %w", p.idxPath, err)
 		}
 	}
 	if p.mmmSize > p.end {
@@ -96,6 +109,24 @@ func keptSegments(plans []*segPlan) []*segment {
 		}
 	}
 	return segs
+}
+
+// appendIndex writes the positions pos as index entries from entry at on
+// into the index file at path, and fsyncs it.
+func appendIndex(fsys vfs.FS, path string, at int64, pos []int64) error {
+	f, err := fsys.OpenRW(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(pos)*IndexEntrySize)
+	for _, p := range pos {
+		buf = binary.BigEndian.AppendUint64(buf, uint64(p))
+	}
+	_, err = f.WriteAt(buf, at*IndexEntrySize)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // truncFile opens the file at path read-write, truncates it to size bytes,

@@ -23,13 +23,21 @@ type segPlan struct {
 	// finishDelete: the first segment lost one of its two files to an
 	// interrupted retention deletion; remove the other one.
 	finishDelete bool
-	count        int64 // index entries kept
+	count        int64 // entries kept: index entries kept plus tail
 	end          int64 // segment bytes kept
+	// tail holds the byte positions of the entries indexed again (the
+	// last segment's CRC-valid entries after its last valid index entry,
+	// see planReindex); apply appends them to the index.
+	tail []int64
 }
 
-// segment is the kept segment p describes, its files closed.
+// indexKept is the number of entries kept of the index file as it is.
+func (p *segPlan) indexKept() int64 { return p.count - int64(len(p.tail)) }
+
+// segment is the kept segment p describes, its files closed. Its tail is
+// the plan's: set until apply writes it to the index.
 func (p *segPlan) segment() *segment {
-	return &segment{base: p.base, mmmPath: p.mmmPath, idxPath: p.idxPath, size: p.end, count: p.count}
+	return &segment{base: p.base, mmmPath: p.mmmPath, idxPath: p.idxPath, size: p.end, count: p.count, tail: p.tail}
 }
 
 // closeFiles closes the files scan opened for p, once p is planned: repair
@@ -138,7 +146,9 @@ func (pl *planner) planSegment(p *segPlan, nextBase int64, first, last bool) (in
 // index-based (no full scan): the index must be a plausible increasing
 // sequence, the last kept entry must be complete with a valid CRC and must
 // start where the entry before it ends. Only the last segment may lose a
-// torn or invalid tail; the bytes after the last kept entry are cut.
+// torn or invalid tail, and only the last segment gets the entries after
+// its last index entry indexed again (planReindex); the bytes after the
+// last kept entry are cut.
 func (pl *planner) planPair(p *segPlan, last bool) error {
 	n, err := pl.planIndexLength(p, last)
 	if err == nil {
@@ -153,13 +163,18 @@ func (pl *planner) planPair(p *segPlan, last bool) error {
 	if err != nil {
 		return err
 	}
-	p.count = n
 	if n == 0 {
 		p.end = 0
 	}
+	if last {
+		if n, err = pl.planReindex(p, n); err != nil {
+			return err
+		}
+	}
+	p.count = n
 	if p.mmmSize > p.end {
 		pl.rep.TruncatedBytes += p.mmmSize - p.end
-		pl.act("truncate %s from %d to %d bytes (not indexed, never acknowledged)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
+		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry, never acknowledged)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
 	}
 	return nil
 }

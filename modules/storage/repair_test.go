@@ -206,6 +206,49 @@ func corruptLastIndexIntoEntry(t *testing.T, fsys *vfs.MemFS) {
 	setIndex(t, fsys, fxLastBase, 2, fxEntry+24)
 }
 
+// corruptIndexShorterThanSegment appends entries 23, 24 and 25 to the last
+// segment and none to its index: what a lazily synced index leaves after a
+// power loss (the segment was fsynced, the index was not).
+func corruptIndexShorterThanSegment(t *testing.T, fsys *vfs.MemFS) {
+	var b []byte
+	for off := int64(23); off <= 25; off++ {
+		b = AppendEntry(b, fxPayloadAt(off))
+	}
+	appendFile(t, fsys, mmmOf(fxLastBase), b)
+}
+
+// corruptEmptyLastIndex empties the last segment's index: none of its
+// three entries was ever synced there.
+func corruptEmptyLastIndex(t *testing.T, fsys *vfs.MemFS) {
+	patchFile(t, fsys, idxOf(fxLastBase), func([]byte) []byte { return []byte{} })
+}
+
+// corruptIndexTailThenTornEntry appends entries 23 and 24 and the first 30
+// bytes of entry 25 to the last segment, none of them to its index.
+func corruptIndexTailThenTornEntry(t *testing.T, fsys *vfs.MemFS) {
+	b := AppendEntry(AppendEntry(nil, fxPayloadAt(23)), fxPayloadAt(24))
+	appendFile(t, fsys, mmmOf(fxLastBase), append(b, AppendEntry(nil, fxPayloadAt(25))[:30]...))
+}
+
+// corruptInvalidEntryBeforeValidAfterIndex appends entries 23, 24 (one
+// payload bit flipped) and 25 to the last segment, none to its index: an
+// invalid entry with a valid one after it is damage, not a torn tail.
+func corruptInvalidEntryBeforeValidAfterIndex(t *testing.T, fsys *vfs.MemFS) {
+	bad := AppendEntry(nil, fxPayloadAt(24))
+	bad[HeaderSize+2] ^= 0x10
+	b := append(AppendEntry(nil, fxPayloadAt(23)), bad...)
+	appendFile(t, fsys, mmmOf(fxLastBase), AppendEntry(b, fxPayloadAt(25)))
+}
+
+// corruptIndexBeyondTornSegmentTail appends the first 30 bytes of entry 23
+// to the last segment and index entries for 23 and 24: an index entry is
+// written only after the bytes it points at were fsynced, so an index that
+// points past the segment's end is damage whatever the index-sync mode.
+func corruptIndexBeyondTornSegmentTail(t *testing.T, fsys *vfs.MemFS) {
+	appendFile(t, fsys, mmmOf(fxLastBase), AppendEntry(nil, fxPayloadAt(23))[:30])
+	appendFile(t, fsys, idxOf(fxLastBase), append(be64(3*fxEntry), be64(4*fxEntry)...))
+}
+
 // corruptSealedIndexIntoEntry points the index entry of offset 7, in sealed
 // segment 5, 12 bytes into its entry.
 func corruptSealedIndexIntoEntry(t *testing.T, fsys *vfs.MemFS) {
@@ -365,6 +408,7 @@ type repairWant struct {
 	cutEntries    int64
 	cutIndexBytes int64
 	truncated     int64
+	reindexed     int64    // entries indexed again from the last segment
 	actions       []string // one substring per expected action, in order
 	removed       []string
 	verify        string // Verify status before opening
@@ -397,8 +441,8 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "torn idx tail with its entry's bytes in the segment",
 			corrupt: corruptTornIndexTailWithEntry,
-			want: repairWant{hw: 23, cutIndexBytes: 5, truncated: fxEntry,
-				actions: []string{"cut torn index tail", "truncate"}, verify: StatusTornTail},
+			want: repairWant{hw: 24, cutIndexBytes: 5, reindexed: 1,
+				actions: []string{"cut torn index tail", "index again 1 entries"}, verify: StatusTornTail},
 		},
 		{
 			name:    "zero-padded idx tail",
@@ -409,8 +453,8 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "zero-padded idx tail over synced entries (size reached disk, data did not)",
 			corrupt: corruptZeroPaddedIndexOverEntries,
-			want: repairWant{hw: 23, cutEntries: 2, cutIndexBytes: 16, truncated: 2 * fxEntry,
-				actions: []string{"cut 2 invalid trailing index entries", "truncate"}, verify: StatusTornTail},
+			want: repairWant{hw: 25, cutEntries: 2, cutIndexBytes: 16, reindexed: 2,
+				actions: []string{"cut 2 invalid trailing index entries", "index again 2 entries"}, verify: StatusTornTail},
 		},
 		{
 			name:    "torn segment tail (bytes beyond the last indexed entry)",
@@ -434,10 +478,38 @@ func TestRecoveryCorruption(t *testing.T) {
 				Reason: "does not start where entry 21 ends"}},
 		},
 		{
-			name:    "last index entry points into the middle of an entry: cut as a torn tail",
+			name:    "last index entry points into the middle of an entry: cut, the entry indexed again",
 			corrupt: corruptLastIndexIntoEntry,
-			want: repairWant{hw: 22, cutEntries: 1, cutIndexBytes: 8, truncated: fxEntry,
-				actions: []string{"cut torn entry at offset 22", "truncate"}, verify: StatusTornTail},
+			want: repairWant{hw: 23, cutEntries: 1, cutIndexBytes: 8, reindexed: 1,
+				actions: []string{"cut torn entry at offset 22", "index again 1 entries"}, verify: StatusTornTail},
+		},
+		{
+			name:    "index shorter than the segment (a lazy index tail)",
+			corrupt: corruptIndexShorterThanSegment,
+			want:    repairWant{hw: 26, reindexed: 3, actions: []string{"index again 3 entries of 0000000000000000020.mmm from offset 23"}, verify: StatusIndexTail},
+		},
+		{
+			name:    "empty index over a full last segment",
+			corrupt: corruptEmptyLastIndex,
+			want:    repairWant{hw: 23, reindexed: 3, actions: []string{"index again 3 entries of 0000000000000000020.mmm from offset 20"}, verify: StatusIndexTail},
+		},
+		{
+			name:    "lazy index tail, then a torn entry",
+			corrupt: corruptIndexTailThenTornEntry,
+			want: repairWant{hw: 25, reindexed: 2, truncated: 30,
+				actions: []string{"index again 2 entries", "truncate"}, verify: StatusTornTail},
+		},
+		{
+			name:    "after the index, an invalid entry followed by a valid one",
+			corrupt: corruptInvalidEntryBeforeValidAfterIndex,
+			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+				Reason: "but a valid entry follows at byte"}},
+		},
+		{
+			name:    "index beyond a torn segment tail",
+			corrupt: corruptIndexBeyondTornSegmentTail,
+			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+				Reason: "shorter"}},
 		},
 		{
 			name:    "index entry points into the middle of an entry in a sealed segment",
@@ -653,6 +725,10 @@ func checkRepairCase(t *testing.T, corrupt func(*testing.T, *vfs.MemFS), w repai
 	if vr.Status != w.verify {
 		t.Errorf("verify status %s, want %s (corruption %v)", vr.Status, w.verify, vr.Corruption)
 	}
+	if w.refuse == nil {
+		checkDump(t, fsys, w)
+		sameFiles(t, "dump", before, snapshotFS(t, fsys))
+	}
 
 	l, err := Open(testDir, Options{FS: fsys, SegmentMaxBytes: fxSegBytes, Logger: zap.NewNop()})
 	if w.refuse != nil {
@@ -668,6 +744,28 @@ func checkRepairCase(t *testing.T, corrupt func(*testing.T, *vfs.MemFS), w repai
 		w.check(t, l, fsys)
 	}
 	checkReopen(t, l, fsys)
+}
+
+// checkDump: Dump, before any repair, shows every offset below the wanted
+// high watermark in order — the ones repair will index again too, from
+// the positions planned in memory — with its payload, or a problem for the
+// corrupt ones.
+func checkDump(t *testing.T, fsys *vfs.MemFS, w repairWant) {
+	t.Helper()
+	next := int64(0)
+	err := Dump(testDir, Options{FS: fsys, SegmentMaxBytes: fxSegBytes}, 0, 0, func(e DumpEntry) error {
+		if e.Offset != next {
+			t.Fatalf("dump: offset %d, want %d", e.Offset, next)
+		}
+		if !slices.Contains(w.corruptAt, e.Offset) && (e.Problem != "" || !bytes.Equal(e.Payload, fxPayloadAt(e.Offset))) {
+			t.Errorf("dump offset %d: problem %q payload %.40q", e.Offset, e.Problem, e.Payload)
+		}
+		next++
+		return nil
+	})
+	if err != nil || next != w.hw {
+		t.Errorf("dump showed %d entries (%v), want %d", next, err, w.hw)
+	}
 }
 
 // checkRefused: Open failed with want (File compared by base name, Reason
@@ -700,11 +798,12 @@ func checkReport(t *testing.T, l *Log, vr TopicReport, w repairWant) {
 	t.Helper()
 	rep := l.Repair()
 	if l.HighWatermark() != w.hw || rep.Entries != w.hw || rep.CutEntries != w.cutEntries ||
-		rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated {
-		t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d",
-			l.HighWatermark(), rep, w.hw, w.cutEntries, w.cutIndexBytes, w.truncated)
+		rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated || rep.ReindexedEntries != w.reindexed {
+		t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d reindexed %d",
+			l.HighWatermark(), rep, w.hw, w.cutEntries, w.cutIndexBytes, w.truncated, w.reindexed)
 	}
 	if vr.Recovery.CutEntries != rep.CutEntries || vr.Recovery.TruncatedBytes != rep.TruncatedBytes ||
+		vr.Recovery.ReindexedEntries != rep.ReindexedEntries || vr.NextOffset != w.hw ||
 		!slices.Equal(vr.Recovery.Actions, rep.Actions) {
 		t.Errorf("verify predicted %+v, open did %+v", vr.Recovery, rep)
 	}

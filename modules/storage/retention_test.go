@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -403,7 +404,9 @@ func TestCrashBetweenSegmentUnlinks(t *testing.T) {
 // DURABLE-acknowledged entry at or after the recovered start offset is
 // lost or altered, and reopening succeeds every round.
 func TestPowerLossPropertyWithRetention(t *testing.T) {
-	for vi, v := range crashVariants {
+	lazy := lazyVariants()
+	variants := append(slices.Clone(crashVariants), lazy[1], lazy[len(lazy)-1])
+	for vi, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			total := runCrashRounds(t, uint64(500000+vi*100000), v, true)
 			t.Logf("%s: %d rounds; acked durable %d; lost durable %d; acked entries below the recovered start offset (deleted) %d; sum of start offsets after the crash %d",

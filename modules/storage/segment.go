@@ -57,6 +57,24 @@ type segment struct {
 	// writer-owned state (active segment only changes them)
 	size  int64 // bytes written to .mmm (including unsynced ones)
 	count int64 // index entries written
+
+	// tail, set only on segments a check-only repair returns (Verify,
+	// Dump), holds the byte positions of the last len(tail) entries: the
+	// ones repair would index again, which the index file does not list.
+	tail []int64
+}
+
+// position is the byte position of entry rel of s, from the index file f
+// (s's files) or, for an entry repair would index again, from s.tail.
+func (s *segment) position(f *segFiles, rel int64) (int64, error) {
+	if onDisk := s.count - int64(len(s.tail)); rel >= onDisk {
+		return s.tail[rel-onDisk], nil
+	}
+	pos, err := f.readPositions(rel, 1, nil)
+	if err != nil {
+		return 0, err
+	}
+	return pos[0], nil
 }
 
 func segmentPaths(dir string, base int64) (mmm, idx string) {

@@ -16,7 +16,12 @@ import (
 const (
 	StatusOK       = "OK"        // every indexed entry is valid
 	StatusTornTail = "TORN_TAIL" // repair would cut a never-acknowledged tail on open
-	StatusCorrupt  = "CORRUPT"   // refused: corruption with valid data after it, or a bad old entry
+	// StatusIndexTail: the last segment holds valid entries its offset
+	// index does not list yet (a lazily synced index, or a crash between
+	// the segment's fsync and the index's); repair indexes them again on
+	// open and cuts nothing. The entries are counted and checked.
+	StatusIndexTail = "INDEX_TAIL"
+	StatusCorrupt   = "CORRUPT" // refused: corruption with valid data after it, or a bad old entry
 	// StatusInterruptedRetention: the first segment lost one of its two
 	// files to a retention deletion a crash interrupted; repair (the
 	// broker's next start) removes the other one.
@@ -136,6 +141,8 @@ func repairStatus(rr RepairReport) string {
 		return StatusOK
 	case rr.InterruptedRetention != "" && len(rr.Actions) == 1:
 		return StatusInterruptedRetention
+	case rr.ReindexedEntries > 0 && len(rr.Actions) == 1:
+		return StatusIndexTail
 	}
 	return StatusTornTail
 }
@@ -148,7 +155,8 @@ func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byt
 		return nil, err
 	}
 	defer f.unref()
-	idx := bufio.NewReaderSize(io.NewSectionReader(f.idx, 0, s.count*IndexEntrySize), 64<<10)
+	onDisk := s.count - int64(len(s.tail)) // the rest: entries repair would index again
+	idx := bufio.NewReaderSize(io.NewSectionReader(f.idx, 0, onDisk*IndexEntrySize), 64<<10)
 	mmm := bufio.NewReaderSize(io.NewSectionReader(f.mmm, 0, s.size), 1<<20)
 	var pos int64
 	var ib [IndexEntrySize]byte
@@ -156,10 +164,16 @@ func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byt
 	reported := int64(0)
 	for i := int64(0); i < s.count; i++ {
 		off := s.base + i
-		if _, err := io.ReadFull(idx, ib[:]); err != nil {
-			return nil, fmt.Errorf("read index %s: %w", s.idxPath, err)
+		var p int64
+		if i < onDisk {
+			if _, err := io.ReadFull(idx, ib[:]); err != nil {
+				return nil, fmt.Errorf("read index %s: %w", s.idxPath, err)
+			}
+			p = int64(binary.BigEndian.Uint64(ib[:]))
+		} else {
+			p = s.tail[i-onDisk]
 		}
-		if p := int64(binary.BigEndian.Uint64(ib[:])); p != pos {
+		if p != pos {
 			return &CorruptionError{Topic: topic, File: s.idxPath, Pos: i * IndexEntrySize, Offset: off,
 				Reason: fmt.Sprintf("index says entry starts at %d, previous entry ends at %d", p, pos)}, nil
 		}

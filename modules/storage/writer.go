@@ -212,6 +212,14 @@ type writerState struct {
 	spare   []*request
 	active  *segment
 	files   *segFiles // active's files, read-write, pinned for one commit; nil between commits
+	// idxSynced is the number of the active segment's index entries known
+	// fsynced; Reopen cuts the index back to it. In commit mode it is the
+	// entry count after every group commit.
+	idxSynced int64
+	// idxDirty (lazy mode): the active segment's index has entries written
+	// and not fsynced, since idxDirtySince; the index timer is armed.
+	idxDirty      bool
+	idxDirtySince time.Time
 }
 
 func (w *writerState) init(l *Log) {
@@ -219,60 +227,163 @@ func (w *writerState) init(l *Log) {
 	w.active = segs[len(segs)-1]
 	w.next = w.active.base + w.active.count
 	w.durable = w.active.size
+	w.idxSynced = w.active.count // repair left the index fsynced
+	w.idxDirty = false
 }
 
 // flushLoop is the single writer of the log: it takes everything queued,
-// commits it as one group (one fsync of .mmm and one of .idx per segment
-// touched), publishes the new high watermark and answers the waiters.
+// commits it as one group (one fsync of .mmm, and in commit mode one of
+// .idx, per segment touched), publishes the new high watermark and answers
+// the waiters. In lazy mode it also fsyncs the index when the index timer
+// fires, and once more before it returns at close.
 func (l *Log) flushLoop() {
 	defer close(l.flusherDone)
-	for range l.wake {
-		for {
+	for {
+		select {
+		case <-l.wake:
+			if closing := l.drain(); closing {
+				l.closeErr = l.syncIndexOnClose()
+				return
+			}
+		case <-l.idxTimer.C:
 			l.wmu.Lock()
-			l.mu.Lock()
-			if len(l.pending) == 0 {
-				closing := l.closing
-				l.mu.Unlock()
-				l.wmu.Unlock()
-				if closing {
-					return
-				}
-				break
-			}
-			// Double buffering: appenders fill spare while this batch commits.
-			batch := l.pending
-			l.pending = l.w.spare[:0]
-			l.pendingBytes = 0
-			failed := l.failed
-			l.mu.Unlock()
-			if failed == nil {
-				if err := l.commit(batch); err != nil {
-					var re *refusedError
-					if errors.As(err, &re) {
-						failed = err
-						l.log.Error("batch refused before it was written; the log stays open", zap.String("step", re.op), zap.Error(re.err))
-					} else {
-						failed = l.fail(err)
-					}
-				}
-			}
-			for _, r := range batch {
-				if failed != nil {
-					l.finish(r, failed)
-				}
-				l.opts.Budget.Release(r.budgeted)
-				r.done, r.notify, r.budgeted = nil, nil, 0
-				requestPool.Put(r)
-			}
-			clear(batch)
-			l.w.spare = batch
+			l.syncIndexIfDue(true)
 			l.wmu.Unlock()
-			// The appenders just answered are runnable now; yielding once
-			// lets them queue their next entry into the coming batch
-			// instead of the one after it, which halves the fsyncs per
-			// message under steady concurrency.
-			runtime.Gosched()
 		}
+	}
+}
+
+// drain commits everything queued, batch after batch, until the queue is
+// empty; it reports whether the log is closing.
+func (l *Log) drain() (closing bool) {
+	for {
+		l.wmu.Lock()
+		l.mu.Lock()
+		if len(l.pending) == 0 {
+			closing := l.closing
+			l.mu.Unlock()
+			l.wmu.Unlock()
+			return closing
+		}
+		// Double buffering: appenders fill spare while this batch commits.
+		batch := l.pending
+		l.pending = l.w.spare[:0]
+		l.pendingBytes = 0
+		failed := l.failed
+		l.mu.Unlock()
+		if failed == nil {
+			if err := l.commit(batch); err != nil {
+				var re *refusedError
+				if errors.As(err, &re) {
+					failed = err
+					l.log.Error("batch refused before it was written; the log stays open", zap.String("step", re.op), zap.Error(re.err))
+				} else {
+					failed = l.fail(err)
+					l.cutAfterFailure()
+				}
+			}
+		}
+		for _, r := range batch {
+			if failed != nil {
+				l.finish(r, failed)
+			}
+			l.opts.Budget.Release(r.budgeted)
+			r.done, r.notify, r.budgeted = nil, nil, 0
+			requestPool.Put(r)
+		}
+		clear(batch)
+		l.w.spare = batch
+		if failed == nil {
+			// Under steady load the timer's turn may not come: the
+			// interval is also checked between batches.
+			l.syncIndexIfDue(false)
+		}
+		l.wmu.Unlock()
+		// The appenders just answered are runnable now; yielding once
+		// lets them queue their next entry into the coming batch
+		// instead of the one after it, which halves the fsyncs per
+		// message under steady concurrency.
+		runtime.Gosched()
+	}
+}
+
+// syncIndexIfDue fsyncs the active segment's lazily written index when it
+// has unsynced entries and either force is set (the timer fired) or they
+// have waited IndexSyncInterval. A failed index fsync fails the log, as
+// any failed fsync does: the entries it covered are durable in the
+// segment and come back by repair, but the disk needs an operator.
+// l.wmu is held.
+func (l *Log) syncIndexIfDue(force bool) {
+	w := &l.w
+	if !w.idxDirty || (!force && time.Since(w.idxDirtySince) < l.opts.IndexSyncInterval) {
+		return
+	}
+	if l.Err() != nil {
+		return
+	}
+	if err := l.syncActiveIndex(); err != nil {
+		l.fail(err)
+		l.cutAfterFailure()
+	}
+}
+
+// syncActiveIndex fsyncs the active segment's index, pinning its files
+// (an idle topic's may have been closed by the cache), and marks every
+// written entry synced. l.wmu is held.
+func (l *Log) syncActiveIndex() error {
+	w := &l.w
+	files := w.files
+	if files == nil {
+		f, err := l.cache.pinWritable(l.fs, w.active)
+		if err != nil {
+			return fmt.Errorf("open active segment to sync its index: %w", err)
+		}
+		defer f.unpin()
+		files = f
+	}
+	if err := l.sync(files.idx, w.active.idxPath, FileIndex); err != nil {
+		return err
+	}
+	w.idxSynced, w.idxDirty = w.active.count, false
+	l.idxTimer.Stop()
+	return nil
+}
+
+// syncIndexOnClose is the last index fsync of a lazy log, run by the
+// writer once the queue is drained at close; its error is Close's.
+func (l *Log) syncIndexOnClose() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if !l.w.idxDirty || l.Err() != nil {
+		return nil
+	}
+	if err := l.syncActiveIndex(); err != nil {
+		l.fail(err)
+		l.cutAfterFailure()
+		return fmt.Errorf("close topic %s: %w", l.topic, err)
+	}
+	return nil
+}
+
+// cutAfterFailure cuts the active segment's files back to their last
+// durable state — the index to the entries its last good fsync covered,
+// the segment to the bytes its last good fsync covered — right after a
+// write or fsync of the log failed. After a failed fsync the page cache
+// may hold bytes the disk never got (fsyncgate): without the cut, the
+// repair at the next start (after a plain restart, with no power loss)
+// would find those bytes valid and index them again, serving entries
+// whose publish was answered with an error and that a later power loss
+// may take away. It is best effort (the disk is failing): an error is
+// logged, and Reopen cuts again. l.wmu is held.
+func (l *Log) cutAfterFailure() {
+	w := &l.w
+	err := cutFile(l.fs, w.active.idxPath, w.idxSynced*IndexEntrySize)
+	if err == nil {
+		err = cutFile(l.fs, w.active.mmmPath, w.durable)
+	}
+	if err != nil {
+		l.log.Error("could not cut the failed segment back to its durable state; until Reopen, the next start may index again entries whose write failed",
+			zap.String("segment", w.active.mmmPath), zap.Error(err))
 	}
 }
 
@@ -349,9 +460,19 @@ func (l *Log) commit(batch []*request) error {
 				}
 				// seg is sealed: flushGroup wrote and fsynced all of it
 				// (an fsync failure fails the log before any rotation);
-				// its pair stays in the cache, free to be evicted. The
+				// in lazy mode its index is fsynced now, so that a
+				// sealed segment's index is always complete. Its pair
+				// stays in the cache, free to be evicted. The
 				// pin goes before the new pair is opened: nobody holds
 				// two pins while waiting for room in the cache.
+				if w.idxDirty {
+					if h := l.opts.Hooks; h != nil && h.BeforeSealIndexSync != nil {
+						h.BeforeSealIndexSync()
+					}
+					if err := l.syncActiveIndex(); err != nil {
+						return err
+					}
+				}
 				w.files.unpin()
 				w.files = nil
 				base := seg.base + seg.count
@@ -371,7 +492,7 @@ func (l *Log) commit(batch []*request) error {
 				l.segsMu.Unlock()
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				seg, w.active, w.files = ns, ns, ns.files.Load()
-				w.durable = 0
+				w.durable, w.idxSynced = 0, 0
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
@@ -387,8 +508,9 @@ func (l *Log) commit(batch []*request) error {
 }
 
 // flushGroup makes the buffered entries of seg durable in the order the
-// package doc gives: .mmm write → fsync → .idx write → fsync → publish the high
-// watermark → answer waiters whose entries are all visible.
+// package doc gives: .mmm write → fsync → .idx write → fsync (commit mode
+// only) → publish the high watermark → answer waiters whose entries are all
+// visible.
 func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answered *int) error {
 	w := &l.w
 	if len(w.wbuf) == 0 {
@@ -415,7 +537,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			}
 		}
 	}
-	if err := l.sync(f.mmm, seg.mmmPath); err != nil {
+	if err := l.sync(f.mmm, seg.mmmPath, FileSegment); err != nil {
 		return err
 	}
 	if h != nil && h.AfterSegmentSync != nil {
@@ -436,11 +558,8 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			l.finish(r, nil)
 		}
 	}
-	if err := l.sync(f.idx, seg.idxPath); err != nil {
+	if err := l.indexStep(seg, f); err != nil {
 		return err
-	}
-	if h != nil && h.AfterIndexSync != nil {
-		h.AfterIndexSync()
 	}
 	w.durable = seg.size
 	l.publish(w.next)
@@ -460,16 +579,44 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 		*answered++
 	}
 	w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
+	if h != nil && h.AfterAnswer != nil {
+		h.AfterAnswer()
+	}
 	return nil
 }
 
-func (l *Log) sync(f interface{ Sync() error }, path string) error {
+// indexStep is what a group commit does after its index write: commit
+// mode fsyncs the index now; lazy mode marks it unsynced and arms the
+// index timer (see IndexSyncLazy).
+func (l *Log) indexStep(seg *segment, f *segFiles) error {
+	w := &l.w
+	if l.opts.IndexSync == IndexSyncLazy {
+		if !w.idxDirty {
+			w.idxDirty, w.idxDirtySince = true, time.Now()
+			l.idxTimer.Reset(l.opts.IndexSyncInterval)
+		}
+		return nil
+	}
+	if err := l.sync(f.idx, seg.idxPath, FileIndex); err != nil {
+		return err
+	}
+	if h := l.opts.Hooks; h != nil && h.AfterIndexSync != nil {
+		h.AfterIndexSync()
+	}
+	w.idxSynced = seg.count
+	return nil
+}
+
+func (l *Log) sync(f interface{ Sync() error }, path string, kind FileKind) error {
 	start := time.Now()
 	err := f.Sync()
 	d := time.Since(start)
 	l.fsyncs.Add(1)
+	if kind == FileIndex {
+		l.indexFsyncs.Add(1)
+	}
 	if l.opts.Observer != nil {
-		l.opts.Observer.ObserveFsync(l.topic, d)
+		l.opts.Observer.ObserveFsync(l.topic, kind, d)
 	}
 	if d >= l.opts.SlowFsync {
 		l.log.Warn("slow fsync", zap.String("file", path), zap.Duration("took", d))

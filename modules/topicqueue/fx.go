@@ -53,7 +53,8 @@ type RegistryParams struct {
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
 // Options: Root, MaxTopics and Storage (see StorageOptionsFromConfig, plus
-// MaxOpenSegments). FS, Logger, Observer, Hooks and SegmentCache of Storage
+// MaxOpenSegments, IndexSync and IndexSyncInterval; an index-sync the
+// config validation let through is "commit" or "lazy"). FS, Logger, Observer, Hooks and SegmentCache of Storage
 // are left for the caller (LocalBackend makes the one cache its topics
 // share).
 func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Options {
@@ -63,6 +64,8 @@ func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Option
 		Storage:   StorageOptionsFromConfig(seg),
 	}
 	o.Storage.MaxOpenSegments = st.MaxOpenSegments
+	o.Storage.IndexSync, _ = storage.ParseIndexSync(st.IndexSync)
+	o.Storage.IndexSyncInterval = st.IndexSyncInterval
 	return o
 }
 

@@ -27,7 +27,7 @@ type Metrics struct {
 	reg     *prometheus.Registry
 	fsync   prometheus.Histogram
 	batch   prometheus.Histogram
-	fsyncs  prometheus.Counter
+	fsyncs  *prometheus.CounterVec
 	entries prometheus.Counter
 }
 
@@ -36,7 +36,8 @@ type Metrics struct {
 //
 //	mmmq_fsync_seconds           histogram of segment and index fsyncs
 //	mmmq_group_commit_entries    histogram of entries per group commit
-//	mmmq_fsyncs_total            fsyncs of segment and index files
+//	mmmq_fsyncs_total{file}      fsyncs of segment (file="segment") and
+//	                             offset index (file="index") files
 //	mmmq_appended_entries_total  entries made durable
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
@@ -50,8 +51,12 @@ func New() *Metrics {
 		Help:    "Entries written by one group commit (one fsync pair).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1 .. 8192
 	})
-	m.fsyncs = prometheus.NewCounter(prometheus.CounterOpts{Name: "mmmq_fsyncs_total", Help: "Fsyncs of segment and offset index files."})
+	m.fsyncs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mmmq_fsyncs_total",
+		Help: "Fsyncs of segment (file=\"segment\") and offset index (file=\"index\") files."}, []string{"file"})
 	m.entries = prometheus.NewCounter(prometheus.CounterOpts{Name: "mmmq_appended_entries_total", Help: "Entries committed to topic logs."})
+	for _, f := range []storage.FileKind{storage.FileSegment, storage.FileIndex} {
+		m.fsyncs.WithLabelValues(string(f)) // both series exist from the start, at 0
+	}
 	m.reg.MustRegister(m.fsync, m.batch, m.fsyncs, m.entries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -61,9 +66,9 @@ func New() *Metrics {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // ObserveFsync implements storage.Observer.
-func (m *Metrics) ObserveFsync(_ string, d time.Duration) {
+func (m *Metrics) ObserveFsync(_ string, file storage.FileKind, d time.Duration) {
 	m.fsync.Observe(d.Seconds())
-	m.fsyncs.Inc()
+	m.fsyncs.WithLabelValues(string(file)).Inc()
 }
 
 // ObserveBatch implements storage.Observer.
