@@ -114,6 +114,34 @@ func TestVerifyExitCodes(t *testing.T) {
 			t.Fatalf("--repair: exit %d, output %q, size %d want %d", code, out, size(t, seg), before)
 		}
 	})
+	t.Run("a lazy index tail is reported (exit 0), dumped, indexed again only with --repair", func(t *testing.T) {
+		root, seg := fixture(t, 3)
+		idx := strings.TrimSuffix(seg, storage.SegmentExt) + storage.IndexExt
+		// What a power loss leaves of a lazily synced index: the segment
+		// holds 3 entries, the index lists the first only.
+		if err := os.Truncate(idx, storage.IndexEntrySize); err != nil {
+			t.Fatal(err)
+		}
+		code, out := capture(t, "verify", "--root", root)
+		if code != 0 || !strings.Contains(out, " INDEX_TAIL 2 valid entries after the offset index's last") ||
+			!strings.Contains(out, "next-offset=3") {
+			t.Fatalf("exit %d, output %q", code, out)
+		}
+		code, out = capture(t, "dump", "--root", root, "--topic", "t")
+		if code != 0 || !strings.Contains(out, `{"i":2}`) {
+			t.Fatalf("dump: exit %d, output %q", code, out)
+		}
+		if size(t, idx) != storage.IndexEntrySize {
+			t.Fatal("verify or dump changed the index")
+		}
+		code, out = capture(t, "verify", "--root", root, "--repair")
+		if code != 0 || !strings.Contains(out, "REPAIRED") || size(t, idx) != 3*storage.IndexEntrySize {
+			t.Fatalf("--repair: exit %d, output %q, index %d bytes", code, out, size(t, idx))
+		}
+		if code, out = capture(t, "verify", "--root", root); code != 0 || !strings.Contains(out, "OK entries=3") {
+			t.Fatalf("after --repair: exit %d, output %q", code, out)
+		}
+	})
 	t.Run("an interrupted topic deletion is reported, removed only with --repair", func(t *testing.T) {
 		root, _ := fixture(t, 3)
 		left := filepath.Join(root, storage.DeletingPrefix+"0123456789abcdef")
