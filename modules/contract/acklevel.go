@@ -12,7 +12,8 @@ import (
 //	level     answered when                         survives kill -9   survives power loss
 //	ACCEPTED  queued in memory, offset not final     maybe              maybe
 //	WRITTEN   write(2) returned (page cache)         usually            maybe
-//	DURABLE   segment and index fsynced              yes                yes (if the device honours flush)
+//	DURABLE   segment fsynced (and its index, with   yes                yes (if the device honours flush)
+//	          index-sync commit, the default)
 type AckLevel uint8
 
 const (
@@ -20,8 +21,10 @@ const (
 	Accepted AckLevel = iota + 1
 	// Written: segment and index write(2) returned; offset is assigned.
 	Written
-	// Durable: segment and index were fsynced and the high watermark covers
-	// the entry. The default everywhere.
+	// Durable: the segment was fsynced (and the offset index too under
+	// index-sync commit, the default; under index-sync lazy the index
+	// follows within its interval and recovery rebuilds what it lacks)
+	// and the high watermark covers the entry. The default everywhere.
 	Durable
 )
 

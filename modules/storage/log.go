@@ -235,7 +235,8 @@ func (l *Log) Repair() RepairReport { return l.report }
 func (l *Log) Recovery() RepairReport { return l.Repair() }
 
 // HighWatermark is the next offset to be made visible: every offset below it
-// is durable (segment and index fsynced) and readable.
+// is durable (its segment bytes fsynced; its index entry too under
+// index-sync commit) and readable.
 func (l *Log) HighWatermark() int64 { return l.hw.Load() }
 
 // Notify returns a channel that is closed once HighWatermark() > offset, or

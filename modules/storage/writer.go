@@ -62,7 +62,8 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 //	Accepted → returns -1 as soon as the entry is queued (offset not final);
 //	           its bytes draw from Options.Budget until it is committed
 //	Written  → returns the offset after the segment and index write(2)
-//	Durable  → returns the offset after both fsyncs, when it is visible
+//	Durable  → returns the offset after the segment's fsync (and the
+//	           index's, in commit mode), when it is visible
 //
 // Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written), a
 // *LowSpaceError wrapping ErrNoSpace when Options.SpaceGuard refuses
