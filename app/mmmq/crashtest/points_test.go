@@ -45,6 +45,8 @@ func TestCrashPoints(t *testing.T) {
 		{"after-segment-write-damaged-then-valid", damagedTailCase},
 		{"after-index-write", afterIndexWriteCase},
 		{"after-index-sync", afterIndexSyncCase},
+		{"after-reply-before-index-sync-lazy", afterReplyBeforeIndexSyncCase},
+		{"before-seal-index-sync-lazy", beforeSealIndexSyncCase},
 		{"rotate-between-mmm-and-idx", rotateCase},
 		{"after-ack-before-checkpoint", afterAckCase},
 		{"after-dead-letter-before-checkpoint", afterDeadLetterCase},
