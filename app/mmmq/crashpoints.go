@@ -35,12 +35,21 @@ const (
 // Injection points for the crash tests. Each one kills the process with SIGKILL
 // at that exact moment of the write path or the dispatch loop.
 const (
-	cpAfterSegmentWrite = "after-segment-write"        // .mmm write returned, no fsync
-	cpAfterSegmentSync  = "after-segment-sync"         // .mmm fsynced, .idx not written
-	cpAfterIndexWrite   = "after-index-write"          // .idx write returned, not fsynced
-	cpAfterIndexSync    = "after-index-sync"           // .idx fsynced, before the reply
-	cpRotate            = "rotate-between-mmm-and-idx" // rotation: new .mmm created, .idx not
-	cpAfterAck          = "after-ack-before-checkpoint"
+	// Group commit of a topic's log (storage.Hooks), in write order:
+	cpAfterSegmentWrite = "after-segment-write" // .mmm write returned, no fsync
+	cpAfterSegmentSync  = "after-segment-sync"  // .mmm fsynced, .idx not written
+	cpAfterIndexWrite   = "after-index-write"   // .idx write returned, not fsynced
+	cpAfterIndexSync    = "after-index-sync"    // .idx fsynced, before the reply (index-sync commit only)
+	// The group commit answered its waiters (their HTTP replies may not be
+	// written yet). With index-sync lazy its index entries are written and
+	// not fsynced; with commit they are fsynced.
+	cpAfterReplyBeforeIndexSync = "after-reply-before-index-sync"
+	// Rotation: index-sync lazy only, the full segment's index is about to
+	// be fsynced (the next segment not yet created).
+	cpBeforeSealIndexSync = "before-seal-index-sync"
+	cpRotate              = "rotate-between-mmm-and-idx" // rotation: new .mmm created, .idx not
+	// Dispatcher: the consumer ACKed, the checkpoint not yet fsynced.
+	cpAfterAck = "after-ack-before-checkpoint"
 	// A NACK-exhausted message appended (fsynced) to the dispatcher's
 	// dead-letter topic, the checkpoint not yet moved past it.
 	cpAfterDeadLetter = "after-dead-letter-before-checkpoint"
@@ -55,8 +64,8 @@ const (
 )
 
 var crashpointNames = []string{cpAfterSegmentWrite, cpAfterSegmentSync, cpAfterIndexWrite,
-	cpAfterIndexSync, cpRotate, cpAfterAck, cpAfterDeadLetter, cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks,
-	cpDispatchersBeforeRename}
+	cpAfterIndexSync, cpAfterReplyBeforeIndexSync, cpBeforeSealIndexSync, cpRotate, cpAfterAck, cpAfterDeadLetter,
+	cpDeleteAfterRename, cpDeleteAfterRenameSync, cpDeleteMidRemove, cpBetweenUnlinks, cpDispatchersBeforeRename}
 
 func init() {
 	extraOptions = crashOptions
@@ -124,6 +133,10 @@ func crashOptions() fx.Option {
 		h.AfterIndexSync = hit
 	case cpRotate:
 		h.AfterRotateSegment = hit
+	case cpAfterReplyBeforeIndexSync:
+		h.AfterAnswer = hit
+	case cpBeforeSealIndexSync:
+		h.BeforeSealIndexSync = hit
 	case cpDeleteAfterRename:
 		h.AfterTopicRename = hit
 	case cpDeleteAfterRenameSync:

@@ -57,9 +57,18 @@ type brokerConf struct {
 	Crashpoint string
 	CrashAfter int
 	// MayDieStarting accepts a death during startup (a crash point reached
-	// by the dispatchers before /readyz answers); startBroker then returns
-	// the dead broker.
+	// by the dispatchers before /readyz answers, or a refusal to start);
+	// startBroker then returns the dead broker.
 	MayDieStarting bool
+	// IndexSync, when not "", sets mmmq.broker.storage.index-sync
+	// ("commit" or "lazy"); IndexSyncInterval, when > 0, its
+	// index-sync-interval.
+	IndexSync         string
+	IndexSyncInterval time.Duration
+	// OnCorruption, when not "", sets mmmq.broker.storage.on-corruption.
+	OnCorruption string
+	// Metrics serves GET /metrics (off otherwise).
+	Metrics bool
 }
 
 // broker is one running mmmq child process.
@@ -83,40 +92,7 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 	dir := filepath.Dir(c.DataDir)
 	cfgPath := filepath.Join(dir, fmt.Sprintf("mmmq-%03d.yaml", startSeq))
 	logPath := filepath.Join(dir, fmt.Sprintf("mmmq-%03d.log", startSeq))
-	var y strings.Builder
-	fmt.Fprintf(&y, "server:\n  host: 127.0.0.1\n  port: 0\n  shutdown-timeout: 5s\nlogging:\n  level: info\n  format: json\n")
-	fmt.Fprintf(&y, "mmmq:\n  broker:\n    storage:\n      root-dir: %q\n", c.DataDir)
-	if c.SegmentMaxBytes > 0 {
-		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
-	}
-	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
-	if c.RetentionMaxBytes > 0 {
-		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
-	}
-	if c.DedupWindow != "" {
-		fmt.Fprintf(&y, "    dedup:\n      window: %s\n", c.DedupWindow)
-	}
-	if len(c.Dispatchers) > 0 {
-		y.WriteString("    dispatchers:\n")
-		for _, d := range c.Dispatchers {
-			pats, _ := json.Marshal(d.Patterns)
-			fmt.Fprintf(&y, "      - name: %s\n        host: http://127.0.0.1:%d\n        patterns: %s\n", d.Name, d.Port, pats)
-			if d.Interval > 0 {
-				fmt.Fprintf(&y, "        commit: {policy: interval, interval: %s, max-count: 8}\n", d.Interval)
-			}
-			if d.MaxInFlight > 0 {
-				fmt.Fprintf(&y, "        max-in-flight: %d\n", d.MaxInFlight)
-			}
-			if d.BatchMax > 0 {
-				fmt.Fprintf(&y, "        batch: {max-messages: %d}\n", d.BatchMax)
-			}
-			if d.DeadLetter != nil {
-				fmt.Fprintf(&y, "        dead-letter: %q\n", *d.DeadLetter)
-			}
-		}
-	}
-	y.WriteString("  metrics:\n    enabled: false\n")
-	if err := os.WriteFile(cfgPath, []byte(y.String()), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(brokerYAML(c)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logf, err := os.Create(logPath)
@@ -177,6 +153,53 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// brokerYAML is the configuration file of c.
+func brokerYAML(c brokerConf) string {
+	var y strings.Builder
+	fmt.Fprintf(&y, "server:\n  host: 127.0.0.1\n  port: 0\n  shutdown-timeout: 5s\nlogging:\n  level: info\n  format: json\n")
+	fmt.Fprintf(&y, "mmmq:\n  broker:\n    storage:\n      root-dir: %q\n", c.DataDir)
+	if c.IndexSync != "" {
+		fmt.Fprintf(&y, "      index-sync: %s\n", c.IndexSync)
+	}
+	if c.IndexSyncInterval > 0 {
+		fmt.Fprintf(&y, "      index-sync-interval: %s\n", c.IndexSyncInterval)
+	}
+	if c.OnCorruption != "" {
+		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
+	}
+	if c.SegmentMaxBytes > 0 {
+		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
+	}
+	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
+	if c.RetentionMaxBytes > 0 {
+		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
+	}
+	if c.DedupWindow != "" {
+		fmt.Fprintf(&y, "    dedup:\n      window: %s\n", c.DedupWindow)
+	}
+	if len(c.Dispatchers) > 0 {
+		y.WriteString("    dispatchers:\n")
+		for _, d := range c.Dispatchers {
+			pats, _ := json.Marshal(d.Patterns)
+			fmt.Fprintf(&y, "      - name: %s\n        host: http://127.0.0.1:%d\n        patterns: %s\n", d.Name, d.Port, pats)
+			if d.Interval > 0 {
+				fmt.Fprintf(&y, "        commit: {policy: interval, interval: %s, max-count: 8}\n", d.Interval)
+			}
+			if d.MaxInFlight > 0 {
+				fmt.Fprintf(&y, "        max-in-flight: %d\n", d.MaxInFlight)
+			}
+			if d.BatchMax > 0 {
+				fmt.Fprintf(&y, "        batch: {max-messages: %d}\n", d.BatchMax)
+			}
+			if d.DeadLetter != nil {
+				fmt.Fprintf(&y, "        dead-letter: %q\n", *d.DeadLetter)
+			}
+		}
+	}
+	fmt.Fprintf(&y, "  metrics:\n    enabled: %t\n", c.Metrics)
+	return y.String()
 }
 
 // listenAddr returns "http://ADDR" from the log once the API listens.
@@ -248,6 +271,26 @@ func (b *broker) waitDeath(d time.Duration) (killed bool, err error) {
 		}
 	}
 	return false, fmt.Errorf("broker exited without a signal: %v", b.waitErr)
+}
+
+// exitCode waits, at most killTimeout, for the process to have ended and
+// returns its exit status; -1 when a signal ended it.
+func (b *broker) exitCode() int {
+	b.t.Helper()
+	select {
+	case <-b.exited:
+	case <-time.After(killTimeout):
+		b.t.Fatalf("broker still running %s after it was expected to exit\n%s", killTimeout, b.logTail())
+	}
+	if b.waitErr == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(b.waitErr, &ee) {
+		return ee.ExitCode()
+	}
+	b.t.Fatalf("broker wait: %v", b.waitErr)
+	return -1
 }
 
 func (b *broker) alive() bool {

@@ -22,6 +22,26 @@
 //     the retry is answered as a duplicate at the stored offset, or stored
 //     when the first publish never reached the log.
 //
-// The package has only tests; `make test` runs a short version (5 rounds),
-// `make crash` a long one (MMMQ_LONG=1, 100 rounds, or -crash.rounds N).
+// Recovery of the last segment (TestCrashPoints): an entry complete in
+// the segment after the last index entry (the kill came after the segment
+// write or its fsync, before the index write) is indexed again and
+// visible, although its publisher got no reply, like a lost reply; a
+// retry with its id is answered as the duplicate. A torn entry there (the
+// test cuts the file's last bytes) is truncated and its offset reused. An
+// invalid entry followed by a valid one (the test damages the entry and
+// appends a valid one) makes the broker refuse to start. An ACCEPTED
+// answer promises nothing: an answered entry still queued in memory when
+// the process died is gone, and its possible offsets go to other messages.
+//
+// Both index-sync modes are covered: the random rounds run once with
+// index-sync commit and once with lazy (rounds alternating an interval of
+// an hour and of 5 ms), checking from the fsync counters of /metrics that
+// the broker ran in the mode; TestCrashPoints has lazy rows for the kill
+// after an answer with the index unsynced and before a rotation's index
+// fsync, each also restarted on a copy whose index is cut back to its last
+// fsync (what a power loss may leave), where recovery must index again.
+//
+// The package has only tests; `make test` runs a short version (3 rounds
+// per mode), `make crash` a long one (MMMQ_LONG=1, 100 rounds per mode, or
+// -crash.rounds N).
 package crashtest

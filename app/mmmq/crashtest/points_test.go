@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -41,10 +39,14 @@ func TestCrashPoints(t *testing.T) {
 		fn   func(t *testing.T) pointRow
 	}
 	cases := []pcase{
-		{"after-segment-write", func(t *testing.T) pointRow { return notIndexedCase(t, "after-segment-write") }},
-		{"after-segment-sync", func(t *testing.T) pointRow { return notIndexedCase(t, "after-segment-sync") }},
+		{"after-segment-write", func(t *testing.T) pointRow { return reindexedTailCase(t, "after-segment-write") }},
+		{"after-segment-sync", func(t *testing.T) pointRow { return reindexedTailCase(t, "after-segment-sync") }},
+		{"after-segment-write-torn-tail", tornTailCase},
+		{"after-segment-write-damaged-then-valid", damagedTailCase},
 		{"after-index-write", afterIndexWriteCase},
 		{"after-index-sync", afterIndexSyncCase},
+		{"after-reply-before-index-sync-lazy", afterReplyBeforeIndexSyncCase},
+		{"before-seal-index-sync-lazy", beforeSealIndexSyncCase},
 		{"rotate-between-mmm-and-idx", rotateCase},
 		{"after-ack-before-checkpoint", afterAckCase},
 		{"after-dead-letter-before-checkpoint", afterDeadLetterCase},
@@ -77,10 +79,17 @@ func content(id string, pad int) []byte {
 	return c
 }
 
-// mustPublish publishes and fails the test on anything but ACK.
+// mustPublish publishes id (content(id, 40)) and fails the test on
+// anything but ACK.
 func mustPublish(t *testing.T, b *broker, topic, id, level string) pubResult {
 	t.Helper()
-	r := publish(b.base, topic, id, content(id, 40), level)
+	return mustPublishPad(t, b, topic, id, level, 40)
+}
+
+// mustPublishPad is mustPublish with content(id, pad).
+func mustPublishPad(t *testing.T, b *broker, topic, id, level string, pad int) pubResult {
+	t.Helper()
+	r := publish(b.base, topic, id, content(id, pad), level)
 	if !r.Ack {
 		t.Fatalf("publish %s: %+v\n%s", id, r, b.logTail())
 	}
@@ -156,93 +165,6 @@ func segFiles(t *testing.T, dir string) map[string]int64 {
 	return out
 }
 
-// tailEntry is an entry found in a segment beyond what its index vouches for.
-type tailEntry struct {
-	Offset int64
-	ID     string
-}
-
-// segmentTail decodes the last segment of topicDir from disk (entry format:
-// int32 BE length | uint32 CRC32C | JSON, see modules/storage) and returns
-// the entries past the last index entry, with the offsets they would have
-// had, and how many bytes they take.
-func segmentTail(t *testing.T, topicDir string) ([]tailEntry, int64) {
-	t.Helper()
-	var mmms []string
-	for name := range segFiles(t, topicDir) {
-		if strings.HasSuffix(name, ".mmm") {
-			mmms = append(mmms, name)
-		}
-	}
-	sort.Strings(mmms)
-	if len(mmms) == 0 {
-		t.Fatalf("no segment in %s", topicDir)
-	}
-	last := mmms[len(mmms)-1]
-	var base int64
-	fmt.Sscanf(strings.TrimSuffix(last, ".mmm"), "%d", &base)
-	seg, err := os.ReadFile(filepath.Join(topicDir, last))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := os.ReadFile(filepath.Join(topicDir, strings.TrimSuffix(last, ".mmm")+".idx"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	indexed := int64(len(idx) / 8)
-	var out []tailEntry
-	var tailBytes int64
-	pos, n := 0, int64(0)
-	for pos+8 <= len(seg) {
-		l := int(binary.BigEndian.Uint32(seg[pos:]))
-		if l < 6 || pos+4+l > len(seg) {
-			break
-		}
-		if n >= indexed {
-			s, _ := parseStored(seg[pos+8 : pos+4+l])
-			out = append(out, tailEntry{Offset: base + n, ID: s.ID})
-			tailBytes += int64(4 + l)
-		}
-		pos += 4 + l
-		n++
-	}
-	return out, tailBytes
-}
-
-var truncateRE = regexp.MustCompile(`truncate [0-9]+\.mmm from [0-9]+ to [0-9]+ bytes \(not indexed, never acknowledged\)`)
-
-// notIndexedCase: the crash comes after the .mmm write (or its fsync) and
-// before the .idx write. The entry is on disk but not indexed: recovery
-// truncates the segment tail and the entry never becomes visible (the
-// log-queue study's crash_partial_write_truncated experiment).
-func notIndexedCase(t *testing.T, point string) pointRow {
-	const topic = "cp.t"
-	root := crashOnM3(t, point, topic, "durable")
-	tail, tailBytes := segmentTail(t, filepath.Join(root, topic))
-	if len(tail) != 1 || tail[0].ID != "m3" || tail[0].Offset != 3 {
-		t.Fatalf("segment tail on disk after the kill: %+v, want m3 at offset 3 written but not indexed", tail)
-	}
-	b := startBroker(t, brokerConf{DataDir: root})
-	l := mustRead(t, b, topic)
-	if got := strings.Join(ids(l), ","); got != "m0,m1,m2" {
-		t.Fatalf("after restart the log holds %s, want m0,m1,m2 (m3 cut)", got)
-	}
-	action := truncateRE.FindString(b.logText())
-	if action == "" {
-		t.Fatalf("recovery did not report the truncation:\n%s", b.logTail())
-	}
-	// The cut offset is free again and the log goes on from there.
-	if r := mustPublish(t, b, topic, "m4", "durable"); r.Offset != 3 {
-		t.Fatalf("next publish at offset %d, want 3", r.Offset)
-	}
-	b.stop()
-	return pointRow{
-		Point:    point,
-		Expected: "in-flight entry (no reply) not visible after restart: segment tail not in the index is truncated and reported; earlier DURABLE intact",
-		Observed: fmt.Sprintf("m3 got no reply; on disk %d bytes of m3 past the index; restart: recovery \"%s\"; log = m0..m2 intact, m3 absent; next publish took offset 3", tailBytes, action),
-	}
-}
-
 // afterIndexWriteCase: .mmm fsynced, .idx written (page cache) but not
 // fsynced. A process crash keeps the page cache, so the entry IS visible
 // after restart although its publisher got no reply (the log-queue study's
@@ -274,12 +196,7 @@ func afterIndexSyncCase(t *testing.T) pointRow {
 	const topic = "cp.t"
 	root := crashOnM3(t, "after-index-sync", topic, "durable")
 	b := startBroker(t, brokerConf{DataDir: root})
-	retry := mustPublish(t, b, topic, "m3", "durable") // the producer's retry, same id
-	l := mustRead(t, b, topic)
-	if got := strings.Join(ids(l), ","); got != "m0,m1,m2,m3" || retry.Offset != 3 || !retry.Duplicate {
-		t.Fatalf("after restart and retry the log holds %s (retry at %d, duplicate %t), want m0,m1,m2,m3 (retry answered as the duplicate at 3)",
-			got, retry.Offset, retry.Duplicate)
-	}
+	retry, l := retryAsDuplicate(t, b, topic)
 	b.stop()
 	return pointRow{
 		Point:    "after-index-sync",
@@ -406,94 +323,6 @@ func afterAckCase(t *testing.T) pointRow {
 		Expected: "consumer ACKed offset n, checkpoint still n on disk → after restart offset n is delivered again (at-least-once), then n+1...; nothing skipped",
 		Observed: fmt.Sprintf("killed after the ACK of offset 2; checkpoint on disk = %d; deliveries %s (offset 2 twice, %d duplicate)", cp, got, tl.Duplicates),
 	}
-}
-
-// acceptedNotStableCase: ACCEPTED is answered when the entry is queued. A
-// kill before its entry is indexed (here at after-segment-write) loses it,
-// and the offset it held in the dead process goes to another message (the
-// log-queue study's accepted_offset_not_stable experiment). Concurrent producers make it likely that
-// an answered ACCEPTED entry is in the killed batch; up to 5 attempts.
-func acceptedNotStableCase(t *testing.T) pointRow {
-	const topic = "cp.t"
-	for attempt := 1; attempt <= 5; attempt++ {
-		root := filepath.Join(t.TempDir(), "data")
-		b := startBroker(t, brokerConf{DataDir: root, Crashpoint: "after-segment-write", CrashAfter: 6})
-		mustPublish(t, b, topic, "d0", "durable")
-		var (
-			mu       sync.Mutex
-			answered = map[string]bool{}
-			wg       sync.WaitGroup
-		)
-		for g := range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := range 500 {
-					id := fmt.Sprintf("a%d-%03d", g, n)
-					r := publish(b.base, topic, id, content(id, 40), "accepted")
-					if !r.Replied {
-						return
-					}
-					if !r.Ack || r.Offset != -1 || r.Level != "ACCEPTED" {
-						t.Errorf("accepted publish %s: %+v", id, r)
-						return
-					}
-					mu.Lock()
-					answered[id] = true
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		if killed, err := b.waitDeath(dieTimeout); err != nil || !killed {
-			t.Fatalf("broker did not die of SIGKILL: %v %v", killed, err)
-		}
-		tail, _ := segmentTail(t, filepath.Join(root, topic))
-		var victim *tailEntry
-		for i := range tail {
-			if answered[tail[i].ID] {
-				victim = &tail[i]
-				break
-			}
-		}
-		if victim == nil {
-			t.Logf("attempt %d: no answered ACCEPTED entry in the killed batch %v; again", attempt, tail)
-			continue
-		}
-		b = startBroker(t, brokerConf{DataDir: root})
-		l := mustRead(t, b, topic)
-		for _, s := range l {
-			if s.ID == victim.ID {
-				t.Fatalf("%s is visible after restart, but its batch was never indexed", victim.ID)
-			}
-		}
-		lost := 0
-		present := map[string]bool{}
-		for _, s := range l {
-			present[s.ID] = true
-		}
-		for id := range answered {
-			if !present[id] {
-				lost++
-			}
-		}
-		// Publish until the victim's old offset is taken by someone else.
-		var taker pubResult
-		for i := 0; int64(len(l))+int64(i) <= victim.Offset; i++ {
-			taker = mustPublish(t, b, topic, fmt.Sprintf("b%d", i), "durable")
-		}
-		if taker.Offset != victim.Offset {
-			t.Fatalf("offset %d went to %d", victim.Offset, taker.Offset)
-		}
-		b.stop()
-		return pointRow{
-			Point:    "accepted-offset-not-stable",
-			Expected: "ACCEPTED answered without an offset; killed before its entry is indexed → absent after restart, and the offset it had in memory belongs to another message (the log-queue study's accepted_offset_not_stable experiment)",
-			Observed: fmt.Sprintf("%s answered ACCEPTED, was at offset %d of the dead process (segment tail, not indexed); restart: absent (%d of %d ACCEPTED answers lost), offset %d now holds a later DURABLE message", victim.ID, victim.Offset, lost, len(answered), taker.Offset),
-		}
-	}
-	t.Fatal("no attempt had an answered ACCEPTED entry in the killed batch")
-	return pointRow{}
 }
 
 // betweenUnlinksCase: retention (1 KiB segments, max-bytes 4096) runs

@@ -29,12 +29,14 @@ var (
 )
 
 const (
-	rkProducers       = 6
+	rkPlainProducers  = 6
 	rkMaxPerProducer  = 4000 // publishes per producer per round, at most
 	rkSegmentMaxBytes = 4096 // small: a rotation every ~20 messages
 	rkFirstRoundAcks  = 200  // answered publishes before the first kill: ~10 rotations
 )
 
+// rkRounds is the number of kill -9 rounds of a random-kill test in one
+// index-sync mode (each runs in every mode of rkModes).
 func rkRounds() int {
 	if *roundsFlag > 0 {
 		return *roundsFlag
@@ -42,7 +44,7 @@ func rkRounds() int {
 	if os.Getenv("MMMQ_LONG") != "" {
 		return 100
 	}
-	return 5
+	return 3
 }
 
 // rkWorkers are the (dispatcher, topic) pairs of ds over rkTopics.
@@ -111,9 +113,12 @@ func readCheckpoints(t testing.TB, root string, ks []wkey) map[wkey]int64 {
 // start → concurrent producers at every ack level on several topics while
 // two dispatchers push to the in-test consumer → SIGKILL 10–300 ms into the
 // load → restart and check (check_test.go). A final run drains the
-// dispatchers and checks that every offset was delivered.
+// dispatchers and checks that every offset was delivered. It runs once per
+// index-sync mode (rkModes).
 func TestCrashRandomKill(t *testing.T) {
-	runRandomKill(t, rkLoad{Plain: rkProducers})
+	forEachMode(t, func(t *testing.T, m indexSyncMode) {
+		runRandomKill(t, m, rkLoad{Plain: rkPlainProducers})
+	})
 }
 
 // rkWindowDispatchers are the dispatchers of TestCrashRandomKillWindow:
@@ -144,8 +149,16 @@ var rkWindowDispatchers = []dispatcherConf{
 // worker had more pushes in flight than its max-in-flight nor a batch over
 // 16 messages, and the run must have had batches of more than one message
 // and more than one push of a d-mif and a d-both worker in flight at once.
+// It runs once per index-sync mode (rkModes).
 func TestCrashRandomKillWindow(t *testing.T) {
-	res := runRandomKill(t, rkLoad{Plain: rkProducers, Dispatchers: rkWindowDispatchers})
+	forEachMode(t, func(t *testing.T, m indexSyncMode) {
+		res := runRandomKill(t, m, rkLoad{Plain: rkPlainProducers, Dispatchers: rkWindowDispatchers})
+		checkWindowRun(t, res)
+	})
+}
+
+// checkWindowRun is the end-of-run check of TestCrashRandomKillWindow.
+func checkWindowRun(t *testing.T, res rkResult) {
 	peak, batched := map[string]int{}, map[string]int{}
 	for _, d := range rkWindowDispatchers {
 		for _, k := range rkWorkers([]dispatcherConf{d}) {
@@ -201,256 +214,321 @@ type rkResult struct {
 }
 
 // runRandomKill is the harness of TestCrashRandomKill with the producers
-// of load. Every check runs after every restart and fails the test at
-// once; the counters of the final check are returned and printed.
-func runRandomKill(t *testing.T, load rkLoad) rkResult {
+// of load, the broker in index-sync mode. Every check runs after every
+// restart and fails the test at once; the counters of the final check are
+// returned and printed.
+func runRandomKill(t *testing.T, mode indexSyncMode, load rkLoad) rkResult {
 	rounds := rkRounds()
-	seed := uint64(time.Now().UnixNano())
-	dispatchers := load.Dispatchers
-	if dispatchers == nil {
-		dispatchers = rkDispatchers
-	}
-	workers := rkWorkers(dispatchers)
-	intervalKeys := map[wkey]bool{}
-	window, ordered := map[string]bool{}, map[string]bool{}
-	for _, d := range dispatchers {
-		if d.MaxInFlight > 1 || d.BatchMax > 0 {
-			window[d.Name] = true
-			ordered[d.Name] = d.MaxInFlight <= 1
-		}
-		for _, k := range workers {
-			if k.D == d.Name && d.Interval > 0 {
-				intervalKeys[k] = true
-			}
-		}
-	}
-	t.Logf("rounds=%d seed=%d producers: plain=%d retrying=%d; %d dispatchers, %d with a delivery window", rounds, seed, load.Plain, load.Retrying, len(dispatchers), len(window))
-	rng := rand.New(rand.NewPCG(seed, 0x6d6d6d71))
-	dir := t.TempDir()
-	root := filepath.Join(dir, "data")
-	cons := &consumer{}
-	if len(window) > 0 {
-		// Answer the pushes of a window after 0–2 ms, so that concurrent
-		// pushes are answered out of offset order.
-		cons.beforeAnswer = func(ds []delivery) {
-			if window[ds[0].Dispatcher] {
-				time.Sleep(rand.N(2 * time.Millisecond))
-			}
-		}
-	}
-	var (
-		sent    []sentMsg
-		prev    = map[string][]stored{}
-		cpStart = map[int]map[wkey]int64{}
-		cpEnd   = map[int]map[wkey]int64{}
-	)
-	// The retrying producers outlive the rounds: a message without an
-	// answer waits in one for the next run.
-	retriers := make([]*retrier, load.Retrying)
-	for g := range retriers {
-		retriers[g] = &retrier{g: g}
-	}
+	k := newRKRun(t, mode, load)
+	t.Logf("rounds=%d seed=%d index-sync=%s producers: plain=%d retrying=%d; %d dispatchers, %d with a delivery window",
+		rounds, k.seed, mode.IndexSync, load.Plain, load.Retrying, len(k.dispatchers), len(k.window))
 	// Stop with a clear failure 2 minutes before go test's -timeout would
 	// kill the test without a report (a run without -timeout has no limit).
 	deadline, limited := t.Deadline()
 	deadline = deadline.Add(-2 * time.Minute)
 	began := time.Now()
-	conf := func(round int) brokerConf {
-		port, _ := cons.listen(t, round)
-		ds := make([]dispatcherConf, len(dispatchers))
-		for i, d := range dispatchers {
-			d.Port = port
-			ds[i] = d
-		}
-		return brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes, Dispatchers: ds}
-	}
-	// verify reads the whole log back and runs every check; final adds the
-	// completeness checks (every offset delivered, every retrying
-	// producer's message acknowledged).
-	verify := func(b *broker, label string, final bool) rkResult {
-		t.Helper()
-		cur := map[string][]stored{}
-		for _, tp := range rkTopics {
-			l, err := readAll(b.base, tp)
-			if err != nil {
-				t.Fatalf("%s: read back: %v", label, err)
-			}
-			cur[tp] = l
-		}
-		var res rkResult
-		tl := &res.Tally
-		var bad []string
-		bad = append(bad, checkPrefix(prev, cur)...)
-		bad = append(bad, checkAcked(sent, cur, tl)...)
-		bad = append(bad, checkLogIDs(sent, cur)...)
-		bad = append(bad, checkRetries(sent, cur, final, &res.Retry)...)
-		var one []delivery // of the dispatchers without a window
-		for _, d := range cons.deliveries() {
-			if !window[d.Dispatcher] {
-				one = append(one, d)
-			}
-		}
-		notWindow := func(k wkey) bool { return !window[k.D] }
-		bad = append(bad, checkDeliveries(one, cur, onlyKeys(cpStart, notWindow), onlyKeys(cpEnd, notWindow), intervalKeys, tl)...)
-		bad = append(bad, checkWindowDeliveries(cons.deliveries(), cur, cpStart, cpEnd, window, ordered, tl)...)
-		bad = append(bad, cons.violations()...)
-		if final {
-			bad = append(bad, checkComplete(cons.deliveries(), cur, workers)...)
-		}
-		if len(bad) > 0 {
-			if len(bad) > 30 {
-				bad = append(bad[:30], fmt.Sprintf("... and %d more", len(bad)-30))
-			}
-			t.Fatalf("%s: %d violations (seed %d, data %s):\n  %s", label, len(bad), seed, root, strings.Join(bad, "\n  "))
-		}
-		prev = cur
-		return res
-	}
-
 	for r := 1; r <= rounds; r++ {
 		if limited && time.Now().After(deadline) {
 			t.Fatalf("out of time after %d rounds (raise go test -timeout)", r-1)
 		}
-		cpStart[r] = readCheckpoints(t, root, workers)
-		b := startBroker(t, conf(r))
-		if r > 1 {
-			res := verify(b, fmt.Sprintf("round %d after restart", r), false)
-			if (r-1)%50 == 0 { // progress of long runs (go test -v streams it)
-				tl, rt := res.Tally, res.Retry
-				t.Logf("%d of %d rounds after %s: acked durable %d, lost durable %d, delivered %d, retries %d (duplicate %d, stored %d), ids stored twice %d",
-					r-1, rounds, time.Since(began).Round(time.Second), tl.AckedDurable, tl.LostDurable, tl.Delivered,
-					rt.Retries, rt.RetryDuplicate, rt.RetryStored, rt.StoredTwice)
-			}
-		}
-		killAfter := time.Duration(10+rng.IntN(291)) * time.Millisecond
-		var (
-			mu   sync.Mutex
-			wg   sync.WaitGroup
-			stop = make(chan struct{})
-			// The first round is not killed before rkFirstRoundAcks
-			// publishes were answered, so that even a short run on a
-			// loaded machine rotates segments (the final check requires
-			// it) instead of depending on how much 10–300 ms allowed.
-			acked    atomic.Int64
-			enough   = make(chan struct{})
-			once     sync.Once
-			finished = make(chan struct{})
-		)
-		answered := func() {
-			if acked.Add(1) == rkFirstRoundAcks {
-				once.Do(func() { close(enough) })
-			}
-		}
-		for g := range load.Plain {
-			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(g)))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := range rkMaxPerProducer {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					m := sentMsg{
-						Round: r,
-						Topic: rkTopics[prng.IntN(len(rkTopics))],
-						ID:    fmt.Sprintf("r%03d-g%d-%05d", r, g, n),
-						Level: rkLevels[prng.IntN(len(rkLevels))],
-					}
-					m.Content, _ = json.Marshal(map[string]any{
-						"id": m.ID, "level": m.Level, "pad": strings.Repeat("x", prng.IntN(160)),
-					})
-					m.Res = publish(b.base, m.Topic, m.ID, m.Content, m.Level)
-					mu.Lock()
-					sent = append(sent, m)
-					mu.Unlock()
-					if !m.Res.Replied {
-						return // the broker is gone
-					}
-					if !m.Res.Ack {
-						t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
-						return
-					}
-					answered()
-				}
-			}()
-		}
-		for _, p := range retriers {
-			prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(1000+p.g)))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range rkMaxPerProducer {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					m, goOn, err := p.step(b.base, r, rkTopics, prng)
-					mu.Lock()
-					sent = append(sent, m)
-					mu.Unlock()
-					if err != nil {
-						t.Errorf("round %d: %v", r, err)
-						return
-					}
-					if !goOn {
-						return // no reply or 503: pending until the restart
-					}
-					answered()
-				}
-			}()
-		}
-		go func() { wg.Wait(); close(finished) }()
-		time.Sleep(killAfter)
-		if r == 1 {
-			select {
-			case <-enough:
-			case <-finished: // every producer ended (a failure is reported)
-			}
-		}
-		b.kill()
-		close(stop)
-		wg.Wait()
-		cpEnd[r] = readCheckpoints(t, root, workers)
+		k.round(r, rounds, began)
 	}
-	// Final run: check, let both dispatchers drain, stop cleanly, check
+	// Final run: check, let the dispatchers drain, stop cleanly, check
 	// that everything was delivered.
 	final := rounds + 1
-	cpStart[final] = readCheckpoints(t, root, workers)
-	b := startBroker(t, conf(final))
-	verify(b, "after the last restart", false)
+	k.cpStart[final] = readCheckpoints(t, k.root, k.workers)
+	b := startBroker(t, k.conf(final))
+	k.stats.started(b)
+	k.verify(b, "after the last restart", false)
 	// The retrying producers publish what is still unanswered, once more.
-	if retried := publishPending(t, retriers, b, final, &sent); retried > 0 {
-		verify(b, "after the last retries", false)
+	if retried := publishPending(t, k.retriers, b, final, &k.sent); retried > 0 {
+		k.verify(b, "after the last retries", false)
 	}
+	k.drain()
+	b.stop()
+	k.cpEnd[final] = readCheckpoints(t, k.root, k.workers)
+	b = startBroker(t, mode.conf(brokerConf{DataDir: k.root, SegmentMaxBytes: rkSegmentMaxBytes}, final+1))
+	k.stats.started(b)
+	res := k.verify(b, "final", true)
+	b.stop()
+	res.Peak, res.Batched = k.cons.stats()
+	res.Deliveries = k.cons.deliveries()
+	rkSummary(t, k.root, rounds, res, k.sent, load, k.stats)
+	return res
+}
+
+// rkRun is the state of one runRandomKill: its setup, what the producers
+// sent, the log as last read back and the checkpoints between runs.
+type rkRun struct {
+	t            *testing.T
+	mode         indexSyncMode
+	load         rkLoad
+	seed         uint64
+	rng          *rand.Rand
+	root         string
+	dispatchers  []dispatcherConf
+	workers      []wkey
+	intervalKeys map[wkey]bool
+	// window: dispatchers with a delivery window; ordered: those of them
+	// that send in offset order (batches, one push at a time).
+	window, ordered map[string]bool
+	cons            *consumer
+	// The retrying producers outlive the rounds: a message without an
+	// answer waits in one for the next run.
+	retriers []*retrier
+	stats    *modeStats
+
+	mu   sync.Mutex
+	sent []sentMsg
+	prev map[string][]stored
+	// cpStart[r] / cpEnd[r]: the checkpoints on disk before run r started
+	// and after it was killed.
+	cpStart, cpEnd map[int]map[wkey]int64
+}
+
+func newRKRun(t *testing.T, mode indexSyncMode, load rkLoad) *rkRun {
+	k := &rkRun{t: t, mode: mode, load: load, seed: uint64(time.Now().UnixNano()), dispatchers: load.Dispatchers,
+		intervalKeys: map[wkey]bool{}, window: map[string]bool{}, ordered: map[string]bool{},
+		cons: &consumer{}, stats: &modeStats{mode: mode}, prev: map[string][]stored{},
+		cpStart: map[int]map[wkey]int64{}, cpEnd: map[int]map[wkey]int64{}}
+	if k.dispatchers == nil {
+		k.dispatchers = rkDispatchers
+	}
+	k.workers = rkWorkers(k.dispatchers)
+	for _, d := range k.dispatchers {
+		if d.MaxInFlight > 1 || d.BatchMax > 0 {
+			k.window[d.Name] = true
+			k.ordered[d.Name] = d.MaxInFlight <= 1
+		}
+		for _, w := range k.workers {
+			if w.D == d.Name && d.Interval > 0 {
+				k.intervalKeys[w] = true
+			}
+		}
+	}
+	k.rng = rand.New(rand.NewPCG(k.seed, 0x6d6d6d71))
+	k.root = filepath.Join(t.TempDir(), "data")
+	if len(k.window) > 0 {
+		// Answer the pushes of a window after 0–2 ms, so that concurrent
+		// pushes are answered out of offset order.
+		k.cons.beforeAnswer = func(ds []delivery) {
+			if k.window[ds[0].Dispatcher] {
+				time.Sleep(rand.N(2 * time.Millisecond))
+			}
+		}
+	}
+	k.retriers = make([]*retrier, load.Retrying)
+	for g := range k.retriers {
+		k.retriers[g] = &retrier{g: g}
+	}
+	return k
+}
+
+// conf is the broker of run round: the dispatchers push to the consumer's
+// listener of that run.
+func (k *rkRun) conf(round int) brokerConf {
+	port, _ := k.cons.listen(k.t, round)
+	ds := make([]dispatcherConf, len(k.dispatchers))
+	for i, d := range k.dispatchers {
+		d.Port = port
+		ds[i] = d
+	}
+	return k.mode.conf(brokerConf{DataDir: k.root, SegmentMaxBytes: rkSegmentMaxBytes, Dispatchers: ds}, round)
+}
+
+// verify reads the whole log back and runs every check; final adds the
+// completeness checks (every offset delivered, every retrying producer's
+// message acknowledged).
+func (k *rkRun) verify(b *broker, label string, final bool) rkResult {
+	t := k.t
+	t.Helper()
+	cur := map[string][]stored{}
+	for _, tp := range rkTopics {
+		l, err := readAll(b.base, tp)
+		if err != nil {
+			t.Fatalf("%s: read back: %v", label, err)
+		}
+		cur[tp] = l
+	}
+	var res rkResult
+	tl := &res.Tally
+	var bad []string
+	bad = append(bad, checkPrefix(k.prev, cur)...)
+	bad = append(bad, checkAcked(k.sent, cur, tl)...)
+	bad = append(bad, checkLogIDs(k.sent, cur)...)
+	bad = append(bad, checkRetries(k.sent, cur, final, &res.Retry)...)
+	var one []delivery // of the dispatchers without a window
+	for _, d := range k.cons.deliveries() {
+		if !k.window[d.Dispatcher] {
+			one = append(one, d)
+		}
+	}
+	notWindow := func(w wkey) bool { return !k.window[w.D] }
+	bad = append(bad, checkDeliveries(one, cur, onlyKeys(k.cpStart, notWindow), onlyKeys(k.cpEnd, notWindow), k.intervalKeys, tl)...)
+	bad = append(bad, checkWindowDeliveries(k.cons.deliveries(), cur, k.cpStart, k.cpEnd, k.window, k.ordered, tl)...)
+	bad = append(bad, k.cons.violations()...)
+	if final {
+		bad = append(bad, checkComplete(k.cons.deliveries(), cur, k.workers)...)
+	}
+	if len(bad) > 0 {
+		if len(bad) > 30 {
+			bad = append(bad[:30], fmt.Sprintf("... and %d more", len(bad)-30))
+		}
+		t.Fatalf("%s: %d violations (seed %d, data %s):\n  %s", label, len(bad), k.seed, k.root, strings.Join(bad, "\n  "))
+	}
+	k.prev = cur
+	return res
+}
+
+// round is run r of rounds: start the broker and check what the previous
+// kill left, then run the producers and kill it 10–300 ms in.
+func (k *rkRun) round(r, rounds int, began time.Time) {
+	t := k.t
+	k.cpStart[r] = readCheckpoints(t, k.root, k.workers)
+	b := startBroker(t, k.conf(r))
+	k.stats.started(b)
+	if r > 1 {
+		res := k.verify(b, fmt.Sprintf("round %d after restart", r), false)
+		if (r-1)%50 == 0 { // progress of long runs (go test -v streams it)
+			tl, rt := res.Tally, res.Retry
+			t.Logf("%d of %d rounds after %s: acked durable %d, lost durable %d, delivered %d, retries %d (duplicate %d, stored %d), ids stored twice %d",
+				r-1, rounds, time.Since(began).Round(time.Second), tl.AckedDurable, tl.LostDurable, tl.Delivered,
+				rt.Retries, rt.RetryDuplicate, rt.RetryStored, rt.StoredTwice)
+		}
+	}
+	killAfter := time.Duration(10+k.rng.IntN(291)) * time.Millisecond
+	var (
+		wg   sync.WaitGroup
+		stop = make(chan struct{})
+		// The first round is not killed before rkFirstRoundAcks
+		// publishes were answered, so that even a short run on a
+		// loaded machine rotates segments (the final check requires
+		// it) instead of depending on how much 10–300 ms allowed.
+		acked    atomic.Int64
+		enough   = make(chan struct{})
+		once     sync.Once
+		finished = make(chan struct{})
+	)
+	answered := func() {
+		if acked.Add(1) == rkFirstRoundAcks {
+			once.Do(func() { close(enough) })
+		}
+	}
+	record := func(m sentMsg) {
+		k.mu.Lock()
+		k.sent = append(k.sent, m)
+		k.mu.Unlock()
+	}
+	rkProducers(t, b, r, k.rng, k.load, k.retriers, record, answered, stop, &wg)
+	go func() { wg.Wait(); close(finished) }()
+	time.Sleep(killAfter)
+	if r == 1 {
+		select {
+		case <-enough:
+		case <-finished: // every producer ended (a failure is reported)
+		}
+	}
+	counts := k.stats.beforeKill(t, b)
+	b.kill()
+	close(stop)
+	wg.Wait()
+	k.stats.afterKill(t, b, k.root, r, counts)
+	k.cpEnd[r] = readCheckpoints(t, k.root, k.workers)
+}
+
+// drain waits, at most 60 s, until every worker's checkpoint on disk
+// reached its topic's high watermark as last read back.
+func (k *rkRun) drain() {
 	hw := map[string]int{}
-	for tp, l := range prev {
+	for tp, l := range k.prev {
 		hw[tp] = len(l)
 	}
 	drainBy := time.Now().Add(60 * time.Second)
 	for {
-		cp := readCheckpoints(t, root, workers)
+		cp := readCheckpoints(k.t, k.root, k.workers)
 		done := true
-		for _, k := range workers {
-			done = done && cp[k] >= int64(hw[k.T])
+		for _, w := range k.workers {
+			done = done && cp[w] >= int64(hw[w.T])
 		}
 		if done {
-			break
+			return
 		}
 		if time.Now().After(drainBy) {
-			t.Fatalf("dispatchers did not drain within 60s: checkpoints %v, high watermarks %v", cp, hw)
+			k.t.Fatalf("dispatchers did not drain within 60s: checkpoints %v, high watermarks %v", cp, hw)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	b.stop()
-	cpEnd[final] = readCheckpoints(t, root, workers)
-	b = startBroker(t, brokerConf{DataDir: root, SegmentMaxBytes: rkSegmentMaxBytes})
-	res := verify(b, "final", true)
-	b.stop()
-	res.Peak, res.Batched = cons.stats()
-	res.Deliveries = cons.deliveries()
+}
+
+// rkProducers starts, in wg, the plain and retrying producers of load for
+// round r against b. record is given every publish and its answer,
+// answered is called after each acknowledged one; they stop when stop is
+// closed or the broker is gone.
+func rkProducers(t *testing.T, b *broker, r int, rng *rand.Rand, load rkLoad, retriers []*retrier,
+	record func(sentMsg), answered func(), stop <-chan struct{}, wg *sync.WaitGroup) {
+	for g := range load.Plain {
+		prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(g)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range rkMaxPerProducer {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m := sentMsg{
+					Round: r,
+					Topic: rkTopics[prng.IntN(len(rkTopics))],
+					ID:    fmt.Sprintf("r%03d-g%d-%05d", r, g, n),
+					Level: rkLevels[prng.IntN(len(rkLevels))],
+				}
+				m.Content, _ = json.Marshal(map[string]any{
+					"id": m.ID, "level": m.Level, "pad": strings.Repeat("x", prng.IntN(160)),
+				})
+				m.Res = publish(b.base, m.Topic, m.ID, m.Content, m.Level)
+				record(m)
+				if !m.Res.Replied {
+					return // the broker is gone
+				}
+				if !m.Res.Ack {
+					t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
+					return
+				}
+				answered()
+			}
+		}()
+	}
+	for _, p := range retriers {
+		prng := rand.New(rand.NewPCG(rng.Uint64(), uint64(1000+p.g)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rkMaxPerProducer {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m, goOn, err := p.step(b.base, r, rkTopics, prng)
+				record(m)
+				if err != nil {
+					t.Errorf("round %d: %v", r, err)
+					return
+				}
+				if !goOn {
+					return // no reply or 503: pending until the restart
+				}
+				answered()
+			}
+		}()
+	}
+}
+
+// rkSummary runs the end-of-run checks of runRandomKill on res (the
+// final check) and prints the summary line ("crashtest: rounds=...").
+func rkSummary(t *testing.T, root string, rounds int, res rkResult, sent []sentMsg, load rkLoad, stats *modeStats) {
+	t.Helper()
 	tl, rt := res.Tally, res.Retry
 	if tl.LostDurable != 0 || tl.LostWritten != 0 {
 		t.Fatalf("lost acknowledged data: %+v", tl)
@@ -473,9 +551,9 @@ func runRandomKill(t *testing.T, load rkLoad) rkResult {
 	if load.Retrying > 0 {
 		line += " retrying: " + rt.String()
 	}
+	line += " " + stats.String() + " test=" + t.Name()
 	t.Log(line)
 	fmt.Println("crashtest:", line)
-	return res
 }
 
 // onlyKeys returns the checkpoints of cps whose worker keep selects.

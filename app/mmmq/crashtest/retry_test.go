@@ -18,9 +18,11 @@ import (
 // On top of every check of TestCrashRandomKill, after every restart: no id
 // of theirs is stored twice, and a retry answered "duplicate": true names
 // the offset where its id is stored; at the end every one of their
-// messages is acknowledged and in the log exactly once.
+// messages is acknowledged and in the log exactly once. The random rounds
+// run once per index-sync mode (rkModes).
 //
-// Two deterministic controls run first, one retrying producer killed at
+// Two deterministic controls run first (index-sync commit, the default:
+// the crash point is in its index fsync), one retrying producer killed at
 // the crash point after-index-sync (its fourth message stored, fsynced,
 // never answered): with the dedup window on, the retry is answered as the
 // duplicate at offset 3 and the checks pass; with the window off
@@ -49,10 +51,12 @@ func TestCrashRandomKillRetrySameID(t *testing.T) {
 		}
 		t.Logf("window off (negative control): retry ACK offset %d duplicate=%t; log %v; %s; the checks reported: %q", res.Offset, res.Duplicate, ids(l), rt, bad)
 	})
-	res := runRandomKill(t, rkLoad{Plain: 2, Retrying: 6})
-	if rt := res.Retry; rt.Retries == 0 || rt.StoredTwice != 0 || rt.Acked != rt.Messages {
-		t.Fatalf("retrying producers: %s; want retries > 0 (the kills left publishes unanswered), every message acknowledged, none stored twice", rt)
-	}
+	forEachMode(t, func(t *testing.T, m indexSyncMode) {
+		res := runRandomKill(t, m, rkLoad{Plain: 2, Retrying: 6})
+		if rt := res.Retry; rt.Retries == 0 || rt.StoredTwice != 0 || rt.Acked != rt.Messages {
+			t.Fatalf("retrying producers: %s; want retries > 0 (the kills left publishes unanswered), every message acknowledged, none stored twice", rt)
+		}
+	})
 }
 
 // retrier is one retrying producer: it publishes DURABLE messages with
