@@ -176,9 +176,14 @@
 //	.mmm longer than the end of   → truncate and fsync (a torn     planPair, applySegment
 //	  the last kept entry           tail, never acknowledged)
 //
-// An entry indexed again was fsynced in the segment but may never have
-// been acknowledged (its group commit crashed before the answer): like a
-// lost reply, it is delivered at least once. One rule serves both index-sync
+// Apply fsyncs the kept last segment's .mmm, before it writes any index
+// entry, and its .idx, whatever the plan: a killed process leaves its last
+// writes in the page cache, where repair reads them as if they were on
+// disk, so what the restart serves (an entry indexed again, an index it
+// takes as synced) must be made durable before it is served. An entry
+// indexed again may never have been acknowledged (its group commit
+// crashed before the answer): like a lost reply, it is delivered at least
+// once. One rule serves both index-sync
 // modes: an acknowledged entry's bytes were fsynced before its answer in
 // either, and recovery finds it either through the index or through the
 // walk after it. Index entries are not trusted past a damaged one: a zero

@@ -14,7 +14,8 @@ const TmpExt = ".tmp"
 
 // RepairReport is what repair (the per-topic startup check run by Open)
 // found in one topic and what it did (or, when checking only, would do) to
-// bring it to the last state the offset index vouches for. Counts are in
+// bring it to the last consistent state: what the offset index vouches
+// for, plus the valid entries of the last segment it does not list yet. Counts are in
 // entries, sizes in bytes; the JSON field names are part of `mmmq verify
 // --json` output.
 type RepairReport struct {
@@ -91,9 +92,9 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 		rep.Entries = last.base + last.count
 	}
 	if apply && !rep.Clean() {
-		log.Warn("recovery changed the topic to the last state its offset index vouches for",
+		log.Warn("recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked",
 			zap.Strings("actions", rep.Actions), zap.Int64("cut-entries", rep.CutEntries),
-			zap.Int64("truncated-bytes", rep.TruncatedBytes))
+			zap.Int64("truncated-bytes", rep.TruncatedBytes), zap.Int64("reindexed-entries", rep.ReindexedEntries))
 	}
 	return segs, rep, nil
 }

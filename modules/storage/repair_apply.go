@@ -17,13 +17,39 @@ import (
 // applyPlans applies plans in dir and removes the leftover tmps. It returns
 // the kept segments, their files closed. Errors name the step and the file
 // ("truncate index <path>: ...", "sync topic dir <dir>: ...").
+//
+// The kept last segment's two files are fsynced whatever the plan says,
+// the .mmm before any index entry is written: a process that was killed
+// leaves its writes in the page cache, where repair reads them as if they
+// were on disk. Without this, an entry indexed again from bytes that were
+// never fsynced would be served (and a retry of it answered as a DURABLE
+// duplicate), and a power loss after the restart could leave an index
+// pointing past its segment; and a lazily written index found complete in
+// the page cache would be taken as synced. An fsync of a file with nothing
+// dirty is cheap.
 func applyPlans(fsys vfs.FS, dir string, plans []*segPlan, tmps []string, rep *RepairReport) ([]*segment, error) {
 	segs := make([]*segment, 0, len(plans))
 	dirDirty := false
-	for _, p := range plans {
+	last := -1
+	for i, p := range plans {
+		if !p.removeIdx && !p.finishDelete {
+			last = i
+		}
+	}
+	for i, p := range plans {
+		if i == last && p.hasMMM {
+			if err := syncFile(fsys, p.mmmPath); err != nil {
+				return nil, fmt.Errorf("sync segment %s: %w", p.mmmPath, err)
+			}
+		}
 		changed, err := applySegment(fsys, p, rep)
 		if err != nil {
 			return nil, err
+		}
+		if i == last {
+			if err := syncFile(fsys, p.idxPath); err != nil {
+				return nil, fmt.Errorf("sync index %s: %w", p.idxPath, err)
+			}
 		}
 		dirDirty = dirDirty || changed
 		if !p.removeIdx && !p.finishDelete {
@@ -127,6 +153,15 @@ func appendIndex(fsys vfs.FS, path string, at int64, pos []int64) error {
 		err = f.Sync()
 	}
 	return errors.Join(err, f.Close())
+}
+
+// syncFile opens the file at path read-write and fsyncs it.
+func syncFile(fsys vfs.FS, path string) error {
+	f, err := fsys.OpenRW(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Sync(), f.Close())
 }
 
 // truncFile opens the file at path read-write, truncates it to size bytes,

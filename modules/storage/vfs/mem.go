@@ -614,6 +614,39 @@ func (m *MemFS) Crash(opts CrashOptions) *MemFS {
 	return out
 }
 
+// Kill returns a new MemFS holding what a process crash (kill -9) at this
+// instant leaves: everything, as the page cache survives the process. What
+// was not yet synced stays unsynced, contents and directory entries alike,
+// so a Crash of the result still drops it: a killed process followed,
+// later, by a power loss. The new FS has the same capacity, no hook, zero
+// counters and no locks held (they die with the process).
+func (m *MemFS) Kill() *MemFS {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := &MemFS{capacity: m.capacity, used: m.used}
+	memo := map[*node]*node{}
+	var clone func(n *node) *node
+	clone = func(n *node) *node {
+		if c, ok := memo[n]; ok {
+			return c
+		}
+		c := &node{dir: n.dir, data: slices.Clone(n.data), synced: slices.Clone(n.synced), dirtyFrom: n.dirtyFrom, linked: n.linked}
+		memo[n] = c
+		if n.dir {
+			c.children, c.durable = make(map[string]*node, len(n.children)), make(map[string]*node, len(n.durable))
+			for name, ch := range n.children {
+				c.children[name] = clone(ch)
+			}
+			for name, ch := range n.durable {
+				c.durable[name] = clone(ch)
+			}
+		}
+		return c
+	}
+	out.root = clone(m.root)
+	return out
+}
+
 type crasher struct {
 	out      *MemFS
 	opts     CrashOptions

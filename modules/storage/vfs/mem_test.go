@@ -953,3 +953,48 @@ func TestMemTotalSpace(t *testing.T) {
 		t.Errorf("a file: %v", err)
 	}
 }
+
+// TestKillKeepsPageCacheThenCrashDropsIt: Kill keeps every write (a
+// process crash keeps the page cache), synced or not, file contents and
+// directory entries; what was unsynced stays unsynced, so a Crash of the
+// killed FS drops it; the killed FS is independent of the old one.
+func TestKillKeepsPageCacheThenCrashDropsIt(t *testing.T) {
+	m := durableDir(t)
+	f := mustCreate(t, m, "d/f", "abc", true)
+	mustSyncDir(t, m, "d")
+	if _, err := f.WriteAt([]byte("def"), 3); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, m, "d/new", "x", true) // its directory entry not synced
+	k := m.Kill()
+	if got := content(t, k, "d/f"); got != "abcdef" {
+		t.Errorf("killed d/f = %q, want abcdef (unsynced bytes kept)", got)
+	}
+	if got := content(t, k, "d/new"); got != "x" {
+		t.Errorf("killed d/new = %q, want x", got)
+	}
+	if _, err := f.WriteAt([]byte("ghi"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, k, "d/f"); got != "abcdef" {
+		t.Errorf("killed d/f = %q after a write to the old FS", got)
+	}
+	c := k.Crash(vfs.CrashOptions{})
+	if got := content(t, c, "d/f"); got != "abc" {
+		t.Errorf("crash of the killed FS: d/f = %q, want abc", got)
+	}
+	if _, err := c.ReadFile("d/new"); !vfs.IsNotExist(err) {
+		t.Errorf("crash of the killed FS kept d/new, whose entry was never synced: %v", err)
+	}
+	// Synced in the killed FS, it survives the crash.
+	g, err := k.OpenRW("d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(t, k.Crash(vfs.CrashOptions{}), "d/f"); got != "abcdef" {
+		t.Errorf("synced after the kill, then crashed: d/f = %q, want abcdef", got)
+	}
+}
