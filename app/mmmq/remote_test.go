@@ -625,11 +625,13 @@ func TestDispatchersRedrive(t *testing.T) {
 	var st admin.Status
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		json.Unmarshal([]byte(b.ok("dispatchers", "get", "billing", "--json")), &st)
-		if len(st.Topics) == 1 && st.Topics[0].DeadLettered == 3 {
+		// The checkpoint moves after the dead letter is appended: wait
+		// for both (CI saw the status between the two).
+		if len(st.Topics) == 1 && st.Topics[0].DeadLettered == 3 && st.Topics[0].Committed == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not dead-lettered: %+v", st)
+			t.Fatalf("not dead-lettered and committed: %+v", st)
 		}
 	}
 	requireLines(t, "get", b.ok("dispatchers", "get", "billing"), "dead-letter: dead-letter.billing",
