@@ -410,6 +410,29 @@ func TestPipelineBudget(t *testing.T) {
 	budget.Release(budget.Max())
 }
 
+// TestPipelineLineTooLongAfterPUBs: a line over max-line-bytes after
+// pipelined PUBs is answered after them, the connection is then closed,
+// and the PUB sent after it is not run.
+func TestPipelineLineTooLongAfterPUBs(t *testing.T) {
+	e := start(t, Options{}, groups.Options{}) // max-line-bytes 1024
+	c := e.dial(t)
+	script := `PUB tl DURABLE {"n":0}` + "\n" + `PUB tl WRITTEN {"n":1}` + "\n" + `PUB tl DURABLE {"n":2}` + "\n" +
+		`PUB tl DURABLE "` + strings.Repeat("x", 2000) + `"` + "\n" + `PUB tl DURABLE {"n":3}` + "\n"
+	if _, err := io.WriteString(c.nc, script); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"OK 0 DURABLE", "OK 1 WRITTEN", "OK 2 DURABLE", "ERR TOO_LARGE line is over 1024 bytes"} {
+		if got := c.read(); !strings.HasPrefix(got, want) {
+			t.Fatalf("reply %d %q, want %q", i, got, want)
+		}
+	}
+	c.expectClosed()
+	waitFor(t, "the WRITTEN PUB durable", func() bool { return e.topicLen("tl") >= 3 })
+	if got := strings.Join(e.contentsOf(t, "tl"), ","); got != "0,1,2" {
+		t.Fatalf("topic holds %s", got)
+	}
+}
+
 // TestPipelineConfig: mmmq.lineproto.max-pipeline is 128 by default,
 // set by the file or MMMQ_LINEPROTO_MAX_PIPELINE, and must be 1 to
 // MaxPipelineLimit: an error names the key.
