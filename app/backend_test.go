@@ -207,7 +207,7 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	cons := newConsumer(t)
 	cfg := testConfig(t, root)
 	lpAddr := freeAddr(t)
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	a, base := startBroker(t, cfg,
 		fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be }),
 		provideDispatcher(dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))))

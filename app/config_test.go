@@ -98,11 +98,11 @@ func loadStock(t *testing.T, body string, env ...string) (*config.Config, error)
 func TestStockSectionsValues(t *testing.T) {
 	cfg, err := loadStock(t, `
 mmmq:
-  lineproto: {addr: "127.0.0.1:7000", max-line-bytes: 4096}
+  lineproto: {addr: "127.0.0.1:7000", max-line-bytes: 4096, max-pipeline: 16}
   metrics: {enabled: false}
 `, "MMMQ_PROFILING_ADDR=127.0.0.1:6060", "MMMQ_LINEPROTO_MAX_LINE_BYTES=8192")
 	require.NoError(t, err)
-	assert.Equal(t, lineproto.Config{Addr: "127.0.0.1:7000", MaxLineBytes: 8192}, config.SectionValue(cfg, lineproto.ConfigSection))
+	assert.Equal(t, lineproto.Config{Addr: "127.0.0.1:7000", MaxLineBytes: 8192, MaxPipeline: 16}, config.SectionValue(cfg, lineproto.ConfigSection))
 	assert.Equal(t, metrics.Config{Enabled: false}, config.SectionValue(cfg, metrics.ConfigSection))
 	assert.Equal(t, profiling.Config{Addr: "127.0.0.1:6060"}, config.SectionValue(cfg, profiling.ConfigSection))
 }
@@ -113,6 +113,8 @@ func TestStockSectionsInvalidValuesNameKey(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, key string }{
 		{"lineproto addr", "mmmq: {lineproto: {addr: 'nope'}}", "mmmq.lineproto.addr"},
 		{"line bytes", "mmmq: {lineproto: {max-line-bytes: 10}}", "mmmq.lineproto.max-line-bytes"},
+		{"pipeline", "mmmq: {lineproto: {max-pipeline: 0}}", "mmmq.lineproto.max-pipeline"},
+		{"pipeline over", "mmmq: {lineproto: {max-pipeline: 65537}}", "mmmq.lineproto.max-pipeline"},
 		{"metrics type", "mmmq: {metrics: {enabled: yes please}}", "mmmq.metrics.enabled"},
 		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
 		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},

@@ -77,7 +77,7 @@ func TestDiskGuard507OnRealTmpfs(t *testing.T) {
 	cfg.MMMQ.Broker.Segment.MaxBytes = 256 << 10
 	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 64 << 10
 	lpAddr := freeAddr(t)
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	clock := &guardClock{t: time.Unix(1_700_000_000, 0)}
 	a, base := startBroker(t, cfg, withGuardClock(cfg, clock))
 	defer a.RequireStop()

@@ -66,7 +66,7 @@ func freeAddr(t *testing.T) string {
 func TestStartAndStopOrder(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	lpAddr := freeAddr(t)
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	start, stop := hookOrder(t, cfg)
 	wantStop := []string{
 		"modules/recovery",   // ready = false
@@ -103,7 +103,7 @@ func TestStartAndStopOrder(t *testing.T) {
 func TestWithoutAndReplace(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	lpAddr := freeAddr(t)
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	_, stop := hookOrder(t, cfg, app.Without(app.LineProto))
 	require.NotContains(t, stop, "plugins/lineproto")
 	require.Equal(t, "modules/httpapi", stop[2])
@@ -123,7 +123,7 @@ func TestWithoutAndReplace(t *testing.T) {
 func TestNewListensOnLineProtocol(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	addr := freeAddr(t)
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: addr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: addr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	a := app.New(fx.NopLogger, config.Supply(cfg))
 	require.NoError(t, a.Start(context.Background()))
 	defer func() { require.NoError(t, a.Stop(context.Background())) }()

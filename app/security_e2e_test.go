@@ -57,7 +57,7 @@ func startSecureBroker(t *testing.T) *secureBroker {
 			allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil),
 		}},
 	}
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	var lp *lineproto.Server
 	b := startAuthBroker(t, cfg, fx.Populate(&lp))
 	b.base = "https://" + b.srv.Addr()
@@ -189,7 +189,7 @@ func TestE2ELineProtocolRealAuth(t *testing.T) {
 	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{
 		ts.entry("orders", allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil)),
 	}
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	var lp *lineproto.Server
 	b := startAuthBroker(t, cfg, fx.Populate(&lp))
 	require.NotEmpty(t, lp.Addr(), "the line protocol did not start")

@@ -37,7 +37,7 @@ func TestServerTLSThroughTheApplication(t *testing.T) {
 	first := ca.Server(t)
 	cfg := testConfig(t, t.TempDir())
 	cfg.Server.TLS.CertFile, cfg.Server.TLS.KeyFile = first.Write(t, dir, "server")
-	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes})
+	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	var (
 		srv *httpapi.Server
 		lp  *lineproto.Server

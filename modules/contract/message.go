@@ -159,6 +159,15 @@ type fields struct {
 // append (storage.ErrRecordTooLarge). The stored JSON never contains a raw
 // newline (content is compacted), so it can be framed by lines.
 func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
+	return AppendMessage(nil, topic, content, id, headers, now)
+}
+
+// AppendMessage is EncodeMessage writing the stored message JSON over
+// dst[:0], reusing its memory (a producer path that encodes one message
+// after another, the line protocol's PUB), and returning it; the errors
+// are EncodeMessage's. A generated id is written in place, without a
+// string of its own.
+func AppendMessage(dst []byte, topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
 	if content == nil {
 		return nil, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
@@ -182,11 +191,8 @@ func EncodeMessage(topic string, content json.RawMessage, id string, headers map
 			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
-	fromProducer := id != ""
-	if !fromProducer {
-		id = newID()
-	}
-	return encodeStored(nil, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, fromProducer, headers, now), nil
+	// id "" (not from the producer): encodeStored generates one.
+	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", headers, now), nil
 }
 
 func jsonErrText(err error) string {
@@ -205,7 +211,8 @@ func jsonErrText(err error) string {
 }
 
 // encodeStored appends the stored message JSON to dst[:0]. content is valid
-// JSON; compact says it has whitespace to remove.
+// JSON; compact says it has whitespace to remove; id "" of a message not
+// from the producer is generated here (newID).
 func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, headers map[string]string, now time.Time) []byte {
 	b := append(dst[:0], `{"topic":{"name":"`...)
 	b = append(b, topic...) // validated: [A-Za-z0-9_.-] only, no escaping needed
@@ -216,7 +223,11 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 		b = append(b, content...)
 	}
 	b = append(b, `,"id":`...)
-	b = AppendJSONString(b, id)
+	if id == "" && !fromProducer {
+		b = append(appendNewID(append(b, '"')), '"') // hex digits and '-': nothing to escape
+	} else {
+		b = AppendJSONString(b, id)
+	}
 	if fromProducer {
 		b = append(b, `,"`+IDFromProducerMember+`":true`...)
 	}
@@ -328,7 +339,14 @@ func newIDPrefix() string {
 // overwhelming probability, across restarts: a random per-process prefix and
 // a counter.
 func newID() string {
-	return idPrefix + "-" + strconv.FormatUint(idCounter.Add(1), 16)
+	var b [40]byte
+	return string(appendNewID(b[:0]))
+}
+
+// appendNewID appends a new id (newID) to b.
+func appendNewID(b []byte) []byte {
+	b = append(append(b, idPrefix...), '-')
+	return strconv.AppendUint(b, idCounter.Add(1), 16)
 }
 
 // SplitBatch returns the raw messages of a batch body: a JSON array of

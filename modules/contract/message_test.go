@@ -2,7 +2,7 @@ package contract
 
 import (
 	"encoding/json"
-
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +101,40 @@ func TestEncodeMessageMatchesDecode(t *testing.T) {
 	}
 	if _, err := EncodeMessage("t", json.RawMessage(`{`), "", nil, now); err == nil {
 		t.Fatal("invalid content accepted")
+	}
+}
+
+// TestAppendMessageReusesDst: AppendMessage writes over dst[:0] in place
+// when it is large enough and gives what EncodeMessage gives (the ids
+// aside: generated ones differ; they have the same shape).
+func TestAppendMessageReusesDst(t *testing.T) {
+	now := time.UnixMilli(42)
+	dst := make([]byte, 0, 256)
+	for _, id := range []string{"id1", ""} {
+		a, err := AppendMessage(append(dst, "old bytes"...), "t", json.RawMessage(`{ "a" : [1, 2] }`), id, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := EncodeMessage("t", json.RawMessage(`{ "a" : [1, 2] }`), id, nil, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if &a[0] != &dst[:1][0] {
+			t.Fatalf("id %q: not written in dst", id)
+		}
+		gen := regexp.MustCompile(`"id":"[0-9a-f]+-[0-9a-f]+"`)
+		if id == "" && (!gen.Match(a) || !gen.Match(e)) {
+			t.Fatalf("generated ids: %s, %s", a, e)
+		}
+		if x, y := gen.ReplaceAllString(string(a), ""), gen.ReplaceAllString(string(e), ""); x != y {
+			t.Fatalf("id %q: AppendMessage %s != EncodeMessage %s", id, a, e)
+		}
+	}
+	content := json.RawMessage(`{"a":1}`)
+	if got := testing.AllocsPerRun(100, func() {
+		dst, _ = AppendMessage(dst, "t", content, "", nil, now)
+	}); got != 0 {
+		t.Fatalf("AppendMessage into a large enough dst: %v allocations", got)
 	}
 }
 

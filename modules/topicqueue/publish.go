@@ -1,9 +1,12 @@
 package topicqueue
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
@@ -35,54 +38,250 @@ type Published struct {
 // package dedup for the exact rule. A duplicate answered at DURABLE waits
 // until its first message is durable. Errors: those of Offer, for the
 // whole call (nothing of it is acknowledged), and ctx.Err() while it
-// waits.
+// waits. It is PublishNotify followed by the wait; out is only written
+// before Publish returns.
 func (q *TopicQueue) Publish(ctx context.Context, msgs []Message, level storage.AckLevel, out []Published) error {
-	if q.dd == nil || !anyID(msgs) {
-		return q.publishPlain(ctx, msgs, level, out)
-	}
-	var one [1]dedup.Result
-	res, ids := one[:], []string{msgs[0].ID}
-	if len(msgs) > 1 {
-		res, ids = make([]dedup.Result, len(msgs)), make([]string, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-		}
-	}
-	claim, err := q.dd.Begin(ctx, ids, level, res)
-	if err != nil {
+	w := getWaiter(len(msgs))
+	return w.wait(ctx, q.PublishNotify(ctx, msgs, level, w.out, w.notify), out)
+}
+
+// PublishNotify is Publish without the wait for level: it returns nil
+// once the messages are handed to the topic's log, and done is then
+// called exactly once with the outcome (on success out, len(msgs), is
+// filled before), or it returns the error that refused the messages
+// before anything was queued, and done is never called. The errors are
+// Publish's.
+//
+// On a log with AppendBatchNotify (*storage.Log, the local backend) the
+// messages are queued to the log's writer before PublishNotify returns,
+// so the messages of consecutive calls from one goroutine get offsets in
+// call order, and done is called from the writer goroutine when level is
+// reached: it must not block. At ACCEPTED, and when every message is a
+// duplicate, done is called before PublishNotify returns. On a log
+// without AppendBatchNotify, messages without producer ids are appended
+// with the log's own call, which waits for level (bounded by ctx) before
+// done is called, and messages with ids by a goroutine of their own (no
+// order between calls). The stored bytes of msgs are copied before it
+// returns (the caller may reuse them); out must stay valid until done.
+//
+// It may wait before it returns, bounded by ctx: while another publish of
+// the same producer id is being committed (package dedup), and for a
+// duplicate at DURABLE until its first message is durable.
+func (q *TopicQueue) PublishNotify(ctx context.Context, msgs []Message, level storage.AckLevel, out []Published, done func(error)) error {
+	p := getPub(q, len(msgs), level, out, done)
+	if err := p.begin(ctx, msgs); err != nil {
+		p.free()
 		return err
 	}
-	var payloads [][]byte
-	for i, r := range res {
-		if r.Verdict == dedup.Store {
-			payloads = append(payloads, msgs[i].Stored)
-		}
+	if len(p.payloads) == 0 { // duplicates only
+		p.complete(-1, nil)
+		return nil
 	}
-	first := int64(-1)
-	if len(payloads) > 0 {
-		if first, err = q.appendClaimed(ctx, payloads, level, claim); err != nil {
+	return p.append(ctx)
+}
+
+// pub is one PublishNotify call in progress; pubPool recycles them, so a
+// publish of one message allocates nothing here.
+type pub struct {
+	q        *TopicQueue
+	level    storage.AckLevel
+	res      []dedup.Result
+	ids      []string
+	payloads [][]byte
+	out      []Published
+	claim    *dedup.Claim
+	done     func(error)
+	// appended is complete, bound once: the log's callback.
+	appended func(first int64, err error)
+}
+
+var pubPool sync.Pool
+
+func init() {
+	// Set here: complete puts p back in pubPool (an initialization cycle
+	// in a var initializer).
+	pubPool.New = func() any {
+		p := new(pub)
+		p.appended = p.complete
+		return p
+	}
+}
+
+func getPub(q *TopicQueue, n int, level storage.AckLevel, out []Published, done func(error)) *pub {
+	p := pubPool.Get().(*pub)
+	p.q, p.level, p.out, p.done = q, level, out, done
+	p.res = slices.Grow(p.res[:0], n)[:n]
+	return p
+}
+
+// free clears p and puts it back in the pool.
+func (p *pub) free() {
+	clear(p.ids)
+	clear(p.payloads)
+	p.q, p.out, p.claim, p.done = nil, nil, nil, nil
+	p.ids, p.payloads = p.ids[:0], p.payloads[:0]
+	pubPool.Put(p)
+}
+
+// begin decides which messages are stored (the window's verdicts, or all
+// of them), collects their payloads, and waits for the duplicates' first
+// messages to reach level. On error nothing was queued and no claim is
+// left.
+func (p *pub) begin(ctx context.Context, msgs []Message) error {
+	q := p.q
+	if q.dd == nil || !anyID(msgs) {
+		for i := range p.res {
+			p.res[i] = dedup.Result{Verdict: dedup.Store, Index: i}
+		}
+	} else {
+		for _, m := range msgs {
+			p.ids = append(p.ids, m.ID)
+		}
+		claim, err := q.dd.Begin(ctx, p.ids, p.level, p.res)
+		if err != nil {
 			return err
 		}
+		p.claim = claim
 	}
-	for i, r := range res {
+	for i, r := range p.res {
+		switch {
+		case r.Verdict == dedup.Store:
+			p.payloads = append(p.payloads, msgs[i].Stored)
+		case r.Verdict == dedup.Duplicate && p.level != storage.Accepted:
+			if err := q.awaitVisible(ctx, r.Offset, p.level); err != nil {
+				p.claim.Resolve(-1, err) // nothing of the call is stored
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// append hands the payloads to the log: with a callback (complete) when
+// the log has one, otherwise with the log's own call, which waits.
+func (p *pub) append(ctx context.Context) error {
+	q, level, claim := p.q, p.level, p.claim
+	na, notifying := q.log.(notifyingAppender)
+	if claim == nil && (level == storage.Accepted || !notifying) {
+		// Nothing to report to the window: Append and AppendBatch return
+		// once queued at Accepted, and wait for level otherwise.
+		first, err := appendPlain(ctx, q.log, p.payloads, level)
+		if err != nil {
+			p.free()
+			return err
+		}
+		p.complete(first, nil)
+		return nil
+	}
+	payloads := p.payloads
+	if !notifying {
+		// A backend without callbacks: one goroutine per such publish,
+		// with its own copy of the payloads (the caller reuses them, and
+		// p may be freed first).
+		payloads = make([][]byte, len(p.payloads))
+		for i, b := range p.payloads {
+			payloads[i] = bytes.Clone(b)
+		}
+		na = goroutineAppender{q.log}
+	}
+	notify := p.appended
+	if level == storage.Accepted {
+		// The window learns the outcome from the log once the messages
+		// are stored; the caller is answered now.
+		notify = claim.Resolve
+	}
+	if err := na.AppendBatchNotify(payloads, level, notify); err != nil {
+		claim.Resolve(-1, err) // refused up front: nothing was queued
+		p.free()
+		return err
+	}
+	// At Written and Durable p may be completed and reused by now.
+	if level == storage.Accepted {
+		p.claim = nil
+		p.complete(-1, nil)
+	}
+	return nil
+}
+
+// appendPlain appends payloads with the log's own call: Append for one
+// payload, AppendBatch for several.
+func appendPlain(ctx context.Context, log contract.Log, payloads [][]byte, level storage.AckLevel) (int64, error) {
+	if len(payloads) == 1 {
+		return log.Append(ctx, payloads[0], level)
+	}
+	return log.AppendBatch(ctx, payloads, level)
+}
+
+// complete resolves the claim with the outcome, fills out on success,
+// frees p and calls done.
+func (p *pub) complete(first int64, err error) {
+	p.claim.Resolve(first, err)
+	if err == nil {
+		p.fill(first)
+	}
+	done := p.done
+	p.free()
+	done(err)
+}
+
+// fill writes each message's outcome to out: first is the offset of the
+// first stored message (-1 at Accepted).
+func (p *pub) fill(first int64) {
+	out, accepted := p.out, p.level == storage.Accepted
+	for i, r := range p.res {
 		switch r.Verdict {
 		case dedup.Store:
 			out[i] = Published{Offset: -1}
-			if level != storage.Accepted {
+			if !accepted {
 				out[i].Offset = first + int64(r.Index)
 			}
 		case dedup.Duplicate:
 			out[i] = Published{Offset: r.Offset, Duplicate: true}
-			if level == storage.Accepted {
+			if accepted {
 				out[i].Offset = -1
-			} else if err := q.awaitVisible(ctx, r.Offset, level); err != nil {
-				return err
 			}
 		case dedup.DuplicateInCall:
 			out[i] = Published{Offset: out[r.Of].Offset, Duplicate: true}
 		}
 	}
-	return nil
+}
+
+// waiter turns PublishNotify into a call that waits (Publish,
+// PublishMessages); waiterPool recycles those that were answered.
+type waiter struct {
+	ch     chan error // buffered(1): done never blocks
+	out    []Published
+	notify func(error) // done, bound once
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	w := &waiter{ch: make(chan error, 1)}
+	w.notify = w.done
+	return w
+}}
+
+func getWaiter(n int) *waiter {
+	w := waiterPool.Get().(*waiter)
+	w.out = slices.Grow(w.out[:0], n)[:n]
+	return w
+}
+
+func (w *waiter) done(err error) { w.ch <- err }
+
+// wait returns err when the publish was refused, otherwise waits for its
+// outcome and copies it to out. When ctx ends first it returns ctx.Err()
+// and leaves w to the pending callback (w.out, not out, receives it).
+func (w *waiter) wait(ctx context.Context, err error, out []Published) error {
+	if err == nil {
+		select {
+		case err = <-w.ch:
+			copy(out, w.out)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	waiterPool.Put(w)
+	return err
 }
 
 func anyID(msgs []Message) bool {
@@ -94,70 +293,11 @@ func anyID(msgs []Message) bool {
 	return false
 }
 
-// publishPlain appends msgs without deduplication.
-func (q *TopicQueue) publishPlain(ctx context.Context, msgs []Message, level storage.AckLevel, out []Published) error {
-	var first int64
-	var err error
-	if len(msgs) == 1 {
-		first, err = q.log.Append(ctx, msgs[0].Stored, level)
-	} else {
-		payloads := make([][]byte, len(msgs))
-		for i, m := range msgs {
-			payloads[i] = m.Stored
-		}
-		first, err = q.log.AppendBatch(ctx, payloads, level)
-	}
-	if err != nil {
-		return err
-	}
-	for i := range msgs {
-		out[i] = Published{Offset: -1}
-		if level != storage.Accepted {
-			out[i].Offset = first + int64(i)
-		}
-	}
-	return nil
-}
-
 // notifyingAppender is a log that reports an append's outcome to a
 // callback (*storage.Log): the window learns what became of a publish
 // whose caller stopped waiting, or never waits (ACCEPTED).
 type notifyingAppender interface {
 	AppendBatchNotify(payloads [][]byte, level storage.AckLevel, notify func(first int64, err error)) error
-}
-
-// appendClaimed appends payloads and resolves claim (nil: nothing claimed)
-// with the outcome, even when ctx ends first: the window then still learns
-// whether the messages were stored. It returns the first offset (-1 at
-// Accepted).
-func (q *TopicQueue) appendClaimed(ctx context.Context, payloads [][]byte, level storage.AckLevel, claim *dedup.Claim) (int64, error) {
-	if claim == nil {
-		return q.log.AppendBatch(ctx, payloads, level)
-	}
-	na, ok := q.log.(notifyingAppender)
-	if !ok {
-		// A backend without callbacks: one goroutine per such publish,
-		// with its own copy of the payloads (the caller reuses them).
-		cp := make([][]byte, len(payloads))
-		for i, p := range payloads {
-			cp[i] = append([]byte(nil), p...)
-		}
-		na = goroutineAppender{q.log}
-		payloads = cp
-	}
-	if err := na.AppendBatchNotify(payloads, level, claim.Resolve); err != nil {
-		claim.Resolve(-1, err) // refused up front: nothing was queued
-		return -1, err
-	}
-	if level == storage.Accepted {
-		return -1, nil
-	}
-	select {
-	case <-claim.Done():
-		return claim.Outcome()
-	case <-ctx.Done():
-		return -1, ctx.Err()
-	}
 }
 
 // goroutineAppender gives any contract.Log the callback form.
@@ -213,14 +353,28 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.
 // racing with a deletion either lands before it (and is deleted with it)
 // or in the new topic — never acknowledged into the deleted one. It
 // returns the topic it appended to. Errors: those of GetOrCreate and
-// TopicQueue.Publish.
+// TopicQueue.Publish. It is PublishMessagesNotify followed by the wait.
 func (r *Registry) PublishMessages(ctx context.Context, name string, msgs []Message, level storage.AckLevel, out []Published) (*TopicQueue, error) {
+	w := getWaiter(len(msgs))
+	q, err := r.PublishMessagesNotify(ctx, name, msgs, level, w.out, w.notify)
+	return q, w.wait(ctx, err, out)
+}
+
+// PublishMessagesNotify is PublishMessages without the wait for level, as
+// TopicQueue.PublishNotify: nil when the messages were handed to the log
+// (done is then called exactly once with the outcome, out filled first
+// when it is nil), or the error that refused them (done is never called).
+// The topic is created when needed and, when it was deleted under the
+// publish, created anew (PublishMessages). On the local backend the
+// messages of consecutive calls from one goroutine to one topic get
+// offsets in call order. It returns the topic it handed them to.
+func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs []Message, level storage.AckLevel, out []Published, done func(error)) (*TopicQueue, error) {
 	for i := 0; ; i++ {
 		q, err := r.GetOrCreate(name)
 		if err != nil {
 			return nil, err
 		}
-		err = q.Publish(ctx, msgs, level, out)
+		err = q.PublishNotify(ctx, msgs, level, out, done)
 		if err != nil && q.Deleted() && errors.Is(err, storage.ErrClosed) && i < maxPublishRetries {
 			continue
 		}

@@ -74,9 +74,13 @@ func (e *dedupEnv) contents(topic string) []string {
 	if !ok {
 		e.t.Fatalf("no topic %s", topic)
 	}
-	es, err := q.ReadBatch(q.StartOffset(), 1000)
-	if err != nil {
-		e.t.Fatal(err)
+	var es []storage.Entry
+	for from := q.StartOffset(); from < q.HighWatermark(); from = es[len(es)-1].Offset + 1 {
+		more, err := q.ReadBatch(from, 1000) // up to a segment's end
+		if err != nil || len(more) == 0 {
+			e.t.Fatalf("read from %d: %d entries, %v", from, len(more), err)
+		}
+		es = append(es, more...)
 	}
 	var out []string
 	for _, en := range es {

@@ -50,18 +50,25 @@ var errLineTooLong = errors.New("lineproto: line too long")
 
 type groupKey struct{ topic, group string }
 
-// conn is one client connection: one request line at a time, one reply per
-// request. It is a consumer session: it holds the groups it fetched until it
-// closes.
+// conn is one client connection: request lines in order, one reply per
+// request, in the same order. PUB and PUBID are pipelined (pipeline.go):
+// this goroutine, the reader, reads on while their replies are written by
+// the replier. It is a consumer session: it holds the groups it fetched
+// until it closes.
 type conn struct {
 	s        *Server
 	nc       net.Conn
 	r        *bufio.Reader
-	w        *bufio.Writer
+	w        *bufio.Writer // the reader's only after a drain (pipeline.go)
+	out      replyWriter   // where replyf writes: w, or cur's reply
+	cur      *slot         // the slot of the pipelined line being served
 	line     []byte
+	enc      []byte              // the stored message of the PUB being served
+	topic    string              // the last PUB's topic, valid: reused while it repeats
 	sessions map[groupKey]string // groups this connection holds
 	log      *zap.Logger
 	auth     authState
+	pipe     pipeline
 }
 
 func (c *conn) serve() {
@@ -70,58 +77,90 @@ func (c *conn) serve() {
 	defer c.nc.Close()
 	defer c.releaseAuth()
 	defer c.releaseAll()
+	defer c.stopPipeline() // first: every queued line is answered
+	go c.replier()
 	for {
-		// Deadline first, then the closing check: Stop sets closing before
-		// it sets an immediate deadline, so one of the two always ends an
-		// idle read during shutdown.
+		// Deadline first, then the checks: Stop sets closing, and the
+		// replier broken, before they set an immediate deadline, so one of
+		// the two always ends an idle read.
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.readTimeout()))
-		if c.s.closing.Load() {
+		if c.s.closing.Load() || c.pipe.broken.Load() {
 			return
 		}
 		line, err := c.readLine()
-		if errors.Is(err, errLineTooLong) && c.preAuth() {
-			c.replyf("ERR %s a line before AUTH is over %d bytes; closing the connection", contract.CodeUnauthorized, PreAuthMaxLineBytes)
-			c.flush()
-			c.closeGracefully()
-			return
-		}
-		if errors.Is(err, errLineTooLong) {
-			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", CodeTooLarge, c.s.opts.MaxLineBytes)
-			c.flush()
-			c.closeGracefully()
-			return
-		}
 		if err != nil {
-			// Only a line ended by "\n" is a request: a fragment left when
-			// the connection ends (EOF, half-close, reset, idle timeout,
-			// shutdown) may be a producer killed mid-line, so it is dropped
-			// unanswered instead of being executed truncated.
-			if n := len(c.line); n > 0 {
-				c.log.Debug("connection ended inside a request line; the incomplete line is dropped",
-					zap.Int("bytes", n), zap.Error(err))
-			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
-				c.log.Debug("connection read failed", zap.Error(err))
-			}
+			c.readFailed(err)
 			return
 		}
-		// A reply longer than the write buffer is flushed while it is
-		// written: bound those writes too.
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-		run, closeConn := c.admit(line)
-		if run {
-			c.handle(line)
-		}
-		if !c.flush() {
-			return
-		}
-		if closeConn {
-			c.closeGracefully()
+		if !c.request(line) {
 			return
 		}
 		if cap(c.line) > keepLineBytes {
 			c.line = nil
 		}
+		if cap(c.enc) > keepLineBytes {
+			c.enc = nil
+		}
+	}
+}
+
+// request serves one line. PUB and PUBID are pipelined; any other line is
+// a barrier: it waits until every earlier reply is written, then runs and
+// is answered here. false: the connection is over.
+func (c *conn) request(line []byte) bool {
+	if cmd, _, _ := bytes.Cut(line, []byte{' '}); isPub(cmd) {
+		return c.pipelined(line)
+	}
+	if !c.drain() {
+		return false
+	}
+	// A reply longer than the write buffer is flushed while it is
+	// written: bound those writes too.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	run, closeConn := c.admit(line)
+	if run {
+		c.handle(line)
+	}
+	if !c.flush() {
+		return false
+	}
+	if closeConn {
+		c.closeGracefully()
+		return false
+	}
+	return true
+}
+
+func isPub(cmd []byte) bool {
+	return bytes.EqualFold(cmd, []byte("PUB")) || bytes.EqualFold(cmd, []byte("PUBID"))
+}
+
+// readFailed ends the connection after readLine failed: an over-long line
+// is answered (after every earlier reply) and the connection closed.
+func (c *conn) readFailed(err error) {
+	if errors.Is(err, errLineTooLong) {
+		if !c.drain() {
+			return
+		}
+		if c.preAuth() {
+			c.replyf("ERR %s a line before AUTH is over %d bytes; closing the connection", contract.CodeUnauthorized, PreAuthMaxLineBytes)
+		} else {
+			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", CodeTooLarge, c.s.opts.MaxLineBytes)
+		}
+		c.flush()
+		c.closeGracefully()
+		return
+	}
+	// Only a line ended by "\n" is a request: a fragment left when the
+	// connection ends (EOF, half-close, reset, idle timeout, shutdown) may
+	// be a producer killed mid-line, so it is dropped unanswered instead
+	// of being executed truncated.
+	if n := len(c.line); n > 0 {
+		c.log.Debug("connection ended inside a request line; the incomplete line is dropped",
+			zap.Int("bytes", n), zap.Error(err))
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isTimeout(err) {
+		c.log.Debug("connection read failed", zap.Error(err))
 	}
 }
 
@@ -219,8 +258,8 @@ func (c *conn) closeGracefully() {
 }
 
 func (c *conn) replyf(format string, args ...any) {
-	fmt.Fprintf(c.w, format, args...)
-	c.w.WriteByte('\n')
+	_, _ = fmt.Fprintf(c.out, format, args...)
+	_ = c.out.WriteByte('\n')
 }
 
 // replyErr writes "ERR <CODE> <text>" with text on one line.
@@ -282,86 +321,143 @@ func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
 
 // publish serves PUB (withID false: the broker generates the id, never
 // deduplicated) and PUBID (withID true: the producer's id, deduplicated
-// within mmmq.broker.dedup.window). It answers "OK <offset> <LEVEL>", or
-// "OK - ACCEPTED", followed by " DUPLICATE" when the id was already
-// published to the topic within the window (nothing stored; the offset is
-// the first message's).
+// within mmmq.broker.dedup.window). It checks the line (a refusal is
+// answered in the line's place and stores nothing), then hands the
+// message to its topic's writer without waiting (submit); the replier
+// answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
+// " DUPLICATE" when the id was already published to the topic within the
+// window (nothing stored; the offset is the first message's).
 func (c *conn) publish(rest []byte, withID bool) {
-	cmd, usage := "PUB", "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"
-	if withID {
-		cmd, usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
-	}
-	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
-	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
-	var idB []byte
-	ok3 := true
-	if withID {
-		idB, rest, ok3 = bytes.Cut(rest, []byte{' '})
-	}
-	payload := bytes.TrimSpace(rest)
-	if !ok1 || !ok2 || !ok3 || len(topicB) == 0 || len(levelB) == 0 || len(payload) == 0 {
-		c.replyf("ERR %s %s", CodeBadRequest, usage)
-		return
-	}
-	level, err := storage.ParseAckLevel(string(levelB))
-	if err != nil {
-		c.replyErr(CodeBadRequest, err)
-		return
-	}
-	topic := string(topicB)
-	if err := contract.ValidateTopic(topic); err != nil {
-		c.replyErr(CodeBadRequest, err)
-		return
-	}
-	if !c.allowed(cmd, contract.ActionPublish, topic, "") {
+	a, ok := c.parsePub(rest, withID)
+	if !ok || !c.allowed(a.cmd, contract.ActionPublish, a.topic, "") {
 		return
 	}
 	var id string
 	if withID {
-		if err := validateID(idB); err != nil {
-			c.replyf("ERR %s %s; %s", CodeBadRequest, err, usage)
+		if err := validateID(a.id); err != nil {
+			c.replyf("ERR %s %s; %s", CodeBadRequest, err, a.usage)
 			return
 		}
-		id = string(idB)
+		id = string(a.id)
 	}
-	if len(payload) > c.s.opts.MaxRecordBytes {
+	if len(a.payload) > c.s.opts.MaxRecordBytes {
 		c.replyf("ERR %s payload of %d bytes is over %d bytes (mmmq.broker.segment.max-record-bytes)",
-			CodeTooLarge, len(payload), c.s.opts.MaxRecordBytes)
+			CodeTooLarge, len(a.payload), c.s.opts.MaxRecordBytes)
 		return
 	}
-	if contract.ValidJSON(payload) != nil {
-		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, usage)
+	if contract.ValidJSON(a.payload) != nil {
+		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, a.usage)
 		return
 	}
-	if !c.publishAllowed(cmd, topic) {
+	if !c.publishAllowed(a.cmd, a.topic) {
 		return
 	}
-	stored, err := contract.EncodeMessage(topic, payload, id, nil, time.Now())
+	now := time.Now()
+	stored, err := contract.AppendMessage(c.enc, a.topic, a.payload, id, nil, now)
 	if err != nil {
 		c.replyErr(CodeBadRequest, err)
 		return
 	}
-	// Not derived from the server's context (it only carries the
-	// principal): a publish in progress during shutdown still gets its
-	// real answer. PublishMessages creates the
-	// topic when needed, and anew when it is deleted under this publish.
-	ctx, cancel := context.WithTimeout(c.auth.ctx, c.s.opts.PublishTimeout)
-	defer cancel()
-	msg := [1]topicqueue.Message{{Stored: stored, ID: id}}
-	var res [1]topicqueue.Published
-	if _, err := c.s.reg.PublishMessages(ctx, topic, msg[:], level, res[:]); err != nil {
-		c.replyErr(errCode(err), err)
-		return
+	c.enc = stored // the log copies it: reused for the next PUB
+	c.submit(a.topic, a.level, topicqueue.Message{Stored: stored, ID: id}, now)
+}
+
+// pubArgs are the arguments of PUB and PUBID.
+type pubArgs struct {
+	cmd, usage  string
+	topic       string // valid
+	level       storage.AckLevel
+	id, payload []byte
+}
+
+// parsePub splits the arguments of PUB (withID false) or PUBID and checks
+// the level and the topic name, or answers ERR BAD_REQUEST.
+func (c *conn) parsePub(rest []byte, withID bool) (pubArgs, bool) {
+	a := pubArgs{cmd: "PUB", usage: "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"}
+	if withID {
+		a.cmd, a.usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
 	}
-	dup := ""
-	if res[0].Duplicate {
-		dup = " DUPLICATE"
+	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
+	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
+	ok3 := true
+	if withID {
+		a.id, rest, ok3 = bytes.Cut(rest, []byte{' '})
 	}
-	if level == storage.Accepted {
-		c.replyf("OK - %s%s", level, dup) // the log-queue study: an ACCEPTED offset is not final
-		return
+	a.payload = bytes.TrimSpace(rest)
+	if !ok1 || !ok2 || !ok3 || len(topicB) == 0 || len(levelB) == 0 || len(a.payload) == 0 {
+		c.replyf("ERR %s %s", CodeBadRequest, a.usage)
+		return a, false
 	}
-	c.replyf("OK %d %s%s", res[0].Offset, level, dup)
+	var err error
+	if a.level, err = parseLevel(levelB); err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return a, false
+	}
+	if a.topic, err = c.topicName(topicB); err != nil {
+		c.replyErr(CodeBadRequest, err)
+		return a, false
+	}
+	return a, true
+}
+
+// parseLevel is storage.ParseAckLevel without a string for the usual
+// spellings.
+func parseLevel(b []byte) (storage.AckLevel, error) {
+	switch {
+	case bytes.EqualFold(b, []byte("DURABLE")):
+		return storage.Durable, nil
+	case bytes.EqualFold(b, []byte("WRITTEN")):
+		return storage.Written, nil
+	case bytes.EqualFold(b, []byte("ACCEPTED")):
+		return storage.Accepted, nil
+	}
+	return storage.ParseAckLevel(string(b))
+}
+
+// topicName returns b as a topic name, or why it is not a valid one
+// (contract.ValidateTopic). The last name is kept: a connection that
+// publishes to one topic converts and checks it once.
+func (c *conn) topicName(b []byte) (string, error) {
+	if string(b) == c.topic {
+		return c.topic, nil
+	}
+	t := string(b)
+	if err := contract.ValidateTopic(t); err != nil {
+		return "", err
+	}
+	c.topic = t
+	return t, nil
+}
+
+// submit hands a checked message to its topic's writer without waiting
+// for level, its outcome going to the line's slot (c.cur), which the
+// replier answers in the line's place. PublishMessagesNotify creates the
+// topic when needed, and anew when it is deleted under this publish; it
+// queues the message before it returns, so one connection's PUBs get
+// offsets in line order. The publish is not bound to the server's context
+// (which only carries the principal): a publish in progress during
+// shutdown still gets its real answer, within Options.PublishTimeout from
+// now.
+func (c *conn) submit(topic string, level storage.AckLevel, m topicqueue.Message, now time.Time) {
+	s, p := c.cur, &c.pipe
+	if level != storage.Accepted { // ACCEPTED bytes: the log takes them from the budget
+		s.held = c.reserve(int64(len(m.Stored)))
+	}
+	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
+	p.pubs.Add(1)
+	ctx := p.timer.arm(c.auth.ctx, c.s.opts.PublishTimeout)
+	msg := [1]topicqueue.Message{m}
+	_, err := c.s.reg.PublishMessagesNotify(ctx, topic, msg[:], level, s.out[:], s.notify)
+	p.timer.disarm()
+	if err == nil {
+		return // s is the publish's and the replier's now
+	}
+	// Refused before anything was queued: s.notify is never called.
+	p.pubs.Add(-1)
+	p.budget.Release(s.held)
+	s.pub, s.held = false, 0
+	err = timedOut(ctx, err)
+	c.replyErr(errCode(err), err)
 }
 
 // validateID checks a PUBID id: 1 to contract.MaxIDBytes bytes of valid

@@ -12,7 +12,7 @@
 // lines and then ends with an END line). Lines end with "\n" ("\r\n" is
 // accepted). Tokens are separated by single spaces; the command word is
 // case-insensitive. Requests on one connection are answered in order; a
-// client may pipeline.
+// client may pipeline (see Pipelining).
 //
 // Only a complete line is a request. Bytes after the last "\n" when the
 // connection ends (the client closes or half-closes it, is killed mid-line,
@@ -83,6 +83,54 @@
 // is ERR OFFSET_EXPIRED naming the start offset. STATUS gives each topic's
 // log start offset and its incarnation id (new when a deleted topic is
 // created again; "-" for a topic that has none).
+//
+// # Pipelining
+//
+// A client may send up to mmmq.lineproto.max-pipeline lines (default 128,
+// 1 to 65536) before it reads their replies. The replies come back
+// strictly in line order, one per line, whatever finishes first.
+//
+//   - PUB and PUBID are pipelined. Each line is checked when it is read,
+//     exactly as one sent alone (authentication, permission, publish rate,
+//     sizes, JSON): a refused line stores nothing and its ERR reply takes
+//     its place among the replies. A valid one is handed to its topic's
+//     writer at once, without waiting for its ack level, so the lines in
+//     flight share group commits (one fsync for many) and one connection
+//     can fill them. One connection's PUBs to a topic are queued in line
+//     order and get offsets in line order (between connections there is no
+//     order). The replies are written as the ack levels are reached and
+//     flushed together, once per burst.
+//   - Every other request (AUTH, FETCH, ACK, STATUS, an unknown command) is
+//     a barrier: it runs once every earlier line is answered, as it would
+//     if sent alone. STATUS counts the PUBs before it; FETCH delivers them
+//     once durable (a DURABLE PUB's message is when it is answered).
+//   - At the bound: while max-pipeline lines are unanswered, the server
+//     reads nothing more from the connection until the oldest is answered;
+//     the client's writes then block (TCP flow control). Nothing is refused
+//     or dropped because of the bound. A PUB or PUBID at WRITTEN or DURABLE
+//     also holds its stored message's bytes in the broker's in-flight memory
+//     budget (mmmq.broker.memory.max-inflight-bytes) until its ack level is
+//     reached; when they do not fit, the connection is not read until one
+//     of its own earlier PUBs completes (one with none unanswered goes ahead,
+//     as a PUB sent alone always did).
+//   - A PUBID whose id an earlier line is still committing waits for it
+//     before the next line is read, and is then answered DUPLICATE with
+//     that line's offset.
+//   - A line that closes the connection (a line over max-line-bytes, ERR
+//     UNAUTHORIZED) is answered after every earlier line; nothing after it
+//     runs.
+//   - Each PUB has 30 s from when it is read to reach its ack level (ERR
+//     TIMEOUT, outcome unknown). Stop answers every line already read.
+//   - max-pipeline 1 answers each line before the next one is read.
+//
+// Example (nc -N sends the lines at once and closes after the replies):
+//
+//	$ printf '%s\n' 'PUB t DURABLE {"n":1}' 'PUB t DURABLE {"n":2' 'PUB t DURABLE {"n":3}' 'STATUS t' | nc -N localhost 7070
+//	OK 0 DURABLE
+//	ERR BAD_REQUEST payload is not valid JSON; usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>
+//	OK 1 DURABLE
+//	TOPIC t next=2 segments=1 bytes=200 start=0 incarnation=5c1e0a7d9b3f4e21a0c6d2f84b97e310
+//	END 1
 //
 // # Sessions
 //
@@ -217,7 +265,10 @@
 //	                 (a FETCH wait is not idle time)
 //	authentication   10 s for the first line while authentication is on;
 //	                 an unknown token is answered after 200 ms
-//	reply write      30 s per reply, else the connection is closed
+//	reply write      30 s per write of replies, else the connection is closed
+//	pipeline         mmmq.lineproto.max-pipeline (default 128) lines unanswered;
+//	                 at the bound the connection is not read until the oldest
+//	                 is answered (see Pipelining)
 //	PUB wait         30 s for the ack level (PUB and PUBID), then ERR TIMEOUT
 //	                 (outcome unknown)
 //	PUBID id         1 to 256 bytes of UTF-8, no spaces or control characters
@@ -254,6 +305,6 @@
 //	END 1
 //
 // Stop closes the listener, ends FETCH waits, lets each connection finish
-// the request in progress (a PUB is answered), releases the groups and
-// waits for the handlers.
+// the lines it already read (every pipelined PUB gets its real reply) but
+// read no more, releases the groups and waits for the handlers.
 package lineproto

@@ -31,10 +31,14 @@ type Params struct {
 	// line protocol is open, as before authentication existed.
 	Auth    contract.Authenticator `optional:"true"`
 	Limiter contract.Limiter       `optional:"true"`
+	// Budget is the in-flight memory budget (topicqueue.Module) that
+	// pipelined PUBs draw from; without it nothing is counted.
+	Budget *contract.Budget `optional:"true"`
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
-// max-line-bytes), mmmq.broker.segment.max-record-bytes and server.tls (the
+// max-line-bytes, max-pipeline), the in-flight memory budget,
+// mmmq.broker.segment.max-record-bytes and server.tls (the
 // HTTP API's certificates: TLS is on for both or for neither); Module
 // starts it (listen) and stops it (graceful close). It returns nil when
 // mmmq.lineproto.addr is "" (the default): no TCP listener. A server.tls
@@ -48,6 +52,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	opts.AuditLogger = contract.AuditLogger(p.Logger)
 	opts.Authenticator = p.Auth
 	opts.Limiter = p.Limiter
+	opts.Budget = p.Budget
 	certs, err := servertls.New(p.Server.TLS, "lineproto")
 	if err != nil {
 		return nil, err

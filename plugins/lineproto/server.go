@@ -35,10 +35,13 @@ const (
 	// DefaultWriteTimeout bounds writing one reply.
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultPublishTimeout bounds how long a PUB waits for its ack level
-	// (then ERR UNAVAILABLE, outcome unknown).
+	// (then ERR TIMEOUT, outcome unknown).
 	DefaultPublishTimeout = 30 * time.Second
 	// DefaultHandshakeTimeout bounds a TLS handshake.
 	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxPipeline is how many request lines a connection may have
+	// unanswered (mmmq.lineproto.max-pipeline).
+	DefaultMaxPipeline = 128
 
 	// readBufferBytes is each connection's read buffer; a longer line is
 	// assembled in a line buffer that never grows past MaxLineBytes.
@@ -71,6 +74,23 @@ type Options struct {
 	// message, payload plus envelope, is capped again by the storage engine.
 	// Over it: "ERR TOO_LARGE", the connection stays open.
 	MaxRecordBytes int
+	// MaxPipeline is how many request lines one connection may have
+	// unanswered, 1 to MaxPipelineLimit (mmmq.lineproto.max-pipeline;
+	// default 128): PUB and PUBID are answered in line order while the
+	// server reads on, and at the bound it stops reading the connection
+	// until the oldest line is answered. See the package documentation,
+	// Pipelining.
+	MaxPipeline int
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes, from topicqueue.Module): a
+	// PUB or PUBID at WRITTEN or DURABLE holds its stored message's bytes
+	// in it until its ack level is reached. When they do not fit, the
+	// connection is not read until one of its earlier PUBs completes; a
+	// PUB with none outstanding goes ahead without holding any, as before
+	// pipelining. (ACCEPTED bytes are held by the storage writer.) nil
+	// counts nothing: MaxPipeline × MaxLineBytes then bounds what a
+	// connection holds.
+	Budget *contract.Budget
 	// MaxConns caps simultaneous connections (default AutoMaxConns).
 	MaxConns int
 	// IdleTimeout closes a connection without a request for this long
@@ -129,6 +149,7 @@ func AutoMaxConns(limit uint64) int {
 func (o Options) withDefaults() Options {
 	o.MaxLineBytes = orDefault(o.MaxLineBytes, DefaultMaxLineBytes)
 	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, DefaultMaxRecordBytes)
+	o.MaxPipeline = min(orDefault(o.MaxPipeline, DefaultMaxPipeline), MaxPipelineLimit)
 	if o.MaxConns <= 0 {
 		limit, _ := storage.OpenFileLimit()
 		o.MaxConns = AutoMaxConns(limit)
@@ -278,9 +299,11 @@ func (s *Server) remove(c *conn) {
 }
 
 // Stop closes the listener, ends waiting FETCHes, interrupts idle reads so
-// every connection ends after its current request (a PUB in progress is
-// answered), releases the connections' groups, and waits for the handlers.
-// When ctx ends first the remaining connections are closed at once.
+// every connection reads no further line, answers every line it already
+// took (each pipelined PUB gets its real reply, or ERR TIMEOUT after
+// Options.PublishTimeout), releases the connections' groups, and waits for
+// the handlers. When ctx ends first the remaining connections are closed
+// at once (replies not yet written are lost).
 func (s *Server) Stop(ctx context.Context) error {
 	if s.ln == nil || s.closing.Swap(true) {
 		return nil
@@ -311,7 +334,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 // newConn prepares a connection's state.
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{
+	c := &conn{
 		s:        s,
 		nc:       nc,
 		r:        bufio.NewReaderSize(nc, readBufferBytes),
@@ -320,4 +343,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		log:      s.log.With(zap.String("remote", nc.RemoteAddr().String())),
 		auth:     authState{ctx: context.Background()},
 	}
+	c.out = c.w
+	c.pipe.init(s.opts)
+	return c
 }

@@ -4,6 +4,8 @@
 package topicqueuetest
 
 import (
+	"context"
+
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -40,6 +42,26 @@ func (l *notifyingLog) Notify(offset int64) <-chan struct{} {
 	default:
 	}
 	return ch
+}
+
+// AppendBatchNotify forwards to the wrapped log's callback form (a
+// *storage.Log has it), so that publishes through this backend take the
+// same path as on the local backend: queued before the call returns, in
+// call order. A wrapped log without it appends with AppendBatch, at least
+// Written, and calls notify before returning.
+func (l *notifyingLog) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(first int64, err error)) error {
+	type notifier interface {
+		AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(first int64, err error)) error
+	}
+	if n, ok := l.Log.(notifier); ok {
+		return n.AppendBatchNotify(payloads, level, notify)
+	}
+	first, err := l.Log.AppendBatch(context.Background(), payloads, max(level, contract.Written))
+	if err != nil {
+		return err
+	}
+	notify(first, nil)
+	return nil
 }
 
 // Unwrap returns the wrapped log, e.g. the *storage.Log of a local
