@@ -35,6 +35,7 @@ func (p PluginKey) section() string {
 var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.lineproto.addr", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: ""},
 	{Key: "mmmq.lineproto.max-line-bytes", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(1<<20 + 64<<10)},
+	{Key: "mmmq.lineproto.max-pipeline", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(128)},
 	{Key: "mmmq.metrics.enabled", Plugin: "github.com/mmmq/mmmq/plugins/metrics", Default: true},
 	{Key: "mmmq.profiling.addr", Plugin: "github.com/mmmq/mmmq/plugins/profiling", Default: ""},
 }
