@@ -423,13 +423,21 @@ func (g *loadGen) noteErr(s string) {
 }
 
 // take returns how many messages the next request carries, 0 when done.
+// In count mode the count never goes below zero, so messages given back by
+// a failed request (remaining.Add) can be taken again by the producer that
+// retries them, even after other producers found nothing left.
 func (g *loadGen) take(per int, deadline time.Time) int {
 	if g.cfg.count > 0 {
-		left := g.remaining.Add(-int64(per)) + int64(per)
-		if left <= 0 {
-			return 0
+		for {
+			left := g.remaining.Load()
+			if left <= 0 {
+				return 0
+			}
+			n := min(int64(per), left)
+			if g.remaining.CompareAndSwap(left, left-n) {
+				return int(n)
+			}
 		}
-		return int(min(int64(per), left))
 	}
 	if !time.Now().Before(deadline) {
 		return 0

@@ -378,3 +378,32 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 		t.Errorf("%d publishes for 2 producers; a refused request must not be sent again", n)
 	}
 }
+
+// A request that fails gives its messages back and its producer sends them
+// again, also when the other producers already found the count used up
+// (the count used to go negative and the retried message was lost).
+func TestCountModeRetriesAfterOthersFinished(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		if posts.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"acknowledgement":"NACK","code":"UNAVAILABLE"}`))
+			return
+		}
+		w.Write([]byte(`{"acknowledgement":"ACK"}`))
+	}))
+	defer srv.Close()
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-url", srv.URL, "-c", "4", "-count", "1", "-progress=false"}, &stdout, &stderr)
+	if !ok {
+		t.Fatalf("parseArgs: exit %d, %s", code, stderr.String())
+	}
+	res, err := runPublish(context.Background(), cfg)
+	if err != nil || res.Messages != 1 || res.Errors != 1 {
+		t.Fatalf("runPublish: %+v, %v; want the one message acknowledged after one 503", res, err)
+	}
+}
