@@ -53,8 +53,9 @@ scrape() {
 		/^mmmq_group_commit_entries_count[ {]/ { commits += $NF }
 		/^mmmq_group_commit_entries_sum[ {]/ { entries += $NF }
 		END {
-			printf "{\"fsyncs\":%d,\"seg\":%s,\"idx\":%s,\"commits\":%d,\"entries\":%d}\n", total,
-				lab ? sprintf("%d", seg) : "null", lab ? sprintf("%d", idx) : "null", commits, entries
+			# %.0f: mawk clamps %d at 2^31-1.
+			printf "{\"fsyncs\":%.0f,\"seg\":%s,\"idx\":%s,\"commits\":%.0f,\"entries\":%.0f}\n", total,
+				lab ? sprintf("%.0f", seg) : "null", lab ? sprintf("%.0f", idx) : "null", commits, entries
 		}'
 }
 
