@@ -255,7 +255,7 @@ if part line || part http; then
 		say "this build has no mmmq.broker.storage.index-sync key: the commit rows ran with its only behaviour"
 	fi
 fi
-row '{}' "NATS JetStream: skipped (mmmq bench speaks no NATS protocol yet)" "" "" ""
+row '{}' "NATS JetStream: skipped (mmmq bench has no NATS client yet: JetStream publish acks are not implemented)" "" "" ""
 
 # ---------------------------------------------------------------- Go benchmarks
 if part go; then
