@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~15 minutes
+#   make bench                       # full run, ~15 minutes (the 1M replay is 3-5 of them)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~5 minutes
 #
 # First the same-run grids (.bench/grid.sh): line-protocol PUB DURABLE of
@@ -17,7 +17,7 @@
 #
 # Knobs (environment):
 #   BENCH_QUICK=1          shorter: grid runs of 1 s at 1/32/128 connections, publish sweep
-#                          of 2 s at 128 and 512 producers only, replay of 50k instead of 1M
+#                          of 2 s at 128 and 512 producers, replay of 50k instead of 1M
 #   BENCH_PARTS="line http go sweep batch deliver replay startup"
 #                          the parts to run (default all, in that order)
 #   BENCH_INDEX_SYNC="commit lazy"  index-sync modes of the mmmq grid rows
@@ -27,10 +27,11 @@
 #   BENCH_DEPTHS="1 16"    pipelining depths of the line grid (requests outstanding per connection)
 #   BENCH_HTTP_C="1 8 32 128"  connections of the HTTP grid (quick: 1 32 128)
 #   BENCH_ROUNDS=3         interleaved rounds per grid cell (the table shows the median)
-#   BENCH_GRID_DURATION=2s, BENCH_GRID_WARMUP=1s  per grid run (quick: 1s, 300ms; wrk
+#   BENCH_GRID_DURATION=2s, BENCH_GRID_WARMUP=500ms  per grid run (quick: 1s, 300ms; wrk
 #                          rounds both up to whole seconds)
 #   BENCH_PEERS=0          no Redis, no wrk (the HTTP grid then uses mmmq bench)
-#   BENCH_C="1 8 32"       producer counts of the publish sweep (default 1 8 32 128 512; quick 128 512)
+#   BENCH_C="1 8 32"       producer counts of the publish sweep with mmmq bench, DURABLE and WRITTEN
+#                          (default 1 128 512, the HTTP grid has 1-128 with wrk; quick 128 512)
 #   BENCH_DURATION=4s      measured time per publish-sweep run (after BENCH_WARMUP=1s)
 #   BENCH_REPLAY_COUNT=N   messages stored and replayed by a new dispatcher (default 1000000; quick 50000)
 #   BENCH_REPLAY_TOPICS=K  topics they are spread over (default 1: one dispatch worker)
@@ -81,9 +82,9 @@ else
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-2000x}
 	LDUR=${BENCH_GRID_DURATION:-2s}
-	LWARM=${BENCH_GRID_WARMUP:-1s}
+	LWARM=${BENCH_GRID_WARMUP:-500ms}
 	GRID_CS="1 8 32 128"
-	CS=${BENCH_C:-"1 8 32 128 512"}
+	CS=${BENCH_C:-"1 128 512"}
 fi
 REPLAY_TOPICS=${BENCH_REPLAY_TOPICS:-1}
 STARTUP_BYTES=${BENCH_STARTUP_BYTES:-1073741824}
