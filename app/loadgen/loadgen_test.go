@@ -831,3 +831,37 @@ func TestWireModesUsage(t *testing.T) {
 		t.Errorf("notice %q: want XADD and the address", n)
 	}
 }
+
+// A server that is gone (connections refused): the producers try again
+// until -duration ends, not until -idle-timeout (an hour here), and every
+// failure is counted. The 30 s bound only turns a hang into a failure.
+func TestWireModesStopAtDeadlineWhenServerGone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // nobody listens there now
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-mode", "line", "-addr", ln.Addr().String(), "-c", "2", "-depth", "4",
+		"-duration", "200ms", "-warmup", "0s", "-idle-timeout", "1h", "-progress=false"}, &stdout, &stderr)
+	if !ok {
+		t.Fatalf("parseArgs: exit %d, %s", code, stderr.String())
+	}
+	type outcome struct {
+		res *benchResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := runPublish(context.Background(), cfg)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err == nil || o.res.Messages != 0 || o.res.Errors == 0 {
+			t.Fatalf("run: %+v, %v; want no message, the failures counted, an error", o.res, o.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end at -duration: the producers went on reconnecting")
+	}
+}

@@ -285,7 +285,7 @@ func (g *loadGen) dialWire(ctx context.Context) (*wireConn, error) {
 // request).
 func (g *loadGen) wireProducer(ctx context.Context, id int, deadline time.Time, st *producerStats) {
 	req := g.codec.request(id % g.cfg.topics)
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !g.nothingLeft(deadline) {
 		wc, err := g.dialWire(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -306,6 +306,16 @@ func (g *loadGen) wireProducer(ctx context.Context, id int, deadline time.Time, 
 		}
 		time.Sleep(10 * time.Millisecond) // no hot loop against a dead server
 	}
+}
+
+// nothingLeft tells that no request is to be sent any more: the count is
+// used up (count mode) or the deadline passed. A producer whose connection
+// failed then does not connect again.
+func (g *loadGen) nothingLeft(deadline time.Time) bool {
+	if g.cfg.count > 0 {
+		return g.remaining.Load() <= 0
+	}
+	return !time.Now().Before(deadline)
 }
 
 // pump keeps up to -depth requests outstanding on wc until there is
