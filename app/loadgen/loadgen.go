@@ -1,6 +1,9 @@
 // Package loadgen is the load tool behind `mmmq bench`. It drives a broker
 // over HTTP with N keep-alive producers and prints msgs/s and per-request
-// latency quantiles. Mode "plain" drives a net/http handler that only
+// latency quantiles. Modes "line" and "redis" publish the same messages over
+// one TCP connection per producer, with up to -depth requests outstanding on
+// each: "line" with PUB of mmmq's line protocol, "redis" with XADD to a Redis
+// server, so that both are measured by the same client code. Mode "plain" drives a net/http handler that only
 // answers (the HTTP ceiling, same tool, same run): in-process, or in its own
 // process ("plain-server") like the broker, which is the like-for-like
 // figure. Mode "deliver" runs a consumer that ACKs at once and measures
@@ -57,23 +60,30 @@ type benchConfig struct {
 	progress     bool
 	listen       string
 	serverPID    int
-	urlSet       bool // -url given explicitly (plain: drive that server)
+	urlSet       bool   // -url given explicitly (plain: drive that server; line: read the broker's fsync count there)
+	addr         string // line, redis: TCP address
+	depth        int    // line, redis: requests outstanding per connection
+	token        string // line, redis: sent with AUTH first
 }
 
 // benchResult is what one run measured; -json prints it as one line.
-// Latencies are per HTTP request, in milliseconds.
+// Latencies are per request (HTTP request, or PUB / XADD from its write
+// to its reply), in milliseconds.
 type benchResult struct {
-	Mode      string  `json:"mode"`
-	URL       string  `json:"url"`
-	Producers int     `json:"producers"`
-	Size      int     `json:"size"`
-	Ack       string  `json:"ack,omitempty"`
-	Topics    int     `json:"topics"`
-	Batch     int     `json:"batch,omitempty"`
-	Seconds   float64 `json:"seconds"`
-	Requests  int64   `json:"requests"`
-	Messages  int64   `json:"messages"`
-	Errors    int64   `json:"errors"`
+	Mode      string `json:"mode"`
+	URL       string `json:"url"`
+	Producers int    `json:"producers"`
+	Size      int    `json:"size"`
+	Ack       string `json:"ack,omitempty"`
+	Topics    int    `json:"topics"`
+	Batch     int    `json:"batch,omitempty"`
+	// Depth is the pipelining depth of the line and redis modes: requests
+	// outstanding per connection (a sliding window).
+	Depth    int     `json:"depth,omitempty"`
+	Seconds  float64 `json:"seconds"`
+	Requests int64   `json:"requests"`
+	Messages int64   `json:"messages"`
+	Errors   int64   `json:"errors"`
 	// MsgsPerSec is published msgs/s (publish, plain) or delivered msgs/s
 	// from first to last arrival (deliver).
 	MsgsPerSec float64 `json:"msgsPerSec"`
@@ -124,7 +134,7 @@ func Main(args []string) int {
 	var res *benchResult
 	var err error
 	switch cfg.mode {
-	case "publish":
+	case "publish", "line", "redis":
 		res, err = runPublish(ctx, cfg)
 	case "plain":
 		res, err = runPlain(ctx, cfg)
@@ -158,16 +168,19 @@ const defaultTopicPrefix = "mmmq-bench"
 func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool) {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "publish", "publish | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL")
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish (HTTP POST /messages) | line (PUB over the line protocol at -addr) | redis (XADD to the Redis server at -addr) | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL; line: read the broker's fsync count there (only when given)")
+	fs.StringVar(&cfg.addr, "addr", "", "line, redis: TCP host:port of the broker's line protocol (mmmq.lineproto.addr; default 127.0.0.1:7070) or of the Redis server (default 127.0.0.1:6379)")
+	fs.IntVar(&cfg.depth, "depth", 1, "line, redis: requests outstanding per connection, 1..4096 (a sliding window: a new request is written for every reply read)")
+	fs.StringVar(&cfg.token, "token", "", "line, redis: send AUTH <token> first on every connection (line: a bearer token; Redis: the password)")
 	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
 	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
 	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
-	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable")
+	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable (publish, deliver, line; Redis's durability is its appendfsync setting)")
 	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.<run-id>.0 .. <prefix>.<run-id>.K-1)")
-	fs.StringVar(&cfg.topicPrefix, "topic-prefix", defaultTopicPrefix, "first segments of the topic names (the topics stay in the broker's data)")
+	fs.StringVar(&cfg.topicPrefix, "topic-prefix", defaultTopicPrefix, "first segments of the topic names (the topics stay in the broker's data; redis: the stream keys)")
 	fs.StringVar(&cfg.runID, "run-id", "", "segment after -topic-prefix in the topic names, [A-Za-z0-9_-]+ (default: UTC time and a random suffix, new for every run)")
 	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
 	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
@@ -176,11 +189,13 @@ func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool)
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
 	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
-	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, line, redis, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|plain|plain-server|deliver] [flags]
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|line|redis|plain|plain-server|deliver] [flags]
 
   mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
+  mmmq bench -mode line -addr 127.0.0.1:7070 -c 32 -depth 16 -ack durable
+  mmmq bench -mode redis -addr 127.0.0.1:6379 -c 32 -depth 16   # same client, XADD
   mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
   mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
   mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
@@ -190,8 +205,18 @@ func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool)
        patterns ["mmmq-bench.**"])
 
 Publishing modes write to the topics <topic-prefix>.<run-id>.<n> of the
-broker, warm-up messages included, and say so on stderr; the messages stay
-in the broker's data.
+broker (redis: the streams of those keys), warm-up messages included, and
+say so on stderr; the messages stay in the broker's data.
+
+line and redis keep -depth requests outstanding on each of the -c
+connections: they write -depth requests, then one new request for every
+reply read (a sliding window; replies come in order). An error reply
+(ERR <CODE>, -ERR) counts as an error; one that refuses the request itself
+(line: the codes of HTTP 4xx but 408 and 429; Redis: all but LOADING,
+BUSY, MISCONF, OOM, TRYAGAIN, MASTERDOWN, CLUSTERDOWN) stops that
+connection, others are retried after 10 ms. A reply that is not the one
+expected (another ack level, no entry id) ends the connection and the run
+reports it.
 
 flags:
 `)
@@ -224,15 +249,23 @@ flags:
 // to and that its warm-up messages are stored too; "" for the modes that
 // publish nothing to a broker.
 func notice(cfg benchConfig) string {
-	if cfg.mode != "publish" && cfg.mode != "deliver" || cfg.noPublish {
+	if cfg.mode != "publish" && cfg.mode != "deliver" && !isWire(cfg.mode) || cfg.noPublish {
 		return ""
 	}
 	topics := benchTopic(cfg, 0)
 	if cfg.topics > 1 {
 		topics += " .. " + benchTopic(cfg, cfg.topics-1)
 	}
-	n := fmt.Sprintf("mmmq bench: publishing to %s on topic(s) %s; the messages stay in the broker's data", cfg.url, topics)
-	if cfg.mode == "publish" && cfg.count == 0 && cfg.warmup > 0 {
+	var n string
+	switch cfg.mode {
+	case "line":
+		n = fmt.Sprintf("mmmq bench: publishing with the line protocol to %s on topic(s) %s; the messages stay in the broker's data", cfg.addr, topics)
+	case "redis":
+		n = fmt.Sprintf("mmmq bench: XADD to the Redis server at %s on stream(s) %s; the entries stay in its data", cfg.addr, topics)
+	default:
+		n = fmt.Sprintf("mmmq bench: publishing to %s on topic(s) %s; the messages stay in the broker's data", cfg.url, topics)
+	}
+	if cfg.mode != "deliver" && cfg.count == 0 && cfg.warmup > 0 {
 		n += fmt.Sprintf(" (the warm-up messages of the first %v too, stored but not counted)", cfg.warmup)
 	}
 	return n
@@ -240,15 +273,18 @@ func notice(cfg benchConfig) string {
 
 func (c *benchConfig) validate() error {
 	switch c.mode {
-	case "publish", "plain", "plain-server", "deliver":
+	case "publish", "line", "redis", "plain", "plain-server", "deliver":
 	default:
-		return fmt.Errorf("-mode %q: want publish, plain, plain-server or deliver", c.mode)
+		return fmt.Errorf("-mode %q: want publish, line, redis, plain, plain-server or deliver", c.mode)
 	}
 	if c.serverPID < 0 {
 		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
 	}
-	if c.serverPID > 0 && !(c.mode == "publish" || c.mode == "plain" && c.urlSet) {
-		return errors.New("-server-pid needs -mode publish, or -mode plain with -url (a server in another process)")
+	if c.serverPID > 0 && !(c.mode == "publish" || isWire(c.mode) || c.mode == "plain" && c.urlSet) {
+		return errors.New("-server-pid needs -mode publish, line or redis, or -mode plain with -url (a server in another process)")
+	}
+	if err := c.validateWire(); err != nil {
+		return err
 	}
 	if c.mode == "plain-server" {
 		if _, _, err := net.SplitHostPort(c.listen); err != nil {
@@ -310,6 +346,39 @@ func (c *benchConfig) validate() error {
 	return nil
 }
 
+// isWire tells the modes that publish over a TCP connection per producer.
+func isWire(mode string) bool { return mode == "line" || mode == "redis" }
+
+// validateWire checks -addr, -depth, -token and -batch against the mode,
+// and sets the default -addr of line and redis.
+func (c *benchConfig) validateWire() error {
+	if !isWire(c.mode) {
+		if c.depth != 1 {
+			return fmt.Errorf("-depth %d: pipelining is for -mode line and redis only", c.depth)
+		}
+		if c.addr != "" || c.token != "" {
+			return errors.New("-addr and -token are for -mode line and redis only")
+		}
+		return nil
+	}
+	if c.depth < 1 || c.depth > 4096 {
+		return fmt.Errorf("-depth %d: want 1..4096", c.depth)
+	}
+	if c.batch != 0 {
+		return fmt.Errorf("-batch %d: -mode %s publishes one message per request", c.batch, c.mode)
+	}
+	if strings.ContainsAny(c.token, "\r\n") {
+		return errors.New("-token: no line ends")
+	}
+	if c.addr == "" {
+		c.addr = map[string]string{"line": "127.0.0.1:7070", "redis": "127.0.0.1:6379"}[c.mode]
+	}
+	if _, _, err := net.SplitHostPort(c.addr); err != nil {
+		return fmt.Errorf("-addr %q: want host:port: %v", c.addr, err)
+	}
+	return nil
+}
+
 // content returns a JSON object of exactly size bytes when size >= 8
 // ({"p":"xxx..."}), else the smallest object {}.
 func benchContent(size int) []byte {
@@ -355,6 +424,7 @@ func benchTopic(cfg benchConfig, i int) string {
 // loadGen is the producer side shared by every mode.
 type loadGen struct {
 	cfg      benchConfig
+	codec    wireCodec // line, redis; nil for HTTP
 	client   *http.Client
 	endpoint string // full URL with path and query
 	content  []byte
@@ -423,13 +493,21 @@ func (g *loadGen) noteErr(s string) {
 }
 
 // take returns how many messages the next request carries, 0 when done.
+// In count mode the count never goes below zero, so messages given back by
+// a failed request (remaining.Add) can be taken again by the producer that
+// retries them, even after other producers found nothing left.
 func (g *loadGen) take(per int, deadline time.Time) int {
 	if g.cfg.count > 0 {
-		left := g.remaining.Add(-int64(per)) + int64(per)
-		if left <= 0 {
-			return 0
+		for {
+			left := g.remaining.Load()
+			if left <= 0 {
+				return 0
+			}
+			n := min(int64(per), left)
+			if g.remaining.CompareAndSwap(left, left-n) {
+				return int(n)
+			}
 		}
-		return int(min(int64(per), left))
 	}
 	if !time.Now().Before(deadline) {
 		return 0
@@ -477,39 +555,58 @@ func (g *loadGen) producer(ctx context.Context, id int, deadline time.Time, st *
 			}
 		}
 		lat := time.Since(start)
-		measured := g.measuring.Load()
-		if !ok {
-			if ctx.Err() != nil {
-				return
-			}
-			g.noteErr(err.Error())
-			if measured {
-				st.errors++
-			}
-			if r != nil && r.StatusCode >= 400 && r.StatusCode < 500 && r.StatusCode != http.StatusRequestTimeout && r.StatusCode != http.StatusTooManyRequests {
-				// The broker refused the request itself: sending it again
-				// would be refused again.
-				g.noteErr(fmt.Sprintf("HTTP %d is not retried: stopping this producer", r.StatusCode))
-				return
-			}
-			if idle := time.Since(time.Unix(0, g.lastOK.Load())); idle > g.cfg.idleTimeout {
-				g.noteErr(fmt.Sprintf("nothing acknowledged for %s (-idle-timeout): giving up", idle.Round(time.Second)))
-				return
-			}
-			if g.cfg.count > 0 {
-				g.remaining.Add(int64(n)) // retry these messages
-			}
-			time.Sleep(10 * time.Millisecond) // no hot loop against a dead broker
+		if ok {
+			g.acked(st, int64(n), lat)
 			continue
 		}
-		g.total.Add(int64(n))
-		g.lastOK.Store(time.Now().UnixNano())
-		if measured {
-			st.requests++
-			st.messages += int64(n)
-			st.hist.Record(lat)
+		if ctx.Err() != nil {
+			return
 		}
+		g.failed(st, 1, err.Error())
+		if r != nil && r.StatusCode >= 400 && r.StatusCode < 500 && r.StatusCode != http.StatusRequestTimeout && r.StatusCode != http.StatusTooManyRequests {
+			// The broker refused the request itself: sending it again
+			// would be refused again.
+			g.noteErr(fmt.Sprintf("HTTP %d is not retried: stopping this producer", r.StatusCode))
+			return
+		}
+		if g.idleTooLong() {
+			return
+		}
+		if g.cfg.count > 0 {
+			g.remaining.Add(int64(n)) // retry these messages
+		}
+		time.Sleep(10 * time.Millisecond) // no hot loop against a dead broker
 	}
+}
+
+// acked counts a request of n messages acknowledged after lat.
+func (g *loadGen) acked(st *producerStats, n int64, lat time.Duration) {
+	g.total.Add(n)
+	g.lastOK.Store(time.Now().UnixNano())
+	if g.measuring.Load() {
+		st.requests++
+		st.messages += n
+		st.hist.Record(lat)
+	}
+}
+
+// failed notes msg (the run's first error) and counts n failed requests
+// when measuring.
+func (g *loadGen) failed(st *producerStats, n int64, msg string) {
+	g.noteErr(msg)
+	if g.measuring.Load() {
+		st.errors += n
+	}
+}
+
+// idleTooLong reports (and notes) that nothing was acknowledged for
+// -idle-timeout: the producer gives up.
+func (g *loadGen) idleTooLong() bool {
+	if idle := time.Since(time.Unix(0, g.lastOK.Load())); idle > g.cfg.idleTimeout {
+		g.noteErr(fmt.Sprintf("nothing acknowledged for %s (-idle-timeout): giving up", idle.Round(time.Second)))
+		return true
+	}
+	return false
 }
 
 func truncate(b []byte, n int) string {
@@ -555,31 +652,26 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			g.producer(ctx, i, deadline, &stats[i])
+			if g.codec != nil {
+				g.wireProducer(ctx, i, deadline, &stats[i])
+			} else {
+				g.producer(ctx, i, deadline, &stats[i])
+			}
 		}()
 	}
 	wg.Wait()
 	end := time.Now()
 	if c0 := cpuStart.Load(); c0 >= 0 {
-		if c1, err := processCPU(cfg.serverPID); err == nil {
-			var msgs int64
-			for i := range stats {
-				msgs += stats[i].messages
-			}
-			if msgs > 0 {
-				used := c1 - time.Duration(c0)
-				v := math.Round(float64(used)/1e3/float64(msgs)*10) / 10
-				res.ServerCPUUsPerMsg = &v
-				if used < 100*time.Millisecond {
-					fmt.Fprintf(os.Stderr, "bench: server CPU time is counted in 10 ms ticks and only %v was used: the per-message figure is coarse (is -server-pid the server?)\n", used)
-				}
-			}
-		} else {
-			g.noteErr("server CPU time: " + err.Error())
+		var msgs int64
+		for i := range stats {
+			msgs += stats[i].messages
 		}
+		g.serverCPU(res, time.Duration(c0), msgs)
 	}
 	stopProgress()
-	g.client.CloseIdleConnections()
+	if g.client != nil {
+		g.client.CloseIdleConnections()
+	}
 
 	var h latencyHistogram
 	for i := range stats {
@@ -597,6 +689,25 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 	res.P999Ms = ms(h.Quantile(0.999))
 	res.MaxMs = ms(h.Max())
 	res.FirstError = g.firstErr
+}
+
+// serverCPU sets res.ServerCPUUsPerMsg from the server's CPU time now,
+// c0 when measuring started and the msgs acknowledged in between.
+func (g *loadGen) serverCPU(res *benchResult, c0 time.Duration, msgs int64) {
+	c1, err := processCPU(g.cfg.serverPID)
+	if err != nil {
+		g.noteErr("server CPU time: " + err.Error())
+		return
+	}
+	if msgs == 0 {
+		return
+	}
+	used := c1 - c0
+	v := math.Round(float64(used)/1e3/float64(msgs)*10) / 10
+	res.ServerCPUUsPerMsg = &v
+	if used < 100*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "bench: server CPU time is counted in 10 ms ticks and only %v was used: the per-message figure is coarse (is -server-pid the server?)\n", used)
+	}
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
@@ -635,16 +746,38 @@ func (g *loadGen) startProgress(start time.Time) func() {
 func newResult(cfg benchConfig, url string) *benchResult {
 	r := &benchResult{Mode: cfg.mode, URL: url, Producers: cfg.producers, Size: cfg.size,
 		Topics: cfg.topics, Batch: cfg.batch}
-	if cfg.mode != "plain" {
+	if cfg.mode != "plain" && cfg.mode != "redis" {
 		r.Ack = strings.ToUpper(cfg.ack)
+	}
+	if isWire(cfg.mode) {
+		r.Depth = cfg.depth
 	}
 	return r
 }
 
+// runPublish runs the publishing modes: publish (HTTP), line and redis.
+// The broker's fsync count is read before and after from -url (publish;
+// line when -url is given).
 func runPublish(ctx context.Context, cfg benchConfig) (*benchResult, error) {
-	res := newResult(cfg, cfg.url)
-	before, src, haveFsyncs := fetchFsyncs(cfg.url)
-	g := newLoadGen(cfg, cfg.url)
+	var g *loadGen
+	var res *benchResult
+	switch cfg.mode {
+	case "line":
+		g = &loadGen{cfg: cfg, codec: newLineCodec(cfg)}
+		res = newResult(cfg, "tcp://"+cfg.addr)
+	case "redis":
+		g = &loadGen{cfg: cfg, codec: newRedisCodec(cfg)}
+		res = newResult(cfg, "tcp://"+cfg.addr)
+	default:
+		g = newLoadGen(cfg, cfg.url)
+		res = newResult(cfg, cfg.url)
+	}
+	var before int64
+	var src string
+	haveFsyncs := false
+	if cfg.mode == "publish" || cfg.mode == "line" && cfg.urlSet {
+		before, src, haveFsyncs = fetchFsyncs(cfg.url)
+	}
 	g.run(ctx, res)
 	if haveFsyncs && res.Messages > 0 {
 		if after, src2, ok := fetchFsyncs(cfg.url); ok && src2 == src {
@@ -850,6 +983,9 @@ func printResult(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "mode %s  url %s  producers %d  content %d B  topics %d", r.Mode, r.URL, r.Producers, r.Size, r.Topics)
 	if r.Ack != "" {
 		fmt.Fprintf(w, "  ack %s", r.Ack)
+	}
+	if r.Depth > 0 {
+		fmt.Fprintf(w, "  depth %d", r.Depth)
 	}
 	if r.Batch > 0 {
 		fmt.Fprintf(w, "  batch %d", r.Batch)

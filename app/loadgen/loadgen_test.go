@@ -1,8 +1,12 @@
 package loadgen
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -10,7 +14,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -376,5 +382,486 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 	}
 	if n := requests.Load(); n > 2 {
 		t.Errorf("%d publishes for 2 producers; a refused request must not be sent again", n)
+	}
+}
+
+// A request that fails gives its messages back and its producer sends them
+// again, also when the other producers already found the count used up
+// (the count used to go negative and the retried message was lost).
+func TestCountModeRetriesAfterOthersFinished(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.NotFound(w, r)
+			return
+		}
+		if posts.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"acknowledgement":"NACK","code":"UNAVAILABLE"}`))
+			return
+		}
+		w.Write([]byte(`{"acknowledgement":"ACK"}`))
+	}))
+	defer srv.Close()
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-url", srv.URL, "-c", "4", "-count", "1", "-progress=false"}, &stdout, &stderr)
+	if !ok {
+		t.Fatalf("parseArgs: exit %d, %s", code, stderr.String())
+	}
+	res, err := runPublish(context.Background(), cfg)
+	if err != nil || res.Messages != 1 || res.Errors != 1 {
+		t.Fatalf("runPublish: %+v, %v; want the one message acknowledged after one 503", res, err)
+	}
+}
+
+// fakeWire is a tiny server of the line protocol or RESP for the line and
+// redis modes. It reads requests with read and checks them with check
+// (which returns "" or what is wrong), and answers request number n (from
+// 0, over all connections) with answer(n), at once, or with window > 0
+// only once window requests of the connection are unanswered: a client
+// that keeps fewer outstanding then stalls (the server's read times out,
+// which fails the test), and one that sent more is seen with bytes already
+// buffered. closeAfter > 0: the first connection is closed after that many
+// requests, unanswered. allSend > 0: no publish is answered before that
+// many connections sent one.
+type fakeWire struct {
+	t          *testing.T
+	ln         net.Listener
+	window     int
+	closeAfter int
+	allSend    int
+	read       func(r *bufio.Reader) ([]string, error)
+	check      func(args []string) string
+	answer     func(n int) string
+
+	mu       sync.Mutex
+	requests int
+	conns    int
+	auths    []string
+	problems []string
+	wg       sync.WaitGroup
+	senders  int
+	allSent  chan struct{} // closed when allSend connections sent a publish
+}
+
+func (f *fakeWire) start() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.ln = ln
+	f.allSent = make(chan struct{})
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer c.Close()
+				f.serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// stop closes the listener and waits for the connections to end; it
+// returns the problems seen.
+func (f *fakeWire) stop() []string {
+	f.ln.Close()
+	f.wg.Wait()
+	return f.problems
+}
+
+func (f *fakeWire) problem(format string, args ...any) {
+	f.mu.Lock()
+	f.problems = append(f.problems, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+func (f *fakeWire) serve(c net.Conn) {
+	f.mu.Lock()
+	f.conns++
+	first := f.conns == 1
+	f.mu.Unlock()
+	r, w := bufio.NewReader(c), bufio.NewWriter(c)
+	var pending []int
+	for served := 0; ; {
+		// Only a guard against a stalled client (a test that hangs), not a
+		// timed assertion.
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		args, err := f.read(r)
+		if err != nil {
+			if len(pending) > 0 || !errors.Is(err, io.EOF) {
+				f.problem("read after %d requests, %d unanswered: %v", served, len(pending), err)
+			}
+			return
+		}
+		if len(args) == 2 && strings.EqualFold(args[0], "AUTH") {
+			f.mu.Lock()
+			f.auths = append(f.auths, args[1])
+			f.mu.Unlock()
+			w.WriteString(f.answer(-1))
+			w.Flush()
+			continue
+		}
+		if msg := f.check(args); msg != "" {
+			f.problem("request %q: %s", args, msg)
+		}
+		served++
+		if first && f.closeAfter > 0 && served == f.closeAfter {
+			return
+		}
+		f.mu.Lock()
+		pending = append(pending, f.requests)
+		f.requests++
+		if served == 1 {
+			if f.senders++; f.senders == f.allSend {
+				close(f.allSent)
+			}
+		}
+		f.mu.Unlock()
+		if len(pending) < f.window {
+			continue
+		}
+		if f.window > 0 && r.Buffered() > 0 {
+			f.problem("more than %d requests outstanding: %d bytes more already sent", f.window, r.Buffered())
+		}
+		if f.allSend > 0 {
+			<-f.allSent
+		}
+		for _, n := range pending {
+			w.WriteString(f.answer(n))
+		}
+		pending = pending[:0]
+		if w.Flush() != nil {
+			return
+		}
+	}
+}
+
+func readLineRequest(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	return strings.SplitN(strings.TrimSuffix(line, "\n"), " ", 4), nil
+}
+
+// readRESPRequest reads an array of bulk strings, checking its framing.
+func readRESPRequest(r *bufio.Reader) ([]string, error) {
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	if _, err := fmt.Sscanf(head, "*%d\r\n", &n); err != nil || n < 1 {
+		return nil, fmt.Errorf("array header %q", head)
+	}
+	args := make([]string, n)
+	for i := range args {
+		h, err := r.ReadString('\n')
+		var size int
+		if err == nil {
+			_, err = fmt.Sscanf(h, "$%d\r\n", &size)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bulk header %q: %v", h, err)
+		}
+		b := make([]byte, size+2)
+		if _, err := io.ReadFull(r, b); err != nil || string(b[size:]) != "\r\n" {
+			return nil, fmt.Errorf("bulk string of %d bytes: %q %v", size, b, err)
+		}
+		args[i] = string(b[:size])
+	}
+	return args, nil
+}
+
+// wireProto is what a test needs of one protocol: the fake server's reader,
+// a check of a publish request and the success and AUTH replies.
+type wireProto struct {
+	mode  string
+	read  func(r *bufio.Reader) ([]string, error)
+	check func(topics map[string]bool, content string) func([]string) string
+	ok    func(n int) string
+}
+
+var wireProtos = []wireProto{
+	{mode: "line", read: readLineRequest,
+		check: func(topics map[string]bool, content string) func([]string) string {
+			return func(a []string) string {
+				if len(a) != 4 || a[0] != "PUB" || !topics[a[1]] || a[2] != "DURABLE" || a[3] != content {
+					return "want PUB <topic> DURABLE <content>"
+				}
+				return ""
+			}
+		},
+		ok: func(n int) string {
+			if n < 0 {
+				return "OK AUTH bench\n"
+			}
+			return fmt.Sprintf("OK %d DURABLE\n", n)
+		}},
+	{mode: "redis", read: readRESPRequest,
+		check: func(topics map[string]bool, content string) func([]string) string {
+			return func(a []string) string {
+				if len(a) != 5 || a[0] != "XADD" || !topics[a[1]] || a[2] != "*" || a[3] != "data" || a[4] != content {
+					return "want XADD <topic> * data <content>"
+				}
+				return ""
+			}
+		},
+		ok: func(n int) string {
+			if n < 0 {
+				return "+OK\r\n"
+			}
+			id := fmt.Sprintf("1700000000000-%d", n)
+			return fmt.Sprintf("$%d\r\n%s\r\n", len(id), id)
+		}},
+}
+
+// runWire runs mode against the fake server f (started here) with args
+// after -mode and -addr; it returns the result, the run's error and the
+// server's problems.
+func runWire(t *testing.T, f *fakeWire, mode string, args ...string) (*benchResult, error, []string) {
+	t.Helper()
+	addr := f.start()
+	var stdout, stderr strings.Builder
+	all := append([]string{"-mode", mode, "-addr", addr, "-progress=false", "-idle-timeout", "1m"}, args...)
+	cfg, code, ok := parseArgs(all, &stdout, &stderr)
+	if !ok {
+		f.stop()
+		t.Fatalf("parseArgs(%q): exit %d, %s", all, code, stderr.String())
+	}
+	res, err := runPublish(context.Background(), cfg)
+	return res, err, f.stop()
+}
+
+// Every request is framed as its protocol wants, to the run's topics, with
+// AUTH first on every connection, and each connection keeps exactly -depth
+// requests outstanding (the fake server answers only full windows).
+func TestWireModesFramingAndDepth(t *testing.T) {
+	content := string(benchContent(120))
+	for _, p := range wireProtos {
+		for _, depth := range []int{1, 8} {
+			t.Run(fmt.Sprintf("%s/depth=%d", p.mode, depth), func(t *testing.T) {
+				topics := map[string]bool{"b.r1.0": true}
+				f := &fakeWire{t: t, window: depth, read: p.read, check: p.check(topics, content), answer: p.ok}
+				count := 5 * depth
+				res, err, problems := runWire(t, f, p.mode, "-c", "1", "-depth", strconv.Itoa(depth), "-count", strconv.Itoa(count),
+					"-size", "120", "-topic-prefix", "b", "-run-id", "r1", "-token", "s3cret")
+				if err != nil || len(problems) > 0 {
+					t.Fatalf("run: %v; server: %q", err, problems)
+				}
+				if res.Messages != int64(count) || res.Requests != int64(count) || res.Errors != 0 || f.requests != count {
+					t.Fatalf("%d messages, %d requests, %d errors, server saw %d; want %d, %d, 0, %d",
+						res.Messages, res.Requests, res.Errors, f.requests, count, count, count)
+				}
+				if res.Depth != depth || res.Mode != p.mode || res.P50Ms <= 0 || res.MaxMs < res.P50Ms {
+					t.Fatalf("result %+v: want depth %d, mode %s and latencies", res, depth, p.mode)
+				}
+				if len(f.auths) != 1 || f.auths[0] != "s3cret" {
+					t.Fatalf("AUTH tokens seen %q, want one s3cret", f.auths)
+				}
+			})
+		}
+	}
+}
+
+// Connections spread over the topics as the HTTP producers do, each
+// authenticating first (the server answers no publish before each of the
+// three sent one).
+func TestWireModesSpreadTopics(t *testing.T) {
+	content := string(benchContent(200))
+	for _, p := range wireProtos {
+		t.Run(p.mode, func(t *testing.T) {
+			var mu sync.Mutex
+			seen := map[string]int{}
+			topics := map[string]bool{"b.r2.0": true, "b.r2.1": true}
+			check := p.check(topics, content)
+			f := &fakeWire{t: t, allSend: 3, read: p.read, answer: p.ok, check: func(a []string) string {
+				mu.Lock()
+				seen[a[1]]++
+				mu.Unlock()
+				return check(a)
+			}}
+			res, err, problems := runWire(t, f, p.mode, "-c", "3", "-depth", "2", "-count", "60",
+				"-topics", "2", "-topic-prefix", "b", "-run-id", "r2", "-token", "t")
+			if err != nil || len(problems) > 0 || res.Messages != 60 {
+				t.Fatalf("run: %+v %v; server: %q", res, err, problems)
+			}
+			if len(seen) != 2 || len(f.auths) != 3 {
+				t.Fatalf("topics written %v (want both), AUTHs %d (want 3)", seen, len(f.auths))
+			}
+		})
+	}
+}
+
+// An error reply the server may not give again (ERR UNAVAILABLE, -LOADING)
+// counts as an error and its message is sent again (count mode).
+func TestWireModesCountRetriedErrors(t *testing.T) {
+	for _, p := range wireProtos {
+		t.Run(p.mode, func(t *testing.T) {
+			errReply := map[string]string{"line": "ERR UNAVAILABLE queue full\n", "redis": "-LOADING loading the dataset\r\n"}[p.mode]
+			var errs atomic.Int64
+			f := &fakeWire{t: t, read: p.read, check: func([]string) string { return "" },
+				answer: func(n int) string {
+					if n%3 == 2 {
+						errs.Add(1)
+						return errReply
+					}
+					return p.ok(n)
+				}}
+			res, err, problems := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "30")
+			if err != nil || len(problems) > 0 {
+				t.Fatalf("run: %v; server: %q", err, problems)
+			}
+			if res.Messages != 30 || res.Errors != errs.Load() || res.Errors == 0 {
+				t.Fatalf("%d messages, %d errors; want 30 and the %d error replies sent", res.Messages, res.Errors, errs.Load())
+			}
+			if !strings.Contains(res.FirstError, strings.TrimSpace(errReply)) {
+				t.Fatalf("first error %q, want the error reply %q", res.FirstError, errReply)
+			}
+		})
+	}
+}
+
+// An error reply that refuses the request itself (ERR FORBIDDEN, -ERR)
+// stops the connection: what was outstanding is read, nothing more is sent.
+func TestWireModesRefusalStops(t *testing.T) {
+	for _, p := range wireProtos {
+		t.Run(p.mode, func(t *testing.T) {
+			refusal := map[string]string{"line": "ERR FORBIDDEN publish x may not publish\n", "redis": "-ERR wrong number of arguments\r\n"}[p.mode]
+			f := &fakeWire{t: t, read: p.read, check: func([]string) string { return "" },
+				answer: func(int) string { return refusal }}
+			res, err, problems := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "1000")
+			if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(refusal)) || len(problems) > 0 {
+				t.Fatalf("run: %v; server: %q; want no message acknowledged, naming %q", err, problems, refusal)
+			}
+			if f.requests > 2*4 || res.Errors != int64(f.requests) {
+				t.Fatalf("server saw %d requests, %d errors counted; want at most one window per connection, each an error",
+					f.requests, res.Errors)
+			}
+		})
+	}
+}
+
+// A reply that is not the one the request expects is an error and ends the
+// connection: another ack level, an offset that is not one, ACCEPTED's
+// reply to DURABLE, a RESP reply of another type or without an entry id.
+func TestWireModesReplyMismatch(t *testing.T) {
+	for _, c := range []struct{ mode, reply string }{
+		{"line", "OK 3 WRITTEN\n"},
+		{"line", "OK x DURABLE\n"},
+		{"line", "OK - ACCEPTED\n"},
+		{"line", "MSG 0 {}\n"},
+		{"redis", ":1\r\n"},
+		{"redis", "$3\r\nabc\r\n"},
+		{"redis", "$-1\r\n"},
+		{"redis", "+OK\r\n"},
+	} {
+		t.Run(c.mode+"/"+strings.TrimSpace(c.reply), func(t *testing.T) {
+			p := wireProtos[0]
+			if c.mode == "redis" {
+				p = wireProtos[1]
+			}
+			f := &fakeWire{t: t, read: p.read, check: func([]string) string { return "" },
+				answer: func(n int) string {
+					if n == 5 {
+						return c.reply
+					}
+					return p.ok(n)
+				}}
+			res, err, problems := runWire(t, f, c.mode, "-c", "1", "-count", "20")
+			if err != nil || len(problems) > 0 {
+				t.Fatalf("run: %v; server: %q", err, problems)
+			}
+			if res.Messages != 5 || res.Errors != 1 || res.FirstError == "" || f.requests != 6 {
+				t.Fatalf("%d messages, %d errors, first error %q, server saw %d; want 5, 1, the mismatch named, 6",
+					res.Messages, res.Errors, res.FirstError, f.requests)
+			}
+		})
+	}
+}
+
+// A connection that breaks counts its outstanding requests as errors; the
+// producer connects again and sends them again (count mode).
+func TestWireModesReconnect(t *testing.T) {
+	for _, p := range wireProtos {
+		t.Run(p.mode, func(t *testing.T) {
+			f := &fakeWire{t: t, closeAfter: 4, read: p.read, check: func([]string) string { return "" }, answer: p.ok}
+			res, err, problems := runWire(t, f, p.mode, "-c", "1", "-count", "20")
+			if err != nil || len(problems) > 0 {
+				t.Fatalf("run: %v; server: %q", err, problems)
+			}
+			if res.Messages != 20 || res.Errors != 1 || f.conns != 2 {
+				t.Fatalf("%d messages, %d errors over %d connections; want 20, 1 (the request cut off), 2", res.Messages, res.Errors, f.conns)
+			}
+		})
+	}
+}
+
+func TestWireModesUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"-depth", "2"},                        // HTTP publish has no pipelining
+		{"-addr", "127.0.0.1:1"},               // nor a TCP address
+		{"-mode", "line", "-batch", "10"},      // one message per PUB
+		{"-mode", "redis", "-depth", "0"},      // at least 1
+		{"-mode", "redis", "-depth", "5000"},   // at most 4096
+		{"-mode", "line", "-addr", "nowhere"},  // host:port
+		{"-mode", "line", "-token", "a\nPUB"},  // one line
+		{"-mode", "line", "-ack", "sometimes"}, // an ack level
+	} {
+		var stdout, stderr strings.Builder
+		if _, code, ok := parseArgs(args, &stdout, &stderr); ok || code != 2 {
+			t.Errorf("parseArgs(%q): exit %d ok=%v, want a usage error", args, code, ok)
+		}
+	}
+	var stdout, stderr strings.Builder
+	cfg, _, ok := parseArgs([]string{"-mode", "redis"}, &stdout, &stderr)
+	if !ok || cfg.addr != "127.0.0.1:6379" || cfg.depth != 1 {
+		t.Errorf("-mode redis: addr %q depth %d, want the default 127.0.0.1:6379 and 1", cfg.addr, cfg.depth)
+	}
+	if n := notice(cfg); !strings.Contains(n, "XADD") || !strings.Contains(n, "127.0.0.1:6379") {
+		t.Errorf("notice %q: want XADD and the address", n)
+	}
+}
+
+// A server that is gone (connections refused): the producers try again
+// until -duration ends, not until -idle-timeout (an hour here), and every
+// failure is counted. The 30 s bound only turns a hang into a failure.
+func TestWireModesStopAtDeadlineWhenServerGone(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close() // nobody listens there now
+	var stdout, stderr strings.Builder
+	cfg, code, ok := parseArgs([]string{"-mode", "line", "-addr", ln.Addr().String(), "-c", "2", "-depth", "4",
+		"-duration", "200ms", "-warmup", "0s", "-idle-timeout", "1h", "-progress=false"}, &stdout, &stderr)
+	if !ok {
+		t.Fatalf("parseArgs: exit %d, %s", code, stderr.String())
+	}
+	type outcome struct {
+		res *benchResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := runPublish(context.Background(), cfg)
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err == nil || o.res.Messages != 0 || o.res.Errors == 0 {
+			t.Fatalf("run: %+v, %v; want no message, the failures counted, an error", o.res, o.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end at -duration: the producers went on reconnecting")
 	}
 }

@@ -93,7 +93,8 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
                                         (mmmq dispatchers --help, mmmq topics --help)
 
   mmmq token new                        print a fresh bearer token and its token-sha256 (mmmq.auth.tokens)
-  mmmq bench [-mode publish|plain|plain-server|deliver] [-url URL] [-c N] ...   load tool (mmmq bench -h)
+  mmmq bench [-mode publish|line|redis|plain|plain-server|deliver] [-url URL | -addr HOST:PORT] [-c N] [-depth D] ...
+                                        load tool: HTTP, line protocol, Redis XADD (mmmq bench -h)
   mmmq version
 `)
 }
