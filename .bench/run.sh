@@ -436,7 +436,7 @@ jq -rs '
   def f0: if . == null then "" else (. * 1 | round | tostring) end;
   def f(n): if . == null then "" else ((. * pow(10; n) | round) / pow(10; n) | tostring) end;
   (map(select(.mode == "plain" and (.inProcess | not) and .grid == null)) | map({key: (.producers|tostring), value: .msgsPerSec}) | from_entries) as $plain
-  | (map(select(.gobench and (.scenario | test("JavaBaseline")))) | map({key: (.scenario | sub("^[^/]*"; "")), value: .msgsPerSec}) | from_entries) as $javaBy
+  | (map(select(.gobench and (.scenario | test("JavaBaseline")))) | map({key: (.scenario | sub("^.*/"; "/")), value: .msgsPerSec}) | from_entries) as $javaBy
   | ([$javaBy[]] | max) as $javaBest
   | (map(select(.gobench)) | map({key: .scenario, value: .msgsPerSec}) | from_entries) as $go
   | "| scenario | load generator | conns | depth | msgs/s | p50 ms | p99 ms | p999 ms | errors | ratio | fsyncs/msg | fsyncs/commit | entries/commit | server CPU µs/msg | server peak RSS MiB | notes |",
@@ -447,7 +447,7 @@ jq -rs '
          elif .mode == "publish" and .grid == null and ($plain[.producers|tostring] // 0) > 0 then
             ((.msgsPerSec / $plain[.producers|tostring]) | f(2)) + "× plain"
          elif .gobench and ($javaBest // 0) > 0 and (.scenario | test("BenchmarkAppend")) then
-            (.scenario | sub("^[^/]*"; "")) as $k
+            (.scenario | sub("^.*/"; "/")) as $k
             | if ($javaBy[$k] // 0) > 0 then ((.msgsPerSec / $javaBy[$k]) | f(1)) + "× Java design (same appenders)"
               else ((.msgsPerSec / $javaBest) | f(1)) + "× best Java design" end
          elif .gobench and .scenario == "go: BenchmarkReplay/batch=500" and ($go["go: BenchmarkReplay/batch=off"] // 0) > 0 then
