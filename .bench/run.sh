@@ -446,7 +446,7 @@ jq -rs '
       | (if .ratio then .ratio
          elif .mode == "publish" and .grid == null and ($plain[.producers|tostring] // 0) > 0 then
             ((.msgsPerSec / $plain[.producers|tostring]) | f(2)) + "× plain"
-         elif .gobench and ($javaBest // 0) > 0 and (.scenario | test("BenchmarkAppend")) then
+         elif .gobench and ($javaBest // 0) > 0 and (.scenario | test("BenchmarkAppend/")) then
             (.scenario | sub("^.*/"; "/")) as $k
             | if ($javaBy[$k] // 0) > 0 then ((.msgsPerSec / $javaBy[$k]) | f(1)) + "× Java design (same appenders)"
               else ((.msgsPerSec / $javaBest) | f(1)) + "× best Java design" end
