@@ -180,7 +180,11 @@
 // entry, and its .idx, whatever the plan: a killed process leaves its last
 // writes in the page cache, where repair reads them as if they were on
 // disk, so what the restart serves (an entry indexed again, an index it
-// takes as synced) must be made durable before it is served. An entry
+// takes as synced) must be made durable before it is served. (A broker
+// opening many topics syncs the whole filesystem once at startup instead,
+// syncfs(2) through vfs.FSSyncer, and sets Options.FilesystemSynced: two
+// fsyncs per topic cost 0.2–0.5 ms each on a virtual disk even with
+// nothing dirty; 2,000 topics start in 0.24–0.29 s either way.) An entry
 // indexed again may never have been acknowledged (its group commit
 // crashed before the answer): like a lost reply, it is delivered at least
 // once. One rule serves both index-sync

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -228,13 +229,18 @@ func TestRestartAfterKillThenPowerLoss(t *testing.T) {
 	for _, tc := range []struct {
 		mode  IndexSync
 		point string // where the process is killed during m3's group commit
+		// syncFS: the restart syncs the whole filesystem first and opens
+		// with FilesystemSynced, as the broker's local backend does.
+		syncFS bool
 	}{
-		{IndexSyncCommit, "AfterSegmentWrite"},
-		{IndexSyncLazy, "AfterSegmentWrite"},
-		{IndexSyncLazy, "AfterAnswer"}, // m3 answered, its index entry unsynced
+		{IndexSyncCommit, "AfterSegmentWrite", false},
+		{IndexSyncLazy, "AfterSegmentWrite", false},
+		{IndexSyncLazy, "AfterAnswer", false}, // m3 answered, its index entry unsynced
+		{IndexSyncCommit, "AfterSegmentWrite", true},
+		{IndexSyncLazy, "AfterAnswer", true},
 	} {
 		mode := tc.mode
-		t.Run(mode.String()+"/"+tc.point, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/%s/syncfs=%v", mode, tc.point, tc.syncFS), func(t *testing.T) {
 			fsys := vfs.NewMem()
 			var armed atomic.Bool
 			var killed *vfs.MemFS
@@ -270,7 +276,14 @@ func TestRestartAfterKillThenPowerLoss(t *testing.T) {
 			mustAppend(t, l, payload(3, 40)) // killed after its segment write
 			l.Close()
 			// The restart finds m3 complete in the page cache.
-			l2 := openMem(t, killed, opts)
+			reopts := opts
+			if tc.syncFS {
+				if err := killed.SyncFS("/"); err != nil {
+					t.Fatal(err)
+				}
+				reopts.FilesystemSynced = true
+			}
+			l2 := openMem(t, killed, reopts)
 			if l2.HighWatermark() != 4 || (tc.point == "AfterSegmentWrite") != (l2.Repair().ReindexedEntries > 0) {
 				t.Fatalf("restart: hw %d, repair %+v", l2.HighWatermark(), l2.Repair())
 			}

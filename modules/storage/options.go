@@ -67,6 +67,14 @@ type Options struct {
 	// (mmmq.broker.storage.index-sync-interval); default 1s. Only
 	// IndexSyncLazy uses it.
 	IndexSyncInterval time.Duration
+	// FilesystemSynced tells Open that everything written to the data
+	// filesystem before this process started is durable already (the
+	// caller ran vfs.FSSyncer.SyncFS once, as the broker's local backend
+	// does at startup), so repair need not fsync the last segment's files
+	// of each topic it opens (see the package doc, "Repair on open"). Set
+	// it only then: without that sync, a killed process's writes may sit
+	// in the page cache. Default false: Open fsyncs them.
+	FilesystemSynced bool
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.
 	Observer Observer

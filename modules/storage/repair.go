@@ -80,7 +80,7 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 	pl.planTmps(d.tmps)
 	var segs []*segment
 	if apply {
-		if segs, err = applyPlans(fsys, dir, plans, d.tmps, &rep); err != nil {
+		if segs, err = applyPlans(fsys, dir, plans, d.tmps, &rep, !o.FilesystemSynced); err != nil {
 			return nil, rep, err
 		}
 	} else {

@@ -1,6 +1,10 @@
 package vfs
 
-import "sync/atomic"
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
 
 // CountingFS wraps an FS and counts File.Sync calls on the files it opens,
 // for benchmarks that report fsyncs per message on the real filesystem
@@ -24,6 +28,15 @@ var _ FS = (*CountingFS)(nil)
 
 // NewCounting returns a CountingFS wrapping inner.
 func NewCounting(inner FS) *CountingFS { return &CountingFS{FS: inner} }
+
+// SyncFS forwards to the inner FS when it implements FSSyncer; otherwise
+// it returns an error wrapping errors.ErrUnsupported.
+func (c *CountingFS) SyncFS(dir string) error {
+	if s, ok := c.FS.(FSSyncer); ok {
+		return s.SyncFS(dir)
+	}
+	return fmt.Errorf("sync filesystem of %s: %w", dir, errors.ErrUnsupported)
+}
 
 // Create implements FS.
 func (c *CountingFS) Create(name string) (File, error) { return c.wrap(c.FS.Create(name)) }

@@ -614,6 +614,42 @@ func (m *MemFS) Crash(opts CrashOptions) *MemFS {
 	return out
 }
 
+// SyncFS implements FSSyncer: every file's contents and every directory's
+// entries become durable, as syncfs(2) makes them on a real filesystem.
+// dir only has to exist.
+func (m *MemFS) SyncFS(dir string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n, errno := m.lookup(split(dir)); errno != 0 || !n.dir {
+		if errno == 0 {
+			errno = syscall.ENOTDIR
+		}
+		return &fs.PathError{Op: "syncfs", Path: dir, Err: errno}
+	}
+	m.syncs.Add(1)
+	seen := map[*node]bool{}
+	var walk func(n *node)
+	walk = func(n *node) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		if !n.dir {
+			n.synced, n.dirtyFrom = slices.Clone(n.data), clean
+			if n.synced == nil {
+				n.synced = []byte{}
+			}
+			return
+		}
+		n.durable = maps.Clone(n.children)
+		for _, c := range n.children {
+			walk(c)
+		}
+	}
+	walk(m.root)
+	return nil
+}
+
 // Kill returns a new MemFS holding what a process crash (kill -9) at this
 // instant leaves: everything, as the page cache survives the process. What
 // was not yet synced stays unsynced, contents and directory entries alike,

@@ -998,3 +998,30 @@ func TestKillKeepsPageCacheThenCrashDropsIt(t *testing.T) {
 		t.Errorf("synced after the kill, then crashed: d/f = %q, want abcdef", got)
 	}
 }
+
+// TestMemSyncFS: SyncFS makes every file's contents and every directory's
+// entries durable, as syncfs(2) does; a Crash afterwards keeps them.
+func TestMemSyncFS(t *testing.T) {
+	m := vfs.NewMem()
+	if err := m.MkdirAll("a/b"); err != nil {
+		t.Fatal(err)
+	}
+	mustCreate(t, m, "a/b/f", "hello", false)
+	mustCreate(t, m, "a/g", "x", false)
+	if got := content(t, m.Crash(vfs.CrashOptions{}), "a/b/f"); got != "<absent>" {
+		t.Fatalf("before SyncFS a crash kept a/b/f: %q", got)
+	}
+	if err := m.SyncFS("a"); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Crash(vfs.CrashOptions{})
+	if got := content(t, c, "a/b/f"); got != "hello" {
+		t.Errorf("after SyncFS: a/b/f = %q, want hello", got)
+	}
+	if got := content(t, c, "a/g"); got != "x" {
+		t.Errorf("after SyncFS: a/g = %q, want x", got)
+	}
+	if err := m.SyncFS("missing"); err == nil {
+		t.Error("SyncFS of a missing directory succeeded")
+	}
+}

@@ -40,6 +40,18 @@ type DirEntry struct {
 // OS{}; MemFS is the test implementation with fault injection and crash
 // simulation. Names are slash- or OS-separated paths as produced by
 // path/filepath.
+// FSSyncer is implemented by filesystems that can make everything written
+// to them durable in one call: file contents, sizes and directory entries
+// alike (syncfs(2) for OS on Linux; every file and directory of a MemFS).
+// SyncFS returns an error wrapping errors.ErrUnsupported where that is not
+// available (OS elsewhere; a CountingFS over an FS without it), and the
+// caller then syncs file by file. The broker uses it once at startup, so
+// that what a killed process left in the page cache is durable before
+// anything of it is served, instead of two fsyncs per topic.
+type FSSyncer interface {
+	SyncFS(dir string) error
+}
+
 type FS interface {
 	// Create creates name (truncating it if it exists) for reading and writing.
 	// The new directory entry is durable only after SyncDir of its parent.
