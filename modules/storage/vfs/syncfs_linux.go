@@ -26,4 +26,3 @@ func (OS) SyncFS(dir string) error {
 	}
 	return nil
 }
-
