@@ -310,18 +310,7 @@ if part sweep; then
 	# tool; that row is what the ratio divides by. The in-process row (client
 	# and handler sharing one Go scheduler) is shown for reference: it is not
 	# like for like with a broker in another process.
-	PLAIN_PORT=$(free_port)
-	"$MMMQ" bench -mode plain-server -listen "127.0.0.1:$PLAIN_PORT" 2>>"$TMP/bench.log" &
-	PLAIN_PID=$!
-	for ((i = 0; ; i++)); do
-		holds_port "$PLAIN_PID" "$PLAIN_PORT" && break
-		if ! kill -0 "$PLAIN_PID" 2>/dev/null || [ "$i" -ge 1000 ]; then
-			say "plain handler server did not start; log:"
-			tail -5 "$TMP/bench.log" >&2
-			exit 1
-		fi
-		sleep 0.01
-	done
+	start_plain # grid.sh
 	for c in $CS; do
 		say "plain handler (separate process) c=$c"
 		r=$("$MMMQ" bench -mode plain -url "http://127.0.0.1:$PLAIN_PORT" -server-pid "$PLAIN_PID" -c "$c" -size $SIZE \

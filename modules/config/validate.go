@@ -57,26 +57,7 @@ func (c *Config) Validate() error {
 	}
 
 	b := c.MMMQ.Broker
-	if strings.TrimSpace(b.Storage.RootDir) == "" {
-		v.add(invalid("mmmq.broker.storage.root-dir", "must not be empty"))
-	}
-	switch b.Storage.OnCorruption {
-	case OnCorruptionFail, OnCorruptionQuarantine:
-	default:
-		v.add(invalid("mmmq.broker.storage.on-corruption", "must be %q or %q; got %q", OnCorruptionFail, OnCorruptionQuarantine, b.Storage.OnCorruption))
-	}
-	v.intRange("mmmq.broker.storage.max-topics", int64(b.Storage.MaxTopics), 1, math.MaxInt32)
-
-	v.intRange("mmmq.broker.storage.max-open-segments", int64(b.Storage.MaxOpenSegments), 0, math.MaxInt32)
-	v.intRange("mmmq.broker.storage.min-free-bytes", b.Storage.MinFreeBytes, 0, math.MaxInt64)
-	switch b.Storage.IndexSync {
-	case "commit", "lazy":
-	default:
-		v.add(invalid("mmmq.broker.storage.index-sync", "must be %q or %q; got %q", "commit", "lazy", b.Storage.IndexSync))
-	}
-	if d := b.Storage.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
-		v.add(invalid("mmmq.broker.storage.index-sync-interval", "must be between 1ms and 1h; got %s", d))
-	}
+	v.storage(b.Storage)
 
 	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
 	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the
@@ -118,6 +99,29 @@ func (c *Config) Validate() error {
 // serverTLS checks server.tls: the files come in pairs, a client CA only
 // with a client-auth that uses it, and the reverse. Whether the files can be
 // read is checked when the listeners are built (package servertls).
+// storage checks mmmq.broker.storage.
+func (v *validator) storage(s StorageConfig) {
+	if strings.TrimSpace(s.RootDir) == "" {
+		v.add(invalid("mmmq.broker.storage.root-dir", "must not be empty"))
+	}
+	switch s.OnCorruption {
+	case OnCorruptionFail, OnCorruptionQuarantine:
+	default:
+		v.add(invalid("mmmq.broker.storage.on-corruption", "must be %q or %q; got %q", OnCorruptionFail, OnCorruptionQuarantine, s.OnCorruption))
+	}
+	v.intRange("mmmq.broker.storage.max-topics", int64(s.MaxTopics), 1, math.MaxInt32)
+	v.intRange("mmmq.broker.storage.max-open-segments", int64(s.MaxOpenSegments), 0, math.MaxInt32)
+	v.intRange("mmmq.broker.storage.min-free-bytes", s.MinFreeBytes, 0, math.MaxInt64)
+	switch s.IndexSync {
+	case "commit", "lazy":
+	default:
+		v.add(invalid("mmmq.broker.storage.index-sync", "must be %q or %q; got %q", "commit", "lazy", s.IndexSync))
+	}
+	if d := s.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
+		v.add(invalid("mmmq.broker.storage.index-sync-interval", "must be between 1ms and 1h; got %s", d))
+	}
+}
+
 func (v *validator) serverTLS(t ServerTLSConfig) {
 	const k = "server.tls."
 	switch {
