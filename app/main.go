@@ -230,7 +230,9 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 	all = append(all,
 		fx.Invoke(func(log *zap.Logger) {
 			events.start(logging.NewFxLogger(log))
-			log.Named("app").Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir))
+			st := cfg.MMMQ.Broker.Storage
+			log.Named("app").Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir),
+				zap.String("index-sync", st.IndexSync), zap.Duration("index-sync-interval", st.IndexSyncInterval))
 		}),
 		// Last, so that it wins over logging.Module's.
 		fx.WithLogger(func() fxevent.Logger { return events }),

@@ -38,7 +38,8 @@ func verify(args []string) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	root := fs.String("root", "", "data root (default mmmq.broker.storage.root-dir)")
 	cfgPath := fs.String("config", "", "YAML config file")
-	repair := fs.Bool("repair", false, "do what the broker's next start would: cut torn tails, finish interrupted retention deletions,\n"+
+	repair := fs.Bool("repair", false, "do what the broker's next start would: index again the valid entries the last segment's index lacks,\n"+
+		"cut torn tails, finish interrupted retention deletions,\n"+
 		"remove the .deleting- directories of interrupted topic deletions and the directories of interrupted topic creations\n"+
 		"(never touches corruption; refused while a broker holds the data directory)")
 	asJSON := fs.Bool("json", false, "print one JSON report per line (every topic and directory), nothing else on stdout")
@@ -124,7 +125,8 @@ func (v *verifier) topics(topics []string, total int64) int {
 }
 
 // repairTopic does what the broker's startup would do to a topic verify
-// found repairable: cut a torn tail or finish an interrupted retention
+// found repairable: index again a last segment's unindexed entries, cut a
+// torn tail or finish an interrupted retention
 // deletion (an Open), or remove what an interrupted creation left.
 func (v *verifier) repairTopic(rep *storage.TopicReport) error {
 	dir := filepath.Join(v.root, rep.Topic)
@@ -239,8 +241,8 @@ func describe(rep storage.TopicReport) string {
 	case storage.StatusCorrupt:
 		return fmt.Sprintf("at %s: %s", corruptAt(rep.Corruption), rep.Corruption.Reason)
 	case storage.StatusTornTail:
-		return fmt.Sprintf("would cut %d index bytes, %d segment bytes (%d entries): %s",
-			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutEntries, strings.Join(rep.Recovery.Actions, "; "))
+		return fmt.Sprintf("would cut %d index bytes and %d segment bytes, and index again %d entries: %s; then %s",
+			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
 	case storage.StatusIndexTail:
 		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or mmmq verify --repair), nothing is cut; %s",
 			rep.Recovery.ReindexedEntries, counts)

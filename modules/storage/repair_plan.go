@@ -174,7 +174,7 @@ func (pl *planner) planPair(p *segPlan, last bool) error {
 	p.count = n
 	if p.mmmSize > p.end {
 		pl.rep.TruncatedBytes += p.mmmSize - p.end
-		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry, never acknowledged)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
+		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
 	}
 	return nil
 }
@@ -244,7 +244,7 @@ func (pl *planner) planIndexPositions(p *segPlan, last bool, n int64) (int64, er
 	cut := n - k
 	pl.rep.CutEntries += cut
 	pl.rep.CutIndexBytes += cut * IndexEntrySize
-	pl.act("cut %d invalid trailing index entries of %s from offset %d (never acknowledged)", cut, filepath.Base(p.idxPath), p.base+k)
+	pl.act("cut %d invalid trailing index entries of %s from offset %d (the entries they should list are indexed again when valid)", cut, filepath.Base(p.idxPath), p.base+k)
 	return k, nil
 }
 
@@ -274,7 +274,7 @@ func (pl *planner) planTornEntries(p *segPlan, last bool, n int64) (int64, error
 		}
 		pl.rep.CutEntries++
 		pl.rep.CutIndexBytes += IndexEntrySize
-		pl.act("cut torn entry at offset %d (%s byte %d: %s; never acknowledged)", p.base+n-1, filepath.Base(p.mmmPath), at, be.reason)
+		pl.act("cut torn entry at offset %d (%s byte %d: %s)", p.base+n-1, filepath.Base(p.mmmPath), at, be.reason)
 		n--
 	}
 	return 0, nil

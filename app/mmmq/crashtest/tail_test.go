@@ -27,7 +27,7 @@ const entryHeader = 8
 // Recovery's report lines (modules/storage repair), as the broker logs them.
 var (
 	reindexRE  = regexp.MustCompile(`index again ([0-9]+) entries of [0-9]+\.mmm from offset ([0-9]+) \(valid in the segment after the last index entry\)`)
-	truncateRE = regexp.MustCompile(`truncate [0-9]+\.mmm from ([0-9]+) to ([0-9]+) bytes \(torn tail after the last valid entry, never acknowledged\)`)
+	truncateRE = regexp.MustCompile(`truncate [0-9]+\.mmm from ([0-9]+) to ([0-9]+) bytes \(torn tail after the last valid entry\)`)
 )
 
 // tailEntry is an entry found in a segment beyond what its index vouches for.
