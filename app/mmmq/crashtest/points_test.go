@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -361,14 +362,22 @@ func betweenUnlinksCase(t *testing.T) pointRow {
 		t.Fatalf("broker did not die of SIGKILL: %v %v", killed, err)
 	}
 	files := segFiles(t, dir)
-	lone := ""
+	// The first segment's lone .mmm. The writer may also have been
+	// killed inside a rotation, leaving a lone empty .mmm at the tail
+	// (recovery completes that rotation): the lowest name is the head.
+	var lones []string
 	for name := range files {
 		base := strings.TrimSuffix(name, ".mmm")
 		if base != name {
 			if _, ok := files[base+".idx"]; !ok {
-				lone = name
+				lones = append(lones, name)
 			}
 		}
+	}
+	sort.Strings(lones)
+	lone := ""
+	if len(lones) > 0 {
+		lone = lones[0]
 	}
 	if lone == "" {
 		t.Fatalf("after the kill: files %v, want a first segment with only its .mmm", files)
