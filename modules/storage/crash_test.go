@@ -539,11 +539,7 @@ func TestCrashAtNamedPoints(t *testing.T) {
 				if hw < tc.want.min || hw > tc.want.max {
 					t.Fatalf("seed %d: hw %d after crash at %s, want [%d, %d] (report %+v)", seed, hw, tc.point, tc.want.min, tc.want.max, rl.Repair())
 				}
-				for i, e := range readAll(t, rl, 100) {
-					if !bytes.Equal(e.Payload, payload(i, 40)) {
-						t.Fatalf("offset %d = %q", i, e.Payload)
-					}
-				}
+				requirePayloads(t, readAll(t, rl, 100), 40)
 				if tc.wantActions != "" && !strings.Contains(strings.Join(rl.Repair().Actions, "|"), tc.wantActions) {
 					t.Fatalf("actions %q, want one containing %q", rl.Repair().Actions, tc.wantActions)
 				}

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,11 +142,7 @@ func TestIndexSyncModeSwitchAcrossCrash(t *testing.T) {
 			if len(got) != next {
 				t.Fatalf("%d entries, want %d", len(got), next)
 			}
-			for i, e := range got {
-				if !bytes.Equal(e.Payload, payload(i, 40)) {
-					t.Fatalf("offset %d = %q", i, e.Payload)
-				}
-			}
+			requirePayloads(t, got, 40)
 		})
 	}
 }
@@ -199,11 +194,7 @@ func TestIndexSyncLazyFsyncFailure(t *testing.T) {
 	if off := mustAppend(t, l, payload(5, 40)); off != 5 {
 		t.Fatalf("append after reopen: %d", off)
 	}
-	for i, e := range readAll(t, l, 100) {
-		if !bytes.Equal(e.Payload, payload(i, 40)) {
-			t.Fatalf("offset %d = %q", i, e.Payload)
-		}
-	}
+	requirePayloads(t, readAll(t, l, 100), 40)
 }
 
 func TestParseIndexSync(t *testing.T) {
@@ -307,11 +298,7 @@ func TestRestartAfterKillThenPowerLoss(t *testing.T) {
 			if len(got) != 30 {
 				t.Fatalf("after the power loss: %d entries, want the 30 served (repair %+v)", len(got), l3.Repair())
 			}
-			for i, e := range got {
-				if !bytes.Equal(e.Payload, payload(i, 40)) {
-					t.Fatalf("offset %d = %q", i, e.Payload)
-				}
-			}
+			requirePayloads(t, got, 40)
 			l2.Close()
 		})
 	}

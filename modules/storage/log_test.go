@@ -522,11 +522,7 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 					t.Fatalf("reopen: hw %d, want one of %v", hw, tc.reopen)
 				}
 				got := readAll(t, l2, 100)
-				for i, e := range got {
-					if !bytes.Equal(e.Payload, payload(i, 30)) {
-						t.Fatalf("offset %d = %q", i, e.Payload)
-					}
-				}
+				requirePayloads(t, got, 30)
 				if off := mustAppend(t, l2, []byte(`"new"`)); off != hw {
 					t.Fatalf("append after reopen at %d, want %d", off, hw)
 				}
@@ -766,11 +762,7 @@ func TestCloseDrainsAccepted(t *testing.T) {
 	if len(got) != n {
 		t.Fatalf("%d of %d ACCEPTED entries durable after Close", len(got), n)
 	}
-	for i, e := range got {
-		if !bytes.Equal(e.Payload, payload(i, 20)) {
-			t.Fatalf("offset %d = %q", i, e.Payload)
-		}
-	}
+	requirePayloads(t, got, 20)
 }
 
 func TestQueueFullAndContextCancel(t *testing.T) {

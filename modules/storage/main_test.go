@@ -114,6 +114,17 @@ func isClosed(ch <-chan struct{}) bool {
 // hw-1 is readable), with Notify, and fails the test if Notify wakes it
 // while the watermark is still below hw: the log closed first, or Notify
 // broke its promise.
+// requirePayloads fails the test unless got holds payload(i, size) at
+// index i, for every i (offsets from 0).
+func requirePayloads(t testing.TB, got []Entry, size int) {
+	t.Helper()
+	for i, e := range got {
+		if !bytes.Equal(e.Payload, payload(i, size)) {
+			t.Fatalf("offset %d = %q, want %q", i, e.Payload, payload(i, size))
+		}
+	}
+}
+
 func waitHighWatermark(t testing.TB, l *Log, hw int64) {
 	t.Helper()
 	<-l.Notify(hw - 1)
