@@ -332,6 +332,13 @@ const (
 
 // StorageConfig configures the on-disk log (key "mmmq.broker.storage").
 type StorageConfig struct {
+	// Backend is where topics are stored: "local" (the default: one
+	// directory per topic under RootDir, segment and offset-index files)
+	// or "jetstream" (one replicated NATS JetStream stream per topic, the
+	// plugin plugins/jetstream and its section mmmq.jetstream; several
+	// broker nodes may share it). The local-only keys index-sync and
+	// index-sync-interval must keep their defaults with "jetstream".
+	Backend string `koanf:"backend"`
 	// RootDir is the directory holding one sub-directory per topic. Default "./data".
 	RootDir string `koanf:"root-dir"`
 	// OnCorruption is "fail" (refuse to start) or "quarantine" (refuse only
@@ -374,6 +381,14 @@ type StorageConfig struct {
 	// unsynced; 1ms to 1h. Only index-sync lazy uses it. Default 1s.
 	IndexSyncInterval time.Duration `koanf:"index-sync-interval"`
 }
+
+// Storage backends (mmmq.broker.storage.backend).
+const (
+	// BackendLocal is the segmented log on local disk (the default).
+	BackendLocal = "local"
+	// BackendJetStream is a NATS JetStream cluster (plugins/jetstream).
+	BackendJetStream = "jetstream"
+)
 
 // SegmentConfig sizes segment files (key "mmmq.broker.segment").
 type SegmentConfig struct {
@@ -590,6 +605,7 @@ func Default() *Config {
 			Auth: AuthConfig{ProtectMetrics: true},
 			Broker: BrokerConfig{
 				Storage: StorageConfig{
+					Backend:      BackendLocal,
 					RootDir:      "./data",
 					OnCorruption: OnCorruptionFail,
 					MaxTopics:    10000,

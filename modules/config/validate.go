@@ -120,6 +120,19 @@ func (v *validator) storage(s StorageConfig) {
 	if d := s.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
 		v.add(invalid("mmmq.broker.storage.index-sync-interval", "must be between 1ms and 1h; got %s", d))
 	}
+	switch s.Backend {
+	case BackendLocal:
+	case BackendJetStream:
+		// The offset index is the local log's: JetStream has none to sync.
+		if s.IndexSync != "commit" {
+			v.add(invalid("mmmq.broker.storage.index-sync", "applies to the local backend only; remove it with backend %q (got %q)", BackendJetStream, s.IndexSync))
+		}
+		if s.IndexSyncInterval != time.Second {
+			v.add(invalid("mmmq.broker.storage.index-sync-interval", "applies to the local backend only; remove it with backend %q (got %s)", BackendJetStream, s.IndexSyncInterval))
+		}
+	default:
+		v.add(invalid("mmmq.broker.storage.backend", "must be %q or %q; got %q", BackendLocal, BackendJetStream, s.Backend))
+	}
 }
 
 func (v *validator) serverTLS(t ServerTLSConfig) {
