@@ -167,6 +167,9 @@ type TopicStatus struct {
 	LastError    string     `json:"lastError,omitempty"`
 	LastErrorAt  *time.Time `json:"lastErrorAt,omitempty"`
 	NextRetry    *time.Time `json:"nextRetry,omitempty"`
+	// LeaseEpoch is the epoch of this node's lease on the topic (a
+	// backend shared by several broker nodes); omitted when none.
+	LeaseEpoch uint64 `json:"leaseEpoch,omitempty"`
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
@@ -196,7 +199,7 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
-			LastError: ws.LastError}
+			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
 		}

@@ -239,6 +239,7 @@ type received struct {
 	Offset        int64
 	Attempt       int
 	MessageID     string
+	LeaseEpoch    uint64 // mmmq-lease-epoch; 0 when absent
 	ContentType   string
 	ContentLength int64
 	Body          string
@@ -273,6 +274,7 @@ func newConsumer(t *testing.T, respond func(r received, w http.ResponseWriter, r
 		}
 		r.Offset, _ = strconv.ParseInt(req.Header.Get("mmmq-offset"), 10, 64)
 		r.Attempt, _ = strconv.Atoi(req.Header.Get("mmmq-attempt"))
+		r.LeaseEpoch, _ = strconv.ParseUint(req.Header.Get("mmmq-lease-epoch"), 10, 64)
 		c.mu.Lock()
 		c.reqs = append(c.reqs, r)
 		respond := c.respond

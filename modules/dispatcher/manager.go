@@ -212,6 +212,10 @@ type WorkerStatus struct {
 	// LastErrorAt when it happened (zero when none since the worker started).
 	LastError   string
 	LastErrorAt time.Time
+	// LeaseEpoch is the epoch of the lease under which this node delivers
+	// the topic (a backend shared by several nodes; the mmmq-lease-epoch
+	// header of its pushes); 0 when no lease is held or needed.
+	LeaseEpoch uint64
 	// NextRetry is when the next attempt is due while backing off (zero
 	// otherwise).
 	NextRetry time.Time
@@ -229,6 +233,7 @@ const (
 	StateIdle       = "idle"        // everything up to the high watermark is delivered
 	StatePaused     = "paused"      // the dispatcher is paused: no worker runs
 	StateFailed     = "failed"      // the worker ended on an error (WorkerStatus.Err); it runs again after a restart
+	StateStandby    = "standby"     // another broker node holds this topic's lease and delivers it (shared backends)
 )
 
 type workerKey struct{ dispatcher, topic string }

@@ -51,6 +51,12 @@ type Delivery struct {
 	// abnormal ones included (mmmq-attempt header). It restarts at 1 after a
 	// broker restart.
 	Attempt int
+	// LeaseEpoch is the epoch of the lease under which the worker delivers
+	// (mmmq-lease-epoch header, omitted when 0: the backend needs no
+	// lease). A consumer fed by several broker nodes may drop a push whose
+	// epoch is older than the newest it has seen for the topic: it comes
+	// from a node that lost its lease and has not noticed yet.
+	LeaseEpoch uint64
 	// MessageID is the producer message id from the stored JSON ("" when
 	// absent or not usable as a header value) (mmmq-message-id header).
 	MessageID string
@@ -135,6 +141,9 @@ const (
 	// HeaderAttempt carries Delivery.Attempt (1-based), in decimal; in a
 	// batch, the highest attempt of its messages.
 	HeaderAttempt = "mmmq-attempt"
+	// HeaderLeaseEpoch carries Delivery.LeaseEpoch, in decimal; omitted
+	// when 0.
+	HeaderLeaseEpoch = "mmmq-lease-epoch"
 	// HeaderMessageID carries the producer message id; omitted when empty.
 	HeaderMessageID = "mmmq-message-id"
 	// HeaderBatchSize carries the number of messages of a batch push.
@@ -290,6 +299,9 @@ func (s *HTTPSender) setHeaders(h http.Header, p Push) {
 	h[HeaderTopic] = []string{first.Topic}
 	if first.Incarnation != "" && contract.ValidHeaderValue(first.Incarnation) {
 		h[HeaderTopicIncarnation] = []string{first.Incarnation}
+	}
+	if first.LeaseEpoch > 0 {
+		h[HeaderLeaseEpoch] = []string{strconv.FormatUint(first.LeaseEpoch, 10)}
 	}
 	if p.Batch {
 		attempt := 0

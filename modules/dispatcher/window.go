@@ -316,7 +316,7 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 	for i, m := range unit {
 		m.attempts++
 		p.Messages[i] = Delivery{Dispatcher: w.d, Topic: w.topicName, Incarnation: w.incarnation,
-			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Body: m.e.Payload}
+			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Body: m.e.Payload, LeaseEpoch: w.leaseEpoch.Load()}
 	}
 	w.inflight++
 	w.sending.Store(true)

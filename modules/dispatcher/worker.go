@@ -20,7 +20,15 @@ var (
 	errStopped = errors.New("dispatcher: stopped")
 	// errTopicClosed: the topic was closed; the worker ends.
 	errTopicClosed = errors.New("dispatcher: topic closed")
+	// errLeaseLost: the worker's lease was lost (a shared backend); it
+	// stops delivering and tries to acquire the lease again.
+	errLeaseLost = errors.New("dispatcher: lease lost")
 )
+
+// StandbyPoll is how often a worker whose topic is delivered by another
+// node (its lease is held elsewhere) tries to take the lease over: at most
+// this long after the holder's lease expired.
+const StandbyPoll = time.Second
 
 // worker delivers one topic to one dispatcher: up to MaxInFlight pushes
 // at once (one by default, strictly in offset order), committing the
@@ -49,13 +57,17 @@ type worker struct {
 	// them (its checkpoint was below the topic's start offset).
 	expired                         atomic.Uint64
 	backingOff, running, nackResend atomic.Bool
-	sending                         atomic.Bool  // an attempt is in flight
-	attempt                         atomic.Int64 // of the message at next; 0 when idle
-	retryAt                         atomic.Int64 // Unix ns of the next attempt while backing off
-	errMu                           sync.Mutex
-	errText                         string
-	lastErr                         string    // the last abnormal answer or failure
-	lastErrAt                       time.Time // when it happened
+	// standby: another node holds this (dispatcher, topic)'s lease.
+	standby atomic.Bool
+	// leaseEpoch is the epoch of the lease held (0: none or not needed).
+	leaseEpoch atomic.Uint64
+	sending    atomic.Bool  // an attempt is in flight
+	attempt    atomic.Int64 // of the message at next; 0 when idle
+	retryAt    atomic.Int64 // Unix ns of the next attempt while backing off
+	errMu      sync.Mutex
+	errText    string
+	lastErr    string    // the last abnormal answer or failure
+	lastErrAt  time.Time // when it happened
 
 	ctx        context.Context // set by run; commit retries until it ends
 	cp         contract.Checkpoint
@@ -155,6 +167,7 @@ func (w *worker) status() WorkerStatus {
 		Commits:       w.commits.Load(),
 		Backoff:       backoff,
 		Running:       w.running.Load(),
+		LeaseEpoch:    w.leaseEpoch.Load(),
 		Err:           errText,
 		HighWatermark: hw,
 		Lag:           max(0, hw-committed),
@@ -163,6 +176,8 @@ func (w *worker) status() WorkerStatus {
 		LastErrorAt:   lastErrAt,
 	}
 	switch {
+	case w.standby.Load():
+		st.State = StateStandby
 	case w.sending.Load():
 		st.State = StateDelivering // an attempt is in flight (a resend too)
 	case st.Backoff:
@@ -211,9 +226,61 @@ func (w *worker) run(ctx context.Context) (err error) {
 				zap.Int64("committed", w.committed.Load()), zap.Error(err))
 		}
 	}()
+	for {
+		lease, err := w.acquireLease(ctx)
+		if errors.Is(err, errStopped) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = w.deliver(ctx, lease)
+		if !errors.Is(err, errLeaseLost) {
+			return err
+		}
+		w.log.Warn("dispatch lease lost: another node delivers this topic now; this node stands by (a push it had in flight may still arrive, with the old mmmq-lease-epoch)",
+			zap.Uint64("epoch", w.leaseEpoch.Load()))
+		w.leaseEpoch.Store(0)
+		// A lease is lost because this node was too slow to renew it:
+		// leave the first try to the other nodes.
+		w.standby.Store(true)
+		if !sleep(ctx, StandbyPoll) {
+			return nil
+		}
+	}
+}
+
+// deliver delivers the topic from its checkpoint until ctx is done (nil
+// after the graceful stop's commit), the topic closes (errTopicClosed), the
+// lease, when there is one, is lost (errLeaseLost: nothing more is
+// committed by this node), or a failure.
+func (w *worker) deliver(ctx context.Context, lease contract.WorkLease) error {
+	if lease != nil {
+		// The lease's loss ends this delivery as a stop does, without the
+		// stop's commit (stopped).
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lease.Lost():
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+		defer func() {
+			cancel()
+			if err := lease.Release(); err != nil {
+				w.log.Warn("release dispatch lease", zap.Error(err))
+			}
+		}()
+		ctx = lctx
+	}
+	w.ctx = ctx
 	cp, err := w.openCheckpoint(ctx)
+	if err == nil && lease != nil {
+		err = w.bindEpoch(ctx, cp, lease)
+	}
 	if errors.Is(err, errStopped) {
-		return nil
+		return w.stopped(lease, nil)
 	}
 	if err != nil {
 		return err
@@ -221,26 +288,119 @@ func (w *worker) run(ctx context.Context) (err error) {
 	w.cp = cp
 	if err := w.markStart(); err != nil {
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
-			return nil // stopped while the first commit was retried
+			return w.stopped(lease, nil) // stopped while the first commit was retried
 		}
 		return err
 	}
-	off := cp.Offset()
-	w.committed.Store(off)
-	w.next.Store(off)
-	w.readNext = off
-	w.lastCommit = time.Now()
-	w.log.Info("dispatch worker started", zap.Int64("offset", off), zap.String("checkpoint", cp.Path()))
+	w.reset(cp.Offset())
+	w.log.Info("dispatch worker started", zap.Int64("offset", cp.Offset()), zap.String("checkpoint", cp.Path()),
+		zap.Uint64("lease-epoch", w.leaseEpoch.Load()))
 	err = w.loop(ctx)
 	if errors.Is(err, errStopped) {
 		// Graceful stop: commit what is finished (Interval policy); the
 		// message in flight, if any, is not.
-		return w.flush()
+		return w.stopped(lease, w.flush)
 	}
 	// On errTopicClosed the topic has closed (or is closing) its
 	// checkpoints: nothing more is committed; finished but uncommitted
 	// messages are sent again later (at-least-once).
 	return err
+}
+
+// stopped is the end of a delivery whose context is done: errLeaseLost
+// when the lease was lost (nothing is committed: a newer holder owns the
+// checkpoint), else flush's result (nil when flush is nil).
+func (w *worker) stopped(lease contract.WorkLease, flush func() error) error {
+	if lease != nil {
+		select {
+		case <-lease.Lost():
+			return errLeaseLost
+		default:
+		}
+	}
+	if flush == nil {
+		return nil
+	}
+	return flush()
+}
+
+// reset starts the window (window.go) empty at off, the committed offset.
+func (w *worker) reset(off int64) {
+	w.win, w.ready, w.inflight, w.pending = nil, nil, 0, 0
+	w.winBytes = 0
+	w.retryUntil, w.readRetry = time.Time{}, time.Time{}
+	w.bo.Reset()
+	w.readBackoff.Reset()
+	w.committed.Store(off)
+	w.next.Store(off)
+	w.readNext = off
+	w.lastCommit = time.Now()
+}
+
+// acquireLease takes the topic's lease for this dispatcher when the
+// topic's backend is shared by several nodes (nil, nil otherwise). While
+// another node holds it the worker stands by (StateStandby) and tries
+// again every StandbyPoll; other errors are retried with backoff. Errors:
+// errStopped when ctx ends, errTopicClosed.
+func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
+	wl, ok := w.topic.(interface {
+		AcquireWork(ctx context.Context, reader string) (contract.WorkLease, error)
+	})
+	if !ok {
+		return nil, nil
+	}
+	b := w.m.newBackoff()
+	for logged := false; ; {
+		l, err := wl.AcquireWork(ctx, w.d.name)
+		if err == nil {
+			w.standby.Store(false)
+			if l != nil {
+				w.leaseEpoch.Store(l.Epoch())
+				w.log.Info("dispatch lease acquired", zap.Uint64("epoch", l.Epoch()), zap.String("holder", l.Holder()))
+			}
+			return l, nil
+		}
+		if errors.Is(err, storage.ErrClosed) {
+			return nil, errTopicClosed
+		}
+		delay := StandbyPoll
+		if errors.Is(err, contract.ErrLeaseHeld) {
+			w.standby.Store(true)
+			if !logged {
+				w.log.Info("standing by: another node delivers this topic", zap.Error(err))
+				logged = true
+			}
+		} else {
+			delay = b.NextBackOff()
+			w.log.Error("acquire dispatch lease failed; retrying", zap.Duration("retry-in", delay), zap.Error(err))
+		}
+		if !sleep(ctx, delay) {
+			return nil, errStopped
+		}
+	}
+}
+
+// bindEpoch binds cp to the lease's epoch (its commits are then refused
+// once a newer holder committed) and reloads what the previous holder
+// committed, retrying the store's errors with backoff. A checkpoint that
+// cannot be bound is an error: its commits would not be fenced.
+func (w *worker) bindEpoch(ctx context.Context, cp contract.Checkpoint, lease contract.WorkLease) error {
+	ec, ok := cp.(contract.EpochCheckpoint)
+	if !ok {
+		return fmt.Errorf("checkpoint %s cannot be bound to a lease epoch (%T)", cp.Path(), cp)
+	}
+	b := w.m.newBackoff()
+	for {
+		err := ec.BindEpoch(lease.Epoch())
+		if err == nil {
+			return nil
+		}
+		delay := b.NextBackOff()
+		w.log.Error("bind checkpoint to lease epoch failed; retrying", zap.Duration("retry-in", delay), zap.Error(err))
+		if !sleep(ctx, delay) {
+			return errStopped
+		}
+	}
 }
 
 // openCheckpoint opens the dispatcher's checkpoint of the topic, retrying
@@ -304,6 +464,9 @@ func (w *worker) commit(next int64) error {
 		}
 		if errors.Is(err, storage.ErrClosed) {
 			return errTopicClosed
+		}
+		if errors.Is(err, contract.ErrStaleCommit) {
+			return errLeaseLost // a newer holder owns the checkpoint: never retried
 		}
 		if w.ctx == nil || w.ctx.Err() != nil {
 			return fmt.Errorf("commit offset %d: %w", next, err)

@@ -85,6 +85,19 @@ func (q *TopicQueue) Checkpoint(name string) (contract.Checkpoint, error) {
 	return q.log.OpenCheckpoint(name)
 }
 
+// AcquireWork takes the lease of reader (a dispatcher) on this topic when
+// the topic's backend is shared by several broker nodes (its log is a
+// contract.WorkLeaser); see contract.WorkLeaser for the errors. It returns
+// nil, nil when the backend needs no lease (the local one: one broker per
+// data directory).
+func (q *TopicQueue) AcquireWork(ctx context.Context, reader string) (contract.WorkLease, error) {
+	wl, ok := q.log.(contract.WorkLeaser)
+	if !ok {
+		return nil, nil
+	}
+	return wl.AcquireWork(ctx, reader)
+}
+
 // StartOffset is the log start offset, the first offset still stored.
 func (q *TopicQueue) StartOffset() int64 { return q.log.StartOffset() }
 

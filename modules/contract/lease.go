@@ -1,0 +1,66 @@
+package contract
+
+import (
+	"context"
+	"errors"
+)
+
+// Work leases: on a store shared by several broker nodes (a replicated
+// backend such as NATS JetStream), every node runs the same dispatchers over
+// the same topics, yet one (dispatcher, topic) must be delivered by one node
+// at a time, in offset order. A lease grants that right: the node holding
+// it delivers, the others stand by and take over when it is not renewed in
+// time (the node died or was paused), continuing from the committed
+// checkpoint. Every takeover gets a greater epoch; the checkpoint remembers
+// the epoch of its last commit and rejects a commit made under an older one,
+// so a node that was paused past its lease and wakes up cannot move the
+// checkpoint. What it can still do is send a push before it notices: pushes
+// carry the epoch (the mmmq-lease-epoch header), so a consumer can drop a
+// sender older than the newest epoch it has seen. That is the whole promise.
+
+// ErrLeaseHeld is returned by WorkLeaser.AcquireWork when another live node
+// holds the lease; the error wrapping it names the holder.
+var ErrLeaseHeld = errors.New("lease held by another node")
+
+// ErrStaleCommit is returned by the Commit of a checkpoint bound to an epoch
+// (EpochCheckpoint) when a newer writer has committed since: this writer's
+// lease was taken over. The checkpoint keeps its value; the writer must stop
+// and acquire the lease again.
+var ErrStaleCommit = errors.New("checkpoint committed by a newer lease holder")
+
+// WorkLeaser is an optional interface of a Log whose topic several broker
+// nodes may deliver: AcquireWork tries once to take the lease of reader (a
+// dispatcher name) on this topic for this node. It returns an error wrapping
+// ErrLeaseHeld when another live node holds it, or another error when the
+// store cannot be reached. A Log without it (the local backend: one broker
+// per data directory) needs no lease.
+type WorkLeaser interface {
+	AcquireWork(ctx context.Context, reader string) (WorkLease, error)
+}
+
+// WorkLease is a held lease of one (reader, topic). The backend renews it in
+// the background while it is held.
+type WorkLease interface {
+	// Epoch grows with every takeover of this (reader, topic) and is never
+	// reused, even after the lease expired; it is sent with every push.
+	Epoch() uint64
+	// Holder is the name of the node holding it (this node).
+	Holder() string
+	// Lost is closed once the lease could not be renewed in time or was
+	// taken over; the holder must stop delivering at once.
+	Lost() <-chan struct{}
+	// Release gives the lease up (stops renewing, and deletes it when it is
+	// still ours, so another node takes over without waiting for it to
+	// expire). Safe to call more than once and after Lost.
+	Release() error
+}
+
+// EpochCheckpoint is a Checkpoint that can be bound to a lease epoch: from
+// then on its Commit is rejected with an error wrapping ErrStaleCommit when
+// a writer under a newer epoch (or any other writer) has committed since
+// the binding. BindEpoch reloads the stored offset, so that Offset returns
+// what the previous holder committed. Errors: the store's.
+type EpochCheckpoint interface {
+	Checkpoint
+	BindEpoch(epoch uint64) error
+}
