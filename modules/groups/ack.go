@@ -1,8 +1,11 @@
 package groups
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Ack acknowledges every offset up to and including offset for session: it
@@ -52,6 +55,12 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 		return committed, nil
 	}
 	if err := g.cp.Commit(next); err != nil {
+		if errors.Is(err, contract.ErrStaleCommit) {
+			// Another node's session holds the group now (this one's
+			// shared lease was taken over): the session is over.
+			c.endLocked(g, l)
+			return 0, fmt.Errorf("%w: group %s of topic %s is held through another broker node now: %v", ErrSessionExpired, group, topic, err)
+		}
 		return 0, fmt.Errorf("commit group %s of topic %s at %d: %w", group, topic, next, err)
 	}
 	g.active.Store(time.Now().UnixNano())

@@ -134,6 +134,9 @@ type Coordinator struct {
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: waiting fetches return
+	// watchers are the goroutines that end a session when its lease in a
+	// shared store is lost (watchWork); Stop waits for them.
+	watchers sync.WaitGroup
 
 	lifeMu      sync.Mutex
 	stopJanitor chan struct{}
@@ -210,8 +213,7 @@ func (c *Coordinator) dropTopic(q *topicqueue.TopicQueue) {
 	for _, g := range gs {
 		g.mu.Lock()
 		if l := g.lease; l != nil {
-			g.lease = nil
-			close(l.gone)
+			c.endLocked(g, l)
 		}
 		g.mu.Unlock()
 	}
@@ -243,10 +245,27 @@ func (c *Coordinator) Start(context.Context) error {
 }
 
 // Stop drains waiting fetches (see Drain) and stops the janitor. It does not
-// release leases: sessions simply end with the process, and the committed
-// offsets are already durable.
+// release local leases: sessions simply end with the process, and the
+// committed offsets are already durable. Sessions holding a lease in a
+// store shared by several broker nodes are ended and their leases given
+// back, so that another node may take the group at once instead of after
+// the lease timeout.
 func (c *Coordinator) Stop(context.Context) error {
 	c.Drain(context.Background())
+	c.mu.Lock()
+	gs := make([]*group, 0, len(c.groups))
+	for _, g := range c.groups {
+		gs = append(gs, g)
+	}
+	c.mu.Unlock()
+	for _, g := range gs {
+		g.mu.Lock()
+		if l := g.lease; l != nil && l.work != nil {
+			c.endLocked(g, l)
+		}
+		g.mu.Unlock()
+	}
+	c.watchers.Wait()
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	if c.stopJanitor != nil {

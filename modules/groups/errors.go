@@ -73,9 +73,17 @@ const (
 type BusyError struct {
 	Topic, Group string
 	LeaseLeft    time.Duration
+	// Elsewhere says which broker node holds the group when it is held
+	// through another node (a storage backend shared by several nodes);
+	// "" when held through this one.
+	Elsewhere string
 }
 
 func (e *BusyError) Error() string {
+	if e.Elsewhere != "" {
+		return fmt.Sprintf("%v: group %s of topic %s has an active consumer on another broker node (%s)",
+			ErrGroupBusy, e.Group, e.Topic, e.Elsewhere)
+	}
 	return fmt.Sprintf("%v: group %s of topic %s has an active consumer (its lease ends within %s unless renewed)",
 		ErrGroupBusy, e.Group, e.Topic, e.LeaseLeft.Round(time.Millisecond))
 }

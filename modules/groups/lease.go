@@ -1,12 +1,16 @@
 package groups
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // lease is one session's hold on a group.
@@ -18,6 +22,41 @@ type lease struct {
 	// gone is closed when the lease is released, so that a fetch waiting
 	// in a long poll ends at once instead of at its wait timeout.
 	gone chan struct{}
+	// work is the group's lease in a store shared by several broker nodes
+	// (nil with the local backend): while this session lives, the other
+	// nodes answer GROUP_BUSY; it is given up with the session.
+	work contract.WorkLease
+}
+
+// endLocked ends l, g's session: the group is free again (on every node
+// when it held a shared lease).
+func (c *Coordinator) endLocked(g *group, l *lease) {
+	g.lease = nil
+	close(l.gone)
+	if l.work != nil {
+		if err := l.work.Release(); err != nil {
+			c.log.Warn("release consumer group lease", zap.String("topic", g.topic.Name()), zap.String("group", g.name), zap.Error(err))
+		}
+	}
+}
+
+// watchWork ends l when its shared lease is lost (not renewed in time):
+// the session's next request gets SESSION_EXPIRED, as after a local
+// expiry, and another node may hold the group.
+func (c *Coordinator) watchWork(g *group, l *lease) {
+	defer c.watchers.Done()
+	select {
+	case <-l.work.Lost():
+	case <-l.gone:
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lease == l {
+		c.endLocked(g, l)
+		c.log.Warn("consumer group lease lost in the shared store; the session ends", zap.String("topic", g.topic.Name()),
+			zap.String("group", g.name), zap.Int64("delivered-up-to", l.next))
+	}
 }
 
 func (c *Coordinator) janitor(stop <-chan struct{}, done chan<- struct{}) {
@@ -55,8 +94,7 @@ func (c *Coordinator) expireLocked(g *group, now time.Time) {
 	if l == nil || l.fetching > 0 || now.Before(l.expires) {
 		return
 	}
-	g.lease = nil
-	close(l.gone)
+	c.endLocked(g, l)
 	c.log.Info("consumer group lease expired; unacknowledged messages will be redelivered from the committed offset",
 		zap.String("topic", g.topic.Name()), zap.String("group", g.name),
 		zap.Int64("committed", g.cp.Offset()), zap.Int64("delivered-up-to", l.next))
@@ -108,8 +146,13 @@ func (c *Coordinator) leaseLeft(l *lease, now time.Time) time.Duration {
 
 // Acquire starts a session on group of topic and returns its id (32 hex
 // digits). Its first Fetch starts at the committed offset (0 for a new
-// group). Errors: ErrGroupBusy while another session's lease is live,
-// ErrUnknownTopic, ErrInvalidName, ErrNameTaken, or a checkpoint open error.
+// group). On a storage backend shared by several broker nodes the session
+// also takes the group's lease in the shared store (the log-queue study's
+// one consumer per group, across nodes): a group held through another node
+// is busy here too, and the committed offset is read again from the store.
+// Errors: ErrGroupBusy while another session's lease is live (on any
+// node), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, a checkpoint open
+// error, or the shared store's error.
 func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	g, err := c.group(topic, group)
 	if err != nil {
@@ -122,10 +165,47 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	if l := g.lease; l != nil {
 		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: c.leaseLeft(l, now)}
 	}
-
+	work, err := c.acquireWork(g)
+	if err != nil {
+		return "", err
+	}
 	id := newSessionID()
-	g.lease = &lease{id: id, expires: now.Add(c.opts.LeaseTimeout), next: g.cp.Offset(), gone: make(chan struct{})}
+	g.lease = &lease{id: id, expires: now.Add(c.opts.LeaseTimeout), next: g.cp.Offset(), gone: make(chan struct{}), work: work}
+	if work != nil {
+		c.watchers.Add(1)
+		go c.watchWork(g, g.lease)
+	}
 	return id, nil
+}
+
+// acquireWork takes g's lease in the store shared by several broker nodes
+// and binds its checkpoint to the lease's epoch (so that a commit by a
+// session that lost the group is refused); nil, nil with the local
+// backend. A lease held elsewhere is a *BusyError whose LeaseLeft is the
+// whole lease timeout (the holder's renewals are not known here).
+func (c *Coordinator) acquireWork(g *group) (contract.WorkLease, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.LeaseTimeout)
+	defer cancel()
+	work, err := g.topic.AcquireWork(ctx, g.name)
+	switch {
+	case errors.Is(err, contract.ErrLeaseHeld):
+		return nil, &BusyError{Topic: g.topic.Name(), Group: g.name, LeaseLeft: c.opts.LeaseTimeout, Elsewhere: err.Error()}
+	case err != nil:
+		return nil, fmt.Errorf("acquire group %s of topic %s: %w", g.name, g.topic.Name(), err)
+	case work == nil:
+		return nil, nil
+	}
+	ec, ok := g.cp.(contract.EpochCheckpoint)
+	if !ok {
+		err = fmt.Errorf("checkpoint %s cannot be bound to a lease epoch (%T)", g.cp.Path(), g.cp)
+	} else {
+		err = ec.BindEpoch(work.Epoch())
+	}
+	if err != nil {
+		_ = work.Release()
+		return nil, fmt.Errorf("acquire group %s of topic %s: %w", g.name, g.topic.Name(), err)
+	}
+	return work, nil
 }
 
 // Release ends session's hold on group of topic: the next session starts at
@@ -144,8 +224,7 @@ func (c *Coordinator) Release(topic, group, session string) (bool, error) {
 	if l == nil || session == "" || l.id != session {
 		return false, nil
 	}
-	g.lease = nil
-	close(l.gone)
+	c.endLocked(g, l)
 	c.log.Info("consumer group released; unacknowledged messages will be redelivered from the committed offset",
 		zap.String("topic", topic), zap.String("group", group),
 		zap.Int64("committed", g.cp.Offset()), zap.Int64("delivered-up-to", l.next))
