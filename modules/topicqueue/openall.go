@@ -35,7 +35,9 @@ type Report struct {
 // but other entries (storage.Open) is refused the same way, untouched; one
 // holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
-// refused topic and a summary.
+// refused topic and a summary. On a backend shared by several broker nodes
+// (a TopicWatcher) it then follows the topics other nodes create, until
+// Close.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
@@ -84,6 +86,9 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 				rep.Changed = append(rep.Changed, rr)
 			}
 		}
+	}
+	if err := r.watch(log); err != nil {
+		return rep, err
 	}
 	rep.Took = time.Since(start)
 	log.Info("startup recovery finished", zap.Int("topics", rep.Topics), zap.Int("changed", len(rep.Changed)),

@@ -48,6 +48,9 @@ type Registry struct {
 	delSubs     map[int]func(*TopicQueue)
 	nextSub     int
 	closed      bool
+	// stopWatch ends the watch for topics created by other nodes
+	// (watch.go); nil when there is none.
+	stopWatch func()
 }
 
 // opening is one topic being opened; done is closed when q or err is set.
@@ -276,6 +279,13 @@ func (r *Registry) Subscribe(fn func(*TopicQueue)) (cancel func()) {
 // and refuses new topics. Call it after dispatchers and the HTTP server
 // have stopped.
 func (r *Registry) Close() error {
+	r.mu.Lock()
+	stop := r.stopWatch
+	r.stopWatch = nil
+	r.mu.Unlock()
+	if stop != nil {
+		stop() // before closed is set: no open is waited for after this
+	}
 	r.mu.Lock()
 	r.closed = true
 	pending := make([]*opening, 0, len(r.opening)+len(r.deleting))
