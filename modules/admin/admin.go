@@ -51,8 +51,11 @@ type Options struct {
 type Admin struct {
 	m     *dispatcher.Manager
 	set   *dispatcher.Set
-	store *Store
+	store SpecStore
 	opts  Options
+	// stopWatch ends the watch of a store shared by several nodes
+	// (SpecWatcher); nil when there is none.
+	stopWatch func()
 	log   *zap.Logger
 
 	mu sync.Mutex
@@ -64,7 +67,7 @@ type Admin struct {
 
 // New returns an Admin over the dispatchers of m (whose set is set),
 // keeping api dispatchers in store.
-func New(m *dispatcher.Manager, set *dispatcher.Set, store *Store, opts Options) *Admin {
+func New(m *dispatcher.Manager, set *dispatcher.Set, store SpecStore, opts Options) *Admin {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -100,6 +103,27 @@ func (a *Admin) Start() error {
 	}
 	if len(specs) > 0 {
 		a.log.Info("dispatchers loaded", zap.String("file", a.store.Path()), zap.Int("dispatchers", len(specs)))
+	}
+	if w, ok := a.store.(SpecWatcher); ok {
+		stop, err := w.Watch(a.apply)
+		if err != nil {
+			return fmt.Errorf("admin: watch %s: %w", a.store.Path(), err)
+		}
+		a.mu.Lock()
+		a.stopWatch = stop
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// Stop ends the watch of a store shared by several nodes, if any.
+func (a *Admin) Stop() error {
+	a.mu.Lock()
+	stop := a.stopWatch
+	a.stopWatch = nil
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
 	}
 	return nil
 }

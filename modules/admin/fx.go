@@ -18,7 +18,9 @@ type Params struct {
 
 	Manager  *dispatcher.Manager
 	Set      *dispatcher.Set
-	Store    *Store
+	// Store keeps the api dispatchers: the *Store of dispatchers.json,
+	// unless a shared storage backend decorates it.
+	Store    SpecStore
 	Dispatch config.DispatchConfig
 	Admin    config.AdminConfig
 	Logger   *zap.Logger
@@ -59,11 +61,12 @@ func NewFromConfig(p Params) *Admin {
 // recovery and the dispatcher manager, which start before it: list it
 // after dispatcher.Module).
 var Module = fx.Module("admin",
-	fx.Provide(NewStoreFromConfig, NewFromConfig),
+	fx.Provide(NewStoreFromConfig, NewFromConfig, func(s *Store) SpecStore { return s }),
 	contract.ProvideRoute(NewRoute),
 	fx.Invoke(registerLifecycle),
 )
 
-// registerLifecycle loads dispatchers.json on start (nothing to do on
-// stop: the dispatcher manager stops the workers).
-func registerLifecycle(lc fx.Lifecycle, a *Admin) { lc.Append(fx.StartHook(a.Start)) }
+// registerLifecycle loads dispatchers.json on start and, on stop, ends the
+// watch of a store shared by several nodes (the dispatcher manager stops
+// the workers).
+func registerLifecycle(lc fx.Lifecycle, a *Admin) { lc.Append(fx.StartStopHook(a.Start, a.Stop)) }

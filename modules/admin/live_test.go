@@ -41,6 +41,14 @@ type liveAdmin struct {
 // resends a NACKed message once (max-resends 1) and backs off briefly.
 func startAdmin(t *testing.T, reg *topicqueue.Registry, dir string, ds ...*dispatcher.Dispatcher) *liveAdmin {
 	t.Helper()
+	l := startAdminWith(t, reg, NewStore(vfs.OS{}, dir), ds...)
+	l.dir = dir
+	return l
+}
+
+// startAdminWith is startAdmin with the api dispatchers kept in store.
+func startAdminWith(t *testing.T, reg *topicqueue.Registry, store SpecStore, ds ...*dispatcher.Dispatcher) *liveAdmin {
+	t.Helper()
 	log := zaptest.NewLogger(t)
 	set, err := dispatcher.SetOf(ds...)
 	if err != nil {
@@ -54,7 +62,7 @@ func startAdmin(t *testing.T, reg *topicqueue.Registry, dir string, ds ...*dispa
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a := New(m, set, NewStore(vfs.OS{}, dir), Options{Defaults: config.Default().MMMQ.Broker.Dispatch, Logger: log})
+	a := New(m, set, store, Options{Defaults: config.Default().MMMQ.Broker.Dispatch, Logger: log})
 	if err := a.Start(); err != nil {
 		m.Stop(context.Background())
 		t.Fatal(err)
@@ -64,9 +72,10 @@ func startAdmin(t *testing.T, reg *topicqueue.Registry, dir string, ds ...*dispa
 	srv := httptest.NewServer(r)
 	t.Cleanup(func() {
 		srv.Close()
+		_ = a.Stop()
 		m.Stop(context.Background())
 	})
-	return &liveAdmin{t: t, reg: reg, m: m, a: a, dir: dir, base: srv.URL}
+	return &liveAdmin{t: t, reg: reg, m: m, a: a, base: srv.URL}
 }
 
 // newRegistry is a topic registry in memory.

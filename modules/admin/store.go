@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -25,6 +26,39 @@ type document struct {
 	Version     int    `json:"version"`
 	Dispatchers []Spec `json:"dispatchers"`
 }
+
+// SpecStore keeps the dispatchers created through the admin API, as one
+// list. *Store (dispatchers.json in the data root) is the default; a
+// storage backend shared by several broker nodes replaces it (a replicated
+// key-value entry) with fx.Decorate(func(admin.SpecStore) admin.SpecStore
+// { ... }).
+type SpecStore interface {
+	// Load returns the stored list (none when nothing was ever stored).
+	// An unreadable or invalid store is an error: the broker must not start
+	// and silently drop dispatchers.
+	Load() ([]Spec, error)
+	// Save replaces the list, durably, before it returns. A store shared
+	// by several nodes refuses, with an error wrapping ErrConflict, a save
+	// based on a list that another node has changed since this node last
+	// loaded or was told of it (see SpecWatcher).
+	Save(specs []Spec) error
+	// Path says where the list is kept, for messages.
+	Path() string
+}
+
+// SpecWatcher is an optional interface of a SpecStore shared by several
+// broker nodes: Watch calls fn with the whole stored list each time
+// another node saves it, until stop is called (after stop returns fn is
+// not called any more). fn runs on one goroutine of the store's, one list
+// at a time. Errors: the store's, when the watch cannot start.
+type SpecWatcher interface {
+	Watch(fn func([]Spec)) (stop func(), err error)
+}
+
+// ErrConflict: an admin change was based on a list of dispatchers that
+// another broker node changed in the meantime; nothing was stored. Read
+// the dispatcher again and retry (409 CONFLICT).
+var ErrConflict = contract.NewError(contract.CodeConflict, "admin: the dispatchers were changed through another broker node; read them again and retry")
 
 // Store reads and writes dispatchers.json. Save replaces the file so that
 // a crash at any moment leaves the old or the new content, never a mix:

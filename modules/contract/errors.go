@@ -29,6 +29,7 @@ const (
 	CodeRateLimited    = "RATE_LIMITED"       // 429, with Retry-After: a per-principal limit was reached
 	CodeTopicBusy      = "TOPIC_BUSY"         // 409, with Retry-After: the topic is being created, reopened or deleted; retry shortly
 	CodeTopicNotFailed = "TOPIC_NOT_FAILED"   // 409: reopen of a topic that has not failed
+	CodeConflict       = "CONFLICT"           // 409: an admin change raced one made through another broker node; read again and retry
 	CodeNoSpace        = "NO_SPACE"           // 507, with Retry-After: free space under min-free-bytes (or the disk full); nothing was stored
 	CodeTopicFailed    = "TOPIC_FAILED"       // 503: a write or fsync of the topic failed (cause named); it needs POST /topics/{t}/reopen
 	CodeOffsetExpired  = "OFFSET_EXPIRED"     // 410: the offset is below the log start offset (deleted by retention)
@@ -78,6 +79,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeNoDeadLetters},
 	{http.StatusConflict, CodeTopicBusy},
 	{http.StatusConflict, CodeTopicNotFailed},
+	{http.StatusConflict, CodeConflict},
 	{http.StatusServiceUnavailable, CodeTopicFailed},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},
