@@ -75,6 +75,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
 		"modules/auth",       // token-file polling
 		"modules/retention",  // retention loop (a pass in progress finishes)
+		"modules/admin",      // the watch of a dispatcher store shared by several nodes
 		"modules/groups",     // lease janitor
 		"modules/dispatcher", // dispatch workers drain
 		"modules/dispatcher", // then their idle connections close

@@ -56,7 +56,7 @@ type Admin struct {
 	// stopWatch ends the watch of a store shared by several nodes
 	// (SpecWatcher); nil when there is none.
 	stopWatch func()
-	log   *zap.Logger
+	log       *zap.Logger
 
 	mu sync.Mutex
 	// secrets are the serialized signing secrets of each api dispatcher,

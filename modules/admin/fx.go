@@ -16,8 +16,8 @@ import (
 type Params struct {
 	fx.In
 
-	Manager  *dispatcher.Manager
-	Set      *dispatcher.Set
+	Manager *dispatcher.Manager
+	Set     *dispatcher.Set
 	// Store keeps the api dispatchers: the *Store of dispatchers.json,
 	// unless a shared storage backend decorates it.
 	Store    SpecStore
