@@ -21,8 +21,9 @@ import (
 )
 
 // An R3 stream on a real 3-node cluster keeps taking and serving writes
-// while its leader is SIGKILLed and while a follower is frozen (SIGSTOP);
-// the killed node, restarted on its data, catches up on every message.
+// while its leader is SIGKILLed and while the node the client is connected
+// to is frozen (SIGSTOP); the killed node, restarted on its data, catches up
+// on every message.
 func TestR3StreamSurvivesKillStopAndRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node NATS cluster")
@@ -33,8 +34,12 @@ func TestR3StreamSurvivesKillStopAndRestart(t *testing.T) {
 		require.NotZero(t, c.Pid(i))
 	}
 
+	// Short pings: a client connected to a frozen (SIGSTOPped) server keeps
+	// its TCP connection and only a missed PONG makes it move on (the
+	// default is 2 pings 2 minutes apart).
 	nc, err := nats.Connect(strings.Join(c.URLs(), ","),
-		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second))
+		nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(2*time.Second),
+		nats.PingInterval(250*time.Millisecond), nats.MaxPingsOutstanding(2))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -98,15 +103,20 @@ func TestR3StreamSurvivesKillStopAndRestart(t *testing.T) {
 	require.Zero(t, c.Pid(leader))
 	publish(41, 80)
 	readAll(80)
-	t.Logf("leader %s killed: messages 41..80 acknowledged after %d retries", c.Name(leader), retries)
+	t.Logf("stream leader %s killed: messages 41..80 acknowledged after %d retries", c.Name(leader), retries)
 
 	c.Restart(leader)
 	require.NotZero(t, c.Pid(leader))
 
-	follower := (leader + 1) % 3
-	c.Stop(follower)
+	// Freeze the node the client is connected to: the client must notice
+	// (missed PONGs) and the other two must go on.
+	frozen := c.Index(nc.ConnectedServerName())
+	require.GreaterOrEqual(t, frozen, 0, "connected to %q", nc.ConnectedServerName())
+	c.Stop(frozen)
+	retries = 0
 	publish(81, 100)
-	c.Cont(follower)
+	c.Cont(frozen)
+	t.Logf("node %s frozen: messages 81..100 acknowledged after %d retries", c.Name(frozen), retries)
 	readAll(100)
 
 	info, err = s.Info(ctx)
