@@ -133,7 +133,11 @@ died() { # NAME WHAT
 	local name=$1 what=$2 st=0
 	if ! alive "${pid[$name]}"; then
 		wait "${pid[$name]}" 2>/dev/null || st=$?
-		what="$what (exit status $st$( ((st > 128)) && echo ", signal $((st - 128))"))"
+		if ((st > 128)); then
+			what="$what (exit status $st, signal $((st - 128)))"
+		else
+			what="$what (exit status $st)"
+		fi
 	fi
 	echo "cluster: $name (pid ${pid[$name]}) $what; last lines of ${log[$name]}:" >&2
 	tail -n 25 "${log[$name]}" >&2 || true
