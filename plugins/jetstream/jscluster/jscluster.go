@@ -191,6 +191,7 @@ func (c *Cluster) spawn(nd *node) error {
 	fmt.Fprintf(f, "=== jscluster: start %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), nd.name)
 	cmd := exec.Command(c.bin, "-c", nd.conf)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("node %s: cannot run %s: %w", nd.name, c.bin, err)
 	}
