@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X github.com/mmmq/mmmq/modules/contract.
 # Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
 CONFIG   ?=
 
-.PHONY: all build run test test-short race fuzz bench crash demo vet fmt clean
+.PHONY: all build run test test-short race fuzz bench crash demo cluster vet fmt clean
 
 all: build
 
@@ -46,6 +46,9 @@ crash: ## long randomized crash and power-loss rounds (storage engine, then the 
 
 demo: ## broker + two consumers + producer on the 3000 order events; checks delivery
 	./examples/demo/demo.sh
+
+cluster: build ## 3 NATS JetStream nodes + 2 mmmq nodes on loopback (configs/cluster/), in the foreground; Ctrl-C stops them
+	GO=$(GO) MMMQ=$${MMMQ:-$(BIN)} bash .cluster/run.sh
 
 vet:
 	$(GO) vet ./...

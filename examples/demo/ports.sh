@@ -1,7 +1,8 @@
+# shellcheck shell=bash
 # ports.sh — sourced by the scripts that start servers (examples/demo/demo.sh,
-# .bench/run.sh): pick a free loopback port, and check that a given process
-# is the one listening on it, so that a script never talks to a server that
-# is not its own. Linux only (/proc).
+# .bench/run.sh, .cluster/run.sh): pick a free loopback port, name who holds
+# a port, and check that a given process is the one listening on it, so that
+# a script never talks to a server that is not its own. Linux only (/proc).
 
 # EPHEMERAL_LOW is the bottom of the kernel's ephemeral port range: free
 # ports are picked below it, away from client sockets.
@@ -24,12 +25,33 @@ free_port() {
 # PORT (the listening socket's inode is among PID's open files). A /readyz
 # answer alone could come from another process that took the port first.
 holds_port() {
-	local pid=$1 hex inode
+	local pid=$1 hex inode fd
 	hex=$(printf ':%04X' "$2")
-	for inode in $(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
-		if ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$inode\]"; then
+	while read -r inode; do
+		for fd in "/proc/$pid/fd"/*; do
+			if [[ $(readlink "$fd" 2>/dev/null) == "socket:[$inode]" ]]; then
+				return 0
+			fi
+		done
+	done < <(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10}' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+	return 1
+}
+
+# port_holder PORT: prints who listens on TCP PORT ("pid 123 (redis-server)",
+# or "a process not visible from here" when no visible process has the
+# socket open) and succeeds; fails, printing nothing, when nobody listens.
+port_holder() {
+	local hex inode fd pid
+	hex=$(printf ':%04X' "$1")
+	inode=$(awk -v h="$hex" '$4 == "0A" && substr($2, length($2) - 4) == h {print $10; exit}' /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+	[[ -n $inode ]] || return 1
+	for fd in /proc/[0-9]*/fd/*; do
+		if [[ $(readlink "$fd" 2>/dev/null) == "socket:[$inode]" ]]; then
+			pid=${fd#/proc/}
+			pid=${pid%%/*}
+			echo "pid $pid ($(cat "/proc/$pid/comm" 2>/dev/null || echo '?'))"
 			return 0
 		fi
 	done
-	return 1
+	echo "a process not visible from here"
 }
