@@ -172,6 +172,24 @@ func (s *CheckpointStore) List(topic string) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
+// Remove deletes the checkpoint name of topic and its history (a purge), so
+// that List no longer shows it and a later Open starts from 0. An open
+// Checkpoint of it then fails its next Commit with ErrStaleCommit and
+// starts from 0 after Reload. Removing a missing checkpoint is not an
+// error. Errors: ErrInvalidName, or the JetStream error.
+func (s *CheckpointStore) Remove(topic, name string) error {
+	key, err := checkpointKey(topic, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kvOpTimeout)
+	defer cancel()
+	if err := s.kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("remove checkpoint %s of %s: %w", name, topic, err)
+	}
+	return nil
+}
+
 // Checkpoint is the durable next offset of one reader on one topic, stored
 // under compare-and-set: it remembers the revision it last read or wrote,
 // and a Commit succeeds only while that revision is still the latest.

@@ -128,6 +128,8 @@ func TestCheckpointSeekMovesBackAndFencesOldRevision(t *testing.T) {
 	require.NoError(t, op.SeekTo(2))
 	require.Equal(t, int64(2), op.Offset())
 	require.Equal(t, uint64(3), op.StoredEpoch(), "a seek keeps the stored epoch")
+	seeked := kvOpen(t, st[0], "orders", "billing")
+	require.Equal(t, [2]uint64{2, 3}, [2]uint64{uint64(seeked.Offset()), seeked.StoredEpoch()}, "the stored value after the seek")
 
 	require.ErrorIs(t, holder.Commit(11), ErrStaleCommit)
 	require.Equal(t, int64(10), holder.Offset())
@@ -163,6 +165,25 @@ func TestCheckpointListIsSortedAndCommittedOnly(t *testing.T) {
 	got, err := s.List("nothing")
 	require.NoError(t, err)
 	require.Empty(t, got)
+}
+
+func TestCheckpointRemove(t *testing.T) {
+	st := kvCheckpointStores(t, 2)
+	a := kvOpen(t, st[0], "orders", "billing")
+	require.NoError(t, a.Commit(9))
+	require.NoError(t, kvOpen(t, st[0], "orders", "audit").Commit(1))
+
+	require.NoError(t, st[1].Remove("orders", "billing"))
+	require.NoError(t, st[1].Remove("orders", "never-stored"))
+	names, err := st[1].List("orders")
+	require.NoError(t, err)
+	require.Equal(t, []string{"audit"}, names)
+	require.Equal(t, int64(0), kvOpen(t, st[1], "orders", "billing").Offset())
+
+	require.ErrorIs(t, a.Commit(10), ErrStaleCommit)
+	require.NoError(t, a.Reload())
+	require.Equal(t, int64(0), a.Offset())
+	require.NoError(t, a.Commit(2))
 }
 
 func TestCheckpointInvalidNames(t *testing.T) {

@@ -1,0 +1,333 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	js "github.com/nats-io/nats.go/jetstream"
+)
+
+// Lease value layout (wire format, do not change):
+//
+//	+---------------------------+--------------------------+
+//	| uint64 big-endian epoch   | holder, UTF-8, the rest  |
+//	+---------------------------+--------------------------+
+//	  bytes 0..7                  bytes 8..
+//
+// The epoch is 0 while Acquire is between creating the lease key and
+// bumping the epoch. Epoch value layout, in <prefix>-epochs:
+//
+//	+---------------------------+
+//	| uint64 big-endian epoch   |  exactly 8 bytes
+//	+---------------------------+
+//
+// Both buckets key a lease by escapeKeyPart(key), one subject token.
+const (
+	leaseBucket      = "leases" // <prefix>-leases: TTL = the lease timeout
+	epochBucket      = "epochs" // <prefix>-epochs: no TTL
+	epochValueSize   = 8
+	leaseHeaderSize  = 8
+	acquireAttempts  = 3  // Create conflicts whose holder vanished before it was read
+	epochCASAttempts = 16 // epoch bump conflicts in a row before giving up
+)
+
+// LeaseStore grants leases: at most one live holder per key (for example
+// "<dispatcher>/<topic>") across every mmmq node sharing the JetStream
+// cluster. Safe for concurrent use.
+//
+// Expiry is the bucket's TTL (the stream's MaxAge), not a per-key TTL: every
+// lease has the same timeout (one configuration value), a renewal is a
+// compare-and-set Update and KeyValue.Update cannot set a per-key TTL (only
+// Create can), and MaxAge works on every server version. A renewal writes a
+// new revision, whose age starts at zero; a lease not renewed within the
+// timeout has its last revision removed by the server, after which the key
+// is free for Create and every Update of the old revision fails.
+//
+// Each key's epoch lives in a second bucket without TTL, so it survives the
+// lease's expiry. Acquire bumps it (compare-and-set) only while it holds the
+// freshly created lease key and confirms the hold afterwards with a
+// compare-and-set on the lease key, so every successful Acquire of a key
+// gets an epoch strictly greater than every earlier one: epochs are never
+// reused.
+type LeaseStore struct {
+	leases  js.KeyValue
+	epochs  js.KeyValue
+	timeout time.Duration
+}
+
+// NewLeaseStore creates or binds the buckets <prefix>-leases (TTL timeout)
+// and <prefix>-epochs (no TTL), file storage, the given replicas. Every
+// node must use the same timeout: with another one a node would renew too
+// seldom for the bucket's TTL. Errors: ErrInvalidName for a bad prefix; a
+// timeout under 1 s; an existing leases bucket whose TTL is not timeout;
+// the JetStream error.
+func NewLeaseStore(ctx context.Context, j js.JetStream, prefix string, replicas int, timeout time.Duration) (*LeaseStore, error) {
+	if timeout < time.Second {
+		return nil, fmt.Errorf("lease timeout %s: want at least 1s", timeout)
+	}
+	leases, err := bucketName(prefix, leaseBucket)
+	if err != nil {
+		return nil, err
+	}
+	epochs, _ := bucketName(prefix, epochBucket)
+	s := &LeaseStore{timeout: timeout}
+	s.leases, err = openBucket(ctx, j, js.KeyValueConfig{
+		Bucket:      leases,
+		Description: "mmmq leases: holder and epoch per key, expire unless renewed",
+		TTL:         timeout,
+		Replicas:    replicas,
+		Storage:     js.FileStorage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.leases.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read bucket %s: %w", leases, err)
+	}
+	if st.TTL() != timeout {
+		return nil, fmt.Errorf("bucket %s expires leases after %s, this node's lease timeout is %s: every node must use the same timeout (or delete the bucket while no node runs)", leases, st.TTL(), timeout)
+	}
+	s.epochs, err = openBucket(ctx, j, js.KeyValueConfig{
+		Bucket:      epochs,
+		Description: "mmmq lease epochs: last epoch granted per key, never expire",
+		Replicas:    replicas,
+		Storage:     js.FileStorage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Timeout is how long a lease lives without a renewal.
+func (s *LeaseStore) Timeout() time.Duration { return s.timeout }
+
+// Acquire takes the lease key for holder when it is free (never taken,
+// released, or expired) and returns it with an Epoch strictly greater than
+// that of every earlier lease of key. holder names the taker in other
+// nodes' errors and should be unique per process (a second Acquire with the
+// same holder is refused like any other while the lease lives). Errors:
+//   - ErrLeaseHeld, naming the live holder and its epoch;
+//   - ErrLeaseLost when the new lease expired before the epoch was bumped
+//     (a very slow cluster); retrying is safe;
+//   - ErrInvalidName for an empty key or holder; the JetStream error.
+func (s *LeaseStore) Acquire(ctx context.Context, key, holder string) (*Lease, error) {
+	if key == "" || holder == "" {
+		return nil, fmt.Errorf("%w: lease key %q, holder %q: both must be non-empty", ErrInvalidName, key, holder)
+	}
+	l := &Lease{store: s, key: key, holder: holder, kvKey: escapeKeyPart(key)}
+	rev, err := s.create(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	epoch, err := s.nextEpoch(ctx, l.kvKey)
+	if err != nil {
+		// Best effort: the key expires anyway.
+		_ = s.leases.Delete(context.WithoutCancel(ctx), l.kvKey, js.LastRevision(rev))
+		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
+	}
+	rev, err = s.leases.Update(ctx, l.kvKey, encodeLease(epoch, holder), rev)
+	if isConflict(err) {
+		return nil, fmt.Errorf("acquire lease %s: it expired while epoch %d was granted: %w", key, epoch, ErrLeaseLost)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
+	}
+	l.epoch, l.revision = epoch, rev
+	return l, nil
+}
+
+// create creates l's lease key (epoch 0) and returns its revision; when the
+// key exists it reads the holder for ErrLeaseHeld, and tries again when the
+// lease vanished in between.
+func (s *LeaseStore) create(ctx context.Context, l *Lease) (uint64, error) {
+	for range acquireAttempts {
+		rev, err := s.leases.Create(ctx, l.kvKey, encodeLease(0, l.holder))
+		if err == nil {
+			return rev, nil
+		}
+		if !isConflict(err) {
+			return 0, fmt.Errorf("acquire lease %s: %w", l.key, err)
+		}
+		e, err := s.leases.Get(ctx, l.kvKey)
+		if errors.Is(err, js.ErrKeyNotFound) {
+			continue // released or expired since Create failed
+		}
+		if err != nil {
+			return 0, fmt.Errorf("acquire lease %s: read holder: %w", l.key, err)
+		}
+		epoch, holder := decodeLease(e.Value())
+		return 0, fmt.Errorf("lease %s is held by %q (epoch %d): %w", l.key, holder, epoch, ErrLeaseHeld)
+	}
+	return 0, fmt.Errorf("acquire lease %s: it changed hands %d times while being read: %w", l.key, acquireAttempts, ErrLeaseHeld)
+}
+
+// nextEpoch increments the epoch of kvKey in the epochs bucket with a
+// compare-and-set and returns the new value.
+func (s *LeaseStore) nextEpoch(ctx context.Context, kvKey string) (uint64, error) {
+	for attempt := range epochCASAttempts {
+		var cur, rev uint64
+		e, err := s.epochs.Get(ctx, kvKey)
+		switch {
+		case errors.Is(err, js.ErrKeyNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("read epoch: %w", err)
+		case len(e.Value()) != epochValueSize:
+			return 0, fmt.Errorf("read epoch: value of %s is %d bytes, want %d (refusing to guess: epochs must never be reused)", s.epochs.Bucket()+"/"+kvKey, len(e.Value()), epochValueSize)
+		default:
+			cur, rev = binary.BigEndian.Uint64(e.Value()), e.Revision()
+		}
+		if cur == math.MaxUint64 {
+			return 0, fmt.Errorf("bump epoch: %s is at the maximum", kvKey)
+		}
+		next := binary.BigEndian.AppendUint64(nil, cur+1)
+		_, err = casPut(ctx, s.epochs, kvKey, next, rev)
+		if err == nil {
+			return cur + 1, nil
+		}
+		if !isConflict(err) {
+			return 0, fmt.Errorf("bump epoch: %w", err)
+		}
+		// A replica behind the leader answered the read; give it a moment.
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("bump epoch: %w", ctx.Err())
+		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
+		}
+	}
+	return 0, fmt.Errorf("bump epoch: %d compare-and-set conflicts in a row", epochCASAttempts)
+}
+
+// Lease is one holder's hold on one key, valid until it is released or not
+// renewed within the store's timeout. Safe for concurrent use.
+type Lease struct {
+	store  *LeaseStore
+	key    string
+	kvKey  string
+	holder string
+	epoch  uint64
+
+	mu       sync.Mutex
+	revision uint64 // of the lease key, last written by this holder
+}
+
+// Key is the leased key as given to Acquire.
+func (l *Lease) Key() string { return l.key }
+
+// Holder is the holder given to Acquire.
+func (l *Lease) Holder() string { return l.holder }
+
+// Epoch is the lease's epoch: strictly greater than that of every earlier
+// lease of the same key. A new holder calls Checkpoint.Reload and then
+// Checkpoint.SetEpoch with it, which fences out earlier holders' commits.
+func (l *Lease) Epoch() uint64 { return l.epoch }
+
+// Renew restarts the lease's timeout with a compare-and-set on the revision
+// this holder last wrote. Errors: ErrLeaseLost when the lease expired, was
+// released, or was taken by another holder (the holder must stop its work);
+// the JetStream error otherwise (the lease may still be live: retry before
+// the timeout runs out).
+func (l *Lease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rev, err := l.store.leases.Update(ctx, l.kvKey, encodeLease(l.epoch, l.holder), l.revision)
+	if isConflict(err) {
+		return fmt.Errorf("renew lease %s (epoch %d): %w", l.key, l.epoch, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", l.key, err)
+	}
+	l.revision = rev
+	return nil
+}
+
+// Release frees the lease for the next Acquire, deleting the key only if
+// this holder's revision is still the latest. Errors: ErrLeaseLost when it
+// was no longer ours (nothing was deleted); the JetStream error.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err := l.store.leases.Delete(ctx, l.kvKey, js.LastRevision(l.revision))
+	if isConflict(err) {
+		return fmt.Errorf("release lease %s (epoch %d): %w", l.key, l.epoch, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", l.key, err)
+	}
+	return nil
+}
+
+// Keep renews l every `every` (a third of the lease timeout is a good
+// value) on a goroutine until ctx is done, stop is called, or the lease is
+// lost. onLost is called at most once, on that goroutine, with an error
+// wrapping ErrLeaseLost: when a renewal reports the lease lost, or when no
+// renewal succeeded for a whole lease timeout (counted from the sending of
+// the last successful renewal, so the server cannot have kept it longer).
+// onLost must not call stop (stop waits for the goroutine). stop cancels
+// the renewals and returns after the goroutine exited; it may be called
+// more than once. Keep does not release the lease.
+func Keep(ctx context.Context, l *Lease, every time.Duration, onLost func(error)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := keepRenewing(ctx, l, every); err != nil && onLost != nil {
+			onLost(err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// keepRenewing renews l every `every` and returns nil when ctx is done, or
+// the error that lost the lease.
+func keepRenewing(ctx context.Context, l *Lease, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := l.Renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			lastOK = sent
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrLeaseLost):
+			return err
+		case time.Since(lastOK) >= l.store.timeout:
+			return fmt.Errorf("lease %s: no renewal succeeded for %s (last error: %v): %w", l.key, l.store.timeout, err, ErrLeaseLost)
+		}
+	}
+}
+
+// encodeLease returns a lease value (see the layout above).
+func encodeLease(epoch uint64, holder string) []byte {
+	b := make([]byte, leaseHeaderSize, leaseHeaderSize+len(holder))
+	binary.BigEndian.PutUint64(b, epoch)
+	return append(b, holder...)
+}
+
+// decodeLease reverses encodeLease; a value too short for the epoch is
+// returned whole as the holder, with epoch 0, for the error message.
+func decodeLease(b []byte) (epoch uint64, holder string) {
+	if len(b) < leaseHeaderSize {
+		return 0, string(b)
+	}
+	return binary.BigEndian.Uint64(b), string(b[leaseHeaderSize:])
+}

@@ -1,0 +1,269 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// kvLeaseTimeout is the lease timeout of the tests: short, so that expiry
+// tests take about a second each.
+const kvLeaseTimeout = time.Second
+
+// kvLeaseStores returns n lease stores over one embedded server, each on
+// its own connection (n nodes), and the server.
+func kvLeaseStores(t *testing.T, n int) ([]*LeaseStore, *server.Server) {
+	t.Helper()
+	s := kvServer(t)
+	stores := make([]*LeaseStore, n)
+	for i := range stores {
+		ls, err := NewLeaseStore(context.Background(), kvConnect(t, s), "mmmq", 1, kvLeaseTimeout)
+		require.NoError(t, err)
+		stores[i] = ls
+	}
+	return stores, s
+}
+
+// kvAcquireEventually retries Acquire while the lease is held, for up to
+// 15 s (far above the 1 s timeout: no assertion on how fast the server
+// expires keys, only that it does).
+func kvAcquireEventually(t *testing.T, s *LeaseStore, key, holder string) *Lease {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		l, err := s.Acquire(context.Background(), key, holder)
+		if err == nil {
+			return l
+		}
+		require.ErrorIs(t, err, ErrLeaseHeld)
+		if time.Now().After(deadline) {
+			t.Fatalf("lease %s still held after 15s: %v", key, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestLeaseHeldNamesHolder(t *testing.T) {
+	st, _ := kvLeaseStores(t, 2)
+	ctx := context.Background()
+	a, err := st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), a.Epoch())
+	require.Equal(t, "billing/orders", a.Key())
+	require.Equal(t, "node-a", a.Holder())
+
+	_, err = st[1].Acquire(ctx, "billing/orders", "node-b")
+	require.ErrorIs(t, err, ErrLeaseHeld)
+	require.Contains(t, err.Error(), `"node-a"`)
+	_, err = st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.ErrorIs(t, err, ErrLeaseHeld, "the same holder name does not get a second lease")
+
+	b, err := st[1].Acquire(ctx, "billing/other", "node-b")
+	require.NoError(t, err, "another key is independent")
+	require.Equal(t, uint64(1), b.Epoch())
+
+	require.NoError(t, a.Renew(ctx))
+	_, err = st[1].Acquire(ctx, "", "node-b")
+	require.ErrorIs(t, err, ErrInvalidName)
+}
+
+func TestLeaseExpiresAndTakeoverHasGreaterEpoch(t *testing.T) {
+	st, _ := kvLeaseStores(t, 2)
+	ctx := context.Background()
+	a, err := st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+
+	// node-a stops renewing; the server deletes the key within the timeout.
+	b := kvAcquireEventually(t, st[1], "billing/orders", "node-b")
+	require.Greater(t, b.Epoch(), a.Epoch())
+
+	err = a.Renew(ctx)
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.ErrorIs(t, a.Release(ctx), ErrLeaseLost, "a lost lease is not released")
+	_, err = st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.ErrorIs(t, err, ErrLeaseHeld, "node-a's Release did not free node-b's lease")
+
+	// The lease key expires again; the epoch survives it.
+	c := kvAcquireEventually(t, st[0], "billing/orders", "node-a")
+	require.Greater(t, c.Epoch(), b.Epoch())
+	require.ErrorIs(t, b.Renew(ctx), ErrLeaseLost)
+}
+
+func TestLeaseEpochsGrowAcrossManyTakeovers(t *testing.T) {
+	st, s := kvLeaseStores(t, 2)
+	ctx := context.Background()
+	var last uint64
+	for i := range 20 {
+		l, err := st[i%2].Acquire(ctx, "billing/orders", []string{"node-a", "node-b"}[i%2])
+		require.NoError(t, err)
+		require.Greater(t, l.Epoch(), last)
+		last = l.Epoch()
+		require.NoError(t, l.Release(ctx))
+		require.ErrorIs(t, l.Renew(ctx), ErrLeaseLost, "a released lease cannot be renewed")
+	}
+	// A node that starts later continues from the stored epoch.
+	late, err := NewLeaseStore(ctx, kvConnect(t, s), "mmmq", 1, kvLeaseTimeout)
+	require.NoError(t, err)
+	l, err := late.Acquire(ctx, "billing/orders", "node-c")
+	require.NoError(t, err)
+	require.Greater(t, l.Epoch(), last)
+}
+
+func TestLeaseConcurrentAcquireHasOneWinner(t *testing.T) {
+	st, _ := kvLeaseStores(t, 4)
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			_, err := st[i%4].Acquire(context.Background(), "billing/orders", "node")
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, ErrLeaseHeld):
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Equal(t, int32(1), wins.Load())
+}
+
+func TestLeaseStoreRefusesAnotherTimeout(t *testing.T) {
+	_, s := kvLeaseStores(t, 1)
+	_, err := NewLeaseStore(context.Background(), kvConnect(t, s), "mmmq", 1, 2*kvLeaseTimeout)
+	require.ErrorContains(t, err, "every node must use the same timeout")
+	_, err = NewLeaseStore(context.Background(), kvConnect(t, s), "mmmq", 1, 10*time.Millisecond)
+	require.Error(t, err)
+	_, err = NewLeaseStore(context.Background(), kvConnect(t, s), "", 1, kvLeaseTimeout)
+	require.ErrorIs(t, err, ErrInvalidName)
+}
+
+func TestKeepHoldsLeaseAndStopsCleanly(t *testing.T) {
+	st, _ := kvLeaseStores(t, 2)
+	ctx := context.Background()
+	a, err := st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+	require.NoError(t, a.Renew(ctx)) // the connection's request plumbing exists before the leak baseline
+	baseline := goleak.IgnoreCurrent()
+
+	var lost atomic.Int32
+	stop := Keep(ctx, a, kvLeaseTimeout/5, func(error) { lost.Add(1) })
+	// Over three timeouts the kept lease stays held.
+	for end := time.Now().Add(3 * kvLeaseTimeout); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		_, err := st[1].Acquire(ctx, "billing/orders", "node-b")
+		require.ErrorIs(t, err, ErrLeaseHeld)
+	}
+	stop()
+	stop()                         // idempotent
+	goleak.VerifyNone(t, baseline) // while the lease is still live: stop, not a loss, ended the renewals
+	require.Zero(t, lost.Load())
+	require.NoError(t, a.Renew(ctx), "Keep renewed it and did not release it")
+	require.NoError(t, a.Release(ctx))
+}
+
+func TestKeepReportsLossOnce(t *testing.T) {
+	st, _ := kvLeaseStores(t, 2)
+	ctx := context.Background()
+	a, err := st[0].Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+	require.NoError(t, a.Renew(ctx))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	lostc := make(chan error, 2)
+	stop := Keep(ctx, a, kvLeaseTimeout/5, func(err error) { lostc <- err })
+	defer stop()
+	// An operator removes the lease and node-b takes it at once.
+	require.NoError(t, st[0].leases.Delete(ctx, escapeKeyPart("billing/orders")))
+	b, err := st[1].Acquire(ctx, "billing/orders", "node-b")
+	require.NoError(t, err)
+	require.Greater(t, b.Epoch(), a.Epoch())
+
+	select {
+	case err := <-lostc:
+		require.ErrorIs(t, err, ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("onLost not called within 10s")
+	}
+	stop()
+	require.Empty(t, lostc, "onLost is called once")
+}
+
+func TestStaleNodeCommitIsRejectedAfterTakeover(t *testing.T) {
+	s := kvServer(t)
+	ctx := context.Background()
+	type node struct {
+		leases *LeaseStore
+		cps    *CheckpointStore
+	}
+	var nodes [2]node
+	for i := range nodes {
+		j := kvConnect(t, s)
+		ls, err := NewLeaseStore(ctx, j, "mmmq", 1, kvLeaseTimeout)
+		require.NoError(t, err)
+		cs, err := NewCheckpointStore(ctx, j, "mmmq", 1, nil)
+		require.NoError(t, err)
+		nodes[i] = node{ls, cs}
+	}
+
+	la, err := nodes[0].leases.Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+	ca := kvOpen(t, nodes[0].cps, "orders", "billing")
+	ca.SetEpoch(la.Epoch())
+	require.NoError(t, ca.Commit(10))
+
+	// node-a stalls (no renewals); node-b takes over and commits.
+	lb := kvAcquireEventually(t, nodes[1].leases, "billing/orders", "node-b")
+	cb := kvOpen(t, nodes[1].cps, "orders", "billing")
+	cb.SetEpoch(lb.Epoch())
+	require.Equal(t, int64(10), cb.Offset())
+	require.NoError(t, cb.Commit(20))
+
+	// node-a wakes up: its commit is refused, before and after a reload.
+	require.ErrorIs(t, ca.Commit(15), ErrStaleCommit)
+	require.Equal(t, int64(10), ca.Offset())
+	require.NoError(t, ca.Reload())
+	err = ca.Commit(25)
+	require.ErrorIs(t, err, ErrStaleCommit)
+	require.Contains(t, err.Error(), "epoch")
+	require.Equal(t, int64(20), kvOpen(t, nodes[1].cps, "orders", "billing").Offset())
+	require.ErrorIs(t, la.Renew(ctx), ErrLeaseLost)
+}
+
+func TestKeepDeclaresLossWhenRenewalsKeepFailing(t *testing.T) {
+	s := kvServer(t)
+	ctx := context.Background()
+	j := kvConnect(t, s)
+	ls, err := NewLeaseStore(ctx, j, "mmmq", 1, kvLeaseTimeout)
+	require.NoError(t, err)
+	a, err := ls.Acquire(ctx, "billing/orders", "node-a")
+	require.NoError(t, err)
+	require.NoError(t, a.Renew(ctx))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	lostc := make(chan error, 2)
+	stop := Keep(ctx, a, kvLeaseTimeout/5, func(err error) { lostc <- err })
+	defer stop()
+	j.Conn().Close() // node-a is cut off: every renewal fails, none says "lost"
+
+	select {
+	case err := <-lostc:
+		require.ErrorIs(t, err, ErrLeaseLost)
+		require.ErrorContains(t, err, "no renewal succeeded")
+	case <-time.After(10 * time.Second):
+		t.Fatal("onLost not called within 10s")
+	}
+	stop()
+	require.Empty(t, lostc, "onLost is called once")
+}
