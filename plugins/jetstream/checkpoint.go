@@ -231,7 +231,10 @@ func (c *Checkpoint) StoredEpoch() uint64 {
 // SetEpoch sets the lease epoch under which this writer commits (the
 // Epoch of its Lease). A commit is refused while the stored epoch is
 // greater: the writer lost its lease to a newer holder, which may already
-// have committed past it.
+// have committed past it. The fence takes effect once a value under the new
+// epoch is stored, so a new holder stamps it at once:
+//
+//	c.Reload(); c.SetEpoch(lease.Epoch()); c.Commit(c.Offset())
 func (c *Checkpoint) SetEpoch(epoch uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
