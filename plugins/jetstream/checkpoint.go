@@ -19,9 +19,9 @@ import (
 
 // Checkpoint value layout (wire format, do not change):
 //
-//	+------------------------------+------------------------------+
+//	+------------------------------+-------------------------------+
 //	| int64 big-endian next offset | uint64 big-endian lease epoch |
-//	+------------------------------+------------------------------+
+//	+------------------------------+-------------------------------+
 //	  bytes 0..7                     bytes 8..15
 //
 // The next offset is the offset the owner (a dispatcher or a consumer

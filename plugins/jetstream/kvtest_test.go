@@ -16,11 +16,18 @@ import (
 // with its store in t.TempDir() and shuts it down at the end of the test.
 func kvServer(t *testing.T) *server.Server {
 	t.Helper()
+	return kvServerAt(t, t.TempDir())
+}
+
+// kvServerAt is kvServer with the store in dir, so that a test can restart
+// a server over the same data (shut the first one down before).
+func kvServerAt(t *testing.T, dir string) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host:      "127.0.0.1",
 		Port:      -1,
 		JetStream: true,
-		StoreDir:  t.TempDir(),
+		StoreDir:  dir,
 		NoLog:     true,
 		NoSigs:    true,
 	})

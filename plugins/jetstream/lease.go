@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -14,26 +13,22 @@ import (
 
 // Lease value layout (wire format, do not change):
 //
-//	+---------------------------+--------------------------+
-//	| uint64 big-endian epoch   | holder, UTF-8, the rest  |
-//	+---------------------------+--------------------------+
-//	  bytes 0..7                  bytes 8..
+//	+-------------------------+-------------------------+
+//	| uint64 big-endian epoch | holder, UTF-8, the rest |
+//	+-------------------------+-------------------------+
+//	  bytes 0..7                bytes 8..
 //
 // The epoch is 0 while Acquire is between creating the lease key and
-// bumping the epoch. Epoch value layout, in <prefix>-epochs:
-//
-//	+---------------------------+
-//	| uint64 big-endian epoch   |  exactly 8 bytes
-//	+---------------------------+
+// granting the epoch. In <prefix>-epochs a key's value is the holder last
+// granted an epoch (for people reading the bucket); the epoch itself is the
+// revision of that entry.
 //
 // Both buckets key a lease by escapeKeyPart(key), one subject token.
 const (
-	leaseBucket      = "leases" // <prefix>-leases: TTL = the lease timeout
-	epochBucket      = "epochs" // <prefix>-epochs: no TTL
-	epochValueSize   = 8
-	leaseHeaderSize  = 8
-	acquireAttempts  = 3  // Create conflicts whose holder vanished before it was read
-	epochCASAttempts = 16 // epoch bump conflicts in a row before giving up
+	leaseBucket     = "leases" // <prefix>-leases: TTL = the lease timeout
+	epochBucket     = "epochs" // <prefix>-epochs: no TTL
+	leaseHeaderSize = 8
+	acquireAttempts = 3 // Create conflicts whose holder vanished before it was read
 )
 
 // LeaseStore grants leases: at most one live holder per key (for example
@@ -48,12 +43,19 @@ const (
 // timeout has its last revision removed by the server, after which the key
 // is free for Create and every Update of the old revision fails.
 //
-// Each key's epoch lives in a second bucket without TTL, so it survives the
-// lease's expiry. Acquire bumps it (compare-and-set) only while it holds the
-// freshly created lease key and confirms the hold afterwards with a
-// compare-and-set on the lease key, so every successful Acquire of a key
-// gets an epoch strictly greater than every earlier one: epochs are never
-// reused.
+// Epochs come from a second bucket, without TTL, so they survive the
+// lease's expiry: an epoch is the revision of a write to that bucket, and a
+// bucket's revisions (its stream's sequence numbers) only grow. They are
+// not reused after an entry is deleted or the bucket purged, and the
+// newest entry never expires, so they survive a server restart too; a
+// counter stored in the value would restart at 1 if an operator deleted
+// the key, and every commit of the new holder would then be refused as
+// stale. Acquire writes the epoch only while it holds the freshly created
+// lease key and confirms the hold afterwards with a compare-and-set on the
+// lease key, so every successful Acquire of a key gets an epoch strictly
+// greater than every earlier one. Epochs are sparse (all keys share the
+// sequence). Deleting the epochs bucket itself restarts them: delete it only
+// together with the checkpoints bucket.
 type LeaseStore struct {
 	leases  js.KeyValue
 	epochs  js.KeyValue
@@ -114,7 +116,7 @@ func (s *LeaseStore) Timeout() time.Duration { return s.timeout }
 // nodes' errors and should be unique per process (a second Acquire with the
 // same holder is refused like any other while the lease lives). Errors:
 //   - ErrLeaseHeld, naming the live holder and its epoch;
-//   - ErrLeaseLost when the new lease expired before the epoch was bumped
+//   - ErrLeaseLost when the new lease expired before its epoch was granted
 //     (a very slow cluster); retrying is safe;
 //   - ErrInvalidName for an empty key or holder; the JetStream error.
 func (s *LeaseStore) Acquire(ctx context.Context, key, holder string) (*Lease, error) {
@@ -126,10 +128,13 @@ func (s *LeaseStore) Acquire(ctx context.Context, key, holder string) (*Lease, e
 	if err != nil {
 		return nil, err
 	}
-	epoch, err := s.nextEpoch(ctx, l.kvKey)
+	epoch, err := s.nextEpoch(ctx, l.kvKey, holder)
 	if err != nil {
-		// Best effort: the key expires anyway.
-		_ = s.leases.Delete(context.WithoutCancel(ctx), l.kvKey, js.LastRevision(rev))
+		// Free the key for others now (best effort: it expires anyway),
+		// even when ctx was what failed.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kvOpTimeout)
+		_ = s.leases.Delete(dctx, l.kvKey, js.LastRevision(rev))
+		cancel()
 		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
 	}
 	rev, err = s.leases.Update(ctx, l.kvKey, encodeLease(epoch, holder), rev)
@@ -168,40 +173,14 @@ func (s *LeaseStore) create(ctx context.Context, l *Lease) (uint64, error) {
 	return 0, fmt.Errorf("acquire lease %s: it changed hands %d times while being read: %w", l.key, acquireAttempts, ErrLeaseHeld)
 }
 
-// nextEpoch increments the epoch of kvKey in the epochs bucket with a
-// compare-and-set and returns the new value.
-func (s *LeaseStore) nextEpoch(ctx context.Context, kvKey string) (uint64, error) {
-	for attempt := range epochCASAttempts {
-		var cur, rev uint64
-		e, err := s.epochs.Get(ctx, kvKey)
-		switch {
-		case errors.Is(err, js.ErrKeyNotFound):
-		case err != nil:
-			return 0, fmt.Errorf("read epoch: %w", err)
-		case len(e.Value()) != epochValueSize:
-			return 0, fmt.Errorf("read epoch: value of %s is %d bytes, want %d (refusing to guess: epochs must never be reused)", s.epochs.Bucket()+"/"+kvKey, len(e.Value()), epochValueSize)
-		default:
-			cur, rev = binary.BigEndian.Uint64(e.Value()), e.Revision()
-		}
-		if cur == math.MaxUint64 {
-			return 0, fmt.Errorf("bump epoch: %s is at the maximum", kvKey)
-		}
-		next := binary.BigEndian.AppendUint64(nil, cur+1)
-		_, err = casPut(ctx, s.epochs, kvKey, next, rev)
-		if err == nil {
-			return cur + 1, nil
-		}
-		if !isConflict(err) {
-			return 0, fmt.Errorf("bump epoch: %w", err)
-		}
-		// A replica behind the leader answered the read; give it a moment.
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("bump epoch: %w", ctx.Err())
-		case <-time.After(time.Duration(attempt+1) * 5 * time.Millisecond):
-		}
+// nextEpoch writes holder under kvKey in the epochs bucket and returns the
+// write's revision as the new epoch (see LeaseStore for why).
+func (s *LeaseStore) nextEpoch(ctx context.Context, kvKey, holder string) (uint64, error) {
+	rev, err := s.epochs.Put(ctx, kvKey, []byte(holder))
+	if err != nil {
+		return 0, fmt.Errorf("grant epoch: %w", err)
 	}
-	return 0, fmt.Errorf("bump epoch: %d compare-and-set conflicts in a row", epochCASAttempts)
+	return rev, nil
 }
 
 // Lease is one holder's hold on one key, valid until it is released or not
