@@ -46,9 +46,9 @@ const (
 // Epochs come from a second bucket, without TTL, so they survive the
 // lease's expiry: an epoch is the revision of a write to that bucket, and a
 // bucket's revisions (its stream's sequence numbers) only grow. They are
-// not reused after an entry is deleted or the bucket purged, and the
-// newest entry never expires, so they survive a server restart too; a
-// counter stored in the value would restart at 1 if an operator deleted
+// not reused after an entry is deleted (the delete marker is a newer
+// revision), and since the bucket keeps its newest entries (no TTL) its
+// sequence survives a server restart; a counter stored in the value would restart at 1 if an operator deleted
 // the key, and every commit of the new holder would then be refused as
 // stale. Acquire writes the epoch only while it holds the freshly created
 // lease key and confirms the hold afterwards with a compare-and-set on the
@@ -137,6 +137,7 @@ func (s *LeaseStore) Acquire(ctx context.Context, key, holder string) (*Lease, e
 		cancel()
 		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
 	}
+	sent := time.Now()
 	rev, err = s.leases.Update(ctx, l.kvKey, encodeLease(epoch, holder), rev)
 	if isConflict(err) {
 		return nil, fmt.Errorf("acquire lease %s: it expired while epoch %d was granted: %w", key, epoch, ErrLeaseLost)
@@ -144,7 +145,7 @@ func (s *LeaseStore) Acquire(ctx context.Context, key, holder string) (*Lease, e
 	if err != nil {
 		return nil, fmt.Errorf("acquire lease %s: %w", key, err)
 	}
-	l.epoch, l.revision = epoch, rev
+	l.epoch, l.revision, l.renewed = epoch, rev, sent
 	return l, nil
 }
 
@@ -193,7 +194,8 @@ type Lease struct {
 	epoch  uint64
 
 	mu       sync.Mutex
-	revision uint64 // of the lease key, last written by this holder
+	revision uint64    // of the lease key, last written by this holder
+	renewed  time.Time // when the write of revision was sent
 }
 
 // Key is the leased key as given to Acquire.
@@ -207,6 +209,16 @@ func (l *Lease) Holder() string { return l.holder }
 // Checkpoint.SetEpoch with it, which fences out earlier holders' commits.
 func (l *Lease) Epoch() uint64 { return l.epoch }
 
+// Expires is when the lease expires unless renewed: the lease timeout after
+// the last successful write (Acquire or Renew) was sent. The server, which
+// starts the timeout when it stores the write, keeps the lease at least
+// that long (clock skew aside: only durations on each side count).
+func (l *Lease) Expires() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed.Add(l.store.timeout)
+}
+
 // Renew restarts the lease's timeout with a compare-and-set on the revision
 // this holder last wrote. Errors: ErrLeaseLost when the lease expired, was
 // released, or was taken by another holder (the holder must stop its work);
@@ -215,6 +227,7 @@ func (l *Lease) Epoch() uint64 { return l.epoch }
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	sent := time.Now()
 	rev, err := l.store.leases.Update(ctx, l.kvKey, encodeLease(l.epoch, l.holder), l.revision)
 	if isConflict(err) {
 		return fmt.Errorf("renew lease %s (epoch %d): %w", l.key, l.epoch, ErrLeaseLost)
@@ -222,7 +235,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew lease %s: %w", l.key, err)
 	}
-	l.revision = rev
+	l.revision, l.renewed = rev, sent
 	return nil
 }
 
@@ -246,8 +259,8 @@ func (l *Lease) Release(ctx context.Context) error {
 // value) on a goroutine until ctx is done, stop is called, or the lease is
 // lost. onLost is called at most once, on that goroutine, with an error
 // wrapping ErrLeaseLost: when a renewal reports the lease lost, or when no
-// renewal succeeded for a whole lease timeout (counted from the sending of
-// the last successful renewal, so the server cannot have kept it longer).
+// renewal succeeded before Expires (counted from the sending of the last
+// successful write, so the server cannot have kept the lease longer).
 // onLost must not call stop (stop waits for the goroutine). stop cancels
 // the renewals and returns after the goroutine exited; it may be called
 // more than once. Keep does not release the lease.
@@ -271,26 +284,23 @@ func Keep(ctx context.Context, l *Lease, every time.Duration, onLost func(error)
 func keepRenewing(ctx context.Context, l *Lease, every time.Duration) error {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	lastOK := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, every)
 		err := l.Renew(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			lastOK = sent
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, ErrLeaseLost):
 			return err
-		case time.Since(lastOK) >= l.store.timeout:
-			return fmt.Errorf("lease %s: no renewal succeeded for %s (last error: %v): %w", l.key, l.store.timeout, err, ErrLeaseLost)
+		case !time.Now().Before(l.Expires()):
+			return fmt.Errorf("lease %s: no renewal succeeded within the %s timeout (last error: %v): %w", l.key, l.store.timeout, err, ErrLeaseLost)
 		}
 	}
 }

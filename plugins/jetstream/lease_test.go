@@ -59,6 +59,7 @@ func TestLeaseHeldNamesHolder(t *testing.T) {
 	require.NotZero(t, a.Epoch())
 	require.Equal(t, "billing/orders", a.Key())
 	require.Equal(t, "node-a", a.Holder())
+	require.WithinDuration(t, time.Now().Add(kvLeaseTimeout), a.Expires(), kvLeaseTimeout)
 
 	_, err = st[1].Acquire(ctx, "billing/orders", "node-b")
 	require.ErrorIs(t, err, ErrLeaseHeld)
@@ -293,6 +294,7 @@ func TestKeepDeclaresLossWhenRenewalsKeepFailing(t *testing.T) {
 	case err := <-lostc:
 		require.ErrorIs(t, err, ErrLeaseLost)
 		require.ErrorContains(t, err, "no renewal succeeded")
+		require.False(t, time.Now().Before(a.Expires()), "loss declared only once the lease may have expired")
 	case <-time.After(10 * time.Second):
 		t.Fatal("onLost not called within 10s")
 	}
