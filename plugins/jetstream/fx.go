@@ -1,0 +1,50 @@
+package jetstream
+
+import (
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// FactoryParams are the backend factory's dependencies in the Fx graph.
+type FactoryParams struct {
+	fx.In
+	// Config is mmmq.jetstream (ConfigSection, provided by Module).
+	Config Config
+	// Segment is mmmq.broker.segment (config.Module): max-record-bytes.
+	Segment   config.SegmentConfig
+	Logger    *zap.Logger
+	Lifecycle fx.Lifecycle
+}
+
+// NewFactory is the topicqueue.BackendFactory named "jetstream"
+// (config.BackendJetStream). Its New connects (Connect) when
+// mmmq.broker.storage.backend selects it, while the registry is built, and
+// appends a stop hook that closes the connection; that hook is appended
+// before the registry's own, so on stop it runs after the registry closed
+// every log.
+func NewFactory(p FactoryParams) topicqueue.BackendFactory {
+	return topicqueue.BackendFactory{
+		Name: config.BackendJetStream,
+		New: func() (topicqueue.Backend, error) {
+			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), p.Logger.Named("jetstream"))
+			if err != nil {
+				return nil, err
+			}
+			p.Lifecycle.Append(fx.StopHook(b.Close))
+			return b, nil
+		},
+	}
+}
+
+// Module registers ConfigSection (and provides Config) and adds the
+// JetStream backend to the storage backends (topicqueue.BackendFactoryTag):
+// with mmmq.broker.storage.backend "jetstream" the registry stores every
+// topic in a JetStream stream; with "local" nothing changes and no
+// connection is made. It is part of app.Modules, named app.JetStream.
+var Module = fx.Module("jetstream",
+	config.ProvideSection(ConfigSection),
+	fx.Provide(fx.Annotate(NewFactory, fx.ResultTags(topicqueue.BackendFactoryTag))),
+)

@@ -1,0 +1,64 @@
+package jetstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// startServer runs an embedded single-node JetStream server on a random
+// port, stores in t.TempDir and shuts it down at the end of the test.
+func startServer(t testing.TB) *server.Server { return startServerWith(t, nil) }
+
+// startServerWith is startServer with edit applied to the options first.
+func startServerWith(t testing.TB, edit func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	}
+	if edit != nil {
+		edit(o)
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server not ready")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// testConfig is the section's defaults pointed at s, one replica.
+func testConfig(s *server.Server) Config {
+	c := ConfigSection.Default()
+	c.Servers = s.ClientURL()
+	c.Replicas = 1
+	c.RequestTimeout = 2 * time.Second
+	c.ConnectTimeout = 2 * time.Second
+	return c
+}
+
+// connect is a Backend ("a broker") on s, closed at the end of the test.
+func connect(t testing.TB, s *server.Server) *Backend {
+	t.Helper()
+	b, err := Connect(testConfig(s), 1<<16, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}

@@ -1,0 +1,225 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// MaxBatch is the most messages one AppendBatch may hold: the NATS
+// server's default bound of an atomic batch (jetstream.limits
+// max_batch_size, default 1000). A server configured lower refuses larger
+// batches with the same error (ErrBatchTooLarge).
+const MaxBatch = 1000
+
+// maxPendingAsync bounds the ACCEPTED appends (single messages or batches)
+// of one log whose acknowledgement has not come back.
+const maxPendingAsync = 1 << 16
+
+// headerReserve is the room kept for the NATS headers of one message
+// (subject-independent: expected stream, batch id, sequence and commit)
+// when checking a payload against the connection's max_payload.
+const headerReserve = 256
+
+// JetStream publish headers (the server's JSExpectedStream, JSBatchId,
+// JSBatchSeq, JSBatchCommit).
+const (
+	hdrExpectedStream = "Nats-Expected-Stream"
+	hdrBatchID        = "Nats-Batch-Id"
+	hdrBatchSeq       = "Nats-Batch-Sequence"
+	hdrBatchCommit    = "Nats-Batch-Commit"
+)
+
+// Append stores one message JSON. Durable and Written send it with a
+// request and answer with its offset (the acknowledged sequence minus 1)
+// once JetStream acknowledged it: stored by a majority of the stream's
+// replicas, in their page caches or on disk as the servers' sync_interval
+// decides (JetStream's own durability point; there is no earlier point
+// where a message is written but not replicated, so Written answers as
+// Durable does, never claiming more than happened). Accepted sends it and
+// returns -1 at once: the message sits in the client's buffer, then the
+// server's; a crash of this broker (or a lost connection whose reconnect
+// buffer is dropped) before the server stored it loses it, silently for
+// the producer, and a refusal by the server is only logged.
+//
+// Errors (nothing acknowledged): ErrEmptyRecord, ErrRecordTooLarge,
+// ErrClosed and ErrQueueFull before anything is sent; ErrNoSpace,
+// ErrTimeout or ErrUnavailable from the cluster (stored or not: unknown
+// for the last two).
+func (l *Log) Append(ctx context.Context, payload []byte, level contract.AckLevel) (int64, error) {
+	return l.AppendBatch(ctx, [][]byte{payload}, level)
+}
+
+// AppendBatch stores payloads with consecutive offsets, all or none: one
+// JetStream atomic batch (the stream allows atomic publish; headers
+// Nats-Batch-Id, Nats-Batch-Sequence and Nats-Batch-Commit on the last
+// message), which the stream stores in one step, so no other message
+// lands between them. It returns the first offset (-1 for Accepted).
+// Errors: those of Append, and ErrBatchTooLarge for more than MaxBatch
+// payloads (or the servers' lower bound).
+func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract.AckLevel) (int64, error) {
+	if err := l.check(payloads); err != nil {
+		return -1, err
+	}
+	msgs := l.messages(payloads)
+	if level == contract.Accepted {
+		return -1, l.sendAsync(msgs)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
+	defer cancel()
+	for _, m := range msgs[:len(msgs)-1] {
+		if err := l.nc.PublishMsg(m); err != nil {
+			return -1, fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+		}
+	}
+	resp, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return -1, fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+	}
+	last, err := parseAck(resp.Data, len(msgs))
+	if err != nil {
+		return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
+	}
+	l.advance(last)
+	return last - int64(len(msgs)), nil
+}
+
+// check refuses what must not be sent: a closed log, an empty or
+// oversized payload, a batch over MaxBatch.
+func (l *Log) check(payloads [][]byte) error {
+	if l.closed.Load() {
+		return fmt.Errorf("append to topic %s: %w", l.topic, ErrClosed)
+	}
+	switch {
+	case len(payloads) == 0:
+		return fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
+	case len(payloads) > MaxBatch:
+		return fmt.Errorf("append to topic %s: %w: %d messages, at most %d in one batch", l.topic, ErrBatchTooLarge, len(payloads), MaxBatch)
+	}
+	maxNATS := l.nc.MaxPayload() - headerReserve
+	for i, p := range payloads {
+		switch {
+		case len(p) < storage.MinPayloadBytes:
+			return fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), storage.MinPayloadBytes)
+		case l.opts.MaxRecordBytes > 0 && len(p) > l.opts.MaxRecordBytes:
+			return fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+		case int64(len(p)) > maxNATS:
+			return fmt.Errorf("append payload %d: %w: %d bytes, the NATS servers take at most %d (their max_payload less %d for headers)",
+				i, ErrRecordTooLarge, len(p), maxNATS, headerReserve)
+		}
+	}
+	return nil
+}
+
+// messages builds the NATS messages of payloads: one plain publish for a
+// single payload, an atomic batch for several.
+func (l *Log) messages(payloads [][]byte) []*nats.Msg {
+	msgs := make([]*nats.Msg, len(payloads))
+	id := ""
+	if len(payloads) > 1 {
+		id = nuid.Next()
+	}
+	for i, p := range payloads {
+		m := &nats.Msg{Subject: l.subject, Data: p, Header: nats.Header{}}
+		m.Header.Set(hdrExpectedStream, l.stream)
+		if id != "" {
+			m.Header.Set(hdrBatchID, id)
+			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+			if i == len(payloads)-1 {
+				m.Header.Set(hdrBatchCommit, "1")
+			}
+		}
+		msgs[i] = m
+	}
+	return msgs
+}
+
+// sendAsync publishes msgs with the last one's acknowledgement sent to the
+// log's ack subject (onAsyncAck), counting it pending.
+func (l *Log) sendAsync(msgs []*nats.Msg) error {
+	l.mu.Lock()
+	if l.pending >= maxPendingAsync {
+		l.mu.Unlock()
+		return fmt.Errorf("append to topic %s: %w: %d accepted appends await their acknowledgement", l.topic, ErrQueueFull, l.pending)
+	}
+	if l.pending == 0 {
+		l.idle = make(chan struct{})
+	}
+	l.pending++
+	l.mu.Unlock()
+	msgs[len(msgs)-1].Reply = l.ackInbox
+	for _, m := range msgs {
+		if err := l.nc.PublishMsg(m); err != nil {
+			l.asyncDone()
+			return fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+		}
+	}
+	return nil
+}
+
+// onAsyncAck handles the acknowledgement of an ACCEPTED append.
+func (l *Log) onAsyncAck(m *nats.Msg) {
+	defer l.asyncDone()
+	last, err := parseAck(m.Data, 0)
+	if err != nil {
+		if l.opts.Logger != nil {
+			l.opts.Logger.Warn("an accepted append was not stored", zap.String("topic", l.topic), zap.Error(err))
+		}
+		return
+	}
+	l.advance(last)
+}
+
+func (l *Log) asyncDone() {
+	l.mu.Lock()
+	l.pending--
+	if l.pending == 0 {
+		close(l.idle)
+	}
+	l.mu.Unlock()
+}
+
+// pubAck is a JetStream publish answer: the server's PubAck (with the
+// batch's size for an atomic batch) or an API error.
+type pubAck struct {
+	Error     *apiError `json:"error,omitempty"`
+	Stream    string    `json:"stream"`
+	Seq       int64     `json:"seq"`
+	Duplicate bool      `json:"duplicate,omitempty"`
+	Count     int64     `json:"count,omitempty"`
+}
+
+// errNoAck is an empty answer: the no-responders status (no stream
+// listens on the subject, or its leader is being elected).
+var errNoAck = errors.New("jetstream: empty publish answer (no responders: no stream leader)")
+
+// parseAck returns the last sequence an answer acknowledges; n > 0 is
+// how many messages it must cover.
+func parseAck(data []byte, n int) (int64, error) {
+	if len(data) == 0 {
+		return 0, classify(errNoAck)
+	}
+	var a pubAck
+	if err := json.Unmarshal(data, &a); err != nil {
+		return 0, classify(fmt.Errorf("decode publish answer: %w", err))
+	}
+	if a.Error != nil {
+		return 0, classify(a.Error)
+	}
+	if n > 1 && a.Count != int64(n) {
+		return 0, classify(fmt.Errorf("batch of %d acknowledged as %d messages", n, a.Count))
+	}
+	if a.Seq < int64(max(n, 1)) {
+		return 0, classify(fmt.Errorf("publish answer with sequence %d", a.Seq))
+	}
+	return a.Seq, nil
+}
