@@ -371,3 +371,19 @@ func testBackendEndToEnd(t *testing.T, bc backendCase) {
 		require.False(t, e.IsDir(), "the local backend created %s", e.Name())
 	}
 }
+
+// mmmq serve with backend jetstream and no NATS server reachable stops at
+// startup with one line naming the server.
+func TestMainJetStreamUnreachable(t *testing.T) {
+	// A free port: nothing listens there.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "nats://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	t.Setenv("MMMQ_BROKER_STORAGE_BACKEND", "jetstream")
+	t.Setenv("MMMQ_JETSTREAM_SERVERS", url)
+	t.Setenv("MMMQ_JETSTREAM_CONNECT_TIMEOUT", "1s")
+	code, _, stderr := runMain(t)
+	require.Equal(t, 1, code)
+	oneFailureLine(t, stderr, "jetstream: connect "+url+": ")
+}
