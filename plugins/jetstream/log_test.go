@@ -371,3 +371,29 @@ func TestConnectFails(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "jetstream: connect "+url+": "), err.Error())
 	assert.False(t, errors.Is(err, ErrClosed))
 }
+
+// ReadBatch serves at most maxReadBatch entries per call, in order, and
+// the next call continues where it stopped.
+func TestReadBatchBounded(t *testing.T) {
+	b := connect(t, startServer(t))
+	l := open(t, b, "many")
+	for k := 0; k < 3; k++ {
+		batch := make([][]byte, 100)
+		for i := range batch {
+			batch[i] = msg(100*k + i)
+		}
+		_, err := l.AppendBatch(context.Background(), batch, contract.Written)
+		require.NoError(t, err)
+	}
+	ents, err := l.ReadBatch(0, 1000)
+	require.NoError(t, err)
+	require.Len(t, ents, maxReadBatch)
+	rest, err := l.ReadBatch(int64(len(ents)), 1000)
+	require.NoError(t, err)
+	ents = append(ents, rest...)
+	require.Len(t, ents, 300)
+	for i, e := range ents {
+		require.EqualValues(t, i, e.Offset)
+		require.Equal(t, string(msg(i)), string(e.Payload))
+	}
+}
