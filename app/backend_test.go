@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -365,6 +366,15 @@ func testBackendEndToEnd(t *testing.T, bc backendCase) {
 	require.True(t, strings.HasPrefix(line, "MSG 0 "), line)
 
 	require.EqualValues(t, 4, be.stored(t, "order.created"))
+
+	// Reopen is the local log's (it recovers a failed write): refused.
+	resp, err = http.Post(base+"/topics/order.created/reopen", "application/json", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "cannot reopen a topic")
+
 	ents, err := os.ReadDir(root)
 	require.NoError(t, err)
 	for _, e := range ents {
