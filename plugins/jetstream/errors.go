@@ -45,6 +45,10 @@ var (
 	// ErrNoSpace: the cluster refused the append for lack of storage
 	// (server or account limits); nothing was stored. 507 NO_SPACE.
 	ErrNoSpace = contract.NewError(contract.CodeNoSpace, "jetstream: no storage left in the cluster")
+	// ErrBusy: the stream has as many atomic batches in flight as the
+	// servers allow (50 per stream by default); nothing of this batch was
+	// stored. 503 OVERLOADED, with Retry-After.
+	ErrBusy = contract.NewError(contract.CodeOverloaded, "jetstream: too many batches in flight")
 	// ErrNoTopic: Open without create found no stream for the topic.
 	// 404 NOT_FOUND.
 	ErrNoTopic = contract.NewError(contract.CodeNotFound, "jetstream: no such topic")
@@ -61,6 +65,7 @@ const (
 	codeInsufficientResource = 10023 // JSInsufficientResourcesErr
 	codeAccountResources     = 10002 // JSAccountResourcesExceededErr
 	codeStorageResources     = 10047 // JSStorageResourcesExceededErr
+	codeBatchesInflight      = 10210 // JSAtomicPublishTooManyInflight
 )
 
 // apiError is the "error" member of a JetStream API answer.
@@ -91,6 +96,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrRecordTooLarge, err)
 	case code == codeBatchTooLarge:
 		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
+	case code == codeBatchesInflight:
+		return fmt.Errorf("%w: %w", ErrBusy, err)
 	case code == codeInsufficientResource, code == codeAccountResources, code == codeStorageResources:
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):

@@ -46,12 +46,9 @@ type Log struct {
 	mu      sync.Mutex
 	waiters map[int64]chan struct{} // Notify channels by offset
 	opened  map[string]contract.Checkpoint
-	pending int           // ACCEPTED appends awaiting their ack
-	idle    chan struct{} // closed while pending is 0
 
-	cons     jetstream.ConsumeContext
-	ackSub   *nats.Subscription // the reply subject of ACCEPTED appends
-	ackInbox string
+	cons jetstream.ConsumeContext
+	ajs  jetstream.JetStream // the publisher of ACCEPTED appends (newAsyncPublisher)
 }
 
 // Options are what every Log of a Backend shares.
@@ -80,8 +77,8 @@ type checkpointStore interface {
 }
 
 // openLog opens topic's log over str: it reads the stream's state, then
-// subscribes to its ACCEPTED acks and starts the ordered consumer that
-// keeps the high watermark current.
+// makes the publisher of ACCEPTED appends and starts the ordered consumer
+// that keeps the high watermark current.
 func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic string, o Options, cps checkpointStore) (*Log, error) {
 	info, err := str.Info(ctx)
 	if err != nil {
@@ -91,14 +88,11 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		topic: topic, stream: info.Config.Name, subject: Subject(o.Prefix, topic),
 		opts: o, nc: nc, str: str, cps: cps,
 		waiters: map[int64]chan struct{}{}, opened: map[string]contract.Checkpoint{},
-		idle: make(chan struct{}),
 	}
-	close(l.idle)
 	l.hw.Store(int64(info.State.LastSeq))
 	l.setStart(info.State)
-	l.ackInbox = nc.NewRespInbox()
-	if l.ackSub, err = nc.Subscribe(l.ackInbox, l.onAsyncAck); err != nil {
-		return nil, fmt.Errorf("open topic %s: subscribe: %w", topic, classify(err))
+	if l.ajs, err = l.newAsyncPublisher(o.RequestTimeout); err != nil {
+		return nil, fmt.Errorf("open topic %s: %w", topic, classify(err))
 	}
 	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
@@ -109,7 +103,6 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		l.cons, err = cons.Consume(l.onStored)
 	}
 	if err != nil {
-		_ = l.ackSub.Unsubscribe()
 		return nil, fmt.Errorf("open topic %s: consumer: %w", topic, classify(err))
 	}
 	return l, nil
@@ -231,11 +224,11 @@ func (l *Log) Checkpoints() ([]string, error) {
 	return l.cps.list(l.topic)
 }
 
-// Close stops the ordered consumer, waits up to the request timeout for the
-// acknowledgements of ACCEPTED appends still outstanding (an error says how
-// many did not come: those messages may or may not be stored), wakes every
-// Notify channel and releases the log. Later calls fail with ErrClosed; a
-// second Close returns nil.
+// Close stops the ordered consumer, wakes every Notify channel, waits up to
+// the request timeout for the acknowledgements of ACCEPTED appends still
+// outstanding (an error says how many did not come: those messages may or
+// may not be stored) and releases the log. Later calls fail with
+// ErrClosed; a second Close returns nil.
 func (l *Log) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
@@ -246,21 +239,17 @@ func (l *Log) Close() error {
 		close(ch)
 	}
 	l.waiters = nil
-	idle := l.idle
 	l.mu.Unlock()
 	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
 	defer cancel()
 	select {
-	case <-idle:
+	case <-l.ajs.PublishAsyncComplete():
 	case <-ctx.Done():
-		l.mu.Lock()
-		err = fmt.Errorf("close topic %s: %d accepted appends unacknowledged after %s: %w", l.topic, l.pending, l.opts.RequestTimeout, ErrTimeout)
-		l.mu.Unlock()
+		err = fmt.Errorf("close topic %s: %d accepted appends unacknowledged after %s: %w",
+			l.topic, l.ajs.PublishAsyncPending(), l.opts.RequestTimeout, ErrTimeout)
 	}
-	if uerr := l.ackSub.Unsubscribe(); uerr != nil && err == nil && l.nc.IsConnected() {
-		err = fmt.Errorf("close topic %s: %w", l.topic, uerr)
-	}
+	l.ajs.CleanupPublisher()
 	select {
 	case <-l.cons.Closed():
 	case <-ctx.Done():

@@ -397,3 +397,34 @@ func TestReadBatchBounded(t *testing.T) {
 		require.Equal(t, string(msg(i)), string(e.Payload))
 	}
 }
+
+// With the server gone: a DURABLE append fails as 503 (never acknowledged),
+// an ACCEPTED one is answered, and Close does not wait longer than the
+// request timeout for its acknowledgement.
+func TestServerGone(t *testing.T) {
+	s := startServer(t)
+	c := testConfig(s)
+	c.RequestTimeout = 500 * time.Millisecond
+	b := connectWith(t, c)
+	l := open(t, b, "gone")
+	_, err := l.Append(context.Background(), msg(0), contract.Durable)
+	require.NoError(t, err)
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	_, err = l.Append(context.Background(), msg(1), contract.Durable)
+	require.Error(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, contract.Classify(err).Status, err.Error())
+	off, err := l.Append(context.Background(), msg(2), contract.Accepted)
+	if err == nil {
+		assert.EqualValues(t, -1, off)
+	}
+	_, err = l.Read(0)
+	require.Error(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, contract.Classify(err).Status, err.Error())
+	assert.EqualValues(t, 1, l.HighWatermark(), "nothing unacknowledged counted")
+
+	start := time.Now()
+	_ = l.Close()
+	assert.Less(t, time.Since(start), c.RequestTimeout+time.Second)
+}

@@ -53,9 +53,12 @@ func testConfig(s *server.Server) Config {
 }
 
 // connect is a Backend ("a broker") on s, closed at the end of the test.
-func connect(t testing.TB, s *server.Server) *Backend {
+func connect(t testing.TB, s *server.Server) *Backend { return connectWith(t, testConfig(s)) }
+
+// connectWith is connect with the configuration c.
+func connectWith(t testing.TB, c Config) *Backend {
 	t.Helper()
-	b, err := Connect(testConfig(s), 1<<16, zaptest.NewLogger(t))
+	b, err := Connect(c, 1<<16, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"go.uber.org/zap"
 
@@ -22,7 +24,7 @@ import (
 const MaxBatch = 1000
 
 // maxPendingAsync bounds the ACCEPTED appends (single messages or batches)
-// of one log whose acknowledgement has not come back.
+// of one log whose acknowledgement has not come back (nor failed).
 const maxPendingAsync = 1 << 16
 
 // headerReserve is the room kept for the NATS headers of one message
@@ -143,49 +145,45 @@ func (l *Log) messages(payloads [][]byte) []*nats.Msg {
 	return msgs
 }
 
-// sendAsync publishes msgs with the last one's acknowledgement sent to the
-// log's ack subject (onAsyncAck), counting it pending.
+// sendAsync publishes msgs, the last one (the only one of a single
+// message, the commit of a batch) through the log's asynchronous publisher
+// (newAsyncPublisher), which counts it pending until its acknowledgement,
+// an error or the request timeout.
 func (l *Log) sendAsync(msgs []*nats.Msg) error {
-	l.mu.Lock()
-	if l.pending >= maxPendingAsync {
-		l.mu.Unlock()
-		return fmt.Errorf("append to topic %s: %w: %d accepted appends await their acknowledgement", l.topic, ErrQueueFull, l.pending)
-	}
-	if l.pending == 0 {
-		l.idle = make(chan struct{})
-	}
-	l.pending++
-	l.mu.Unlock()
-	msgs[len(msgs)-1].Reply = l.ackInbox
-	for _, m := range msgs {
+	last := msgs[len(msgs)-1]
+	for _, m := range msgs[:len(msgs)-1] {
 		if err := l.nc.PublishMsg(m); err != nil {
-			l.asyncDone()
 			return fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
 		}
+	}
+	_, err := l.ajs.PublishMsgAsync(last)
+	switch {
+	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
+		return fmt.Errorf("append to topic %s: %w: %d accepted appends await their acknowledgement", l.topic, ErrQueueFull, l.ajs.PublishAsyncPending())
+	case err != nil:
+		return fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
 	}
 	return nil
 }
 
-// onAsyncAck handles the acknowledgement of an ACCEPTED append.
-func (l *Log) onAsyncAck(m *nats.Msg) {
-	defer l.asyncDone()
-	last, err := parseAck(m.Data, 0)
-	if err != nil {
-		if l.opts.Logger != nil {
-			l.opts.Logger.Warn("an accepted append was not stored", zap.String("topic", l.topic), zap.Error(err))
-		}
-		return
-	}
-	l.advance(last)
-}
-
-func (l *Log) asyncDone() {
-	l.mu.Lock()
-	l.pending--
-	if l.pending == 0 {
-		close(l.idle)
-	}
-	l.mu.Unlock()
+// newAsyncPublisher is the JetStream context of a log's ACCEPTED appends:
+// at most maxPendingAsync unacknowledged (more wait up to 200ms, then
+// fail with ErrQueueFull), each failed after timeout or when the
+// connection is lost; an acknowledgement raises the high watermark, a
+// failure is logged (the producer was answered long ago).
+func (l *Log) newAsyncPublisher(timeout time.Duration) (jetstream.JetStream, error) {
+	return jetstream.New(l.nc,
+		jetstream.WithPublishAsyncMaxPending(maxPendingAsync),
+		jetstream.WithPublishAsyncTimeout(timeout),
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, _ *nats.Msg, ack *jetstream.PubAck) {
+			l.advance(int64(ack.Sequence))
+		}),
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
+			if l.opts.Logger != nil {
+				l.opts.Logger.Warn("an accepted append may not be stored", zap.String("topic", l.topic), zap.Error(err))
+			}
+		}),
+	)
 }
 
 // pubAck is a JetStream publish answer: the server's PubAck (with the
