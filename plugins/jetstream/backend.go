@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -133,8 +134,9 @@ func (b *Backend) Conn() *nats.Conn { return b.nc }
 // missing stream is created (file storage, the configured replicas,
 // limits retention without limits, DenyDelete so that sequences stay
 // without gaps, DenyPurge off so that retention can later drop the head,
-// atomic batch publish on, MetaTopic metadata); another broker creating it
-// at the same moment is fine (the same configuration is accepted twice).
+// atomic batch publish on, MetaTopic and MetaIncarnation metadata);
+// another broker creating it at the same moment is fine (its creation
+// wins, and this one opens the stream it made).
 // Without create the stream must exist: ErrNoTopic otherwise.
 func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
@@ -173,7 +175,7 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 		DenyDelete:         true,
 		DenyPurge:          false,
 		AllowAtomicPublish: true,
-		Metadata:           map[string]string{MetaTopic: topic},
+		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 // Safe for concurrent use.
 type Log struct {
 	topic, stream, subject string
+	incarnation            string
 	opts                   Options
 	nc                     *nats.Conn
 	str                    jetstream.Stream
@@ -86,6 +87,7 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 	}
 	l := &Log{
 		topic: topic, stream: info.Config.Name, subject: Subject(o.Prefix, topic),
+		incarnation: info.Config.Metadata[MetaIncarnation],
 		opts: o, nc: nc, str: str, cps: cps,
 		waiters: map[int64]chan struct{}{}, opened: map[string]contract.Checkpoint{},
 	}
@@ -256,6 +258,10 @@ func (l *Log) Close() error {
 	}
 	return err
 }
+
+// Incarnation is the topic's incarnation id (MetaIncarnation), "" for a
+// stream made without one.
+func (l *Log) Incarnation() string { return l.incarnation }
 
 // Topic is the topic name.
 func (l *Log) Topic() string { return l.topic }

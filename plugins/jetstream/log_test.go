@@ -131,6 +131,7 @@ func TestHighWatermarkFollowsOtherNode(t *testing.T) {
 	a, b := connect(t, s), connect(t, s)
 	la := open(t, a, "shared.topic")
 	lb := open(t, b, "shared.topic")
+	assert.Equal(t, la.Incarnation(), lb.Incarnation(), "one topic, one incarnation on every node")
 
 	ch := la.Notify(0)
 	select {
@@ -346,6 +347,8 @@ func TestTopicsAndDelete(t *testing.T) {
 	assert.Equal(t, []string{"a.one", "b.two"}, names)
 	l2 := open(t, b, long)
 	assert.EqualValues(t, 0, l2.HighWatermark(), "created anew")
+	assert.Len(t, l2.Incarnation(), 32)
+	assert.NotEqual(t, l.(*Log).Incarnation(), l2.Incarnation(), "a new incarnation")
 	names2, err := l2.Checkpoints()
 	require.NoError(t, err)
 	assert.Empty(t, names2, "the deleted topic's checkpoints went with it")
@@ -427,4 +430,26 @@ func TestServerGone(t *testing.T) {
 	start := time.Now()
 	_ = l.Close()
 	assert.Less(t, time.Since(start), c.RequestTimeout+time.Second)
+}
+
+// Two brokers creating the same topic at once both open it, with one
+// incarnation.
+func TestConcurrentCreate(t *testing.T) {
+	s := startServer(t)
+	a, b := connect(t, s), connect(t, s)
+	for i := 0; i < 5; i++ {
+		topic := fmt.Sprintf("race.t%d", i)
+		logs := make([]contract.Log, 2)
+		errs := make([]error, 2)
+		done := make(chan struct{})
+		go func() { logs[1], errs[1] = b.Open(topic, true); close(done) }()
+		logs[0], errs[0] = a.Open(topic, true)
+		<-done
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
+		assert.Equal(t, logs[0].(*Log).Incarnation(), logs[1].(*Log).Incarnation(), topic)
+		for _, l := range logs {
+			require.NoError(t, l.Close())
+		}
+	}
 }

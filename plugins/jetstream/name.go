@@ -17,6 +17,11 @@ const MaxStreamNameBytes = 255
 // name (see StreamName) still lists under its topic.
 const MetaTopic = "mmmq-topic"
 
+// MetaIncarnation is the stream metadata key that holds the topic's
+// incarnation id (32 hex digits, storage.NewIncarnation), made when the
+// stream is created: a topic deleted and created again has a new one.
+const MetaIncarnation = "mmmq-incarnation"
+
 // hashMark follows "<prefix>_" in a hashed stream name. A direct encoding
 // never starts with '_' (that would be a topic starting with '.'), so the
 // two forms cannot be confused.
