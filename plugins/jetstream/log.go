@@ -88,7 +88,7 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 	l := &Log{
 		topic: topic, stream: info.Config.Name, subject: Subject(o.Prefix, topic),
 		incarnation: info.Config.Metadata[MetaIncarnation],
-		opts: o, nc: nc, str: str, cps: cps,
+		opts:        o, nc: nc, str: str, cps: cps,
 		waiters: map[int64]chan struct{}{}, opened: map[string]contract.Checkpoint{},
 	}
 	l.hw.Store(int64(info.State.LastSeq))
