@@ -86,10 +86,16 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		return nil, fmt.Errorf("open topic %s: stream info: %w", topic, classify(err))
 	}
 	l := &Log{
-		topic: topic, stream: info.Config.Name, subject: Subject(o.Prefix, topic),
+		topic:       topic,
+		stream:      info.Config.Name,
+		subject:     Subject(o.Prefix, topic),
 		incarnation: info.Config.Metadata[MetaIncarnation],
-		opts:        o, nc: nc, str: str, cps: cps,
-		waiters: map[int64]chan struct{}{}, opened: map[string]contract.Checkpoint{},
+		opts:        o,
+		nc:          nc,
+		str:         str,
+		cps:         cps,
+		waiters:     map[int64]chan struct{}{},
+		opened:      map[string]contract.Checkpoint{},
 	}
 	l.hw.Store(int64(info.State.LastSeq))
 	l.setStart(info.State)
