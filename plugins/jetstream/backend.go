@@ -36,7 +36,8 @@ var (
 )
 
 // Connect connects to cfg.Servers (credentials and TLS from cfg, client
-// name "mmmq-<hostname>", reconnecting for ever once connected), checks
+// name "mmmq-<hostname>", reconnecting for ever once connected, with no
+// reconnect buffer: while disconnected, appends fail at once), checks
 // that JetStream answers and opens the checkpoint bucket. maxRecordBytes
 // is mmmq.broker.segment.max-record-bytes. Errors name the servers:
 // "jetstream: connect nats://...: ..." when no server answered within
@@ -90,6 +91,10 @@ func natsOptions(cfg Config, log *zap.Logger) []nats.Option {
 		nats.Name("mmmq-" + host),
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
+		// No reconnect buffer: a publish while disconnected fails at once
+		// (503, nothing sent) instead of waiting in the client and being
+		// stored after its producer was told it failed.
+		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if !nc.IsClosed() {
 				log.Warn("disconnected from NATS; reconnecting", zap.Error(err))

@@ -100,6 +100,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrBusy, err)
 	case code == codeInsufficientResource, code == codeAccountResources, code == codeStorageResources:
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		return fmt.Errorf("%w: not connected to the NATS servers (reconnecting); nothing was sent", ErrUnavailable)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}

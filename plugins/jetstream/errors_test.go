@@ -27,6 +27,7 @@ func TestClassify(t *testing.T) {
 		{nats.ErrTimeout, contract.CodeTimeout},
 		{context.DeadlineExceeded, contract.CodeTimeout},
 		{nats.ErrNoResponders, contract.CodeUnavailable},
+		{nats.ErrReconnectBufExceeded, contract.CodeUnavailable},
 		{errors.New("other"), contract.CodeUnavailable},
 	} {
 		assert.Equal(t, tc.code, contract.Classify(classify(tc.err)).Code, tc.err.Error())

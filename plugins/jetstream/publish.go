@@ -95,11 +95,14 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract
 	return last - int64(len(msgs)), nil
 }
 
-// check refuses what must not be sent: a closed log, an empty or
-// oversized payload, a batch over MaxBatch.
+// check refuses what must not be sent: a closed log, a connection down
+// (reconnecting), an empty or oversized payload, a batch over MaxBatch.
 func (l *Log) check(payloads [][]byte) error {
 	if l.closed.Load() {
 		return fmt.Errorf("append to topic %s: %w", l.topic, ErrClosed)
+	}
+	if !l.nc.IsConnected() {
+		return fmt.Errorf("append to topic %s: %w", l.topic, classify(nats.ErrReconnectBufExceeded))
 	}
 	switch {
 	case len(payloads) == 0:
