@@ -49,7 +49,7 @@ func Connect(cfg Config, maxRecordBytes int, log *zap.Logger) (*Backend, error) 
 	}
 	nc, err := nats.Connect(cfg.Servers, natsOptions(cfg, log)...)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.Servers, err)
+		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
 	}
 	b := &Backend{cfg: cfg, nc: nc, opts: Options{
 		Prefix: cfg.StreamPrefix, Replicas: int(cfg.Replicas), MaxRecordBytes: maxRecordBytes,
@@ -57,7 +57,7 @@ func Connect(cfg Config, maxRecordBytes int, log *zap.Logger) (*Backend, error) 
 	}}
 	if err := b.init(); err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.Servers, err)
+		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
 	}
 	if int64(maxRecordBytes)+headerReserve > nc.MaxPayload() {
 		log.Warn("the NATS servers' max_payload is below mmmq.broker.segment.max-record-bytes: larger messages are refused (413)",

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
@@ -148,8 +147,14 @@ func checkDuration(key string, d, lo, hi time.Duration) error {
 	return nil
 }
 
-// String describes the connection settings for the startup log, without
-// secrets.
-func (c Config) String() string {
-	return fmt.Sprintf("servers=%s replicas=%d stream-prefix=%s", c.Servers, c.Replicas, c.StreamPrefix)
+// redactedServers is Servers with the password of any URL replaced by
+// "xxxxx" (url.URL.Redacted), for errors and logs.
+func (c Config) redactedServers() string {
+	parts := strings.Split(c.Servers, ",")
+	for i, raw := range parts {
+		if u, err := url.Parse(strings.TrimSpace(raw)); err == nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }

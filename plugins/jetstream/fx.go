@@ -14,7 +14,10 @@ type FactoryParams struct {
 	// Config is mmmq.jetstream (ConfigSection, provided by Module).
 	Config Config
 	// Segment is mmmq.broker.segment (config.Module): max-record-bytes.
-	Segment   config.SegmentConfig
+	Segment config.SegmentConfig
+	// Retention is mmmq.broker.retention (config.Module): only warned
+	// about, the streams keep everything.
+	Retention config.RetentionConfig
 	Logger    *zap.Logger
 	Lifecycle fx.Lifecycle
 }
@@ -24,14 +27,19 @@ type FactoryParams struct {
 // mmmq.broker.storage.backend selects it, while the registry is built, and
 // appends a stop hook that closes the connection; that hook is appended
 // before the registry's own, so on stop it runs after the registry closed
-// every log.
+// every log. A retention limit configured is warned about: retention
+// shrinks local logs only.
 func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 	return topicqueue.BackendFactory{
 		Name: config.BackendJetStream,
 		New: func() (topicqueue.Backend, error) {
-			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), p.Logger.Named("jetstream"))
+			log := p.Logger.Named("jetstream")
+			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), log)
 			if err != nil {
 				return nil, err
+			}
+			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
+				log.Warn("mmmq.broker.retention applies to the local backend only: JetStream topics keep every message (set limits on the streams in NATS)")
 			}
 			p.Lifecycle.Append(fx.StopHook(b.Close))
 			return b, nil
