@@ -68,6 +68,12 @@ func (l *Log) expired(offset int64) error {
 // high watermark. An error on the first entry is returned; one on a later
 // entry ends the batch before it without error (the next call meets it
 // first). Errors: those of Read.
+//
+// JetStream's batched get (one request, "batch" messages back) is a direct
+// get only: it needs the stream's AllowDirect, which lets every replica
+// answer, and a follower may not have applied yet a message this broker
+// already counts below the high watermark (it learned it from the
+// leader's acknowledgement). So reads go to the leader, one message each.
 func (l *Log) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 	if l.closed.Load() {
 		return nil, fmt.Errorf("read topic %s: %w", l.topic, ErrClosed)
