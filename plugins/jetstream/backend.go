@@ -26,7 +26,7 @@ type Backend struct {
 	opts Options
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	cps  *kvCheckpoints
+	cps  checkpointStore
 }
 
 // Backend implements the registry's seam, deletion included.

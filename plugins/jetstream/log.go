@@ -75,6 +75,8 @@ type checkpointStore interface {
 	open(topic, name string) (contract.Checkpoint, error)
 	// list returns the names of topic's committed checkpoints, sorted.
 	list(topic string) ([]string, error)
+	// remove deletes every checkpoint of topic (the topic is deleted).
+	remove(topic string) error
 }
 
 // openLog opens topic's log over str: it reads the stream's state, then
