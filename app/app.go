@@ -86,7 +86,7 @@ type module struct {
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
 //	       token-file polling → retention loop → consumer groups → dispatchers drain → logs
-//	       close → lock released → logger flushed
+//	       close → lock released → NATS connection closed (backend jetstream) → logger flushed
 //
 // app_test.go's stop-order test pins this.
 func defaults() []module {
