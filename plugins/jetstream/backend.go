@@ -158,7 +158,7 @@ func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open topic %s: stream %s: %w", name, sname, classify(err))
+		return nil, fmt.Errorf("open topic %s: stream %s: %w%s", name, sname, classify(err), replicasHint(err, int(b.cfg.Replicas)))
 	}
 	if t := str.CachedInfo().Config.Metadata[MetaTopic]; t != "" && t != name {
 		return nil, fmt.Errorf("open topic %s: stream %s holds topic %q", name, sname, t)

@@ -66,7 +66,21 @@ const (
 	codeAccountResources     = 10002 // JSAccountResourcesExceededErr
 	codeStorageResources     = 10047 // JSStorageResourcesExceededErr
 	codeBatchesInflight      = 10210 // JSAtomicPublishTooManyInflight
+	codeReplicasUnsupported  = 10074 // JSStreamReplicasNotSupportedErr
 )
+
+// replicasHint explains a stream or bucket creation refused for its
+// replica count: empty for other errors.
+func replicasHint(err error, replicas int) string {
+	var je jetstream.JetStreamError
+	if errors.As(err, &je) && je.APIError() != nil {
+		switch int(je.APIError().ErrorCode) {
+		case codeReplicasUnsupported, codeInsufficientResource:
+			return fmt.Sprintf(" (mmmq.jetstream.replicas is %d: the cluster needs at least that many JetStream servers with room; 1 for a single server)", replicas)
+		}
+	}
+	return ""
+}
 
 // apiError is the "error" member of a JetStream API answer.
 type apiError struct {

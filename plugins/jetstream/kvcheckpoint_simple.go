@@ -41,7 +41,7 @@ func newKVCheckpoints(ctx context.Context, js jetstream.JetStream, prefix string
 		kv, err = js.KeyValue(ctx, bucket)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open checkpoint bucket %s: %w", bucket, classify(err))
+		return nil, fmt.Errorf("open checkpoint bucket %s: %w%s", bucket, classify(err), replicasHint(err, replicas))
 	}
 	return &kvCheckpoints{kv: kv, prefix: prefix, timeout: timeout}, nil
 }

@@ -453,3 +453,14 @@ func TestConcurrentCreate(t *testing.T) {
 		}
 	}
 }
+
+// Three replicas on a single server: startup fails saying which key to
+// change.
+func TestReplicasHint(t *testing.T) {
+	s := startServer(t)
+	c := testConfig(s)
+	c.Replicas = 3
+	_, err := Connect(c, 1<<16, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mmmq.jetstream.replicas is 3")
+}
