@@ -330,8 +330,24 @@ func testBackendEndToEnd(t *testing.T, bc backendCase) {
 	require.Eventually(t, func() bool { return be.checkpoint(t, "order.created", "d") == 3 },
 		5*time.Second, 10*time.Millisecond, "the dispatcher's checkpoint is committed through the backend")
 
+	// Idempotent publish (producer ids: the log's callback path), at
+	// DURABLE and ACCEPTED; a retry is answered with the first offset.
+	st, out := postMessage(t, base, map[string]any{"topic": "order.ids", "id": "evt-1", "content": 1})
+	require.Equal(t, 200, st, out)
+	require.EqualValues(t, 0, out["offset"])
+	st, out = postMessage(t, base, map[string]any{"topic": "order.ids", "id": "evt-1", "content": 1})
+	require.Equal(t, 200, st, out)
+	require.Equal(t, true, out["duplicate"], out)
+	require.EqualValues(t, 0, out["offset"])
+	resp, err := http.Post(base+"/messages?ack=accepted", "application/json", strings.NewReader(`{"topic":"order.ids","id":"evt-2","content":2}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return be.stored(t, "order.ids") == 2 }, 5*time.Second, 10*time.Millisecond)
+	cons.waitFor(t, 5) // the dispatcher (order.**) delivers them too
+
 	// HTTP read-back and a consumer group.
-	resp, err := http.Get(base + "/topics/order.created/messages?offset=1")
+	resp, err = http.Get(base + "/topics/order.created/messages?offset=1")
 	require.NoError(t, err)
 	var page readPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))

@@ -48,8 +48,9 @@ type Log struct {
 	waiters map[int64]chan struct{} // Notify channels by offset
 	opened  map[string]contract.Checkpoint
 
-	cons jetstream.ConsumeContext
-	ajs  jetstream.JetStream // the publisher of ACCEPTED appends (newAsyncPublisher)
+	cons     jetstream.ConsumeContext
+	ajs      jetstream.JetStream // the publisher of asynchronous appends (newAsyncPublisher)
+	notifies sync.Map            // *nats.Msg -> *pendingNotify (AppendBatchNotify)
 }
 
 // Options are what every Log of a Backend shares.

@@ -464,3 +464,71 @@ func TestReplicasHint(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "mmmq.jetstream.replicas is 3")
 }
+
+// AppendBatchNotify: consecutive calls get offsets in call order, each
+// notify is called once with its first offset; refusals return at once
+// without a call; a server gone fails the outstanding ones.
+func TestAppendBatchNotify(t *testing.T) {
+	s := startServer(t)
+	c := testConfig(s)
+	c.RequestTimeout = 500 * time.Millisecond
+	b := connectWith(t, c)
+	l := open(t, b, "notify")
+	type result struct {
+		call  int
+		first int64
+		err   error
+	}
+	results := make(chan result, 100)
+	for i := 0; i < 20; i++ {
+		payloads := [][]byte{msg(2 * i)}
+		if i%2 == 1 {
+			payloads = [][]byte{msg(2 * i), msg(2*i + 1)}
+		}
+		lvl := []contract.AckLevel{contract.Accepted, contract.Written, contract.Durable}[i%3]
+		require.NoError(t, l.AppendBatchNotify(payloads, lvl, func(first int64, err error) {
+			results <- result{i, first, err}
+		}))
+	}
+	want := int64(0)
+	got := map[int]int64{}
+	for range 20 {
+		select {
+		case r := <-results:
+			require.NoError(t, r.err)
+			_, dup := got[r.call]
+			require.False(t, dup, "notify of call %d twice", r.call)
+			got[r.call] = r.first
+		case <-time.After(5 * time.Second):
+			t.Fatal("a notify never came")
+		}
+	}
+	for i := 0; i < 20; i++ {
+		assert.Equal(t, want, got[i], "call %d", i)
+		want += int64(1 + i%2)
+	}
+	require.Eventually(t, func() bool { return l.HighWatermark() == want }, 5*time.Second, 5*time.Millisecond)
+	p, err := l.Read(want - 1)
+	require.NoError(t, err)
+	assert.Equal(t, string(msg(39)), string(p))
+
+	err = l.AppendBatchNotify([][]byte{nil}, contract.Durable, func(int64, error) { t.Error("notify of a refused append") })
+	require.ErrorIs(t, err, storage.ErrEmptyRecord)
+
+	// The server goes: an append sent just before fails through notify
+	// (or is refused at once if the client already knows).
+	s.Shutdown()
+	s.WaitForShutdown()
+	err = l.AppendBatchNotify([][]byte{msg(40)}, contract.Durable, func(first int64, err error) {
+		results <- result{99, first, err}
+	})
+	if err == nil {
+		select {
+		case r := <-results:
+			assert.EqualValues(t, -1, r.first)
+			assert.Error(t, r.err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no notify after the server went")
+		}
+	}
+}

@@ -74,7 +74,7 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract
 	}
 	msgs := l.messages(payloads)
 	if level == contract.Accepted {
-		return -1, l.sendAsync(msgs)
+		return -1, l.sendAsync(msgs, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
@@ -148,18 +148,50 @@ func (l *Log) messages(payloads [][]byte) []*nats.Msg {
 	return msgs
 }
 
+// AppendBatchNotify appends payloads as AppendBatch does and returns once
+// they are sent: nil, or the error that refused them before anything was
+// sent (notify is then never called). notify is called exactly once, from
+// the NATS client's goroutine, with the first offset once JetStream
+// acknowledged the whole batch (every level: ACCEPTED payloads are
+// reported once stored) or with -1 and the error (refused, no answer
+// within the request timeout, connection lost: stored or not, unknown).
+// Calls from one goroutine are sent, and so get offsets, in call order.
+// notify must not block or call into the log. The registry uses it for
+// publishes with producer ids (the idempotent-publish window learns their
+// outcome) instead of a goroutine per publish.
+func (l *Log) AppendBatchNotify(payloads [][]byte, _ contract.AckLevel, notify func(first int64, err error)) error {
+	if err := l.check(payloads); err != nil {
+		return err
+	}
+	msgs := l.messages(payloads)
+	return l.sendAsync(msgs, &pendingNotify{n: int64(len(msgs)), fn: notify})
+}
+
+// pendingNotify is the callback of an AppendBatchNotify awaiting its ack,
+// keyed by the last message sent (the one acknowledged).
+type pendingNotify struct {
+	n  int64 // messages in the batch
+	fn func(first int64, err error)
+}
+
 // sendAsync publishes msgs, the last one (the only one of a single
 // message, the commit of a batch) through the log's asynchronous publisher
 // (newAsyncPublisher), which counts it pending until its acknowledgement,
-// an error or the request timeout.
-func (l *Log) sendAsync(msgs []*nats.Msg) error {
+// an error or the request timeout; pn (may be nil) is told the outcome.
+func (l *Log) sendAsync(msgs []*nats.Msg, pn *pendingNotify) error {
 	last := msgs[len(msgs)-1]
 	for _, m := range msgs[:len(msgs)-1] {
 		if err := l.nc.PublishMsg(m); err != nil {
 			return fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
 		}
 	}
+	if pn != nil {
+		l.notifies.Store(last, pn)
+	}
 	_, err := l.ajs.PublishMsgAsync(last)
+	if err != nil && pn != nil {
+		l.notifies.Delete(last)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
 		return fmt.Errorf("append to topic %s: %w: %d accepted appends await their acknowledgement", l.topic, ErrQueueFull, l.ajs.PublishAsyncPending())
@@ -169,20 +201,28 @@ func (l *Log) sendAsync(msgs []*nats.Msg) error {
 	return nil
 }
 
-// newAsyncPublisher is the JetStream context of a log's ACCEPTED appends:
-// at most maxPendingAsync unacknowledged (more wait up to 200ms, then
-// fail with ErrQueueFull), each failed after timeout or when the
-// connection is lost; an acknowledgement raises the high watermark, a
-// failure is logged (the producer was answered long ago).
+// newAsyncPublisher is the JetStream context of a log's asynchronous
+// appends (ACCEPTED, and AppendBatchNotify): at most maxPendingAsync
+// unacknowledged (more wait up to 200ms, then fail with ErrQueueFull),
+// each failed after timeout or when the connection is lost. An
+// acknowledgement raises the high watermark; a failure is logged. Either
+// goes to the append's pendingNotify when it has one.
 func (l *Log) newAsyncPublisher(timeout time.Duration) (jetstream.JetStream, error) {
 	return jetstream.New(l.nc,
 		jetstream.WithPublishAsyncMaxPending(maxPendingAsync),
 		jetstream.WithPublishAsyncTimeout(timeout),
-		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, _ *nats.Msg, ack *jetstream.PubAck) {
-			l.advance(int64(ack.Sequence))
+		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
+			last := int64(ack.Sequence)
+			l.advance(last)
+			if pn, ok := l.notifies.LoadAndDelete(m); ok {
+				pn.(*pendingNotify).fn(last-pn.(*pendingNotify).n, nil)
+			}
 		}),
-		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
-			if l.opts.Logger != nil {
+		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			err = fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+			if pn, ok := l.notifies.LoadAndDelete(m); ok {
+				pn.(*pendingNotify).fn(-1, err)
+			} else if l.opts.Logger != nil {
 				l.opts.Logger.Warn("an accepted append may not be stored", zap.String("topic", l.topic), zap.Error(err))
 			}
 		}),
