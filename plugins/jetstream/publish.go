@@ -48,10 +48,11 @@ const (
 // decides (JetStream's own durability point; there is no earlier point
 // where a message is written but not replicated, so Written answers as
 // Durable does, never claiming more than happened). Accepted sends it and
-// returns -1 at once: the message sits in the client's buffer, then the
-// server's; a crash of this broker (or a lost connection whose reconnect
-// buffer is dropped) before the server stored it loses it, silently for
-// the producer, and a refusal by the server is only logged.
+// returns -1 at once: the message sits in the client's write buffer
+// (flushed within milliseconds), then on the wire; a crash of this broker,
+// or a lost connection, before the servers stored it loses it, silently
+// for the producer, and a refusal by the servers (or no answer within the
+// request timeout) is only logged.
 //
 // Errors (nothing acknowledged): ErrEmptyRecord, ErrRecordTooLarge,
 // ErrClosed and ErrQueueFull before anything is sent; ErrNoSpace,
@@ -62,10 +63,11 @@ func (l *Log) Append(ctx context.Context, payload []byte, level contract.AckLeve
 }
 
 // AppendBatch stores payloads with consecutive offsets, all or none: one
-// JetStream atomic batch (the stream allows atomic publish; headers
-// Nats-Batch-Id, Nats-Batch-Sequence and Nats-Batch-Commit on the last
-// message), which the stream stores in one step, so no other message
-// lands between them. It returns the first offset (-1 for Accepted).
+// JetStream atomic batch (the stream allows atomic publish; every message
+// carries Nats-Batch-Id and Nats-Batch-Sequence, the last one
+// Nats-Batch-Commit and the request for the acknowledgement), which the
+// stream stores in one step, so no other message lands between them. A
+// single payload is one plain publish. It returns the first offset (-1 for Accepted).
 // Errors: those of Append, and ErrBatchTooLarge for more than MaxBatch
 // payloads (or the servers' lower bound).
 func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract.AckLevel) (int64, error) {
