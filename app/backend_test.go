@@ -233,7 +233,7 @@ var backends = []backendCase{
 		jc.Replicas = 1
 		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
 		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
-		b, err := jetstream.Connect(jc, 1<<20, nil)
+		b, err := jetstream.Connect(jc, 1<<20, nil, nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
 		return nil, jsInspector{b}

@@ -39,11 +39,12 @@ var (
 // name "mmmq-<hostname>", reconnecting for ever once connected, with no
 // reconnect buffer: while disconnected, appends fail at once), checks
 // that JetStream answers and opens the checkpoint bucket. maxRecordBytes
-// is mmmq.broker.segment.max-record-bytes. Errors name the servers:
+// is mmmq.broker.segment.max-record-bytes; budget (may be nil) the
+// broker's in-flight memory budget, which ACCEPTED appends draw from. Errors name the servers:
 // "jetstream: connect nats://...: ..." when no server answered within
 // cfg.ConnectTimeout, when JetStream is not enabled for the account, or
 // when the bucket cannot be made.
-func Connect(cfg Config, maxRecordBytes int, log *zap.Logger) (*Backend, error) {
+func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.Logger) (*Backend, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -53,7 +54,7 @@ func Connect(cfg Config, maxRecordBytes int, log *zap.Logger) (*Backend, error) 
 	}
 	b := &Backend{cfg: cfg, nc: nc, opts: Options{
 		Prefix: cfg.StreamPrefix, Replicas: int(cfg.Replicas), MaxRecordBytes: maxRecordBytes,
-		RequestTimeout: cfg.RequestTimeout, Logger: log,
+		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget,
 	}}
 	if err := b.init(); err != nil {
 		nc.Close()

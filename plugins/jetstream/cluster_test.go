@@ -65,7 +65,7 @@ func TestClusterReplicas3(t *testing.T) {
 	var a, b *Backend
 	require.Eventually(t, func() bool {
 		var err error
-		a, err = Connect(cfg(servers[0]), 1<<16, nil)
+		a, err = Connect(cfg(servers[0]), 1<<16, nil, nil)
 		return err == nil
 	}, 10*time.Second, 100*time.Millisecond)
 	t.Cleanup(func() { _ = a.Close() })

@@ -116,7 +116,7 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, nats.ErrReconnectBufExceeded):
 		return fmt.Errorf("%w: not connected to the NATS servers (reconnecting); nothing was sent", ErrUnavailable)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
 		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)

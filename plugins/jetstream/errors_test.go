@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -26,6 +27,7 @@ func TestClassify(t *testing.T) {
 		{nats.ErrMaxPayload, contract.CodeTooLarge},
 		{nats.ErrTimeout, contract.CodeTimeout},
 		{context.DeadlineExceeded, contract.CodeTimeout},
+		{jetstream.ErrAsyncPublishTimeout, contract.CodeTimeout},
 		{nats.ErrNoResponders, contract.CodeUnavailable},
 		{nats.ErrReconnectBufExceeded, contract.CodeUnavailable},
 		{errors.New("other"), contract.CodeUnavailable},

@@ -5,6 +5,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -18,6 +19,9 @@ type FactoryParams struct {
 	// Retention is mmmq.broker.retention (config.Module): only warned
 	// about, the streams keep everything.
 	Retention config.RetentionConfig
+	// Budget is the in-flight memory budget (topicqueue.Module): ACCEPTED
+	// appends hold their bytes until acknowledged.
+	Budget    *contract.Budget `optional:"true"`
 	Logger    *zap.Logger
 	Lifecycle fx.Lifecycle
 }
@@ -34,7 +38,7 @@ func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 		Name: config.BackendJetStream,
 		New: func() (topicqueue.Backend, error) {
 			log := p.Logger.Named("jetstream")
-			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), log)
+			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), p.Budget, log)
 			if err != nil {
 				return nil, err
 			}

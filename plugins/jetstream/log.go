@@ -50,7 +50,7 @@ type Log struct {
 
 	cons     jetstream.ConsumeContext
 	ajs      jetstream.JetStream // the publisher of asynchronous appends (newAsyncPublisher)
-	notifies sync.Map            // *nats.Msg -> *pendingNotify (AppendBatchNotify)
+	notifies sync.Map            // *nats.Msg -> *pendingAsync
 }
 
 // Options are what every Log of a Backend shares.
@@ -67,6 +67,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logger gets warnings (a lost ACCEPTED append); nil = none.
 	Logger *zap.Logger
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes): ACCEPTED appends hold
+	// their bytes until acknowledged. nil = not counted.
+	Budget *contract.Budget
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -368,7 +369,7 @@ func TestConnectFails(t *testing.T) {
 	c := testConfig(s)
 	c.Servers = url
 	start := time.Now()
-	_, err := Connect(c, 1<<16, nil)
+	_, err := Connect(c, 1<<16, nil, nil)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.True(t, strings.HasPrefix(err.Error(), "jetstream: connect "+url+": "), err.Error())
@@ -460,7 +461,7 @@ func TestReplicasHint(t *testing.T) {
 	s := startServer(t)
 	c := testConfig(s)
 	c.Replicas = 3
-	_, err := Connect(c, 1<<16, nil)
+	_, err := Connect(c, 1<<16, nil, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "mmmq.jetstream.replicas is 3")
 }
@@ -531,4 +532,28 @@ func TestAppendBatchNotify(t *testing.T) {
 			t.Fatal("no notify after the server went")
 		}
 	}
+}
+
+// ACCEPTED appends hold their bytes of the in-flight budget until
+// acknowledged, and are refused (nothing sent) when they do not fit.
+func TestAcceptedBudget(t *testing.T) {
+	s := startServer(t)
+	budget := contract.NewBudget(100)
+	b, err := Connect(testConfig(s), 1<<16, budget, zaptest.NewLogger(t))
+	require.NoError(t, err)
+	defer b.Close()
+	l := open(t, b, "budget")
+	_, err = l.Append(context.Background(), make([]byte, 101), contract.Accepted)
+	require.ErrorIs(t, err, contract.ErrOverloaded)
+	assert.Equal(t, contract.CodeOverloaded, contract.Classify(err).Code)
+	for round := 1; round <= 3; round++ {
+		for i := 0; i < 4; i++ { // 4 x 24 bytes fit in 100
+			_, err = l.Append(context.Background(), msg(10+i), contract.Accepted)
+			require.NoError(t, err)
+		}
+		require.Eventually(t, func() bool { return l.HighWatermark() == int64(4*round) && budget.InUse() == 0 },
+			5*time.Second, 5*time.Millisecond, "the acknowledgements release the budget")
+	}
+	_, err = l.Append(context.Background(), make([]byte, 101), contract.Durable)
+	require.NoError(t, err, "DURABLE appends wait instead of holding the budget")
 }

@@ -64,7 +64,7 @@ func connect(t testing.TB, s *server.Server) *Backend { return connectWith(t, te
 // connectWith is connect with the configuration c.
 func connectWith(t testing.TB, c Config) *Backend {
 	t.Helper()
-	b, err := Connect(c, 1<<16, zaptest.NewLogger(t))
+	b, err := Connect(c, 1<<16, nil, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

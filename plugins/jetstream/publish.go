@@ -55,7 +55,8 @@ const (
 // request timeout) is only logged.
 //
 // Errors (nothing acknowledged): ErrEmptyRecord, ErrRecordTooLarge,
-// ErrClosed and ErrQueueFull before anything is sent; ErrNoSpace,
+// ErrClosed, ErrQueueFull and contract.ErrOverloaded (ACCEPTED bytes over
+// Options.Budget) before anything is sent; ErrNoSpace,
 // ErrTimeout or ErrUnavailable from the cluster (stored or not: unknown
 // for the last two).
 func (l *Log) Append(ctx context.Context, payload []byte, level contract.AckLevel) (int64, error) {
@@ -74,10 +75,10 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract
 	if err := l.check(payloads); err != nil {
 		return -1, err
 	}
-	msgs := l.messages(payloads)
 	if level == contract.Accepted {
-		return -1, l.sendAsync(msgs, nil)
+		return -1, l.sendAsync(payloads, level, nil)
 	}
+	msgs := l.messages(payloads)
 	ctx, cancel := context.WithTimeout(ctx, l.opts.RequestTimeout)
 	defer cancel()
 	for _, m := range msgs[:len(msgs)-1] {
@@ -161,38 +162,53 @@ func (l *Log) messages(payloads [][]byte) []*nats.Msg {
 // notify must not block or call into the log. The registry uses it for
 // publishes with producer ids (the idempotent-publish window learns their
 // outcome) instead of a goroutine per publish.
-func (l *Log) AppendBatchNotify(payloads [][]byte, _ contract.AckLevel, notify func(first int64, err error)) error {
+func (l *Log) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(first int64, err error)) error {
 	if err := l.check(payloads); err != nil {
 		return err
 	}
-	msgs := l.messages(payloads)
-	return l.sendAsync(msgs, &pendingNotify{n: int64(len(msgs)), fn: notify})
+	return l.sendAsync(payloads, level, notify)
 }
 
-// pendingNotify is the callback of an AppendBatchNotify awaiting its ack,
-// keyed by the last message sent (the one acknowledged).
-type pendingNotify struct {
-	n  int64 // messages in the batch
-	fn func(first int64, err error)
+// pendingAsync is an asynchronous append awaiting its ack, keyed by the
+// last message sent (the one acknowledged).
+type pendingAsync struct {
+	n        int64                        // messages in the batch
+	budgeted int64                        // bytes taken from Options.Budget (ACCEPTED)
+	fn       func(first int64, err error) // AppendBatchNotify's; may be nil
 }
 
-// sendAsync publishes msgs, the last one (the only one of a single
-// message, the commit of a batch) through the log's asynchronous publisher
-// (newAsyncPublisher), which counts it pending until its acknowledgement,
-// an error or the request timeout; pn (may be nil) is told the outcome.
-func (l *Log) sendAsync(msgs []*nats.Msg, pn *pendingNotify) error {
-	last := msgs[len(msgs)-1]
-	for _, m := range msgs[:len(msgs)-1] {
-		if err := l.nc.PublishMsg(m); err != nil {
-			return fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+// sendAsync sends payloads, the last message (the only one of a single
+// payload, the commit of a batch) through the log's asynchronous publisher
+// (newAsyncPublisher), which holds it pending until its acknowledgement,
+// an error or the request timeout; fn (may be nil) is told the outcome.
+// ACCEPTED payloads hold their bytes of Options.Budget until then:
+// contract.ErrOverloaded (nothing sent) when they do not fit.
+func (l *Log) sendAsync(payloads [][]byte, level contract.AckLevel, fn func(int64, error)) error {
+	pa := &pendingAsync{n: int64(len(payloads)), fn: fn}
+	if level == contract.Accepted {
+		for _, p := range payloads {
+			pa.budgeted += int64(len(p))
+		}
+		if !l.opts.Budget.TryAcquire(pa.budgeted) {
+			return l.opts.Budget.Overloaded("ACCEPTED append to topic "+l.topic, pa.budgeted)
 		}
 	}
-	if pn != nil {
-		l.notifies.Store(last, pn)
+	msgs := l.messages(payloads)
+	last := msgs[len(msgs)-1]
+	var err error
+	for _, m := range msgs[:len(msgs)-1] {
+		if err = l.nc.PublishMsg(m); err != nil {
+			break
+		}
 	}
-	_, err := l.ajs.PublishMsgAsync(last)
-	if err != nil && pn != nil {
-		l.notifies.Delete(last)
+	if err == nil {
+		l.notifies.Store(last, pa)
+		if _, err = l.ajs.PublishMsgAsync(last); err != nil {
+			l.notifies.Delete(last)
+		}
+	}
+	if err != nil {
+		l.opts.Budget.Release(pa.budgeted)
 	}
 	switch {
 	case errors.Is(err, jetstream.ErrTooManyStalledMsgs):
@@ -203,28 +219,41 @@ func (l *Log) sendAsync(msgs []*nats.Msg, pn *pendingNotify) error {
 	return nil
 }
 
+// asyncDone ends the pending append of m: its budget is released and its
+// callback told; false when m has none.
+func (l *Log) asyncDone(m *nats.Msg, first int64, err error) bool {
+	v, ok := l.notifies.LoadAndDelete(m)
+	if !ok {
+		return false
+	}
+	pa := v.(*pendingAsync)
+	l.opts.Budget.Release(pa.budgeted)
+	if pa.fn != nil {
+		if err == nil {
+			first -= pa.n
+		}
+		pa.fn(first, err)
+	}
+	return pa.fn != nil
+}
+
 // newAsyncPublisher is the JetStream context of a log's asynchronous
 // appends (ACCEPTED, and AppendBatchNotify): at most maxPendingAsync
 // unacknowledged (more wait up to 200ms, then fail with ErrQueueFull),
 // each failed after timeout or when the connection is lost. An
 // acknowledgement raises the high watermark; a failure is logged. Either
-// goes to the append's pendingNotify when it has one.
+// goes to the append's callback when it has one (asyncDone).
 func (l *Log) newAsyncPublisher(timeout time.Duration) (jetstream.JetStream, error) {
 	return jetstream.New(l.nc,
 		jetstream.WithPublishAsyncMaxPending(maxPendingAsync),
 		jetstream.WithPublishAsyncTimeout(timeout),
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
-			last := int64(ack.Sequence)
-			l.advance(last)
-			if pn, ok := l.notifies.LoadAndDelete(m); ok {
-				pn.(*pendingNotify).fn(last-pn.(*pendingNotify).n, nil)
-			}
+			l.advance(int64(ack.Sequence))
+			l.asyncDone(m, int64(ack.Sequence), nil)
 		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 			err = fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
-			if pn, ok := l.notifies.LoadAndDelete(m); ok {
-				pn.(*pendingNotify).fn(-1, err)
-			} else if l.opts.Logger != nil {
+			if !l.asyncDone(m, -1, err) && l.opts.Logger != nil {
 				l.opts.Logger.Warn("an accepted append may not be stored", zap.String("topic", l.topic), zap.Error(err))
 			}
 		}),
