@@ -242,8 +242,9 @@ var backends = []backendCase{
 
 func (b *memBackend) stored(t *testing.T, topic string) int64 {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return int64(len(b.logs[topic].msgs))
+	l := b.logs[topic]
+	b.mu.Unlock()
+	return l.HighWatermark()
 }
 
 func (b *memBackend) checkpoint(t *testing.T, topic, name string) int64 {
