@@ -39,6 +39,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
+	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
 )
@@ -53,6 +54,7 @@ const (
 	Logging           = "logging"
 	Storage           = "storage"
 	TopicQueue        = "topicqueue"
+	JetStream         = "jetstream"
 	Recovery          = "recovery"
 	Dispatcher        = "dispatcher"
 	ConfigDispatchers = "configdispatchers"
@@ -84,7 +86,7 @@ type module struct {
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
 //	       token-file polling → retention loop → consumer groups → dispatchers drain → logs
-//	       close → lock released → logger flushed
+//	       close → lock released → NATS connection closed (backend jetstream) → logger flushed
 //
 // app_test.go's stop-order test pins this.
 func defaults() []module {
@@ -92,6 +94,7 @@ func defaults() []module {
 		{Config, config.Module},
 		{Logging, logging.Module},
 		{Storage, storage.Module},
+		{JetStream, jetstream.Module}, // the JetStream storage backend; connects only with mmmq.broker.storage.backend: jetstream
 		{TopicQueue, topicqueue.Module},
 		{Recovery, recovery.Module},
 		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromSections), dispatcher.Module)},
@@ -118,7 +121,7 @@ func Modules() fx.Option {
 }
 
 // Sections returns the configuration sections of the plugins in Modules
-// (mmmq.metrics and mmmq.lineproto), in a new slice, less those of modules
+// (mmmq.metrics, mmmq.lineproto and mmmq.jetstream), in a new slice, less those of modules
 // that edits (Without or Replace, as passed to New) take out. A binary that
 // loads the configuration before building the application passes them, plus
 // those of the plugins it adds, in config.LoadOptions.Sections, so that it
@@ -134,7 +137,7 @@ func Sections(edits ...fx.Option) []config.Section {
 	bySection := []struct {
 		module string
 		sec    config.Section
-	}{{Metrics, metrics.ConfigSection}, {LineProto, lineproto.ConfigSection}}
+	}{{Metrics, metrics.ConfigSection}, {LineProto, lineproto.ConfigSection}, {JetStream, jetstream.ConfigSection}}
 	var out []config.Section
 	for _, m := range bySection {
 		kept := true

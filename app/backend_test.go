@@ -3,8 +3,10 @@ package app_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
@@ -20,13 +23,15 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
 // memBackend is a storage backend that keeps everything in memory: the
 // proof that everything above the registry (HTTP publish and read-back,
 // dispatchers, consumer groups, the line protocol) works through
-// topicqueue.Backend and contract.Log alone.
+// topicqueue.Backend and contract.Log alone. It is one row of the backend
+// matrix (backends).
 type memBackend struct {
 	mu     sync.Mutex
 	logs   map[string]*memLog
@@ -198,19 +203,119 @@ func (c *memCheckpoint) Commit(next int64) error {
 	return nil
 }
 
-// The whole broker runs on a storage backend supplied in the graph: HTTP
+// backendCase is one storage backend of the matrix the end-to-end test runs
+// over: setup configures cfg (and returns the Fx options) for it and
+// returns an inspector that looks at what the backend stored from outside
+// the broker.
+type backendCase struct {
+	name  string
+	setup func(t *testing.T, cfg *config.Config) ([]fx.Option, backendInspector)
+}
+
+// backendInspector reads what a backend stored: the number of messages of
+// a topic (its high watermark) and a checkpoint's committed offset.
+type backendInspector interface {
+	stored(t *testing.T, topic string) int64
+	checkpoint(t *testing.T, topic, name string) int64
+}
+
+// backends is the backend matrix: the in-memory fake (supplied with
+// fx.Decorate) and JetStream on an embedded single-node server (chosen by
+// mmmq.broker.storage.backend, as a deployment does).
+var backends = []backendCase{
+	{"memory", func(t *testing.T, cfg *config.Config) ([]fx.Option, backendInspector) {
+		be := &memBackend{logs: map[string]*memLog{}}
+		return []fx.Option{fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be })}, be
+	}},
+	{"jetstream", func(t *testing.T, cfg *config.Config) ([]fx.Option, backendInspector) {
+		jc := jetstream.ConfigSection.Default()
+		jc.Servers = startNATS(t)
+		jc.Replicas = 1
+		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
+		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
+		b, err := jetstream.Connect(jc, 1<<20, nil, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return nil, jsInspector{b}
+	}},
+}
+
+func (b *memBackend) stored(t *testing.T, topic string) int64 {
+	b.mu.Lock()
+	l := b.logs[topic]
+	b.mu.Unlock()
+	return l.HighWatermark()
+}
+
+func (b *memBackend) checkpoint(t *testing.T, topic, name string) int64 {
+	b.mu.Lock()
+	l := b.logs[topic]
+	b.mu.Unlock()
+	l.mu.Lock()
+	cp := l.cps[name]
+	l.mu.Unlock()
+	if cp == nil {
+		return -1
+	}
+	return cp.Offset()
+}
+
+// jsInspector reads the JetStream streams and checkpoints through a
+// connection of its own: another "broker" on the same cluster.
+type jsInspector struct{ b *jetstream.Backend }
+
+func (j jsInspector) stored(t *testing.T, topic string) int64 {
+	l, err := j.b.Open(topic, false)
+	require.NoError(t, err)
+	defer l.Close()
+	return l.HighWatermark()
+}
+
+func (j jsInspector) checkpoint(t *testing.T, topic, name string) int64 {
+	l, err := j.b.Open(topic, false)
+	require.NoError(t, err)
+	defer l.Close()
+	cp, err := l.OpenCheckpoint(name)
+	require.NoError(t, err)
+	return cp.Offset()
+}
+
+// startNATS runs an embedded single-node JetStream server on a random port
+// for the test and returns its URL.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "embedded NATS server not ready")
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s.ClientURL()
+}
+
+// The whole broker runs on each storage backend of the matrix: HTTP
 // publish and read-back, a dispatcher, a consumer group and the line
-// protocol all go through it, and nothing is written to the data root.
-func TestFakeBackendEndToEnd(t *testing.T) {
+// protocol all go through topicqueue.Backend and contract.Log alone, and
+// nothing is written to the data root.
+func TestBackendMatrixEndToEnd(t *testing.T) {
+	for _, bc := range backends {
+		t.Run(bc.name, func(t *testing.T) { testBackendEndToEnd(t, bc) })
+	}
+}
+
+func testBackendEndToEnd(t *testing.T, bc backendCase) {
 	root := t.TempDir()
-	be := &memBackend{logs: map[string]*memLog{}}
 	cons := newConsumer(t)
 	cfg := testConfig(t, root)
+	opts, be := bc.setup(t, cfg)
 	lpAddr := freeAddr(t)
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
-	a, base := startBroker(t, cfg,
-		fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be }),
-		provideDispatcher(dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))))
+	a, base := startBroker(t, cfg, append(opts,
+		provideDispatcher(dispatcher.New("d", cons.host(t), dispatcher.MustPattern("order.**"))))...)
 	defer a.RequireStop()
 
 	for i := 0; i < 3; i++ {
@@ -223,14 +328,41 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 		require.EqualValues(t, i, r.Offset)
 		require.Equal(t, map[string]any{"n": float64(i)}, r.Body["content"])
 	}
-	require.Eventually(t, func() bool { return be.logs["order.created"].cps["d"].Offset() == 3 },
+	require.Eventually(t, func() bool { return be.checkpoint(t, "order.created", "d") == 3 },
 		5*time.Second, 10*time.Millisecond, "the dispatcher's checkpoint is committed through the backend")
 
-	// HTTP read-back and a consumer group.
-	resp, err := http.Get(base + "/topics/order.created/messages?offset=1")
+	// Idempotent publish (producer ids: the log's callback path), at
+	// DURABLE and ACCEPTED; a retry is answered with the first offset.
+	st, out := postMessage(t, base, map[string]any{"topic": "order.ids", "id": "evt-1", "content": 1})
+	require.Equal(t, 200, st, out)
+	require.EqualValues(t, 0, out["offset"])
+	st, out = postMessage(t, base, map[string]any{"topic": "order.ids", "id": "evt-1", "content": 1})
+	require.Equal(t, 200, st, out)
+	require.Equal(t, true, out["duplicate"], out)
+	require.EqualValues(t, 0, out["offset"])
+	resp, err := http.Post(base+"/messages?ack=accepted", "application/json", strings.NewReader(`{"topic":"order.ids","id":"evt-2","content":2}`))
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
+	require.Eventually(t, func() bool { return be.stored(t, "order.ids") == 2 }, 5*time.Second, 10*time.Millisecond)
+	cons.waitFor(t, 5) // the dispatcher (order.**) delivers them too
+
+	// HTTP read-back and a consumer group.
+	resp, err = http.Get(base + "/topics/order.created/messages?offset=1")
+	require.NoError(t, err)
+	var page readPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	require.Len(t, page.Messages, 2)
+	for i, it := range page.Messages {
+		require.EqualValues(t, i+1, it.Offset)
+		var m struct {
+			Content map[string]any `json:"content"`
+		}
+		require.NoError(t, json.Unmarshal(it.Message, &m))
+		require.Equal(t, map[string]any{"n": float64(i + 1)}, m.Content)
+	}
 	resp, err = http.Post(base+"/topics/order.created/groups/g/fetch?max=10", "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -250,10 +382,35 @@ func TestFakeBackendEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(line, "MSG 0 "), line)
 
-	require.Equal(t, 4, len(be.logs["order.created"].msgs))
+	require.EqualValues(t, 4, be.stored(t, "order.created"))
+
+	// Reopen is the local log's (it recovers a failed write): refused.
+	resp, err = http.Post(base+"/topics/order.created/reopen", "application/json", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "cannot reopen a topic")
+
 	ents, err := os.ReadDir(root)
 	require.NoError(t, err)
 	for _, e := range ents {
 		require.False(t, e.IsDir(), "the local backend created %s", e.Name())
 	}
+}
+
+// mmmq serve with backend jetstream and no NATS server reachable stops at
+// startup with one line naming the server.
+func TestMainJetStreamUnreachable(t *testing.T) {
+	// A free port: nothing listens there.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "nats://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	t.Setenv("MMMQ_BROKER_STORAGE_BACKEND", "jetstream")
+	t.Setenv("MMMQ_JETSTREAM_SERVERS", url)
+	t.Setenv("MMMQ_JETSTREAM_CONNECT_TIMEOUT", "1s")
+	code, _, stderr := runMain(t)
+	require.Equal(t, 1, code)
+	oneFailureLine(t, stderr, "jetstream: connect "+url+": ")
 }

@@ -83,6 +83,22 @@ func size(t *testing.T, path string) int64 {
 	return fi.Size()
 }
 
+// With the JetStream backend configured, verify and dump have no data
+// directory to read: they say so (exit 2) unless --root names one.
+func TestVerifyDumpRefuseJetStream(t *testing.T) {
+	cfg := writeConfig(t, "mmmq:\n  broker:\n    storage:\n      backend: jetstream\n")
+	for _, args := range [][]string{{"verify", "--config", cfg}, {"dump", "--config", cfg, "--topic", "a"}} {
+		code, _, stderr := captureAll(t, args...)
+		if code != 2 || !strings.Contains(stderr, `mmmq.broker.storage.backend is "jetstream": verify and dump read the local segmented log only`) {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	root, _ := fixture(t, 1)
+	if code, out := capture(t, "verify", "--config", cfg, "--root", root); code != 0 {
+		t.Fatalf("verify --root with backend jetstream: exit %d, output %q", code, out)
+	}
+}
+
 func TestVerifyExitCodes(t *testing.T) {
 	t.Run("healthy", func(t *testing.T) {
 		root, _ := fixture(t, 3)

@@ -18,13 +18,19 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// rootFlag resolves --root, falling back to the configured root-dir.
+// rootDir resolves --root, falling back to the configured root-dir; with a
+// backend other than local there is no data directory to fall back to,
+// and it says so.
 func rootDir(root, cfgPath string) (string, config.Config, error) {
 	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != "", Sections: sections()})
 	if err != nil {
 		return "", config.Config{}, err
 	}
 	if root == "" {
+		if b := cfg.MMMQ.Broker.Storage.Backend; b != "" && b != config.BackendLocal {
+			return "", config.Config{}, fmt.Errorf("mmmq.broker.storage.backend is %q: verify and dump read the local segmented log only "+
+				"(the %s servers check their own streams); give --root DIR to read a local data directory", b, b)
+		}
 		root = cfg.MMMQ.Broker.Storage.RootDir
 	}
 	return root, *cfg, nil

@@ -145,7 +145,13 @@ func loadSchema(secs []Section, absent []PluginKey) schema {
 		s.walk(sec.typ(), sec.Key()+".")
 	}
 	for _, p := range absent {
-		s.sections["mmmq."+p.section()] = true
+		// Every level above the key is a section: mmmq.jetstream and, for
+		// mmmq.jetstream.tls.ca-file, mmmq.jetstream.tls.
+		for i := len("mmmq."); i < len(p.Key); i++ {
+			if p.Key[i] == '.' {
+				s.sections[p.Key[:i]] = true
+			}
+		}
 		s.leaves[p.Key] = leaf{key: p.Key, typ: reflect.TypeOf(p.Default)}
 	}
 	return s

@@ -33,6 +33,19 @@ func (p PluginKey) section() string {
 // stockPluginKeys is the one list of the stock plugins' keys and documented
 // defaults. A test in package app checks it against the plugins' sections.
 var stockPluginKeys = []PluginKey{
+	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
+	{Key: "mmmq.jetstream.replicas", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: int64(3)},
+	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
+	{Key: "mmmq.jetstream.creds-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.user", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.password", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.token", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.tls.ca-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.tls.cert-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.tls.key-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.connect-timeout", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: 5 * time.Second},
+	{Key: "mmmq.jetstream.request-timeout", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: 5 * time.Second},
+	{Key: "mmmq.jetstream.lease-timeout", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: 10 * time.Second},
 	{Key: "mmmq.lineproto.addr", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: ""},
 	{Key: "mmmq.lineproto.max-line-bytes", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(1<<20 + 64<<10)},
 	{Key: "mmmq.lineproto.max-pipeline", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(128)},
@@ -40,8 +53,8 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.profiling.addr", Plugin: "github.com/mmmq/mmmq/plugins/profiling", Default: ""},
 }
 
-// StockPluginKeys returns the keys of the stock plugins (lineproto, metrics,
-// profiling) with their documented defaults, in a new slice. Load treats such
+// StockPluginKeys returns the keys of the stock plugins (jetstream,
+// lineproto, metrics, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping
 // [ErrPluginMissing] that names the key and the plugin.

@@ -2,6 +2,7 @@ package topicqueue
 
 import (
 	"context"
+	"fmt"
 
 	"go.uber.org/fx"
 	"go.uber.org/zap"
@@ -34,7 +35,34 @@ type Params struct {
 	// mmmq.broker.storage.min-free-bytes is 0): every log's appends ask it
 	// for room.
 	SpaceGuard *storage.SpaceGuard `optional:"true"`
+	// Factories are the other storage backends of the application
+	// (BackendFactoryTag), one of which mmmq.broker.storage.backend may
+	// name.
+	Factories []BackendFactory `group:"storage-backends"`
 }
+
+// BackendFactory is a storage backend other than the local one that a
+// plugin adds to the application (the JetStream plugin), chosen by
+// mmmq.broker.storage.backend. Provide it in the value group
+// BackendFactoryTag:
+//
+//	fx.Provide(fx.Annotate(newFactory, fx.ResultTags(topicqueue.BackendFactoryTag)))
+//
+// A group rather than fx.Decorate: a decoration made inside an
+// fx.Module applies to that module only, and one made at the root
+// would collide with an application's (or a test's) own decoration.
+type BackendFactory struct {
+	// Name is the value of mmmq.broker.storage.backend that selects it.
+	Name string
+	// New makes the backend. It is called once, while the registry is
+	// built, and only when Name is selected; it appends its own stop hook
+	// (closing connections) at that point, so that hook runs after the
+	// registry closed its logs.
+	New func() (Backend, error)
+}
+
+// BackendFactoryTag is the value-group tag of BackendFactory.
+const BackendFactoryTag = `group:"storage-backends"`
 
 // RegistryParams are the registry's dependencies in the Fx graph.
 type RegistryParams struct {
@@ -92,22 +120,36 @@ func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
 // NewSpaceGuardFromConfig is the broker's disk guard: free space of the
 // filesystem of mmmq.broker.storage.root-dir, sampled through the graph's
 // filesystem, against mmmq.broker.storage.min-free-bytes (see
-// storage.SpaceGuard). It returns nil, no guard, when min-free-bytes is 0.
+// storage.SpaceGuard). It returns nil, no guard, when min-free-bytes is 0
+// or when the backend is not "local" (the messages are not on this disk).
 // Tests replace it with fx.Decorate(func(*storage.SpaceGuard)
 // *storage.SpaceGuard { return mine }) (a fake clock, another minimum).
 func NewSpaceGuardFromConfig(st config.StorageConfig, fsys vfs.FS, log *zap.Logger) *storage.SpaceGuard {
+	if st.Backend != "" && st.Backend != config.BackendLocal {
+		return nil
+	}
 	return storage.NewSpaceGuard(storage.SpaceGuardOptions{
 		FS: fsys, Dir: st.RootDir, MinFree: st.MinFreeBytes, Logger: log.Named("storage"),
 	})
 }
 
-// NewBackendFromConfig is the default Backend: the local segmented log
-// under mmmq.broker.storage.root-dir, with the storage engine's options
-// from mmmq.broker.segment and the graph's filesystem, observer, hooks,
-// in-flight budget and disk guard. Error: a max-open-segments that would
-// take more than half of the process's open-file limit
-// (storage.CheckMaxOpenSegments).
+// NewBackendFromConfig is the Backend mmmq.broker.storage.backend names:
+// for "local" (the default) the local segmented log under
+// mmmq.broker.storage.root-dir, with the storage engine's options from
+// mmmq.broker.segment and the graph's filesystem, observer, hooks,
+// in-flight budget and disk guard; for another name the BackendFactory of
+// that name. Errors: a max-open-segments that would take more than half of
+// the process's open-file limit (storage.CheckMaxOpenSegments), no factory
+// of the name, or the factory's error.
 func NewBackendFromConfig(p Params) (Backend, error) {
+	if p.Storage.Backend != "" && p.Storage.Backend != config.BackendLocal {
+		for _, f := range p.Factories {
+			if f.Name == p.Storage.Backend {
+				return f.New()
+			}
+		}
+		return nil, fmt.Errorf("topicqueue: mmmq.broker.storage.backend is %q, but this application has no %s module", p.Storage.Backend, p.Storage.Backend)
+	}
 	limit, _ := storage.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(p.Storage.MaxOpenSegments, limit); err != nil {
 		return nil, err

@@ -1,0 +1,232 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// Backend stores every topic in a JetStream stream of one NATS cluster
+// (topicqueue.Backend, and topicqueue.Deleter): several brokers with the
+// same servers and stream prefix share the topics, each broker stateless.
+// It holds one NATS connection, which reconnects for ever once made.
+type Backend struct {
+	cfg  Config
+	opts Options
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cps  checkpointStore
+}
+
+// Backend implements the registry's seam, deletion included.
+var (
+	_ topicqueue.Backend = (*Backend)(nil)
+	_ topicqueue.Deleter = (*Backend)(nil)
+)
+
+// Connect connects to cfg.Servers (credentials and TLS from cfg, client
+// name "mmmq-<hostname>", reconnecting for ever once connected, with no
+// reconnect buffer: while disconnected, appends fail at once), checks
+// that JetStream answers and opens the checkpoint bucket. maxRecordBytes
+// is mmmq.broker.segment.max-record-bytes; budget (may be nil) the
+// broker's in-flight memory budget, which ACCEPTED appends draw from. Errors name the servers:
+// "jetstream: connect nats://...: ..." when no server answered within
+// cfg.ConnectTimeout, when JetStream is not enabled for the account, or
+// when the bucket cannot be made.
+func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.Logger) (*Backend, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	nc, err := nats.Connect(cfg.Servers, natsOptions(cfg, log)...)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
+	}
+	b := &Backend{cfg: cfg, nc: nc, opts: Options{
+		Prefix: cfg.StreamPrefix, Replicas: int(cfg.Replicas), MaxRecordBytes: maxRecordBytes,
+		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget,
+	}}
+	if err := b.init(); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
+	}
+	if int64(maxRecordBytes)+headerReserve > nc.MaxPayload() {
+		log.Warn("the NATS servers' max_payload is below mmmq.broker.segment.max-record-bytes: larger messages are refused (413)",
+			zap.Int64("max-payload", nc.MaxPayload()), zap.Int("max-record-bytes", maxRecordBytes))
+	}
+	log.Info("connected to JetStream", zap.String("server", nc.ConnectedUrlRedacted()),
+		zap.Int64("replicas", cfg.Replicas), zap.String("stream-prefix", cfg.StreamPrefix))
+	return b, nil
+}
+
+// init checks the account has JetStream and opens the checkpoint bucket.
+func (b *Backend) init() error {
+	js, err := jetstream.New(b.nc, jetstream.WithDefaultTimeout(b.cfg.RequestTimeout))
+	if err != nil {
+		return err
+	}
+	b.js = js
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream account info: %w", err)
+	}
+	b.cps, err = newKVCheckpoints(ctx, js, b.cfg.StreamPrefix, int(b.cfg.Replicas), b.cfg.RequestTimeout)
+	return err
+}
+
+// natsOptions maps the section to the NATS client's options.
+func natsOptions(cfg Config, log *zap.Logger) []nats.Option {
+	host, _ := os.Hostname()
+	opts := []nats.Option{
+		nats.Name("mmmq-" + host),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		// No reconnect buffer: a publish while disconnected fails at once
+		// (503, nothing sent) instead of waiting in the client and being
+		// stored after its producer was told it failed.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !nc.IsClosed() {
+				log.Warn("disconnected from NATS; reconnecting", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("reconnected to NATS", zap.String("server", nc.ConnectedUrlRedacted()))
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			log.Warn("NATS asynchronous error", zap.Error(err))
+		}),
+	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.User != "" {
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, nats.Token(cfg.Token))
+	}
+	if cfg.TLS.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLS.CAFile))
+	}
+	if cfg.TLS.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLS.CertFile, cfg.TLS.KeyFile))
+	}
+	return opts
+}
+
+// Close closes the NATS connection. Close the logs first (the registry
+// does, on stop).
+func (b *Backend) Close() error {
+	b.nc.Close()
+	return nil
+}
+
+// Conn is the backend's NATS connection.
+func (b *Backend) Conn() *nats.Conn { return b.nc }
+
+// Open opens topic name's stream (StreamName) as a *Log. With create a
+// missing stream is created (file storage, the configured replicas,
+// limits retention without limits, DenyDelete so that sequences stay
+// without gaps, DenyPurge off so that retention can later drop the head,
+// atomic batch publish on, MetaTopic and MetaIncarnation metadata);
+// another broker creating it at the same moment is fine (its creation
+// wins, and this one opens the stream it made).
+// Without create the stream must exist: ErrNoTopic otherwise.
+func (b *Backend) Open(name string, create bool) (contract.Log, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+	defer cancel()
+	sname := StreamName(b.cfg.StreamPrefix, name)
+	str, err := b.js.Stream(ctx, sname)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if !create {
+			return nil, fmt.Errorf("open topic %s: %w (stream %s)", name, ErrNoTopic, sname)
+		}
+		str, err = b.js.CreateStream(ctx, b.streamConfig(name))
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			str, err = b.js.Stream(ctx, sname)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open topic %s: stream %s: %w%s", name, sname, classify(err), replicasHint(err, int(b.cfg.Replicas)))
+	}
+	if t := str.CachedInfo().Config.Metadata[MetaTopic]; t != "" && t != name {
+		return nil, fmt.Errorf("open topic %s: stream %s holds topic %q", name, sname, t)
+	}
+	return openLog(ctx, b.nc, str, name, b.opts, b.cps)
+}
+
+func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:               StreamName(b.cfg.StreamPrefix, topic),
+		Description:        "mmmq topic " + topic,
+		Subjects:           []string{Subject(b.cfg.StreamPrefix, topic)},
+		Retention:          jetstream.LimitsPolicy,
+		Storage:            jetstream.FileStorage,
+		Replicas:           int(b.cfg.Replicas),
+		Discard:            jetstream.DiscardOld,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		DenyDelete:         true,
+		DenyPurge:          false,
+		AllowAtomicPublish: true,
+		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
+	}
+}
+
+// Topics lists the streams whose subjects are under "<prefix>.t.": their
+// topic is the MetaTopic metadata when it names the stream, else the
+// decoded stream name (DecodeStreamName); a stream with neither is
+// skipped.
+func (b *Backend) Topics() (names, skipped []string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.RequestTimeout)
+	defer cancel()
+	l := b.js.ListStreams(ctx, jetstream.WithStreamListSubject(b.cfg.StreamPrefix+".t.>"))
+	for info := range l.Info() {
+		name := info.Config.Name
+		if t := info.Config.Metadata[MetaTopic]; t != "" && contract.ValidateTopic(t) == nil && StreamName(b.cfg.StreamPrefix, t) == name {
+			names = append(names, t)
+		} else if t, _, ok := DecodeStreamName(b.cfg.StreamPrefix, name); ok {
+			names = append(names, t)
+		} else if strings.HasPrefix(name, b.cfg.StreamPrefix+"_") {
+			skipped = append(skipped, name)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, nil, fmt.Errorf("jetstream: list streams: %w", classify(err))
+	}
+	sort.Strings(names)
+	return names, skipped, nil
+}
+
+// Lock returns at once with a no-op release: brokers sharing the cluster
+// share its topics by design; JetStream orders their appends.
+func (b *Backend) Lock() (func() error, error) { return func() error { return nil }, nil }
+
+// Delete deletes topic name's stream, then its checkpoints. stored is
+// false once the stream is gone (checkpoints left behind by an error are
+// harmless: a topic created again starts its readers from them only if
+// they are not purged, and the error is returned).
+func (b *Backend) Delete(name string) (stored bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+	defer cancel()
+	sname := StreamName(b.cfg.StreamPrefix, name)
+	if err := b.js.DeleteStream(ctx, sname); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true, fmt.Errorf("delete stream %s: %w", sname, classify(err))
+	}
+	return false, b.cps.remove(name)
+}
+
+// FinishDeletions has nothing to finish: a stream deletion is one request.
+func (b *Backend) FinishDeletions() ([]string, error) { return nil, nil }

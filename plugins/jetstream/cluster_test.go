@@ -1,0 +1,124 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// startCluster runs three embedded JetStream servers clustered on
+// loopback (ports picked free) and returns them once JetStream has a meta
+// leader.
+func startCluster(t *testing.T) []*server.Server {
+	t.Helper()
+	ports := make([]int, 3)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers := make([]*server.Server, 3)
+	for i := range servers {
+		servers[i] = startServerWith(t, func(o *server.Options) {
+			o.ServerName = fmt.Sprintf("n%d", i)
+			o.Cluster = server.ClusterOpts{Name: "mmmq-test", Host: "127.0.0.1", Port: ports[i]}
+			o.Routes = routes
+		})
+	}
+	require.Eventually(t, func() bool {
+		for _, s := range servers {
+			if !s.JetStreamIsCurrent() || s.JetStreamIsLeader() && s.NumRoutes() < 2 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "JetStream cluster not formed")
+	return servers
+}
+
+// On a three-server cluster with three replicas: appends through brokers
+// connected to different servers get contiguous offsets, each broker's
+// high watermark and Notify follow the other's appends, and after the
+// stream leader's server stops the stream serves again (a new leader)
+// with every acknowledged message.
+func TestClusterReplicas3(t *testing.T) {
+	servers := startCluster(t)
+	cfg := func(s *server.Server) Config {
+		c := testConfig(s)
+		c.Replicas = 3
+		return c
+	}
+	var a, b *Backend
+	require.Eventually(t, func() bool {
+		var err error
+		a, err = Connect(cfg(servers[0]), 1<<16, nil, nil)
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond)
+	t.Cleanup(func() { _ = a.Close() })
+	b = connectWith(t, cfg(servers[1]))
+
+	la := open(t, a, "cluster.t")
+	lb := open(t, b, "cluster.t")
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		l := la
+		if i%2 == 1 {
+			l = lb
+		}
+		off, err := l.Append(ctx, msg(i), contract.Durable)
+		require.NoError(t, err)
+		require.EqualValues(t, i, off)
+	}
+	first, err := lb.AppendBatch(ctx, [][]byte{msg(10), msg(11)}, contract.Durable)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, first)
+	select {
+	case <-la.Notify(11):
+	case <-time.After(5 * time.Second):
+		t.Fatal("node a did not see node b's batch")
+	}
+
+	// Stop the stream leader's server (not the ones the brokers use first:
+	// their clients reconnect to the others anyway).
+	info, err := la.str.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.Config.Replicas)
+	require.Len(t, info.Cluster.Replicas, 2)
+	stopped := false
+	for _, s := range servers {
+		if s.Name() == info.Cluster.Leader {
+			s.Shutdown()
+			s.WaitForShutdown()
+			stopped = true
+		}
+	}
+	require.True(t, stopped, "leader %q is none of the servers", info.Cluster.Leader)
+	var off int64
+	require.Eventually(t, func() bool {
+		off, err = la.Append(ctx, msg(12), contract.Durable)
+		return err == nil
+	}, 20*time.Second, 200*time.Millisecond, "no new stream leader: %v", err)
+	require.EqualValues(t, 12, off, "offsets stay contiguous across the leader change")
+	for i := 0; i <= 12; i++ {
+		var p []byte
+		require.Eventually(t, func() bool {
+			p, err = la.Read(int64(i))
+			return err == nil
+		}, 10*time.Second, 100*time.Millisecond)
+		assert.Equal(t, string(msg(i)), string(p))
+	}
+}

@@ -1,0 +1,123 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+)
+
+// Errors of this backend. Where the local log has a sentinel for the same
+// condition, this backend returns (a wrap of) that one, so that everything
+// above the storage seam — the dispatchers test storage.ErrClosed, the HTTP
+// API classifies with contract.Classify — treats both backends alike.
+var (
+	// ErrClosed: the log was closed (storage.ErrClosed).
+	ErrClosed = storage.ErrClosed
+	// ErrOutOfRange: a read of a negative offset or one at or beyond the
+	// high watermark (storage.ErrOutOfRange).
+	ErrOutOfRange = storage.ErrOutOfRange
+	// ErrRecordTooLarge: a payload over the maximum record size, or over
+	// what the NATS servers accept in one message (their max_payload);
+	// nothing was sent. 413 TOO_LARGE (storage.ErrRecordTooLarge).
+	ErrRecordTooLarge = storage.ErrRecordTooLarge
+	// ErrEmptyRecord: a payload shorter than storage.MinPayloadBytes;
+	// nothing was sent. 400 BAD_REQUEST (storage.ErrEmptyRecord).
+	ErrEmptyRecord = storage.ErrEmptyRecord
+	// ErrBatchTooLarge: an AppendBatch of more messages than one JetStream
+	// atomic batch may hold (MaxBatch, or the servers' lower
+	// jetstream.limits.max_batch_size); nothing was stored. 413 TOO_LARGE.
+	ErrBatchTooLarge = contract.NewError(contract.CodeTooLarge, "jetstream: batch too large")
+	// ErrUnavailable: the JetStream cluster did not store or answer (no
+	// responders while a stream leader is elected, a timeout, a lost
+	// connection, an API error); the append may or may not have been
+	// stored. 503 UNAVAILABLE.
+	ErrUnavailable = contract.NewError(contract.CodeUnavailable, "jetstream: unavailable")
+	// ErrTimeout: the cluster did not answer within
+	// mmmq.jetstream.request-timeout (or the caller's deadline); the
+	// append may or may not have been stored. 503 TIMEOUT.
+	ErrTimeout = contract.NewError(contract.CodeTimeout, "jetstream: no answer in time")
+	// ErrNoSpace: the cluster refused the append for lack of storage
+	// (server or account limits); nothing was stored. 507 NO_SPACE.
+	ErrNoSpace = contract.NewError(contract.CodeNoSpace, "jetstream: no storage left in the cluster")
+	// ErrBusy: the stream has as many atomic batches in flight as the
+	// servers allow (50 per stream by default); nothing of this batch was
+	// stored. 503 OVERLOADED, with Retry-After.
+	ErrBusy = contract.NewError(contract.CodeOverloaded, "jetstream: too many batches in flight")
+	// ErrNoTopic: Open without create found no stream for the topic.
+	// 404 NOT_FOUND.
+	ErrNoTopic = contract.NewError(contract.CodeNotFound, "jetstream: no such topic")
+	// ErrQueueFull: too many ACCEPTED appends of one log await their
+	// acknowledgement (maxPendingAsync). 503 UNAVAILABLE.
+	ErrQueueFull = fmt.Errorf("jetstream: %w", storage.ErrQueueFull)
+)
+
+// JetStream API error codes this package tells apart (the server's
+// ErrorIdentifier numbers, stable across releases).
+const (
+	codeMessageTooLarge      = 10054 // JSStreamMessageExceedsMaximumErr
+	codeBatchTooLarge        = 10199 // JSAtomicPublishTooLargeBatchErrF
+	codeInsufficientResource = 10023 // JSInsufficientResourcesErr
+	codeAccountResources     = 10002 // JSAccountResourcesExceededErr
+	codeStorageResources     = 10047 // JSStorageResourcesExceededErr
+	codeBatchesInflight      = 10210 // JSAtomicPublishTooManyInflight
+	codeReplicasUnsupported  = 10074 // JSStreamReplicasNotSupportedErr
+)
+
+// replicasHint explains a stream or bucket creation refused for its
+// replica count: empty for other errors.
+func replicasHint(err error, replicas int) string {
+	var je jetstream.JetStreamError
+	if errors.As(err, &je) && je.APIError() != nil {
+		switch int(je.APIError().ErrorCode) {
+		case codeReplicasUnsupported, codeInsufficientResource:
+			return fmt.Sprintf(" (mmmq.jetstream.replicas is %d: the cluster needs at least that many JetStream servers with room; 1 for a single server)", replicas)
+		}
+	}
+	return ""
+}
+
+// apiError is the "error" member of a JetStream API answer.
+type apiError struct {
+	Code        int    `json:"code"`
+	ErrCode     int    `json:"err_code"`
+	Description string `json:"description"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s (code %d, error %d)", e.Description, e.Code, e.ErrCode)
+}
+
+// classify wraps an error of the NATS client or the JetStream API with the
+// sentinel that says what it means to a caller (see the var block above).
+func classify(err error) error {
+	var ae *apiError
+	var je jetstream.JetStreamError
+	code := 0
+	switch {
+	case errors.As(err, &ae):
+		code = ae.ErrCode
+	case errors.As(err, &je) && je.APIError() != nil:
+		code = int(je.APIError().ErrorCode)
+	}
+	switch {
+	case code == codeMessageTooLarge, errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%w: %w", ErrRecordTooLarge, err)
+	case code == codeBatchTooLarge:
+		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
+	case code == codeBatchesInflight:
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case code == codeInsufficientResource, code == codeAccountResources, code == codeStorageResources:
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	case errors.Is(err, nats.ErrReconnectBufExceeded):
+		return fmt.Errorf("%w: not connected to the NATS servers (reconnecting); nothing was sent", ErrUnavailable)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, jetstream.ErrAsyncPublishTimeout):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

@@ -1,0 +1,62 @@
+package jetstream
+
+import (
+	"go.uber.org/fx"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// FactoryParams are the backend factory's dependencies in the Fx graph.
+type FactoryParams struct {
+	fx.In
+	// Config is mmmq.jetstream (ConfigSection, provided by Module).
+	Config Config
+	// Segment is mmmq.broker.segment (config.Module): max-record-bytes.
+	Segment config.SegmentConfig
+	// Retention is mmmq.broker.retention (config.Module): only warned
+	// about, the streams keep everything.
+	Retention config.RetentionConfig
+	// Budget is the in-flight memory budget (topicqueue.Module): ACCEPTED
+	// appends hold their bytes until acknowledged.
+	Budget    *contract.Budget `optional:"true"`
+	Logger    *zap.Logger
+	Lifecycle fx.Lifecycle
+}
+
+// NewFactory is the topicqueue.BackendFactory named "jetstream"
+// (config.BackendJetStream). Its New connects (Connect) when
+// mmmq.broker.storage.backend selects it, while the registry is built, and
+// appends a stop hook that closes the connection; that hook is appended
+// before the registry's own, so on stop it runs after the registry closed
+// every log. A retention limit configured is warned about: retention
+// shrinks local logs only.
+func NewFactory(p FactoryParams) topicqueue.BackendFactory {
+	return topicqueue.BackendFactory{
+		Name: config.BackendJetStream,
+		New: func() (topicqueue.Backend, error) {
+			log := p.Logger.Named("jetstream")
+			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), p.Budget, log)
+			if err != nil {
+				return nil, err
+			}
+			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
+				log.Warn("mmmq.broker.retention applies to the local backend only: JetStream topics keep every message (set limits on the streams in NATS)")
+			}
+			p.Lifecycle.Append(fx.StopHook(b.Close))
+			return b, nil
+		},
+	}
+}
+
+// Module registers ConfigSection (and provides Config) and adds the
+// JetStream backend to the storage backends (topicqueue.BackendFactoryTag):
+// with mmmq.broker.storage.backend "jetstream" the registry stores every
+// topic in a JetStream stream; with "local" nothing changes and no
+// connection is made. It is part of app.Modules, named app.JetStream.
+var Module = fx.Module("jetstream",
+	config.ProvideSection(ConfigSection),
+	fx.Provide(fx.Annotate(NewFactory, fx.ResultTags(topicqueue.BackendFactoryTag))),
+)

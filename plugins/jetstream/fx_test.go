@@ -1,0 +1,50 @@
+package jetstream_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/jetstream"
+)
+
+// The stock application's registry uses the JetStream backend exactly when
+// mmmq.broker.storage.backend says so, and closes its connection on stop.
+func TestModuleSelectsBackend(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+
+	for _, backend := range []string{config.BackendLocal, config.BackendJetStream} {
+		t.Run(backend, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
+			cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+			cfg.MMMQ.Broker.Storage.Backend = backend
+			jc := jetstream.ConfigSection.Default()
+			jc.Servers, jc.Replicas = s.ClientURL(), 1
+			config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
+			var reg *topicqueue.Registry
+			a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&reg)))
+			a.RequireStart()
+			jb, isJS := reg.Backend().(*jetstream.Backend)
+			assert.Equal(t, backend == config.BackendJetStream, isJS)
+			_, isLocal := reg.Backend().(*topicqueue.LocalBackend)
+			assert.Equal(t, backend == config.BackendLocal, isLocal)
+			a.RequireStop()
+			if isJS {
+				assert.True(t, jb.Conn().IsClosed(), "the connection is closed on stop")
+			}
+		})
+	}
+}

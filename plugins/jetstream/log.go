@@ -1,0 +1,289 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// Log is one topic's log over one JetStream stream: contract.Log for the
+// JetStream backend. Offset o is stream sequence o+1 (JetStream numbers
+// messages from 1); streams are created with DenyDelete, so sequences have
+// no gaps, as offsets must not.
+//
+// The high watermark is the highest sequence known stored: this log's own
+// publish acknowledgements, and an ordered consumer on the stream (headers
+// only, from the sequence after the one seen at open) that sees every
+// message stored through any broker sharing the stream. A JetStream
+// acknowledgement of sequence s comes after every sequence below s was
+// stored (a stream stores in sequence order, a replicated one applies its
+// log in order), so the high watermark covers only stored messages.
+//
+// StartOffset is cached: read when the log opens and refreshed by Stats
+// and by a read that finds its message gone. Nothing in the broker deletes
+// messages of a JetStream topic yet, so it stays 0.
+//
+// Safe for concurrent use.
+type Log struct {
+	topic, stream, subject string
+	incarnation            string
+	opts                   Options
+	nc                     *nats.Conn
+	str                    jetstream.Stream
+	cps                    checkpointStore
+
+	hw     atomic.Int64 // one past the last offset known stored
+	start  atomic.Int64 // cached log start offset
+	closed atomic.Bool
+
+	mu      sync.Mutex
+	waiters map[int64]chan struct{} // Notify channels by offset
+	opened  map[string]contract.Checkpoint
+
+	cons     jetstream.ConsumeContext
+	ajs      jetstream.JetStream // the publisher of asynchronous appends (newAsyncPublisher)
+	notifies sync.Map            // *nats.Msg -> *pendingAsync
+}
+
+// Options are what every Log of a Backend shares.
+type Options struct {
+	// Prefix is mmmq.jetstream.stream-prefix.
+	Prefix string
+	// Replicas is mmmq.jetstream.replicas, for streams created.
+	Replicas int
+	// MaxRecordBytes is mmmq.broker.segment.max-record-bytes: larger
+	// payloads are refused before anything is sent.
+	MaxRecordBytes int
+	// RequestTimeout bounds each JetStream request
+	// (mmmq.jetstream.request-timeout).
+	RequestTimeout time.Duration
+	// Logger gets warnings (a lost ACCEPTED append); nil = none.
+	Logger *zap.Logger
+	// Budget is the broker's in-flight memory budget
+	// (mmmq.broker.memory.max-inflight-bytes): ACCEPTED appends hold
+	// their bytes until acknowledged. nil = not counted.
+	Budget *contract.Budget
+}
+
+// checkpointStore is where a Log's checkpoints are kept: the seam between
+// the log and the key-value bucket code (kvcheckpoint_simple.go).
+type checkpointStore interface {
+	// open returns topic's checkpoint name, reading its stored offset.
+	open(topic, name string) (contract.Checkpoint, error)
+	// list returns the names of topic's committed checkpoints, sorted.
+	list(topic string) ([]string, error)
+	// remove deletes every checkpoint of topic (the topic is deleted).
+	remove(topic string) error
+}
+
+// openLog opens topic's log over str: it reads the stream's state, then
+// makes the publisher of ACCEPTED appends and starts the ordered consumer
+// that keeps the high watermark current.
+func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic string, o Options, cps checkpointStore) (*Log, error) {
+	info, err := str.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open topic %s: stream info: %w", topic, classify(err))
+	}
+	l := &Log{
+		topic:       topic,
+		stream:      info.Config.Name,
+		subject:     Subject(o.Prefix, topic),
+		incarnation: info.Config.Metadata[MetaIncarnation],
+		opts:        o,
+		nc:          nc,
+		str:         str,
+		cps:         cps,
+		waiters:     map[int64]chan struct{}{},
+		opened:      map[string]contract.Checkpoint{},
+	}
+	l.hw.Store(int64(info.State.LastSeq))
+	l.setStart(info.State)
+	if l.ajs, err = l.newAsyncPublisher(o.RequestTimeout); err != nil {
+		return nil, fmt.Errorf("open topic %s: %w", topic, classify(err))
+	}
+	cons, err := str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   info.State.LastSeq + 1,
+		HeadersOnly:   true,
+	})
+	if err == nil {
+		l.cons, err = cons.Consume(l.onStored)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open topic %s: consumer: %w", topic, classify(err))
+	}
+	return l, nil
+}
+
+// setStart caches the log start offset from a stream state: FirstSeq-1
+// (an empty new stream reports FirstSeq 0; a purged one LastSeq+1).
+func (l *Log) setStart(st jetstream.StreamState) {
+	if st.FirstSeq > 0 {
+		l.start.Store(int64(st.FirstSeq) - 1)
+	}
+}
+
+// onStored is the ordered consumer's handler: a message stored at
+// sequence s moves the high watermark to s.
+func (l *Log) onStored(m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		return
+	}
+	l.advance(int64(md.Sequence.Stream))
+}
+
+// advance raises the high watermark to hw (never lowers it) and wakes the
+// Notify channels of the offsets now below it.
+func (l *Log) advance(hw int64) {
+	for {
+		cur := l.hw.Load()
+		if hw <= cur {
+			return
+		}
+		if l.hw.CompareAndSwap(cur, hw) {
+			break
+		}
+	}
+	l.mu.Lock()
+	for off, ch := range l.waiters {
+		if off < hw {
+			close(ch)
+			delete(l.waiters, off)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// HighWatermark is one past the last offset known stored by a quorum of the
+// stream's replicas. It never decreases.
+func (l *Log) HighWatermark() int64 { return l.hw.Load() }
+
+// Notify returns a channel closed once HighWatermark() > offset (a message
+// stored through this or any other broker) or once the log is closed.
+func (l *Log) Notify(offset int64) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() || l.hw.Load() > offset {
+		return closedChan
+	}
+	ch, ok := l.waiters[offset]
+	if !ok {
+		ch = make(chan struct{})
+		l.waiters[offset] = ch
+	}
+	return ch
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// StartOffset is the cached log start offset (see Log).
+func (l *Log) StartOffset() int64 { return l.start.Load() }
+
+// Stats asks the cluster for the stream's state (one request, bounded by
+// the request timeout): Bytes is the stream's stored bytes (one replica's,
+// headers and subjects included), NextOffset the high watermark,
+// StartOffset refreshed; Segments and the fsync counters are 0 (the
+// servers keep their own). When the cluster does not answer, the cached
+// values are returned and Failed says why.
+func (l *Log) Stats() contract.Stats {
+	s := contract.Stats{Topic: l.topic}
+	if !l.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+		info, err := l.str.Info(ctx)
+		cancel()
+		if err != nil {
+			s.Failed = "jetstream: stream info: " + err.Error()
+		} else {
+			l.setStart(info.State)
+			s.Bytes = int64(info.State.Bytes)
+		}
+	}
+	s.NextOffset, s.StartOffset = l.HighWatermark(), l.StartOffset()
+	return s
+}
+
+// OpenCheckpoint opens, or returns the already open, checkpoint name of
+// this topic, stored in the key-value bucket "<prefix>-checkpoints".
+// Errors: ErrClosed, or the bucket's error.
+func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() {
+		return nil, fmt.Errorf("open checkpoint %s of topic %s: %w", name, l.topic, ErrClosed)
+	}
+	if cp, ok := l.opened[name]; ok {
+		return cp, nil
+	}
+	cp, err := l.cps.open(l.topic, name)
+	if err != nil {
+		return nil, err
+	}
+	l.opened[name] = cp
+	return cp, nil
+}
+
+// Checkpoints lists the topic's committed checkpoints (contract.CheckpointLister).
+func (l *Log) Checkpoints() ([]string, error) {
+	if l.closed.Load() {
+		return nil, fmt.Errorf("list checkpoints of topic %s: %w", l.topic, ErrClosed)
+	}
+	return l.cps.list(l.topic)
+}
+
+// Close stops the ordered consumer, wakes every Notify channel, waits up to
+// the request timeout for the acknowledgements of ACCEPTED appends still
+// outstanding (an error says how many did not come: those messages may or
+// may not be stored) and releases the log. Later calls fail with
+// ErrClosed; a second Close returns nil.
+func (l *Log) Close() error {
+	if !l.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	l.cons.Stop()
+	l.mu.Lock()
+	for _, ch := range l.waiters {
+		close(ch)
+	}
+	l.waiters = nil
+	l.mu.Unlock()
+	var err error
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+	defer cancel()
+	select {
+	case <-l.ajs.PublishAsyncComplete():
+	case <-ctx.Done():
+		err = fmt.Errorf("close topic %s: %d accepted appends unacknowledged after %s: %w",
+			l.topic, l.ajs.PublishAsyncPending(), l.opts.RequestTimeout, ErrTimeout)
+	}
+	l.ajs.CleanupPublisher()
+	select {
+	case <-l.cons.Closed():
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// Incarnation is the topic's incarnation id (MetaIncarnation), "" for a
+// stream made without one.
+func (l *Log) Incarnation() string { return l.incarnation }
+
+// Topic is the topic name.
+func (l *Log) Topic() string { return l.topic }
+
+// Stream is the stream's name.
+func (l *Log) Stream() string { return l.stream }
+
+// *Log is the JetStream backend of the storage seam.
+var (
+	_ contract.Log              = (*Log)(nil)
+	_ contract.CheckpointLister = (*Log)(nil)
+)

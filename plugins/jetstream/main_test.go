@@ -1,0 +1,73 @@
+package jetstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// nats.go's async publisher starts this goroutine with its reply
+		// subscription; when CleanupPublisher (Log.Close) runs before the
+		// goroutine first took the publisher's lock, it waits on a nil
+		// channel for ever (a race inside the client, one goroutine per
+		// log closed within microseconds of its first ACCEPTED append).
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+}
+
+// startServer runs an embedded single-node JetStream server on a random
+// port, stores in t.TempDir and shuts it down at the end of the test.
+func startServer(t testing.TB) *server.Server { return startServerWith(t, nil) }
+
+// startServerWith is startServer with edit applied to the options first.
+func startServerWith(t testing.TB, edit func(*server.Options)) *server.Server {
+	t.Helper()
+	o := &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true,
+	}
+	if edit != nil {
+		edit(o)
+	}
+	s, err := server.NewServer(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server not ready")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// testConfig is the section's defaults pointed at s, one replica.
+func testConfig(s *server.Server) Config {
+	c := ConfigSection.Default()
+	c.Servers = s.ClientURL()
+	c.Replicas = 1
+	c.RequestTimeout = 2 * time.Second
+	c.ConnectTimeout = 2 * time.Second
+	return c
+}
+
+// connect is a Backend ("a broker") on s, closed at the end of the test.
+func connect(t testing.TB, s *server.Server) *Backend { return connectWith(t, testConfig(s)) }
+
+// connectWith is connect with the configuration c.
+func connectWith(t testing.TB, c Config) *Backend {
+	t.Helper()
+	b, err := Connect(c, 1<<16, nil, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
