@@ -395,6 +395,9 @@ func (w *worker) bindEpoch(ctx context.Context, cp contract.Checkpoint, lease co
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, contract.ErrStaleCommit) {
+			return errLeaseLost // a newer holder stamped the checkpoint already
+		}
 		delay := b.NextBackOff()
 		w.log.Error("bind checkpoint to lease epoch failed; retrying", zap.Duration("retry-in", delay), zap.Error(err))
 		if !sleep(ctx, delay) {

@@ -31,8 +31,10 @@ type Backend struct {
 
 // Backend implements the registry's seam, deletion included.
 var (
-	_ topicqueue.Backend = (*Backend)(nil)
-	_ topicqueue.Deleter = (*Backend)(nil)
+	_ topicqueue.Backend      = (*Backend)(nil)
+	_ topicqueue.Deleter      = (*Backend)(nil)
+	_ topicqueue.TopicWatcher = (*Backend)(nil)
+	_ contract.WorkLeaser     = (*Log)(nil)
 )
 
 // Connect connects to cfg.Servers (credentials and TLS from cfg, client
@@ -54,7 +56,7 @@ func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.L
 	}
 	b := &Backend{cfg: cfg, nc: nc, opts: Options{
 		Prefix: cfg.StreamPrefix, Replicas: int(cfg.Replicas), MaxRecordBytes: maxRecordBytes,
-		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget,
+		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget, Holder: holderName(""),
 	}}
 	if err := b.init(); err != nil {
 		nc.Close()
@@ -81,8 +83,16 @@ func (b *Backend) init() error {
 	if _, err := js.AccountInfo(ctx); err != nil {
 		return fmt.Errorf("jetstream account info: %w", err)
 	}
-	b.cps, err = newKVCheckpoints(ctx, js, b.cfg.StreamPrefix, int(b.cfg.Replicas), b.cfg.RequestTimeout)
-	return err
+	cs, err := NewCheckpointStore(ctx, js, b.cfg.StreamPrefix, int(b.cfg.Replicas), b.opts.Logger)
+	if err != nil {
+		return fmt.Errorf("open the checkpoint bucket: %w%s", classify(err), replicasHint(err, int(b.cfg.Replicas)))
+	}
+	b.cps = kvCheckpoints{cs}
+	b.opts.Leases, err = NewLeaseStore(ctx, js, b.cfg.StreamPrefix, int(b.cfg.Replicas), b.cfg.LeaseTimeout)
+	if err != nil {
+		return fmt.Errorf("open the lease buckets: %w%s", classify(err), replicasHint(err, int(b.cfg.Replicas)))
+	}
+	return nil
 }
 
 // natsOptions maps the section to the NATS client's options.

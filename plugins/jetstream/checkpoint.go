@@ -51,7 +51,9 @@ var (
 	// read it (another node committed, or an operator seeked), or it was
 	// stored under a greater lease epoch. Nothing was written; the caller
 	// must Reload (and, for an epoch, stop: it lost its lease).
-	ErrStaleCommit = errors.New("jetstream: stale commit: a newer writer owns this checkpoint")
+	// It wraps contract.ErrStaleCommit, which the dispatchers and consumer
+	// groups test for.
+	ErrStaleCommit = fmt.Errorf("jetstream: stale commit, a newer writer owns this checkpoint: %w", contract.ErrStaleCommit)
 	// ErrBackwardCommit: Commit with an offset below the stored one. Only
 	// SeekTo moves a checkpoint backwards.
 	ErrBackwardCommit = errors.New("jetstream: commit would move the checkpoint backwards (only a seek may)")
@@ -59,7 +61,8 @@ var (
 	// or holder, or a bucket prefix that is not [A-Za-z0-9_-]+.
 	ErrInvalidName = errors.New("jetstream: invalid name")
 	// ErrLeaseHeld: another live holder has the lease; the message names it.
-	ErrLeaseHeld = errors.New("jetstream: lease held by another holder")
+	// It wraps contract.ErrLeaseHeld (GROUP_BUSY, a standing-by worker).
+	ErrLeaseHeld = fmt.Errorf("jetstream: %w", contract.ErrLeaseHeld)
 	// ErrLeaseLost: the lease expired (it was not renewed within the lease
 	// timeout) or was released, and possibly taken by another holder. The
 	// holder must stop the work the lease guarded.

@@ -19,6 +19,9 @@ type FactoryParams struct {
 	// Retention is mmmq.broker.retention (config.Module): only warned
 	// about, the streams keep everything.
 	Retention config.RetentionConfig
+	// Node is mmmq.node-name (config.Module): it names this broker in the
+	// leases it holds.
+	Node config.NodeConfig
 	// Budget is the in-flight memory budget (topicqueue.Module): ACCEPTED
 	// appends hold their bytes until acknowledged.
 	Budget    *contract.Budget `optional:"true"`
@@ -42,6 +45,7 @@ func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 			if err != nil {
 				return nil, err
 			}
+			b.opts.Holder = holderName(p.Node.Name)
 			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
 				log.Warn("mmmq.broker.retention applies to the local backend only: JetStream topics keep every message (set limits on the streams in NATS)")
 			}

@@ -71,10 +71,16 @@ type Options struct {
 	// (mmmq.broker.memory.max-inflight-bytes): ACCEPTED appends hold
 	// their bytes until acknowledged. nil = not counted.
 	Budget *contract.Budget
+	// Leases are the work leases (AcquireWork); nil = none taken (every
+	// broker delivers every topic).
+	Leases *LeaseStore
+	// Holder names this broker process in its leases (holderName).
+	Holder string
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between
-// the log and the key-value bucket code (kvcheckpoint_simple.go).
+// the log and the key-value bucket code (kvCheckpoints over a
+// CheckpointStore, work.go).
 type checkpointStore interface {
 	// open returns topic's checkpoint name, reading its stored offset.
 	open(topic, name string) (contract.Checkpoint, error)

@@ -69,6 +69,12 @@ type brokerConf struct {
 	OnCorruption string
 	// Metrics serves GET /metrics (off otherwise).
 	Metrics bool
+	// JetStream, when not "", sets mmmq.broker.storage.backend: jetstream
+	// with these comma-separated nats:// URLs (mmmq.jetstream.servers),
+	// Replicas copies and LeaseTimeout (when > 0).
+	JetStream    string
+	Replicas     int
+	LeaseTimeout time.Duration
 }
 
 // broker is one running mmmq child process.
@@ -169,6 +175,9 @@ func brokerYAML(c brokerConf) string {
 	if c.OnCorruption != "" {
 		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
 	}
+	if c.JetStream != "" {
+		fmt.Fprintf(&y, "      backend: jetstream\n")
+	}
 	if c.SegmentMaxBytes > 0 {
 		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
 	}
@@ -199,6 +208,12 @@ func brokerYAML(c brokerConf) string {
 		}
 	}
 	fmt.Fprintf(&y, "  metrics:\n    enabled: %t\n", c.Metrics)
+	if c.JetStream != "" {
+		fmt.Fprintf(&y, "  jetstream:\n    servers: %q\n    replicas: %d\n", c.JetStream, max(c.Replicas, 1))
+		if c.LeaseTimeout > 0 {
+			fmt.Fprintf(&y, "    lease-timeout: %s\n", c.LeaseTimeout)
+		}
+	}
 	return y.String()
 }
 
