@@ -36,6 +36,16 @@ func NewStoreFromConfig(st config.StorageConfig, fsys vfs.FS) *Store {
 	return NewStore(fsys, st.RootDir)
 }
 
+// NewSpecStore is where the api dispatchers are kept: the storage
+// backend's own store when it has one (a SpecStoreProvider: a backend
+// shared by several broker nodes), else file, dispatchers.json.
+func NewSpecStore(file *Store, reg *topicqueue.Registry) (SpecStore, error) {
+	if p, ok := reg.Backend().(SpecStoreProvider); ok {
+		return p.DispatcherStore()
+	}
+	return file, nil
+}
+
 // NewFromConfig builds the Admin from mmmq.broker.dispatch (defaults of
 // new dispatchers) and mmmq.admin.
 func NewFromConfig(p Params) *Admin {
@@ -61,7 +71,7 @@ func NewFromConfig(p Params) *Admin {
 // recovery and the dispatcher manager, which start before it: list it
 // after dispatcher.Module).
 var Module = fx.Module("admin",
-	fx.Provide(NewStoreFromConfig, NewFromConfig, func(s *Store) SpecStore { return s }),
+	fx.Provide(NewStoreFromConfig, NewFromConfig, NewSpecStore),
 	contract.ProvideRoute(NewRoute),
 	fx.Invoke(registerLifecycle),
 )

@@ -101,19 +101,40 @@ func (s *Store) Load() ([]Spec, error) {
 	if _, err := f.ReadAt(b, 0); err != nil && size > 0 {
 		return nil, fmt.Errorf("read %s: %w", s.path, err)
 	}
+	return DecodeSpecs(b, s.path)
+}
+
+// EncodeSpecs is the stored form of the api dispatchers, the same in
+// dispatchers.json and in any other SpecStore: {"version": 1,
+// "dispatchers": [Spec...]}, indented.
+func EncodeSpecs(specs []Spec) ([]byte, error) {
+	return json.MarshalIndent(document{Version: 1, Dispatchers: specs}, "", "  ")
+}
+
+// DecodeSpecs reads what EncodeSpecs wrote; where names the store in the
+// errors (not JSON, or a version other than 1).
+func DecodeSpecs(b []byte, where string) ([]Spec, error) {
 	var doc document
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, fmt.Errorf("%s is not valid: %v (fix or remove it; it holds the dispatchers created through the admin API)", s.path, err)
+		return nil, fmt.Errorf("%s is not valid: %v (fix or remove it; it holds the dispatchers created through the admin API)", where, err)
 	}
 	if doc.Version != 1 {
-		return nil, fmt.Errorf("%s: version %d, want 1", s.path, doc.Version)
+		return nil, fmt.Errorf("%s: version %d, want 1", where, doc.Version)
 	}
 	return doc.Dispatchers, nil
 }
 
+// SpecStoreProvider is an optional interface of a storage backend
+// (topicqueue.Backend) shared by several broker nodes: it keeps the api
+// dispatchers where every node sees them, instead of in each node's
+// dispatchers.json.
+type SpecStoreProvider interface {
+	DispatcherStore() (SpecStore, error)
+}
+
 // Save replaces the file's content with specs, durably (see Store).
 func (s *Store) Save(specs []Spec) error {
-	b, err := json.MarshalIndent(document{Version: 1, Dispatchers: specs}, "", "  ")
+	b, err := EncodeSpecs(specs)
 	if err != nil {
 		return err
 	}
