@@ -71,10 +71,11 @@ type brokerConf struct {
 	Metrics bool
 	// JetStream, when not "", sets mmmq.broker.storage.backend: jetstream
 	// with these comma-separated nats:// URLs (mmmq.jetstream.servers),
-	// Replicas copies and LeaseTimeout (when > 0).
-	JetStream    string
-	Replicas     int
-	LeaseTimeout time.Duration
+	// Replicas copies, LeaseTimeout and RequestTimeout (when > 0).
+	JetStream      string
+	Replicas       int
+	LeaseTimeout   time.Duration
+	RequestTimeout time.Duration
 }
 
 // broker is one running mmmq child process.
@@ -212,6 +213,9 @@ func brokerYAML(c brokerConf) string {
 		fmt.Fprintf(&y, "  jetstream:\n    servers: %q\n    replicas: %d\n", c.JetStream, max(c.Replicas, 1))
 		if c.LeaseTimeout > 0 {
 			fmt.Fprintf(&y, "    lease-timeout: %s\n", c.LeaseTimeout)
+		}
+		if c.RequestTimeout > 0 {
+			fmt.Fprintf(&y, "    request-timeout: %s\n", c.RequestTimeout)
 		}
 	}
 	return y.String()

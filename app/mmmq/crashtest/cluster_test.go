@@ -135,7 +135,10 @@ func startClusterRun(t *testing.T, c clusterConf) *clusterRun {
 	r.bases = make([]atomic.Pointer[string], 2)
 	for i := range 2 {
 		conf := brokerConf{DataDir: filepath.Join(dir, fmt.Sprintf("node%d", i), "data"), JetStream: strings.Join(r.nats.URLs(), ","),
-			Replicas: c.Replicas, LeaseTimeout: clusterLease,
+			// A publish to a stream without a leader fails after the
+			// request timeout: 1 s, so that the failover is measured to
+			// about a second (the default 5 s would round it up to 5 s steps).
+			Replicas: c.Replicas, LeaseTimeout: clusterLease, RequestTimeout: time.Second,
 			Dispatchers: []dispatcherConf{{Name: "d", Port: port, Patterns: []string{"k.*"}}}}
 		if err := os.MkdirAll(filepath.Dir(conf.DataDir), 0o755); err != nil {
 			t.Fatal(err)
