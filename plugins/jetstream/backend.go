@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +16,14 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// How the client finds out that its server stopped answering: a ping every
+// pingInterval, the connection given up after maxPingsOut unanswered (about
+// 6 s), then a reconnect to another server of mmmq.jetstream.servers.
+const (
+	pingInterval = 2 * time.Second
+	maxPingsOut  = 3
 )
 
 // Backend stores every topic in a JetStream stream of one NATS cluster
@@ -58,7 +67,7 @@ func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.L
 		Prefix: cfg.StreamPrefix, Replicas: int(cfg.Replicas), MaxRecordBytes: maxRecordBytes,
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget, Holder: holderName(""),
 	}}
-	if err := b.init(); err != nil {
+	if err := b.initRetrying(); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
 	}
@@ -69,6 +78,22 @@ func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.L
 	log.Info("connected to JetStream", zap.String("server", nc.ConnectedUrlRedacted()),
 		zap.Int64("replicas", cfg.Replicas), zap.String("stream-prefix", cfg.StreamPrefix))
 	return b, nil
+}
+
+// initRetrying runs init until it succeeds or fails for good: a timeout
+// (a stream or bucket without a leader while the cluster elects one, as
+// when a broker restarts together with a NATS node) is retried every 500ms
+// for up to cfg.ConnectTimeout in all; any other error is returned at once.
+func (b *Backend) initRetrying() error {
+	deadline := time.Now().Add(b.cfg.ConnectTimeout)
+	for {
+		err := b.init()
+		if err == nil || !errors.Is(err, ErrTimeout) || time.Now().After(deadline) {
+			return err
+		}
+		b.opts.Logger.Warn("JetStream did not answer in time at startup; retrying", zap.Error(err))
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // init checks the account has JetStream and opens the checkpoint bucket.
@@ -102,6 +127,13 @@ func natsOptions(cfg Config, log *zap.Logger) []nats.Option {
 		nats.Name("mmmq-" + host),
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
+		// A server that stops answering without closing the connection (a
+		// frozen process, a partition) is given up after pingInterval x
+		// maxPingsOut, and the client moves to another server: with the
+		// client's defaults (2 minutes x 2) the broker would refuse
+		// publishes for minutes.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(maxPingsOut),
 		// No reconnect buffer: a publish while disconnected fails at once
 		// (503, nothing sent) instead of waiting in the client and being
 		// stored after its producer was told it failed.
