@@ -150,10 +150,32 @@ func startClusterRun(t *testing.T, c clusterConf) *clusterRun {
 	return r
 }
 
+// startNode starts mmmq node i, again as a supervisor would (up to 5
+// tries, a second apart) when it exits at startup because JetStream did
+// not answer in time: a node restarting while the cluster elects leaders.
 func (r *clusterRun) startNode(i int) {
-	r.procs[i] = startBroker(r.t, r.nodes[i])
-	base := r.procs[i].base
-	r.bases[i].Store(&base)
+	conf := r.nodes[i]
+	conf.MayDieStarting = true
+	for try := 1; ; try++ {
+		b := startBroker(r.t, conf)
+		if b.alive() {
+			r.procs[i] = b
+			base := b.base
+			r.bases[i].Store(&base)
+			return
+		}
+		if try == 5 {
+			r.t.Fatalf("mmmq node %d did not start in %d tries:\n%s", i, try, b.logTail())
+		}
+		r.t.Logf("mmmq node %d exited at startup (try %d), started again: %s", i, try, lastLine(b.logText()))
+		time.Sleep(time.Second)
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
 func (r *clusterRun) killNode(i int) {

@@ -41,7 +41,17 @@
 // fsync, each also restarted on a copy whose index is cut back to its last
 // fsync (what a power loss may leave), where recovery must index again.
 //
+// The cluster harness (cluster_test.go) runs the binary with the NATS
+// JetStream backend: 3 nats-server processes (replicas 3, every write
+// fsynced) and 2 mmmq processes, producers publishing DURABLE through both,
+// one dispatcher; each round kills -9 (or freezes with SIGSTOP) a NATS node
+// and then an mmmq node, and the checks are the same kind: every
+// acknowledged message in the log exactly once at its offset, everything
+// delivered in order per lease epoch, no two pushes of one epoch at once,
+// failover within a bound, a group held through one node busy on the
+// other; a one-replica negative control must be reported unavailable.
+//
 // The package has only tests; `make test` runs a short version (3 rounds
-// per mode), `make crash` a long one (MMMQ_LONG=1, 100 rounds per mode, or
-// -crash.rounds N).
+// per mode, 2 cluster rounds), `make crash` a long one (MMMQ_LONG=1, 100
+// rounds per mode and 20 cluster rounds, or -crash.rounds N).
 package crashtest
