@@ -12,7 +12,8 @@
 #   raw   a synchronous JetStream publish of the same message JSON to an R3
 #         file stream, waiting for its PubAck (mmmq bench -mode jetstream:
 #         C NATS connections)
-# each run on a new topic / new stream. Then one run of mmmq batch publish
+# each run on a new topic / new stream (the mmmq rows also give the
+# broker's CPU per message: -server-pid). Then one run of mmmq batch publish
 # (4 producers, -batch 1000: one atomic JetStream batch per request), and
 # the cluster restarted without the sync_interval line (NATS's default:
 # fsync every 2 minutes) for the pair at C=32 again. The table shows per
@@ -183,12 +184,12 @@ cluster_run() {
 	case $sys in
 	mmmq)
 		lg="mmmq bench -mode publish"
-		r=$("$MMMQ" bench -url "$BROKER_URL" -c "$c" -size "$SIZE" -ack durable \
+		r=$("$MMMQ" bench -url "$BROKER_URL" -server-pid "$BROKER_PID" -c "$c" -size "$SIZE" -ack durable \
 			-duration "$LDUR" -warmup "$LWARM" -progress=false -json 2>>"$TMP/bench.log") || true
 		;;
 	batch)
 		lg="mmmq bench -batch 1000"
-		r=$("$MMMQ" bench -url "$BROKER_URL" -c "$c" -batch 1000 -size "$SIZE" -ack durable \
+		r=$("$MMMQ" bench -url "$BROKER_URL" -server-pid "$BROKER_PID" -c "$c" -batch 1000 -size "$SIZE" -ack durable \
 			-duration "$LDUR" -warmup "$LWARM" -progress=false -json 2>>"$TMP/bench.log") || true
 		;;
 	raw)
