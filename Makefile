@@ -37,7 +37,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s each; make test uses 20
 	  done; \
 	done
 
-bench: ## mmmq beside Redis (line protocol, same client) and the HTTP ceiling (wrk), Go benchmarks, end-to-end runs; one table (~15 min; BENCH_QUICK=1 ~5 min)
+bench: ## mmmq beside Redis (line protocol, same client), the HTTP ceiling (wrk) and raw NATS JetStream (3-node cluster), Go benchmarks, end-to-end runs; one table (~17 min; BENCH_QUICK=1 ~5 min)
 	GO=$(GO) bash .bench/run.sh
 
 crash: ## long randomized crash and power-loss rounds (storage engine, then the real binary under kill -9)

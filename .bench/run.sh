@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~15 minutes (the 1M replay is 3-5 of them)
+#   make bench                       # full run, ~17 minutes (the 1M replay is 3-5 of them)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~5 minutes
 #
 # First the same-run grids (.bench/grid.sh): line-protocol PUB DURABLE of
@@ -14,12 +14,23 @@
 # BENCH_ROUNDS interleaved rounds. redis-server and wrk are installed from
 # Debian's packages when missing (apt-get; sudo when not root); when that
 # fails the table says "skipped" and why, and the HTTP grid uses mmmq bench.
+# Then (part cluster, .bench/cluster.sh) mmmq over NATS JetStream: a 3-node
+# JetStream cluster of the nats-server go.mod pins (built into TMP) with
+# sync_interval always, on free loopback ports, and one mmmq broker over it
+# (backend jetstream, replicas 3): HTTP DURABLE single-message publish
+# (mmmq bench -mode publish) beside raw synchronous JetStream publish of the
+# same message to an R3 stream (mmmq bench -mode jetstream), same
+# producers, interleaved rounds; one mmmq batch publish row; and the pair at
+# 32 producers again after restarting the cluster under NATS's default
+# sync_interval (the cost of "always").
 #
 # Knobs (environment):
 #   BENCH_QUICK=1          shorter: grid runs of 1 s at 1/32/128 connections, publish sweep
 #                          of 2 s at 128 and 512 producers, replay of 50k instead of 1M
-#   BENCH_PARTS="line http go sweep batch deliver replay startup"
+#   BENCH_PARTS="line http cluster go sweep batch deliver replay startup"
 #                          the parts to run (default all, in that order)
+#   BENCH_CLUSTER_C="1 8 32 128"  producers of the cluster part (quick: 8 32); its runs
+#                          take BENCH_GRID_DURATION/BENCH_GRID_WARMUP and BENCH_ROUNDS
 #   BENCH_INDEX_SYNC="commit lazy"  index-sync modes of the mmmq grid rows
 #                          (mmmq.broker.storage.index-sync; a mode the broker does
 #                          not know makes it refuse to start, and the bench fails)
@@ -29,7 +40,8 @@
 #   BENCH_ROUNDS=3         interleaved rounds per grid cell (the table shows the median)
 #   BENCH_GRID_DURATION=2s, BENCH_GRID_WARMUP=500ms  per grid run (quick: 1s, 300ms; wrk
 #                          rounds both up to whole seconds)
-#   BENCH_PEERS=0          no Redis, no wrk (the HTTP grid then uses mmmq bench)
+#   BENCH_PEERS=0          no Redis, no wrk (the HTTP grid then uses mmmq bench); the
+#                          cluster part needs no package (it builds nats-server with go)
 #   BENCH_C="1 8 32"       producer counts of the publish sweep with mmmq bench, DURABLE and WRITTEN
 #                          (default 1 128 512, the HTTP grid has 1-128 with wrk; quick 128 512)
 #   BENCH_DURATION=4s      measured time per publish-sweep run (after BENCH_WARMUP=1s)
@@ -71,6 +83,7 @@ if [ "$QUICK" = 1 ]; then
 	LWARM=${BENCH_GRID_WARMUP:-300ms}
 	GRID_CS="1 32 128"
 	CS=${BENCH_C:-"128 512"}
+	CLUSTER_CS=${BENCH_CLUSTER_C:-"8 32"}
 else
 	DUR=${BENCH_DURATION:-4s}
 	WARM=${BENCH_WARMUP:-1s}
@@ -85,11 +98,12 @@ else
 	LWARM=${BENCH_GRID_WARMUP:-500ms}
 	GRID_CS="1 8 32 128"
 	CS=${BENCH_C:-"1 128 512"}
+	CLUSTER_CS=${BENCH_CLUSTER_C:-"1 8 32 128"}
 fi
 REPLAY_TOPICS=${BENCH_REPLAY_TOPICS:-1}
 STARTUP_BYTES=${BENCH_STARTUP_BYTES:-1073741824}
 SIZE=200
-PARTS=${BENCH_PARTS:-"line http go sweep batch deliver replay startup"}
+PARTS=${BENCH_PARTS:-"line http cluster go sweep batch deliver replay startup"}
 INDEX_SYNC=${BENCH_INDEX_SYNC:-"commit lazy"}
 LINE_CS=${BENCH_LINE_C:-$GRID_CS}
 DEPTHS=${BENCH_DEPTHS:-"1 16"}
@@ -99,6 +113,9 @@ PEERS=${BENCH_PEERS:-1}
 case $ROUNDS in '' | *[!0-9]* | 0) echo "bench: BENCH_ROUNDS=$ROUNDS: want a number >= 1" >&2; exit 2 ;; esac
 for s in $INDEX_SYNC; do
 	case $s in *[!a-z-]*) echo "bench: BENCH_INDEX_SYNC: invalid mode '$s'" >&2; exit 2 ;; esac
+done
+for c in $CLUSTER_CS; do
+	case $c in '' | *[!0-9]* | 0) echo "bench: BENCH_CLUSTER_C: '$c' is not a producer count >= 1" >&2; exit 2 ;; esac
 done
 
 # part NAME: whether BENCH_PARTS names NAME.
@@ -117,6 +134,7 @@ BROKER_PID=""
 CONSUMER_PID=""
 PLAIN_PID=""
 REDIS_PID=""
+NATS_PIDS=() # the cluster part's nats-server processes (cluster.sh)
 cleanup() {
 	if [ -n "$PLAIN_PID" ]; then kill "$PLAIN_PID" 2>/dev/null || true; fi
 	if [ -n "$REDIS_PID" ]; then
@@ -128,6 +146,7 @@ cleanup() {
 		kill "$BROKER_PID" 2>/dev/null || true
 		wait "$BROKER_PID" 2>/dev/null || true
 	fi
+	if [ "${#NATS_PIDS[@]}" -gt 0 ]; then nats_stop; fi
 	if [ "${BENCH_KEEP:-0}" = 1 ]; then
 		echo "bench: kept $TMP" >&2
 	else
@@ -135,6 +154,8 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 say() { echo "bench: $*" >&2; }
 START_ALL=$(date +%s)
@@ -148,6 +169,7 @@ MMMQ=$ROOT/bin/mmmq
 source "$ROOT/examples/demo/ports.sh"
 source "$ROOT/.bench/peers.sh"
 source "$ROOT/.bench/grid.sh"
+source "$ROOT/.bench/cluster.sh"
 
 # start_broker DATA_DIR CONFIG_FILE [VAR=VALUE...]: starts bin/mmmq serve on
 # a free port with the extra environment, sets BROKER_PID, BROKER_URL,
@@ -256,7 +278,13 @@ if part line || part http; then
 		say "this build has no mmmq.broker.storage.index-sync key: the commit rows ran with its only behaviour"
 	fi
 fi
-row '{}' "NATS JetStream: skipped (mmmq bench has no NATS client yet: JetStream publish acks are not implemented)" "" "" ""
+
+# ---------------------------------------------------------------- cluster
+# mmmq over a 3-node NATS JetStream cluster beside raw JetStream publish
+# (.bench/cluster.sh).
+if part cluster; then
+	cluster_part
+fi
 
 # ---------------------------------------------------------------- Go benchmarks
 if part go; then
@@ -419,6 +447,9 @@ echo "command: ${BENCH_QUICK:+BENCH_QUICK=$BENCH_QUICK }make bench  (.bench/run.
 if part line || part http; then
 	echo "grids: ${LWARM} warmup + ${LDUR} per run (wrk: $(wrk_secs "$LWARM") s + $(wrk_secs "$LDUR") s), median of $ROUNDS interleaved rounds, a fresh server and data dir per run; ${SIZE}-byte content, 1 topic; index-sync modes: $INDEX_SYNC$([ "$HAS_INDEX_SYNC" = 1 ] || echo " (this build has no index-sync key: commit is its only behaviour)")"
 	echo "peers: $([ "${REDIS_OK:-0}" = 1 ] && echo "Redis ${REDIS_VERSION:-?} (redis-server --appendonly yes --appendfsync always --save \"\" --auto-aof-rewrite-percentage 0, no config file)" || echo "no Redis"); HTTP grid load generator: ${HTTP_LOADGEN:-none}"
+fi
+if part cluster; then
+	echo "cluster: nats-server ${NATS_VERSION:-?} (go.mod's pin), 3 nodes on loopback, one R3 file stream per run; one mmmq broker (backend jetstream, replicas 3); ${LWARM} warmup + ${LDUR} per run, median of $ROUNDS interleaved rounds (mmmq, then raw, per producer count: $CLUSTER_CS); ${SIZE}-byte content, 1 topic/stream per run"
 fi
 echo
 jq -rs '

@@ -3,7 +3,10 @@
 // latency quantiles. Modes "line" and "redis" publish the same messages over
 // one TCP connection per producer, with up to -depth requests outstanding on
 // each: "line" with PUB of mmmq's line protocol, "redis" with XADD to a Redis
-// server, so that both are measured by the same client code. Mode "plain" drives a net/http handler that only
+// server, so that both are measured by the same client code. Mode
+// "jetstream" publishes the same message JSON as the HTTP mode straight to a
+// NATS JetStream stream, synchronously (the PubAck awaited), one NATS
+// connection per producer: the raw peer of mmmq's jetstream backend. Mode "plain" drives a net/http handler that only
 // answers (the HTTP ceiling, same tool, same run): in-process, or in its own
 // process ("plain-server") like the broker, which is the like-for-like
 // figure. Mode "deliver" runs a consumer that ACKs at once and measures
@@ -63,7 +66,9 @@ type benchConfig struct {
 	urlSet       bool   // -url given explicitly (plain: drive that server; line: read the broker's fsync count there)
 	addr         string // line, redis: TCP address
 	depth        int    // line, redis: requests outstanding per connection
-	token        string // line, redis: sent with AUTH first
+	token        string // line, redis: sent with AUTH first; jetstream: the NATS token
+	jsStream     string // jetstream: the stream ("" = one per run)
+	jsReplicas   int    // jetstream: replicas of a stream the run creates
 }
 
 // benchResult is what one run measured; -json prints it as one line.
@@ -79,7 +84,11 @@ type benchResult struct {
 	Batch     int    `json:"batch,omitempty"`
 	// Depth is the pipelining depth of the line and redis modes: requests
 	// outstanding per connection (a sliding window).
-	Depth    int     `json:"depth,omitempty"`
+	Depth int `json:"depth,omitempty"`
+	// Stream and Replicas are the JetStream stream of the jetstream mode
+	// and its replica count.
+	Stream   string  `json:"stream,omitempty"`
+	Replicas int     `json:"replicas,omitempty"`
 	Seconds  float64 `json:"seconds"`
 	Requests int64   `json:"requests"`
 	Messages int64   `json:"messages"`
@@ -136,6 +145,8 @@ func Main(args []string) int {
 	switch cfg.mode {
 	case "publish", "line", "redis":
 		res, err = runPublish(ctx, cfg)
+	case "jetstream":
+		res, err = runJetStream(ctx, cfg)
 	case "plain":
 		res, err = runPlain(ctx, cfg)
 	case "plain-server":
@@ -168,34 +179,15 @@ const defaultTopicPrefix = "mmmq-bench"
 func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool) {
 	var cfg benchConfig
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.StringVar(&cfg.mode, "mode", "publish", "publish (HTTP POST /messages) | line (PUB over the line protocol at -addr) | redis (XADD to the Redis server at -addr) | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
-	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL; line: read the broker's fsync count there (only when given)")
-	fs.StringVar(&cfg.addr, "addr", "", "line, redis: TCP host:port of the broker's line protocol (mmmq.lineproto.addr; default 127.0.0.1:7070) or of the Redis server (default 127.0.0.1:6379)")
-	fs.IntVar(&cfg.depth, "depth", 1, "line, redis: requests outstanding per connection, 1..4096 (a sliding window: a new request is written for every reply read)")
-	fs.StringVar(&cfg.token, "token", "", "line, redis: send AUTH <token> first on every connection (line: a bearer token; Redis: the password)")
-	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
-	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
-	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
-	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
-	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
-	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable (publish, deliver, line; Redis's durability is its appendfsync setting)")
-	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.<run-id>.0 .. <prefix>.<run-id>.K-1)")
-	fs.StringVar(&cfg.topicPrefix, "topic-prefix", defaultTopicPrefix, "first segments of the topic names (the topics stay in the broker's data; redis: the stream keys)")
-	fs.StringVar(&cfg.runID, "run-id", "", "segment after -topic-prefix in the topic names, [A-Za-z0-9_-]+ (default: UTC time and a random suffix, new for every run)")
-	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
-	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
-	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
-	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "give up after this long without an acknowledged publish (deliver: without an arrival)")
-	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
-	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
-	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
-	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, line, redis, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
+	defineFlags(fs, &cfg)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|line|redis|plain|plain-server|deliver] [flags]
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|line|redis|jetstream|plain|plain-server|deliver] [flags]
 
   mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
   mmmq bench -mode line -addr 127.0.0.1:7070 -c 32 -depth 16 -ack durable
   mmmq bench -mode redis -addr 127.0.0.1:6379 -c 32 -depth 16   # same client, XADD
+  mmmq bench -mode jetstream -addr nats://127.0.0.1:4222,nats://127.0.0.1:4223 -c 32
+                                                     # raw JetStream, same client and message
   mmmq bench -mode plain -c 32                       # HTTP ceiling, same tool, in-process
   mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
   mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
@@ -217,6 +209,14 @@ BUSY, MISCONF, OOM, TRYAGAIN, MASTERDOWN, CLUSTERDOWN) stops that
 connection, others are retried after 10 ms. A reply that is not the one
 expected (another ack level, no entry id) ends the connection and the run
 reports it.
+
+jetstream publishes the body of -mode publish (the message JSON) to the
+subject <topic-prefix>.<run-id>.<n> of the stream -js-stream (created when
+missing: file storage, -js-replicas copies), one NATS connection per
+producer, one publish at a time (js.Publish waits for the PubAck: a
+majority of the replicas stored it). A 4xx JetStream error (wrong stream,
+over a limit) stops that producer; other failures (timeouts, no stream
+leader yet) are counted and retried after 10 ms.
 
 flags:
 `)
@@ -245,11 +245,39 @@ flags:
 	return cfg, 0, true
 }
 
+// defineFlags declares the flags of mmmq bench on fs, into cfg.
+func defineFlags(fs *flag.FlagSet, cfg *benchConfig) {
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish (HTTP POST /messages) | line (PUB over the line protocol at -addr) | redis (XADD to the Redis server at -addr) | jetstream (synchronous JetStream publish to the NATS servers at -addr) | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL; line: read the broker's fsync count there (only when given)")
+	fs.StringVar(&cfg.addr, "addr", "", "line, redis: TCP host:port of the broker's line protocol (mmmq.lineproto.addr; default 127.0.0.1:7070) or of the Redis server (default 127.0.0.1:6379); jetstream: comma-separated nats:// URLs of the NATS servers (default nats://127.0.0.1:4222)")
+	fs.IntVar(&cfg.depth, "depth", 1, "line, redis: requests outstanding per connection, 1..4096 (a sliding window: a new request is written for every reply read)")
+	fs.StringVar(&cfg.token, "token", "", "line, redis: send AUTH <token> first on every connection (line: a bearer token; Redis: the password); jetstream: the NATS token")
+	fs.StringVar(&cfg.jsStream, "js-stream", "", "jetstream: the stream to publish to, created when missing with the subjects <topic-prefix>.<run-id>.> (default <topic-prefix>_<run-id>, dots as '_': a new stream per run); an existing one must have file storage and -js-replicas replicas")
+	fs.IntVar(&cfg.jsReplicas, "js-replicas", 3, "jetstream: replicas of the stream, 1..5 (file storage; a PubAck means a majority of them stored the message)")
+	fs.IntVar(&cfg.producers, "c", 8, "concurrent producers (one keep-alive connection each)")
+	fs.IntVar(&cfg.size, "size", 200, "bytes of message content JSON")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured run time (ignored with -count)")
+	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured time before -duration starts (ignored with -count)")
+	fs.Int64Var(&cfg.count, "count", 0, "publish exactly this many messages instead of running for -duration; deliver: messages to publish and wait for")
+	fs.StringVar(&cfg.ack, "ack", "durable", "ack level: accepted | written | durable (publish, deliver, line; Redis's durability is its appendfsync setting; jetstream: durable only, the PubAck)")
+	fs.IntVar(&cfg.topics, "topics", 1, "spread messages over this many topics (<prefix>.<run-id>.0 .. <prefix>.<run-id>.K-1)")
+	fs.StringVar(&cfg.topicPrefix, "topic-prefix", defaultTopicPrefix, "first segments of the topic names (the topics stay in the broker's data; redis: the stream keys)")
+	fs.StringVar(&cfg.runID, "run-id", "", "segment after -topic-prefix in the topic names, [A-Za-z0-9_-]+ (default: UTC time and a random suffix, new for every run)")
+	fs.IntVar(&cfg.batch, "batch", 0, "messages per request via POST /messages/batch (0 = single POST /messages; deliver defaults to 1000)")
+	fs.StringVar(&cfg.consumerAddr, "consumer-addr", "127.0.0.1:18081", "deliver: listen address of the local consumer")
+	fs.BoolVar(&cfg.noPublish, "no-publish", false, "deliver: publish nothing, wait for -count deliveries of stored messages (replay)")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 60*time.Second, "give up after this long without an acknowledged publish (deliver: without an arrival)")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
+	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
+	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, line, redis, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
+}
+
 // notice is the stderr line that says which topics a publishing run writes
 // to and that its warm-up messages are stored too; "" for the modes that
 // publish nothing to a broker.
 func notice(cfg benchConfig) string {
-	if cfg.mode != "publish" && cfg.mode != "deliver" && !isWire(cfg.mode) || cfg.noPublish {
+	if cfg.mode != "publish" && cfg.mode != "deliver" && !isWire(cfg.mode) && !isJS(cfg.mode) || cfg.noPublish {
 		return ""
 	}
 	topics := benchTopic(cfg, 0)
@@ -262,6 +290,9 @@ func notice(cfg benchConfig) string {
 		n = fmt.Sprintf("mmmq bench: publishing with the line protocol to %s on topic(s) %s; the messages stay in the broker's data", cfg.addr, topics)
 	case "redis":
 		n = fmt.Sprintf("mmmq bench: XADD to the Redis server at %s on stream(s) %s; the entries stay in its data", cfg.addr, topics)
+	case "jetstream":
+		n = fmt.Sprintf("mmmq bench: JetStream publish to %s on subject(s) %s of stream %s (created when missing, %d replicas, file storage); the messages stay in it",
+			cfg.addr, topics, jsStreamName(cfg), cfg.jsReplicas)
 	default:
 		n = fmt.Sprintf("mmmq bench: publishing to %s on topic(s) %s; the messages stay in the broker's data", cfg.url, topics)
 	}
@@ -273,9 +304,9 @@ func notice(cfg benchConfig) string {
 
 func (c *benchConfig) validate() error {
 	switch c.mode {
-	case "publish", "line", "redis", "plain", "plain-server", "deliver":
+	case "publish", "line", "redis", "jetstream", "plain", "plain-server", "deliver":
 	default:
-		return fmt.Errorf("-mode %q: want publish, line, redis, plain, plain-server or deliver", c.mode)
+		return fmt.Errorf("-mode %q: want publish, line, redis, jetstream, plain, plain-server or deliver", c.mode)
 	}
 	if c.serverPID < 0 {
 		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
@@ -349,15 +380,22 @@ func (c *benchConfig) validate() error {
 // isWire tells the modes that publish over a TCP connection per producer.
 func isWire(mode string) bool { return mode == "line" || mode == "redis" }
 
-// validateWire checks -addr, -depth, -token and -batch against the mode,
-// and sets the default -addr of line and redis.
+// validateWire checks -addr, -depth, -token, -batch and the -js flags
+// against the mode, and sets the default -addr of line, redis and
+// jetstream.
 func (c *benchConfig) validateWire() error {
+	if isJS(c.mode) {
+		return c.validateJS()
+	}
+	if c.jsStream != "" || c.jsReplicas != 3 {
+		return errors.New("-js-stream and -js-replicas are for -mode jetstream only")
+	}
 	if !isWire(c.mode) {
 		if c.depth != 1 {
 			return fmt.Errorf("-depth %d: pipelining is for -mode line and redis only", c.depth)
 		}
 		if c.addr != "" || c.token != "" {
-			return errors.New("-addr and -token are for -mode line and redis only")
+			return errors.New("-addr and -token are for -mode line, redis and jetstream only")
 		}
 		return nil
 	}
@@ -425,6 +463,7 @@ func benchTopic(cfg benchConfig, i int) string {
 type loadGen struct {
 	cfg      benchConfig
 	codec    wireCodec // line, redis; nil for HTTP
+	js       bool      // jetstream
 	client   *http.Client
 	endpoint string // full URL with path and query
 	content  []byte
@@ -652,9 +691,12 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if g.codec != nil {
+			switch {
+			case g.js:
+				g.jsProducer(ctx, i, deadline, &stats[i])
+			case g.codec != nil:
 				g.wireProducer(ctx, i, deadline, &stats[i])
-			} else {
+			default:
 				g.producer(ctx, i, deadline, &stats[i])
 			}
 		}()
@@ -746,7 +788,7 @@ func (g *loadGen) startProgress(start time.Time) func() {
 func newResult(cfg benchConfig, url string) *benchResult {
 	r := &benchResult{Mode: cfg.mode, URL: url, Producers: cfg.producers, Size: cfg.size,
 		Topics: cfg.topics, Batch: cfg.batch}
-	if cfg.mode != "plain" && cfg.mode != "redis" {
+	if cfg.mode != "plain" && cfg.mode != "redis" && !isJS(cfg.mode) {
 		r.Ack = strings.ToUpper(cfg.ack)
 	}
 	if isWire(cfg.mode) {
@@ -986,6 +1028,9 @@ func printResult(w io.Writer, r *benchResult) {
 	}
 	if r.Depth > 0 {
 		fmt.Fprintf(w, "  depth %d", r.Depth)
+	}
+	if r.Stream != "" {
+		fmt.Fprintf(w, "  stream %s (%d replicas)", r.Stream, r.Replicas)
 	}
 	if r.Batch > 0 {
 		fmt.Fprintf(w, "  batch %d", r.Batch)
