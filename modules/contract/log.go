@@ -5,6 +5,34 @@ import (
 	"time"
 )
 
+// SearchTime returns the first offset of l, from its log start offset,
+// whose stored message timestamp ("timestamp", Unix ms) is at or after t,
+// or l.HighWatermark() when there is none: where a seek by time starts. It
+// is a binary search of O(log n) Reads, so it assumes timestamps grow with
+// offsets; a message without a timestamp counts as older than any t.
+// Errors: those of l.Read.
+func SearchTime(l interface {
+	StartOffset() int64
+	HighWatermark() int64
+	Read(offset int64) ([]byte, error)
+}, t time.Time) (int64, error) {
+	want := t.UnixMilli()
+	lo, hi := l.StartOffset(), l.HighWatermark()
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		p, err := l.Read(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ts, ok := MessageTimestamp(p); ok && ts >= want {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}
+
 // Log is one topic's log as the topic registry hands it out: the
 // storage-backend seam. The local segmented log (*storage.Log) implements
 // it; a replicated backend implements it too, and the dispatchers, consumer

@@ -252,13 +252,7 @@ func (c *Coordinator) Start(context.Context) error {
 // the lease timeout.
 func (c *Coordinator) Stop(context.Context) error {
 	c.Drain(context.Background())
-	c.mu.Lock()
-	gs := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
-		gs = append(gs, g)
-	}
-	c.mu.Unlock()
-	for _, g := range gs {
+	for _, g := range c.allGroups() {
 		g.mu.Lock()
 		if l := g.lease; l != nil && l.work != nil {
 			c.endLocked(g, l)

@@ -74,17 +74,22 @@ func (c *Coordinator) janitor(stop <-chan struct{}, done chan<- struct{}) {
 }
 
 func (c *Coordinator) expireAll(now time.Time) {
-	c.mu.Lock()
-	gs := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
-		gs = append(gs, g)
-	}
-	c.mu.Unlock()
-	for _, g := range gs {
+	for _, g := range c.allGroups() {
 		g.mu.Lock()
 		c.expireLocked(g, now)
 		g.mu.Unlock()
 	}
+}
+
+// allGroups is every (topic, group) state opened so far, in no order.
+func (c *Coordinator) allGroups() []*group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gs := make([]*group, 0, len(c.groups))
+	for _, g := range c.groups {
+		gs = append(gs, g)
+	}
+	return gs
 }
 
 // expireLocked releases g's lease when it has expired and no fetch is in

@@ -47,21 +47,7 @@ func (l *Log) StartOffset() int64 { return (*l.segs.Load())[0].base }
 // timestamp (written by another client) counts as older than any t. A
 // corrupt entry on the search path returns its *CorruptionError.
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
-	want := t.UnixMilli()
-	lo, hi := l.StartOffset(), l.HighWatermark()
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		p, err := l.Read(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ts, ok := contract.MessageTimestamp(p); ok && ts >= want {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo, nil
+	return contract.SearchTime(l, t)
 }
 
 // *Log lists its stored checkpoints.

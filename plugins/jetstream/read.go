@@ -117,19 +117,5 @@ func (l *Log) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 // O(log n) Reads. A message without a timestamp counts as older than any
 // t. Errors: those of Read.
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
-	want := t.UnixMilli()
-	lo, hi := l.StartOffset(), l.HighWatermark()
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		p, err := l.Read(mid)
-		if err != nil {
-			return 0, err
-		}
-		if ts, ok := contract.MessageTimestamp(p); ok && ts >= want {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo, nil
+	return contract.SearchTime(l, t)
 }
