@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/mmmq/mmmq/plugins/jetstream/jstest"
+
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
@@ -284,17 +285,7 @@ func (j jsInspector) checkpoint(t *testing.T, topic, name string) int64 {
 // for the test and returns its URL.
 func startNATS(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second), "embedded NATS server not ready")
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s.ClientURL()
+	return jstest.Start(t, "", nil).ClientURL()
 }
 
 // The whole broker runs on each storage backend of the matrix: HTTP

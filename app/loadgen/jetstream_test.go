@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/plugins/jetstream/jstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,21 +17,7 @@ import (
 // port, storing in t.TempDir, shut down at the end of the test.
 func startNATS(t *testing.T) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server not ready")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return jstest.Start(t, "", nil)
 }
 
 // runJS parses args after -mode jetstream and runs them.

@@ -2,11 +2,10 @@ package jetstream_test
 
 import (
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/mmmq/mmmq/plugins/jetstream/jstest"
+
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
@@ -19,11 +18,7 @@ import (
 // The stock application's registry uses the JetStream backend exactly when
 // mmmq.broker.storage.backend says so, and closes its connection on stop.
 func TestModuleSelectsBackend(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	s := jstest.Start(t, "", nil)
 
 	for _, backend := range []string{config.BackendLocal, config.BackendJetStream} {
 		t.Run(backend, func(t *testing.T) {

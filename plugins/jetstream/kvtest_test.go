@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/plugins/jetstream/jstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
@@ -23,26 +25,7 @@ func kvServer(t *testing.T) *server.Server {
 // a server over the same data (shut the first one down before).
 func kvServerAt(t *testing.T, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  dir,
-		NoLog:     true,
-		NoSigs:    true,
-	})
-	if err != nil {
-		t.Fatalf("new server: %v", err)
-	}
-	s.Start()
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready for connections within 10s")
-	}
-	return s
+	return jstest.Start(t, dir, nil)
 }
 
 // kvConnect opens one client connection ("one node") to s and returns its

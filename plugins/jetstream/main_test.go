@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/plugins/jetstream/jstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
@@ -26,26 +28,7 @@ func startServer(t testing.TB) *server.Server { return startServerWith(t, nil) }
 // startServerWith is startServer with edit applied to the options first.
 func startServerWith(t testing.TB, edit func(*server.Options)) *server.Server {
 	t.Helper()
-	o := &server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true,
-	}
-	if edit != nil {
-		edit(o)
-	}
-	s, err := server.NewServer(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server not ready")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return jstest.Start(t, "", edit)
 }
 
 // testConfig is the section's defaults pointed at s, one replica.
