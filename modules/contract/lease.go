@@ -64,3 +64,20 @@ type EpochCheckpoint interface {
 	Checkpoint
 	BindEpoch(epoch uint64) error
 }
+
+// CheckpointSeeker is an optional interface of a Checkpoint whose Commit
+// refuses to move backwards (a shared backend's): SeekTo stores next
+// whatever the stored offset, the one way an operator's seek moves it back.
+type CheckpointSeeker interface {
+	SeekTo(next int64) error
+}
+
+// SeekCheckpoint moves cp to next for an operator's seek: SeekTo when cp
+// is a CheckpointSeeker, else Commit (the local checkpoint moves either
+// way). Errors: the checkpoint's.
+func SeekCheckpoint(cp Checkpoint, next int64) error {
+	if s, ok := cp.(CheckpointSeeker); ok {
+		return s.SeekTo(next)
+	}
+	return cp.Commit(next)
+}

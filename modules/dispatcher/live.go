@@ -250,7 +250,7 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 			return out, fmt.Errorf("seek %s on topic %s: %w", name, mv.t.Name(), err)
 		}
 		prev := cp.Offset()
-		if err := cp.Commit(mv.to); err != nil {
+		if err := contract.SeekCheckpoint(cp, mv.to); err != nil {
 			return out, fmt.Errorf("seek %s on topic %s: %w", name, mv.t.Name(), err)
 		}
 		out = append(out, SeekResult{Topic: mv.t.Name(), Previous: prev, Offset: mv.to})

@@ -366,6 +366,7 @@ func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
 		delay := StandbyPoll
 		if errors.Is(err, contract.ErrLeaseHeld) {
 			w.standby.Store(true)
+			w.showStored()
 			if !logged {
 				w.log.Info("standing by: another node delivers this topic", zap.Error(err))
 				logged = true
@@ -378,6 +379,23 @@ func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
 			return nil, errStopped
 		}
 	}
+}
+
+// showStored sets the status's committed and next offsets from the stored
+// checkpoint (reloaded when it can be) while another node delivers the
+// topic, so that this node's status and lag metrics are the holder's
+// progress, not this worker's last.
+func (w *worker) showStored() {
+	cp, err := w.topic.Checkpoint(w.d.name)
+	if err != nil {
+		return
+	}
+	if r, ok := cp.(interface{ Reload() error }); ok && r.Reload() != nil {
+		return
+	}
+	off := cp.Offset()
+	w.committed.Store(off)
+	w.next.Store(off)
 }
 
 // bindEpoch binds cp to the lease's epoch (its commits are then refused

@@ -190,8 +190,17 @@ func (c *Coordinator) SeekCommitted(topic, group string, to SeekTarget) (Seeked,
 	if l := g.lease; l != nil {
 		return Seeked{}, &BusyError{Topic: topic, Group: group, LeaseLeft: c.leaseLeft(l, now)}
 	}
+	// On a backend shared by several nodes the group may be held through
+	// another node: busy too. Held here for the seek, then given back.
+	work, err := c.acquireWork(g)
+	if err != nil {
+		return Seeked{}, err
+	}
+	if work != nil {
+		defer func() { _ = work.Release() }()
+	}
 	prev := g.cp.Offset()
-	if err := g.cp.Commit(target); err != nil {
+	if err := contract.SeekCheckpoint(g.cp, target); err != nil {
 		return Seeked{}, fmt.Errorf("seek group %s of topic %s to %d: %w", group, topic, target, err)
 	}
 	g.active.Store(time.Now().UnixNano())

@@ -46,18 +46,31 @@ func (b *Backend) DispatcherStore() (admin.SpecStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
-	defer cancel()
-	kv, err := openBucket(ctx, b.js, js.KeyValueConfig{
-		Bucket:      bucket,
-		Description: "mmmq: the dispatchers created through the admin API",
-		Replicas:    int(b.cfg.Replicas),
-		Storage:     js.FileStorage,
+	var st *specStore
+	err = b.retrying("open "+bucket, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
+		defer cancel()
+		kv, err := openBucket(ctx, b.js, js.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "mmmq: the dispatchers created through the admin API",
+			Replicas:    int(b.cfg.Replicas),
+			Storage:     js.FileStorage,
+		})
+		if err != nil {
+			return classify(err)
+		}
+		// A new bucket answers reads once it has a leader: wait for that
+		// here, so that the admin's first Load does not fail startup.
+		if _, err := kv.Get(ctx, adminKey); err != nil && !errors.Is(err, js.ErrKeyNotFound) {
+			return classify(err)
+		}
+		st = &specStore{kv: kv, log: b.opts.Logger}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w%s", classify(err), replicasHint(err, int(b.cfg.Replicas)))
+		return nil, fmt.Errorf("jetstream: %w%s", err, replicasHint(err, int(b.cfg.Replicas)))
 	}
-	return &specStore{kv: kv, log: b.opts.Logger}, nil
+	return st, nil
 }
 
 func (s *specStore) Path() string { return "nats-kv://" + s.kv.Bucket() + "/" + adminKey }

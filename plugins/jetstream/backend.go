@@ -80,20 +80,34 @@ func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.L
 	return b, nil
 }
 
-// initRetrying runs init until it succeeds or fails for good: a timeout
-// (a stream or bucket without a leader while the cluster elects one, as
-// when a broker restarts together with a NATS node) is retried every 500ms
-// for up to cfg.ConnectTimeout in all; any other error is returned at once.
-func (b *Backend) initRetrying() error {
-	deadline := time.Now().Add(b.cfg.ConnectTimeout)
+// initRetrying runs init until it succeeds or fails for good (retrying).
+func (b *Backend) initRetrying() error { return b.retrying("connect", b.init) }
+
+// startupWait is the least time startup waits for the cluster to answer
+// its first requests (connect-timeout when longer): a new bucket or stream
+// has no leader for a few seconds, nor one whose leader was just lost.
+const startupWait = 30 * time.Second
+
+// retrying runs f until it succeeds or fails for good: a timeout or "no
+// responders" (a stream or bucket without a leader while the cluster
+// elects one: all brokers starting at once, or one restarting with a NATS
+// node) is retried every 500ms for up to startupWait (or
+// cfg.ConnectTimeout when longer); any other error is returned at once.
+func (b *Backend) retrying(what string, f func() error) error {
+	deadline := time.Now().Add(max(startupWait, b.cfg.ConnectTimeout))
 	for {
-		err := b.init()
-		if err == nil || !errors.Is(err, ErrTimeout) || time.Now().After(deadline) {
+		err := f()
+		if err == nil || !transient(err) || time.Now().After(deadline) {
 			return err
 		}
-		b.opts.Logger.Warn("JetStream did not answer in time at startup; retrying", zap.Error(err))
+		b.opts.Logger.Warn("JetStream did not answer at startup; retrying", zap.String("step", what), zap.Error(err))
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// transient: the cluster did not answer (yet), as opposed to refusing.
+func transient(err error) bool {
+	return errors.Is(err, ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // init checks the account has JetStream and opens the checkpoint bucket.

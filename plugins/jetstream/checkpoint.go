@@ -487,5 +487,18 @@ func casPut(ctx context.Context, kv js.KeyValue, key string, value []byte, rev u
 // isConflict reports whether err is a lost compare-and-set: the key exists
 // (Create) or its revision moved (Update, Delete with LastRevision).
 func isConflict(err error) bool {
-	return err != nil && (errors.Is(err, js.ErrKeyExists) || errors.Is(err, js.ErrKeyRevisionMismatch))
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, js.ErrKeyExists) || errors.Is(err, js.ErrKeyRevisionMismatch) {
+		return true
+	}
+	// The server's "wrong last sequence" codes, which the client does not
+	// always map to the errors above: 10071 and, on newer servers, 10164.
+	var je js.JetStreamError
+	if errors.As(err, &je) && je.APIError() != nil {
+		code := je.APIError().ErrorCode
+		return code == 10071 || code == 10164
+	}
+	return false
 }

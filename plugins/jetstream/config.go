@@ -42,10 +42,11 @@ type Config struct {
 	Token string `koanf:"token"`
 	// TLS is the client side of TLS to the NATS servers.
 	TLS TLSConfig `koanf:"tls"`
-	// ConnectTimeout bounds the first connection at startup, and the
-	// retries of the first JetStream requests while the cluster has no
-	// leader for them (the broker refuses to start when no server answers
-	// in time), 100ms to 5m. Default 5s.
+	// ConnectTimeout bounds the first connection at startup (the broker
+	// refuses to start when no server answers in time), 100ms to 5m; the
+	// first JetStream requests are then retried for up to 30 s, or this
+	// long when longer, while the cluster has no leader for them. Default
+	// 5s.
 	ConnectTimeout time.Duration `koanf:"connect-timeout"`
 	// RequestTimeout bounds each JetStream request (publish ack, message
 	// get, stream info), 100ms to 5m. Default 5s.

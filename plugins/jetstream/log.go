@@ -88,6 +88,8 @@ type checkpointStore interface {
 	list(topic string) ([]string, error)
 	// remove deletes every checkpoint of topic (the topic is deleted).
 	remove(topic string) error
+	// removeOne deletes topic's checkpoint name.
+	removeOne(topic, name string) error
 }
 
 // openLog opens topic's log over str: it reads the stream's state, then
@@ -235,6 +237,19 @@ func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
 	}
 	l.opened[name] = cp
 	return cp, nil
+}
+
+// RemoveCheckpoint deletes the checkpoint name of this topic (a dispatcher
+// deleted with its checkpoints): a reader of that name starts again from
+// offset 0. Errors: ErrClosed, or the bucket's.
+func (l *Log) RemoveCheckpoint(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() {
+		return fmt.Errorf("remove checkpoint %s of topic %s: %w", name, l.topic, ErrClosed)
+	}
+	delete(l.opened, name)
+	return l.cps.removeOne(l.topic, name)
 }
 
 // Checkpoints lists the topic's committed checkpoints (contract.CheckpointLister).

@@ -44,6 +44,8 @@ func (k kvCheckpoints) open(topic, name string) (contract.Checkpoint, error) {
 
 func (k kvCheckpoints) list(topic string) ([]string, error) { return k.s.List(topic) }
 
+func (k kvCheckpoints) removeOne(topic, name string) error { return k.s.Remove(topic, name) }
+
 // remove deletes every committed checkpoint of topic.
 func (k kvCheckpoints) remove(topic string) error {
 	names, err := k.s.List(topic)

@@ -90,3 +90,25 @@ func TestDispatcherStoreShared(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, got, "the refused save stored nothing")
 }
+
+// An operator's seek moves a checkpoint back (contract.SeekCheckpoint uses
+// SeekTo: Commit alone refuses to go back), and removing a checkpoint (a
+// dispatcher deleted with its checkpoints) makes the name start at 0.
+func TestCheckpointSeekAndRemove(t *testing.T) {
+	s := startServer(t)
+	l := open(t, connect(t, s), "seek.topic")
+	cp, err := l.OpenCheckpoint("d")
+	require.NoError(t, err)
+	require.NoError(t, cp.Commit(9))
+	require.Error(t, cp.Commit(2), "a plain commit never moves back")
+	require.NoError(t, contract.SeekCheckpoint(cp, 2))
+	require.EqualValues(t, 2, cp.Offset())
+
+	require.NoError(t, l.RemoveCheckpoint("d"))
+	names, err := l.Checkpoints()
+	require.NoError(t, err)
+	require.NotContains(t, names, "d")
+	again, err := l.OpenCheckpoint("d")
+	require.NoError(t, err)
+	require.EqualValues(t, 0, again.Offset(), "a removed checkpoint starts again at 0")
+}
