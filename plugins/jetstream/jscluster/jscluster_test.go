@@ -25,9 +25,6 @@ import (
 // to is frozen (SIGSTOP); the killed node, restarted on its data, catches up
 // on every message.
 func TestR3StreamSurvivesKillStopAndRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node NATS cluster")
-	}
 	c := jscluster.Start(t, 3)
 	require.Len(t, c.URLs(), 3)
 	for i := range 3 {
