@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -90,14 +91,18 @@ func (w *workLease) Holder() string        { return w.l.Holder() }
 func (w *workLease) Lost() <-chan struct{} { return w.lost }
 
 // Release stops the renewals and deletes the lease if it is still ours, so
-// that another broker takes over without waiting for it to expire.
+// that another broker takes over without waiting for it to expire. A lease
+// already lost (expired or taken over) has nothing to give back: not an
+// error.
 func (w *workLease) Release() error {
 	var err error
 	w.once.Do(func() {
 		w.stop()
 		ctx, cancel := context.WithTimeout(context.Background(), kvOpTimeout)
 		defer cancel()
-		err = w.l.Release(ctx)
+		if err = w.l.Release(ctx); errors.Is(err, ErrLeaseLost) {
+			err = nil
+		}
 	})
 	return err
 }
