@@ -43,10 +43,18 @@ func TestR3StreamSurvivesKillStopAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: "ORDERS", Subjects: []string{"orders.>"}, Replicas: 3, Storage: jetstream.FileStorage,
-	})
-	require.NoError(t, err)
+	// A just-formed cluster may leave a request unanswered while its routes
+	// settle (seen under a loaded CI run): each attempt is bounded and
+	// retried, the whole within ctx.
+	var s jetstream.Stream
+	require.Eventually(t, func() bool {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		s, err = js.CreateStream(actx, jetstream.StreamConfig{
+			Name: "ORDERS", Subjects: []string{"orders.>"}, Replicas: 3, Storage: jetstream.FileStorage,
+		})
+		return err == nil
+	}, 60*time.Second, 100*time.Millisecond, "create the R3 stream")
 
 	// publish sends message k until it is acknowledged, with its id as
 	// Nats-Msg-Id so that a retry of a write whose ack was lost is not
