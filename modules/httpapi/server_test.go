@@ -83,6 +83,31 @@ type readiness bool
 
 func (r readiness) Ready() bool { return bool(r) }
 
+// unhealthyBackend is a local backend whose store "does not answer".
+type unhealthyBackend struct {
+	*topicqueue.LocalBackend
+	err error
+}
+
+func (b unhealthyBackend) Healthy() error { return b.err }
+
+// /readyz is 503 while the storage backend reports its store unreachable
+// (topicqueue.HealthChecker), with the reason; 200 again once it answers.
+func TestReadyzFollowsBackendHealth(t *testing.T) {
+	root := t.TempDir()
+	b := &unhealthyBackend{LocalBackend: &topicqueue.LocalBackend{Root: root}, err: errors.New("jetstream: not connected")}
+	reg := topicqueue.New(topicqueue.Options{Root: root, Backend: b})
+	a := &api{t: t, s: New(Options{}, reg, readiness(true), zaptest.NewLogger(t))}
+	rec := a.call(http.MethodGet, "/readyz", "", "")
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "jetstream: not connected") {
+		t.Errorf("readyz with the store down: HTTP %d %s, want 503 naming the cause", rec.Code, rec.Body)
+	}
+	b.err = nil
+	if rec := a.call(http.MethodGet, "/readyz", "", ""); rec.Code != 200 {
+		t.Errorf("readyz with the store back: HTTP %d %s, want 200", rec.Code, rec.Body)
+	}
+}
+
 // /readyz is 503 until startup recovery has finished, 200 after (and
 // without a Readiness); /healthz is always 200.
 func TestReadyzAndHealthz(t *testing.T) {

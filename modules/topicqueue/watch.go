@@ -49,3 +49,12 @@ func (r *Registry) watch(log *zap.Logger) error {
 	r.mu.Unlock()
 	return nil
 }
+
+// HealthChecker is an optional interface of a Backend that can lose its
+// store while the broker runs (a cluster behind a network): Healthy
+// returns nil while the store answers, else why not. /readyz reports the
+// broker not ready while it fails, so that a load balancer sends clients to
+// another node. The local backend does not implement it.
+type HealthChecker interface {
+	Healthy() error
+}

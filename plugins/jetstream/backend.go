@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,14 +37,20 @@ type Backend struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	cps  checkpointStore
+
+	// The last Healthy answer and when it was made.
+	healthMu  sync.Mutex
+	healthAt  time.Time
+	healthErr error
 }
 
 // Backend implements the registry's seam, deletion included.
 var (
-	_ topicqueue.Backend      = (*Backend)(nil)
-	_ topicqueue.Deleter      = (*Backend)(nil)
-	_ topicqueue.TopicWatcher = (*Backend)(nil)
-	_ contract.WorkLeaser     = (*Log)(nil)
+	_ topicqueue.Backend       = (*Backend)(nil)
+	_ topicqueue.Deleter       = (*Backend)(nil)
+	_ topicqueue.TopicWatcher  = (*Backend)(nil)
+	_ topicqueue.HealthChecker = (*Backend)(nil)
+	_ contract.WorkLeaser      = (*Log)(nil)
 )
 
 // Connect connects to cfg.Servers (credentials and TLS from cfg, client

@@ -216,3 +216,33 @@ func (b *Backend) topicOfStream(ctx context.Context, s string) (string, bool) {
 	t, _, ok := DecodeStreamName(b.cfg.StreamPrefix, s)
 	return t, ok
 }
+
+// healthEvery is how long a Healthy answer is reused: /readyz may be
+// polled often, and each check is a request to the cluster.
+const healthEvery = time.Second
+
+// Healthy reports whether this broker can use the cluster now
+// (topicqueue.HealthChecker, behind /readyz): connected to a NATS server,
+// and JetStream answering an account-info request within a second (it does
+// not while the cluster has lost the quorum of its metadata). The answer
+// is reused for healthEvery.
+func (b *Backend) Healthy() error {
+	b.healthMu.Lock()
+	defer b.healthMu.Unlock()
+	if time.Since(b.healthAt) < healthEvery {
+		return b.healthErr
+	}
+	b.healthAt = time.Now()
+	if st := b.nc.Status(); st != nats.CONNECTED {
+		b.healthErr = fmt.Errorf("jetstream: not connected to the NATS servers (%s)", st)
+		return b.healthErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := b.js.AccountInfo(ctx); err != nil {
+		b.healthErr = fmt.Errorf("jetstream: the cluster does not answer: %w", classify(err))
+		return b.healthErr
+	}
+	b.healthErr = nil
+	return nil
+}

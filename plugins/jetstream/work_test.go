@@ -112,3 +112,15 @@ func TestCheckpointSeekAndRemove(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 0, again.Offset(), "a removed checkpoint starts again at 0")
 }
+
+// Healthy (behind /readyz) is nil while the cluster answers and an error
+// once the server is gone.
+func TestHealthy(t *testing.T) {
+	s := startServer(t)
+	b := connect(t, s)
+	require.NoError(t, b.Healthy())
+	s.Shutdown()
+	s.WaitForShutdown()
+	require.Eventually(t, func() bool { return b.Healthy() != nil }, 10*time.Second, 100*time.Millisecond,
+		"Healthy still nil after the server shut down")
+}
