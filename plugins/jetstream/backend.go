@@ -244,6 +244,7 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 		DenyDelete:         true,
 		DenyPurge:          false,
 		AllowAtomicPublish: true,
+		Duplicates:         b.opts.DedupWindow,
 		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
 	}
 }

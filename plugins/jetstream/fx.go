@@ -22,6 +22,9 @@ type FactoryParams struct {
 	// Node is mmmq.node-name (config.Module): it names this broker in the
 	// leases it holds.
 	Node config.NodeConfig
+	// Dedup is mmmq.broker.dedup (config.Module): its window is the
+	// streams' duplicate window across brokers.
+	Dedup config.DedupConfig
 	// Budget is the in-flight memory budget (topicqueue.Module): ACCEPTED
 	// appends hold their bytes until acknowledged.
 	Budget    *contract.Budget `optional:"true"`
@@ -46,6 +49,7 @@ func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 				return nil, err
 			}
 			b.opts.Holder = holderName(p.Node.Name)
+			b.opts.DedupWindow = p.Dedup.Window
 			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
 				log.Warn("mmmq.broker.retention applies to the local backend only: JetStream topics keep every message (set limits on the streams in NATS)")
 			}

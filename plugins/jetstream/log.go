@@ -76,6 +76,10 @@ type Options struct {
 	Leases *LeaseStore
 	// Holder names this broker process in its leases (holderName).
 	Holder string
+	// DedupWindow is mmmq.broker.dedup.window: streams are created with it
+	// as their duplicate window, and single appends carry the message's id
+	// (Nats-Msg-Id) while it is above 0. 0 = ids are not deduplicated.
+	DedupWindow time.Duration
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between

@@ -28,9 +28,10 @@ const MaxBatch = 1000
 const maxPendingAsync = 1 << 16
 
 // headerReserve is the room kept for the NATS headers of one message
-// (subject-independent: expected stream, batch id, sequence and commit)
-// when checking a payload against the connection's max_payload.
-const headerReserve = 256
+// (subject-independent: expected stream, batch id, sequence and commit,
+// and a message id of up to contract.MaxMessageIDBytes) when checking a
+// payload against the connection's max_payload.
+const headerReserve = 256 + contract.MaxMessageIDBytes
 
 // JetStream publish headers (the server's JSExpectedStream, JSBatchId,
 // JSBatchSeq, JSBatchCommit).
@@ -39,6 +40,10 @@ const (
 	hdrBatchID        = "Nats-Batch-Id"
 	hdrBatchSeq       = "Nats-Batch-Sequence"
 	hdrBatchCommit    = "Nats-Batch-Commit"
+	// hdrMsgID is JetStream's duplicate detection: a second message with
+	// the same id within the stream's Duplicates window is not stored, and
+	// its answer is the first one's sequence.
+	hdrMsgID = "Nats-Msg-Id"
 )
 
 // Append stores one message JSON. Durable and Written send it with a
@@ -139,6 +144,16 @@ func (l *Log) messages(payloads [][]byte) []*nats.Msg {
 	for i, p := range payloads {
 		m := &nats.Msg{Subject: l.subject, Data: p, Header: nats.Header{}}
 		m.Header.Set(hdrExpectedStream, l.stream)
+		if id == "" && l.opts.DedupWindow > 0 {
+			// The producer's message id (every stored message has one):
+			// a retry through another broker, whose own window has not
+			// seen it, is recognised by JetStream and answered with the
+			// first offset. Not in atomic batches: JetStream refuses
+			// message ids there.
+			if mid := contract.MessageID(p); mid != "" {
+				m.Header.Set(hdrMsgID, mid)
+			}
+		}
 		if id != "" {
 			m.Header.Set(hdrBatchID, id)
 			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))

@@ -124,3 +124,26 @@ func TestHealthy(t *testing.T) {
 	require.Eventually(t, func() bool { return b.Healthy() != nil }, 10*time.Second, 100*time.Millisecond,
 		"Healthy still nil after the server shut down")
 }
+
+// With a duplicate window, a message published again with the same id
+// through another broker (whose own window has not seen it) is not stored
+// twice: its answer is the first offset. Without one, both are stored.
+func TestDuplicateIDAcrossBrokers(t *testing.T) {
+	for _, window := range []time.Duration{2 * time.Minute, 0} {
+		s := startServer(t)
+		a, b := connect(t, s), connect(t, s)
+		a.opts.DedupWindow, b.opts.DedupWindow = window, window
+		la, lb := open(t, a, "dup.topic"), open(t, b, "dup.topic")
+		msg := []byte(`{"topic":{"name":"dup.topic"},"content":1,"id":"order-42","timestamp":1}`)
+		first, err := la.Append(context.Background(), msg, contract.Durable)
+		require.NoError(t, err)
+		again, err := lb.Append(context.Background(), msg, contract.Durable)
+		require.NoError(t, err)
+		if window > 0 {
+			require.Equal(t, first, again, "window %s: the retry through the other broker got another offset", window)
+			require.EqualValues(t, 1, lb.HighWatermark())
+		} else {
+			require.Equal(t, first+1, again, "without a window both are stored")
+		}
+	}
+}
