@@ -148,8 +148,9 @@ func (l *Log) messages(payloads [][]byte) []*nats.Msg {
 			// The producer's message id (every stored message has one):
 			// a retry through another broker, whose own window has not
 			// seen it, is recognised by JetStream and answered with the
-			// first offset. Not in atomic batches: JetStream refuses
-			// message ids there.
+			// first offset. Not in atomic batches: JetStream refuses a
+			// whole batch that holds one id it has seen (error 10201)
+			// instead of answering that message as a duplicate.
 			if mid := contract.MessageID(p); mid != "" {
 				m.Header.Set(hdrMsgID, mid)
 			}
