@@ -49,17 +49,23 @@ func newSharedNodes(t *testing.T) *sharedNodes {
 	return s
 }
 
+// publish stores n durable messages through node a.
+func (s *sharedNodes) publish(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		if _, err := s.q[0].Offer(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestGroupHeldThroughOneNodeIsBusyOnAnother: a session started through
 // node a holds the group on every node (GROUP_BUSY on b, naming where it
 // is held); once a releases it, b's new session starts at what a
 // committed.
 func TestGroupHeldThroughOneNodeIsBusyOnAnother(t *testing.T) {
 	s := newSharedNodes(t)
-	for i := 0; i < 4; i++ {
-		if _, err := s.q[0].Offer(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.publish(t, 4)
 	sa, err := s.c[0].Acquire(testTopic, "g")
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +104,7 @@ func TestGroupHeldThroughOneNodeIsBusyOnAnother(t *testing.T) {
 func TestGroupSessionEndsWhenItsSharedLeaseIsLost(t *testing.T) {
 	for _, notice := range []bool{true, false} {
 		s := newSharedNodes(t)
-		for i := 0; i < 4; i++ {
-			if _, err := s.q[0].Offer(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
-				t.Fatal(err)
-			}
-		}
+		s.publish(t, 4)
 		sa, err := s.c[0].Acquire(testTopic, "g")
 		if err != nil {
 			t.Fatal(err)

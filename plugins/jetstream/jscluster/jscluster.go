@@ -317,6 +317,17 @@ func (c *Cluster) MonitorURL(i int) string {
 	return fmt.Sprintf("http://127.0.0.1:%d", c.node(i).mPort)
 }
 
+// runningNode is node i, failing the test when it is not running (op
+// names the method in the message).
+func (c *Cluster) runningNode(op string, i int) *node {
+	c.t.Helper()
+	nd := c.node(i)
+	if !c.running(nd) {
+		c.t.Fatalf("jscluster: %s(%d): node %s is not running", op, i, nd.name)
+	}
+	return nd
+}
+
 // Pid is node i's process id, 0 when it is not running.
 func (c *Cluster) Pid(i int) int { return c.pidOf(c.node(i)) }
 
@@ -324,10 +335,7 @@ func (c *Cluster) Pid(i int) int { return c.pidOf(c.node(i)) }
 // flushed, no leader handed over).
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
-	nd := c.node(i)
-	if !c.running(nd) {
-		c.t.Fatalf("jscluster: Kill(%d): node %s is not running", i, nd.name)
-	}
+	nd := c.runningNode("Kill", i)
 	c.signal(nd, syscall.SIGKILL)
 	nd.mu.Lock()
 	done := nd.done
@@ -356,20 +364,14 @@ func (c *Cluster) Restart(i int) {
 // answers, as on a hung machine or a long GC pause. [Cluster.Cont] resumes it.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
-	nd := c.node(i)
-	if !c.running(nd) {
-		c.t.Fatalf("jscluster: Stop(%d): node %s is not running", i, nd.name)
-	}
+	nd := c.runningNode("Stop", i)
 	c.signal(nd, syscall.SIGSTOP)
 }
 
 // Cont resumes node i after [Cluster.Stop] (SIGCONT).
 func (c *Cluster) Cont(i int) {
 	c.t.Helper()
-	nd := c.node(i)
-	if !c.running(nd) {
-		c.t.Fatalf("jscluster: Cont(%d): node %s is not running", i, nd.name)
-	}
+	nd := c.runningNode("Cont", i)
 	c.signal(nd, syscall.SIGCONT)
 }
 
