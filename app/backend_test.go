@@ -405,3 +405,41 @@ func TestMainJetStreamUnreachable(t *testing.T) {
 	require.Equal(t, 1, code)
 	oneFailureLine(t, stderr, "jetstream: connect "+url+": ")
 }
+
+// Two brokers over one JetStream server: a producer's retry with the same
+// id through the other broker (whose own window has not seen the id) is
+// answered like a retry through the first one: the first offset and
+// "duplicate": true, and nothing is stored twice. A new id is stored.
+func TestJetStreamRetryThroughAnotherBrokerIsDuplicate(t *testing.T) {
+	url := startNATS(t)
+	var bases []string
+	for i := 0; i < 2; i++ {
+		cfg := testConfig(t, t.TempDir())
+		jc := jetstream.ConfigSection.Default()
+		jc.Servers, jc.Replicas = url, 1
+		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
+		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
+		a, base := startBroker(t, cfg)
+		defer a.RequireStop()
+		bases = append(bases, base)
+	}
+	// Both brokers have the topic open before the first publish of pay-7
+	// (a broker opening a topic learns the ids already in it).
+	for i, base := range bases {
+		st, out := postID(t, base, "orders.paid", fmt.Sprintf("open-%d", i), i)
+		require.Equal(t, 200, st, out)
+	}
+	st, first := postID(t, bases[0], "orders.paid", "pay-7", map[string]int{"n": 7})
+	require.Equal(t, 200, st, first)
+	require.Nil(t, first["duplicate"], first)
+	for _, base := range []string{bases[1], bases[1], bases[0]} {
+		st, retry := postID(t, base, "orders.paid", "pay-7", map[string]int{"n": 7})
+		require.Equal(t, 200, st, retry)
+		require.Equal(t, true, retry["duplicate"], "a retry through %s: %v", base, retry)
+		require.Equal(t, first["offset"], retry["offset"], retry)
+	}
+	st, other := postID(t, bases[1], "orders.paid", "pay-8", map[string]int{"n": 8})
+	require.Equal(t, 200, st, other)
+	require.Nil(t, other["duplicate"], other)
+	require.EqualValues(t, 3, other["offset"], "nothing was stored for the retries")
+}

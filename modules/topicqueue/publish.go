@@ -91,8 +91,14 @@ type pub struct {
 	out      []Published
 	claim    *dedup.Claim
 	done     func(error)
+	// storedBefore: the log recognised the one stored message's id as one
+	// it had stored before (duplicateNotifyingAppender); fill reports it.
+	storedBefore bool
 	// appended is complete, bound once: the log's callback.
 	appended func(first int64, err error)
+	// appendedDup is completeDup, bound once: the callback of a
+	// duplicateNotifyingAppender.
+	appendedDup func(first int64, duplicate bool, err error)
 }
 
 var pubPool sync.Pool
@@ -103,6 +109,7 @@ func init() {
 	pubPool.New = func() any {
 		p := new(pub)
 		p.appended = p.complete
+		p.appendedDup = p.completeDup
 		return p
 	}
 }
@@ -119,6 +126,7 @@ func (p *pub) free() {
 	clear(p.ids)
 	clear(p.payloads)
 	p.q, p.out, p.claim, p.done = nil, nil, nil, nil
+	p.storedBefore = false
 	p.ids, p.payloads = p.ids[:0], p.payloads[:0]
 	pubPool.Put(p)
 }
@@ -190,7 +198,13 @@ func (p *pub) append(ctx context.Context) error {
 		// are stored; the caller is answered now.
 		notify = claim.Resolve
 	}
-	if err := na.AppendBatchNotify(payloads, level, notify); err != nil {
+	var err error
+	if dn, ok := q.log.(duplicateNotifyingAppender); ok && level != storage.Accepted && len(payloads) == 1 {
+		err = dn.AppendBatchNotifyDuplicate(payloads, level, p.appendedDup)
+	} else {
+		err = na.AppendBatchNotify(payloads, level, notify)
+	}
+	if err != nil {
 		claim.Resolve(-1, err) // refused up front: nothing was queued
 		p.free()
 		return err
@@ -224,6 +238,13 @@ func (p *pub) complete(first int64, err error) {
 	done(err)
 }
 
+// completeDup is complete for a duplicateNotifyingAppender: duplicate
+// says the log had stored the message before.
+func (p *pub) completeDup(first int64, duplicate bool, err error) {
+	p.storedBefore = duplicate
+	p.complete(first, err)
+}
+
 // fill writes each message's outcome to out: first is the offset of the
 // first stored message (-1 at Accepted).
 func (p *pub) fill(first int64) {
@@ -231,7 +252,7 @@ func (p *pub) fill(first int64) {
 	for i, r := range p.res {
 		switch r.Verdict {
 		case dedup.Store:
-			out[i] = Published{Offset: -1}
+			out[i] = Published{Offset: -1, Duplicate: p.storedBefore}
 			if !accepted {
 				out[i].Offset = first + int64(r.Index)
 			}
@@ -298,6 +319,19 @@ func anyID(msgs []Message) bool {
 // whose caller stopped waiting, or never waits (ACCEPTED).
 type notifyingAppender interface {
 	AppendBatchNotify(payloads [][]byte, level storage.AckLevel, notify func(first int64, err error)) error
+}
+
+// duplicateNotifyingAppender is a log that recognises message ids itself,
+// across every broker writing to it (the JetStream backend: the stream's
+// duplicate window on Nats-Msg-Id). notify also says whether the log had
+// stored the message before (duplicate: nothing was stored now, first is
+// the earlier message's offset), so that a retry through another broker,
+// which this broker's own window has not seen, is answered
+// "duplicate": true too. The registry uses it for single messages with
+// producer ids at WRITTEN and DURABLE; the rest goes through
+// AppendBatchNotify.
+type duplicateNotifyingAppender interface {
+	AppendBatchNotifyDuplicate(payloads [][]byte, level storage.AckLevel, notify func(first int64, duplicate bool, err error)) error
 }
 
 // goroutineAppender gives any contract.Log the callback form.

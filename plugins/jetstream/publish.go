@@ -182,7 +182,22 @@ func (l *Log) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, noti
 	if err := l.check(payloads); err != nil {
 		return err
 	}
-	return l.sendAsync(payloads, level, notify)
+	return l.sendAsync(payloads, level, &pendingAsync{fn: notify})
+}
+
+// AppendBatchNotifyDuplicate is AppendBatchNotify whose notify also says
+// whether JetStream recognised the message as one it stored before: a
+// single payload whose message id (Nats-Msg-Id, sent when
+// Options.DedupWindow > 0) the stream saw within its duplicate window,
+// through any broker. Then nothing was stored and first is the earlier
+// message's offset. A batch is never reported a duplicate (batches carry
+// no ids). The registry uses it so that a retry through another broker is
+// answered "duplicate": true.
+func (l *Log) AppendBatchNotifyDuplicate(payloads [][]byte, level contract.AckLevel, notify func(first int64, duplicate bool, err error)) error {
+	if err := l.check(payloads); err != nil {
+		return err
+	}
+	return l.sendAsync(payloads, level, &pendingAsync{dupFn: notify})
 }
 
 // pendingAsync is an asynchronous append awaiting its ack, keyed by the
@@ -191,16 +206,21 @@ type pendingAsync struct {
 	n        int64                        // messages in the batch
 	budgeted int64                        // bytes taken from Options.Budget (ACCEPTED)
 	fn       func(first int64, err error) // AppendBatchNotify's; may be nil
+	// dupFn is AppendBatchNotifyDuplicate's (then fn is nil).
+	dupFn func(first int64, duplicate bool, err error)
 }
 
 // sendAsync sends payloads, the last message (the only one of a single
 // payload, the commit of a batch) through the log's asynchronous publisher
 // (newAsyncPublisher), which holds it pending until its acknowledgement,
-// an error or the request timeout; fn (may be nil) is told the outcome.
-// ACCEPTED payloads hold their bytes of Options.Budget until then:
-// contract.ErrOverloaded (nothing sent) when they do not fit.
-func (l *Log) sendAsync(payloads [][]byte, level contract.AckLevel, fn func(int64, error)) error {
-	pa := &pendingAsync{n: int64(len(payloads)), fn: fn}
+// an error or the request timeout; pa's callback (none for a nil pa) is
+// told the outcome. ACCEPTED payloads hold their bytes of Options.Budget
+// until then: contract.ErrOverloaded (nothing sent) when they do not fit.
+func (l *Log) sendAsync(payloads [][]byte, level contract.AckLevel, pa *pendingAsync) error {
+	if pa == nil {
+		pa = &pendingAsync{}
+	}
+	pa.n = int64(len(payloads))
 	if level == contract.Accepted {
 		for _, p := range payloads {
 			pa.budgeted += int64(len(p))
@@ -236,21 +256,28 @@ func (l *Log) sendAsync(payloads [][]byte, level contract.AckLevel, fn func(int6
 }
 
 // asyncDone ends the pending append of m: its budget is released and its
-// callback told; false when m has none.
-func (l *Log) asyncDone(m *nats.Msg, first int64, err error) bool {
+// callback told (last is the acknowledged sequence, duplicate the ack's
+// flag); false when m has none.
+func (l *Log) asyncDone(m *nats.Msg, last int64, duplicate bool, err error) bool {
 	v, ok := l.notifies.LoadAndDelete(m)
 	if !ok {
 		return false
 	}
 	pa := v.(*pendingAsync)
 	l.opts.Budget.Release(pa.budgeted)
-	if pa.fn != nil {
-		if err == nil {
-			first -= pa.n
-		}
-		pa.fn(first, err)
+	first := last
+	if err == nil {
+		first -= pa.n
 	}
-	return pa.fn != nil
+	switch {
+	case pa.fn != nil:
+		pa.fn(first, err)
+	case pa.dupFn != nil:
+		pa.dupFn(first, duplicate && err == nil, err)
+	default:
+		return false
+	}
+	return true
 }
 
 // newAsyncPublisher is the JetStream context of a log's asynchronous
@@ -265,11 +292,11 @@ func (l *Log) newAsyncPublisher(timeout time.Duration) (jetstream.JetStream, err
 		jetstream.WithPublishAsyncTimeout(timeout),
 		jetstream.WithPublishAsyncAckHandler(func(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) {
 			l.advance(int64(ack.Sequence))
-			l.asyncDone(m, int64(ack.Sequence), nil)
+			l.asyncDone(m, int64(ack.Sequence), ack.Duplicate, nil)
 		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 			err = fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
-			if !l.asyncDone(m, -1, err) && l.opts.Logger != nil {
+			if !l.asyncDone(m, -1, false, err) && l.opts.Logger != nil {
 				l.opts.Logger.Warn("an accepted append may not be stored", zap.String("topic", l.topic), zap.Error(err))
 			}
 		}),
