@@ -58,10 +58,13 @@ var (
 // reconnect buffer: while disconnected, appends fail at once), checks
 // that JetStream answers and opens the checkpoint bucket. maxRecordBytes
 // is mmmq.broker.segment.max-record-bytes; budget (may be nil) the
-// broker's in-flight memory budget, which ACCEPTED appends draw from. Errors name the servers:
+// broker's in-flight memory budget, which ACCEPTED appends draw from.
+// Then it checks that streams of cfg.Replicas replicas can be placed
+// (checkPlacement: an error for an unclustered server, a warning for a
+// cluster short of servers now). Errors name the servers:
 // "jetstream: connect nats://...: ..." when no server answered within
-// cfg.ConnectTimeout, when JetStream is not enabled for the account, or
-// when the bucket cannot be made.
+// cfg.ConnectTimeout, when JetStream is not enabled for the account, when
+// the buckets cannot be made, or when cfg.Replicas cannot ever be placed.
 func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.Logger) (*Backend, error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -75,6 +78,10 @@ func Connect(cfg Config, maxRecordBytes int, budget *contract.Budget, log *zap.L
 		RequestTimeout: cfg.RequestTimeout, Logger: log, Budget: budget, Holder: holderName(""),
 	}}
 	if err := b.initRetrying(); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
+	}
+	if err := b.checkPlacement(); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: connect %s: %w", cfg.redactedServers(), err)
 	}

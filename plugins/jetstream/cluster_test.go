@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
@@ -91,6 +93,23 @@ func TestClusterReplicas3(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("node a did not see node b's batch")
 	}
+
+	// More replicas than servers, with the buckets already made (R3): the
+	// broker starts (the topics that exist are served), warns naming the
+	// key, and a new topic is refused with the same hint.
+	core, logs := observer.New(zap.WarnLevel)
+	c4 := cfg(servers[2])
+	c4.Replicas = 4
+	d, err := Connect(c4, 1<<16, nil, zap.New(core))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	warned := logs.FilterMessageSnippet("mmmq.jetstream.replicas").All()
+	require.Len(t, warned, 1, "one warning about the replicas: %v", logs.All())
+	_, err = d.Open("cluster.new", true)
+	require.ErrorContains(t, err, "mmmq.jetstream.replicas is 4")
+	ld, err := d.Open("cluster.t", false)
+	require.NoError(t, err, "an existing topic is served")
+	require.NoError(t, ld.Close())
 
 	// Stop the stream leader's server (not the ones the brokers use first:
 	// their clients reconnect to the others anyway).

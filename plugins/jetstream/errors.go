@@ -67,17 +67,29 @@ const (
 	codeStorageResources     = 10047 // JSStorageResourcesExceededErr
 	codeBatchesInflight      = 10210 // JSAtomicPublishTooManyInflight
 	codeReplicasUnsupported  = 10074 // JSStreamReplicasNotSupportedErr
+	codeNoPeers              = 10005 // JSClusterNoPeersErrF ("no suitable peers for placement")
 )
+
+// apiErrorCode is the JetStream API error code err carries (an answer's
+// "error" member or the client's JetStreamError), 0 for none.
+func apiErrorCode(err error) int {
+	var ae *apiError
+	var je jetstream.JetStreamError
+	switch {
+	case errors.As(err, &ae):
+		return ae.ErrCode
+	case errors.As(err, &je) && je.APIError() != nil:
+		return int(je.APIError().ErrorCode)
+	}
+	return 0
+}
 
 // replicasHint explains a stream or bucket creation refused for its
 // replica count: empty for other errors.
 func replicasHint(err error, replicas int) string {
-	var je jetstream.JetStreamError
-	if errors.As(err, &je) && je.APIError() != nil {
-		switch int(je.APIError().ErrorCode) {
-		case codeReplicasUnsupported, codeInsufficientResource:
-			return fmt.Sprintf(" (mmmq.jetstream.replicas is %d: the cluster needs at least that many JetStream servers with room; 1 for a single server)", replicas)
-		}
+	switch apiErrorCode(err) {
+	case codeReplicasUnsupported, codeInsufficientResource, codeNoPeers:
+		return fmt.Sprintf(" (mmmq.jetstream.replicas is %d: the cluster needs at least that many JetStream servers up, with room; 1 for a single server)", replicas)
 	}
 	return ""
 }
@@ -96,15 +108,7 @@ func (e *apiError) Error() string {
 // classify wraps an error of the NATS client or the JetStream API with the
 // sentinel that says what it means to a caller (see the var block above).
 func classify(err error) error {
-	var ae *apiError
-	var je jetstream.JetStreamError
-	code := 0
-	switch {
-	case errors.As(err, &ae):
-		code = ae.ErrCode
-	case errors.As(err, &je) && je.APIError() != nil:
-		code = int(je.APIError().ErrorCode)
-	}
+	code := apiErrorCode(err)
 	switch {
 	case code == codeMessageTooLarge, errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", ErrRecordTooLarge, err)
