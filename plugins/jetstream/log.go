@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Log is one topic's log over one JetStream stream: contract.Log for the
@@ -28,8 +29,10 @@ import (
 // log in order), so the high watermark covers only stored messages.
 //
 // StartOffset is cached: read when the log opens and refreshed by Stats
-// and by a read that finds its message gone. Nothing in the broker deletes
-// messages of a JetStream topic yet, so it stays 0.
+// and by a read that finds its message gone. It moves up as JetStream
+// drops the head of the stream by its MaxAge and MaxBytes (the topic's
+// retention policy, Options.Retention); a read below it, or of a message
+// dropped since the cache was filled, is a *contract.OffsetExpiredError.
 //
 // Safe for concurrent use.
 type Log struct {
@@ -80,6 +83,10 @@ type Options struct {
 	// as their duplicate window, and single appends carry the message's id
 	// (Nats-Msg-Id) while it is above 0. 0 = ids are not deduplicated.
 	DedupWindow time.Duration
+	// Retention is a topic's retention policy (mmmq.broker.retention:
+	// retention.Options.PolicyFor), set on its stream as MaxAge and
+	// MaxBytes when the stream is created or opened; nil keeps everything.
+	Retention func(topic string) storage.RetentionPolicy
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between
@@ -136,10 +143,18 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 }
 
 // setStart caches the log start offset from a stream state: FirstSeq-1
-// (an empty new stream reports FirstSeq 0; a purged one LastSeq+1).
+// (an empty new stream reports FirstSeq 0; one whose every message was
+// dropped LastSeq+1). It never moves down: a state read before another
+// one that saw more of the head dropped is older.
 func (l *Log) setStart(st jetstream.StreamState) {
-	if st.FirstSeq > 0 {
-		l.start.Store(int64(st.FirstSeq) - 1)
+	if st.FirstSeq == 0 {
+		return
+	}
+	s := int64(st.FirstSeq) - 1
+	for cur := l.start.Load(); s > cur; cur = l.start.Load() {
+		if l.start.CompareAndSwap(cur, s) {
+			return
+		}
 	}
 }
 

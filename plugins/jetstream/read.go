@@ -25,8 +25,11 @@ const readParallel = 16
 // stream's leader (stream sequence offset+1; the leader has every message
 // below the high watermark, where a follower answering a direct get might
 // not yet). Errors: ErrOutOfRange for a negative offset or one at or beyond
-// the high watermark; a *contract.OffsetExpiredError below StartOffset;
-// ErrClosed; ErrTimeout or ErrUnavailable from the cluster.
+// the high watermark; a *contract.OffsetExpiredError below StartOffset,
+// also when JetStream dropped the message (MaxAge, MaxBytes) after the
+// start offset was cached: a message not found refreshes the start from
+// the stream's state; ErrClosed; ErrTimeout or ErrUnavailable from the
+// cluster.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	if l.closed.Load() {
 		return nil, fmt.Errorf("read topic %s: %w", l.topic, ErrClosed)
