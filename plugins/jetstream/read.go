@@ -118,7 +118,16 @@ func (l *Log) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 // message JSON's "timestamp", Unix ms, as the local log uses) is at or
 // after t, or HighWatermark() when there is none: a binary search of
 // O(log n) Reads. A message without a timestamp counts as older than any
-// t. Errors: those of Read.
+// t. A search that meets a message JetStream dropped since the start
+// offset was cached (the Read refreshed it) searches again from the new
+// start, up to 3 times. Errors: those of Read.
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
-	return contract.SearchTime(l, t)
+	off, err := contract.SearchTime(l, t)
+	for range 3 {
+		if !errors.Is(err, contract.ErrOffsetExpired) {
+			break
+		}
+		off, err = contract.SearchTime(l, t)
+	}
+	return off, err
 }

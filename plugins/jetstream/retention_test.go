@@ -128,7 +128,7 @@ func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 	withRetention(t, b, config.RetentionConfig{MaxBytes: 4096})
 	l := open(t, b, "small")
 	ctx := context.Background()
-	payload := func(i int) []byte { return fmt.Appendf(nil, `{"n":%d,"pad":"%0200d"}`, i, 0) }
+	payload := func(i int) []byte { return fmt.Appendf(nil, `{"n":%d,"timestamp":%d,"pad":"%0200d"}`, i, 1000+i, 0) }
 	const n = 100
 	for i := range n {
 		off, err := l.Append(ctx, payload(i), contract.Durable)
@@ -141,7 +141,13 @@ func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 	require.Greater(t, start, int64(0), "the head was dropped")
 	require.EqualValues(t, n, st.LastSeq)
 
-	_, err := l.Read(0)
+	// A time search starting below the real start searches again from it.
+	at, err := l.OffsetAt(time.UnixMilli(1000))
+	require.NoError(t, err)
+	assert.Equal(t, start, at)
+	l.start.Store(0) // stale again
+
+	_, err = l.Read(0)
 	var oe *contract.OffsetExpiredError
 	require.ErrorAs(t, err, &oe)
 	assert.ErrorIs(t, err, contract.ErrOffsetExpired)
