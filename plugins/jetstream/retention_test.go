@@ -127,6 +127,8 @@ func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 	b := connect(t, startServer(t))
 	withRetention(t, b, config.RetentionConfig{MaxBytes: 4096})
 	l := open(t, b, "small")
+	require.True(t, l.limited)
+	l.limited = false // no background refresh: this test checks the reads'
 	ctx := context.Background()
 	payload := func(i int) []byte { return fmt.Appendf(nil, `{"n":%d,"timestamp":%d,"pad":"%0200d"}`, i, 1000+i, 0) }
 	const n = 100
@@ -184,4 +186,27 @@ func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 	assert.Equal(t, int64(streamInfo(t, b, "small").State.FirstSeq)-1, l2.StartOffset())
 	assert.Greater(t, l2.StartOffset(), start)
 	assert.Equal(t, l2.StartOffset(), l2.Stats().StartOffset)
+}
+
+// On a stream with limits, StartOffset refreshes the cached start in the
+// background, at most once per startRefresh, without waiting for it.
+func TestStartOffsetRefreshedInBackground(t *testing.T) {
+	b := connect(t, startServer(t))
+	withRetention(t, b, config.RetentionConfig{MaxBytes: 2048})
+	l := open(t, b, "bg")
+	for i := range 40 {
+		_, err := l.Append(context.Background(), fmt.Appendf(nil, `{"n":%d,"pad":"%0200d"}`, i, 0), contract.Durable)
+		require.NoError(t, err)
+	}
+	start := int64(streamInfo(t, b, "bg").State.FirstSeq) - 1
+	require.Positive(t, start)
+	l.refreshedAt.Store(time.Now().UnixNano())
+	assert.Zero(t, l.StartOffset(), "refreshed less than startRefresh ago: the cache")
+	l.refreshedAt.Store(0)
+	require.Eventually(t, func() bool { return l.StartOffset() == start }, 5*time.Second, 10*time.Millisecond)
+
+	// A stream without limits never refreshes in the background.
+	withRetention(t, b, config.RetentionConfig{})
+	u := open(t, b, "unlimited")
+	assert.False(t, u.limited)
 }
