@@ -282,9 +282,13 @@ func setLimits(cfg *jetstream.StreamConfig, p storage.RetentionPolicy) {
 // applyRetention updates str to topic's retention policy when its MaxAge
 // or MaxBytes differ (UpdateStream with its current configuration,
 // metadata included, and the new limits and the duplicate window a new
-// stream gets) and logs the change at Info.
-// Errors: "update stream <name>: ..." (classified).
+// stream gets) and logs the change at Info. Without Options.Retention
+// the stream is left as it is. Errors: "update stream <name>: ..."
+// (classified).
 func (b *Backend) applyRetention(ctx context.Context, str jetstream.Stream, topic string) (jetstream.Stream, error) {
+	if b.opts.Retention == nil {
+		return str, nil
+	}
 	cur := str.CachedInfo().Config
 	fresh := b.streamConfig(topic)
 	want := cur

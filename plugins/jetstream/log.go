@@ -95,7 +95,8 @@ type Options struct {
 	DedupWindow time.Duration
 	// Retention is a topic's retention policy (mmmq.broker.retention:
 	// retention.Options.PolicyFor), set on its stream as MaxAge and
-	// MaxBytes when the stream is created or opened; nil keeps everything.
+	// MaxBytes when the stream is created or opened; nil creates streams
+	// without limits and leaves the limits of existing ones as they are.
 	Retention func(topic string) storage.RetentionPolicy
 }
 

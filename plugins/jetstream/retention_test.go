@@ -110,6 +110,12 @@ func TestReopenUpdatesLimits(t *testing.T) {
 	assert.EqualValues(t, 1, off)
 	require.NoError(t, l.Close())
 
+	// A backend without policies (not the broker's) leaves them.
+	b.opts.Retention = nil
+	l = open(t, b, "orders")
+	require.NoError(t, l.Close())
+	assert.Equal(t, time.Hour, streamInfo(t, b, "orders").Config.MaxAge)
+
 	// Back to unlimited.
 	withRetention(t, b, config.RetentionConfig{})
 	open(t, b, "orders")
