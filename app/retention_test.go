@@ -162,3 +162,98 @@ func TestRetentionEndToEnd(t *testing.T) {
 	assert.Contains(t, string(raw), `mmmq_retention_skipped_total{kind="group"} 0`)
 	t.Logf("start offset %d after 5,000 publishes; largest topic directory after a pass %d bytes (limit %d); the lagging dispatcher delivered %d held messages, skipped %d", start, most, limit, k, skipped)
 }
+
+// TestRetentionJetStreamEndToEnd: with backend jetstream, max-bytes is the
+// topic's stream limit and JetStream drops the head as publishes come (no
+// retention pass): GET /topics shows the start offset moving up, offset 0
+// answers 410 OFFSET_EXPIRED with startOffset, and a dispatcher stuck at
+// offset 0 continues from the start offset, warning with the count of
+// what it never delivered, as on the local backend.
+func TestRetentionJetStreamEndToEnd(t *testing.T) {
+	const topic, n = "ret.js", 400
+	var up atomic.Bool
+	var mu sync.Mutex
+	var got []int64
+	cons := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
+		mu.Lock()
+		got = append(got, off)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"acknowledgement":"ACK"}`)
+	}))
+	t.Cleanup(cons.Close)
+
+	cfg := testConfig(t, t.TempDir())
+	_, _ = backends[1].setup(t, cfg) // jetstream
+	require.Equal(t, config.BackendJetStream, cfg.MMMQ.Broker.Storage.Backend)
+	cfg.MMMQ.Broker.Retention.MaxBytes = 16384
+	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
+	core, logs := observer.New(zapcore.WarnLevel)
+	a, base := startBroker(t, cfg,
+		fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) }))
+	defer a.RequireStop()
+
+	msg := `{"topic":"` + topic + `","content":{"n":%d,"pad":"` + strings.Repeat("p", 100) + `"}}`
+	for b := 0; b < n/50; b++ {
+		var items []string
+		for i := 0; i < 50; i++ {
+			items = append(items, fmt.Sprintf(msg, b*50+i))
+		}
+		st, out := postBatch(t, base, "", "application/json", "["+strings.Join(items, ",")+"]")
+		require.Equal(t, 200, st, "%+v", out)
+	}
+
+	var topics struct {
+		Topics []struct {
+			NextOffset  int64 `json:"nextOffset"`
+			StartOffset int64 `json:"startOffset"`
+		} `json:"topics"`
+	}
+	resp, err := http.Get(base + "/topics")
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&topics))
+	resp.Body.Close()
+	require.Len(t, topics.Topics, 1)
+	start := topics.Topics[0].StartOffset
+	require.Equal(t, int64(n), topics.Topics[0].NextOffset)
+	require.Greater(t, start, int64(0), "the stream dropped its head")
+
+	resp, err = http.Get(base + "/topics/" + topic + "/messages?offset=0")
+	require.NoError(t, err)
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusGone, resp.StatusCode)
+	assert.Equal(t, "OFFSET_EXPIRED", body["code"])
+	assert.GreaterOrEqual(t, body["startOffset"], float64(start))
+
+	up.Store(true)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) > 0 && got[len(got)-1] == n-1
+	}, 30*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	delivered := append([]int64(nil), got...)
+	mu.Unlock()
+	// What the worker read before the head was dropped it still delivers;
+	// what was dropped before it read it is skipped, warned about with
+	// the count: every offset is one or the other, once, in order.
+	for i := 1; i < len(delivered); i++ {
+		require.Greater(t, delivered[i], delivered[i-1], "delivery %d", i)
+	}
+	warned := logs.FilterMessage("messages deleted by retention before this dispatcher read them; continuing from the log start offset").All()
+	require.NotEmpty(t, warned)
+	skipped := int64(0)
+	for _, w := range warned {
+		skipped += w.ContextMap()["never-delivered"].(int64)
+	}
+	assert.Equal(t, int64(n), int64(len(delivered))+skipped, "delivered + never-delivered")
+	t.Logf("start offset %d after %d publishes; delivered %d, skipped %d in %d warnings", start, n, len(delivered), skipped, len(warned))
+}

@@ -267,15 +267,25 @@ type DedupConfig struct {
 // the head of a topic, never the active one, so a topic keeps up to one
 // segment (mmmq.broker.segment.max-bytes) more than its limits. The
 // defaults keep everything, as the original Java mmmq does.
+//
+// With mmmq.broker.storage.backend "jetstream" a topic's max-age and
+// max-bytes (the first matching override's, as here) are its stream's
+// MaxAge and MaxBytes, which JetStream enforces continuously, dropping
+// the oldest messages one by one (max-bytes then counts the stream's
+// stored bytes); check-interval and group-idle do not apply, and
+// keep-unconsumed is refused. Every broker sharing the streams must
+// have the same retention: the last to open a topic sets its limits.
 type RetentionConfig struct {
 	// MaxAge: a segment is deleted once the newest message in it is older
-	// than this (its stored timestamp). 0 keeps messages forever. Default 0.
+	// than this (its stored timestamp). 0 keeps messages forever. With
+	// backend "jetstream" 0 or at least 100ms. Default 0.
 	MaxAge time.Duration `koanf:"max-age"`
 	// MaxBytes: per topic, the oldest segments are deleted while its .mmm
 	// and .idx files hold more than this many bytes. 0 is unlimited.
 	// Default 0.
 	MaxBytes int64 `koanf:"max-bytes"`
-	// CheckInterval is how often every topic is checked. Default 1m.
+	// CheckInterval is how often every topic is checked (local backend
+	// only). Default 1m.
 	CheckInterval time.Duration `koanf:"check-interval"`
 	// Topics are per-pattern overrides of max-age and max-bytes (a limit an
 	// override leaves out is inherited from these keys); the first
@@ -288,11 +298,11 @@ type RetentionConfig struct {
 	// read past. Only groups used since the broker started count: after a
 	// restart a group holds nothing until a consumer fetches or commits
 	// again. Checkpoints of dispatchers no longer configured hold nothing.
-	// Default false.
+	// Local backend only: refused with backend "jetstream". Default false.
 	KeepUnconsumed bool `koanf:"keep-unconsumed"`
 	// GroupIdle: a consumer group that has neither committed nor fetched
-	// for this long no longer holds data under keep-unconsumed. Default
-	// 24h.
+	// for this long no longer holds data under keep-unconsumed (local
+	// backend only). Default 24h.
 	GroupIdle time.Duration `koanf:"group-idle"`
 }
 
@@ -337,7 +347,8 @@ type StorageConfig struct {
 	// or "jetstream" (one replicated NATS JetStream stream per topic, the
 	// plugin plugins/jetstream and its section mmmq.jetstream; several
 	// broker nodes may share it). The local-only keys index-sync and
-	// index-sync-interval must keep their defaults with "jetstream".
+	// index-sync-interval must keep their defaults with "jetstream", and
+	// mmmq.broker.retention.keep-unconsumed must stay false.
 	Backend string `koanf:"backend"`
 	// RootDir is the directory holding one sub-directory per topic. Default "./data".
 	RootDir string `koanf:"root-dir"`

@@ -281,6 +281,9 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"backend", "mmmq: {broker: {storage: {backend: s3}}}", "mmmq.broker.storage.backend"},
 		{"index-sync with jetstream", "mmmq: {broker: {storage: {backend: jetstream, index-sync: lazy}}}", "mmmq.broker.storage.index-sync"},
 		{"index-sync-interval with jetstream", "mmmq: {broker: {storage: {backend: jetstream, index-sync-interval: 5s}}}", "mmmq.broker.storage.index-sync-interval"},
+		{"keep-unconsumed with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {keep-unconsumed: true}}}", "mmmq.broker.retention.keep-unconsumed"},
+		{"max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {max-age: 50ms}}}", "mmmq.broker.retention.max-age"},
+		{"override max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {topics: [{pattern: a, max-age: 1ms}]}}}", "mmmq.broker.retention.topics[0].max-age"},
 		{"index-sync-interval zero", "mmmq: {broker: {storage: {index-sync-interval: 0s}}}", "mmmq.broker.storage.index-sync-interval"},
 		{"index-sync-interval long", "mmmq: {broker: {storage: {index-sync-interval: 2h}}}", "mmmq.broker.storage.index-sync-interval"},
 		{"segment small", "mmmq: {broker: {segment: {max-bytes: 1023}}}", "mmmq.broker.segment.max-bytes"},
@@ -485,6 +488,29 @@ mmmq:
 	_, err = load(t, "", "MMMQ_BROKER_RETENTION_TOPICS=x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "can only be set in the YAML file")
+}
+
+// With backend jetstream, retention limits are accepted (check-interval
+// and group-idle too: they do not apply, and are no error), but
+// keep-unconsumed is refused, naming the key and why.
+func TestRetentionWithJetStream(t *testing.T) {
+	_, err := load(t, `
+mmmq:
+  broker:
+    storage: {backend: jetstream}
+    retention:
+      max-age: 168h
+      max-bytes: 40960
+      check-interval: 5s
+      group-idle: 1h
+      topics: [{pattern: "metrics.**", max-age: 100ms}]
+`)
+	require.NoError(t, err)
+
+	_, err = load(t, "mmmq: {broker: {storage: {backend: jetstream}, retention: {keep-unconsumed: true}}}")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mmmq.broker.retention.keep-unconsumed")
+	assert.Contains(t, err.Error(), "checkpoints")
 }
 
 // TestPatternsValidatedAsServeDoes: a topic pattern serve would refuse (a

@@ -57,7 +57,7 @@ func (c *Config) Validate() error {
 	}
 
 	b := c.MMMQ.Broker
-	v.storage(b.Storage)
+	v.storage(b.Storage, b.Retention)
 
 	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
 	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the
@@ -99,8 +99,9 @@ func (c *Config) Validate() error {
 // serverTLS checks server.tls: the files come in pairs, a client CA only
 // with a client-auth that uses it, and the reverse. Whether the files can be
 // read is checked when the listeners are built (package servertls).
-// storage checks mmmq.broker.storage.
-func (v *validator) storage(s StorageConfig) {
+// storage checks mmmq.broker.storage, and what mmmq.broker.retention
+// cannot do with its backend.
+func (v *validator) storage(s StorageConfig, r RetentionConfig) {
 	if strings.TrimSpace(s.RootDir) == "" {
 		v.add(invalid("mmmq.broker.storage.root-dir", "must not be empty"))
 	}
@@ -130,6 +131,7 @@ func (v *validator) storage(s StorageConfig) {
 		if s.IndexSyncInterval != time.Second {
 			v.add(invalid("mmmq.broker.storage.index-sync-interval", "applies to the local backend only; remove it with backend %q (got %s)", BackendJetStream, s.IndexSyncInterval))
 		}
+		v.jetStreamRetention(r)
 	default:
 		v.add(invalid("mmmq.broker.storage.backend", "must be %q or %q; got %q", BackendLocal, BackendJetStream, s.Backend))
 	}
@@ -226,6 +228,27 @@ func (v *validator) nonNegative(key string, d time.Duration, zero string) {
 func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.add(invalid(key, "must be a duration > 0 such as \"30s\"; got %s", d))
+	}
+}
+
+// jetStreamRetention checks what the JetStream backend cannot do with
+// mmmq.broker.retention: its limits are the streams' MaxAge and MaxBytes,
+// which JetStream enforces without knowing mmmq's checkpoints (so no
+// keep-unconsumed) and which it refuses below 100ms of age.
+func (v *validator) jetStreamRetention(r RetentionConfig) {
+	if r.KeepUnconsumed {
+		v.add(invalid("mmmq.broker.retention.keep-unconsumed", "applies to the local backend only: with backend %q the streams' limits drop messages without knowing the readers' checkpoints; remove it", BackendJetStream))
+	}
+	age := func(key string, d time.Duration) {
+		if d > 0 && d < 100*time.Millisecond {
+			v.add(invalid(key, "must be 0 or at least 100ms with backend %q (JetStream's least max age); got %s", BackendJetStream, d))
+		}
+	}
+	age("mmmq.broker.retention.max-age", r.MaxAge)
+	for i, tc := range r.Topics {
+		if tc.MaxAge != nil {
+			age(fmt.Sprintf("%s[%d].max-age", retentionTopicsKey, i), *tc.MaxAge)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -14,7 +15,11 @@ import (
 type Params struct {
 	fx.In
 	// Config is mmmq.broker.retention (config.Module).
-	Config   config.RetentionConfig
+	Config config.RetentionConfig
+	// Storage is mmmq.broker.storage (config.Module): with a backend
+	// other than local ("jetstream") the backend applies the policies
+	// itself and the Retainer runs no loop. Zero = local.
+	Storage  config.StorageConfig
 	Registry *topicqueue.Registry
 	Logger   *zap.Logger
 	// Dispatchers and Groups hold data under keep-unconsumed; an
@@ -25,10 +30,16 @@ type Params struct {
 
 // NewFromConfig builds the Retainer from mmmq.broker.retention. An invalid
 // pattern in mmmq.broker.retention.topics fails startup, naming the key.
+// With a storage backend other than local the Retainer deletes nothing and
+// starts no loop (nor logs one): the JetStream backend sets the policies
+// on its streams, which enforce them.
 func NewFromConfig(p Params) (*Retainer, error) {
 	o, err := OptionsFromConfig(p.Config)
 	if err != nil {
 		return nil, err
+	}
+	if b := p.Storage.Backend; b != "" && b != config.BackendLocal {
+		o.Default, o.Rules = storage.RetentionPolicy{}, nil
 	}
 	o.Dispatchers = p.Dispatchers
 	if p.Groups != nil {

@@ -27,8 +27,9 @@ import (
 )
 
 // Retainable is a topic log that retention can shrink: the local storage
-// backend (*storage.Log). Logs of other backends (a replicated one keeps
-// its own limits) are skipped.
+// backend (*storage.Log). Logs of other backends are skipped without a
+// word: the JetStream backend sets the policies (PolicyFor) on its streams
+// as their limits, and with it NewFromConfig runs no loop.
 type Retainable interface {
 	ApplyRetention(p storage.RetentionPolicy, now time.Time, keepFrom int64) (storage.RetentionResult, error)
 }

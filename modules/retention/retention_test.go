@@ -11,7 +11,10 @@ import (
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
@@ -395,3 +398,35 @@ func TestDeleteWhileRetentionRuns(t *testing.T) {
 	t.Logf("%d publishes, %d deletions, %d segments deleted by retention; recovered start %d, next %d",
 		published, deleted, r.Totals().Segments, q.StartOffset(), q.HighWatermark())
 }
+
+// TestJetStreamBackendRunsNoLoop: with backend jetstream the streams
+// enforce the policies; the Retainer deletes nothing, starts no loop and
+// logs nothing, but still refuses an invalid pattern.
+func TestJetStreamBackendRunsNoLoop(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	rc := config.RetentionConfig{MaxAge: time.Hour, MaxBytes: 1 << 20, CheckInterval: time.Millisecond,
+		Topics: config.RetentionTopicsConfig{{Pattern: "a.**", MaxBytes: ptr64(1)}}}
+	js := config.StorageConfig{Backend: config.BackendJetStream}
+	r, err := NewFromConfig(Params{Config: rc, Storage: js, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Enabled() {
+		t.Fatal("enabled with backend jetstream")
+	}
+	r.Start()
+	r.Stop()
+	if r.stop != nil || logs.Len() != 0 {
+		t.Fatalf("loop started or logged: %v", logs.All())
+	}
+	local, err := NewFromConfig(Params{Config: rc, Storage: config.StorageConfig{Backend: config.BackendLocal}, Logger: zap.NewNop()})
+	if err != nil || !local.Enabled() {
+		t.Fatalf("local: enabled %v, %v", local.Enabled(), err)
+	}
+	rc.Topics[0].Pattern = "a.***"
+	if _, err := NewFromConfig(Params{Config: rc, Storage: js, Logger: zap.NewNop()}); err == nil {
+		t.Fatal("invalid pattern accepted")
+	}
+}
+
+func ptr64(v int64) *int64 { return &v }

@@ -208,11 +208,14 @@ func (b *Backend) Conn() *nats.Conn { return b.nc }
 
 // Open opens topic name's stream (StreamName) as a *Log. With create a
 // missing stream is created (file storage, the configured replicas,
-// limits retention without limits, DenyDelete so that sequences stay
-// without gaps, DenyPurge off so that retention can later drop the head,
-// atomic batch publish on, MetaTopic and MetaIncarnation metadata);
-// another broker creating it at the same moment is fine (its creation
-// wins, and this one opens the stream it made).
+// limits retention with the topic's retention policy as MaxAge and
+// MaxBytes and DiscardOld, DenyDelete so that sequences stay without
+// gaps, DenyPurge off, atomic batch publish on, MetaTopic and
+// MetaIncarnation metadata); another broker creating it at the same
+// moment is fine (its creation wins, and this one opens the stream it
+// made). An existing stream whose MaxAge or MaxBytes differ from the
+// topic's policy is updated to it (the rest of its configuration kept;
+// logged at Info): the last broker to open a topic sets its limits.
 // Without create the stream must exist: ErrNoTopic otherwise.
 func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
@@ -234,11 +237,15 @@ func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 	if t := str.CachedInfo().Config.Metadata[MetaTopic]; t != "" && t != name {
 		return nil, fmt.Errorf("open topic %s: stream %s holds topic %q", name, sname, t)
 	}
+	if str, err = b.applyRetention(ctx, str, name); err != nil {
+		return nil, fmt.Errorf("open topic %s: %w", name, err)
+	}
 	return openLog(ctx, b.nc, str, name, b.opts, b.cps)
 }
 
+// streamConfig is the configuration of topic's new stream (see Open).
 func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:               StreamName(b.cfg.StreamPrefix, topic),
 		Description:        "mmmq topic " + topic,
 		Subjects:           []string{Subject(b.cfg.StreamPrefix, topic)},
@@ -247,13 +254,64 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 		Replicas:           int(b.cfg.Replicas),
 		Discard:            jetstream.DiscardOld,
 		MaxMsgs:            -1,
-		MaxBytes:           -1,
 		DenyDelete:         true,
 		DenyPurge:          false,
 		AllowAtomicPublish: true,
 		Duplicates:         b.opts.DedupWindow,
 		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
 	}
+	setLimits(&cfg, b.policy(topic))
+	return cfg
+}
+
+// policy is topic's retention policy (Options.Retention); none keeps
+// everything.
+func (b *Backend) policy(topic string) storage.RetentionPolicy {
+	if b.opts.Retention == nil {
+		return storage.RetentionPolicy{}
+	}
+	return b.opts.Retention(topic)
+}
+
+// setLimits makes p cfg's limits: MaxAge p.MaxAge (0 = none), MaxBytes
+// p.MaxBytes (0 = unlimited, JetStream's -1). A duplicate window longer
+// than MaxAge is cut to it (JetStream refuses a longer one).
+func setLimits(cfg *jetstream.StreamConfig, p storage.RetentionPolicy) {
+	cfg.MaxAge, cfg.MaxBytes = p.MaxAge, p.MaxBytes
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = -1
+	}
+	if cfg.MaxAge > 0 && cfg.Duplicates > cfg.MaxAge {
+		cfg.Duplicates = cfg.MaxAge
+	}
+}
+
+// applyRetention updates str to topic's retention policy when its MaxAge
+// or MaxBytes differ (UpdateStream with its current configuration,
+// metadata included, and the new limits and the duplicate window a new
+// stream gets) and logs the change at Info. Without Options.Retention
+// the stream is left as it is. Errors: "update stream <name>: ..."
+// (classified).
+func (b *Backend) applyRetention(ctx context.Context, str jetstream.Stream, topic string) (jetstream.Stream, error) {
+	if b.opts.Retention == nil {
+		return str, nil
+	}
+	cur := str.CachedInfo().Config
+	fresh := b.streamConfig(topic)
+	want := cur
+	want.MaxAge, want.MaxBytes, want.Duplicates = fresh.MaxAge, fresh.MaxBytes, fresh.Duplicates
+	if want.MaxAge == cur.MaxAge && want.MaxBytes == cur.MaxBytes {
+		return str, nil
+	}
+	upd, err := b.js.UpdateStream(ctx, want)
+	if err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", cur.Name, classify(err))
+	}
+	b.opts.Logger.Info("retention policy applied to the topic's stream",
+		zap.String("topic", topic), zap.String("stream", cur.Name),
+		zap.Duration("max-age-was", cur.MaxAge), zap.Duration("max-age", want.MaxAge),
+		zap.Int64("max-bytes-was", cur.MaxBytes), zap.Int64("max-bytes", want.MaxBytes))
+	return upd, nil
 }
 
 // Topics lists the streams whose subjects are under "<prefix>.t.": their

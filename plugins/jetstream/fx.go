@@ -6,6 +6,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -16,8 +17,11 @@ type FactoryParams struct {
 	Config Config
 	// Segment is mmmq.broker.segment (config.Module): max-record-bytes.
 	Segment config.SegmentConfig
-	// Retention is mmmq.broker.retention (config.Module): only warned
-	// about, the streams keep everything.
+	// Retention is mmmq.broker.retention (config.Module): each topic's
+	// policy (max-age, max-bytes, the first matching override of topics)
+	// becomes its stream's MaxAge and MaxBytes, which JetStream enforces
+	// continuously (check-interval and group-idle do not apply;
+	// keep-unconsumed is refused by config validation).
 	Retention config.RetentionConfig
 	// Node is mmmq.node-name (config.Module): it names this broker in the
 	// leases it holds.
@@ -37,21 +41,31 @@ type FactoryParams struct {
 // mmmq.broker.storage.backend selects it, while the registry is built, and
 // appends a stop hook that closes the connection; that hook is appended
 // before the registry's own, so on stop it runs after the registry closed
-// every log. A retention limit configured is warned about: retention
-// shrinks local logs only.
+// every log. Each topic's retention policy (mmmq.broker.retention, matched
+// as package retention does) is set on its stream when the stream is
+// created or opened (see Backend.Open); all brokers sharing the streams
+// must share that configuration, or the last to open a topic sets its
+// limits. Errors: an invalid mmmq.broker.retention.topics pattern (naming
+// the key), or Connect's.
 func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 	return topicqueue.BackendFactory{
 		Name: config.BackendJetStream,
 		New: func() (topicqueue.Backend, error) {
 			log := p.Logger.Named("jetstream")
+			ro, err := retention.OptionsFromConfig(p.Retention)
+			if err != nil {
+				return nil, err
+			}
 			b, err := Connect(p.Config, int(p.Segment.MaxRecordBytes), p.Budget, log)
 			if err != nil {
 				return nil, err
 			}
 			b.opts.Holder = holderName(p.Node.Name)
 			b.opts.DedupWindow = p.Dedup.Window
+			b.opts.Retention = ro.PolicyFor
 			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
-				log.Warn("mmmq.broker.retention applies to the local backend only: JetStream topics keep every message (set limits on the streams in NATS)")
+				log.Info("retention applied as the streams' MaxAge and MaxBytes",
+					zap.Duration("max-age", r.MaxAge), zap.Int64("max-bytes", r.MaxBytes), zap.Int("overrides", len(r.Topics)))
 			}
 			p.Lifecycle.Append(fx.StopHook(b.Close))
 			return b, nil

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Log is one topic's log over one JetStream stream: contract.Log for the
@@ -27,9 +28,13 @@ import (
 // stored (a stream stores in sequence order, a replicated one applies its
 // log in order), so the high watermark covers only stored messages.
 //
-// StartOffset is cached: read when the log opens and refreshed by Stats
-// and by a read that finds its message gone. Nothing in the broker deletes
-// messages of a JetStream topic yet, so it stays 0.
+// StartOffset is cached: read when the log opens and refreshed by Stats,
+// by a read that finds its message gone and, on a stream with limits, in
+// the background by a StartOffset call at least startRefresh after the
+// last refresh (the call itself never waits). It moves up as JetStream
+// drops the head of the stream by its MaxAge and MaxBytes (the topic's
+// retention policy, Options.Retention); a read below it, or of a message
+// dropped since the cache was filled, is a *contract.OffsetExpiredError.
 //
 // Safe for concurrent use.
 type Log struct {
@@ -43,6 +48,14 @@ type Log struct {
 	hw     atomic.Int64 // one past the last offset known stored
 	start  atomic.Int64 // cached log start offset
 	closed atomic.Bool
+
+	// The background refresh of start (StartOffset): only when the
+	// stream has limits; one at a time; the last one's time (Unix ns).
+	limited     bool
+	refreshing  atomic.Bool
+	refreshedAt atomic.Int64
+	refreshMu   sync.Mutex     // orders a refresh's start with Close
+	refreshWG   sync.WaitGroup // held by a refresh in flight; Close waits
 
 	mu      sync.Mutex
 	waiters map[int64]chan struct{} // Notify channels by offset
@@ -80,6 +93,11 @@ type Options struct {
 	// as their duplicate window, and single appends carry the message's id
 	// (Nats-Msg-Id) while it is above 0. 0 = ids are not deduplicated.
 	DedupWindow time.Duration
+	// Retention is a topic's retention policy (mmmq.broker.retention:
+	// retention.Options.PolicyFor), set on its stream as MaxAge and
+	// MaxBytes when the stream is created or opened; nil creates streams
+	// without limits and leaves the limits of existing ones as they are.
+	Retention func(topic string) storage.RetentionPolicy
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between
@@ -115,9 +133,11 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		cps:         cps,
 		waiters:     map[int64]chan struct{}{},
 		opened:      map[string]contract.Checkpoint{},
+		limited:     info.Config.MaxAge > 0 || info.Config.MaxBytes > 0,
 	}
 	l.hw.Store(int64(info.State.LastSeq))
 	l.setStart(info.State)
+	l.refreshedAt.Store(time.Now().UnixNano())
 	if l.ajs, err = l.newAsyncPublisher(o.RequestTimeout); err != nil {
 		return nil, fmt.Errorf("open topic %s: %w", topic, classify(err))
 	}
@@ -136,10 +156,18 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 }
 
 // setStart caches the log start offset from a stream state: FirstSeq-1
-// (an empty new stream reports FirstSeq 0; a purged one LastSeq+1).
+// (an empty new stream reports FirstSeq 0; one whose every message was
+// dropped LastSeq+1). It never moves down: a state read before another
+// one that saw more of the head dropped is older.
 func (l *Log) setStart(st jetstream.StreamState) {
-	if st.FirstSeq > 0 {
-		l.start.Store(int64(st.FirstSeq) - 1)
+	if st.FirstSeq == 0 {
+		return
+	}
+	s := int64(st.FirstSeq) - 1
+	for cur := l.start.Load(); s > cur; cur = l.start.Load() {
+		if l.start.CompareAndSwap(cur, s) {
+			return
+		}
 	}
 }
 
@@ -197,8 +225,40 @@ func (l *Log) Notify(offset int64) <-chan struct{} {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// StartOffset is the cached log start offset (see Log).
-func (l *Log) StartOffset() int64 { return l.start.Load() }
+// startRefresh is the least time between two background refreshes of a
+// log's start offset.
+const startRefresh = time.Second
+
+// StartOffset is the cached log start offset (see Log). On a stream with
+// limits, a call startRefresh or more after the last refresh starts one
+// in the background (one stream-info request) and returns the cached
+// value without waiting.
+func (l *Log) StartOffset() int64 {
+	if l.limited && time.Now().UnixNano()-l.refreshedAt.Load() >= int64(startRefresh) && l.refreshing.CompareAndSwap(false, true) {
+		l.refreshMu.Lock()
+		if l.closed.Load() {
+			l.refreshing.Store(false)
+		} else {
+			l.refreshWG.Add(1)
+			go l.refreshStart()
+		}
+		l.refreshMu.Unlock()
+	}
+	return l.start.Load()
+}
+
+// refreshStart reads the stream's state and caches its start offset (a
+// failure leaves the cache as it was, retried after startRefresh).
+func (l *Log) refreshStart() {
+	defer l.refreshWG.Done()
+	defer l.refreshing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+	defer cancel()
+	if info, err := l.str.Info(ctx); err == nil {
+		l.setStart(info.State)
+	}
+	l.refreshedAt.Store(time.Now().UnixNano())
+}
 
 // Stats asks the cluster for the stream's state (one request, bounded by
 // the request timeout): Bytes is the stream's stored bytes (one replica's,
@@ -294,6 +354,9 @@ func (l *Log) Close() error {
 	case <-l.cons.Closed():
 	case <-ctx.Done():
 	}
+	l.refreshMu.Lock() // a refresh started from now on sees closed
+	l.refreshMu.Unlock()
+	l.refreshWG.Wait()
 	return err
 }
 

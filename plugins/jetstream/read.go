@@ -25,8 +25,11 @@ const readParallel = 16
 // stream's leader (stream sequence offset+1; the leader has every message
 // below the high watermark, where a follower answering a direct get might
 // not yet). Errors: ErrOutOfRange for a negative offset or one at or beyond
-// the high watermark; a *contract.OffsetExpiredError below StartOffset;
-// ErrClosed; ErrTimeout or ErrUnavailable from the cluster.
+// the high watermark; a *contract.OffsetExpiredError below StartOffset,
+// also when JetStream dropped the message (MaxAge, MaxBytes) after the
+// start offset was cached: a message not found refreshes the start from
+// the stream's state; ErrClosed; ErrTimeout or ErrUnavailable from the
+// cluster.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	if l.closed.Load() {
 		return nil, fmt.Errorf("read topic %s: %w", l.topic, ErrClosed)
@@ -115,7 +118,16 @@ func (l *Log) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 // message JSON's "timestamp", Unix ms, as the local log uses) is at or
 // after t, or HighWatermark() when there is none: a binary search of
 // O(log n) Reads. A message without a timestamp counts as older than any
-// t. Errors: those of Read.
+// t. A search that meets a message JetStream dropped since the start
+// offset was cached (the Read refreshed it) searches again from the new
+// start, up to 3 times. Errors: those of Read.
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
-	return contract.SearchTime(l, t)
+	off, err := contract.SearchTime(l, t)
+	for range 3 {
+		if !errors.Is(err, contract.ErrOffsetExpired) {
+			break
+		}
+		off, err = contract.SearchTime(l, t)
+	}
+	return off, err
 }
