@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // How the brokers sharing a cluster divide the work (contract.WorkLeaser,
@@ -142,7 +143,8 @@ func holderName(node string) string {
 // the cluster (a full listing at start and every topicRelist) and every
 // topic created later by any broker (JetStream's stream-created
 // advisories), until stop (topicqueue.TopicWatcher).
-func (b *Backend) WatchTopics(fn func(name string)) (stop func(), err error) {
+func (b *Backend) WatchTopics(fn func(topicqueue.TopicEvent)) (stop func(), err error) {
+	emit := func(t string) { fn(topicqueue.TopicEvent{Name: t}) }
 	streams := make(chan string, 256)
 	sub, err := b.nc.Subscribe(advisoryStreamCreated, func(m *nats.Msg) {
 		var a struct {
@@ -162,7 +164,7 @@ func (b *Backend) WatchTopics(fn func(name string)) (stop func(), err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.watchLoop(ctx, streams, fn)
+		b.watchLoop(ctx, streams, emit)
 	}()
 	return func() {
 		_ = sub.Unsubscribe()
