@@ -173,30 +173,21 @@ func (r *Registry) forget(q *TopicQueue, subs []func(*TopicQueue)) {
 
 // forgetDeleted forgets topic name, deleted through another node (a
 // TopicWatcher's event), as Delete does but without removing anything
-// stored: that node did. It first waits for a creation or deletion of name
-// in progress here. A quarantined topic leaves quarantine. It does nothing
-// and returns false when name is neither open nor quarantined, when the
-// registry is closed, or when incarnation is not "" and differs from the
-// open topic's (the event is about an older incarnation). A later publish
-// creates the topic anew.
+// stored: that node did. A quarantined topic leaves quarantine. It does
+// nothing and returns false when name is neither open nor quarantined, when
+// the registry is closed, when incarnation is not "" and differs from the
+// open topic's (the event is about an older incarnation), or while name is
+// being created or deleted here (what is being created may be the topic
+// made anew after the deletion; a watch reports a deletion it missed so
+// again later). A later publish creates the topic anew.
 func (r *Registry) forgetDeleted(name, incarnation string) bool {
 	r.mu.Lock()
-	for {
-		o := r.opening[name]
-		if o == nil {
-			o = r.deleting[name]
-		}
-		if o == nil {
-			break
-		}
-		r.mu.Unlock()
-		<-o.done
-		r.mu.Lock()
-	}
 	q, open := r.topics[name]
 	_, quarantined := r.quarantined[name]
+	_, creating := r.opening[name]
+	_, deleting := r.deleting[name]
 	stale := open && incarnation != "" && q.Incarnation() != "" && q.Incarnation() != incarnation
-	if r.closed || stale || (!open && !quarantined) {
+	if r.closed || stale || creating || deleting || (!open && !quarantined) {
 		r.mu.Unlock()
 		return false
 	}
