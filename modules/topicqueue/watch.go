@@ -67,7 +67,7 @@ func (r *Registry) watch(log *zap.Logger) error {
 		log.Info("topic created through another node", zap.String("topic", ev.Name))
 	})
 	if err != nil {
-		return fmt.Errorf("recovery: watch for topics created by other nodes: %w", err)
+		return fmt.Errorf("recovery: watch for topics created or deleted by other nodes: %w", err)
 	}
 	r.mu.Lock()
 	r.stopWatch = stop
