@@ -190,7 +190,7 @@ func (w *topicWatch) list(ctx context.Context) {
 
 // streamCreated reports the topic of stream s, created by some broker.
 func (w *topicWatch) streamCreated(ctx context.Context, s string) {
-	info, err := w.b.lookupStream(ctx, s)
+	info, err := w.lookupCreated(ctx, s)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return // deleted again: its deleted advisory follows
@@ -202,6 +202,26 @@ func (w *topicWatch) streamCreated(ctx context.Context, s string) {
 		if t, _, ok := DecodeStreamName(w.b.cfg.StreamPrefix, s); ok {
 			w.exists(ctx, listedStream{stream: s, topic: t})
 		}
+	}
+}
+
+// lookupCreated looks up stream s of a created advisory. The server sends
+// that advisory before it registers the stream with the account, so a
+// lookup right after it may not find the stream yet: ErrStreamNotFound is
+// retried, 5 times over about 600ms.
+func (w *topicWatch) lookupCreated(ctx context.Context, s string) (*jetstream.StreamInfo, error) {
+	delay := 20 * time.Millisecond
+	for i := 0; ; i++ {
+		info, err := w.b.lookupStream(ctx, s)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || i == 5 {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay *= 2
 	}
 }
 
