@@ -109,28 +109,12 @@ func (r *Registry) Delete(name string) error {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
 	}
-	d := &opening{done: make(chan struct{})}
-	r.deleting[name] = d
-	delete(r.topics, name)
-	subs := sortedSubs(r.delSubs)
+	d, subs := r.beginDelete(name)
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		delete(r.deleting, name)
-		r.mu.Unlock()
-		close(d.done)
-	}()
+	defer r.endDelete(name, d)
 
 	if open {
-		q.deleted.Store(true)
-		for _, fn := range subs {
-			fn(q)
-		}
-		q.dd.Close() // a topic created anew starts with an empty window
-		if err := q.log.Close(); err != nil {
-			// A failed log closes with its failure: it is deleted all the same.
-			r.log.Warn("closing the log of a topic being deleted", zap.String("topic", name), zap.Error(err))
-		}
+		r.forget(q, subs)
 	}
 	stored, err := del.Delete(name)
 	r.mu.Lock()
@@ -151,6 +135,72 @@ func (r *Registry) Delete(name string) error {
 	}
 	r.log.Info("topic deleted", zap.String("topic", name))
 	return nil
+}
+
+// beginDelete marks topic name as being deleted (creators wait for
+// endDelete) and takes it out of Get and List; it returns the mark and the
+// SubscribeDeletes subscribers to tell. r.mu must be held.
+func (r *Registry) beginDelete(name string) (*opening, []func(*TopicQueue)) {
+	d := &opening{done: make(chan struct{})}
+	r.deleting[name] = d
+	delete(r.topics, name)
+	return d, sortedSubs(r.delSubs)
+}
+
+// endDelete ends the deletion beginDelete marked: waiting creators go on.
+func (r *Registry) endDelete(name string, d *opening) {
+	r.mu.Lock()
+	delete(r.deleting, name)
+	r.mu.Unlock()
+	close(d.done)
+}
+
+// forget is the in-memory part of a deletion, shared by Delete and
+// forgetDeleted: q, already taken out of the registry (beginDelete), is
+// marked deleted, subs (the SubscribeDeletes subscribers) are told, and its
+// dedup window and log are closed. Nothing stored is removed.
+func (r *Registry) forget(q *TopicQueue, subs []func(*TopicQueue)) {
+	q.deleted.Store(true)
+	for _, fn := range subs {
+		fn(q)
+	}
+	q.dd.Close() // a topic created anew starts with an empty window
+	if err := q.log.Close(); err != nil {
+		// A failed log closes with its failure: it is deleted all the same.
+		r.log.Warn("closing the log of a topic being deleted", zap.String("topic", q.name), zap.Error(err))
+	}
+}
+
+// forgetDeleted forgets topic name, deleted through another node (a
+// TopicWatcher's event), as Delete does but without removing anything
+// stored: that node did. A quarantined topic leaves quarantine. It does
+// nothing and returns false when name is neither open nor quarantined, when
+// the registry is closed, when incarnation is not "" and differs from the
+// open topic's (the event is about an older incarnation), or while name is
+// being created or deleted here (what is being created may be the topic
+// made anew after the deletion; a watch reports a deletion it missed so
+// again later). A later publish creates the topic anew.
+func (r *Registry) forgetDeleted(name, incarnation string) bool {
+	r.mu.Lock()
+	q, open := r.topics[name]
+	_, quarantined := r.quarantined[name]
+	_, creating := r.opening[name]
+	_, deleting := r.deleting[name]
+	stale := open && incarnation != "" && q.Incarnation() != "" && q.Incarnation() != incarnation
+	if r.closed || stale || creating || deleting || (!open && !quarantined) {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.quarantined, name)
+	if !open {
+		r.mu.Unlock()
+		return true
+	}
+	d, subs := r.beginDelete(name)
+	r.mu.Unlock()
+	defer r.endDelete(name, d)
+	r.forget(q, subs)
+	return true
 }
 
 // maxPublishRetries bounds how often Publish moves on to a topic created

@@ -36,8 +36,8 @@ type Report struct {
 // holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary. On a backend shared by several broker nodes
-// (a TopicWatcher) it then follows the topics other nodes create, until
-// Close.
+// (a TopicWatcher) it then follows the topics other nodes create and
+// delete, until Close.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}

@@ -48,7 +48,7 @@ type Registry struct {
 	delSubs     map[int]func(*TopicQueue)
 	nextSub     int
 	closed      bool
-	// stopWatch ends the watch for topics created by other nodes
+	// stopWatch ends the watch for topics created or deleted by other nodes
 	// (watch.go); nil when there is none.
 	stopWatch func()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +36,11 @@ type Backend struct {
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	cps  checkpointStore
+
+	// opened holds, by stream name, what Open last opened, for the topic
+	// watch (WatchTopics).
+	openedMu sync.Mutex
+	opened   map[string]openedStream
 
 	// The last Healthy answer and when it was made.
 	healthMu  sync.Mutex
@@ -240,7 +244,12 @@ func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 	if str, err = b.applyRetention(ctx, str, name); err != nil {
 		return nil, fmt.Errorf("open topic %s: %w", name, err)
 	}
-	return openLog(ctx, b.nc, str, name, b.opts, b.cps)
+	l, err := openLog(ctx, b.nc, str, name, b.opts, b.cps)
+	if err != nil {
+		return nil, err
+	}
+	b.noteOpen(sname, name, l.incarnation)
+	return l, nil
 }
 
 // streamConfig is the configuration of topic's new stream (see Open).
@@ -319,21 +328,12 @@ func (b *Backend) applyRetention(ctx context.Context, str jetstream.Stream, topi
 // decoded stream name (DecodeStreamName); a stream with neither is
 // skipped.
 func (b *Backend) Topics() (names, skipped []string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*b.cfg.RequestTimeout)
-	defer cancel()
-	l := b.js.ListStreams(ctx, jetstream.WithStreamListSubject(b.cfg.StreamPrefix+".t.>"))
-	for info := range l.Info() {
-		name := info.Config.Name
-		if t := info.Config.Metadata[MetaTopic]; t != "" && contract.ValidateTopic(t) == nil && StreamName(b.cfg.StreamPrefix, t) == name {
-			names = append(names, t)
-		} else if t, _, ok := DecodeStreamName(b.cfg.StreamPrefix, name); ok {
-			names = append(names, t)
-		} else if strings.HasPrefix(name, b.cfg.StreamPrefix+"_") {
-			skipped = append(skipped, name)
-		}
+	streams, skipped, err := b.listStreams()
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := l.Err(); err != nil {
-		return nil, nil, fmt.Errorf("jetstream: list streams: %w", classify(err))
+	for _, s := range streams {
+		names = append(names, s.topic)
 	}
 	sort.Strings(names)
 	return names, skipped, nil
@@ -354,6 +354,7 @@ func (b *Backend) Delete(name string) (stored bool, err error) {
 	if err := b.js.DeleteStream(ctx, sname); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return true, fmt.Errorf("delete stream %s: %w", sname, classify(err))
 	}
+	b.forgetOpen(sname)
 	return false, b.cps.remove(name)
 }
 

@@ -2,11 +2,9 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,16 +19,8 @@ import (
 // (reader, topic) in the bucket <prefix>-leases (LeaseStore), renewed every
 // third of mmmq.jetstream.lease-timeout; the checkpoints in
 // <prefix>-checkpoints (CheckpointStore) remember the epoch of their last
-// commit; and each broker learns of the topics the others create from
-// JetStream's stream-created advisories, with a full listing every
-// topicRelist in case an advisory was missed (a reconnect).
-
-// topicRelist is how often WatchTopics lists every stream again.
-const topicRelist = 30 * time.Second
-
-// advisoryStreamCreated is the subject of JetStream's stream-created
-// advisories (the stream name is the last token and the "stream" member).
-const advisoryStreamCreated = "$JS.EVENT.ADVISORY.STREAM.CREATED.>"
+// commit; and each broker learns of the topics the others create and
+// delete from JetStream's stream advisories (WatchTopics).
 
 // kvCheckpoints is the Log's checkpointStore over a CheckpointStore.
 type kvCheckpoints struct{ s *CheckpointStore }
@@ -136,85 +126,6 @@ func holderName(node string) string {
 		node, _ = os.Hostname()
 	}
 	return fmt.Sprintf("%s-%d", node, os.Getpid())
-}
-
-// WatchTopics calls fn, on one goroutine of its own, with every topic of
-// the cluster (a full listing at start and every topicRelist) and every
-// topic created later by any broker (JetStream's stream-created
-// advisories), until stop (topicqueue.TopicWatcher).
-func (b *Backend) WatchTopics(fn func(name string)) (stop func(), err error) {
-	streams := make(chan string, 256)
-	sub, err := b.nc.Subscribe(advisoryStreamCreated, func(m *nats.Msg) {
-		var a struct {
-			Stream string `json:"stream"`
-		}
-		if json.Unmarshal(m.Data, &a) == nil && strings.HasPrefix(a.Stream, b.cfg.StreamPrefix+"_") {
-			select {
-			case streams <- a.Stream:
-			default: // full: the next listing finds it
-			}
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: subscribe to stream advisories: %w", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		b.watchLoop(ctx, streams, fn)
-	}()
-	return func() {
-		_ = sub.Unsubscribe()
-		cancel()
-		<-done
-	}, nil
-}
-
-func (b *Backend) watchLoop(ctx context.Context, streams <-chan string, fn func(string)) {
-	relist := time.NewTicker(topicRelist)
-	defer relist.Stop()
-	b.listTopics(ctx, fn)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case s := <-streams:
-			if t, ok := b.topicOfStream(ctx, s); ok {
-				fn(t)
-			}
-		case <-relist.C:
-			b.listTopics(ctx, fn)
-		}
-	}
-}
-
-func (b *Backend) listTopics(ctx context.Context, fn func(string)) {
-	names, _, err := b.Topics()
-	if err != nil {
-		b.opts.Logger.Warn("list topics for the topic watch", zap.Error(err))
-		return
-	}
-	for _, n := range names {
-		if ctx.Err() != nil {
-			return
-		}
-		fn(n)
-	}
-}
-
-// topicOfStream is the topic stream s holds: its MetaTopic metadata when
-// that names s, else the decoded stream name.
-func (b *Backend) topicOfStream(ctx context.Context, s string) (string, bool) {
-	ictx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-	defer cancel()
-	if str, err := b.js.Stream(ictx, s); err == nil {
-		if t := str.CachedInfo().Config.Metadata[MetaTopic]; t != "" && contract.ValidateTopic(t) == nil && StreamName(b.cfg.StreamPrefix, t) == s {
-			return t, true
-		}
-	}
-	t, _, ok := DecodeStreamName(b.cfg.StreamPrefix, s)
-	return t, ok
 }
 
 // healthEvery is how long a Healthy answer is reused: /readyz may be

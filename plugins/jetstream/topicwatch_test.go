@@ -1,0 +1,158 @@
+package jetstream
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// watchEvents starts b's topic watch into a channel, stopped at cleanup.
+func watchEvents(t *testing.T, b *Backend) <-chan topicqueue.TopicEvent {
+	t.Helper()
+	events := make(chan topicqueue.TopicEvent, 1024)
+	stop, err := b.WatchTopics(func(ev topicqueue.TopicEvent) { events <- ev })
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return events
+}
+
+// awaitEvent returns the first event want accepts within 10 s, skipping
+// the others (listings repeat topics).
+func awaitEvent(t *testing.T, events <-chan topicqueue.TopicEvent, what string, want func(topicqueue.TopicEvent) bool) topicqueue.TopicEvent {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if want(ev) {
+				return ev
+			}
+		case <-deadline:
+			t.Fatalf("no %s reported within 10s", what)
+		}
+	}
+}
+
+// openOn opens topic through b as its registry would (not closed at
+// cleanup: the test closes it, or the stream is deleted under it).
+func openOn(t *testing.T, b *Backend, topic string, create bool) *Log {
+	t.Helper()
+	l, err := b.Open(topic, create)
+	require.NoError(t, err)
+	return l.(*Log)
+}
+
+// Two brokers on one server: a topic deleted through a is reported
+// deleted by b's watch (the advisory), with the incarnation b has open; a
+// topic created again through a is reported created with its new
+// incarnation. Long topic names (hashed stream names) map back too.
+func TestWatchTopicsReportsDeletionsAcrossBrokers(t *testing.T) {
+	s := startServer(t)
+	a, b := connect(t, s), connect(t, s)
+	events := watchEvents(t, b)
+	long := "h" + strings.Repeat("-", 130) // its stream name is hashed
+	_, hashed, _ := DecodeStreamName(b.cfg.StreamPrefix, StreamName(b.cfg.StreamPrefix, long))
+	require.True(t, hashed)
+
+	for _, topic := range []string{"del.topic", long} {
+		la := openOn(t, a, topic, true)
+		awaitEvent(t, events, "creation of "+topic, func(ev topicqueue.TopicEvent) bool {
+			return ev.Name == topic && !ev.Deleted && ev.Incarnation == la.Incarnation()
+		})
+		lb := openOn(t, b, topic, false) // b's registry opens it
+		require.NoError(t, la.Close())
+		_, err := a.Delete(topic)
+		require.NoError(t, err)
+		awaitEvent(t, events, "deletion of "+topic, func(ev topicqueue.TopicEvent) bool {
+			return ev.Name == topic && ev.Deleted && ev.Incarnation == lb.Incarnation()
+		})
+		require.NoError(t, lb.Close())
+
+		again := openOn(t, a, topic, true)
+		require.NotEqual(t, la.Incarnation(), again.Incarnation())
+		awaitEvent(t, events, "re-creation of "+topic, func(ev topicqueue.TopicEvent) bool {
+			return ev.Name == topic && !ev.Deleted && ev.Incarnation == again.Incarnation()
+		})
+		require.NoError(t, again.Close())
+	}
+}
+
+// Deletions whose advisories were missed are found by the listing: a
+// topic deleted and created again through a is reported deleted (the
+// incarnation b has open), then created (the new one); a topic deleted
+// for good is reported deleted once a lookup confirms it; a live topic is
+// never reported deleted.
+func TestWatchTopicsListingFindsMissedDeletions(t *testing.T) {
+	s := startServer(t)
+	a, b := connect(t, s), connect(t, s)
+	var got []topicqueue.TopicEvent
+	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev topicqueue.TopicEvent) { got = append(got, ev) }}
+	ctx := context.Background()
+
+	for _, topic := range []string{"replaced", "gone", "live"} {
+		require.NoError(t, openOn(t, a, topic, true).Close())
+	}
+	old := openOn(t, b, "replaced", false)
+	defer old.Close()
+	w.list(ctx)
+	require.Len(t, got, 3)
+	for _, ev := range got {
+		require.False(t, ev.Deleted, "%+v", ev)
+	}
+
+	for _, topic := range []string{"replaced", "gone"} {
+		_, err := a.Delete(topic)
+		require.NoError(t, err)
+	}
+	again := openOn(t, a, "replaced", true)
+	defer again.Close()
+	got = nil
+	w.list(ctx)
+	var deleted []topicqueue.TopicEvent
+	replacedAt, recreatedAt := -1, -1
+	for i, ev := range got {
+		switch {
+		case ev.Deleted:
+			deleted = append(deleted, ev)
+			if ev.Name == "replaced" {
+				replacedAt = i
+			}
+		case ev.Name == "replaced":
+			recreatedAt = i
+			require.Equal(t, again.Incarnation(), ev.Incarnation)
+		}
+	}
+	require.ElementsMatch(t, []topicqueue.TopicEvent{
+		{Name: "replaced", Deleted: true, Incarnation: old.Incarnation()},
+		{Name: "gone", Deleted: true},
+	}, deleted)
+	require.True(t, replacedAt >= 0 && replacedAt < recreatedAt, "replaced: deleted at %d, created at %d", replacedAt, recreatedAt)
+
+	got = nil
+	w.list(ctx) // nothing changed: nothing deleted
+	for _, ev := range got {
+		require.False(t, ev.Deleted, "%+v", ev)
+	}
+}
+
+// A topic deleted and created again through this broker is not reported
+// deleted by the late advisory of its first deletion: the stream open
+// here is the new one.
+func TestWatchTopicsIgnoresOwnRecreation(t *testing.T) {
+	b := connect(t, startServer(t))
+	var got []topicqueue.TopicEvent
+	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev topicqueue.TopicEvent) { got = append(got, ev) }}
+	l := openOn(t, b, "mine", true)
+	require.NoError(t, l.Close())
+	_, err := b.Delete("mine")
+	require.NoError(t, err)
+	again := openOn(t, b, "mine", true)
+	defer again.Close()
+	w.streamDeleted(context.Background(), StreamName(b.cfg.StreamPrefix, "mine"))
+	require.Empty(t, got)
+}
