@@ -27,8 +27,10 @@ const (
 )
 
 // Backend stores every topic in a JetStream stream of one NATS cluster
-// (topicqueue.Backend, and topicqueue.Deleter): several brokers with the
-// same servers and stream prefix share the topics, each broker stateless.
+// (topicqueue.Backend, Deleter, TopicWatcher: topics created and deleted
+// through other brokers, and HealthChecker: /readyz follows the
+// connection): several brokers with the same servers and stream prefix
+// share the topics, each broker stateless.
 // It holds one NATS connection, which reconnects for ever once made.
 type Backend struct {
 	cfg  Config
