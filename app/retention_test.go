@@ -54,23 +54,7 @@ func topicDirBytes(t *testing.T, dir string) int64 {
 // read before the deletion it still delivers.
 func TestRetentionEndToEnd(t *testing.T) {
 	const topic, segMax, maxBytes = "ret.t", 4096, 40960
-	var up atomic.Bool
-	var mu sync.Mutex
-	var got []int64
-	cons := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if !up.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable) // abnormal: the dispatcher backs off, stays at its offset
-			return
-		}
-		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
-		mu.Lock()
-		got = append(got, off)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"acknowledgement":"ACK"}`)
-	}))
-	t.Cleanup(cons.Close)
+	cons := newGatedConsumer(t)
 
 	root := t.TempDir()
 	cfg := testConfig(t, root)
@@ -127,15 +111,12 @@ func TestRetentionEndToEnd(t *testing.T) {
 	assert.Equal(t, "OFFSET_EXPIRED", body["code"])
 	assert.EqualValues(t, start, body["startOffset"])
 
-	up.Store(true)
+	cons.up.Store(true)
 	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		got := cons.offsets()
 		return len(got) > 0 && got[len(got)-1] == 4999
 	}, 30*time.Second, 10*time.Millisecond)
-	mu.Lock()
-	delivered := append([]int64(nil), got...)
-	mu.Unlock()
+	delivered := cons.offsets()
 	// The worker may still deliver the batch it had read before the
 	// deletion (offsets 0..k-1, held in memory); then it continues at the
 	// start offset: never a gap inside what it delivers, nothing twice.
@@ -171,23 +152,7 @@ func TestRetentionEndToEnd(t *testing.T) {
 // what it never delivered, as on the local backend.
 func TestRetentionJetStreamEndToEnd(t *testing.T) {
 	const topic, n = "ret.js", 400
-	var up atomic.Bool
-	var mu sync.Mutex
-	var got []int64
-	cons := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if !up.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
-		mu.Lock()
-		got = append(got, off)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"acknowledgement":"ACK"}`)
-	}))
-	t.Cleanup(cons.Close)
+	cons := newGatedConsumer(t)
 
 	cfg := testConfig(t, t.TempDir())
 	_, _ = backends[1].setup(t, cfg) // jetstream
@@ -233,15 +198,12 @@ func TestRetentionJetStreamEndToEnd(t *testing.T) {
 	assert.Equal(t, "OFFSET_EXPIRED", body["code"])
 	assert.GreaterOrEqual(t, body["startOffset"], float64(start))
 
-	up.Store(true)
+	cons.up.Store(true)
 	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
+		got := cons.offsets()
 		return len(got) > 0 && got[len(got)-1] == n-1
 	}, 30*time.Second, 10*time.Millisecond)
-	mu.Lock()
-	delivered := append([]int64(nil), got...)
-	mu.Unlock()
+	delivered := cons.offsets()
 	// What the worker read before the head was dropped it still delivers;
 	// what was dropped before it read it is skipped, warned about with
 	// the count: every offset is one or the other, once, in order.
@@ -256,4 +218,40 @@ func TestRetentionJetStreamEndToEnd(t *testing.T) {
 	}
 	assert.Equal(t, int64(n), int64(len(delivered))+skipped, "delivered + never-delivered")
 	t.Logf("start offset %d after %d publishes; delivered %d, skipped %d in %d warnings", start, n, len(delivered), skipped, len(warned))
+}
+
+// gatedConsumer is a push consumer that answers 503 (abnormal: the
+// dispatcher backs off and stays at its offset) until up is set, then ACKs
+// every push and records its mmmq-offset.
+type gatedConsumer struct {
+	*httptest.Server
+	up  atomic.Bool
+	mu  sync.Mutex
+	got []int64
+}
+
+func newGatedConsumer(t *testing.T) *gatedConsumer {
+	c := &gatedConsumer{}
+	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if !c.up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		off, _ := strconv.ParseInt(r.Header.Get("mmmq-offset"), 10, 64)
+		c.mu.Lock()
+		c.got = append(c.got, off)
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"acknowledgement":"ACK"}`)
+	}))
+	t.Cleanup(c.Close)
+	return c
+}
+
+// offsets is a copy of the offsets ACKed so far, in arrival order.
+func (c *gatedConsumer) offsets() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int64(nil), c.got...)
 }
