@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -52,8 +53,13 @@ func TestDeleteTopic(t *testing.T) {
 		t.Fatalf("topic directory still there: %v", err)
 	}
 	wantNACK(t, a.call(http.MethodGet, "/topics/t/messages", "", ""), http.StatusNotFound, contract.CodeNotFound)
-	wantNACK(t, a.call(http.MethodDelete, "/topics/t", "", ""), http.StatusNotFound, contract.CodeNotFound, "t")
+	wantNACK(t, a.call(http.MethodDelete, "/topics/t", "", ""), http.StatusNotFound, contract.CodeNotFound, `topic "t" does not exist`)
 	wantNACK(t, a.call(http.MethodDelete, "/topics/a..b", "", ""), http.StatusBadRequest, contract.CodeBadRequest)
+	for _, path := range []string{"/topics/t", "/topics/a..b"} {
+		if body := a.call(http.MethodDelete, path, "", "").Body.String(); strings.Contains(body, "topicqueue:") {
+			t.Errorf("DELETE %s answers with the package's name: %s", path, body)
+		}
+	}
 	a.noTopics()
 
 	rec = a.call(http.MethodPost, "/messages", "application/json", `{"topic":"t","content":2}`)

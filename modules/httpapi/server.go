@@ -576,11 +576,19 @@ func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
 // while it is being created or deleted.
 func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
+	if err := contract.ValidateTopic(name); err != nil {
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
+		return
+	}
 	if err := authorizeTopic(r, contract.ActionAdmin, name); err != nil {
 		contract.WriteErr(w, err)
 		return
 	}
 	if err := s.reg.Delete(name); err != nil {
+		if errors.Is(err, topicqueue.ErrUnknownTopic) {
+			contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
+			return
+		}
 		c := contract.Classify(err)
 		if c.Status >= 500 {
 			s.log.Error("topic deletion failed", zap.String("topic", name), zap.Error(err))
