@@ -202,12 +202,12 @@ func (a *Admin) Status(name string) (Status, error) {
 		return Status{}, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
 	}
 	paused := a.m.Paused(name)
-	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: []TopicStatus{}}
-	now := time.Now()
 	all, err := a.m.DispatcherStatus(name)
 	if err != nil {
 		return Status{}, err
 	}
+	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: make([]TopicStatus, 0, len(all))}
+	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
