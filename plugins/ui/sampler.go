@@ -101,6 +101,13 @@ func (s *sampler) sample(now time.Time) {
 		}
 		lags[d.Name] = sum
 	}
+	s.record(ts, lags)
+}
+
+// record keeps ts and lags: at most rateSamples topic samples and
+// sparkPoints lags per dispatcher, and only the dispatchers in lags (a
+// removed one is forgotten).
+func (s *sampler) record(ts topicSample, lags map[string]int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.topics = append(s.topics, ts)
