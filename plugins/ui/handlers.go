@@ -102,7 +102,13 @@ func (u *UI) handleTopic(w http.ResponseWriter, r *http.Request, s session) {
 	c := newCollected()
 	u.readersOf(c, name)
 	st := q.Stats()
-	td := &topicData{N: n, Row: u.withReaders(c, topicRow{Name: name, Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments})}
+	row := topicRow{Name: name, Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments}
+	if old, ok := u.s.oldest(); ok {
+		if prev, ok := old.next[name]; ok && c.now.Sub(old.at) >= time.Second {
+			row.Rate, row.rateKnown = max(0, float64(st.NextOffset-prev)/c.now.Sub(old.at).Seconds()), true
+		}
+	}
+	td := &topicData{N: n, Row: u.withReaders(c, row)}
 	from := max(st.StartOffset, st.NextOffset-int64(n))
 	es, err := q.ReadBatch(from, n)
 	if err != nil {

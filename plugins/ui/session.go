@@ -16,6 +16,10 @@ import (
 // cookieName is the session cookie: the token itself.
 const cookieName = "mmmq_ui"
 
+// loginSession is the session the login form's CSRF token is made for:
+// there is none yet, and the form comes from this process.
+const loginSession = "login"
+
 // maxForm caps a form body (login token, seek target).
 const maxForm = 16 << 10
 
@@ -114,11 +118,12 @@ func (u *UI) handleLoginForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return
 	}
-	u.render(w, http.StatusOK, &pageData{Title: "Log in", Login: &loginData{}})
+	u.render(w, http.StatusOK, &pageData{Title: "Log in", CSRF: u.csrf(loginSession), Login: &loginData{}})
 }
 
-// handleLogin is POST /ui/login: a known token sets the cookie and
-// redirects to /ui/; an unknown one shows the form again with an error.
+// handleLogin is POST /ui/login: Origin and the form's csrf checked
+// (403), then a known token sets the cookie and redirects to /ui/; an
+// unknown one shows the form again with an error.
 func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
@@ -133,12 +138,16 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return
 	}
+	if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(u.csrf(loginSession))) {
+		u.fail(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or stale; reload the page and try again.")
+		return
+	}
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
 	p, err := u.o.Authenticator.Authenticate(tok)
 	if tok == "" || err != nil {
 		u.audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "ui login with an unknown token"),
 			zap.String("remote", r.RemoteAddr))
-		u.render(w, http.StatusOK, &pageData{Title: "Log in", Login: &loginData{Error: "Unknown token."}})
+		u.render(w, http.StatusOK, &pageData{Title: "Log in", CSRF: u.csrf(loginSession), Login: &loginData{Error: "Unknown token."}})
 		return
 	}
 	u.o.Logger.Info("ui login", zap.String("principal", p.Name()), zap.String("remote", r.RemoteAddr))
