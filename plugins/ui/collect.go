@@ -105,18 +105,29 @@ func (u *UI) collect(r *http.Request) *collected {
 		}
 	}
 	slices.SortFunc(c.failed, func(a, b failedTopic) int { return cmp.Compare(a.Name, b.Name) })
-	for _, d := range u.o.Admin.List() {
-		st, err := u.o.Admin.Status(d.Name)
-		if err != nil {
-			continue // removed meanwhile
-		}
-		c.dispatchers = append(c.dispatchers, st)
+	c.dispatchers = u.statuses()
+	for _, st := range c.dispatchers {
 		for _, t := range st.Topics {
-			c.readers[t.Topic] = append(c.readers[t.Topic], reader{Name: d.Name, Lag: t.Lag})
+			c.readers[t.Topic] = append(c.readers[t.Topic], reader{Name: st.Name, Lag: t.Lag})
 			c.lag[t.Topic] = max(c.lag[t.Topic], t.Lag)
 		}
 	}
 	return c
+}
+
+// statuses is every dispatcher's status (admin.Admin.Status), sorted by
+// name; none without the admin module.
+func (u *UI) statuses() []admin.Status {
+	if u.o.Admin == nil {
+		return nil
+	}
+	var out []admin.Status
+	for _, d := range u.o.Admin.List() {
+		if st, err := u.o.Admin.Status(d.Name); err == nil { // else removed meanwhile
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // listGroups lists the consumer groups of the topics with a group the

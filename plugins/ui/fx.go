@@ -20,12 +20,12 @@ type Params struct {
 	Config    Config
 	Storage   config.StorageConfig
 	Registry  *topicqueue.Registry
-	Admin     *admin.Admin
 	Logger    *zap.Logger
 	Lifecycle fx.Lifecycle
-	// Groups, SpaceGuard, Authenticator and JetStream are used when the
-	// graph has them (consumer groups, the disk guard, mmmq.auth, the
-	// JetStream backend's servers).
+	// Admin, Groups, SpaceGuard, Authenticator and JetStream are used
+	// when the graph has them (dispatchers, consumer groups, the disk
+	// guard, mmmq.auth, the JetStream backend's servers).
+	Admin         *admin.Admin           `optional:"true"`
 	Groups        *groups.Coordinator    `optional:"true"`
 	SpaceGuard    *storage.SpaceGuard    `optional:"true"`
 	Authenticator contract.Authenticator `optional:"true"`
@@ -62,9 +62,9 @@ func NewFromConfig(p Params) (Result, error) {
 
 // Module registers ConfigSection (and provides Config) and, when
 // mmmq.ui.enabled is true, provides the *UI and its route (GET /ui/ and
-// the pages below it, on the API port). It needs the topic registry and
-// the admin module's *admin.Admin; list it after admin.Module and before
-// httpapi.Module.
+// the pages below it, on the API port). It needs the topic registry; the
+// admin module's *admin.Admin, when present, gives the dispatchers. List it
+// after admin.Module and before httpapi.Module.
 var Module = fx.Module("ui",
 	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),

@@ -124,14 +124,10 @@ func (u *UI) handleTopic(w http.ResponseWriter, r *http.Request, s session) {
 
 // readersOf notes the dispatchers reading topic in c.
 func (u *UI) readersOf(c *collected, topic string) {
-	for _, ld := range u.o.Admin.List() {
-		st, err := u.o.Admin.Status(ld.Name)
-		if err != nil {
-			continue
-		}
+	for _, st := range u.statuses() {
 		for _, t := range st.Topics {
 			if t.Topic == topic {
-				c.readers[topic] = append(c.readers[topic], reader{Name: ld.Name, Lag: t.Lag})
+				c.readers[topic] = append(c.readers[topic], reader{Name: st.Name, Lag: t.Lag})
 				c.lag[topic] = max(c.lag[topic], t.Lag)
 			}
 		}
@@ -178,6 +174,10 @@ func (u *UI) handleAction(kind string) func(http.ResponseWriter, *http.Request, 
 		}
 		if !isAdmin(r) {
 			u.fail(w, r, http.StatusForbidden, "Forbidden: administering dispatchers needs the admin permission.")
+			return
+		}
+		if u.o.Admin == nil {
+			u.fail(w, r, http.StatusNotFound, "This broker has no admin module: dispatchers cannot be changed here.")
 			return
 		}
 		name := mux.Vars(r)["name"]

@@ -87,7 +87,11 @@ func (s *sampler) sample(now time.Time) {
 		ts.fsyncs += st.Fsyncs
 	}
 	lags := map[string]int64{}
-	for i, d := range s.adm.List() {
+	var ds []admin.Listed
+	if s.adm != nil {
+		ds = s.adm.List()
+	}
+	for i, d := range ds {
 		if i >= maxTracked {
 			break
 		}

@@ -60,8 +60,7 @@ var staticFS embed.FS
 // to the broker.
 const csp = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-// Options configures a UI. Registry and Admin are required; the others may
-// be zero.
+// Options configures a UI. Registry is required; the others may be zero.
 type Options struct {
 	// Config is mmmq.ui (zero fields: the defaults).
 	Config Config
@@ -69,7 +68,8 @@ type Options struct {
 	// backend jetstream, and the disk guard's min-free-bytes.
 	Storage  config.StorageConfig
 	Registry *topicqueue.Registry
-	Admin    *admin.Admin
+	// Admin is the admin module (dispatchers); nil: no dispatchers shown.
+	Admin *admin.Admin
 	// Groups is the consumer-group coordinator; nil: no groups shown.
 	Groups *groups.Coordinator
 	// SpaceGuard is the disk guard; nil: off.
@@ -99,10 +99,10 @@ type UI struct {
 }
 
 // New returns the status page over o; Start starts its sampler. Errors: a
-// missing Registry or Admin, or templates that do not parse.
+// missing Registry, or templates that do not parse.
 func New(o Options) (*UI, error) {
-	if o.Registry == nil || o.Admin == nil {
-		return nil, fmt.Errorf("ui: Options.Registry and Options.Admin are required")
+	if o.Registry == nil {
+		return nil, fmt.Errorf("ui: Options.Registry is required")
 	}
 	def := ConfigSection.Defaults()
 	if o.Config.Refresh <= 0 {
