@@ -36,6 +36,9 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -150,8 +153,9 @@ func (u *UI) Stop(context.Context) error {
 // AuthExempt is contract.AuthExempt: the UI authenticates /ui/ itself.
 func (u *UI) AuthExempt() []string { return []string{"/ui/"} }
 
-// Register adds the pages (HEAD is served wherever GET is, 405 with Allow
-// otherwise, by the HTTP server):
+// Register adds the pages (HEAD is served wherever GET is, by the HTTP
+// server; other methods get an HTML 405 with Allow, unknown paths under
+// /ui/ an HTML 404):
 //
 //	GET  /ui/                          overview, first topic page, dispatchers, groups
 //	GET  /ui/topics?page=N&sort=S&order=asc|desc
@@ -170,6 +174,52 @@ func (u *UI) Register(r *mux.Router) {
 	r.HandleFunc("/ui/login", u.open(u.handleLogin)).Methods(http.MethodPost)
 	r.HandleFunc("/ui/logout", u.open(u.handleLogout)).Methods(http.MethodPost)
 	r.HandleFunc("/ui/static/{file}", u.open(u.handleStatic)).Methods(http.MethodGet)
+	// Last: any other path under /ui/, or a method a page does not allow
+	// (HEAD is let through where GET is), gets an HTML 404 or 405 with the
+	// security headers instead of the API's JSON error. It has no path
+	// template, so the server's route checks do not count it.
+	r.MatcherFunc(func(req *http.Request, _ *mux.RouteMatch) bool {
+		if !strings.HasPrefix(req.URL.Path, "/ui/") {
+			return false
+		}
+		allow := allowOf(req.URL.Path)
+		return allow == "" || !slices.Contains(strings.Split(allow, ", "), req.Method)
+	}).HandlerFunc(u.open(u.handleUnrouted))
+}
+
+// uiPaths are the paths Register serves and the methods each allows, for
+// handleUnrouted; keep them in step with Register.
+var uiPaths = []struct {
+	re    *regexp.Regexp
+	allow string
+}{
+	{regexp.MustCompile(`^/ui/(topics(/[^/]+)?)?$`), "GET, HEAD"},
+	{regexp.MustCompile(`^/ui/static/[^/]+$`), "GET, HEAD"},
+	{regexp.MustCompile(`^/ui/dispatchers/[^/]+/(pause|resume|seek)$`), "POST"},
+	{regexp.MustCompile(`^/ui/login$`), "GET, HEAD, POST"},
+	{regexp.MustCompile(`^/ui/logout$`), "POST"},
+}
+
+// allowOf is the Allow header of path, "" when no page has it.
+func allowOf(path string) string {
+	for _, p := range uiPaths {
+		if p.re.MatchString(path) {
+			return p.allow
+		}
+	}
+	return ""
+}
+
+// handleUnrouted answers 404 for a path under /ui/ no page has, else 405
+// with Allow.
+func (u *UI) handleUnrouted(w http.ResponseWriter, r *http.Request) {
+	allow := allowOf(r.URL.Path)
+	if allow == "" {
+		u.fail(w, r, http.StatusNotFound, "No such page.")
+		return
+	}
+	w.Header().Set("Allow", allow)
+	u.fail(w, r, http.StatusMethodNotAllowed, "Method "+r.Method+" is not allowed here (allowed: "+allow+").")
 }
 
 // securityHeaders sets the headers every answer carries; pages also get

@@ -255,6 +255,18 @@ func TestUntrustedTextIsEscaped(t *testing.T) {
 	resp, _ = b.do(http.MethodGet, "/ui/dispatchers/evil/pause", "")
 	assert.Equal(t, 405, resp.StatusCode)
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
+	assertHeaders(t, resp.Header, "405")
+	resp, _ = b.do(http.MethodDelete, "/ui/login", "")
+	assert.Equal(t, 405, resp.StatusCode)
+	assert.Equal(t, "GET, HEAD, POST", resp.Header.Get("Allow"))
+	resp, page = b.do(http.MethodGet, "/ui/nothing/here", "")
+	assert.Equal(t, 404, resp.StatusCode)
+	assert.Contains(t, page, "No such page.")
+	assertHeaders(t, resp.Header, "unknown page")
+	for _, p := range []string{"/ui/", "/ui/topics", "/ui/topics/x.y", "/ui/static/ui.js"} {
+		resp, _ = b.do(http.MethodHead, p, "")
+		assert.Equal(t, 200, resp.StatusCode, "HEAD "+p)
+	}
 }
 
 // TestCSRF: a pause without the csrf field, with a wrong one, or from a
