@@ -24,7 +24,7 @@ type topicRow struct {
 	Lag                int64   // the largest lag of a reader
 	Readers            []reader
 	rateKnown          bool
-	failed             string
+	Failed             string // the log's failure, "" when healthy
 }
 
 // reader is a dispatcher or group reading a topic, with its lag.
@@ -86,7 +86,7 @@ func (u *UI) collect(r *http.Request) *collected {
 			continue
 		}
 		st := q.Stats()
-		row := topicRow{Name: q.Name(), Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments, failed: st.Failed}
+		row := topicRow{Name: q.Name(), Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments, Failed: st.Failed}
 		if c.windowSec > 0 {
 			if prev, ok := old.next[row.Name]; ok {
 				row.Rate, row.rateKnown = max(0, float64(st.NextOffset-prev)/c.windowSec), true
