@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/ui"
 )
 
@@ -31,6 +33,7 @@ type broker struct {
 	t     *testing.T
 	base  string
 	admin *admin.Admin
+	reg   *topicqueue.Registry
 	c     *http.Client // does not follow redirects
 }
 
@@ -49,7 +52,7 @@ func startBroker(t *testing.T, cfg *config.Config) *broker {
 	t.Helper()
 	var srv *httpapi.Server
 	b := &broker{t: t, c: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	ta := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv, &b.admin)))
+	ta := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv, &b.admin, &b.reg)))
 	ta.RequireStart()
 	t.Cleanup(ta.RequireStop)
 	b.base = "http://" + srv.Addr()
@@ -412,4 +415,15 @@ func uiConfig(per int) ui.Config {
 	c := ui.ConfigSection.Default()
 	c.TopicsPerPage = per
 	return c
+}
+
+// TestFailedTopics: a quarantined topic is listed in red with its cause
+// (escaped) and counted.
+func TestFailedTopics(t *testing.T) {
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "ok.t", "content": 1})
+	b.reg.Quarantine("broken.t", errors.New("corrupt entry at <offset 7>"))
+	_, page := b.do(http.MethodGet, "/ui/", "")
+	assert.Contains(t, page, `<dd data-k="failed-topics" class="num bad">1</dd>`)
+	assert.Contains(t, page, `<ul id="failed-topics"><li class="bad"><span class="name">broken.t</span>: <span class="cause">quarantined: corrupt entry at &lt;offset 7&gt;</span></li></ul>`)
 }
