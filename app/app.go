@@ -42,6 +42,7 @@ import (
 	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
+	"github.com/mmmq/mmmq/plugins/ui"
 )
 
 // StopTimeout bounds the whole graceful stop (HTTP drain, dispatch workers,
@@ -63,6 +64,7 @@ const (
 	Retention         = "retention"
 	Auth              = "auth"
 	Metrics           = "metrics"
+	UI                = "ui"
 	HTTPAPI           = "httpapi"
 	LineProto         = "lineproto"
 	Reload            = "reload"
@@ -81,11 +83,11 @@ type module struct {
 //
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
 //	       consumer groups → admin (dispatchers.json) → retention loop →
-//	       token-file polling → metrics → HTTP API → line
+//	       token-file polling → metrics → status page sampler → HTTP API → line
 //	       protocol → SIGHUP handler → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
-//	       token-file polling → retention loop → consumer groups → dispatchers drain → logs
+//	       status page sampler → token-file polling → retention loop → consumer groups → dispatchers drain → logs
 //	       close → lock released → NATS connection closed (backend jetstream) → logger flushed
 //
 // app_test.go's stop-order test pins this.
@@ -104,6 +106,7 @@ func defaults() []module {
 		{Retention, retention.Module}, // runs only when a retention limit is set
 		{Auth, auth.Module},           // mmmq.auth: tokens, limits; polls token files
 		{Metrics, metrics.Module},
+		{UI, ui.Module}, // the status page under /ui/ (mmmq.ui.enabled)
 		{HTTPAPI, httpapi.Module},
 		{LineProto, lineproto.Module}, // listens only when mmmq.lineproto.addr is set
 		{Reload, reload.Module},       // SIGHUP re-reads token files and TLS certificates
@@ -121,7 +124,7 @@ func Modules() fx.Option {
 }
 
 // Sections returns the configuration sections of the plugins in Modules
-// (mmmq.metrics, mmmq.lineproto and mmmq.jetstream), in a new slice, less those of modules
+// (mmmq.metrics, mmmq.ui, mmmq.lineproto and mmmq.jetstream), in a new slice, less those of modules
 // that edits (Without or Replace, as passed to New) take out. A binary that
 // loads the configuration before building the application passes them, plus
 // those of the plugins it adds, in config.LoadOptions.Sections, so that it
@@ -137,7 +140,7 @@ func Sections(edits ...fx.Option) []config.Section {
 	bySection := []struct {
 		module string
 		sec    config.Section
-	}{{Metrics, metrics.ConfigSection}, {LineProto, lineproto.ConfigSection}, {JetStream, jetstream.ConfigSection}}
+	}{{Metrics, metrics.ConfigSection}, {UI, ui.ConfigSection}, {LineProto, lineproto.ConfigSection}, {JetStream, jetstream.ConfigSection}}
 	var out []config.Section
 	for _, m := range bySection {
 		kept := true

@@ -194,7 +194,9 @@ func TestEveryRouteNeedsItsPermission(t *testing.T) {
 	require.NoError(t, b.srv.Walk(func(r *mux.Route, _ *mux.Router, _ []*mux.Route) error {
 		tpl, err1 := r.GetPathTemplate()
 		ms, err2 := r.GetMethods()
-		if err1 == nil && err2 == nil { // the HEAD-for-GET matchers have neither
+		// The status page (plugins/ui) authenticates /ui/ itself
+		// (contract.AuthExempt): TestStatusPageAuthenticatesItself.
+		if err1 == nil && err2 == nil && !strings.HasPrefix(tpl, "/ui/") { // the HEAD-for-GET matchers have neither
 			for _, m := range ms {
 				registered = append(registered, m+" "+tpl)
 			}
@@ -517,4 +519,34 @@ func TestAuthOffChangesNothing(t *testing.T) {
 		assert.Equal(t, 200, st)
 	}
 	assert.Zero(t, b.logs.FilterLoggerName("audit").Len(), "nothing to audit with auth off")
+}
+
+// TestStatusPageAuthenticatesItself: with authentication on, the status
+// page's paths are exempt from the bearer check (contract.AuthExempt) and
+// the page itself sends a visitor without a session to its login form;
+// its stylesheet and login form are open; a bearer token works too.
+func TestStatusPageAuthenticatesItself(t *testing.T) {
+	ts := tokenSet{}
+	b := startAuthBroker(t, authConfig(t, ts))
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		method, path, tok string
+		want              int
+	}{
+		{"GET", "/ui/", "", 303},
+		{"GET", "/ui/topics", "", 303},
+		{"POST", "/ui/dispatchers/d1/pause", "", 303},
+		{"GET", "/ui/login", "", 200},
+		{"GET", "/ui/static/style.css", "", 200},
+		{"GET", "/ui/", ts["all"], 200},
+		{"GET", "/ui/../topics", "", 401}, // not canonical: not exempt
+		{"GET", "/topics", "", 401},
+	} {
+		st, h, out := b.doWith(noFollow, tc.method, tc.path, tc.tok, "")
+		assert.Equal(t, tc.want, st, "%s %s: %s", tc.method, tc.path, out)
+		if tc.want == 303 {
+			assert.Equal(t, "/ui/login", h.Get("Location"), tc.path)
+		}
+	}
+	b.assertNoToken(ts)
 }

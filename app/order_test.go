@@ -74,6 +74,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/reload",     // SIGHUP ends the process again
 		"plugins/lineproto",  // stop accepting TCP, close connections
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
+		"plugins/ui",         // status page sampler
 		"modules/auth",       // token-file polling
 		"modules/retention",  // retention loop (a pass in progress finishes)
 		"modules/admin",      // the watch of a dispatcher store shared by several nodes
@@ -92,6 +93,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/admin", // dispatchers.json loaded after recovery, into the running manager
 		"modules/retention",
 		"modules/auth", // token-file polling
+		"plugins/ui",   // status page sampler
 		"modules/httpapi",
 		"plugins/lineproto",
 		"modules/reload",   // SIGHUP reloads from here on

@@ -182,20 +182,32 @@ type Status struct {
 }
 
 func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
-	name := mux.Vars(r)["name"]
-	d, ok := rt.a.set.Get(name)
-	if !ok {
-		contract.WriteErr(w, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name))
-		return
-	}
-	paused := rt.a.m.Paused(name)
-	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: []TopicStatus{}}
-	now := time.Now()
-	all, err := rt.a.m.DispatcherStatus(name)
+	st, err := rt.a.Status(mux.Vars(r)["name"])
 	if err != nil {
 		contract.WriteErr(w, err)
 		return
 	}
+	contract.WriteJSON(w, http.StatusOK, st)
+}
+
+// Status returns the dispatcher name as GET /mmmq/dispatchers/{name}
+// shows it: its spec (secrets redacted), source, dead-letter topic and,
+// per open topic it matches, its progress (Topics is [] when none, sorted
+// as the dispatcher manager lists the open topics). The status page
+// (plugins/ui) shows the same. Error: dispatcher.ErrUnknownDispatcher
+// (404) for an unknown name.
+func (a *Admin) Status(name string) (Status, error) {
+	d, ok := a.set.Get(name)
+	if !ok {
+		return Status{}, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
+	}
+	paused := a.m.Paused(name)
+	all, err := a.m.DispatcherStatus(name)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: make([]TopicStatus, 0, len(all))}
+	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
@@ -211,7 +223,7 @@ func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
 		}
 		st.Topics = append(st.Topics, ts)
 	}
-	contract.WriteJSON(w, http.StatusOK, st)
+	return st, nil
 }
 
 // SeekRequest is the body of POST /mmmq/dispatchers/{name}/seek: Topic is
@@ -235,35 +247,47 @@ func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
 			err = contract.BadRequest("invalid seek: %s", jsonProblem(derr))
 		}
 	}
-	var target func(dispatcher.Topic) (int64, error)
-	var match func(string) bool
+	var res []dispatcher.SeekResult
 	if err == nil {
-		target, err = parseTarget(req.To)
-	}
-	if err == nil {
-		match, err = topicMatcher(req.Topic)
+		res, err = rt.a.Seek(name, req)
 	}
 	if err != nil {
 		contract.WriteErr(w, err)
 		return
 	}
-	if _, ok := rt.a.set.Get(name); !ok {
-		contract.WriteErr(w, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name))
-		return
-	}
-	res, err := rt.a.m.Seek(name, match, target)
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "topics": res})
+}
+
+// Seek moves the dispatcher name's position on the open topics that match
+// both req.Topic (a name or pattern, "" = "**") and its patterns to req.To
+// (see SeekRequest), as POST /mmmq/dispatchers/{name}/seek does; it
+// returns one result per topic moved. Errors: 400 for an invalid "to" or
+// "topic", 404 for an unknown dispatcher or when no open topic matches
+// (nothing moved), 410 OFFSET_EXPIRED for an offset below a topic's log
+// start offset.
+func (a *Admin) Seek(name string, req SeekRequest) ([]dispatcher.SeekResult, error) {
+	target, err := parseTarget(req.To)
 	if err != nil {
-		contract.WriteErr(w, err)
-		return
+		return nil, err
+	}
+	match, err := topicMatcher(req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := a.set.Get(name); !ok {
+		return nil, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
+	}
+	res, err := a.m.Seek(name, match, target)
+	if err != nil {
+		return nil, err
 	}
 	if len(res) == 0 {
 		topic := req.Topic
 		if topic == "" {
 			topic = "**"
 		}
-		contract.WriteErr(w, contract.NewError(contract.CodeNotFound,
-			fmt.Sprintf("seek: no open topic matches both %q and dispatcher %s's patterns: nothing moved", topic, name)))
-		return
+		return nil, contract.NewError(contract.CodeNotFound,
+			fmt.Sprintf("seek: no open topic matches both %q and dispatcher %s's patterns: nothing moved", topic, name))
 	}
-	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "topics": res})
+	return res, nil
 }

@@ -50,11 +50,15 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.lineproto.max-line-bytes", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(1<<20 + 64<<10)},
 	{Key: "mmmq.lineproto.max-pipeline", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(128)},
 	{Key: "mmmq.metrics.enabled", Plugin: "github.com/mmmq/mmmq/plugins/metrics", Default: true},
+	{Key: "mmmq.ui.enabled", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: true},
+	{Key: "mmmq.ui.refresh", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: 2 * time.Second},
+	{Key: "mmmq.ui.topics-per-page", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: 100},
+	{Key: "mmmq.ui.messages", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: 20},
 	{Key: "mmmq.profiling.addr", Plugin: "github.com/mmmq/mmmq/plugins/profiling", Default: ""},
 }
 
 // StockPluginKeys returns the keys of the stock plugins (jetstream,
-// lineproto, metrics, profiling) with their documented defaults, in a new slice. Load treats such
+// lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping
 // [ErrPluginMissing] that names the key and the plugin.

@@ -31,6 +31,20 @@ type Drainer interface {
 	Drain(ctx context.Context) error
 }
 
+// AuthExempt is implemented by a Route that authenticates some of its
+// paths itself (a browser page with a login form and a session cookie,
+// which a bearer-token check would refuse before it could redirect to its
+// login). AuthExempt returns path prefixes, each starting and ending with
+// "/" (e.g. "/ui/"): while authentication is on, the HTTP server lets a
+// request whose canonical path starts with one of them through without
+// credentials and without a principal, and the route must authenticate
+// it (contract.Authenticator) and put the principal into the request's
+// context (WithPrincipal) before it serves anything that is not public.
+// A prefix that does not start and end with "/" is ignored.
+type AuthExempt interface {
+	AuthExempt() []string
+}
+
 // RouteTag is the value group of Routes.
 const RouteTag = `group:"routes"`
 

@@ -355,9 +355,8 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
 	running := map[string]WorkerStatus{}
-	for _, s := range m.Status() {
+	for _, s := range m.statusOf(name) {
 		switch {
-		case s.Dispatcher != name:
 		case s.Running:
 			running[s.Topic] = s
 		case s.Err != "":
@@ -367,8 +366,9 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 		}
 	}
 	paused := m.Paused(name)
-	var out []WorkerStatus
-	for _, t := range m.openTopics() {
+	topics := m.openTopics()
+	out := make([]WorkerStatus, 0, min(len(topics), 1024))
+	for _, t := range topics {
 		if !d.Matches(t.Name()) {
 			continue
 		}
@@ -388,6 +388,25 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// statusOf is a snapshot of the workers of dispatcher name only (unsorted):
+// with many topics, a snapshot of every dispatcher's workers costs as much
+// again per other dispatcher.
+func (m *Manager) statusOf(name string) []WorkerStatus {
+	m.mu.Lock()
+	var ws []*worker
+	for k, w := range m.workers {
+		if k.dispatcher == name {
+			ws = append(ws, w)
+		}
+	}
+	m.mu.Unlock()
+	out := make([]WorkerStatus, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.status())
+	}
+	return out
 }
 
 // markLatest writes d's checkpoint at the high watermark of every topic

@@ -378,3 +378,22 @@ func (c *Coordinator) Groups(topic string) []GroupStatus {
 	sort.Slice(out, func(i, j int) bool { return out[i].Group < out[j].Group })
 	return out
 }
+
+// Topics returns the names of the topics with a consumer group this
+// coordinator used since it started, sorted, without duplicates: the
+// topics worth a List when there are many (List reads the topic's stored
+// checkpoints), as the status page (plugins/ui) does.
+func (c *Coordinator) Topics() []string {
+	c.mu.Lock()
+	seen := map[string]bool{}
+	for k := range c.groups {
+		seen[k.topic] = true
+	}
+	c.mu.Unlock()
+	out := make([]string, 0, len(seen))
+	for t := range seen {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -29,6 +29,10 @@ type AuthOptions struct {
 	// request (401, 403, 429) and every admin action, never a token; nil
 	// discards it.
 	Audit *zap.Logger
+
+	// exempt are the path prefixes routes authenticate themselves
+	// (contract.AuthExempt), filled in by New.
+	exempt []string
 }
 
 // openPaths are served without authentication: probes and the API
@@ -45,7 +49,9 @@ var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/openapi.yam
 // when the request has a body, which is not read); a principal at its
 // max-concurrent-requests gets 429 RATE_LIMITED with Retry-After. The
 // principal goes into the request's context (contract.WithPrincipal),
-// where the handlers' contract.Authorize finds it.
+// where the handlers' contract.Authorize finds it. A canonical path under
+// a prefix a route declared with contract.AuthExempt goes through without
+// credentials: that route authenticates it.
 func withAuth(a AuthOptions, next http.Handler) http.Handler {
 	if a.Authenticator == nil {
 		return next
@@ -54,7 +60,8 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 		a.Audit = zap.NewNop()
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !a.Authenticator.Enabled() || openPaths[r.URL.Path] || (r.URL.Path == "/metrics" && a.MetricsOpen != nil && a.MetricsOpen()) {
+		if !a.Authenticator.Enabled() || openPaths[r.URL.Path] || (r.URL.Path == "/metrics" && a.MetricsOpen != nil && a.MetricsOpen()) ||
+			exempted(a.exempt, r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -93,6 +100,34 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 				zap.String("remote", r.RemoteAddr))
 		}
 	})
+}
+
+// exempted reports whether path is canonical (see canonicalPath: no "..",
+// so that "/ui/../topics" is not under "/ui/") and starts with one of
+// prefixes.
+func exempted(prefixes []string, path string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(path, p) {
+			return canonicalPath(path)
+		}
+	}
+	return false
+}
+
+// exemptPrefixes collects the contract.AuthExempt prefixes of routes,
+// those that start and end with "/".
+func exemptPrefixes(routes []Route) []string {
+	var out []string
+	for _, rt := range routes {
+		if e, ok := rt.(contract.AuthExempt); ok {
+			for _, p := range e.AuthExempt() {
+				if len(p) > 1 && strings.HasPrefix(p, "/") && strings.HasSuffix(p, "/") {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // authenticate finds the principal of r: its bearer token if it has an

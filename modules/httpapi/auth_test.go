@@ -6,8 +6,12 @@ import (
 	"crypto/x509/pkix"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
@@ -101,6 +105,45 @@ func TestRefusedBodyClosesTheConnection(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		if rec.Code != http.StatusUnauthorized || (rec.Header().Get("Connection") == "close") != tt.close {
 			t.Errorf("%s: %d, Connection %q; want 401, close %v", tt.name, rec.Code, rec.Header().Get("Connection"), tt.close)
+		}
+	}
+}
+
+// selfAuthRoute serves /self/* and declares that it authenticates them
+// itself (contract.AuthExempt); "bad" and "/nope" are ignored prefixes.
+type selfAuthRoute struct{}
+
+func (selfAuthRoute) AuthExempt() []string { return []string{"/self/", "bad", "/nope"} }
+func (selfAuthRoute) Register(r *mux.Router) {
+	r.PathPrefix("/self/").HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, has := contract.PrincipalFrom(r.Context())
+		w.Write([]byte(strconv.FormatBool(has)))
+	})
+	r.HandleFunc("/nope", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("nope")) })
+}
+
+// TestAuthExemptPrefixes: a route's contract.AuthExempt prefixes reach
+// their handler without credentials (and without a principal); every
+// other path, a non-canonical path under the prefix and a prefix not
+// ending in "/" still need a token.
+func TestAuthExemptPrefixes(t *testing.T) {
+	h := New(Options{Auth: AuthOptions{Authenticator: fakeAuth{}}}, nil, nil, zap.NewNop(), selfAuthRoute{}).Handler()
+	for path, want := range map[string]int{
+		"/self/page":          200,
+		"/self/":              200,
+		"/self/../topics":     401,
+		"/self/%2e%2e/topics": 401,
+		"/selfish":            401,
+		"/nope":               401,
+		"/topics":             401,
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s: %d %s, want %d", path, rec.Code, rec.Body, want)
+		}
+		if want == 200 && rec.Body.String() != "false" {
+			t.Errorf("GET %s: handler saw a principal", path)
 		}
 	}
 }

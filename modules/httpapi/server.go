@@ -142,6 +142,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
+	opts.Auth.exempt = exemptPrefixes(routes)
 	s := &Server{opts: opts, reg: reg, ready: ready, log: log, done: make(chan struct{}),
 		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
