@@ -7,7 +7,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X github.com/mmmq/mmmq/modules/contract.
 # Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
 CONFIG   ?=
 
-.PHONY: all build run test test-short race fuzz bench crash demo cluster vet fmt clean
+.PHONY: all build run test test-short race fuzz bench crash demo cluster ui-screenshot vet fmt clean
 
 all: build
 
@@ -49,6 +49,9 @@ demo: ## broker + two consumers + producer on the 3000 order events; checks deli
 
 cluster: build ## 3 NATS JetStream nodes + 2 mmmq nodes on loopback (configs/cluster/), in the foreground; Ctrl-C stops them
 	GO=$(GO) MMMQ=$${MMMQ:-$(BIN)} bash .cluster/run.sh
+
+ui-screenshot: ## regenerate docs/status-page.png: the status page (/ui/) in headless Chromium (apt-get install chromium, or CHROMIUM=path)
+	MMMQ_UI_SCREENSHOT_DIR=$(CURDIR)/docs $(GO) test -count=1 -run '^TestStatusPageInBrowser$$' -v ./app/
 
 vet:
 	$(GO) vet ./...
