@@ -50,8 +50,8 @@ demo: ## broker + two consumers + producer on the 3000 order events; checks deli
 cluster: build ## 3 NATS JetStream nodes + 2 mmmq nodes on loopback (configs/cluster/), in the foreground; Ctrl-C stops them
 	GO=$(GO) MMMQ=$${MMMQ:-$(BIN)} bash .cluster/run.sh
 
-ui-screenshot: ## regenerate docs/status-page.png: the status page (/ui/) in headless Chromium (apt-get install chromium, or CHROMIUM=path)
-	MMMQ_UI_SCREENSHOT_DIR=$(CURDIR)/docs $(GO) test -count=1 -run '^TestStatusPageInBrowser$$' -v ./app/
+ui-screenshot: ## regenerate plugins/ui/status-page.png (the README shows it): the status page (/ui/) in headless Chromium (apt-get install chromium, or CHROMIUM=path)
+	MMMQ_UI_SCREENSHOT_DIR=$(CURDIR)/plugins/ui $(GO) test -count=1 -run '^TestStatusPageInBrowser$$' -v ./app/
 
 vet:
 	$(GO) vet ./...

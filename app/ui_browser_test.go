@@ -9,7 +9,7 @@ package app_test
 //
 // Chromium is required (never skipped): apt-get install chromium, or set
 // CHROMIUM to the browser's path. MMMQ_UI_SCREENSHOT_DIR names where the
-// full-page screenshot status-page.png goes (make ui-screenshot: docs/).
+// full-page screenshot status-page.png goes (make ui-screenshot: plugins/ui/, shown in the README).
 
 import (
 	"context"
@@ -299,7 +299,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	assert.Equal(t, "1", dd("failed-topics"))
 	assert.Contains(t, dd("data-dir"), cfg.MMMQ.Broker.Storage.RootDir)
 	assert.Regexp(t, `\d`, dd("disk-free"))
-	assert.Regexp(t, `\d`, dd("publish-rate"))
+	// The rate needs two samples at least a second apart: "—" until then.
+	rate := eventually(t, ctx, ui, `#overview dd[data-k="publish-rate"]`,
+		func(s string) bool { return regexp.MustCompile(`^\d+\.\d$`).MatchString(s) })
+	assert.Regexp(t, `^\d+\.\d$`, rate, "messages per second")
 	assert.Equal(t, 1, count(t, ctx, "ul#failed-topics > li.bad"), "one failed topic")
 	failed := text(t, ctx, "ul#failed-topics > li.bad")
 	assert.Contains(t, failed, inventory)

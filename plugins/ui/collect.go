@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 )
@@ -88,7 +89,14 @@ func (u *UI) collect(r *http.Request) *collected {
 		st := q.Stats()
 		row := topicRow{Name: q.Name(), Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments, Failed: st.Failed}
 		if c.windowSec > 0 {
-			if prev, ok := old.next[row.Name]; ok {
+			prev, ok := old.next[row.Name]
+			if !ok && u.o.Storage.Backend != config.BackendJetStream {
+				// Created since the oldest sample (the sampler starts after
+				// startup recovery opened the stored topics): all of it is
+				// new. A topic found on a shared backend may not be.
+				prev, ok = st.StartOffset, true
+			}
+			if ok {
 				row.Rate, row.rateKnown = max(0, float64(st.NextOffset-prev)/c.windowSec), true
 			}
 		}

@@ -11,7 +11,7 @@
 // text is escaped), with one stylesheet and one small script
 // (/ui/static/), no inline script or style, and these headers on every
 // answer: Content-Security-Policy (see csp), X-Content-Type-Options:
-// nosniff, Referrer-Policy: no-referrer and, on pages, Cache-Control:
+// nosniff, Referrer-Policy: same-origin and, on pages, Cache-Control:
 // no-store.
 //
 // Authentication (when mmmq.auth has tokens): the route authenticates its
@@ -228,7 +228,7 @@ func securityHeaders(w http.ResponseWriter, page bool) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // not no-referrer: with it Chromium posts forms with "Origin: null", which sameOrigin refuses
 	if page {
 		h.Set("Cache-Control", "no-store")
 	}

@@ -106,7 +106,7 @@ func assertHeaders(t *testing.T, h http.Header, what string) {
 	assert.Equal(t, "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 		h.Get("Content-Security-Policy"), what)
 	assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"), what)
-	assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"), what)
+	assert.Equal(t, "same-origin", h.Get("Referrer-Policy"), what)
 }
 
 // consumers are a consumer that holds every push (delivering) until the

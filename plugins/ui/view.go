@@ -162,7 +162,11 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			}
 			v.Rows = []dispatcherRow{{State: state, Oldest: "—"}}
 		}
-		v.Spark, v.SparkMax = sparkline(u.s.lag(st.Name))
+		var now int64 // the total lag now, the sparkline's last point
+		for _, t := range st.Topics {
+			now += t.Lag
+		}
+		v.Spark, v.SparkMax = sparkline(append(u.s.lag(st.Name), now))
 		out = append(out, v)
 	}
 	return out
@@ -174,11 +178,18 @@ const (
 	sparkH = 24
 )
 
-// sparkline is the points of an SVG polyline of lags (oldest first,
-// sparkPoints at most, scaled to the largest) and that largest.
+// sparkline is the points of an SVG polyline of lags (oldest first, the
+// last sparkPoints of them, scaled to the largest) and that largest. One
+// lag is drawn as a flat line.
 func sparkline(lags []int64) (string, int64) {
 	if len(lags) == 0 {
 		return "", 0
+	}
+	if len(lags) == 1 {
+		lags = []int64{lags[0], lags[0]}
+	}
+	if len(lags) > sparkPoints {
+		lags = lags[len(lags)-sparkPoints:]
 	}
 	top := max(slices.Max(lags), 1)
 	var b strings.Builder
