@@ -51,6 +51,11 @@ type collected struct {
 	oldTotal      int64
 	oldFsyncs     int64
 	dispatchers   []admin.Status
+	// dispHidden: the principal lacks the admin permission, which the
+	// admin API asks to list dispatchers: none are collected or shown.
+	dispHidden bool
+	// mayGroups reports whether the principal may see a topic's groups.
+	mayGroups func(topic string) bool
 	readers       map[string][]reader // topic → dispatchers reading it
 	lag           map[string]int64    // topic → largest reader lag
 	groups        map[string][]groups.GroupInfo
@@ -65,6 +70,14 @@ func newCollected() *collected {
 func mayRead(r *http.Request, topic string) bool {
 	p, ok := contract.PrincipalFrom(r.Context())
 	return !ok || p.Can(contract.ActionRead, topic, "")
+}
+
+// mayListGroups reports whether r's principal (if any) may see topic's
+// consumer groups: the consume permission on it, as
+// GET /topics/{topic}/groups asks.
+func mayListGroups(r *http.Request, topic string) bool {
+	p, ok := contract.PrincipalFrom(r.Context())
+	return !ok || p.Can(contract.ActionConsume, topic, "")
 }
 
 // isAdmin reports whether r's principal may administer dispatchers.
@@ -113,7 +126,10 @@ func (u *UI) collect(r *http.Request) *collected {
 		}
 	}
 	slices.SortFunc(c.failed, func(a, b failedTopic) int { return cmp.Compare(a.Name, b.Name) })
-	c.dispatchers = u.statuses()
+	c.mayGroups = func(t string) bool { return mayListGroups(r, t) }
+	if c.dispHidden = !isAdmin(r); !c.dispHidden {
+		c.dispatchers = u.statuses()
+	}
 	for _, st := range c.dispatchers {
 		for _, t := range st.Topics {
 			c.readers[t.Topic] = append(c.readers[t.Topic], reader{Name: st.Name, Lag: t.Lag})
@@ -160,7 +176,7 @@ func (u *UI) listGroups(r *http.Request, c *collected) {
 // groupsOf lists the groups of topic once per request (nil without a
 // coordinator or on an error: a topic deleted meanwhile).
 func (u *UI) groupsOf(c *collected, topic string) []groups.GroupInfo {
-	if u.o.Groups == nil {
+	if u.o.Groups == nil || (c.mayGroups != nil && !c.mayGroups(topic)) {
 		return nil
 	}
 	if gs, ok := c.groups[topic]; ok {

@@ -337,8 +337,10 @@ func TestAuth(t *testing.T) {
 	b.publish(map[string]any{"topic": "public.a", "content": 1}, "Authorization", bearer)
 	b.publish(map[string]any{"topic": "secret.b", "content": 1}, "Authorization", bearer)
 	b.createDispatcher("d1", holding, "public.*", "Authorization", bearer)
+	resp, out := b.do(http.MethodPost, "/topics/public.a/groups/gpub/fetch?max=1", "", "Authorization", bearer)
+	require.Equal(t, 200, resp.StatusCode, out)
 
-	resp, _ := b.do(http.MethodGet, "/ui/", "")
+	resp, _ = b.do(http.MethodGet, "/ui/", "")
 	require.Equal(t, 303, resp.StatusCode)
 	assert.Equal(t, "/ui/login", resp.Header.Get("Location"))
 	assertHeaders(t, resp.Header, "redirect")
@@ -377,6 +379,7 @@ func TestAuth(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	assert.Contains(t, page, `<form class="pause"`)
 	assert.Contains(t, page, `data-topic="secret.b"`)
+	assert.Contains(t, page, `data-group="gpub"`, "the admin token may consume: it sees the group")
 	resp, page = b.do(http.MethodGet, "/ui/", "", "Cookie", "mmmq_ui=mmmq_forged")
 	assert.Equal(t, 303, resp.StatusCode, page)
 
@@ -387,6 +390,13 @@ func TestAuth(t *testing.T) {
 	assert.NotContains(t, page, "secret.b", "a topic the principal may not read")
 	assert.NotContains(t, page, `<form class="pause"`)
 	assert.NotContains(t, page, `<form class="seek"`)
+	// Dispatchers need the admin permission, as in the admin API: not
+	// listed, not named as readers, not counted.
+	assert.Contains(t, page, `id="dispatchers-hidden"`)
+	assert.NotContains(t, page, `data-dispatcher="d1"`)
+	assert.NotContains(t, page, "d1: lag")
+	assert.Contains(t, page, `<dd data-k="dispatchers" class="num">—</dd>`)
+	assert.NotContains(t, page, "gpub", "groups need the consume permission, as GET /topics/{t}/groups")
 	resp, _ = b.do(http.MethodPost, "/ui/dispatchers/d1/pause", "csrf="+csrfOf(t, page), "Cookie", readerCookie)
 	assert.Equal(t, 403, resp.StatusCode)
 	st, err := b.admin.Status("d1")

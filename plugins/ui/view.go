@@ -48,6 +48,7 @@ type overviewData struct {
 	DiskBad                            bool
 	PublishRate, FsyncsPerMessage      string
 	Topics, Dispatchers, Groups        int
+	DispatchersHidden                  bool // not the principal's to see
 	Failed                             []failedTopic
 }
 
@@ -77,7 +78,7 @@ type groupRow struct {
 // overview builds the Overview section from c.
 func (u *UI) overview(c *collected, groups int) *overviewData {
 	o := &overviewData{Version: contract.Version, Uptime: age(c.now.Sub(u.started)), Topics: len(c.rows),
-		Dispatchers: len(c.dispatchers), Groups: groups, Failed: c.failed, PublishRate: "—", FsyncsPerMessage: "—"}
+		Dispatchers: len(c.dispatchers), DispatchersHidden: c.dispHidden, Groups: groups, Failed: c.failed, PublishRate: "—", FsyncsPerMessage: "—"}
 	st := u.o.Storage
 	if st.Backend == config.BackendJetStream {
 		o.DataDir = "JetStream: " + redactServers(u.o.JetStreamServers)
