@@ -56,9 +56,9 @@ type collected struct {
 	dispHidden bool
 	// mayGroups reports whether the principal may see a topic's groups.
 	mayGroups func(topic string) bool
-	readers       map[string][]reader // topic → dispatchers reading it
-	lag           map[string]int64    // topic → largest reader lag
-	groups        map[string][]groups.GroupInfo
+	readers   map[string][]reader // topic → dispatchers reading it
+	lag       map[string]int64    // topic → largest reader lag
+	groups    map[string][]groups.GroupInfo
 }
 
 func newCollected() *collected {
