@@ -276,6 +276,28 @@ func TestStatusPageInBrowser(t *testing.T) {
 	open(t, ctx, ui)
 	_, err = chromedp.Run(ctx, chromedp.WaitVisible(chromedp.CSS("#dispatchers")))
 	require.NoError(t, err)
+	// The page reloads itself, but not while the user is typing into a
+	// form: a seek target half typed survives two refresh periods; once the
+	// field is back as it was, the page reloads (window.mark is gone).
+	seekTo := `div.actions[data-dispatcher="billing"] form.seek input[name=to]`
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[int](`window.mark = 1`))
+	require.NoError(t, err)
+	_, err = chromedp.Run(ctx, chromedp.SendKeys(chromedp.CSS(seekTo), "lat"))
+	require.NoError(t, err)
+	time.Sleep(5 * time.Second) // the refresh period is 2 s
+	typed, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(window.mark || 0) + ":" + document.querySelector('`+seekTo+`').value`))
+	require.NoError(t, err)
+	assert.Equal(t, "1:lat", typed, "no reload while a form is being filled in")
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`(function(){var e=document.querySelector('`+seekTo+`'); e.value=e.defaultValue; e.blur(); return true})()`))
+	require.NoError(t, err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		reloaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.mark === undefined && document.readyState === "complete"`))
+		if err == nil && reloaded {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the page did not reload itself within 10 s once the form was left")
+	}
+
 	// The page's own refresh off: the test opens the page again instead.
 	_, err = chromedp.Run(ctx, chromedp.Click(chromedp.CSS("button#refresh-toggle")))
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,6 +18,8 @@ import (
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // maxContent is the bytes of a stored message a topic page shows.
@@ -100,7 +103,10 @@ func (u *UI) handleTopic(w http.ResponseWriter, r *http.Request, s session) {
 		n = min(v, MaxMessages)
 	}
 	c := newCollected()
-	u.readersOf(c, name)
+	c.mayGroups = func(t string) bool { return mayListGroups(r, t) }
+	if isAdmin(r) { // dispatchers need admin, as in the admin API
+		u.readersOf(c, name)
+	}
 	st := q.Stats()
 	row := topicRow{Name: name, Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments}
 	if old, ok := u.s.oldest(); ok {
@@ -109,17 +115,45 @@ func (u *UI) handleTopic(w http.ResponseWriter, r *http.Request, s session) {
 		}
 	}
 	td := &topicData{N: n, Row: u.withReaders(c, row)}
-	from := max(st.StartOffset, st.NextOffset-int64(n))
-	es, err := q.ReadBatch(from, n)
-	if err != nil {
-		td.Error = err.Error()
-	}
-	for i := len(es) - 1; i >= 0; i-- {
-		td.Messages = append(td.Messages, messageOf(es[i].Offset, es[i].Payload))
-	}
+	td.Messages, td.Error = lastMessages(q, st.StartOffset, st.NextOffset, n)
 	d := u.base(r, s, "Topic "+name)
 	d.Topic = td
 	u.render(w, http.StatusOK, d)
+}
+
+// maxTopicPageBytes bounds the stored bytes one topic page reads: n
+// messages of up to max-record-bytes each (1 MiB by default) would be
+// 100 MiB at n = 100, read again at every refresh.
+const maxTopicPageBytes = 8 << 20
+
+// lastMessages reads the n newest messages of q below next (not below
+// start), newest first, one by one from the newest down (a batch read stops
+// at a segment's end or a byte budget and would miss the newest), until
+// maxTopicPageBytes are read. problem says why fewer were read than asked
+// ("" when none is missing): the byte budget, a corrupt entry (skipped,
+// named) or a read error.
+func lastMessages(q *topicqueue.TopicQueue, start, next int64, n int) (rows []messageRow, problem string) {
+	var read int
+	for off := next - 1; off >= max(start, next-int64(n)); off-- {
+		p, err := q.Read(off)
+		switch {
+		case errors.Is(err, storage.ErrCorrupt):
+			problem = fmt.Sprintf("offset %d is corrupt and was skipped: %v", off, err)
+			continue
+		case errors.Is(err, contract.ErrOffsetExpired):
+			return rows, problem // retention deleted the rest meanwhile
+		case err != nil:
+			return rows, fmt.Sprintf("reading offset %d: %v", off, err)
+		}
+		rows = append(rows, messageOf(off, p))
+		if read += len(p); read >= maxTopicPageBytes {
+			if off > max(start, next-int64(n)) {
+				problem = fmt.Sprintf("older messages are not shown: this page reads at most %d MiB of messages", maxTopicPageBytes>>20)
+			}
+			break
+		}
+	}
+	return rows, problem
 }
 
 // readersOf notes the dispatchers reading topic in c.

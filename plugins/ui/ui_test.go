@@ -214,6 +214,29 @@ func TestTopicsPaging(t *testing.T) {
 	assert.Equal(t, "2", rows[9][2])
 }
 
+// TestTopicPageShowsTheNewest: a topic's page lists its newest messages,
+// newest first, also when they span several segments (a batch read would
+// stop at the first segment's end and show older ones).
+func TestTopicPageShowsTheNewest(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MMMQ.Broker.Segment.MaxBytes = 4096
+	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 2048
+	b := startBroker(t, cfg)
+	for i := range 26 {
+		b.publish(map[string]any{"topic": "seg.t", "content": strings.Repeat(fmt.Sprint(i%10), 400)})
+	}
+	resp, page := b.do(http.MethodGet, "/ui/topics/seg.t?n=12", "")
+	require.Equal(t, 200, resp.StatusCode)
+	assert.Contains(t, page, `<td class="segments num">3</td>`, "the messages span segments")
+	rows := regexp.MustCompile(`<tr data-offset="(\d+)">`).FindAllStringSubmatch(page, -1)
+	var got []string
+	for _, r := range rows {
+		got = append(got, r[1])
+	}
+	assert.Equal(t, []string{"25", "24", "23", "22", "21", "20", "19", "18", "17", "16", "15", "14"}, got)
+	assert.Contains(t, page, "12 shown, at most 12")
+}
+
 // TestUntrustedTextIsEscaped: message content and headers, and a
 // dispatcher's last error, that hold markup render as text.
 func TestUntrustedTextIsEscaped(t *testing.T) {
