@@ -36,7 +36,8 @@ type Drainer interface {
 // which a bearer-token check would refuse before it could redirect to its
 // login). AuthExempt returns path prefixes, each starting and ending with
 // "/" (e.g. "/ui/"): while authentication is on, the HTTP server lets a
-// request whose canonical path starts with one of them through without
+// request whose canonical path starts with one of them (or is one of them
+// without the final "/") through without
 // credentials and without a principal, and the route must authenticate
 // it (contract.Authenticator) and put the principal into the request's
 // context (WithPrincipal) before it serves anything that is not public.

@@ -104,10 +104,10 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 
 // exempted reports whether path is canonical (see canonicalPath: no "..",
 // so that "/ui/../topics" is not under "/ui/") and starts with one of
-// prefixes.
+// prefixes, or is one of them without its final "/" ("/ui" for "/ui/").
 func exempted(prefixes []string, path string) bool {
 	for _, p := range prefixes {
-		if strings.HasPrefix(path, p) {
+		if strings.HasPrefix(path, p) || path == p[:len(p)-1] {
 			return canonicalPath(path)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -42,11 +41,10 @@ type messageRow struct {
 // base is the page data every page of session s starts from.
 func (u *UI) base(r *http.Request, s session, title string) *pageData {
 	d := &pageData{Title: title, RefreshMS: u.o.Config.Refresh.Milliseconds(), CSRF: u.csrf(s.id), Admin: isAdmin(r), AuthOn: u.authOn()}
-	q := r.URL.Query()
-	if m := q.Get("err"); m != "" {
-		d.Flash, d.FlashBad = m, true
-	} else if m := q.Get("msg"); m != "" {
-		d.Flash = m
+	if id := r.URL.Query().Get("flash"); id != "" {
+		if f, ok := u.flash.take(id, s.id, time.Now()); ok {
+			d.Flash, d.FlashBad = f.text, f.bad
+		}
 	}
 	return d
 }
@@ -232,13 +230,11 @@ func (u *UI) handleAction(kind string) func(http.ResponseWriter, *http.Request, 
 		}
 		u.audit.Info("admin action", zap.String("principal", who), zap.String("action", string(contract.ActionAdmin)),
 			zap.String("target", "ui "+kind+" "+name), zap.String("outcome", outcomeOf(err)), zap.String("remote", r.RemoteAddr))
-		v := url.Values{}
 		if err != nil {
-			v.Set("err", fmt.Sprintf("%s %s: %v", kind, name, err))
-		} else {
-			v.Set("msg", msg)
+			msg = fmt.Sprintf("%s %s: %v", kind, name, err)
 		}
-		http.Redirect(w, r, "/ui/?"+v.Encode(), http.StatusSeeOther)
+		id := u.flash.put(s.id, msg, err != nil, time.Now())
+		http.Redirect(w, r, "/ui/?flash="+id, http.StatusSeeOther)
 	}
 }
 

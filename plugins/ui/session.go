@@ -123,7 +123,7 @@ func (u *UI) handleLoginForm(w http.ResponseWriter, r *http.Request) {
 
 // handleLogin is POST /ui/login: Origin and the form's csrf checked
 // (403), then a known token sets the cookie and redirects to /ui/; an
-// unknown one shows the form again with an error.
+// unknown one shows the form again with an error (401).
 func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
@@ -147,7 +147,7 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if tok == "" || err != nil {
 		u.audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "ui login with an unknown token"),
 			zap.String("remote", r.RemoteAddr))
-		u.render(w, http.StatusOK, &pageData{Title: "Log in", CSRF: u.csrf(loginSession), Login: &loginData{Error: "Unknown token."}})
+		u.render(w, http.StatusUnauthorized, &pageData{Title: "Log in", CSRF: u.csrf(loginSession), Login: &loginData{Error: "Unknown token."}})
 		return
 	}
 	u.o.Logger.Info("ui login", zap.String("principal", p.Name()), zap.String("remote", r.RemoteAddr))

@@ -99,6 +99,7 @@ type UI struct {
 	started time.Time
 	s       *sampler
 	audit   *zap.Logger
+	flash   flashes // form posts' outcomes, shown once
 }
 
 // New returns the status page over o; Start starts its sampler. Errors: a
@@ -165,6 +166,7 @@ func (u *UI) AuthExempt() []string { return []string{"/ui/"} }
 //	GET  /ui/static/style.css, /ui/static/ui.js
 func (u *UI) Register(r *mux.Router) {
 	r.HandleFunc("/ui/", u.page(u.handleMain)).Methods(http.MethodGet)
+	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet)
 	r.HandleFunc("/ui/topics", u.page(u.handleTopics)).Methods(http.MethodGet)
 	r.HandleFunc("/ui/topics/{topic}", u.page(u.handleTopic)).Methods(http.MethodGet)
 	r.HandleFunc("/ui/dispatchers/{name}/pause", u.page(u.handleAction("pause"))).Methods(http.MethodPost)

@@ -325,10 +325,20 @@ func TestCSRF(t *testing.T) {
 	}
 	resp, _ := b.do(http.MethodPost, "/ui/dispatchers/d1/pause", "csrf="+tok, "Origin", b.base)
 	require.Equal(t, 303, resp.StatusCode)
-	assert.True(t, strings.HasPrefix(resp.Header.Get("Location"), "/ui/?msg="), resp.Header.Get("Location"))
+	assert.Regexp(t, `^/ui/\?flash=[0-9a-f]{32}$`, resp.Header.Get("Location"))
 	assert.True(t, paused())
 	_, page = b.do(http.MethodGet, resp.Header.Get("Location"), "")
 	assert.Contains(t, page, `<p id="flash" class="ok">Dispatcher d1 paused.</p>`)
+	_, page = b.do(http.MethodGet, resp.Header.Get("Location"), "")
+	assert.NotContains(t, page, `id="flash"`, "a flash is shown once")
+	resp, _ = b.do(http.MethodGet, "/ui", "")
+	assert.Equal(t, http.StatusMovedPermanently, resp.StatusCode)
+	assert.Equal(t, "/ui/", resp.Header.Get("Location"))
+	// A link cannot put text of its choosing on the page.
+	for _, q := range []string{"?err=Your+token+expired", "?msg=Call+us", "?flash=" + strings.Repeat("a", 32)} {
+		_, page = b.do(http.MethodGet, "/ui/"+q, "")
+		assert.NotContains(t, page, `id="flash"`, q)
+	}
 	assert.Contains(t, page, `<form class="resume" method="post" action="/ui/dispatchers/d1/resume">`)
 	assert.NotContains(t, page, `<form class="pause"`)
 
@@ -377,7 +387,7 @@ func TestAuth(t *testing.T) {
 	resp, _ = b.do(http.MethodPost, "/ui/login", "token="+url.QueryEscape(all))
 	assert.Equal(t, 403, resp.StatusCode, "a login without the form's csrf")
 	resp, page = b.do(http.MethodPost, "/ui/login", "token=mmmq_wrong"+loginCSRF)
-	assert.Equal(t, 200, resp.StatusCode)
+	assert.Equal(t, 401, resp.StatusCode, "an unknown token")
 	assert.Contains(t, page, `<form id="login"`)
 	assert.Contains(t, page, "Unknown token.")
 	assert.Empty(t, resp.Cookies())
