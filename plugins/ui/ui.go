@@ -158,6 +158,7 @@ func (u *UI) AuthExempt() []string { return []string{"/ui/"} }
 // server; other methods get an HTML 405 with Allow, unknown paths under
 // /ui/ an HTML 404):
 //
+//	GET  /ui                           301 to /ui/
 //	GET  /ui/                          overview, first topic page, dispatchers, groups
 //	GET  /ui/topics?page=N&sort=S&order=asc|desc
 //	GET  /ui/topics/{topic}?n=N        a topic and its last N messages
