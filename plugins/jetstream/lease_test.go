@@ -222,12 +222,7 @@ func TestKeepReportsLossOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, b.Epoch(), a.Epoch())
 
-	select {
-	case err := <-lostc:
-		require.ErrorIs(t, err, ErrLeaseLost)
-	case <-time.After(10 * time.Second):
-		t.Fatal("onLost not called within 10s")
-	}
+	waitLost(t, lostc)
 	stop()
 	require.Empty(t, lostc, "onLost is called once")
 }
@@ -290,14 +285,9 @@ func TestKeepDeclaresLossWhenRenewalsKeepFailing(t *testing.T) {
 	defer stop()
 	j.Conn().Close() // node-a is cut off: every renewal fails, none says "lost"
 
-	select {
-	case err := <-lostc:
-		require.ErrorIs(t, err, ErrLeaseLost)
-		require.ErrorContains(t, err, "no renewal succeeded")
-		require.False(t, time.Now().Before(a.Expires()), "loss declared only once the lease may have expired")
-	case <-time.After(10 * time.Second):
-		t.Fatal("onLost not called within 10s")
-	}
+	err = waitLost(t, lostc)
+	require.ErrorContains(t, err, "no renewal succeeded")
+	require.False(t, time.Now().Before(a.Expires()), "loss declared only once the lease may have expired")
 	stop()
 	require.Empty(t, lostc, "onLost is called once")
 }
@@ -381,5 +371,19 @@ func kvWaitReadable(t *testing.T, buckets ...js.KeyValue) {
 			return e, err
 		})
 		require.NoError(t, err, "bucket %s", kv.Bucket())
+	}
+}
+
+// waitLost waits up to 10 s for the one onLost call reported on lostc and
+// returns its error, which must be ErrLeaseLost.
+func waitLost(t *testing.T, lostc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-lostc:
+		require.ErrorIs(t, err, ErrLeaseLost)
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("onLost not called within 10s")
+		return nil
 	}
 }
