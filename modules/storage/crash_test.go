@@ -440,7 +440,7 @@ func TestCrashAtNamedPoints(t *testing.T) {
 		// acknowledged, and indexed again (at least once for its producer).
 		{point: "AfterSegmentSync", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 3 entries"},
 		{point: "AfterIndexWrite", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 3 entries"},
-		{point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 3 invalid trailing index entries"},
+		{point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 3 invalid index entries"},
 		{point: "AfterIndexWrite", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked + inflight, acked + inflight}},
 		{point: "AfterIndexSync", want: expect{acked + inflight, acked + inflight}},
 		{point: "AfterIndexSync", copts: vfs.CrashOptions{TornTail: true, ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}},
@@ -458,7 +458,7 @@ func TestCrashAtNamedPoints(t *testing.T) {
 		{lazy: true, point: "AfterSegmentWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked, acked}, wantActions: "truncate"},
 		{lazy: true, point: "AfterSegmentSync", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
 		{lazy: true, point: "AfterIndexWrite", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
-		{lazy: true, point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 7 invalid trailing index entries"},
+		{lazy: true, point: "AfterIndexWrite", copts: vfs.CrashOptions{ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}, wantActions: "cut 7 invalid index entries"},
 		{lazy: true, point: "AfterAnswer", want: expect{acked + inflight, acked + inflight}, wantActions: "index again 8 entries"},
 		{lazy: true, point: "AfterAnswer", copts: vfs.CrashOptions{TornTail: true}, want: expect{acked + inflight, acked + inflight}},
 		{lazy: true, point: "AfterAnswer", copts: vfs.CrashOptions{TornTail: true, ZeroFillTail: true}, want: expect{acked + inflight, acked + inflight}},

@@ -38,7 +38,44 @@ const (
 	// setting must never make entries written under the old limit look
 	// torn or corrupt.
 	MaxEntryPayload = 1<<31 - 1 - 4
+
+	// MaxGroupBytes is the most bytes one group commit writes to a
+	// segment file before it fsyncs it, unless a single entry is larger
+	// (then that entry is a group of its own). Recovery relies on it
+	// (on-disk format rule, do not change without changing recovery): a
+	// power loss can damage only the bytes written since the file's last
+	// completed fsync, so after the first position E of the last segment
+	// where no valid entry starts, a CRC-valid entry can survive a crash
+	// only within one group of E; one at E + DamageWindow or beyond means
+	// bytes that had been fsynced were damaged. It is a constant of the
+	// format, not a setting, so that a restart under other settings
+	// judges a crash by the rule that wrote it.
+	MaxGroupBytes = 1 << 20
+
+	// DamageAlign is the granularity the damage window is rounded up to:
+	// a 4 KiB page, the largest unit in which a page cache writes a
+	// file back.
+	DamageAlign = 4096
+
+	// LazyIndexSyncBytes bounds, in lazy index-sync mode, the segment
+	// bytes whose offset index entries are written but not yet fsynced:
+	// the writer fsyncs the index once they reach it, besides the
+	// index-sync-interval timer. It bounds what recovery walks after a
+	// crash (about LazyIndexSyncBytes + one group); recovery itself does
+	// not depend on it, so it may change.
+	LazyIndexSyncBytes = 4 << 20
 )
+
+// DamageWindow is how far past the first invalid position of the last
+// segment a CRC-valid entry may lie and still be crash damage (a torn
+// group commit, cut): MaxGroupBytes, or the entry's own size when the
+// header at that position decodes to a larger one (a group of one large
+// entry), rounded up to DamageAlign. entrySize is 0 when the header does
+// not decode.
+func DamageWindow(entrySize int64) int64 {
+	w := max(int64(MaxGroupBytes), entrySize)
+	return (w + DamageAlign - 1) / DamageAlign * DamageAlign
+}
 
 // Defaults of Options, taken from the configuration's defaults (one place
 // for them: config.Default).

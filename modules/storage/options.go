@@ -141,8 +141,11 @@ const (
 	IndexSyncCommit IndexSync = iota
 	// IndexSyncLazy writes the index in every group commit but fsyncs it
 	// only before a rotation seals the segment, when the log closes, and
-	// at most Options.IndexSyncInterval after it was first left unsynced:
-	// .mmm write, fsync, .idx write, answer. One fsync per group commit.
+	// at most Options.IndexSyncInterval after it was first left unsynced,
+	// and once the segment bytes its unsynced entries cover reach
+	// LazyIndexSyncBytes (4 MiB, so that a crash leaves recovery a bounded
+	// walk): .mmm write, fsync, .idx write, answer. One fsync per group
+	// commit.
 	// An index entry is still written only after the bytes it points at
 	// were fsynced, so whatever a power loss leaves of the index never
 	// points at lost data; repair indexes again the entries the index

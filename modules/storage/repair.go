@@ -28,8 +28,15 @@ type RepairReport struct {
 	// ReindexedEntries counts the last segment's entries that were valid
 	// in the segment but missing from its offset index (a lazily synced
 	// index, or a crash between the two fsyncs) and were indexed again.
-	ReindexedEntries int64    `json:"reindexedEntries"`
-	Removed          []string `json:"removed,omitempty"`
+	ReindexedEntries int64 `json:"reindexedEntries"`
+	// CutValidEntries counts CRC-valid entries of the last segment that
+	// lay after its first invalid position, within DamageWindow of it (a
+	// torn group commit whose later pages reached the disk and an earlier
+	// one did not), and were cut with it. They were never acknowledged:
+	// their group's fsync had not completed. Their bytes are part of
+	// TruncatedBytes.
+	CutValidEntries int64    `json:"cutValidEntries"`
+	Removed         []string `json:"removed,omitempty"`
 	// InterruptedRetention names the lone file of a first segment that a
 	// crash left half deleted by retention, which repair removes
 	// (finishing the deletion); empty when there is none.
@@ -94,7 +101,8 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 	if apply && !rep.Clean() {
 		log.Warn("recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked",
 			zap.Strings("actions", rep.Actions), zap.Int64("cut-entries", rep.CutEntries),
-			zap.Int64("truncated-bytes", rep.TruncatedBytes), zap.Int64("reindexed-entries", rep.ReindexedEntries))
+			zap.Int64("truncated-bytes", rep.TruncatedBytes), zap.Int64("reindexed-entries", rep.ReindexedEntries),
+			zap.Int64("cut-valid-entries", rep.CutValidEntries), zap.Int64("cut-index-bytes", rep.CutIndexBytes))
 	}
 	return segs, rep, nil
 }

@@ -27,7 +27,7 @@ type segPlan struct {
 	end          int64 // segment bytes kept
 	// tail holds the byte positions of the entries indexed again (the
 	// last segment's CRC-valid entries after its last valid index entry,
-	// see planReindex); apply appends them to the index.
+	// see planTail); apply appends them to the index.
 	tail []int64
 }
 
@@ -145,33 +145,36 @@ func (pl *planner) planSegment(p *segPlan, nextBase int64, first, last bool) (in
 // planPair decides how much of a segment with both files to keep,
 // index-based (no full scan): the index must be a plausible increasing
 // sequence, the last kept entry must be complete with a valid CRC and must
-// start where the entry before it ends. Only the last segment may lose a
-// torn or invalid tail, and only the last segment gets the entries after
-// its last index entry indexed again (planReindex); the bytes after the
-// last kept entry are cut.
+// start where the entry before it ends. A sealed segment is held to that
+// strictly (its index was fsynced before the next segment existed). Only
+// the last segment may lose a torn or invalid tail, and only there is the
+// rest of the offset index derived data, judged against a walk of the
+// segment after the last kept entry (planTail); the bytes after the last
+// kept entry are cut.
 func (pl *planner) planPair(p *segPlan, last bool) error {
 	n, err := pl.planIndexLength(p, last)
+	var prefix, k int64
 	if err == nil {
-		n, err = pl.planIndexPositions(p, last, n)
+		prefix, err = pl.planIndexPositions(p, last, n)
 	}
 	if err == nil {
-		n, err = pl.planTornEntries(p, last, n)
+		k, err = pl.planTornEntries(p, last, prefix)
 	}
 	if err == nil {
-		err = pl.checkJoin(p, n)
+		err = pl.checkJoin(p, k)
 	}
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	if k == 0 {
 		p.end = 0
 	}
 	if last {
-		if n, err = pl.planReindex(p, n); err != nil {
+		if k, err = pl.planTail(p, k, prefix, n); err != nil {
 			return err
 		}
 	}
-	p.count = n
+	p.count = k
 	if p.mmmSize > p.end {
 		pl.rep.TruncatedBytes += p.mmmSize - p.end
 		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
@@ -216,35 +219,17 @@ func plausiblePrefix(pos []int64) int64 {
 	return int64(k)
 }
 
-// planIndexPositions keeps the plausible prefix of the first n index
-// entries. Implausible entries are cut as a torn tail only in the last
-// segment and only when no valid entry follows them; otherwise the topic
-// is refused. It returns the number of entries kept.
+// planIndexPositions returns the plausible prefix of the first n index
+// entries. In a sealed segment an implausible entry refuses the topic; in
+// the last segment the entries after the prefix are left to planTail,
+// which rebuilds them from the segment or refuses a valid one that
+// disagrees with it.
 func (pl *planner) planIndexPositions(p *segPlan, last bool, n int64) (int64, error) {
 	pos := p.pos[:n]
 	k := plausiblePrefix(pos)
-	if k == n {
-		return n, nil
-	}
-	if !last {
+	if k < n && !last {
 		return 0, pl.corrupt(p.idxPath, k*IndexEntrySize, p.base+k, "offset index entry holds implausible position %d", pos[k])
 	}
-	floor := int64(0)
-	if k > 0 {
-		floor = pos[k-1] + HeaderSize + MinPayloadBytes
-	}
-	for j := k; j < n; j++ {
-		if pos[j] >= floor && pos[j] < p.mmmSize {
-			if _, err := p.entryAt(pos[j]); err == nil {
-				return 0, pl.corrupt(p.idxPath, k*IndexEntrySize, p.base+k,
-					"offset index entry %d is invalid (position %d) but entry %d after it is valid", p.base+k, pos[k], p.base+j)
-			}
-		}
-	}
-	cut := n - k
-	pl.rep.CutEntries += cut
-	pl.rep.CutIndexBytes += cut * IndexEntrySize
-	pl.act("cut %d invalid trailing index entries of %s from offset %d (the entries they should list are indexed again when valid)", cut, filepath.Base(p.idxPath), p.base+k)
 	return k, nil
 }
 

@@ -240,6 +240,56 @@ func corruptInvalidEntryBeforeValidAfterIndex(t *testing.T, fsys *vfs.MemFS) {
 	appendFile(t, fsys, mmmOf(fxLastBase), AppendEntry(b, fxPayloadAt(25)))
 }
 
+// corruptInvalidEntryBeforeValidBeyondWindow appends entries 23, 24 (one
+// payload bit flipped) and then valid entries 25, 26, … to the last
+// segment, none to its index, until a valid entry starts more than
+// DamageWindow after the damaged one: no group commit can leave that much
+// unsynced, so the damage lies in fsynced bytes.
+func corruptInvalidEntryBeforeValidBeyondWindow(t *testing.T, fsys *vfs.MemFS) {
+	bad := AppendEntry(nil, fxPayloadAt(24))
+	bad[HeaderSize+2] ^= 0x10
+	b := append(AppendEntry(nil, fxPayloadAt(23)), bad...)
+	for off := int64(25); int64(len(b)) < DamageWindow(0)+4*fxEntry; off++ {
+		b = AppendEntry(b, fxPayloadAt(off))
+	}
+	appendFile(t, fsys, mmmOf(fxLastBase), b)
+}
+
+// corruptZeroSectorThenValid appends, after the indexed entries, an entry
+// of 2000 bytes with one whole 512-byte sector in its middle zeroed, a
+// second one whole, then a small valid entry, none indexed: a group commit
+// whose later pages reached the disk while an earlier one did not.
+func corruptZeroSectorThenValid(t *testing.T, fsys *vfs.MemFS) {
+	start := 3 * fxEntry
+	b := AppendEntry(nil, bytes.Repeat([]byte("a"), 2000))
+	b = AppendEntry(b, bytes.Repeat([]byte("b"), 2000))
+	b = AppendEntry(b, fxPayloadAt(99))
+	sector := (start/512 + 1) * 512
+	clear(b[sector-start : sector-start+512])
+	appendFile(t, fsys, mmmOf(fxLastBase), b)
+}
+
+// corruptZeroIndexThenValid zeroes the index entry of offset 21, leaving
+// entry 22 after it: an index page lost while the next one persisted.
+func corruptZeroIndexThenValid(t *testing.T, fsys *vfs.MemFS) {
+	setIndex(t, fsys, fxLastBase, 1, 0)
+}
+
+// corruptZeroIndexDamagedEntryValidIndex zeroes the index entry of offset
+// 21 and flips a bit of entry 21 in the segment, leaving index entry 22
+// valid: the index vouches for bytes after the damage, so they had been
+// fsynced.
+func corruptZeroIndexDamagedEntryValidIndex(t *testing.T, fsys *vfs.MemFS) {
+	setIndex(t, fsys, fxLastBase, 1, 0)
+	patchFile(t, fsys, mmmOf(fxLastBase), func(b []byte) []byte { b[fxEntry+HeaderSize+3] ^= 0x01; return b })
+}
+
+// corruptIndexDisagreesWithWalk sets the index entry of offset 22 to the
+// position of entry 21, a valid entry the walk puts at offset 21.
+func corruptIndexDisagreesWithWalk(t *testing.T, fsys *vfs.MemFS) {
+	setIndex(t, fsys, fxLastBase, 2, fxEntry)
+}
+
 // corruptIndexBeyondTornSegmentTail appends the first 30 bytes of entry 23
 // to the last segment and index entries for 23 and 24: an index entry is
 // written only after the bytes it points at were fsynced, so an index that
@@ -409,6 +459,7 @@ type repairWant struct {
 	cutIndexBytes int64
 	truncated     int64
 	reindexed     int64    // entries indexed again from the last segment
+	cutValid      int64    // CRC-valid entries cut with a torn group commit
 	actions       []string // one substring per expected action, in order
 	removed       []string
 	verify        string // Verify status before opening
@@ -448,13 +499,13 @@ func TestRecoveryCorruption(t *testing.T) {
 			name:    "zero-padded idx tail",
 			corrupt: corruptZeroPaddedIndexTail,
 			want: repairWant{hw: 23, cutEntries: 2, cutIndexBytes: 16,
-				actions: []string{"cut 2 invalid trailing index entries"}, verify: StatusTornTail},
+				actions: []string{"cut 2 invalid index entries"}, verify: StatusTornTail},
 		},
 		{
 			name:    "zero-padded idx tail over synced entries (size reached disk, data did not)",
 			corrupt: corruptZeroPaddedIndexOverEntries,
 			want: repairWant{hw: 25, cutEntries: 2, cutIndexBytes: 16, reindexed: 2,
-				actions: []string{"cut 2 invalid trailing index entries", "index again 2 entries"}, verify: StatusTornTail},
+				actions: []string{"cut 2 invalid index entries", "index again 2 entries"}, verify: StatusTornTail},
 		},
 		{
 			name:    "torn segment tail (bytes beyond the last indexed entry)",
@@ -500,10 +551,35 @@ func TestRecoveryCorruption(t *testing.T) {
 				actions: []string{"index again 2 entries", "truncate"}, verify: StatusTornTail},
 		},
 		{
-			name:    "after the index, an invalid entry followed by a valid one",
+			name:    "after the index, an invalid entry followed by a valid one within a group commit: a torn group, cut",
 			corrupt: corruptInvalidEntryBeforeValidAfterIndex,
+			want: repairWant{hw: 24, reindexed: 1, truncated: 2 * fxEntry, cutValid: 1,
+				actions: []string{"index again 1 entries", "cut a torn group commit of 0000000000000000020.mmm at byte 192", "truncate"},
+				verify:  StatusTornTail},
+		},
+		{
+			name:    "after the index, an invalid entry followed by valid ones beyond a group commit",
+			corrupt: corruptInvalidEntryBeforeValidBeyondWindow,
 			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
 				Reason: "but a valid entry follows at byte"}},
+		},
+		{
+			name:    "after the index, a zeroed sector inside an entry, then a valid entry: a torn group, cut",
+			corrupt: corruptZeroSectorThenValid,
+			want: repairWant{hw: 23, truncated: 2*EntrySize(2000) + EntrySize(fxPayload), cutValid: 2,
+				actions: []string{"cut a torn group commit", "truncate"}, verify: StatusTornTail},
+		},
+		{
+			name:    "a lost index entry, then damage in the segment, then a valid index entry",
+			corrupt: corruptZeroIndexDamagedEntryValidIndex,
+			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
+				Reason: "walk ends at byte 48 before it"}},
+		},
+		{
+			name:    "a later index entry points at another valid entry than the walk",
+			corrupt: corruptIndexDisagreesWithWalk,
+			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
+				Reason: "walk puts it at byte 96"}},
 		},
 		{
 			name:    "index beyond a torn segment tail",
@@ -583,10 +659,18 @@ func TestRecoveryCorruption(t *testing.T) {
 				Reason: "last entry of a sealed segment is invalid"}},
 		},
 		{
-			name:    "invalid index entry followed by a valid one in the last segment",
+			name:    "garbage index entry followed by one that agrees with the segment: rebuilt",
 			corrupt: corruptIndexEntryBeforeValidOne,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 8, Offset: 21,
-				Reason: "but entry 22 after it is valid"}},
+			want: repairWant{hw: 23, cutEntries: 1, cutIndexBytes: 8, reindexed: 2,
+				actions: []string{"cut 1 invalid index entries of 0000000000000000020.idx from offset 21", "index again 2 entries"},
+				verify:  StatusTornTail},
+		},
+		{
+			name:    "zero index page followed by a persisted one (the index written after the segment's fsync)",
+			corrupt: corruptZeroIndexThenValid,
+			want: repairWant{hw: 23, cutEntries: 1, cutIndexBytes: 8, reindexed: 2,
+				actions: []string{"cut 1 invalid index entries of 0000000000000000020.idx from offset 21", "index again 2 entries"},
+				verify:  StatusTornTail},
 		},
 		{
 			name:    "missing idx in an old segment",
@@ -798,11 +882,13 @@ func checkReport(t *testing.T, l *Log, vr TopicReport, w repairWant) {
 	t.Helper()
 	rep := l.Repair()
 	if l.HighWatermark() != w.hw || rep.Entries != w.hw || rep.CutEntries != w.cutEntries ||
-		rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated || rep.ReindexedEntries != w.reindexed {
-		t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d reindexed %d",
-			l.HighWatermark(), rep, w.hw, w.cutEntries, w.cutIndexBytes, w.truncated, w.reindexed)
+		rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated || rep.ReindexedEntries != w.reindexed ||
+		rep.CutValidEntries != w.cutValid {
+		t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d reindexed %d cutValid %d",
+			l.HighWatermark(), rep, w.hw, w.cutEntries, w.cutIndexBytes, w.truncated, w.reindexed, w.cutValid)
 	}
 	if vr.Recovery.CutEntries != rep.CutEntries || vr.Recovery.TruncatedBytes != rep.TruncatedBytes ||
+		vr.Recovery.CutValidEntries != rep.CutValidEntries ||
 		vr.Recovery.ReindexedEntries != rep.ReindexedEntries || vr.NextOffset != w.hw ||
 		!slices.Equal(vr.Recovery.Actions, rep.Actions) {
 		t.Errorf("verify predicted %+v, open did %+v", vr.Recovery, rep)

@@ -113,7 +113,10 @@ func (b *LocalBackend) Topics() (names, skipped []string, err error) {
 		switch err := s.SyncFS(b.Root); {
 		case err == nil:
 			b.synced.Store(true)
-		case !errors.Is(err, errors.ErrUnsupported) && b.Storage.Logger != nil:
+		case b.Storage.Logger == nil:
+		case errors.Is(err, errors.ErrUnsupported):
+			b.Storage.Logger.Info("the data filesystem's syncfs is not trusted to make the page cache durable; each topic's recovery fsyncs its own files", zap.Error(err))
+		default:
 			b.Storage.Logger.Warn("could not sync the data filesystem at startup; each topic's recovery fsyncs its own files instead", zap.Error(err))
 		}
 	}

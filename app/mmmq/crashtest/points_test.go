@@ -44,6 +44,7 @@ func TestCrashPoints(t *testing.T) {
 		{"after-segment-sync", func(t *testing.T) pointRow { return reindexedTailCase(t, "after-segment-sync") }},
 		{"after-segment-write-torn-tail", tornTailCase},
 		{"after-segment-write-damaged-then-valid", damagedTailCase},
+		{"after-segment-write-damaged-then-valid-beyond-group", damagedBeyondGroupCase},
 		{"after-index-write", afterIndexWriteCase},
 		{"after-index-sync", afterIndexSyncCase},
 		{"after-reply-before-index-sync-lazy", afterReplyBeforeIndexSyncCase},

@@ -202,36 +202,83 @@ func tornTailCase(t *testing.T) pointRow {
 
 // damagedTailCase: the broker is killed after m3's segment write; the test
 // then flips one byte inside m3's JSON (its CRC no longer matches) and
-// appends a valid entry after it (m3's original bytes). An invalid entry
-// followed by a valid one is damage, not a torn write, so recovery must
-// refuse the topic rather than cut it: with on-corruption fail the broker
-// refuses to start, naming the topic, the segment file, the byte position
-// and the offset, and leaves the files untouched.
+// appends a valid entry after it (m3's original bytes): the shape a group
+// commit that never completed its fsync leaves when a later page of it
+// reached the disk and an earlier one did not. That is crash damage, not
+// corruption: the valid entry lies within one group commit (MaxGroupBytes)
+// of the invalid one, so recovery cuts both, counts the valid entry it
+// cut, and the broker serves m0..m2.
 func damagedTailCase(t *testing.T) pointRow {
 	const topic = "cp.t"
 	root, seg, m3 := m3Tail(t, "after-segment-write", topic)
+	flip, valid := damageM3(t, seg, m3, 1)
+	b := startBroker(t, brokerConf{DataDir: root, OnCorruption: "fail"})
+	l := mustRead(t, b, topic)
+	if got := strings.Join(ids(l), ","); got != "m0,m1,m2" {
+		t.Fatalf("after restart the log holds %s, want m0,m1,m2 (the torn group of m3 and the valid entry after it cut)", got)
+	}
+	rec := logRecord(t, b, "recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked")
+	if rec["topic"] != topic || rec["cut-valid-entries"] != float64(1) || rec["truncated-bytes"] != float64(2*len(m3.Raw)) {
+		t.Fatalf("recovery logged %v; want topic %s, cut-valid-entries 1, truncated-bytes %d", rec, topic, 2*len(m3.Raw))
+	}
+	if r := mustPublish(t, b, topic, "m4", "durable"); r.Offset != 3 {
+		t.Fatalf("next publish at offset %d, want 3", r.Offset)
+	}
+	b.stop()
+	return pointRow{
+		Point:    "after-segment-write, then the test flips a byte of the unindexed entry and appends a valid entry after it",
+		Expected: "a hole followed by data within one group commit is crash damage (unsynced bytes written back out of order): cut at the first invalid byte, the valid entry after it counted; earlier DURABLE intact",
+		Observed: fmt.Sprintf("byte %d of m3 flipped, a valid entry appended at byte %d; restart: log = m0..m2, recovery logged cut-valid-entries %v, truncated-bytes %v; next publish took offset 3",
+			flip, valid, rec["cut-valid-entries"], rec["truncated-bytes"]),
+	}
+}
+
+// damageM3 flips one byte inside m3's JSON in the segment seg and appends
+// copies of m3's original (valid) entry after it: copies of them, until at
+// least minBytes were appended. It returns the flipped byte and the
+// position of the first copy.
+func damageM3(t *testing.T, seg string, m3 tailEntry, minBytes int) (flip, valid int64) {
+	t.Helper()
 	data, err := os.ReadFile(seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flip := m3.Pos + entryHeader + int64(len(m3.Raw)-entryHeader)/2
+	flip = m3.Pos + entryHeader + int64(len(m3.Raw)-entryHeader)/2
 	data[flip] ^= 0x20
-	valid := m3.Pos + int64(len(m3.Raw))
-	data = append(data, m3.Raw...)
+	valid = m3.Pos + int64(len(m3.Raw))
+	for appended := 0; appended < minBytes; appended += len(m3.Raw) {
+		data = append(data, m3.Raw...)
+	}
 	if err := os.WriteFile(seg, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return flip, valid
+}
+
+// damagedBeyondGroupCase: as damagedTailCase, but the valid entries after
+// the damaged m3 run on for more than one group commit can leave unsynced
+// (MaxGroupBytes, 1 MiB): such data had been fsynced, so the damage before
+// it is corruption. With on-corruption fail the broker refuses to start,
+// naming the topic, the segment file, the byte position and the offset,
+// and leaves the files untouched.
+func damagedBeyondGroupCase(t *testing.T) pointRow {
+	const topic = "cp.t"
+	const window = 1 << 20 // storage.DamageWindow for an entry of m3's size
+	root, seg, m3 := m3Tail(t, "after-segment-write", topic)
+	flip, valid := damageM3(t, seg, m3, window+4*len(m3.Raw))
+	size := int64(len(m3.Raw))
+	beyond := valid + (m3.Pos+window-valid+size-1)/size*size // the first copy at or beyond m3.Pos + window
 	before := snapshotFiles(t, filepath.Join(root, topic))
 	b := startBroker(t, brokerConf{DataDir: root, OnCorruption: "fail", MayDieStarting: true})
 	if b.alive() {
-		t.Fatalf("the broker started (ready) with a damaged entry before a valid one\n%s", b.logTail())
+		t.Fatalf("the broker started (ready) with a damaged entry before more than a group commit of valid ones\n%s", b.logTail())
 	}
 	if code := b.exitCode(); code != 1 {
 		t.Fatalf("broker with a damaged entry before a valid one: exit status %d, want 1 (refused to start)\n%s", code, b.logTail())
 	}
 	rec := logRecord(t, b, "topic refused: corruption found by startup recovery; files left untouched")
 	reason := fmt.Sprintf("entry at byte %d is invalid", m3.Pos)
-	follows := fmt.Sprintf("but a valid entry follows at byte %d", valid)
+	follows := fmt.Sprintf("but a valid entry follows at byte %d", beyond)
 	if rec["topic"] != topic || rec["file"] != seg || rec["pos"] != float64(m3.Pos) || rec["offset"] != float64(3) ||
 		!strings.Contains(fmt.Sprint(rec["reason"]), reason) || !strings.Contains(fmt.Sprint(rec["reason"]), follows) {
 		t.Fatalf("refusal logged as %v; want topic %s, file %s, pos %d, offset 3, reason %q ... %q", rec, topic, seg, m3.Pos, reason, follows)
@@ -244,9 +291,9 @@ func damagedTailCase(t *testing.T) pointRow {
 		t.Fatal("recovery modified the files of the refused topic")
 	}
 	return pointRow{
-		Point:    "after-segment-write, then the test flips a byte of the unindexed entry and appends a valid entry after it",
-		Expected: "an invalid entry followed by a valid one is damage, not a torn tail: with on-corruption fail the broker refuses to start, naming topic, file, byte and offset; files untouched",
-		Observed: fmt.Sprintf("byte %d of m3 flipped, a valid entry appended at byte %d; start refused, exit status 1: \"%s\" (pos %d, offset 3); files byte-identical",
+		Point:    "after-segment-write, then the test flips a byte of the unindexed entry and appends over 1 MiB of valid entries after it",
+		Expected: "a valid entry more than one group commit (1 MiB) after an invalid one lies in fsynced data: damage, not a torn write; with on-corruption fail the broker refuses to start, naming topic, file, byte and offset; files untouched",
+		Observed: fmt.Sprintf("byte %d of m3 flipped, valid entries appended from byte %d; start refused, exit status 1: \"%s\" (pos %d, offset 3); files byte-identical",
 			flip, valid, rec["reason"], m3.Pos),
 	}
 }
