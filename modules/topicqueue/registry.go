@@ -44,10 +44,13 @@ type Registry struct {
 	opening     map[string]*opening // topics being opened, counted in MaxTopics
 	deleting    map[string]*opening // topics being deleted; creators wait for done
 	quarantined map[string]error
-	subs        map[int]func(*TopicQueue)
-	delSubs     map[int]func(*TopicQueue)
-	nextSub     int
-	closed      bool
+	// recovered sums what startup recovery cut and indexed again over
+	// every topic OpenAll opened (RecoveryCuts).
+	recovered RecoveryCuts
+	subs      map[int]func(*TopicQueue)
+	delSubs   map[int]func(*TopicQueue)
+	nextSub   int
+	closed    bool
 	// stopWatch ends the watch for topics created or deleted by other nodes
 	// (watch.go); nil when there is none.
 	stopWatch func()

@@ -103,6 +103,15 @@ var (
 	topicSegments = prometheus.NewDesc("mmmq_topic_segments", "Segments of the topic.", []string{"topic"}, nil)
 	topicFailed   = prometheus.NewDesc("mmmq_topic_failed", "1 when the topic's log failed (write or fsync error) and refuses writes.", []string{"topic"}, nil)
 	quarantined   = prometheus.NewDesc("mmmq_topics_quarantined", "Topics refused by startup recovery and excluded.", nil, nil)
+
+	recReindexed = prometheus.NewDesc("mmmq_recovery_reindexed_entries_total",
+		"Entries startup recovery indexed again from the last segment of a topic (valid in the segment, missing from its offset index).", nil, nil)
+	recCutIndex = prometheus.NewDesc("mmmq_recovery_cut_index_entries_total",
+		"Offset index entries startup recovery removed: torn, zero or garbage ones (rebuilt when their entries are valid) and those of torn entries.", nil, nil)
+	recCutValid = prometheus.NewDesc("mmmq_recovery_cut_valid_entries_total",
+		"CRC-valid entries startup recovery cut with a torn group commit: after a hole, within one group commit of the end of the data, never acknowledged.", nil, nil)
+	recCutBytes = prometheus.NewDesc("mmmq_recovery_cut_bytes_total",
+		"Bytes startup recovery cut from segment (file=\"segment\") and offset index (file=\"index\") files.", []string{"file"}, nil)
 )
 
 // topicCollector reads the registry at scrape time.
@@ -114,6 +123,10 @@ func (c topicCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- topicSegments
 	ch <- topicFailed
 	ch <- quarantined
+	ch <- recReindexed
+	ch <- recCutIndex
+	ch <- recCutValid
+	ch <- recCutBytes
 }
 
 func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
@@ -129,6 +142,12 @@ func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(topicFailed, prometheus.GaugeValue, failed, st.Topic)
 	}
 	ch <- prometheus.MustNewConstMetric(quarantined, prometheus.GaugeValue, float64(len(c.reg.Quarantined())))
+	cuts := c.reg.RecoveryCuts()
+	ch <- prometheus.MustNewConstMetric(recReindexed, prometheus.CounterValue, float64(cuts.ReindexedEntries))
+	ch <- prometheus.MustNewConstMetric(recCutIndex, prometheus.CounterValue, float64(cuts.CutIndexEntries))
+	ch <- prometheus.MustNewConstMetric(recCutValid, prometheus.CounterValue, float64(cuts.CutValidEntries))
+	ch <- prometheus.MustNewConstMetric(recCutBytes, prometheus.CounterValue, float64(cuts.CutSegmentBytes), "segment")
+	ch <- prometheus.MustNewConstMetric(recCutBytes, prometheus.CounterValue, float64(cuts.CutIndexBytes), "index")
 }
 
 var (

@@ -212,10 +212,15 @@ func damagedTailCase(t *testing.T) pointRow {
 	const topic = "cp.t"
 	root, seg, m3 := m3Tail(t, "after-segment-write", topic)
 	flip, valid := damageM3(t, seg, m3, 1)
-	b := startBroker(t, brokerConf{DataDir: root, OnCorruption: "fail"})
+	b := startBroker(t, brokerConf{DataDir: root, OnCorruption: "fail", Metrics: true})
 	l := mustRead(t, b, topic)
 	if got := strings.Join(ids(l), ","); got != "m0,m1,m2" {
 		t.Fatalf("after restart the log holds %s, want m0,m1,m2 (the torn group of m3 and the valid entry after it cut)", got)
+	}
+	m := metricValues(t, b)
+	if m["mmmq_recovery_cut_valid_entries_total"] != 1 || m[`mmmq_recovery_cut_bytes_total{file="segment"}`] != float64(2*len(m3.Raw)) {
+		t.Fatalf("/metrics after recovery: cut_valid_entries %v, cut_bytes{segment} %v; want 1 and %d",
+			m["mmmq_recovery_cut_valid_entries_total"], m[`mmmq_recovery_cut_bytes_total{file="segment"}`], 2*len(m3.Raw))
 	}
 	rec := logRecord(t, b, "recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked")
 	if rec["topic"] != topic || rec["cut-valid-entries"] != float64(1) || rec["truncated-bytes"] != float64(2*len(m3.Raw)) {
