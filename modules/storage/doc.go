@@ -44,6 +44,7 @@
 //	Append ─┼─▶ pending queue ─▶ writer goroutine (one per topic)
 //	Append ─┘                     │ take everything queued
 //	                              │ rotation check before each entry
+//	                              │ at most MaxGroupBytes per group (one larger entry alone)
 //	                              ├─ write entries to .mmm ........ (hook AfterSegmentWrite)
 //	                              ├─ fsync .mmm .................... (hook AfterSegmentSync)
 //	                              ├─ write positions to .idx ....... (hook AfterIndexWrite)  → answer WRITTEN
@@ -155,9 +156,9 @@
 //	  start + previous count        in the chain)
 //	.idx length % 8 != 0          → cut the torn entry             planIndexLength
 //	                                (last segment; else CORRUPT)
-//	index positions implausible   → trailing, no valid entry       planIndexPositions
-//	  (first not 0, or not          after: cut (last segment);
-//	   increasing by a              otherwise: CORRUPT
+//	index positions implausible   → sealed: CORRUPT; last segment: planIndexPositions
+//	  (first not 0, or not          the rest of its index is
+//	   increasing by a              judged against the walk below
 //	   plausible entry size)
 //	index entry at/after .mmm end → CORRUPT: the segment is        planTornEntries
 //	                                shorter than its index
@@ -166,13 +167,21 @@
 //	entry before the last one     → CORRUPT ("index entry points   checkJoin
 //	  does not end where the        into the middle of an entry")
 //	  last one starts
-//	last segment: CRC-valid       → index them again: append       planReindex, applySegment
+//	last segment: CRC-valid       → index them again: append       planTail, applySegment
 //	  entries after the last kept   their positions to .idx,
 //	  one, each starting where      fsync (lazy index tail, or a
-//	  the previous ends             crash between the fsyncs)
-//	then an invalid entry with a  → CORRUPT (the log-queue         planReindex
-//	  CRC-valid entry anywhere      study's rule: damage, not a
-//	  after it (byte scan)          torn tail)
+//	  the previous ends (the walk)  crash between the fsyncs)
+//	last segment: later index     → agreeing: kept; zero or        planLaterIndex
+//	  entries                       garbage: cut, rebuilt from
+//	                                the walk; one pointing at a
+//	                                valid entry the walk does not
+//	                                put there: CORRUPT
+//	then, at E (the first byte    → a CRC-valid entry at or past   planDamage
+//	  where no valid entry          E + DamageWindow: CORRUPT
+//	  starts), invalid bytes        (fsynced data damaged);
+//	                                closer ones, holes, zeros:
+//	                                a torn group commit, cut at
+//	                                E, valid entries counted
 //	.mmm longer than the end of   → truncate and fsync (a torn     planPair, applySegment
 //	  the last kept entry           tail, never acknowledged)
 //
@@ -184,16 +193,51 @@
 // opening many topics syncs the whole filesystem once at startup instead,
 // syncfs(2) through vfs.FSSyncer, and sets Options.FilesystemSynced: two
 // fsyncs per topic cost 0.2–0.5 ms each on a virtual disk even with
-// nothing dirty; 2,000 topics start in 0.24–0.29 s either way.) An entry
+// nothing dirty; 2,000 topics start in 0.24–0.29 s either way. syncfs is
+// trusted only on filesystems known to honour it: on FUSE it returns 0
+// and syncs nothing, so there, and on any type not known, every topic's
+// repair fsyncs its own files.) An entry
 // indexed again may never have been acknowledged (its group commit
 // crashed before the answer): like a lost reply, it is delivered at least
 // once. One rule serves both index-sync
 // modes: an acknowledged entry's bytes were fsynced before its answer in
 // either, and recovery finds it either through the index or through the
-// walk after it. Index entries are not trusted past a damaged one: a zero
-// index entry followed by valid ones (a filesystem that persisted a later
-// index page but not an earlier one) is refused as corruption, files left
-// as they are, rather than guessed at.
+// walk after it.
+//
+// # Crash damage or corruption (repair_tail.go)
+//
+// A power loss can leave any subset of the pages written since a file's
+// last completed fsync, in any order: a hole followed by data that did
+// reach the disk is an ordinary crash outcome there. Damage in bytes that
+// had been fsynced is corruption. Recovery tells them apart by a bound
+// the writer keeps: a group commit writes at most MaxGroupBytes (1 MiB) to
+// a segment before its fsync (one larger entry alone), so the unsynced
+// bytes a crash can damage start at or before E, the first position of
+// the last segment where no valid entry starts, and end within one group
+// of it. A CRC-valid entry at E + DamageWindow or beyond lies in fsynced
+// data: refused. Anything closer is a torn group commit: cut at E, with
+// its CRC-valid entries counted (RepairReport.CutValidEntries; the metric
+// mmmq_recovery_cut_valid_entries_total). The bound is a constant of the
+// format, not a setting, so a restart under other settings judges a crash
+// by the rule that wrote it; it holds in both index-sync modes (both fsync
+// the segment in every group commit) and across a mode switch.
+//
+// The last segment's offset index is derived data: an index entry is
+// written only after the segment bytes it points at were fsynced, so
+// after its plausible prefix its entries are judged against the walk —
+// kept when they agree, rebuilt when zero or garbage (a lost index page
+// before a persisted one), and refused only when one points at a valid
+// entry the walk does not put there. Sealed segments keep the strict rule:
+// their index was fsynced before the next segment existed.
+//
+// The residual risk, the trade PostgreSQL makes at the end of its WAL:
+// damage to acknowledged bytes that lies within DamageWindow of the end of
+// the data cannot be told from a torn group commit and is cut with
+// whatever follows it — logged and counted. The walk after the index is
+// as long as the index lags: in lazy mode the writer fsyncs the index once
+// its unsynced entries cover LazyIndexSyncBytes (4 MiB), so a crash leaves
+// a walk of about that plus one group; zeros after E are skipped a window
+// at a time, never byte by byte.
 //
 // A chain may start at any offset: retention deletes whole segments from
 // the head, and the log start offset (StartOffset) is the base of the first
