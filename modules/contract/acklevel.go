@@ -11,9 +11,18 @@ import (
 //
 //	level     answered when                         survives kill -9   survives power loss
 //	ACCEPTED  queued in memory, offset not final     maybe              maybe
-//	WRITTEN   write(2) returned (page cache)         usually            maybe
+//	WRITTEN   write(2) returned (page cache)         usually            maybe (promised); on the local
+//	                                                                    engine in fact yes, see below
 //	DURABLE   segment fsynced (and its index, with   yes                yes (if the device honours flush)
 //	          index-sync commit, the default)
+//
+// The local storage engine answers WRITTEN later than the level promises:
+// after the segment's fsync and the offset index's write(2), only before
+// the index's fsync (commit mode). So a WRITTEN entry there survives a
+// power loss like a DURABLE one (recovery rebuilds its index entry from
+// the segment); it is answered no sooner than DURABLE under index-sync
+// lazy, and saves one fsync's wait under commit. A backend may answer it
+// earlier (JetStream answers it as DURABLE): rely only on the promise.
 type AckLevel uint8
 
 const (
