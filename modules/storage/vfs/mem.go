@@ -36,6 +36,7 @@ const (
 	OpList                     // FS.List
 	OpFreeSpace                // FS.FreeSpace
 	OpTotalSpace               // FS.TotalSpace
+	OpDatasync                 // File.Datasync
 )
 
 var opNames = [...]string{
@@ -52,6 +53,7 @@ var opNames = [...]string{
 	OpList:       "list",
 	OpFreeSpace:  "freespace",
 	OpTotalSpace: "totalspace",
+	OpDatasync:   "datasync",
 }
 
 // String returns the lower-case name of the operation ("write", "syncdir").
@@ -202,8 +204,9 @@ func (m *MemFS) SetCapacity(bytes int64) {
 	m.mu.Unlock()
 }
 
-// SyncCount returns the number of File.Sync calls on files of this MemFS,
-// including calls failed by the hook but not calls on closed files.
+// SyncCount returns the number of durability calls on files of this MemFS:
+// File.Sync and File.Datasync (and SyncFS), including calls failed by the
+// hook but not calls on closed files.
 func (m *MemFS) SyncCount() int64 { return m.syncs.Load() }
 
 // SyncDirCount returns the number of SyncDir calls on this MemFS, including
@@ -828,12 +831,21 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // Sync implements File: the current contents and size become durable.
-func (f *memFile) Sync() error {
+func (f *memFile) Sync() error { return f.sync(OpSync, "sync") }
+
+// Datasync implements File. MemFS models only data and sizes, so it has
+// the same effect as Sync; the hook sees OpDatasync, and SyncCount counts
+// it too.
+func (f *memFile) Datasync() error { return f.sync(OpDatasync, "datasync") }
+
+// sync is Sync and Datasync: op is reported to the hook, name goes into
+// the error for a closed file.
+func (f *memFile) sync(op Op, name string) error {
 	if f.closed.Load() {
-		return f.errClosed("sync")
+		return f.errClosed(name)
 	}
 	f.fs.syncs.Add(1)
-	if err := f.fs.callHook(OpSync, f.name); err != nil {
+	if err := f.fs.callHook(op, f.name); err != nil {
 		return err
 	}
 	f.fs.mu.Lock()

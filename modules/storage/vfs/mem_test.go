@@ -342,6 +342,7 @@ func TestHookErrors(t *testing.T) {
 		{vfs.OpOpen, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.OpenRW("d/f"); return err }},
 		{vfs.OpWrite, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.WriteAt([]byte("zz"), 0); return err }},
 		{vfs.OpSync, func(_ *vfs.MemFS, f vfs.File) error { return f.Sync() }},
+		{vfs.OpDatasync, func(_ *vfs.MemFS, f vfs.File) error { return f.Datasync() }},
 		{vfs.OpTruncate, func(_ *vfs.MemFS, f vfs.File) error { return f.Truncate(0) }},
 		{vfs.OpRename, func(m *vfs.MemFS, _ vfs.File) error { return m.Rename("d/f", "d/g") }},
 		{vfs.OpRemove, func(m *vfs.MemFS, _ vfs.File) error { return m.Remove("d/f") }},
@@ -383,7 +384,7 @@ func TestHookErrors(t *testing.T) {
 			if want := []vfs.DirEntry{{Name: "f"}}; !reflect.DeepEqual(ents, want) {
 				t.Errorf("List(d) = %v, want %v", ents, want)
 			}
-			if tt.op == vfs.OpSync && m.SyncCount() != 2 {
+			if (tt.op == vfs.OpSync || tt.op == vfs.OpDatasync) && m.SyncCount() != 2 {
 				t.Errorf("SyncCount = %d, want 2 (failed calls count)", m.SyncCount())
 			}
 		})
@@ -703,14 +704,17 @@ func TestCountingFS(t *testing.T) {
 			if err := r.Sync(); err != nil {
 				t.Fatal(err)
 			}
+			if err := r.Datasync(); err != nil {
+				t.Fatal(err)
+			}
 			if err := c.SyncDir(inner.dir); err != nil {
 				t.Fatal(err)
 			}
-			if got := c.Syncs.Load(); got != 3 {
-				t.Errorf("Syncs = %d, want 3", got)
+			if got := c.Syncs.Load(); got != 4 {
+				t.Errorf("Syncs = %d, want 4 (Datasync counts)", got)
 			}
-			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 3 {
-				t.Errorf("inner SyncCount = %d, want 3 (files must wrap the inner files)", m.SyncCount())
+			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 4 {
+				t.Errorf("inner SyncCount = %d, want 4 (files must wrap the inner files)", m.SyncCount())
 			}
 			if got := c.OpenFiles.Load(); got != 1 {
 				t.Errorf("OpenFiles = %d, want 1 (the OpenRW file)", got)
@@ -782,10 +786,13 @@ func TestConformance(t *testing.T) {
 		n, err = f.ReadAt(buf[:6], 0)
 		rec(fmt.Sprintf("read %d %q", n, buf[:n]), err)
 		rec("sync", f.Sync())
+		rec("datasync", f.Datasync())
 		rec("close", f.Close())
 		rec("close again", f.Close())
 		_, err = f.WriteAt([]byte("x"), 0)
 		rec("write closed", err)
+		rec("sync closed", f.Sync())
+		rec("datasync closed", f.Datasync())
 
 		_, err = fsys.Open(p("a", "b", "missing"))
 		rec("open missing", err)
@@ -799,6 +806,7 @@ func TestConformance(t *testing.T) {
 		rec("ro write", err)
 		rec("ro truncate", r.Truncate(0))
 		rec("ro sync", r.Sync())
+		rec("ro datasync", r.Datasync())
 		rec("ro close", r.Close())
 
 		rec("rename", fsys.Rename(p("a", "b", "f"), p("a", "b", "g")))
@@ -1023,5 +1031,61 @@ func TestMemSyncFS(t *testing.T) {
 	}
 	if err := m.SyncFS("missing"); err == nil {
 		t.Error("SyncFS of a missing directory succeeded")
+	}
+}
+
+// TestDatasyncDurableLikeSync: whatever Crash model is used, a file made
+// durable with Datasync survives exactly as one made durable with Sync
+// after the same writes, overwrites and truncations.
+func TestDatasyncDurableLikeSync(t *testing.T) {
+	opts := map[string]func() vfs.CrashOptions{
+		"default":  func() vfs.CrashOptions { return vfs.CrashOptions{} },
+		"torn":     func() vfs.CrashOptions { return vfs.CrashOptions{TornTail: true, Rand: rand.New(rand.NewPCG(1, 9))} },
+		"zerofill": func() vfs.CrashOptions { return vfs.CrashOptions{ZeroFillTail: true} },
+	}
+	for name, opt := range opts {
+		t.Run(name, func(t *testing.T) {
+			m := durableDir(t)
+			fs := map[string]vfs.File{"sync": mustCreate(t, m, "d/sync", "", false), "datasync": mustCreate(t, m, "d/datasync", "", false)}
+			mustSyncDir(t, m, "d")
+			step := func(f vfs.File, i int) {
+				t.Helper()
+				if _, err := f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 700), int64(300*i)); err != nil {
+					t.Fatal(err)
+				}
+				if i%3 == 2 {
+					if err := f.Truncate(int64(250 * i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i := range 6 {
+				for _, f := range fs {
+					step(f, i)
+				}
+				if err := fs["sync"].Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if err := fs["datasync"].Datasync(); err != nil {
+					t.Fatal(err)
+				}
+				want := content(t, m, "d/sync")
+				for range 5 {
+					c := m.Crash(opt())
+					if got := content(t, c, "d/sync"); got != want {
+						t.Fatalf("step %d: synced file after crash differs from its contents", i)
+					}
+					if got := content(t, c, "d/datasync"); got != want {
+						t.Fatalf("step %d: datasynced file after crash (%d bytes) differs from its contents (%d bytes)", i, len(got), len(want))
+					}
+				}
+				// Unsynced changes on top, which a crash may or may not keep.
+				for _, f := range fs {
+					if _, err := f.WriteAt([]byte("unsynced"), int64(100*i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
