@@ -118,7 +118,9 @@ type CrashOptions struct {
 	//     reads as zeros, and a sector lying partly inside the synced size
 	//     keeps the synced bytes there and zeros after. Unchanged sectors,
 	//     and every byte below the synced size that was not overwritten,
-	//     keep their synced contents exactly.
+	//     keep their synced contents exactly (as far as the size after the
+	//     crash reaches). A Truncate that shrinks a file and one that grows
+	//     it again overwrite the bytes between with zeros.
 	//   - Each file draws its own probability that a changed sector keeps
 	//     its new bytes: 0 (nothing written back) with chance 1/8, 1
 	//     (everything written back) with chance 1/8, otherwise uniform in
@@ -184,7 +186,8 @@ type CrashOptions struct {
 //     old contents, overwrites inside the synced size included, and the
 //     size is the synced one, the current one or one between (see
 //     CrashOptions.SectorSize). Either way, bytes below the synced size
-//     that were not overwritten since are kept exactly.
+//     that were not overwritten since are kept exactly, as far as the size
+//     after the crash reaches.
 //
 // Capacity (SetCapacity) counts the current size of every file reachable in
 // the namespace; synced copies and files already removed do not count.
