@@ -6,16 +6,17 @@ import (
 	"sync/atomic"
 )
 
-// CountingFS wraps an FS and counts File.Sync calls on the files it opens,
-// for benchmarks that report fsyncs per message on the real filesystem
-// (&CountingFS{FS: OS{}}), and the files it has open, for tests that bound
-// the descriptors a log holds. Files from Create, OpenRW and Open wrap the
-// inner files; every other method, Lock included, is the inner FS's
-// (forwarded by embedding). Use it by pointer: the counters must not be
-// copied.
+// CountingFS wraps an FS and counts File.Sync and File.Datasync calls on
+// the files it opens, for benchmarks that report fsyncs per message on the
+// real filesystem (&CountingFS{FS: OS{}}), and the files it has open, for
+// tests that bound the descriptors a log holds. Files from Create, OpenRW
+// and Open wrap the inner files; every other method, Lock included, is the
+// inner FS's (forwarded by embedding). Use it by pointer: the counters must
+// not be copied.
 type CountingFS struct {
 	FS
-	// Syncs is the number of File.Sync calls, failed ones included.
+	// Syncs is the number of File.Sync and File.Datasync calls (durability
+	// calls), failed ones included.
 	Syncs atomic.Int64
 	// OpenFiles is the number of files opened (Create, OpenRW, Open) and not
 	// closed yet; a second Close of a file does not count.
@@ -61,7 +62,7 @@ func (c *CountingFS) wrap(f File, err error) (File, error) {
 	return &countingFile{File: f, c: c}, nil
 }
 
-// countingFile counts Sync calls and its Close into its CountingFS.
+// countingFile counts Sync and Datasync calls and its Close into its CountingFS.
 type countingFile struct {
 	File
 	c      *CountingFS
@@ -80,4 +81,10 @@ func (f *countingFile) Close() error {
 func (f *countingFile) Sync() error {
 	f.c.Syncs.Add(1)
 	return f.File.Sync()
+}
+
+// Datasync implements File; it counts in Syncs.
+func (f *countingFile) Datasync() error {
+	f.c.Syncs.Add(1)
+	return f.File.Datasync()
 }

@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,7 @@ const (
 	OpList                     // FS.List
 	OpFreeSpace                // FS.FreeSpace
 	OpTotalSpace               // FS.TotalSpace
+	OpDatasync                 // File.Datasync
 )
 
 var opNames = [...]string{
@@ -52,6 +54,7 @@ var opNames = [...]string{
 	OpList:       "list",
 	OpFreeSpace:  "freespace",
 	OpTotalSpace: "totalspace",
+	OpDatasync:   "datasync",
 }
 
 // String returns the lower-case name of the operation ("write", "syncdir").
@@ -80,21 +83,67 @@ func (e ShortWrite) Error() string {
 // Unwrap returns Err.
 func (e ShortWrite) Unwrap() error { return e.Err }
 
-// CrashOptions selects what MemFS.Crash keeps of the bytes a file holds
-// beyond its synced size.
+// CrashOptions selects what MemFS.Crash keeps of the changes made to a
+// file's contents since its last Sync (or Datasync). The zero value keeps
+// none of them: every file holds exactly its synced contents and size.
+//
+// There are two models. With SectorSize 0 (the tail models), a file keeps
+// its synced contents, and TornTail and ZeroFillTail may keep part of the
+// bytes beyond its synced size; unsynced overwrites inside the synced size
+// are never kept. With SectorSize > 0 (the sector model), the page cache is
+// written back in any order, sector by sector, as on a real disk; see
+// SectorSize.
 type CrashOptions struct {
 	// TornTail keeps a uniformly random prefix (0 to all bytes) of each
 	// file's unsynced bytes beyond its synced size, modelling a page cache
-	// that was partly flushed when power was lost.
+	// that was partly flushed when power was lost. Ignored when SectorSize
+	// is set.
 	TornTail bool
 	// ZeroFillTail makes the kept unsynced region zeros instead of the
 	// written data, modelling a size update that reached the disk while the
 	// data did not. Without TornTail the whole region up to the current size
-	// is kept (as zeros).
+	// is kept (as zeros). Ignored when SectorSize is set.
 	ZeroFillTail bool
-	// Rand drives TornTail. Nil means a fixed-seed generator, so a crash is
-	// reproducible. Files are visited in sorted path order, so a seeded Rand
-	// gives the same result for the same FS state.
+	// SectorSize, when positive, selects the sector model with sectors of
+	// that many bytes (512 for disk sectors, 4096 for pages; any positive
+	// size works); 0 selects the tail models above; negative panics. For
+	// each file, with old the contents at its last Sync followed by zeros
+	// and new its current contents:
+	//   - The file is cut into sectors [k×SectorSize, (k+1)×SectorSize) up
+	//     to the larger of the synced and current sizes. Every sector whose
+	//     new contents differ from its old ones (appended data and
+	//     overwrites inside the synced size alike) holds, independently of
+	//     the others, either all its new bytes or all its old ones. Old
+	//     bytes beyond the synced size are zeros, so a lost appended sector
+	//     reads as zeros, and a sector lying partly inside the synced size
+	//     keeps the synced bytes there and zeros after. Unchanged sectors,
+	//     and every byte below the synced size that was not overwritten,
+	//     keep their synced contents exactly (as far as the size after the
+	//     crash reaches). A Truncate that shrinks a file and one that grows
+	//     it again overwrite the bytes between with zeros.
+	//   - Each file draws its own probability that a changed sector keeps
+	//     its new bytes: 0 (nothing written back) with chance 1/8, 1
+	//     (everything written back) with chance 1/8, otherwise uniform in
+	//     [0, 1). So one crash has almost everything of a file persisted,
+	//     another almost nothing, another holes followed by later data.
+	//   - The size is drawn independently of the data: the synced size, the
+	//     current size, or a uniformly random size from one to the other
+	//     (ends included), each with chance 1/3. A size above the current
+	//     one (a truncation since the last Sync that did not reach the disk)
+	//     shows the synced bytes the truncation cut off, not zeros: bytes
+	//     at or beyond the current size count as unchanged. So a file
+	//     truncated and rewritten keeps each rewritten sector old or new and
+	//     comes back with its old size, its new one, or one between.
+	//   - Files are independent of each other.
+	// So unlike the tail models, a sector model crash may keep an unsynced
+	// overwrite inside the synced size, or a later appended sector without
+	// an earlier one; like them, it never changes a synced byte that was
+	// not overwritten or truncated away since.
+	SectorSize int
+	// Rand drives TornTail and the sector model. Nil means a fixed-seed
+	// generator, so a crash is reproducible. Files are visited in sorted
+	// path order, so a seeded Rand gives the same result for the same FS
+	// state.
 	Rand *rand.Rand
 }
 
@@ -126,11 +175,19 @@ type CrashOptions struct {
 //     A directory whose own entry was never made durable vanishes with
 //     everything below it.
 //   - A surviving file holds the contents and size it had at its last
-//     File.Sync (empty if never synced), whatever was written, truncated or
-//     re-created (Create truncates) since. A file whose entry never became
+//     File.Sync or File.Datasync (empty if never synced), whatever was
+//     written, truncated or re-created (Create truncates) since, unless
+//     CrashOptions keep some of that. A file whose entry never became
 //     durable vanishes even when its data was synced.
-//   - CrashOptions may keep part of the bytes beyond the synced size.
-//     Unsynced overwrites inside the synced size are never kept.
+//   - With the tail models (CrashOptions.SectorSize 0), CrashOptions may
+//     keep part of the bytes beyond the synced size; unsynced overwrites
+//     inside the synced size are never kept. With the sector model
+//     (SectorSize > 0) every changed sector independently keeps its new or
+//     old contents, overwrites inside the synced size included, and the
+//     size is the synced one, the current one or one between (see
+//     CrashOptions.SectorSize). Either way, bytes below the synced size
+//     that were not overwritten since are kept exactly, as far as the size
+//     after the crash reaches.
 //
 // Capacity (SetCapacity) counts the current size of every file reachable in
 // the namespace; synced copies and files already removed do not count.
@@ -202,8 +259,9 @@ func (m *MemFS) SetCapacity(bytes int64) {
 	m.mu.Unlock()
 }
 
-// SyncCount returns the number of File.Sync calls on files of this MemFS,
-// including calls failed by the hook but not calls on closed files.
+// SyncCount returns the number of durability calls on files of this MemFS:
+// File.Sync and File.Datasync (and SyncFS), including calls failed by the
+// hook but not calls on closed files.
 func (m *MemFS) SyncCount() int64 { return m.syncs.Load() }
 
 // SyncDirCount returns the number of SyncDir calls on this MemFS, including
@@ -602,6 +660,9 @@ func (m *MemFS) WriteFile(name string, data []byte, synced bool) error {
 // everything in it is durable. m is not changed and stays usable, as do its
 // open files, which keep writing to m only.
 func (m *MemFS) Crash(opts CrashOptions) *MemFS {
+	if opts.SectorSize < 0 {
+		panic(fmt.Sprintf("vfs: CrashOptions.SectorSize %d is negative", opts.SectorSize))
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	rng := opts.Rand
@@ -715,6 +776,22 @@ func (c *crasher) dir(d *node) *node {
 }
 
 func (c *crasher) file(f *node) *node {
+	var data []byte
+	if c.opts.SectorSize > 0 {
+		data = c.sectors(f)
+	} else {
+		data = c.tail(f)
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	c.out.used += int64(len(data))
+	return &node{data: data, synced: slices.Clone(data), dirtyFrom: clean, linked: true}
+}
+
+// tail is the tail models: the synced contents, then TornTail and
+// ZeroFillTail's part of the bytes beyond the synced size.
+func (c *crasher) tail(f *node) []byte {
 	data := slices.Clone(f.synced)
 	if extra := len(f.data) - len(f.synced); extra > 0 {
 		keep := 0
@@ -730,11 +807,47 @@ func (c *crasher) file(f *node) *node {
 			data = append(data, f.data[len(f.synced):len(f.synced)+keep]...)
 		}
 	}
-	if data == nil {
-		data = []byte{}
+	return data
+}
+
+// sectors is the sector model (see CrashOptions.SectorSize).
+func (c *crasher) sectors(f *node) []byte {
+	if f.dirtyFrom == clean {
+		return slices.Clone(f.synced)
 	}
-	c.out.used += int64(len(data))
-	return &node{data: data, synced: slices.Clone(data), dirtyFrom: clean, linked: true}
+	oldSize, newSize := len(f.synced), len(f.data)
+	// img starts as the old contents: the synced bytes, then zeros.
+	img := make([]byte, max(oldSize, newSize))
+	copy(img, f.synced)
+	var p float64
+	switch c.rng.IntN(8) {
+	case 0:
+	case 1:
+		p = 1
+	default:
+		p = c.rng.Float64()
+	}
+	// Below dirtyFrom nothing changed; at or beyond newSize, bytes count as
+	// unchanged (a truncation's lost size shows the old bytes).
+	ss := c.opts.SectorSize
+	for lo := int(min(f.dirtyFrom, int64(newSize))) / ss * ss; lo < newSize; lo += ss {
+		hi := min(lo+ss, newSize)
+		if bytes.Equal(img[lo:hi], f.data[lo:hi]) {
+			continue
+		}
+		if c.rng.Float64() < p {
+			copy(img[lo:hi], f.data[lo:hi])
+		}
+	}
+	size := oldSize
+	switch c.rng.IntN(3) {
+	case 1:
+		size = newSize
+	case 2:
+		lo, hi := min(oldSize, newSize), max(oldSize, newSize)
+		size = lo + c.rng.IntN(hi-lo+1)
+	}
+	return img[:size]
 }
 
 // memFile is an open MemFS file.
@@ -828,12 +941,21 @@ func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 // Sync implements File: the current contents and size become durable.
-func (f *memFile) Sync() error {
+func (f *memFile) Sync() error { return f.sync(OpSync, "sync") }
+
+// Datasync implements File. MemFS models only data and sizes, so it has
+// the same effect as Sync; the hook sees OpDatasync, and SyncCount counts
+// it too.
+func (f *memFile) Datasync() error { return f.sync(OpDatasync, "datasync") }
+
+// sync is Sync and Datasync: op is reported to the hook, name goes into
+// the error for a closed file.
+func (f *memFile) sync(op Op, name string) error {
 	if f.closed.Load() {
-		return f.errClosed("sync")
+		return f.errClosed(name)
 	}
 	f.fs.syncs.Add(1)
-	if err := f.fs.callHook(OpSync, f.name); err != nil {
+	if err := f.fs.callHook(op, f.name); err != nil {
 		return err
 	}
 	f.fs.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -342,6 +344,7 @@ func TestHookErrors(t *testing.T) {
 		{vfs.OpOpen, func(m *vfs.MemFS, _ vfs.File) error { _, err := m.OpenRW("d/f"); return err }},
 		{vfs.OpWrite, func(_ *vfs.MemFS, f vfs.File) error { _, err := f.WriteAt([]byte("zz"), 0); return err }},
 		{vfs.OpSync, func(_ *vfs.MemFS, f vfs.File) error { return f.Sync() }},
+		{vfs.OpDatasync, func(_ *vfs.MemFS, f vfs.File) error { return f.Datasync() }},
 		{vfs.OpTruncate, func(_ *vfs.MemFS, f vfs.File) error { return f.Truncate(0) }},
 		{vfs.OpRename, func(m *vfs.MemFS, _ vfs.File) error { return m.Rename("d/f", "d/g") }},
 		{vfs.OpRemove, func(m *vfs.MemFS, _ vfs.File) error { return m.Remove("d/f") }},
@@ -383,7 +386,7 @@ func TestHookErrors(t *testing.T) {
 			if want := []vfs.DirEntry{{Name: "f"}}; !reflect.DeepEqual(ents, want) {
 				t.Errorf("List(d) = %v, want %v", ents, want)
 			}
-			if tt.op == vfs.OpSync && m.SyncCount() != 2 {
+			if (tt.op == vfs.OpSync || tt.op == vfs.OpDatasync) && m.SyncCount() != 2 {
 				t.Errorf("SyncCount = %d, want 2 (failed calls count)", m.SyncCount())
 			}
 		})
@@ -703,14 +706,17 @@ func TestCountingFS(t *testing.T) {
 			if err := r.Sync(); err != nil {
 				t.Fatal(err)
 			}
+			if err := r.Datasync(); err != nil {
+				t.Fatal(err)
+			}
 			if err := c.SyncDir(inner.dir); err != nil {
 				t.Fatal(err)
 			}
-			if got := c.Syncs.Load(); got != 3 {
-				t.Errorf("Syncs = %d, want 3", got)
+			if got := c.Syncs.Load(); got != 4 {
+				t.Errorf("Syncs = %d, want 4 (Datasync counts)", got)
 			}
-			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 3 {
-				t.Errorf("inner SyncCount = %d, want 3 (files must wrap the inner files)", m.SyncCount())
+			if m, ok := inner.fs.(*vfs.MemFS); ok && m.SyncCount() != 4 {
+				t.Errorf("inner SyncCount = %d, want 4 (files must wrap the inner files)", m.SyncCount())
 			}
 			if got := c.OpenFiles.Load(); got != 1 {
 				t.Errorf("OpenFiles = %d, want 1 (the OpenRW file)", got)
@@ -782,10 +788,13 @@ func TestConformance(t *testing.T) {
 		n, err = f.ReadAt(buf[:6], 0)
 		rec(fmt.Sprintf("read %d %q", n, buf[:n]), err)
 		rec("sync", f.Sync())
+		rec("datasync", f.Datasync())
 		rec("close", f.Close())
 		rec("close again", f.Close())
 		_, err = f.WriteAt([]byte("x"), 0)
 		rec("write closed", err)
+		rec("sync closed", f.Sync())
+		rec("datasync closed", f.Datasync())
 
 		_, err = fsys.Open(p("a", "b", "missing"))
 		rec("open missing", err)
@@ -799,6 +808,7 @@ func TestConformance(t *testing.T) {
 		rec("ro write", err)
 		rec("ro truncate", r.Truncate(0))
 		rec("ro sync", r.Sync())
+		rec("ro datasync", r.Datasync())
 		rec("ro close", r.Close())
 
 		rec("rename", fsys.Rename(p("a", "b", "f"), p("a", "b", "g")))
@@ -1023,5 +1033,449 @@ func TestMemSyncFS(t *testing.T) {
 	}
 	if err := m.SyncFS("missing"); err == nil {
 		t.Error("SyncFS of a missing directory succeeded")
+	}
+}
+
+// TestDatasyncDurableLikeSync: whatever Crash model is used, a file made
+// durable with Datasync survives exactly as one made durable with Sync
+// after the same writes, overwrites and truncations.
+func TestDatasyncDurableLikeSync(t *testing.T) {
+	opts := map[string]func() vfs.CrashOptions{
+		"default":  func() vfs.CrashOptions { return vfs.CrashOptions{} },
+		"torn":     func() vfs.CrashOptions { return vfs.CrashOptions{TornTail: true, Rand: rand.New(rand.NewPCG(1, 9))} },
+		"zerofill": func() vfs.CrashOptions { return vfs.CrashOptions{ZeroFillTail: true} },
+		"sector512": func() vfs.CrashOptions {
+			return vfs.CrashOptions{SectorSize: 512, Rand: rand.New(rand.NewPCG(2, 9))}
+		},
+		"sector4096": func() vfs.CrashOptions {
+			return vfs.CrashOptions{SectorSize: 4096, Rand: rand.New(rand.NewPCG(3, 9))}
+		},
+	}
+	for name, opt := range opts {
+		t.Run(name, func(t *testing.T) {
+			m := durableDir(t)
+			fs := map[string]vfs.File{"sync": mustCreate(t, m, "d/sync", "", false), "datasync": mustCreate(t, m, "d/datasync", "", false)}
+			mustSyncDir(t, m, "d")
+			step := func(f vfs.File, i int) {
+				t.Helper()
+				if _, err := f.WriteAt(bytes.Repeat([]byte{byte('a' + i)}, 700), int64(300*i)); err != nil {
+					t.Fatal(err)
+				}
+				if i%3 == 2 {
+					if err := f.Truncate(int64(250 * i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i := range 6 {
+				for _, f := range fs {
+					step(f, i)
+				}
+				if err := fs["sync"].Sync(); err != nil {
+					t.Fatal(err)
+				}
+				if err := fs["datasync"].Datasync(); err != nil {
+					t.Fatal(err)
+				}
+				want := content(t, m, "d/sync")
+				for range 5 {
+					c := m.Crash(opt())
+					if got := content(t, c, "d/sync"); got != want {
+						t.Fatalf("step %d: synced file after crash differs from its contents", i)
+					}
+					if got := content(t, c, "d/datasync"); got != want {
+						t.Fatalf("step %d: datasynced file after crash (%d bytes) differs from its contents (%d bytes)", i, len(got), len(want))
+					}
+				}
+				// Unsynced changes on top, which a crash may or may not keep.
+				for _, f := range fs {
+					if _, err := f.WriteAt([]byte("unsynced"), int64(100*i)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sectorSizes are the SectorSize values the sector model tests run with.
+var sectorSizes = []int{512, 4096}
+
+// sectorClasses checks got against the sector model for a file whose
+// synced contents were old and whose current contents are cur, and
+// returns for each sector of got whether it holds the new bytes ('n'), the
+// old ones ('o') or is the same either way ('u'). got's size must lie
+// between the two sizes; each sector (cut at len(got)) must equal the old
+// image (old, then zeros) or the new one (cur, then beyond len(cur) the
+// old image) over the same range.
+func sectorClasses(t *testing.T, ss int, old, cur, got []byte) []byte {
+	t.Helper()
+	lo, hi := min(len(old), len(cur)), max(len(old), len(cur))
+	if len(got) < lo || len(got) > hi {
+		t.Fatalf("size %d outside [%d, %d]", len(got), lo, hi)
+	}
+	oldImg := make([]byte, hi)
+	copy(oldImg, old)
+	newImg := slices.Clone(oldImg)
+	copy(newImg, cur)
+	var classes []byte
+	for k := 0; k*ss < len(got); k++ {
+		a, b := k*ss, min((k+1)*ss, len(got))
+		isOld, isNew := bytes.Equal(got[a:b], oldImg[a:b]), bytes.Equal(got[a:b], newImg[a:b])
+		switch {
+		case isOld && isNew:
+			classes = append(classes, 'u')
+		case isOld:
+			classes = append(classes, 'o')
+		case isNew:
+			classes = append(classes, 'n')
+		default:
+			t.Fatalf("sector %d [%d, %d) is neither its old nor its new contents:\ngot %q\nold %q\nnew %q", k, a, b, got[a:b], oldImg[a:b], newImg[a:b])
+		}
+	}
+	return classes
+}
+
+// sectorPattern returns n bytes whose sector k (of size ss) is all
+// byte(first + k%26): nonzero, and different from one sector to the next.
+func sectorPattern(n, ss int, first byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = first + byte(i/ss%26)
+	}
+	return b
+}
+
+// TestCrashSectorsShapes: with unsynced data appended to a synced prefix,
+// the sector model produces over many crashes a lost (zero) sector
+// followed by a later persisted one, everything persisted, and nothing
+// persisted (the current size with only zeros beyond the synced size).
+func TestCrashSectorsShapes(t *testing.T) {
+	for _, ss := range sectorSizes {
+		t.Run(fmt.Sprint(ss), func(t *testing.T) {
+			m := durableDir(t)
+			synced := bytes.Repeat([]byte{'S'}, 2*ss+ss/2)
+			f := mustCreate(t, m, "d/f", string(synced), true)
+			mustSyncDir(t, m, "d")
+			if _, err := f.WriteAt(sectorPattern(8*ss, ss, 'a'), int64(len(synced))); err != nil {
+				t.Fatal(err)
+			}
+			cur, _ := m.ReadFile("d/f")
+			firstNew := (len(synced) + ss - 1) / ss // first sector wholly beyond the synced size
+			rng := rand.New(rand.NewPCG(11, uint64(ss)))
+			var hole, all, none int
+			for range 400 {
+				got, _ := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng}).ReadFile("d/f")
+				classes := sectorClasses(t, ss, synced, cur, got)
+				if !bytes.Equal(got[:min(len(got), len(synced))], synced[:min(len(got), len(synced))]) {
+					t.Fatalf("synced bytes changed")
+				}
+				if len(got) != len(cur) {
+					continue
+				}
+				switch {
+				case bytes.Equal(got, cur):
+					all++
+				case !slices.ContainsFunc(got[len(synced):], func(b byte) bool { return b != 0 }):
+					none++
+				}
+				for k := firstNew; k < len(classes); k++ {
+					if classes[k] == 'o' && slices.Contains(classes[k+1:], 'n') {
+						if z := got[k*ss : (k+1)*ss]; slices.ContainsFunc(z, func(b byte) bool { return b != 0 }) {
+							t.Fatalf("lost appended sector %d is not zeros", k)
+						}
+						hole++
+						break
+					}
+				}
+			}
+			t.Logf("of 400 crashes: %d hole then data, %d all persisted, %d none persisted", hole, all, none)
+			if hole == 0 || all == 0 || none == 0 {
+				t.Errorf("shapes missing: %d hole then data, %d all persisted, %d none persisted; want each > 0", hole, all, none)
+			}
+		})
+	}
+}
+
+// TestCrashSectorsOverwriteInsideSynced: an unsynced overwrite inside the
+// synced size is sometimes kept, sometimes not, sometimes in part, and
+// never leaves zeros or changes the size.
+func TestCrashSectorsOverwriteInsideSynced(t *testing.T) {
+	for _, ss := range sectorSizes {
+		t.Run(fmt.Sprint(ss), func(t *testing.T) {
+			m := durableDir(t)
+			synced := bytes.Repeat([]byte{'o'}, 4*ss)
+			f := mustCreate(t, m, "d/f", string(synced), true)
+			mustSyncDir(t, m, "d")
+			// Unaligned: sectors 0 to 2 change, in part for 0 and 2.
+			if _, err := f.WriteAt(bytes.Repeat([]byte{'n'}, 2*ss), int64(ss/2)); err != nil {
+				t.Fatal(err)
+			}
+			cur, _ := m.ReadFile("d/f")
+			rng := rand.New(rand.NewPCG(12, uint64(ss)))
+			var kept, lost, partial int
+			for range 200 {
+				got, _ := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng}).ReadFile("d/f")
+				if len(got) != len(synced) {
+					t.Fatalf("size %d, want %d (the size did not change)", len(got), len(synced))
+				}
+				if i := bytes.IndexByte(got, 0); i >= 0 {
+					t.Fatalf("zero byte at %d inside the synced size", i)
+				}
+				classes := sectorClasses(t, ss, synced, cur, got)
+				switch n := bytes.Count(classes, []byte{'n'}); n {
+				case 0:
+					lost++
+				case 3:
+					kept++
+				default:
+					partial++
+				}
+			}
+			if kept == 0 || lost == 0 || partial == 0 {
+				t.Errorf("overwrite kept %d times, lost %d, kept in part %d; want each > 0", kept, lost, partial)
+			}
+		})
+	}
+}
+
+// TestCrashSectorsKeepSyncedBytes: after random writes and truncations
+// since the last Sync, every byte below the synced size that was neither
+// overwritten nor truncated away keeps its synced value, and every sector
+// is all old or all new.
+func TestCrashSectorsKeepSyncedBytes(t *testing.T) {
+	for _, ss := range sectorSizes {
+		t.Run(fmt.Sprint(ss), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(13, uint64(ss)))
+			for trial := range 60 {
+				m := durableDir(t)
+				synced := make([]byte, rng.IntN(5*ss))
+				for i := range synced {
+					synced[i] = byte(rng.Uint32())
+				}
+				f := mustCreate(t, m, "d/f", string(synced), true)
+				mustSyncDir(t, m, "d")
+				touched := map[int]bool{}
+				touchedFrom := math.MaxInt // everything from here on was truncated away
+				size := len(synced)
+				for range 1 + rng.IntN(6) {
+					if rng.IntN(4) == 0 {
+						size = rng.IntN(size + ss)
+						if err := f.Truncate(int64(size)); err != nil {
+							t.Fatal(err)
+						}
+						touchedFrom = min(touchedFrom, size)
+						continue
+					}
+					off, n := rng.IntN(size+ss), 1+rng.IntN(2*ss)
+					b := make([]byte, n)
+					for i := range b {
+						b[i] = byte(rng.Uint32())
+					}
+					if _, err := f.WriteAt(b, int64(off)); err != nil {
+						t.Fatal(err)
+					}
+					for i := off; i < off+n; i++ {
+						touched[i] = true
+					}
+					size = max(size, off+n)
+				}
+				cur, _ := m.ReadFile("d/f")
+				for range 20 {
+					got, _ := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng}).ReadFile("d/f")
+					sectorClasses(t, ss, synced, cur, got)
+					for i := range min(len(got), len(synced), touchedFrom) {
+						if !touched[i] && got[i] != synced[i] {
+							t.Fatalf("trial %d: byte %d = %#x, want its synced %#x (never overwritten)", trial, i, got[i], synced[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCrashSectorsBoundaries: where the new contents differ from the old
+// in every byte, the crashed file switches between new and old bytes only
+// at multiples of SectorSize.
+func TestCrashSectorsBoundaries(t *testing.T) {
+	for _, ss := range sectorSizes {
+		t.Run(fmt.Sprint(ss), func(t *testing.T) {
+			m := durableDir(t)
+			f := mustCreate(t, m, "d/f", strings.Repeat("o", 2*ss+100), true)
+			mustSyncDir(t, m, "d")
+			if _, err := f.WriteAt(bytes.Repeat([]byte{'n'}, 6*ss+300), 0); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(14, uint64(ss)))
+			switches := 0
+			for range 300 {
+				got, _ := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng}).ReadFile("d/f")
+				for i := 1; i < len(got); i++ {
+					if (got[i] == 'n') != (got[i-1] == 'n') {
+						if i%ss != 0 {
+							t.Fatalf("new and old bytes meet at %d, not a multiple of %d", i, ss)
+						}
+						switches++
+					}
+				}
+			}
+			if switches == 0 {
+				t.Error("no crash mixed new and old sectors")
+			}
+		})
+	}
+}
+
+// TestCrashSectorsSize: the size after a crash is the synced one, the
+// current one, or one between, for a grown file, a truncated one (whose
+// cut-off bytes come back as they were synced) and one truncated and
+// rewritten (each rewritten sector old or new).
+func TestCrashSectorsSize(t *testing.T) {
+	for _, ss := range sectorSizes {
+		for _, tc := range []struct {
+			name   string
+			synced string
+			change func(f vfs.File) error
+		}{
+			{"grow", strings.Repeat("o", 1000), func(f vfs.File) error {
+				_, err := f.WriteAt(sectorPattern(5*ss+7, ss, 'a'), 1000)
+				return err
+			}},
+			{"truncate", string(sectorPattern(5*ss+7, ss, 'A')), func(f vfs.File) error { return f.Truncate(1000) }},
+			{"truncate-rewrite", strings.Repeat("o", 3*ss), func(f vfs.File) error {
+				if err := f.Truncate(0); err != nil {
+					return err
+				}
+				_, err := f.WriteAt(bytes.Repeat([]byte{'n'}, ss+10), 0)
+				return err
+			}},
+		} {
+			t.Run(fmt.Sprint(ss, "/", tc.name), func(t *testing.T) {
+				m := durableDir(t)
+				f := mustCreate(t, m, "d/f", tc.synced, true)
+				mustSyncDir(t, m, "d")
+				if err := tc.change(f); err != nil {
+					t.Fatal(err)
+				}
+				cur, _ := m.ReadFile("d/f")
+				synced := []byte(tc.synced)
+				rng := rand.New(rand.NewPCG(15, uint64(ss)))
+				var old, now, between, sectorNew, sectorOld int
+				for range 300 {
+					got, _ := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng}).ReadFile("d/f")
+					classes := sectorClasses(t, ss, synced, cur, got)
+					switch len(got) {
+					case len(synced):
+						old++
+					case len(cur):
+						now++
+					default:
+						between++
+					}
+					if tc.name == "truncate" && !bytes.Equal(got, synced[:len(got)]) {
+						t.Fatalf("truncated file after crash is not a prefix of its synced contents")
+					}
+					sectorNew += bytes.Count(classes, []byte{'n'})
+					sectorOld += bytes.Count(classes, []byte{'o'})
+				}
+				if old == 0 || now == 0 || between == 0 {
+					t.Errorf("sizes: %d old, %d current, %d between; want each > 0", old, now, between)
+				}
+				if tc.name != "truncate" && (sectorNew == 0 || sectorOld == 0) {
+					t.Errorf("changed sectors: %d kept new, %d kept old; want both > 0", sectorNew, sectorOld)
+				}
+			})
+		}
+	}
+}
+
+// TestCrashSectorsReproducibleAndIndependent: the same seed gives the same
+// crash, and files with the same history fare differently in one crash.
+func TestCrashSectorsReproducibleAndIndependent(t *testing.T) {
+	m := durableDir(t)
+	const files = 6
+	for i := range files {
+		f := mustCreate(t, m, fmt.Sprintf("d/f%d", i), strings.Repeat("s", 700), true)
+		if _, err := f.WriteAt(sectorPattern(6*512, 512, 'a'), 300); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSyncDir(t, m, "d")
+	snap := func(seed uint64) []string {
+		c := m.Crash(vfs.CrashOptions{SectorSize: 512, Rand: rand.New(rand.NewPCG(seed, 4))})
+		var out []string
+		for i := range files {
+			out = append(out, content(t, c, fmt.Sprintf("d/f%d", i)))
+		}
+		return out
+	}
+	a := snap(3)
+	if b := snap(3); !reflect.DeepEqual(a, b) {
+		t.Error("same seed, different crashes")
+	}
+	if slices.Equal(a, snap(5)) {
+		t.Error("different seeds, same crash")
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(a)))) == 1 {
+		t.Errorf("all %d files crashed alike: not independent", files)
+	}
+}
+
+// TestCrashSectorsNegativePanics: a negative SectorSize is a mistake, not
+// a model.
+func TestCrashSectorsNegativePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	vfs.NewMem().Crash(vfs.CrashOptions{SectorSize: -1})
+}
+
+// TestCrashSectorsKeepProbabilityVaries: the chance that a changed sector
+// persists is drawn per file and per crash, so a file with many changed
+// sectors often keeps all or none of them (which a fixed chance would
+// make all but impossible), and files in one crash fare differently.
+func TestCrashSectorsKeepProbabilityVaries(t *testing.T) {
+	const files, sectors, crashes = 8, 64, 60
+	for _, ss := range sectorSizes {
+		t.Run(fmt.Sprint(ss), func(t *testing.T) {
+			m := durableDir(t)
+			for i := range files {
+				f := mustCreate(t, m, fmt.Sprintf("d/f%d", i), strings.Repeat("o", sectors*ss), true)
+				if _, err := f.WriteAt(bytes.Repeat([]byte{'n'}, sectors*ss), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustSyncDir(t, m, "d")
+			rng := rand.New(rand.NewPCG(16, uint64(ss)))
+			var all, none, spread int
+			for range crashes {
+				c := m.Crash(vfs.CrashOptions{SectorSize: ss, Rand: rng})
+				lo, hi := 1.0, 0.0
+				for i := range files {
+					got, _ := c.ReadFile(fmt.Sprintf("d/f%d", i))
+					frac := float64(bytes.Count(got, []byte{'n'})) / float64(len(got))
+					switch frac {
+					case 1:
+						all++
+					case 0:
+						none++
+					}
+					lo, hi = min(lo, frac), max(hi, frac)
+				}
+				if hi-lo > 0.5 {
+					spread++
+				}
+			}
+			t.Logf("of %d file crashes: %d kept every sector, %d none; %d of %d crashes spread over half the range", files*crashes, all, none, spread, crashes)
+			if all < files*crashes/20 || none < files*crashes/20 {
+				t.Errorf("%d of %d file crashes kept every sector, %d none; want each at least 1/20", all, files*crashes, none)
+			}
+			if spread < crashes/10 {
+				t.Errorf("in only %d of %d crashes did the files' kept fractions spread over half the range; want at least 1/10", spread, crashes)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ type OS struct{}
 
 var _ FS = OS{}
 
+// osFile is an *os.File with Size, and Datasync (datasync_*.go).
 type osFile struct{ *os.File }
 
 func (f osFile) Size() (int64, error) {

@@ -22,6 +22,11 @@ type File interface {
 	WriteAt(p []byte, off int64) (int, error)
 	// Sync makes the file's data and size durable (fsync).
 	Sync() error
+	// Datasync makes the file's data and the metadata needed to read it
+	// back, its size, durable (fdatasync(2)), but not necessarily other
+	// metadata such as timestamps: cheaper than Sync where the platform
+	// has it, the same call elsewhere.
+	Datasync() error
 	// Truncate sets the file's size to size bytes.
 	Truncate(size int64) error
 	// Size is the file's current size in bytes.
