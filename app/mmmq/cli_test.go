@@ -498,3 +498,34 @@ func TestVerifyHelpIsComplete(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyAndDumpNameATornGroupCommit: after the 3 indexed entries, an
+// unindexed entry with a zeroed sector in it and a valid entry after it
+// (a group commit whose later page reached the disk, an earlier one not):
+// verify reports it TORN_TAIL with the valid entry counted, dump shows the
+// 3 entries and says on stderr what the next start cuts, and --repair cuts
+// it.
+func TestVerifyAndDumpNameATornGroupCommit(t *testing.T) {
+	root, seg := fixture(t, 3)
+	before := size(t, seg)
+	big := storage.AppendEntry(nil, []byte(`{"p":"`+strings.Repeat("x", 1500)+`"}`))
+	clear(big[600:1112])
+	tail := storage.AppendEntry(big, []byte(`{"after":"the hole"}`))
+	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(tail)
+	f.Close()
+	code, out := capture(t, "verify", "--root", root)
+	if code != 0 || !strings.Contains(out, "TORN_TAIL would cut") || !strings.Contains(out, "holding 1 CRC-valid entries after a hole") {
+		t.Fatalf("verify: exit %d, output %q", code, out)
+	}
+	code, stdout, stderr := captureAll(t, "dump", "--root", root, "--topic", "t")
+	if code != 0 || strings.Count(stdout, "CRC=OK") != 3 || !strings.Contains(stderr, fmt.Sprintf("the next start cuts %d segment bytes (holding 1 CRC-valid entries", len(tail))) {
+		t.Fatalf("dump: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, out := capture(t, "verify", "--root", root, "--repair"); code != 0 || !strings.Contains(out, "REPAIRED") || size(t, seg) != before {
+		t.Fatalf("--repair: exit %d, output %q, size %d want %d", code, out, size(t, seg), before)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -46,7 +47,7 @@ func dump(args []string) int {
 		return 2
 	}
 	bad := 0
-	err = storage.Dump(filepath.Join(dir, *topic), storageOptions(cfg), *from, *count, func(e storage.DumpEntry) error {
+	rep, err := storage.DumpReport(filepath.Join(dir, *topic), storageOptions(cfg), *from, *count, func(e storage.DumpEntry) error {
 		if e.Problem != "" {
 			bad++
 			_, err := fmt.Printf("%d\tpos=%d\tCRC=BAD\t%s\n", e.Offset, e.Pos, e.Problem)
@@ -55,6 +56,11 @@ func dump(args []string) int {
 		_, err := fmt.Printf("%d\tpos=%d\tsize=%d\tCRC=OK\t%s\n", e.Offset, e.Pos, e.Size, e.Payload)
 		return err
 	})
+	if err == nil && (rep.TruncatedBytes > 0 || rep.CutIndexBytes > 0) {
+		// What the dump does not show: the next start cuts it.
+		fmt.Fprintf(os.Stderr, "mmmq dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit, never acknowledged) and %d index bytes: %s\n",
+			rep.TruncatedBytes, rep.CutValidEntries, rep.CutIndexBytes, strings.Join(rep.Actions, "; "))
+	}
 	var ce *storage.CorruptionError
 	switch {
 	case errors.As(err, &ce):

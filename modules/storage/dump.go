@@ -25,14 +25,30 @@ type DumpEntry struct {
 // not shown). A corrupt entry is reported through DumpEntry.Problem and the
 // dump goes on. A topic refused by repair returns its *CorruptionError.
 func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error) error {
+	_, err := DumpReport(dir, opts, from, count, fn)
+	return err
+}
+
+// DumpReport is Dump that also returns what repair would do to the topic
+// at its next open (the plan Dump reads by; nothing is changed): what it
+// would cut, including the valid entries of a torn group commit, which
+// Dump does not show. The report is returned with a nil or a non-nil
+// error alike, as far as planning got.
+func DumpReport(dir string, opts Options, from, count int64, fn func(DumpEntry) error) (RepairReport, error) {
 	o := opts.withDefaults()
-	segs, _, err := repairDir(o.FS, dir, filepath.Base(dir), o, false)
+	segs, rep, err := repairDir(o.FS, dir, filepath.Base(dir), o, false)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	if len(segs) == 0 {
-		return fmt.Errorf("topic %s not found: %s does not exist or holds no segments", filepath.Base(dir), dir)
+		return rep, fmt.Errorf("topic %s not found: %s does not exist or holds no segments", filepath.Base(dir), dir)
 	}
+	return rep, dumpSegments(o, segs, from, count, fn)
+}
+
+// dumpSegments calls fn for the entries of the planned segments from
+// offset from on (at most count of them when count > 0).
+func dumpSegments(o Options, segs []*segment, from, count int64, fn func(DumpEntry) error) error {
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > from }) - 1
 	if i < 0 {
 		i = 0
