@@ -131,6 +131,12 @@ type Coordinator struct {
 
 	mu     sync.Mutex
 	groups map[key]*group
+	// cpErrs are the groups whose checkpoint could not be opened (read)
+	// when a consumer last tried to use them, until one opens: retention
+	// must not guess their position (CheckpointError). At most MaxGroups
+	// entries plus one per topic (group "": the failures past the cap).
+	// Guarded by mu.
+	cpErrs map[key]cpErr
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: waiting fetches return
@@ -153,6 +159,12 @@ type Coordinator struct {
 func (c *Coordinator) RetentionSkipped() uint64 { return c.expired.Load() }
 
 type key struct{ topic, group string }
+
+// cpErr is a failed open of a group's checkpoint: when (Unix ns) and why.
+type cpErr struct {
+	at  int64
+	err error
+}
 
 // group is one (topic, group). mu guards lease and serialises acks (the
 // commit fsync runs under it, so committed offsets are written in order and
@@ -191,6 +203,7 @@ func New(reg *topicqueue.Registry, opts Options) *Coordinator {
 		opts:    opts,
 		log:     opts.Logger,
 		groups:  map[key]*group{},
+		cpErrs:  map[key]cpErr{},
 		drained: make(chan struct{}),
 	}
 	reg.SubscribeDeletes(c.dropTopic)
@@ -207,6 +220,11 @@ func (c *Coordinator) dropTopic(q *topicqueue.TopicQueue) {
 		if k.topic == q.Name() {
 			gs = append(gs, g)
 			delete(c.groups, k)
+		}
+	}
+	for k := range c.cpErrs {
+		if k.topic == q.Name() {
+			delete(c.cpErrs, k)
 		}
 	}
 	c.mu.Unlock()
@@ -313,8 +331,16 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 	}
 	cp, err := q.Checkpoint(name)
 	if err != nil {
-		return nil, fmt.Errorf("open group %s of topic %s: %w", name, topic, err)
+		err = fmt.Errorf("open group %s of topic %s: %w", name, topic, err)
+		if _, ok := c.cpErrs[k]; !ok && len(c.cpErrs) >= c.opts.MaxGroups {
+			// Bounded like the groups: past the cap, one entry per
+			// topic (group "") stands for the rest until it ages out.
+			k.group = ""
+		}
+		c.cpErrs[k] = cpErr{at: time.Now().UnixNano(), err: err}
+		return nil, err
 	}
+	delete(c.cpErrs, k)
 	g := &group{topic: q, name: name, cp: cp}
 	g.active.Store(time.Now().UnixNano())
 	c.groups[k] = g
@@ -340,6 +366,34 @@ func (c *Coordinator) Holding(topic string, since time.Time) (int64, bool) {
 		}
 	}
 	return low, ok
+}
+
+// CheckpointError returns the error of the latest failed open of the
+// checkpoint of a group of topic (an I/O error reading
+// <topic>/checkpoints/<group>.checkpoint) that a consumer tried to use at
+// or after since, or nil when there is none. A failed group is not in
+// Holding: its committed offset is unknown, so retention's keep-unconsumed
+// keeps the topic whole while this is non-nil (modules/retention). The
+// failure is forgotten once the group's checkpoint opens, or when the
+// topic is deleted. With several failed groups the error is the one of
+// the first group by name.
+func (c *Coordinator) CheckpointError(topic string, since time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var first *key
+	for k, e := range c.cpErrs {
+		if k.topic != topic || e.at < since.UnixNano() {
+			continue
+		}
+		if first == nil || k.group < first.group {
+			k := k
+			first = &k
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return c.cpErrs[*first].err
 }
 
 // GroupStatus describes one consumer group known to the coordinator.

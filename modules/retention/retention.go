@@ -15,6 +15,7 @@ package retention
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -42,11 +43,16 @@ type Rule struct {
 }
 
 // GroupHolder says from which offset the consumer groups of a topic still
-// need its data: the lowest committed offset among the groups opened,
-// fetched or committed at or after since (*groups.Coordinator implements
-// it).
+// need its data (*groups.Coordinator implements it).
 type GroupHolder interface {
+	// Holding is the lowest committed offset among the groups opened,
+	// fetched or committed at or after since; false when there is none.
 	Holding(topic string, since time.Time) (int64, bool)
+	// CheckpointError is the error of a group of topic that a consumer
+	// tried to use at or after since and whose checkpoint could not be
+	// read (opened), nil when there is none: such a group's position is
+	// unknown, so the topic is kept whole.
+	CheckpointError(topic string, since time.Time) error
 }
 
 // Options configures a Retainer. The zero value deletes nothing.
@@ -124,6 +130,9 @@ type Result struct {
 	Entries  int64 // messages deleted
 	Bytes    int64 // bytes deleted (.mmm + .idx)
 	Failed   int   // topics whose deletion failed (logged)
+	// Unreadable: topics kept whole, their pass skipped, because a
+	// reader's checkpoint could not be read (keep-unconsumed; logged).
+	Unreadable int
 }
 
 // Retainer applies the retention policies to every open topic of a
@@ -135,6 +144,9 @@ type Retainer struct {
 
 	mu     sync.Mutex // one pass at a time
 	totals Result
+	// cpErrs counts, per topic, the passes skipped because a reader's
+	// checkpoint could not be read (CheckpointErrors). Guarded by mu.
+	cpErrs map[string]uint64
 
 	stop chan struct{}
 	done chan struct{}
@@ -154,7 +166,7 @@ func New(reg *topicqueue.Registry, opts Options) *Retainer {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Retainer{reg: reg, opts: opts, log: opts.Logger}
+	return &Retainer{reg: reg, opts: opts, log: opts.Logger, cpErrs: map[string]uint64{}}
 }
 
 // Enabled reports whether any policy can delete anything; a Retainer that
@@ -178,8 +190,23 @@ func (r *Retainer) Totals() Result {
 	return r.totals
 }
 
+// CheckpointErrors returns, per topic name, how many passes kept the topic
+// whole because the checkpoint of a dispatcher or consumer group reading
+// it could not be read (keep-unconsumed), since the Retainer was made
+// (mmmq_retention_checkpoint_errors_total{topic}). Topics that never had
+// one are absent. The map is a copy.
+func (r *Retainer) CheckpointErrors() map[string]uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.cpErrs)
+}
+
 // Pass applies the policies to every open topic now. A topic whose
 // deletion fails is logged and counted in Result.Failed; the others go on.
+// With keep-unconsumed, a topic one of whose readers' checkpoints cannot
+// be read is left alone for this pass (nothing of it is deleted, not even
+// a deletion left unfinished by an earlier error): logged, counted in
+// Result.Unreadable and in CheckpointErrors.
 func (r *Retainer) Pass() Result {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,7 +223,14 @@ func (r *Retainer) Pass() Result {
 		}
 		keep := storage.KeepAll
 		if r.opts.KeepUnconsumed {
-			keep = r.keepFrom(q, now)
+			var err error
+			if keep, err = r.keepFrom(q, now); err != nil {
+				res.Unreadable++
+				r.cpErrs[q.Name()]++
+				r.log.Error("retention: cannot read a reader's checkpoint; keeping the topic whole (retried at the next check)",
+					zap.String("topic", q.Name()), zap.Error(err))
+				continue
+			}
 		}
 		tr, err := lg.ApplyRetention(p, now, keep)
 		if tr.Segments > 0 {
@@ -216,31 +250,37 @@ func (r *Retainer) Pass() Result {
 	r.totals.Entries += res.Entries
 	r.totals.Bytes += res.Bytes
 	r.totals.Failed += res.Failed
+	r.totals.Unreadable += res.Unreadable
 	return res
 }
 
 // keepFrom is the lowest offset of q that a configured dispatcher or a
-// recently active consumer group has not read yet.
-func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) int64 {
+// recently active consumer group has not read yet (storage.KeepAll when
+// none holds anything). The error, when a dispatcher's checkpoint cannot
+// be read or a recently used group's could not be, names the reader:
+// its progress is unknown, and the caller keeps everything rather than
+// guess.
+func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) (int64, error) {
 	keep := storage.KeepAll
 	if r.opts.Dispatchers != nil {
 		for _, d := range r.opts.Dispatchers.Matching(q.Name()) {
 			cp, err := q.Checkpoint(d.Name())
 			if err != nil {
-				// Unknown progress: keep everything rather than guess.
-				r.log.Warn("retention: cannot read a dispatcher checkpoint; keeping the topic whole",
-					zap.String("topic", q.Name()), zap.String("dispatcher", d.Name()), zap.Error(err))
-				return 0
+				return 0, fmt.Errorf("dispatcher %s: %w", d.Name(), err)
 			}
 			keep = min(keep, cp.Offset())
 		}
 	}
-	if r.opts.Groups != nil {
-		if off, ok := r.opts.Groups.Holding(q.Name(), now.Add(-r.opts.GroupIdle)); ok {
+	if g := r.opts.Groups; g != nil {
+		since := now.Add(-r.opts.GroupIdle)
+		if err := g.CheckpointError(q.Name(), since); err != nil {
+			return 0, fmt.Errorf("consumer group: %w", err)
+		}
+		if off, ok := g.Holding(q.Name(), since); ok {
 			keep = min(keep, off)
 		}
 	}
-	return keep
+	return keep, nil
 }
 
 // Start launches the loop that runs a pass every CheckInterval (none when

@@ -214,6 +214,8 @@ func (f fakeGroups) Holding(topic string, since time.Time) (int64, bool) {
 	return f.offset, !f.active.Before(since)
 }
 
+func (f fakeGroups) CheckpointError(string, time.Time) error { return nil }
+
 // TestKeepUnconsumed: a configured dispatcher's checkpoint and a recently
 // active group hold the segments they have not read; the checkpoint of a
 // dispatcher no longer configured and an idle group hold nothing.

@@ -300,17 +300,33 @@ type RetentionSource struct {
 	DispatchSkipped func() uint64
 	GroupSkipped    func() uint64
 	Totals          func() (segments int, entries, bytes int64)
+	// CheckpointErrors is, per topic, the passes that kept the topic
+	// whole because a reader's checkpoint could not be read
+	// (retention.Retainer.CheckpointErrors); nil for none.
+	CheckpointErrors func() map[string]uint64
 }
 
 var retentionSkipped = prometheus.NewDesc("mmmq_retention_skipped_total",
 	"Messages retention deleted before a reader got them: a dispatcher or consumer group whose position was below the topic's start offset continued from it.",
 	[]string{"kind"}, nil)
 
+var retentionCheckpointErrors = prometheus.NewDesc("mmmq_retention_checkpoint_errors_total",
+	"Retention passes that kept a topic whole, deleting nothing of it, because the checkpoint of a dispatcher or consumer group reading it could not be read (keep-unconsumed; the error is logged).",
+	[]string{"topic"}, nil)
+
 type retentionCollector struct{ s RetentionSource }
 
-func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) { ch <- retentionSkipped }
+func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- retentionSkipped
+	ch <- retentionCheckpointErrors
+}
 
 func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.CheckpointErrors != nil {
+		for topic, n := range c.s.CheckpointErrors() {
+			ch <- prometheus.MustNewConstMetric(retentionCheckpointErrors, prometheus.CounterValue, float64(n), topic)
+		}
+	}
 	for kind, f := range map[string]func() uint64{"dispatcher": c.s.DispatchSkipped, "group": c.s.GroupSkipped} {
 		v := 0.0
 		if f != nil {
@@ -323,6 +339,8 @@ func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
 // WatchRetention adds the retention metrics, read at scrape time:
 //
 //	mmmq_retention_skipped_total{kind="dispatcher"|"group"}  messages deleted before read
+//	mmmq_retention_checkpoint_errors_total{topic}            passes that kept the topic whole:
+//	                                                         a reader's checkpoint unreadable
 //	mmmq_retention_deleted_segments_total                    segments deleted
 //	mmmq_retention_deleted_messages_total                    messages deleted
 //	mmmq_retention_deleted_bytes_total                       .mmm + .idx bytes deleted

@@ -1,0 +1,86 @@
+package admin
+
+import (
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+)
+
+// TestStoreSavePowerLoss: a power loss (vfs.MemFS.Crash, which keeps only
+// what was fsynced and directory entries made durable by SyncDir) at any
+// point of a Save leaves dispatchers.json loadable with the old set or the
+// new one, never an error or an empty list where there was one; a power
+// loss after Save returned finds the new set. Each case crashes before
+// every file-system operation Save makes, and once after it returned. It
+// fails without the temporary file's fsync (the rename is made durable
+// over an empty file) and without the directory fsync (the old set comes
+// back after Save returned).
+func TestStoreSavePowerLoss(t *testing.T) {
+	a := []Spec{{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}}}
+	b := []Spec{{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}},
+		{Name: "b", Host: "http://localhost:8082", Patterns: []string{"**"}}}
+	for _, tc := range []struct {
+		name     string
+		old, new []Spec // old nil: no file before the save
+	}{
+		{"first save", nil, a},
+		{"replace", a, b},
+		{"shrink", b, a},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			if err := mem.MkdirAll("/data"); err != nil {
+				t.Fatal(err)
+			}
+			if err := mem.SyncDir("/"); err != nil {
+				t.Fatal(err)
+			}
+			s := NewStore(mem, "/data")
+			if tc.old != nil {
+				if err := s.Save(tc.old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var (
+				mu      sync.Mutex
+				crashes []*vfs.MemFS
+				ops     []string
+			)
+			mem.SetHook(func(op vfs.Op, name string) error {
+				c := mem.Crash(vfs.CrashOptions{})
+				mu.Lock()
+				crashes = append(crashes, c)
+				ops = append(ops, fmt.Sprintf("before %s %s", op, name))
+				mu.Unlock()
+				return nil
+			})
+			if err := s.Save(tc.new); err != nil {
+				t.Fatal(err)
+			}
+			mem.SetHook(nil)
+			if len(crashes) < 4 {
+				t.Fatalf("Save made %d file-system operations (%v), want at least create, write, sync, rename, syncdir", len(crashes), ops)
+			}
+			check := func(c *vfs.MemFS, when string, want ...[]Spec) {
+				t.Helper()
+				got, err := NewStore(c, "/data").Load()
+				if err != nil {
+					t.Fatalf("power loss %s: Load: %v", when, err)
+				}
+				for _, w := range want {
+					if reflect.DeepEqual(got, w) {
+						return
+					}
+				}
+				t.Fatalf("power loss %s: loaded %+v, want one of %+v", when, got, want)
+			}
+			for i, c := range crashes {
+				check(c, ops[i], tc.old, tc.new)
+			}
+			check(mem.Crash(vfs.CrashOptions{}), "after Save returned", tc.new)
+		})
+	}
+}
