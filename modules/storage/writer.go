@@ -61,7 +61,10 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 //
 //	Accepted → returns -1 as soon as the entry is queued (offset not final);
 //	           its bytes draw from Options.Budget until it is committed
-//	Written  → returns the offset after the segment and index write(2)
+//	Written  → returns the offset after the segment's write(2) and fsync
+//	           and the index's write(2), before the index's fsync: more
+//	           than the level promises (an index entry lost to a power
+//	           loss is rebuilt from the segment)
 //	Durable  → returns the offset after the segment's fsync (and the
 //	           index's, in commit mode), when it is visible
 //
