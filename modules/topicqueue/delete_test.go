@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -129,8 +130,14 @@ func TestDeleteCrashAtEveryStep(t *testing.T) {
 	hooks.AfterTopicFileRemove = func() {
 		snaps = append(snaps, snap{name: fmt.Sprintf("after-remove-%d", len(snaps)), fs: fsys.Crash(vfs.CrashOptions{}), gone: true})
 	}
+	rng := rand.New(rand.NewPCG(7, 7))
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		snaps = append(snaps, snap{name: fmt.Sprintf("before-%s-%s", op, name), fs: fsys.Crash(vfs.CrashOptions{TornTail: true})})
+		// And as disks fail: unsynced sectors kept old or new, in any order.
+		for _, sector := range []int{512, 4096} {
+			snaps = append(snaps, snap{name: fmt.Sprintf("before-%s-%s-sectors-%d", op, name, sector),
+				fs: fsys.Crash(vfs.CrashOptions{SectorSize: sector, Rand: rng})})
+		}
 		return nil
 	})
 	if err := reg.Delete("t"); err != nil {
