@@ -172,11 +172,12 @@ type lzStats struct {
 // lzCount are the acknowledgement counters of one data root.
 type lzCount struct {
 	Acked, Lost                     int // DURABLE
+	Unverified                      int // DURABLE acks in a refused topic: not readable
 	AccAcked, AccLost, AccLostPower int // the ACCEPTED control; AccLostPower: sent in a power-loss round
 }
 
 func (c lzCount) add(o lzCount) lzCount {
-	return lzCount{c.Acked + o.Acked, c.Lost + o.Lost, c.AccAcked + o.AccAcked, c.AccLost + o.AccLost, c.AccLostPower + o.AccLostPower}
+	return lzCount{c.Acked + o.Acked, c.Lost + o.Lost, c.Unverified + o.Unverified, c.AccAcked + o.AccAcked, c.AccLost + o.AccLost, c.AccLostPower + o.AccLostPower}
 }
 
 // lzRun is one fault model in one mode: its mount, what was sent, the log
@@ -358,6 +359,7 @@ func (k *lzRun) tear(r int) bool {
 	}
 	v := tearVariants[k.fault]
 	variant := v[(r-1)%len(v)]
+	k.kinds[r] = k.fault + " " + variant
 	injected := map[string]bool{}
 	var cmds []string
 	deadline := time.Now().Add(lzFaultWait)
@@ -548,9 +550,12 @@ func (k *lzRun) verify(b *broker, label string, refused map[string]string) {
 	}
 	k.mu.Lock()
 	var sent []sentMsg
+	unverified := 0
 	for _, m := range k.sent {
 		if _, bad := refused[m.Topic]; !bad {
 			sent = append(sent, m)
+		} else if m.Level == "durable" && m.Res.Ack {
+			unverified++
 		}
 	}
 	k.mu.Unlock()
@@ -576,7 +581,7 @@ func (k *lzRun) verify(b *broker, label string, refused map[string]string) {
 		k.st.ServedLost = append(k.st.ServedLost, msg)
 		t.Errorf("served, then lost: %s", msg)
 	}
-	c := lzCount{Acked: tl.AckedDurable, Lost: tl.LostDurable, AccAcked: tl.AckedAccepted, AccLost: tl.LostAccepted}
+	c := lzCount{Acked: tl.AckedDurable, Lost: tl.LostDurable, Unverified: unverified, AccAcked: tl.AckedAccepted, AccLost: tl.LostAccepted}
 	ids := map[string]bool{}
 	for _, s := range cur[lzControl] {
 		ids[s.ID] = true
@@ -629,8 +634,8 @@ func (k *lzRun) summary(rounds int, took time.Duration) {
 	for _, key := range keys {
 		cut = append(cut, fmt.Sprintf("%s=%d", key, k.st.Cut[key]))
 	}
-	line := fmt.Sprintf("mode=%s fault=%s rounds=%d power_losses=%d kills=%d acked=%d lost=%d refused=%d served_then_lost=%d recoveries=%d cut{%s}",
-		k.mode.Name, k.fault, rounds, k.st.PowerLosses, k.st.Kills, c.Acked, c.Lost, len(k.st.Refusals), len(k.st.ServedLost), k.st.Recoveries, strings.Join(cut, " "))
+	line := fmt.Sprintf("mode=%s fault=%s rounds=%d power_losses=%d kills=%d acked=%d lost=%d acked_in_refused_topics=%d refused=%d served_then_lost=%d recoveries=%d cut{%s}",
+		k.mode.Name, k.fault, rounds, k.st.PowerLosses, k.st.Kills, c.Acked, c.Lost, c.Unverified, len(k.st.Refusals), len(k.st.ServedLost), k.st.Recoveries, strings.Join(cut, " "))
 	if k.fault == "torn-op" || k.fault == "torn-seq" {
 		line += fmt.Sprintf(" fired=%d not_fired=%d", k.st.Fired, k.st.NotFired)
 	}
