@@ -49,9 +49,9 @@ import (
 //     the daemon is frozen first (SIGSTOP: the filesystem stalls), the
 //     burst is answered from memory, then the broker is frozen and the
 //     power loss follows, so that every answer of the burst must be lost;
-//     in the others the broker is frozen after 16 answers. Over the power-loss
-//     rounds it must lose some (> 0), or the rounds did not cut anything
-//     the checks could see.
+//     in the others the broker is frozen after 16 answers. Over the
+//     power-loss rounds the control must lose some (> 0), or the rounds
+//     did not cut anything the checks could see.
 //   - kill-restart-loss: kill -9 the broker, restart it (recovery runs on
 //     what the killed process left in the cache, and the test reads it
 //     back), then a power loss: in odd rounds before any new traffic, in
