@@ -67,6 +67,10 @@ type brokerConf struct {
 	IndexSyncInterval time.Duration
 	// OnCorruption, when not "", sets mmmq.broker.storage.on-corruption.
 	OnCorruption string
+	// NoDiskGuard sets mmmq.broker.storage.min-free-bytes: 0 (the guard
+	// off), for a filesystem whose statfs reports nothing free (LazyFS
+	// implements no statfs: FUSE then answers 0 blocks).
+	NoDiskGuard bool
 	// Metrics serves GET /metrics (off otherwise).
 	Metrics bool
 	// JetStream, when not "", sets mmmq.broker.storage.backend: jetstream
@@ -175,6 +179,9 @@ func brokerYAML(c brokerConf) string {
 	}
 	if c.OnCorruption != "" {
 		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
+	}
+	if c.NoDiskGuard {
+		fmt.Fprintf(&y, "      min-free-bytes: 0\n")
 	}
 	if c.JetStream != "" {
 		fmt.Fprintf(&y, "      backend: jetstream\n")

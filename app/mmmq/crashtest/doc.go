@@ -51,6 +51,14 @@
 // failover within a bound, a group held through one node busy on the
 // other; a one-replica negative control must be reported unavailable.
 //
+// TestLazyFSPowerLoss (lazyfs_test.go) runs the binary with its data
+// directory on LazyFS, a FUSE filesystem that loses (or tears) every
+// write not fsynced when its daemon is killed: real power losses, kill -9
+// then a power loss, torn segment writes and torn lazy index writes, in
+// both index-sync modes, with an ACCEPTED negative control that must lose
+// something. It runs only with MMMQ_LAZYFS set to the lazyfs binary
+// (../shared/tools/build-lazyfs.sh builds it; .ci/run exports it).
+//
 // The package has only tests; `make test` runs a short version (3 rounds
 // per mode, 2 cluster rounds), `make crash` a long one (MMMQ_LONG=1, 100
 // rounds per mode and 20 cluster rounds, or -crash.rounds N).
