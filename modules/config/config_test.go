@@ -224,6 +224,18 @@ func TestServerURLVariableIsNotAKey(t *testing.T) {
 	assert.Contains(t, err.Error(), "MMMQ_SERVERS")
 }
 
+// The crash tests' variables (MMMQ_LAZYFS, MMMQ_LONG) name no key: a
+// broker started by `make test` with them set does not refuse them, while
+// a near miss is still refused.
+func TestTestVariablesAreNotKeys(t *testing.T) {
+	_, err := load(t, "", "MMMQ_LAZYFS=/tmp/lazyfs-build/bin/lazyfs", "MMMQ_LONG=1")
+	require.NoError(t, err)
+	_, err = load(t, "", "MMMQ_LAZYFS_BIN=/x")
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrUnknownKey)
+	assert.Contains(t, err.Error(), "MMMQ_LAZYFS_BIN")
+}
+
 func TestUnknownEnvVarNamesIt(t *testing.T) {
 	_, err := load(t, "", "MMMQ_BROKER_SEGMNT_MAX_BYTES=1")
 	require.Error(t, err)

@@ -51,7 +51,9 @@
 //
 // Variables are resolved by matching against the set of known scalar keys, so
 // "-" versus "." is never ambiguous. MMMQ_CONFIG is not a key: it names the
-// YAML file when no path was given explicitly. Any other MMMQ_ variable that
+// YAML file when no path was given explicitly. MMMQ_SERVER and MMMQ_TOKEN
+// (the commands that talk to a running broker) and MMMQ_LAZYFS and
+// MMMQ_LONG (the project's crash tests) are skipped. Any other MMMQ_ variable that
 // matches no key (core or registered section) is an error naming the
 // variable, except a Kubernetes service link (below). The list
 // mmmq.broker.dispatchers cannot be set from the environment; use the file.

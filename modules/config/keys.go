@@ -93,6 +93,19 @@ const EnvServerVar = "MMMQ_SERVER"
 // EnvServerVar.
 const EnvTokenVar = "MMMQ_TOKEN"
 
+// testVars are the variables of the project's own tests that share the
+// prefix and name no key: MMMQ_LAZYFS (the LazyFS binary for the
+// power-loss rounds of the crash tests) and MMMQ_LONG (the long crash
+// rounds). Load skips them, as EnvServerVar, so that `make test` and
+// `make crash` can set them for every package.
+var testVars = []string{"MMMQ_LAZYFS", "MMMQ_LONG"}
+
+// reservedVar reports whether name is a variable of the prefix that names
+// no key: EnvConfigVar, EnvServerVar, EnvTokenVar and the test variables.
+func reservedVar(name string) bool {
+	return name == EnvConfigVar || name == EnvServerVar || name == EnvTokenVar || slices.Contains(testVars, name)
+}
+
 // EnvVar returns the environment variable for key under the package's one
 // rule: "MMMQ_" + key without a leading "mmmq.", upper-cased, with "." and
 // "-" replaced by "_". EnvVar("mmmq.broker.storage.root-dir") is
@@ -127,7 +140,7 @@ func envTable(s schema) (map[string]leaf, error) {
 		if prev, dup := m[name]; dup {
 			return nil, fmt.Errorf("config: keys %s and %s share variable %s", prev.key, key, name)
 		}
-		if name == EnvConfigVar || name == EnvServerVar || name == EnvTokenVar {
+		if reservedVar(name) {
 			return nil, fmt.Errorf("config: key %s collides with %s", key, name)
 		}
 		m[name] = l

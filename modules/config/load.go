@@ -306,7 +306,7 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 	fromEnv = map[string]string{}
 	var errs []error
 	for _, name := range names {
-		if name == EnvConfigVar || name == EnvServerVar || name == EnvTokenVar {
+		if reservedVar(name) {
 			continue
 		}
 		val := env[name]
