@@ -40,9 +40,15 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s each; make test uses 20
 bench: ## mmmq beside Redis (line protocol, same client), the HTTP ceiling (wrk) and raw NATS JetStream (3-node cluster), Go benchmarks, end-to-end runs; one table (~17 min; BENCH_QUICK=1 ~5 min)
 	GO=$(GO) bash .bench/run.sh
 
-crash: ## long randomized crash and power-loss rounds (storage engine, then the real binary under kill -9, and on LazyFS under power loss when MMMQ_LAZYFS=path/to/lazyfs: ../shared/tools/build-lazyfs.sh prints it)
-	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Crash|PowerLoss' -v ./modules/storage/ 
-	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -v ./app/mmmq/crashtest/
+# LazyFS for the power-loss rounds of the real binary: MMMQ_LAZYFS, else
+# built from ../shared/tools/build-lazyfs.sh when that is there (the rounds
+# say in one line that they did not run when neither gives a binary).
+LAZYFS_BUILD ?= ../shared/tools/build-lazyfs.sh
+
+crash: ## long randomized crash and power-loss rounds (storage engine, then the real binary under kill -9, and on LazyFS under power loss: MMMQ_LAZYFS=path/to/lazyfs, else built from ../shared)
+	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Crash|PowerLoss' -v ./modules/storage/
+	MMMQ_LONG=1 MMMQ_LAZYFS=$${MMMQ_LAZYFS:-$$([ -f $(LAZYFS_BUILD) ] && bash $(LAZYFS_BUILD) | tail -1)} \
+	  $(GO) test -count=1 -timeout 30m -v ./app/mmmq/crashtest/
 
 demo: ## broker + two consumers + producer on the 3000 order events; checks delivery
 	./examples/demo/demo.sh
