@@ -58,7 +58,7 @@ func dump(args []string) int {
 	})
 	if err == nil && (rep.TruncatedBytes > 0 || rep.CutIndexBytes > 0) {
 		// What the dump does not show: the next start cuts it.
-		fmt.Fprintf(os.Stderr, "mmmq dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit, never acknowledged) and %d index bytes: %s\n",
+		fmt.Fprintf(os.Stderr, "mmmq dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit) and %d index bytes: %s\n",
 			rep.TruncatedBytes, rep.CutValidEntries, rep.CutIndexBytes, strings.Join(rep.Actions, "; "))
 	}
 	var ce *storage.CorruptionError

@@ -247,8 +247,12 @@ func describe(rep storage.TopicReport) string {
 	case storage.StatusCorrupt:
 		return fmt.Sprintf("at %s: %s", corruptAt(rep.Corruption), rep.Corruption.Reason)
 	case storage.StatusTornTail:
-		return fmt.Sprintf("would cut %d index bytes and %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit), and index again %d entries: %s; then %s",
-			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, rep.Recovery.CutValidEntries, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
+		torn := ""
+		if n := rep.Recovery.CutValidEntries; n > 0 {
+			torn = fmt.Sprintf(" (holding %d CRC-valid entries after a hole: a torn group commit)", n)
+		}
+		return fmt.Sprintf("would cut %d index bytes and %d segment bytes%s, and index again %d entries: %s; then %s",
+			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, torn, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
 	case storage.StatusIndexTail:
 		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or mmmq verify --repair), nothing is cut; %s",
 			rep.Recovery.ReindexedEntries, counts)

@@ -66,16 +66,15 @@ const (
 	LazyIndexSyncBytes = 4 << 20
 )
 
-// DamageWindow is how far past the first invalid position of the last
+// DamageWindow is how far past the first invalid position E of the last
 // segment a CRC-valid entry may lie and still be crash damage (a torn
-// group commit, cut): MaxGroupBytes, or the entry's own size when the
-// header at that position decodes to a larger one (a group of one large
-// entry), rounded up to DamageAlign. entrySize is 0 when the header does
-// not decode.
-func DamageWindow(entrySize int64) int64 {
-	w := max(int64(MaxGroupBytes), entrySize)
-	return (w + DamageAlign - 1) / DamageAlign * DamageAlign
-}
+// group commit, cut): MaxGroupBytes rounded up to DamageAlign, 1 MiB. A
+// group of several entries writes at most MaxGroupBytes; a group of one
+// larger entry holds no other entry, so nothing valid can follow E within
+// it. The size a damaged header claims is never used: it is untrusted (one
+// flipped bit in a length field would otherwise widen the window over
+// fsynced data).
+const DamageWindow = (MaxGroupBytes + DamageAlign - 1) / DamageAlign * DamageAlign
 
 // Defaults of Options, taken from the configuration's defaults (one place
 // for them: config.Default).

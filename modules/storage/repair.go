@@ -32,9 +32,11 @@ type RepairReport struct {
 	// CutValidEntries counts CRC-valid entries of the last segment that
 	// lay after its first invalid position, within DamageWindow of it (a
 	// torn group commit whose later pages reached the disk and an earlier
-	// one did not), and were cut with it. They were never acknowledged:
-	// their group's fsync had not completed. Their bytes are part of
-	// TruncatedBytes.
+	// one did not), and were cut with it. Their group's fsync had not
+	// completed, so they were not acknowledged — unless acknowledged bytes
+	// were damaged within DamageWindow of the end of the data, which
+	// recovery cannot tell apart (the residual risk). Their bytes are part
+	// of TruncatedBytes.
 	CutValidEntries int64    `json:"cutValidEntries"`
 	Removed         []string `json:"removed,omitempty"`
 	// InterruptedRetention names the lone file of a first segment that a

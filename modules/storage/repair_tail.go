@@ -31,9 +31,10 @@ import (
 //     segment bytes it points at were fsynced, so a disagreement means
 //     bytes that had been fsynced were damaged.
 //  3. Segment: a group commit writes at most MaxGroupBytes (or one larger
-//     entry) before it fsyncs, and every earlier group was fsynced, so the
-//     unsynced bytes a crash can damage start at or before E and end
-//     within one group of it. A CRC-valid entry starting at E +
+//     entry, which holds no other) before it fsyncs, and every earlier
+//     group was fsynced, so the unsynced bytes a crash can damage start at
+//     or before E and the valid entries among them start within one group
+//     of it. A CRC-valid entry starting at E +
 //     DamageWindow or beyond therefore lies in fsynced data after damage:
 //     refused, naming file, byte and offset. Anything closer is a torn
 //     group commit: cut at E, however many holes, zeros or valid entries
@@ -132,7 +133,7 @@ func (pl *planner) planLaterIndex(p *segPlan, r *tailReader, kept, from, n, end 
 // a CRC-valid entry at at+DamageWindow or beyond refuses the topic;
 // closer ones are a torn group commit, counted and cut with the rest.
 func (pl *planner) planDamage(p *segPlan, r *tailReader, kept, at int64, reason string) error {
-	window := DamageWindow(r.claimedSize(at))
+	const window = DamageWindow
 	offset := p.base + kept + int64(len(p.tail))
 	var cutValid int64
 	for from := at + 1; ; {
@@ -153,7 +154,7 @@ func (pl *planner) planDamage(p *segPlan, r *tailReader, kept, at int64, reason 
 	}
 	if cutValid > 0 {
 		pl.rep.CutValidEntries += cutValid
-		pl.act("cut a torn group commit of %s at byte %d (%s): %d bytes, holding %d CRC-valid entries after the damage (never acknowledged: within %d bytes of the end of the data)",
+		pl.act("cut a torn group commit of %s at byte %d (%s): %d bytes, holding %d CRC-valid entries after the damage, within %d bytes of it (not acknowledged, unless acknowledged bytes were damaged there: the residual risk)",
 			filepath.Base(p.mmmPath), at, reason, p.mmmSize-at, cutValid, window)
 	}
 	return nil
@@ -246,23 +247,6 @@ func (r *tailReader) entry(pos int64) (size int64, reason string, err error) {
 		return 0, fmt.Sprintf("crc mismatch: stored %08x, computed %08x", crc, got), nil
 	}
 	return EntrySize(plen), "", nil
-}
-
-// claimedSize is the entry size the header at pos claims when it decodes
-// (the entry itself may be torn), else 0.
-func (r *tailReader) claimedSize(pos int64) int64 {
-	if r.size-pos < HeaderSize {
-		return 0
-	}
-	b, err := r.window(pos)
-	if err != nil {
-		return 0
-	}
-	plen, _, derr := DecodeHeader(b, r.size-pos, MaxEntryPayload)
-	if derr != nil {
-		return 0
-	}
-	return EntrySize(plen)
 }
 
 // findEntry scans the segment from byte from to its end for the first

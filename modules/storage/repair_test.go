@@ -249,9 +249,25 @@ func corruptInvalidEntryBeforeValidBeyondWindow(t *testing.T, fsys *vfs.MemFS) {
 	bad := AppendEntry(nil, fxPayloadAt(24))
 	bad[HeaderSize+2] ^= 0x10
 	b := append(AppendEntry(nil, fxPayloadAt(23)), bad...)
-	for off := int64(25); int64(len(b)) < DamageWindow(0)+4*fxEntry; off++ {
+	for off := int64(25); int64(len(b)) < DamageWindow+4*fxEntry; off++ {
 		b = AppendEntry(b, fxPayloadAt(off))
 	}
+	appendFile(t, fsys, mmmOf(fxLastBase), b)
+}
+
+// corruptLengthClaimBeyondWindow is corruptInvalidEntryBeforeValidBeyondWindow
+// with the damage in entry 24's length field instead of its payload: the
+// length claims almost all the bytes after it (still within the file),
+// more than a group commit. A claim read from damaged bytes must not widen
+// the window over the fsynced entries that follow.
+func corruptLengthClaimBeyondWindow(t *testing.T, fsys *vfs.MemFS) {
+	b := AppendEntry(nil, fxPayloadAt(23))
+	at := len(b)
+	b = AppendEntry(b, fxPayloadAt(24))
+	for off := int64(25); int64(len(b)) < DamageWindow+64*fxEntry; off++ {
+		b = AppendEntry(b, fxPayloadAt(off))
+	}
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-HeaderSize-fxEntry))
 	appendFile(t, fsys, mmmOf(fxLastBase), b)
 }
 
@@ -560,6 +576,12 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "after the index, an invalid entry followed by valid ones beyond a group commit",
 			corrupt: corruptInvalidEntryBeforeValidBeyondWindow,
+			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+				Reason: "but a valid entry follows at byte"}},
+		},
+		{
+			name:    "after the index, a damaged length claiming past a group commit, then valid entries beyond one: refused, the claim not trusted",
+			corrupt: corruptLengthClaimBeyondWindow,
 			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
 				Reason: "but a valid entry follows at byte"}},
 		},

@@ -109,7 +109,7 @@ var (
 	recCutIndex = prometheus.NewDesc("mmmq_recovery_cut_index_entries_total",
 		"Offset index entries startup recovery removed: torn, zero or garbage ones (rebuilt when their entries are valid) and those of torn entries.", nil, nil)
 	recCutValid = prometheus.NewDesc("mmmq_recovery_cut_valid_entries_total",
-		"CRC-valid entries startup recovery cut with a torn group commit: after a hole, within one group commit of the end of the data, never acknowledged.", nil, nil)
+		"CRC-valid entries startup recovery cut with a torn group commit: after a hole, within one group commit (1 MiB) of it; not acknowledged unless acknowledged bytes were damaged there.", nil, nil)
 	recCutBytes = prometheus.NewDesc("mmmq_recovery_cut_bytes_total",
 		"Bytes startup recovery cut from segment (file=\"segment\") and offset index (file=\"index\") files.", []string{"file"}, nil)
 )
