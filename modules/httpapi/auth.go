@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -70,14 +72,8 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 			a.Audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "missing or unknown credentials"),
 				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
 			if r.ContentLength != 0 {
-				// Refused before its body is read, and it never will be:
-				// close the connection, rather than let net/http read what
-				// is left of the body (a chunked one, or up to 256 KiB)
-				// before sending the 401, waiting for bytes that may never
-				// come; and end reading now, so that it does not read it
-				// after the 401 either (to reuse its buffer).
-				w.Header().Set("Connection", "close")
-				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+				refuseBeforeBody(w, err)
+				return
 			}
 			contract.WriteErr(w, err)
 			return
@@ -289,4 +285,80 @@ func (w *statusWriter) code() int {
 		return http.StatusOK
 	}
 	return w.status
+}
+
+// Lingering after a refusal sent before the request's body was read.
+const (
+	// refusedLinger is how long the connection of a refused request
+	// keeps discarding what the client still sends after the answer.
+	refusedLinger = time.Second
+	// refusedLingerBytes is the most it discards in that time.
+	refusedLingerBytes = 8 << 20
+)
+
+// refuseBeforeBody answers err to a request refused before its body was
+// read, and it never will be: net/http would otherwise read what is left
+// of the body (a chunked one, or up to 256 KiB) before sending the answer,
+// waiting for bytes that may never come. The connection is closed after
+// the answer. Closed at once, though, a socket that still receives the
+// body makes the kernel send a reset, which can destroy the answer before
+// the client reads it (the client then sees "connection reset by peer"
+// instead of the 401). So, on HTTP/1.x, the connection is hijacked: the
+// answer is written with "Connection: close", the write side shut (FIN),
+// and what the client still sends is discarded for at most refusedLinger
+// and refusedLingerBytes before the close, as a lingering close does.
+// Where the connection cannot be hijacked (HTTP/2, a recorder) the answer
+// goes out as before, with "Connection: close" and reading ended.
+func refuseBeforeBody(w http.ResponseWriter, err error) {
+	rc := http.NewResponseController(w)
+	var rec bufferedResponse
+	rec.header = http.Header{}
+	for k, v := range w.Header() {
+		rec.header[k] = v
+	}
+	contract.WriteErr(&rec, err)
+	conn, brw, herr := rc.Hijack()
+	if herr != nil {
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Connection", "close")
+		_ = rc.SetReadDeadline(time.Now())
+		w.WriteHeader(rec.code)
+		_, _ = w.Write(rec.body.Bytes())
+		return
+	}
+	defer conn.Close()
+	resp := &http.Response{StatusCode: rec.code, ProtoMajor: 1, ProtoMinor: 1, Header: rec.header,
+		ContentLength: int64(rec.body.Len()), Body: io.NopCloser(&rec.body), Close: true}
+	_ = conn.SetWriteDeadline(time.Now().Add(refusedLinger))
+	if resp.Write(brw.Writer) != nil || brw.Writer.Flush() != nil {
+		return
+	}
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(refusedLinger))
+	_, _ = io.CopyN(io.Discard, io.MultiReader(brw.Reader, conn), refusedLingerBytes)
+}
+
+// bufferedResponse is a ResponseWriter that keeps the answer in memory,
+// for refuseBeforeBody to write it on a hijacked connection.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	return b.body.Write(p)
 }
