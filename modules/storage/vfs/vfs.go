@@ -49,8 +49,10 @@ type DirEntry struct {
 // to them durable in one call: file contents, sizes and directory entries
 // alike (syncfs(2) for OS on Linux; every file and directory of a MemFS).
 // SyncFS returns an error wrapping errors.ErrUnsupported where that is not
-// available (OS elsewhere; a CountingFS over an FS without it), and the
-// caller then syncs file by file. The broker uses it once at startup, so
+// available or not known to work (OS off Linux; OS on FUSE, whose syncfs
+// returns 0 and syncs nothing, or on a filesystem type not known to honour
+// it; a CountingFS over an FS without it), and the caller then syncs file
+// by file. The broker uses it once at startup, so
 // that what a killed process left in the page cache is durable before
 // anything of it is served, instead of two fsyncs per topic.
 type FSSyncer interface {
