@@ -9,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // CheckpointError (retention's keep-unconsumed) reports a group whose
@@ -22,19 +19,7 @@ import (
 // its topic is deleted.
 func TestCheckpointErrorUntilTheGroupOpens(t *testing.T) {
 	mem := vfs.NewMem()
-	log := zaptest.NewLogger(t)
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log}})
-	c := New(reg, Options{Logger: log})
-	t.Cleanup(func() {
-		_ = c.Stop(context.Background())
-		if err := reg.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	q, err := reg.GetOrCreate(testTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, c, q := newMemCoordinator(t, mem)
 	if _, err := q.Offer(context.Background(), []byte(`{"n":0}`), storage.Durable); err != nil {
 		t.Fatal(err)
 	}

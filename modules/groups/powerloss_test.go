@@ -19,19 +19,8 @@ import (
 // place. A kill -9 test cannot show this: the page cache survives it.
 func TestAckDurableOnReturnPowerLoss(t *testing.T) {
 	mem := vfs.NewMem()
+	_, c, q := newMemCoordinator(t, mem)
 	log := zaptest.NewLogger(t)
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log}})
-	c := New(reg, Options{Logger: log})
-	t.Cleanup(func() {
-		_ = c.Stop(context.Background())
-		if err := reg.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	q, err := reg.GetOrCreate(testTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 5 {
 		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
 			t.Fatal(err)
@@ -67,4 +56,24 @@ func TestAckDurableOnReturnPowerLoss(t *testing.T) {
 			t.Fatalf("power loss after Ack(%d) returned %d: committed offset %d, want %d", ack, next, got, next)
 		}
 	}
+}
+
+// newMemCoordinator is a registry rooted at /data on mem with testTopic
+// created and a coordinator over it, both closed when the test ends.
+func newMemCoordinator(t *testing.T, mem *vfs.MemFS) (*topicqueue.Registry, *Coordinator, *topicqueue.TopicQueue) {
+	t.Helper()
+	log := zaptest.NewLogger(t)
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log}})
+	c := New(reg, Options{Logger: log})
+	t.Cleanup(func() {
+		_ = c.Stop(context.Background())
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(testTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, c, q
 }

@@ -10,8 +10,15 @@ import (
 	"testing"
 )
 
-// topicIncarnations is GET /topics: name → incarnation id.
-func topicIncarnations(t *testing.T, b *broker) map[string]string {
+// topicInfo is one topic of GET /topics, the fields the tests read.
+type topicInfo struct {
+	Name        string `json:"name"`
+	Incarnation string `json:"incarnation"`
+	StartOffset int64  `json:"startOffset"`
+}
+
+// listTopics is GET /topics of b.
+func listTopics(t *testing.T, b *broker) []topicInfo {
 	t.Helper()
 	resp, err := httpClient.Get(b.base + "/topics")
 	if err != nil {
@@ -19,16 +26,19 @@ func topicIncarnations(t *testing.T, b *broker) map[string]string {
 	}
 	defer resp.Body.Close()
 	var v struct {
-		Topics []struct {
-			Name        string `json:"name"`
-			Incarnation string `json:"incarnation"`
-		} `json:"topics"`
+		Topics []topicInfo `json:"topics"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
+		t.Fatalf("GET /topics: %d %v", resp.StatusCode, err)
 	}
+	return v.Topics
+}
+
+// topicIncarnations is GET /topics: name → incarnation id.
+func topicIncarnations(t *testing.T, b *broker) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	for _, q := range v.Topics {
+	for _, q := range listTopics(t, b) {
 		out[q.Name] = q.Incarnation
 	}
 	return out

@@ -187,22 +187,8 @@ func (c *retentionCheck) awaitRetention(t *testing.T, b *broker, r int, kt *kill
 // topicStarts returns the start offset of every topic of b (GET /topics).
 func topicStarts(t *testing.T, b *broker) map[string]int64 {
 	t.Helper()
-	resp, err := httpClient.Get(b.base + "/topics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Topics []struct {
-			Name        string `json:"name"`
-			StartOffset int64  `json:"startOffset"`
-		} `json:"topics"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatalf("GET /topics: %d %v", resp.StatusCode, err)
-	}
 	out := map[string]int64{}
-	for _, tp := range v.Topics {
+	for _, tp := range listTopics(t, b) {
 		out[tp.Name] = tp.StartOffset
 	}
 	return out
