@@ -60,7 +60,9 @@ import (
 //     the broker calls once at startup instead of fsyncing every topic's
 //     files (modules/topicqueue Topics), returns success on FUSE and
 //     syncs nothing (the kernel sends FUSE no syncfs request), so the
-//     served data stays in LazyFS's cache.
+//     served data would stay in LazyFS's cache: the broker does not trust
+//     syncfs on FUSE (vfs.OS.SyncFS), and each topic's recovery fsyncs
+//     what it serves there.
 //   - torn-op: LazyFS's torn-op fault on the last segment (.mmm) of a
 //     topic, during the traffic: the next write to that file is split in
 //     parts, some written to the root, then LazyFS kills itself (the rest
@@ -91,11 +93,12 @@ import (
 //     512-byte sector (torn-seq on a lazy index: a hole from index byte
 //     8, entries valid again at bytes 104 to 552), which a disk behind a
 //     page cache does not produce for appends in order (writeback writes
-//     a page with every earlier write in it). A refusal there is
-//     reported like any other; whether recovery should accept the shape
-//     is the storage engine's call. (torn-seq counts writes from when the
-//     fault is injected, so a file already written since its last fsync
-//     always gets a hole.)
+//     a page with every earlier write in it). Recovery accepts it all the
+//     same: the last segment's index past its valid prefix is rebuilt
+//     from the segment, and a hole in the segment within one group
+//     commit is cut. (torn-seq counts writes from when the fault is
+//     injected, so a file already written since its last fsync always
+//     gets a hole.)
 //   - LazyFS passes directory operations through to the root at once:
 //     creating, renaming and removing files are durable without a
 //     directory fsync, so a lost rename or a lost new segment file is not
