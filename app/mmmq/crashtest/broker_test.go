@@ -80,6 +80,14 @@ type brokerConf struct {
 	Replicas       int
 	LeaseTimeout   time.Duration
 	RequestTimeout time.Duration
+	// OnStall, when not nil, is called when the process was not ready
+	// startTimeout after exec or not reaped killTimeout after SIGKILL: a
+	// process killed inside a FUSE request waits, unkillable, for the
+	// daemon's answer. It returns true when it released what held the
+	// process (the LazyFS harness kills its daemon: a power loss); kill
+	// then waits killTimeout once more, and startBroker returns the broker
+	// killed, with stalled set.
+	OnStall func(b *broker) bool
 }
 
 // broker is one running mmmq child process.
@@ -90,6 +98,8 @@ type broker struct {
 	logPath string
 	exited  chan struct{}
 	waitErr error
+	onStall func(*broker) bool
+	stalled bool // startBroker gave up on it: see brokerConf.OnStall
 }
 
 var startSeq int
@@ -129,7 +139,7 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 		logf.Close()
 		t.Fatal(err)
 	}
-	b := &broker{t: t, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	b := &broker{t: t, cmd: cmd, logPath: logPath, exited: make(chan struct{}), onStall: c.OnStall}
 	go func() {
 		b.waitErr = cmd.Wait()
 		logf.Close()
@@ -147,6 +157,11 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 		default:
 		}
 		if time.Now().After(deadline) {
+			if b.onStall != nil && b.onStall(b) {
+				b.kill()
+				b.stalled = true
+				return b
+			}
 			b.kill()
 			t.Fatalf("broker not ready within %s\n%s", startTimeout, b.logTail())
 		}
@@ -262,9 +277,45 @@ func (b *broker) kill() {
 	_ = b.cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-b.exited:
+		return
 	case <-time.After(killTimeout):
-		b.t.Errorf("broker pid %d not reaped %s after SIGKILL", b.cmd.Process.Pid, killTimeout)
 	}
+	if b.onStall != nil && b.onStall(b) {
+		select {
+		case <-b.exited:
+			return
+		case <-time.After(killTimeout):
+		}
+	}
+	b.t.Errorf("broker pid %d not reaped %s after SIGKILL\n%s", b.cmd.Process.Pid, killTimeout, procStacks(b.cmd.Process.Pid))
+}
+
+// procStacks describes where each thread of process pid waits: its
+// state, wait channel and (readable by root) kernel stack, from
+// /proc/PID/task. It is what a stall report shows; "" once pid is gone.
+func procStacks(pid int) string {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return ""
+	}
+	var out strings.Builder
+	for _, tk := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s", pid, tk.Name())
+		stat, _ := os.ReadFile(dir + "/stat")
+		state := "?"
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+			state = string(stat[i+2])
+		}
+		comm, _ := os.ReadFile(dir + "/comm")
+		wchan, _ := os.ReadFile(dir + "/wchan")
+		fmt.Fprintf(&out, "  pid %d tid %s (%s) state %s wchan %s\n", pid, tk.Name(), bytes.TrimSpace(comm), state, wchan)
+		if stack, err := os.ReadFile(dir + "/stack"); err == nil && state == "D" {
+			for _, l := range strings.Split(strings.TrimSpace(string(stack)), "\n") {
+				fmt.Fprintf(&out, "      %s\n", l)
+			}
+		}
+	}
+	return out.String()
 }
 
 // stop sends SIGTERM and waits for a clean exit (status 0).
