@@ -32,8 +32,8 @@ func Start(t testing.TB, dir string, edit func(*server.Options)) *server.Server 
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("jstest: embedded NATS server not ready within 10s")
+	if !s.ReadyForConnections(30 * time.Second) {
+		t.Fatal("jstest: embedded NATS server not ready within 30s")
 	}
 	return s
 }
