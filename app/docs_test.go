@@ -301,3 +301,34 @@ func TestMarkdownLinksResolve(t *testing.T) {
 		t.Errorf("only %d relative links checked; is the link pattern still right?", checked)
 	}
 }
+
+// TestErrorTableDocumentsEveryCode: every code of modules/contract's error
+// table has a row in the HTTP API's "## Errors" table.
+func TestErrorTableDocumentsEveryCode(t *testing.T) {
+	src, err := os.ReadFile("../modules/contract/errors.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := regexp.MustCompile(`(?m)^\s*Code\w+\s*=\s*"([A-Z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(codes) < 10 {
+		t.Fatalf("only %d codes found in modules/contract/errors.go; is the pattern still right?", len(codes))
+	}
+	b, err := os.ReadFile("../modules/httpapi/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	start := strings.Index(md, "\n## Errors\n")
+	if start < 0 {
+		t.Fatal(`modules/httpapi/README.md has no "## Errors" section`)
+	}
+	section := md[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end >= 0 {
+		section = section[:end+1]
+	}
+	for _, c := range codes {
+		if !strings.Contains(section, "| `"+c[1]+"` |") {
+			t.Errorf("modules/httpapi/README.md's error table has no row for %s", c[1])
+		}
+	}
+}
