@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make cluster: a 3-node NATS JetStream cluster and two mmmq nodes on it, all
-# on loopback, in the foreground (README "Scale-out (NATS JetStream)").
+# on loopback, in the foreground (plugins/jetstream/README.md).
 #
 #   nats n1 n2 n3   clients 4222-4224, routes 6222-6224, monitoring 8222-8224
 #                   (configs/cluster/nats-<i>.conf)

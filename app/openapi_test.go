@@ -312,12 +312,29 @@ func (c *apiClient) do(ex exchange) answer {
 	return answer{resp.StatusCode, resp.Header, body}
 }
 
-// readme is the README, for the examples taken from it.
+// exampleDocs are the Markdown files whose HTTP examples the tests below
+// send: the top-level README's quickstart and the reference beside each
+// module.
+var exampleDocs = []string{
+	"README.md",
+	"modules/httpapi/README.md",
+	"modules/dedup/README.md",
+	"modules/groups/README.md",
+	"modules/admin/README.md",
+	"modules/topicqueue/README.md",
+}
+
+// readme is the text of exampleDocs, for the examples taken from them.
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	return string(b)
+	var md strings.Builder
+	for _, f := range exampleDocs {
+		b, err := os.ReadFile("../" + f)
+		require.NoError(t, err)
+		md.Write(b)
+		md.WriteString("\n")
+	}
+	return md.String()
 }
 
 // readmeChecker returns a func that requires the README to still hold an
