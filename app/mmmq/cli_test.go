@@ -245,11 +245,11 @@ func TestVerifyBadIncarnationIsCorrupt(t *testing.T) {
 func TestVerifyForeignAndUnfinishedDirectories(t *testing.T) {
 	root, _ := fixture(t, 3)
 	files := map[string]string{
-		"backup/readme.txt":               "important\n",
-		"nested/deep/f":                   "n\n",
-		"used/checkpoints/foo.checkpoint": "\x00\x00\x00\x00\x00\x00\x00\x07",
-		"not a topic/f":                   "f",
-		".deleting-not-ours/keep":         "k",
+		"backup/readme.txt":                              "important\n",
+		"nested/deep/f":                                  "n\n",
+		"used/checkpoints/foo.checkpoint":                "\x00\x00\x00\x00\x00\x00\x00\x07",
+		"not a topic/f":                                  "f",
+		".deleting-not-ours/keep":                        "k",
 		"left.t/" + storage.IncarnationFile + vfs.TmpExt: "",
 	}
 	for name, data := range files {
