@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // capture runs the CLI in-process and returns its exit code and stdout.
@@ -244,12 +245,12 @@ func TestVerifyBadIncarnationIsCorrupt(t *testing.T) {
 func TestVerifyForeignAndUnfinishedDirectories(t *testing.T) {
 	root, _ := fixture(t, 3)
 	files := map[string]string{
-		"backup/readme.txt":               "important\n",
-		"nested/deep/f":                   "n\n",
-		"used/checkpoints/foo.checkpoint": "\x00\x00\x00\x00\x00\x00\x00\x07",
-		"not a topic/f":                   "f",
-		".deleting-not-ours/keep":         "k",
-		"left.t/" + storage.IncarnationFile + storage.TmpExt: "",
+		"backup/readme.txt":                              "important\n",
+		"nested/deep/f":                                  "n\n",
+		"used/checkpoints/foo.checkpoint":                "\x00\x00\x00\x00\x00\x00\x00\x07",
+		"not a topic/f":                                  "f",
+		".deleting-not-ours/keep":                        "k",
+		"left.t/" + storage.IncarnationFile + vfs.TmpExt: "",
 	}
 	for name, data := range files {
 		p := filepath.Join(root, name)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -138,36 +137,5 @@ func (s *Store) Save(specs []Spec) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path + ".tmp"
-	f, err := s.fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	if c, ok := f.(interface{ Chmod(os.FileMode) error }); ok {
-		if err := c.Chmod(fileMode); err != nil {
-			f.Close()
-			return fmt.Errorf("chmod %s: %w", tmp, err)
-		}
-	}
-	if _, err := f.WriteAt(append(b, '\n'), 0); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if s.BeforeRename != nil {
-		s.BeforeRename()
-	}
-	if err := s.fs.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	if err := s.fs.SyncDir(s.dir); err != nil {
-		return fmt.Errorf("sync %s: %w", s.dir, err)
-	}
-	return nil
+	return vfs.ReplaceFile(s.fs, s.path, append(b, '\n'), vfs.ReplaceOptions{Mode: fileMode, BeforeRename: s.BeforeRename})
 }

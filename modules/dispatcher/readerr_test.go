@@ -42,7 +42,7 @@ func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if _, err := q.Offer(context.Background(), storedMessage(name, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(name, i), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestBitFlipInSegmentSkipsOneOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		if _, err := q.Offer(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +164,7 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 40; i++ {
-		if _, err := q.Offer(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

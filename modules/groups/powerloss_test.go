@@ -22,7 +22,7 @@ func TestAckDurableOnReturnPowerLoss(t *testing.T) {
 	_, c, q := newMemCoordinator(t, mem)
 	log := zaptest.NewLogger(t)
 	for i := range 5 {
-		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -45,7 +45,7 @@ func newFaultEnv(t *testing.T, n int) *faultEnv {
 	}
 	e.q = q
 	for i := 0; i < n; i++ {
-		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -53,7 +53,7 @@ func newSharedNodes(t *testing.T) *sharedNodes {
 func (s *sharedNodes) publish(t *testing.T, n int) {
 	t.Helper()
 	for range n {
-		if _, err := s.q[0].Offer(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
+		if _, err := s.q[0].Log().Append(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -65,7 +65,7 @@ func (a *api) publish(topic string, payload string) {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if _, err := q.Offer(context.Background(), []byte(payload), storage.Durable); err != nil {
+	if _, err := q.Log().Append(context.Background(), []byte(payload), storage.Durable); err != nil {
 		a.t.Fatal(err)
 	}
 }

@@ -9,33 +9,7 @@
 // the broker serves (on-corruption: quarantine).
 package recovery
 
-import (
-	"sync/atomic"
-
-	"go.uber.org/zap"
-
-	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/modules/topicqueue"
-)
-
-// Policy is what to do with a topic refused as corrupt: the value of
-// mmmq.broker.storage.on-corruption. It is an alias of config.OnCorruption,
-// which owns this enum.
-//
-// Deprecated: use config.OnCorruption.
-type Policy = config.OnCorruption
-
-// Policies (mmmq.broker.storage.on-corruption).
-const (
-	// Fail stops startup (the default).
-	//
-	// Deprecated: use config.OnCorruptionFail.
-	Fail = config.OnCorruptionFail
-	// Quarantine excludes the topic and serves the rest.
-	//
-	// Deprecated: use config.OnCorruptionQuarantine.
-	Quarantine = config.OnCorruptionQuarantine
-)
+import "sync/atomic"
 
 // Readiness is the broker's "ready" flag (/readyz): false until recovery has
 // finished and every module has started, false again once stopping begins.
@@ -47,11 +21,3 @@ func (r *Readiness) Ready() bool { return r.ready.Load() }
 
 // Set marks the broker ready or not.
 func (r *Readiness) Set(v bool) { r.ready.Store(v) }
-
-// Report sums up a startup recovery.
-type Report = topicqueue.Report
-
-// Run opens every stored topic of reg: reg.OpenAll(policy, log).
-func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, error) {
-	return reg.OpenAll(policy, log)
-}

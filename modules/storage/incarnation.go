@@ -24,7 +24,7 @@ import (
 // offsets keys them by (incarnation, offset). A topic directory without the
 // file (written before incarnation ids existed, or a crash between the
 // directory and the file, when nothing was acknowledged yet) gets a new id
-// when it opens. It is written through IncarnationFile+TmpExt, fsynced,
+// when it opens. It is written through IncarnationFile+vfs.TmpExt, fsynced,
 // renamed and the directory fsynced, so a crash leaves the whole id or
 // none (a leftover .tmp is removed by repair).
 const (
@@ -88,27 +88,8 @@ func WriteIncarnation(fsys vfs.FS, dir, id string) error {
 		return fmt.Errorf("write incarnation: invalid id %q (want %d lower-case hex digits)", id, incarnationHex)
 	}
 	path := filepath.Join(dir, IncarnationFile)
-	tmp := path + TmpExt
-	f, err := fsys.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("create %s: %w%s", tmp, err, fdHint(err))
-	}
-	if _, err := f.WriteAt([]byte(id+"\n"), 0); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := fsys.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return fmt.Errorf("sync topic dir %s: %w", dir, err)
+	if err := vfs.ReplaceFile(fsys, path, []byte(id+"\n"), vfs.ReplaceOptions{}); err != nil {
+		return fmt.Errorf("write incarnation: %w%s", err, fdHint(err))
 	}
 	return nil
 }

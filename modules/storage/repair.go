@@ -8,10 +8,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// TmpExt marks files written through tmp + fsync + rename; a leftover one is
-// from an interrupted rename and is removed by repair when the topic opens.
-const TmpExt = ".tmp"
-
 // RepairReport is what repair (the per-topic startup check run by Open)
 // found in one topic and what it did (or, when checking only, would do) to
 // bring it to the last consistent state: what the offset index vouches

@@ -68,7 +68,7 @@ func scanDir(fsys vfs.FS, dir string) (*dirScan, error) {
 		if e.Name == IncarnationFile {
 			continue
 		}
-		if strings.HasSuffix(e.Name, TmpExt) {
+		if strings.HasSuffix(e.Name, vfs.TmpExt) {
 			d.tmps = append(d.tmps, e.Name)
 			continue
 		}

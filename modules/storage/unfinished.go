@@ -59,7 +59,7 @@ func inspectTopicDir(fsys vfs.FS, dir string) (topicDir, error) {
 			d.foreign = append(d.foreign, e.Name+"/")
 		case e.Name == IncarnationFile:
 			d.topic = true
-		case e.Name == IncarnationFile+TmpExt:
+		case e.Name == IncarnationFile+vfs.TmpExt:
 		default:
 			if _, ok := parseSegmentName(e.Name, SegmentExt); ok {
 				d.topic = true
@@ -97,7 +97,7 @@ func notATopicError(dir string, d topicDir) *CorruptionError {
 // what is left of an unfinished creation.
 func removeCreation(fsys vfs.FS, dir string) error {
 	mmm, idx := segmentPaths(dir, 0)
-	for _, p := range []string{mmm, idx, filepath.Join(dir, IncarnationFile+TmpExt), filepath.Join(dir, IncarnationFile)} {
+	for _, p := range []string{mmm, idx, filepath.Join(dir, IncarnationFile+vfs.TmpExt), filepath.Join(dir, IncarnationFile)} {
 		if err := fsys.Remove(p); err != nil && !vfs.IsNotExist(err) {
 			return fmt.Errorf("remove %s: %w", p, err)
 		}

@@ -36,7 +36,7 @@ func BenchmarkDedupRebuild(b *testing.B) {
 				p, _ := contract.EncodeMessage("t", []byte(`{"order":12345,"note":"a message of about two hundred bytes, as in the other benchmarks of the broker"}`),
 					fmt.Sprintf("producer-1-%d", i), nil, time.Now())
 				if batch = append(batch, p); len(batch) == cap(batch) || i == entries-1 {
-					if _, err := q.OfferBatch(context.Background(), batch, storage.Durable); err != nil {
+					if _, err := q.Log().AppendBatch(context.Background(), batch, storage.Durable); err != nil {
 						b.Fatal(err)
 					}
 					batch = batch[:0]

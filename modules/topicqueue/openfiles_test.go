@@ -25,7 +25,7 @@ func TestTopicsShareOneSegmentCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 40; i++ {
-			if _, err := q.Offer(context.Background(), msg(i), storage.Durable); err != nil {
+			if _, err := q.Log().Append(context.Background(), msg(i), storage.Durable); err != nil {
 				t.Fatal(err)
 			}
 		}

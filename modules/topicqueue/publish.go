@@ -36,7 +36,7 @@ type Published struct {
 // idempotent-publish window (Options.Dedup), a message whose producer id
 // was published to this topic within the window is not stored: see
 // package dedup for the exact rule. A duplicate answered at DURABLE waits
-// until its first message is durable. Errors: those of Offer, for the
+// until its first message is durable. Errors: those of the log's AppendBatch, for the
 // whole call (nothing of it is acknowledged), and ctx.Err() while it
 // waits. It is PublishNotify followed by the wait; out is only written
 // before Publish returns.

@@ -239,7 +239,7 @@ func TestStartupRemovesEveryInterruptedCreationState(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tmp != nil {
-				if err := fsys.WriteFile("/data/left.t/"+storage.IncarnationFile+storage.TmpExt, []byte(*tmp), true); err != nil {
+				if err := fsys.WriteFile("/data/left.t/"+storage.IncarnationFile+vfs.TmpExt, []byte(*tmp), true); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -62,7 +62,7 @@ func BenchmarkStatusPage10kTopics(b *testing.B) {
 		}
 		if i%100 == 0 {
 			for range 1 + i%5 {
-				if _, err := q.Offer(b.Context(), []byte(`{"topic":{"name":"`+name+`"},"content":1}`), contract.Durable); err != nil {
+				if _, err := q.Log().Append(b.Context(), []byte(`{"topic":{"name":"`+name+`"},"content":1}`), contract.Durable); err != nil {
 					b.Fatal(err)
 				}
 			}
