@@ -13,7 +13,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // TestDecodeSpec: the body of a create or replace is checked field by

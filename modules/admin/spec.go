@@ -14,7 +14,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // Spec is a dispatcher as the admin API and dispatchers.json write it: the

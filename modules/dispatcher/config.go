@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // OptionsFromConfig maps mmmq.broker.dispatch to Options: timeout ->
