@@ -264,3 +264,24 @@ func (d *Dispatcher) Settings() Settings {
 	s.TLS = d.TLS()
 	return s
 }
+
+// SettingsKeys returns the keys of Settings in field order, nested keys
+// dotted under their entry ("commit.policy", "tls.ca-file"): the names every
+// shape of a dispatcher (YAML entry, API body, dispatchers.json, CLI flags,
+// OpenAPI schema) must carry. The tests of those shapes check them against it.
+func SettingsKeys() []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for f := range t.Fields() {
+			key := prefix + f.Tag.Get("koanf")
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key+".")
+				continue
+			}
+			out = append(out, key)
+		}
+	}
+	walk(reflect.TypeFor[Settings](), "")
+	return out
+}
