@@ -21,8 +21,8 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/webhooks"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
-	"github.com/mmmq/mmmq/plugins/webhooks"
 )
 
 const configUsage = `usage: mmmq config check [--config FILE]

@@ -157,7 +157,7 @@ func dispatcherBlock(d admin.Listed) string {
 		{"name", d.Name}, {"source", d.Source}, {"paused", yesNo(d.Paused)}, {"host", d.Host},
 		{"patterns", strings.Join(d.Patterns, ", ")}, {"path", orDash(d.Path)},
 		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)}, {"start", orDash(d.Start)},
-		{"dead-letter", deadLetter}, {"ack-mode", orDash(d.AckMode)}, {"abnormal-limit", abnormal},
+		{"dead-letter", deadLetter}, {"ack-mode", orDash(string(d.AckMode))}, {"abnormal-limit", abnormal},
 		{"backoff-jitter", yesNo(d.BackoffJitter)}, {"signing-secrets", orDash(strings.Join(d.SigningSecrets, ", "))},
 		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
 		{"max-in-flight", num(d.MaxInFlight)}, {"batch", batchText(d.Batch)},
@@ -165,8 +165,8 @@ func dispatcherBlock(d admin.Listed) string {
 }
 
 // batchText describes a batch setting in a few words.
-func batchText(b *admin.BatchSpec) string {
-	if b == nil || b.MaxMessages == 0 {
+func batchText(b dispatcher.BatchSettings) string {
+	if b.MaxMessages == 0 {
 		return "off"
 	}
 	return fmt.Sprintf("up to %d messages or %d bytes, waiting up to %s", b.MaxMessages, b.MaxBytes, time.Duration(b.MaxWait))
@@ -181,14 +181,14 @@ func deref(p *string) string {
 }
 
 // commitText describes a commit policy in a few words.
-func commitText(c *admin.CommitSpec) string {
+func commitText(c dispatcher.CommitSettings) string {
 	switch {
-	case c == nil || c.Policy == "":
+	case c.Policy == "":
 		return "every-message"
 	case c.Policy == "interval":
 		return fmt.Sprintf("interval (%s or %d messages)", time.Duration(c.Interval), c.MaxCount)
 	}
-	return c.Policy
+	return string(c.Policy)
 }
 
 func dispatchersCreate(r *remote, args []string) int {

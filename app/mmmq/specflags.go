@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
 // specFlags are the dispatcher fields create and update take as flags,
@@ -121,12 +122,7 @@ func (f *specFlags) given() []string {
 
 // apply sets the fields of s that were given as flags.
 func (f *specFlags) apply(s *admin.Spec) {
-	commit := func() *admin.CommitSpec {
-		if s.Commit == nil {
-			s.Commit = &admin.CommitSpec{}
-		}
-		return s.Commit
-	}
+	commit := func() *dispatcher.CommitSettings { return &s.Commit }
 	f.r.fs.Visit(func(fl *flag.Flag) {
 		if f.applyDelivery(s, fl.Name) {
 			return
@@ -141,11 +137,11 @@ func (f *specFlags) apply(s *admin.Spec) {
 		case "path":
 			s.Path = f.path
 		case "timeout":
-			s.Timeout = admin.Duration(f.timeout)
+			s.Timeout = dispatcher.Duration(f.timeout)
 		case "commit-policy":
-			commit().Policy = f.policy
+			commit().Policy = dispatcher.CommitMode(f.policy)
 		case "commit-interval":
-			commit().Interval = admin.Duration(f.interval)
+			commit().Interval = dispatcher.Duration(f.interval)
 		case "commit-max-count":
 			commit().MaxCount = f.maxCount
 		case "start":
@@ -159,21 +155,16 @@ func (f *specFlags) apply(s *admin.Spec) {
 // applyDelivery sets the delivery field of s that flag name is, and
 // reports whether it is one.
 func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
-	batch := func() *admin.BatchSpec {
-		if s.Batch == nil {
-			s.Batch = &admin.BatchSpec{}
-		}
-		return s.Batch
-	}
+	batch := func() *dispatcher.BatchSettings { return &s.Batch }
 	switch name {
 	case "dead-letter":
 		s.DeadLetter = &f.deadLetter
 	case "ack-mode":
-		s.AckMode = f.ackMode
+		s.AckMode = dispatcher.AckMode(f.ackMode)
 	case "max-abnormal-attempts":
 		s.MaxAbnormalAttempts = f.abnAttempts
 	case "max-abnormal-duration":
-		s.MaxAbnormalDuration = admin.Duration(f.abnDuration)
+		s.MaxAbnormalDuration = dispatcher.Duration(f.abnDuration)
 	case "backoff-jitter":
 		s.BackoffJitter = f.jitter
 	case "signing-secret":
@@ -189,7 +180,7 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 	case "batch-max-bytes":
 		batch().MaxBytes = f.batchBytes
 	case "batch-max-wait":
-		batch().MaxWait = admin.Duration(f.batchMaxWait)
+		batch().MaxWait = dispatcher.Duration(f.batchMaxWait)
 	default:
 		return false
 	}

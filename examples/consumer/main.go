@@ -44,7 +44,7 @@
 // With -signing-secret whsec_... (or the environment variable
 // CONSUMER_SIGNING_SECRET, used when the flag is not given) every push must
 // carry a valid Standard Webhooks signature (https://www.standardwebhooks.com,
-// package github.com/mmmq/mmmq/plugins/webhooks): the headers webhook-id,
+// package github.com/mmmq/mmmq/modules/webhooks): the headers webhook-id,
 // webhook-timestamp (Unix seconds, at most -signing-tolerance, default 5m,
 // away from this machine's clock) and webhook-signature ("v1,<base64
 // HMAC-SHA256 of id.timestamp.body>", one entry per sender secret). Several
@@ -89,7 +89,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // Push headers set by mmmq dispatchers, in the lower case they are sent in.

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // push sends one dispatcher-style request to url and returns the status code

@@ -13,7 +13,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // TestDecodeSpec: the body of a create or replace is checked field by
@@ -21,7 +21,7 @@ import (
 func TestDecodeSpec(t *testing.T) {
 	// What GET answers (source, deadLetterTopic, topics) may be sent back.
 	s, err := decodeSpec([]byte(`{"name":"d","host":"http://h:1","patterns":["a.*"],"timeout":"5s","commit":{"policy":"interval","interval":"2s","max-count":10},"paused":true,"source":"api","deadLetterTopic":"dead-letter.d","topics":[{"topic":"a.b"}]}`))
-	if err != nil || s.Timeout != Duration(5*time.Second) || s.Commit.Interval != Duration(2*time.Second) || !s.Paused {
+	if err != nil || s.Timeout != dispatcher.Duration(5*time.Second) || s.Commit.Interval != dispatcher.Duration(2*time.Second) || !s.Paused {
 		t.Fatalf("%+v %v", s, err)
 	}
 	for body, says := range map[string]string{
@@ -57,21 +57,21 @@ func TestDecodeSpec(t *testing.T) {
 		s    Spec
 		says string
 	}{
-		{Spec{Host: "http://h:1", Patterns: []string{"a"}}, `"name" is required`},
-		{Spec{Name: "d", Host: "http://h:1"}, `"patterns" needs at least one`},
-		{Spec{Name: "d", Host: "http://h", Patterns: []string{"a"}}, "host"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a", "b..c"}}, "patterns[1]"},
-		{Spec{Name: "../x", Host: "http://h:1", Patterns: []string{"a"}}, "name"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("a..b")}, "dead-letter"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, AckMode: "maybe"}, `ack-mode "maybe"`},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxAbnormalAttempts: -1}, "max-abnormal-attempts"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{testSecret, "whsec_short"}}, "signing-secrets[1]"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"Content-Type": "x"}}, `headers: "Content-Type"`},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"bad name": "x"}}, `headers: "bad name"`},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"X-A": "a\nb"}}, `headers: the value of "X-A"`},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxInFlight: 2000}, "max-in-flight 2000"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: &BatchSpec{MaxMessages: 20000}}, "batch"},
-		{Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: &BatchSpec{MaxMessages: 2}, CloudEvents: true}, "cloudevents"},
+		{Spec{Settings: dispatcher.Settings{Host: "http://h:1", Patterns: []string{"a"}}}, `"name" is required`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1"}}, `"patterns" needs at least one`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h", Patterns: []string{"a"}}}, "host"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a", "b..c"}}}, "patterns[1]"},
+		{Spec{Settings: dispatcher.Settings{Name: "../x", Host: "http://h:1", Patterns: []string{"a"}}}, "name"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("a..b")}}, "dead-letter"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, AckMode: "maybe"}}, `ack-mode "maybe"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxAbnormalAttempts: -1}}, "max-abnormal-attempts"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{testSecret, "whsec_short"}}}, "signing-secrets[1]"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"Content-Type": "x"}}}, `headers: "Content-Type"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"bad name": "x"}}}, `headers: "bad name"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"X-A": "a\nb"}}}, `headers: the value of "X-A"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxInFlight: 2000}}, "max-in-flight 2000"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 20000}}}, "batch"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 2}, CloudEvents: true}}, "cloudevents"},
 	} {
 		if _, err := tc.s.build(config.Default().MMMQ.Broker.Dispatch); err == nil || !strings.Contains(err.Error(), tc.says) ||
 			contract.Classify(err).Status != 400 {
@@ -91,11 +91,11 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // and header values, which it redacts.
 func TestSpecRoundTrip(t *testing.T) {
 	defaults := config.Default().MMMQ.Broker.Dispatch
-	in := Spec{Name: "d", Host: "https://h:8443", Patterns: []string{"a.**", "b.*"}, Path: "/in", Timeout: Duration(3 * time.Second),
-		Commit: &CommitSpec{Policy: "interval", Interval: Duration(time.Second), MaxCount: 50}, Start: "latest",
-		DeadLetter: ptr("dl.d"), AckMode: "status", MaxAbnormalAttempts: 5, MaxAbnormalDuration: Duration(time.Minute),
+	in := Spec{Settings: dispatcher.Settings{Name: "d", Host: "https://h:8443", Patterns: []string{"a.**", "b.*"}, Path: "/in", Timeout: dispatcher.Duration(3 * time.Second),
+		Commit: dispatcher.CommitSettings{Policy: dispatcher.Interval, Interval: dispatcher.Duration(time.Second), MaxCount: 50}, Start: "latest",
+		DeadLetter: ptr("dl.d"), AckMode: "status", MaxAbnormalAttempts: 5, MaxAbnormalDuration: dispatcher.Duration(time.Minute),
 		BackoffJitter: true, SigningSecrets: []string{testSecret}, Headers: map[string]string{"Authorization": "Bearer t"},
-		MaxInFlight: 4, Batch: &BatchSpec{MaxMessages: 10, MaxWait: Duration(50 * time.Millisecond)}}
+		MaxInFlight: 4, Batch: dispatcher.BatchSettings{MaxMessages: 10, MaxWait: dispatcher.Duration(50 * time.Millisecond)}}}
 	d, err := in.build(defaults)
 	if err != nil {
 		t.Fatal(err)
@@ -126,16 +126,16 @@ func TestSpecRoundTrip(t *testing.T) {
 	}
 	// The defaults are shown as they apply: the dead-letter topic by the
 	// name, ack-mode body, one push at a time, no batch.
-	plain, err := Spec{Name: "p", Host: "http://h:1", Patterns: []string{"a"}}.build(defaults)
+	plain, err := Spec{Settings: dispatcher.Settings{Name: "p", Host: "http://h:1", Patterns: []string{"a"}}}.build(defaults)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ps := specOf(plain, false)
-	if ps.DeadLetter == nil || *ps.DeadLetter != "dead-letter.p" || ps.AckMode != "body" || ps.MaxInFlight != 1 || ps.Batch != nil ||
+	if ps.DeadLetter == nil || *ps.DeadLetter != "dead-letter.p" || ps.AckMode != "body" || ps.MaxInFlight != 1 || ps.Batch != (dispatcher.BatchSettings{}) ||
 		ps.SigningSecrets != nil || ps.Headers != nil {
 		t.Fatalf("defaults shown: %+v", ps)
 	}
-	off, err := Spec{Name: "p", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("")}.build(defaults)
+	off, err := Spec{Settings: dispatcher.Settings{Name: "p", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("")}}.build(defaults)
 	if err != nil || *specOf(off, false).DeadLetter != "" {
 		t.Fatalf("dead letters off: %v", err)
 	}
@@ -148,8 +148,8 @@ func TestSpecRoundTrip(t *testing.T) {
 func TestResolveRedacted(t *testing.T) {
 	defaults := config.Default().MMMQ.Broker.Dispatch
 	other, _ := webhooks.NewSecret()
-	cur, err := Spec{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{other, testSecret},
-		Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}.build(defaults)
+	cur, err := Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{other, testSecret},
+		Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}}.build(defaults)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +175,10 @@ func TestResolveRedacted(t *testing.T) {
 		cur  *dispatcher.Dispatcher
 		says string
 	}{
-		{Spec{SigningSecrets: []string{testSecret, unknown.String()}}, cur, "signing-secrets[1]: "},
-		{Spec{Headers: map[string]string{"X-C": RedactedValue}}, cur, `headers: the value of "X-C" is "(redacted)"`},
-		{Spec{SigningSecrets: []string{shown.SigningSecrets[0]}}, nil, "signing-secrets[0]: "},
-		{Spec{Headers: map[string]string{"X-A": RedactedValue}}, nil, `headers: the value of "X-A"`},
+		{Spec{Settings: dispatcher.Settings{SigningSecrets: []string{testSecret, unknown.String()}}}, cur, "signing-secrets[1]: "},
+		{Spec{Settings: dispatcher.Settings{Headers: map[string]string{"X-C": RedactedValue}}}, cur, `headers: the value of "X-C" is "(redacted)"`},
+		{Spec{Settings: dispatcher.Settings{SigningSecrets: []string{shown.SigningSecrets[0]}}}, nil, "signing-secrets[0]: "},
+		{Spec{Settings: dispatcher.Settings{Headers: map[string]string{"X-A": RedactedValue}}}, nil, `headers: the value of "X-A"`},
 	} {
 		err := resolveRedacted(&tc.s, tc.cur, secrets)
 		if err == nil || !strings.Contains(err.Error(), tc.says) || contract.Classify(err).Status != 400 {
@@ -249,7 +249,7 @@ func TestStore(t *testing.T) {
 	if got, err := s.Load(); err != nil || got != nil {
 		t.Fatalf("no file: %v %v", got, err)
 	}
-	specs := []Spec{{Name: "a", Host: "http://h:1", Patterns: []string{"x"}, Paused: true}}
+	specs := []Spec{{Settings: dispatcher.Settings{Name: "a", Host: "http://h:1", Patterns: []string{"x"}}, Paused: true}}
 	if err := s.Save(specs); err != nil {
 		t.Fatal(err)
 	}

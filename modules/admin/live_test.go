@@ -21,7 +21,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // liveAdmin is an Admin over a running dispatcher Manager (topics in

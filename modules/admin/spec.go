@@ -9,17 +9,19 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
-// Spec is a dispatcher as the admin API and dispatchers.json write it: the
-// fields of a mmmq.broker.dispatchers entry under the same (kebab-case)
-// names, durations as strings ("30s"), plus whether it is paused.
+// Spec is a dispatcher as the admin API and dispatchers.json write it:
+// dispatcher.Settings (the keys of a mmmq.broker.dispatchers entry under
+// the same kebab-case names, durations as strings such as "30s") plus
+// whether it is paused. GET shows the effective values (the default path,
+// timeout, commit policy, dead-letter topic, ack mode and max-in-flight
+// written out; batch only when on, tls only when set, file paths only).
 //
 //	{"name":"orders","host":"http://localhost:8081","patterns":["order.**"],
 //	 "path":"/mmmq/messages","timeout":"30s",
@@ -46,98 +48,13 @@ import (
 // naming the field. A header cannot be set to the literal value
 // "(redacted)".
 type Spec struct {
-	Name     string      `json:"name"`
-	Host     string      `json:"host"`
-	Patterns []string    `json:"patterns"`
-	Path     string      `json:"path,omitempty"`
-	Timeout  Duration    `json:"timeout,omitempty"`
-	Commit   *CommitSpec `json:"commit,omitempty"`
-	// Start is "earliest" (default: replay every stored message) or
-	// "latest" (skip what the topics hold when the dispatcher is created).
-	Start string `json:"start,omitempty"`
-	// DeadLetter is the dead-letter topic: absent (nil) means
-	// "dead-letter.<name>", "" turns dead letters off (log and skip). GET
-	// shows the effective topic, "" when off.
-	DeadLetter *string `json:"dead-letter,omitempty"`
-	// AckMode is "body" (default) or "status". GET shows the effective one.
-	AckMode string `json:"ack-mode,omitempty"`
-	// MaxAbnormalAttempts dead-letters a message after this many abnormal
-	// answers (0: no limit).
-	MaxAbnormalAttempts int `json:"max-abnormal-attempts,omitempty"`
-	// MaxAbnormalDuration dead-letters a message still answered abnormally
-	// this long after its first abnormal answer (0: no limit).
-	MaxAbnormalDuration Duration `json:"max-abnormal-duration,omitempty"`
-	// BackoffJitter draws each backoff wait from (0, delay].
-	BackoffJitter bool `json:"backoff-jitter,omitempty"`
-	// SigningSecrets sign every push (Standard Webhooks), "whsec_<base64>"
-	// each; redacted in GET (see above).
-	SigningSecrets []string `json:"signing-secrets,omitempty"`
-	// Headers are added to every push; values redacted in GET.
-	Headers map[string]string `json:"headers,omitempty"`
-	// CloudEvents renders pushes as CloudEvents 1.0 in binary mode.
-	CloudEvents bool `json:"cloudevents,omitempty"`
-	// MaxInFlight is the most pushes of one topic outstanding at once,
-	// 1..1024 (0: 1). GET shows the effective value.
-	MaxInFlight int `json:"max-in-flight,omitempty"`
-	// Batch groups messages into one push; absent or max-messages 0: off.
-	// GET shows it only when on.
-	Batch *BatchSpec `json:"batch,omitempty"`
-	// TLS is how HTTPS connections to the consumer are made (private CA,
-	// client certificate, server name); only with an https host. The
-	// files are read when the dispatcher is created or replaced. GET shows
-	// it only when set (paths, no file contents).
-	TLS    *TLSSpec `json:"tls,omitempty"`
-	Paused bool     `json:"paused,omitempty"`
-}
-
-// TLSSpec is a dispatcher's tls entry: the keys of
-// mmmq.broker.dispatchers[i].tls under the same names.
-type TLSSpec struct {
-	CAFile             string `json:"ca-file,omitempty"`
-	CertFile           string `json:"cert-file,omitempty"`
-	KeyFile            string `json:"key-file,omitempty"`
-	ServerName         string `json:"server-name,omitempty"`
-	InsecureSkipVerify bool   `json:"insecure-skip-verify,omitempty"`
-}
-
-// CommitSpec is a dispatcher's commit policy (the "commit" entry).
-type CommitSpec struct {
-	Policy   string   `json:"policy,omitempty"` // "every-message" (default) or "interval"
-	Interval Duration `json:"interval,omitempty"`
-	MaxCount int      `json:"max-count,omitempty"`
-}
-
-// BatchSpec is a dispatcher's batch setting (the "batch" entry): up to
-// max-messages (1..10000; 0 off) messages of at most max-bytes (bytes; 0:
-// 1 MiB) in all per push, waiting up to max-wait for a batch to fill.
-type BatchSpec struct {
-	MaxMessages int      `json:"max-messages,omitempty"`
-	MaxBytes    int64    `json:"max-bytes,omitempty"`
-	MaxWait     Duration `json:"max-wait,omitempty"`
+	dispatcher.Settings
+	// Paused says whether delivery is paused (POST .../pause, .../resume).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // RedactedValue replaces every header value in what the API shows.
 const RedactedValue = "(redacted)"
-
-// Duration is a time.Duration written as a Go duration string ("1m30s").
-type Duration time.Duration
-
-// MarshalJSON writes d as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a duration string such as "30s".
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf(`must be a duration string such as "30s"`)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil || v < 0 {
-		return fmt.Errorf(`must be a duration >= 0 such as "30s"; got %q`, s)
-	}
-	*d = Duration(v)
-	return nil
-}
 
 // decodeSpec reads one Spec from body: unknown fields, a second value and
 // bad types are refused, naming the field.
@@ -174,7 +91,7 @@ func badDuration(body []byte) string {
 		return ""
 	}
 	bad := func(raw json.RawMessage) bool {
-		var d Duration
+		var d dispatcher.Duration
 		return raw != nil && d.UnmarshalJSON(raw) != nil
 	}
 	for _, f := range []string{"timeout", "max-abnormal-duration"} {
@@ -199,14 +116,22 @@ func jsonProblem(err error) string {
 		return "the body is empty: send a JSON object"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
-	case asTypeError(err, &te) && strings.HasPrefix(te.Field, "Spec.headers"):
+	case asTypeError(err, &te) && strings.HasPrefix(specField(te.Field), "headers"):
 		return `field "headers" must be a JSON object of strings`
 	case asTypeError(err, &te):
-		// The body decodes into a struct embedding Spec: its fields are
-		// named "Spec.<name>" by the decoder.
-		return fmt.Sprintf("field %q must be a JSON %s", strings.TrimPrefix(te.Field, "Spec."), jsonKind(te.Type.Kind().String()))
+		return fmt.Sprintf("field %q must be a JSON %s", specField(te.Field), jsonKind(te.Type.Kind().String()))
 	}
 	return err.Error()
+}
+
+// specField is the body's field name in a decoder's field path: the body
+// decodes into a struct embedding Spec, which embeds dispatcher.Settings,
+// and the decoder prefixes the embedded structs' Go names.
+func specField(path string) string {
+	for _, p := range []string{"Spec.", "Settings."} {
+		path = strings.TrimPrefix(path, p)
+	}
+	return path
 }
 
 func asTypeError(err error, te **json.UnmarshalTypeError) bool {
@@ -231,27 +156,6 @@ func jsonKind(goKind string) string {
 	return "number"
 }
 
-// config returns the mmmq.broker.dispatchers entry of s, with the
-// per-dispatcher defaults filled as config.Normalize fills them.
-func (s Spec) config(defaults config.DispatchConfig) config.DispatcherConfig {
-	dc := config.DispatcherConfig{Name: s.Name, Host: s.Host, Patterns: s.Patterns, Path: s.Path, Timeout: time.Duration(s.Timeout), Start: s.Start,
-		DeadLetter: s.DeadLetter, AckMode: s.AckMode, MaxAbnormalAttempts: s.MaxAbnormalAttempts,
-		MaxAbnormalDuration: time.Duration(s.MaxAbnormalDuration), BackoffJitter: s.BackoffJitter,
-		SigningSecrets: s.SigningSecrets, Headers: s.Headers, CloudEvents: s.CloudEvents, MaxInFlight: s.MaxInFlight}
-	if s.Commit != nil {
-		dc.Commit = config.CommitConfig{Policy: config.CommitPolicy(s.Commit.Policy), Interval: time.Duration(s.Commit.Interval), MaxCount: s.Commit.MaxCount}
-	}
-	if s.Batch != nil {
-		dc.Batch = config.BatchConfig{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}
-	}
-	if s.TLS != nil {
-		dc.TLS = config.DispatcherTLSConfig(*s.TLS)
-	}
-	cfg := config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatch: defaults, Dispatchers: config.DispatchersConfig{dc}}}}
-	cfg.Normalize()
-	return cfg.MMMQ.Broker.Dispatchers[0]
-}
-
 // build validates s and returns its Dispatcher, labelled as created
 // through the API. Errors are 400s naming the field ("patterns[1]: ...").
 func (s Spec) build(defaults config.DispatchConfig) (*dispatcher.Dispatcher, error) {
@@ -261,7 +165,7 @@ func (s Spec) build(defaults config.DispatchConfig) (*dispatcher.Dispatcher, err
 	if len(s.Patterns) == 0 {
 		return nil, contract.BadRequest(`invalid dispatcher: field "patterns" needs at least one topic pattern`)
 	}
-	d, err := dispatcher.FromConfig(s.config(defaults), "dispatcher "+s.Name, dispatcher.SourceAPI)
+	d, err := dispatcher.FromSettings(s.WithDefaults(defaults), "dispatcher "+s.Name, dispatcher.SourceAPI)
 	if err != nil {
 		return nil, contract.BadRequest("invalid dispatcher: %v", err)
 	}
@@ -293,30 +197,7 @@ func storedSpecOf(d *dispatcher.Dispatcher, paused bool, secrets []string) Spec 
 // fullSpecOf describes d with its real header values and no signing
 // secrets (specOf and storedSpecOf add them).
 func fullSpecOf(d *dispatcher.Dispatcher, paused bool) Spec {
-	s := Spec{Name: d.Name(), Host: d.Host().String(), Path: d.Path(), Timeout: Duration(d.Timeout()), Start: d.Start(), Paused: paused}
-	for _, p := range d.Patterns() {
-		s.Patterns = append(s.Patterns, p.String())
-	}
-	pol := d.CommitPolicy()
-	s.Commit = &CommitSpec{Policy: string(pol.Mode), Interval: Duration(pol.Interval), MaxCount: pol.MaxCount}
-	if s.Commit.Policy == "" {
-		s.Commit.Policy = string(config.CommitEveryMessage)
-	}
-	dl := d.DeadLetter()
-	lim := d.AbnormalLimit()
-	s.DeadLetter, s.AckMode = &dl, string(d.AckMode())
-	s.MaxAbnormalAttempts, s.MaxAbnormalDuration = lim.MaxAttempts, Duration(lim.MaxDuration)
-	s.BackoffJitter, s.CloudEvents, s.MaxInFlight = d.BackoffJitter(), d.CloudEvents(), d.MaxInFlight()
-	if h := d.Headers(); len(h) > 0 {
-		s.Headers = h
-	}
-	if b := d.Batch(); b.MaxMessages > 0 {
-		s.Batch = &BatchSpec{MaxMessages: b.MaxMessages, MaxBytes: b.MaxBytes, MaxWait: Duration(b.MaxWait)}
-	}
-	if t := d.TLS(); !t.IsZero() {
-		s.TLS = &TLSSpec{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	}
-	return s
+	return Spec{Settings: d.Settings(), Paused: paused}
 }
 
 // resolveRedacted replaces, in s, the redacted forms specOf shows by the

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -19,9 +20,9 @@ import (
 // over an empty file) and without the directory fsync (the old set comes
 // back after Save returned).
 func TestStoreSavePowerLoss(t *testing.T) {
-	a := []Spec{{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}}}
-	b := []Spec{{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}},
-		{Name: "b", Host: "http://localhost:8082", Patterns: []string{"**"}}}
+	a := []Spec{{Settings: dispatcher.Settings{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}}}}
+	b := []Spec{{Settings: dispatcher.Settings{Name: "a", Host: "http://localhost:8081", Patterns: []string{"t.*"}}},
+		{Settings: dispatcher.Settings{Name: "b", Host: "http://localhost:8082", Patterns: []string{"**"}}}}
 	for _, tc := range []struct {
 		name     string
 		old, new []Spec // old nil: no file before the save

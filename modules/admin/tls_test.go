@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/servertls/tlstest"
 )
 
@@ -22,13 +23,13 @@ func TestDispatcherTLSThroughTheAPI(t *testing.T) {
 	body := `{"name":"billing","host":"https://localhost:8443","patterns":["order.**"],"tls":` + tlsJSON + `}`
 	var got Spec
 	l.must("POST", "/mmmq/dispatchers", body, 201, &got)
-	want := TLSSpec{CAFile: caFile, CertFile: cert, KeyFile: key, ServerName: "billing.internal"}
-	if got.TLS == nil || *got.TLS != want {
+	want := dispatcher.TLSSettings{CAFile: caFile, CertFile: cert, KeyFile: key, ServerName: "billing.internal"}
+	if got.TLS != want {
 		t.Fatalf("created tls %+v; want %+v", got.TLS, want)
 	}
 	var stored struct{ Dispatchers []Spec }
 	if err := json.Unmarshal([]byte(l.fileText()), &stored); err != nil || len(stored.Dispatchers) != 1 ||
-		stored.Dispatchers[0].TLS == nil || *stored.Dispatchers[0].TLS != want {
+		stored.Dispatchers[0].TLS != want {
 		t.Fatalf("dispatchers.json: %v %s", err, l.fileText())
 	}
 	for _, tc := range []struct{ body, want string }{

@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/config"
@@ -8,12 +9,36 @@ import (
 
 func TestOptionsFromConfigDefaults(t *testing.T) {
 	got := OptionsFromConfig(config.Default().MMMQ.Broker.Dispatch).WithDefaults()
-	want := Options{}.WithDefaults()
-	if got.MaxResends != want.MaxResends || got.BackoffInitial != want.BackoffInitial ||
-		got.BackoffMax != want.BackoffMax || got.DefaultTimeout != want.DefaultTimeout ||
-		got.MaxResponseBytes != want.MaxResponseBytes || got.DefaultPath != want.DefaultPath ||
-		got.BatchSize != want.BatchSize {
+	got.resendsSet = false // marks max-resends as given (0 would mean no resend)
+	if want := (Options{}).WithDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("from config.Default() = %+v, want the zero-value defaults %+v", got, want)
+	}
+}
+
+// Every key of mmmq.broker.dispatch reaches Options: each field of
+// config.DispatchConfig is changed on its own (found by reflection, so a key
+// added later is covered) and the Options must change with it; a key the
+// mapping forgets leaves them equal and fails by name.
+func TestOptionsFromConfigEveryKey(t *testing.T) {
+	base := config.Default().MMMQ.Broker.Dispatch
+	want := OptionsFromConfig(base)
+	typ := reflect.TypeFor[config.DispatchConfig]()
+	for i := range typ.NumField() {
+		d := base
+		f := reflect.ValueOf(&d).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "/changed")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(f.Int() + 1)
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		default:
+			t.Fatalf("%s: kind %s: teach this test to change it", typ.Field(i).Tag.Get("koanf"), f.Kind())
+		}
+		if reflect.DeepEqual(OptionsFromConfig(d), want) {
+			t.Errorf("mmmq.broker.dispatch.%s does not reach Options", typ.Field(i).Tag.Get("koanf"))
+		}
 	}
 }
 

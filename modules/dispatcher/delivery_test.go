@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // memPublisher is a Publisher over memTopics created on first use and

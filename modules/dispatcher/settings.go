@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // AckMode says how a consumer's HTTP answer is read (a dispatcher's

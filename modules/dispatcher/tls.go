@@ -21,18 +21,18 @@ import (
 type TLSSettings struct {
 	// CAFile holds the PEM certificates of the CAs the consumer's
 	// certificate is verified against, instead of the system roots.
-	CAFile string
+	CAFile string `koanf:"ca-file" json:"ca-file,omitempty"`
 	// CertFile and KeyFile are the client certificate chain and its key,
 	// PEM; both or neither.
-	CertFile string
-	KeyFile  string
+	CertFile string `koanf:"cert-file" json:"cert-file,omitempty"`
+	KeyFile  string `koanf:"key-file" json:"key-file,omitempty"`
 	// ServerName is the name the consumer's certificate must carry (SNI
 	// too), when it is not the host's address.
-	ServerName string
+	ServerName string `koanf:"server-name" json:"server-name,omitempty"`
 	// InsecureSkipVerify accepts any consumer certificate: no verification
 	// at all. Only as this explicit option; the Manager logs a warning
 	// naming the dispatcher when it starts one with it.
-	InsecureSkipVerify bool
+	InsecureSkipVerify bool `koanf:"insecure-skip-verify" json:"insecure-skip-verify,omitempty"`
 }
 
 // IsZero reports whether no setting is given.

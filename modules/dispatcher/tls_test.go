@@ -129,7 +129,7 @@ func TestTLSSettingsErrorsNameTheField(t *testing.T) {
 	// FromConfig prefixes the key of the entry.
 	dc := config.DispatcherConfig{Name: "d", Host: "https://localhost:8443", Patterns: []string{"a"},
 		TLS: config.DispatcherTLSConfig{CAFile: "/nonexistent/ca.pem"}}
-	if _, err := FromConfig(dc, "mmmq.broker.dispatchers[0]", "config"); err == nil ||
+	if _, err := FromSettings(SettingsFromConfig(dc), "mmmq.broker.dispatchers[0]", "config"); err == nil ||
 		!strings.Contains(err.Error(), "mmmq.broker.dispatchers[0]: ") || !strings.Contains(err.Error(), "tls.ca-file: open /nonexistent/ca.pem") {
 		t.Fatalf("FromConfig = %v", err)
 	}

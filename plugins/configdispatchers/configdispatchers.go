@@ -48,7 +48,7 @@ func Build(ds config.DispatchersConfig) ([]*dispatcher.Dispatcher, error) {
 	var out []*dispatcher.Dispatcher
 	for i, dc := range ds {
 		key := fmt.Sprintf("mmmq.broker.dispatchers[%d]", i)
-		d, err := dispatcher.FromConfig(dc, key, "config "+key)
+		d, err := dispatcher.FromSettings(dispatcher.SettingsFromConfig(dc), key, "config "+key)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

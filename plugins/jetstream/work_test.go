@@ -10,6 +10,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
 // Two brokers on one server: one holds the work lease of (reader, topic),
@@ -74,7 +75,7 @@ func TestDispatcherStoreShared(t *testing.T) {
 	require.NoError(t, err)
 	defer stop()
 
-	require.NoError(t, sa.Save([]admin.Spec{{Name: "orders", Host: "http://127.0.0.1:9", Patterns: []string{"order.*"}}}))
+	require.NoError(t, sa.Save([]admin.Spec{{Settings: dispatcher.Settings{Name: "orders", Host: "http://127.0.0.1:9", Patterns: []string{"order.*"}}}}))
 	select {
 	case specs := <-seen:
 		require.Len(t, specs, 1)
@@ -84,7 +85,7 @@ func TestDispatcherStoreShared(t *testing.T) {
 	}
 	require.NoError(t, sb.Save(nil), "b was told of a's save: its revision is current")
 
-	err = sa.Save([]admin.Spec{{Name: "late", Host: "http://127.0.0.1:9", Patterns: []string{"x"}}})
+	err = sa.Save([]admin.Spec{{Settings: dispatcher.Settings{Name: "late", Host: "http://127.0.0.1:9", Patterns: []string{"x"}}}})
 	require.True(t, errors.Is(err, admin.ErrConflict), "a save on a list changed through another broker: %v", err)
 	got, err := sb.Load()
 	require.NoError(t, err)

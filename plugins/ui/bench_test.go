@@ -15,6 +15,7 @@ import (
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -68,10 +69,8 @@ func BenchmarkStatusPage10kTopics(b *testing.B) {
 			}
 		}
 	}
-	for _, s := range []admin.Spec{
-		{Name: "all", Host: consumer.URL, Patterns: []string{"bench.**"}},
-		{Name: "some", Host: consumer.URL, Patterns: []string{"bench.t00000", "bench.t00100", "bench.t00200", "bench.t09999"}},
-	} {
+	for _, s := range []admin.Spec{{Settings: dispatcher.Settings{Name: "all", Host: consumer.URL, Patterns: []string{"bench.**"}}},
+		{Settings: dispatcher.Settings{Name: "some", Host: consumer.URL, Patterns: []string{"bench.t00000", "bench.t00100", "bench.t00200", "bench.t09999"}}}} {
 		if _, err := adm.Create(s); err != nil {
 			b.Fatal(err)
 		}

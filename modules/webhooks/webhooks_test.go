@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // The Standard Webhooks test vector: the signing test of the specification

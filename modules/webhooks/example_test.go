@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // The sending side, with the Standard Webhooks test vector.

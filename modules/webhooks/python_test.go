@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmmq/mmmq/plugins/webhooks"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // pythonScript is an independent implementation of the scheme with

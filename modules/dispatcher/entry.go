@@ -1,0 +1,287 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/webhooks"
+)
+
+// Settings is one dispatcher as data: the shape of a mmmq.broker.dispatchers
+// entry (koanf tags, the YAML keys), of the admin API's body and of an entry
+// of <root>/dispatchers.json (JSON tags, the same kebab-case names, durations
+// as Go duration strings such as "30s"). The admin Spec is Settings plus
+// "paused"; the YAML entry (config.DispatcherConfig) has the same keys and is
+// converted with SettingsFromConfig. Build a Dispatcher with FromSettings;
+// describe one with (*Dispatcher).Settings.
+//
+// Adding a key: add the field here (with both tags and a comment giving the
+// default), to config.DispatcherConfig (the YAML decoder cannot import this
+// package), read it in FromSettings and Dispatcher.Settings, and document it
+// in configs/mmmq.yaml and the OpenAPI document; TestSettingsShapes fails
+// until every shape has it.
+//
+//	{"name":"orders","host":"http://localhost:8081","patterns":["order.**"],
+//	 "path":"/mmmq/messages","timeout":"30s",
+//	 "commit":{"policy":"every-message","interval":"1s","max-count":1000},
+//	 "start":"earliest","dead-letter":"dead-letter.orders","ack-mode":"body",
+//	 "max-in-flight":1,"batch":{"max-messages":100,"max-wait":"50ms"}}
+type Settings struct {
+	// Name identifies the dispatcher and its checkpoint file; matches
+	// ^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$, unique. Required.
+	Name string `koanf:"name" json:"name"`
+	// Host is the consumer base URL, scheme://address:port only (http or
+	// https, no path, query or fragment), e.g. "http://localhost:8081". Required.
+	Host string `koanf:"host" json:"host"`
+	// Patterns are the topic patterns delivered ("order.**", "payment.*");
+	// at least one. Required.
+	Patterns []string `koanf:"patterns" json:"patterns"`
+	// Path is the request path; "" means mmmq.broker.dispatch.path.
+	Path string `koanf:"path" json:"path,omitempty"`
+	// Timeout bounds one attempt; 0 means mmmq.broker.dispatch.timeout.
+	Timeout Duration `koanf:"timeout" json:"timeout,omitempty"`
+	// Commit is the checkpoint commit policy (zero: every-message).
+	Commit CommitSettings `koanf:"commit" json:"commit,omitzero"`
+	// Start is where the dispatcher begins on a topic it has no checkpoint
+	// for: "earliest" ("", every stored message, as the original Java mmmq
+	// does) or "latest" (only messages published from then on).
+	Start string `koanf:"start" json:"start,omitempty"`
+	// DeadLetter is the dead-letter topic: nil means DeadLetterPrefix +
+	// name, "" logs and skips (the original Java mmmq's rule).
+	DeadLetter *string `koanf:"dead-letter" json:"dead-letter,omitempty"`
+	// AckMode is AckBody ("", default) or AckStatus.
+	AckMode AckMode `koanf:"ack-mode" json:"ack-mode,omitempty"`
+	// MaxAbnormalAttempts dead-letters a message after this many abnormal
+	// answers; 0 retries for ever (the original rule).
+	MaxAbnormalAttempts int `koanf:"max-abnormal-attempts" json:"max-abnormal-attempts,omitempty"`
+	// MaxAbnormalDuration dead-letters a message still answered abnormally
+	// this long after its first abnormal answer; 0 means never.
+	MaxAbnormalDuration Duration `koanf:"max-abnormal-duration" json:"max-abnormal-duration,omitempty"`
+	// BackoffJitter draws each backoff wait from (0, delay] (full jitter).
+	BackoffJitter bool `koanf:"backoff-jitter" json:"backoff-jitter,omitempty"`
+	// SigningSecrets sign every push (Standard Webhooks), "whsec_<base64>"
+	// each; several for rotation. None: unsigned.
+	SigningSecrets []string `koanf:"signing-secrets" json:"signing-secrets,omitempty"`
+	// Headers are added to every push (see WithHeaders for the rules).
+	Headers map[string]string `koanf:"headers" json:"headers,omitempty"`
+	// CloudEvents renders pushes as CloudEvents 1.0 in binary mode.
+	CloudEvents bool `koanf:"cloudevents" json:"cloudevents,omitempty"`
+	// MaxInFlight is the most pushes of one topic outstanding at once,
+	// 1..MaxInFlightLimit; 0 is 1.
+	MaxInFlight int `koanf:"max-in-flight" json:"max-in-flight,omitempty"`
+	// Batch groups messages into one push (zero: off).
+	Batch BatchSettings `koanf:"batch" json:"batch,omitzero"`
+	// TLS is how HTTPS connections to the consumer are made (zero: system
+	// roots, no client certificate); only with an https host.
+	TLS TLSSettings `koanf:"tls" json:"tls,omitzero"`
+}
+
+// CommitSettings is a dispatcher's "commit" entry.
+type CommitSettings struct {
+	// Policy is EveryMessage ("", default) or Interval.
+	Policy CommitMode `koanf:"policy" json:"policy,omitempty"`
+	// Interval is the longest time between commits under Interval
+	// (0: 1s once normalized).
+	Interval Duration `koanf:"interval" json:"interval,omitempty"`
+	// MaxCount is the most messages between commits under Interval
+	// (0: 1000 once normalized).
+	MaxCount int `koanf:"max-count" json:"max-count,omitempty"`
+}
+
+// BatchSettings is a dispatcher's "batch" entry: up to MaxMessages
+// (1..MaxBatchMessages; 0 off) messages of at most MaxBytes (bytes; 0:
+// DefaultBatchMaxBytes) in all per push, waiting up to MaxWait to fill.
+type BatchSettings struct {
+	MaxMessages int      `koanf:"max-messages" json:"max-messages,omitempty"`
+	MaxBytes    int64    `koanf:"max-bytes" json:"max-bytes,omitempty"`
+	MaxWait     Duration `koanf:"max-wait" json:"max-wait,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("1m30s") in
+// JSON and read from one in JSON and text (YAML, environment).
+type Duration time.Duration
+
+// MarshalJSON writes d as a string, e.g. "30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string >= 0 such as "30s"; the error says
+// what is wanted (the caller names the field).
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return errors.New(`must be a duration string such as "30s"`)
+	}
+	return d.UnmarshalText([]byte(s))
+}
+
+// UnmarshalText reads a duration string >= 0 such as "30s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil || v < 0 {
+		return fmt.Errorf(`must be a duration >= 0 such as "30s"; got %q`, b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// SettingsFromConfig converts a mmmq.broker.dispatchers entry to Settings,
+// key by key (the two types have the same keys; the slices and maps are
+// shared, not copied).
+func SettingsFromConfig(dc config.DispatcherConfig) Settings {
+	var s Settings
+	copyKeys(reflect.ValueOf(&s).Elem(), reflect.ValueOf(dc))
+	return s
+}
+
+// Config converts s to a mmmq.broker.dispatchers entry, key by key (the
+// reverse of SettingsFromConfig).
+func (s Settings) Config() config.DispatcherConfig {
+	var dc config.DispatcherConfig
+	copyKeys(reflect.ValueOf(&dc).Elem(), reflect.ValueOf(s))
+	return dc
+}
+
+// WithDefaults returns s with the per-dispatcher defaults filled as
+// config.Normalize fills a YAML entry's: path and timeout from def
+// (mmmq.broker.dispatch), commit policy every-message, interval 1s,
+// max-count 1000.
+func (s Settings) WithDefaults(def config.DispatchConfig) Settings {
+	cfg := config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatch: def, Dispatchers: config.DispatchersConfig{s.Config()}}}}
+	cfg.Normalize()
+	return SettingsFromConfig(cfg.MMMQ.Broker.Dispatchers[0])
+}
+
+// copyKeys sets each koanf-tagged field of dst from the field of src with
+// the same tag, converting the type (time.Duration to Duration, string to
+// AckMode, ...), nested structs key by key. A key missing from src, or a
+// type that does not convert, panics: the two types are out of step, a
+// programming error TestSettingsShapes reports first.
+func copyKeys(dst, src reflect.Value) {
+	byKey := map[string]reflect.Value{}
+	for i := range src.NumField() {
+		byKey[src.Type().Field(i).Tag.Get("koanf")] = src.Field(i)
+	}
+	for i := range dst.NumField() {
+		key := dst.Type().Field(i).Tag.Get("koanf")
+		from, ok := byKey[key]
+		if !ok {
+			panic(fmt.Sprintf("dispatcher: %s has no key %q of %s", src.Type(), key, dst.Type()))
+		}
+		to := dst.Field(i)
+		if to.Kind() == reflect.Struct {
+			copyKeys(to, from)
+			continue
+		}
+		to.Set(from.Convert(to.Type()))
+	}
+}
+
+// FromSettings builds the Dispatcher s describes, labelled with source (see
+// WithSource). s should have its defaults filled (WithDefaults, or
+// config.Normalize for a YAML entry). Errors name the field under key, e.g.
+// "mmmq.broker.dispatchers[0].patterns[1]: invalid topic pattern ...".
+func FromSettings(s Settings, key, source string) (*Dispatcher, error) {
+	host, err := ParseHost(s.Host)
+	if err != nil {
+		return nil, fmt.Errorf("%s.host: %w", key, err)
+	}
+	pats := make([]Pattern, 0, len(s.Patterns))
+	for j, p := range s.Patterns {
+		pat, err := ParsePattern(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s.patterns[%d]: %w", key, j, err)
+		}
+		pats = append(pats, pat)
+	}
+	d := New(s.Name, host, pats...).WithSource(source)
+	if s.Path != "" {
+		d = d.WithPath(s.Path)
+	}
+	if s.Timeout > 0 {
+		d = d.WithTimeout(time.Duration(s.Timeout))
+	}
+	pol := CommitPolicy{Mode: s.Commit.Policy}
+	if s.Commit.Policy == Interval {
+		pol.Interval, pol.MaxCount = time.Duration(s.Commit.Interval), s.Commit.MaxCount
+	}
+	d = d.WithCommitPolicy(pol).WithStart(s.Start)
+	if s.DeadLetter != nil {
+		d = d.WithDeadLetter(*s.DeadLetter)
+	}
+	secrets := make([]webhooks.Secret, 0, len(s.SigningSecrets))
+	for j, v := range s.SigningSecrets {
+		sec, err := webhooks.ParseSecret(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s.signing-secrets[%d]: %w", key, j, err)
+		}
+		secrets = append(secrets, sec)
+	}
+	d = d.WithAckMode(s.AckMode).
+		WithAbnormalLimit(AbnormalLimit{MaxAttempts: s.MaxAbnormalAttempts, MaxDuration: time.Duration(s.MaxAbnormalDuration)}).
+		WithBackoffJitter(s.BackoffJitter).
+		WithSigningSecrets(secrets...).
+		WithHeaders(s.Headers).
+		WithCloudEvents(s.CloudEvents).
+		WithMaxInFlight(s.MaxInFlight).
+		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}).
+		WithTLS(s.TLS)
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return d, nil
+}
+
+// Settings describes d with its effective values: the default path,
+// timeout, commit policy, dead-letter topic, ack mode and max-in-flight
+// written out; Batch only when on, TLS only when set. SigningSecrets is
+// empty: a webhooks.Secret never gives its key back (the admin API adds the
+// redacted or stored forms).
+func (d *Dispatcher) Settings() Settings {
+	s := Settings{Name: d.Name(), Host: d.Host().String(), Path: d.Path(), Timeout: Duration(d.Timeout()), Start: d.Start()}
+	for _, p := range d.Patterns() {
+		s.Patterns = append(s.Patterns, p.String())
+	}
+	pol := d.CommitPolicy()
+	s.Commit = CommitSettings{Policy: pol.Mode, Interval: Duration(pol.Interval), MaxCount: pol.MaxCount}
+	if s.Commit.Policy == "" {
+		s.Commit.Policy = EveryMessage
+	}
+	dl := d.DeadLetter()
+	lim := d.AbnormalLimit()
+	s.DeadLetter, s.AckMode = &dl, d.AckMode()
+	s.MaxAbnormalAttempts, s.MaxAbnormalDuration = lim.MaxAttempts, Duration(lim.MaxDuration)
+	s.BackoffJitter, s.CloudEvents, s.MaxInFlight = d.BackoffJitter(), d.CloudEvents(), d.MaxInFlight()
+	if h := d.Headers(); len(h) > 0 {
+		s.Headers = h
+	}
+	if b := d.Batch(); b.MaxMessages > 0 {
+		s.Batch = BatchSettings{MaxMessages: b.MaxMessages, MaxBytes: b.MaxBytes, MaxWait: Duration(b.MaxWait)}
+	}
+	s.TLS = d.TLS()
+	return s
+}
+
+// SettingsKeys returns the keys of Settings in field order, nested keys
+// dotted under their entry ("commit.policy", "tls.ca-file"): the names every
+// shape of a dispatcher (YAML entry, API body, dispatchers.json, CLI flags,
+// OpenAPI schema) must carry. The tests of those shapes check them against it.
+func SettingsKeys() []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for f := range t.Fields() {
+			key := prefix + f.Tag.Get("koanf")
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key+".")
+				continue
+			}
+			out = append(out, key)
+		}
+	}
+	walk(reflect.TypeFor[Settings](), "")
+	return out
+}

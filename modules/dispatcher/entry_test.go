@@ -1,0 +1,163 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/config"
+)
+
+// fullSettings sets every key of Settings to a valid value that is not its
+// default; TestFullSettingsSetsEveryKey fails when a new key is left zero.
+func fullSettings() Settings {
+	dl := "parked.orders"
+	return Settings{
+		Name: "orders", Host: "https://localhost:8443", Patterns: []string{"order.**", "payment.*"},
+		Path: "/in", Timeout: Duration(7 * time.Second),
+		Commit: CommitSettings{Policy: Interval, Interval: Duration(3 * time.Second), MaxCount: 77},
+		Start:  "latest", DeadLetter: &dl, AckMode: AckStatus,
+		MaxAbnormalAttempts: 9, MaxAbnormalDuration: Duration(time.Hour), BackoffJitter: true,
+		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		Headers:        map[string]string{"Authorization": "Bearer x"},
+		CloudEvents:    true, MaxInFlight: 8,
+		// CloudEvents cannot be combined with batches: Batch is checked
+		// on its own below.
+		Batch: BatchSettings{},
+		TLS:   TLSSettings{ServerName: "orders.internal", InsecureSkipVerify: true},
+	}
+}
+
+// withBatch is fullSettings with batches on (and CloudEvents off, which
+// cannot be combined with them).
+func withBatch() Settings {
+	s := fullSettings()
+	s.CloudEvents = false
+	s.Batch = BatchSettings{MaxMessages: 50, MaxBytes: 4096, MaxWait: Duration(20 * time.Millisecond)}
+	s.TLS.CAFile, s.TLS.CertFile, s.TLS.KeyFile = "", "", ""
+	return s
+}
+
+// leaves calls fn with the key and value of every leaf field of v.
+func leaves(v reflect.Value, prefix string, fn func(key string, f reflect.Value)) {
+	for i := range v.NumField() {
+		key := prefix + v.Type().Field(i).Tag.Get("koanf")
+		if v.Field(i).Kind() == reflect.Struct {
+			leaves(v.Field(i), key+".", fn)
+			continue
+		}
+		fn(key, v.Field(i))
+	}
+}
+
+// Every key is set by one of the two full values (so that the round trips
+// below see every key), except the TLS files, which must exist.
+func TestFullSettingsSetsEveryKey(t *testing.T) {
+	a, b := map[string]bool{}, map[string]bool{}
+	leaves(reflect.ValueOf(fullSettings()), "", func(k string, f reflect.Value) { a[k] = !f.IsZero() })
+	leaves(reflect.ValueOf(withBatch()), "", func(k string, f reflect.Value) { b[k] = !f.IsZero() })
+	for _, k := range SettingsKeys() {
+		if !a[k] && !b[k] && k != "tls.ca-file" && k != "tls.cert-file" && k != "tls.key-file" {
+			t.Errorf("key %s: set it to a valid non-default value in fullSettings or withBatch", k)
+		}
+	}
+}
+
+// Each key of Settings survives FromSettings and (*Dispatcher).Settings:
+// a key that FromSettings forgets to apply, or Settings forgets to read
+// back, comes back as its zero value and fails here by name.
+func TestSettingsRoundTripEveryKey(t *testing.T) {
+	for _, in := range []Settings{fullSettings(), withBatch()} {
+		d, err := FromSettings(in, "test", SourceAPI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := d.Settings()
+		if len(d.SigningSecrets()) != len(in.SigningSecrets) {
+			t.Errorf("signing-secrets: %d secrets built, want %d", len(d.SigningSecrets()), len(in.SigningSecrets))
+		}
+		out.SigningSecrets = in.SigningSecrets // a Secret never gives its key back
+		got := map[string]any{}
+		leaves(reflect.ValueOf(out), "", func(k string, f reflect.Value) { got[k] = f.Interface() })
+		leaves(reflect.ValueOf(in), "", func(k string, f reflect.Value) {
+			if !reflect.DeepEqual(got[k], f.Interface()) {
+				t.Errorf("%s: set %v, the built dispatcher has %v", k, f.Interface(), got[k])
+			}
+		})
+	}
+}
+
+// The YAML entry (config.DispatcherConfig) has exactly the keys of
+// Settings, and SettingsFromConfig and Config carry every one of them.
+func TestSettingsConfigEveryKey(t *testing.T) {
+	var cfgKeys []string
+	leaves(reflect.ValueOf(config.DispatcherConfig{}), "", func(k string, _ reflect.Value) { cfgKeys = append(cfgKeys, k) })
+	if !reflect.DeepEqual(cfgKeys, SettingsKeys()) {
+		t.Fatalf("config.DispatcherConfig keys\n %v\nSettings keys\n %v", cfgKeys, SettingsKeys())
+	}
+	for _, in := range []Settings{fullSettings(), withBatch()} {
+		if back := SettingsFromConfig(in.Config()); !reflect.DeepEqual(back, in) {
+			t.Errorf("through config.DispatcherConfig:\n got %+v\nwant %+v", back, in)
+		}
+	}
+}
+
+// The JSON names (API, dispatchers.json) are the YAML keys, every key is
+// written when set, and what is written reads back the same.
+func TestSettingsJSONNamesAreTheKeys(t *testing.T) {
+	var walk func(t reflect.Type)
+	walk = func(typ reflect.Type) {
+		for f := range typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != f.Tag.Get("koanf") {
+				t.Errorf("%s.%s: json name %q, koanf key %q", typ, f.Name, name, f.Tag.Get("koanf"))
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Settings]())
+	for _, in := range []Settings{fullSettings(), withBatch()} {
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flat map[string]any
+		_ = json.Unmarshal(b, &flat)
+		leaves(reflect.ValueOf(in), "", func(k string, f reflect.Value) {
+			if f.IsZero() {
+				return
+			}
+			var v any = flat
+			for _, seg := range strings.Split(k, ".") {
+				m, _ := v.(map[string]any)
+				v = m[seg]
+			}
+			if v == nil {
+				t.Errorf("%s is set but not written in %s", k, b)
+			}
+		})
+		var back Settings
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, in) {
+			t.Errorf("JSON round trip: %v\n got %+v\nwant %+v", err, back, in)
+		}
+	}
+}
+
+func TestDurationJSON(t *testing.T) {
+	var d Duration
+	if err := json.Unmarshal([]byte(`"1m30s"`), &d); err != nil || time.Duration(d) != 90*time.Second {
+		t.Fatalf("%v %v", d, err)
+	}
+	for _, bad := range []string{`30`, `"-1s"`, `"soon"`} {
+		if err := json.Unmarshal([]byte(bad), &d); err == nil || !strings.Contains(err.Error(), "duration") {
+			t.Errorf("%s: %v, want a duration error", bad, err)
+		}
+	}
+	if b, _ := json.Marshal(Duration(50 * time.Millisecond)); string(b) != `"50ms"` {
+		t.Errorf("marshal: %s", b)
+	}
+}
