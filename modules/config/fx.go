@@ -214,7 +214,7 @@ func (c *Config) checkSections(registered []Section) error {
 	for _, s := range registered {
 		reg[s.Name()] = true
 		if _, ok := c.sections[s.Name()]; !ok {
-			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections", s.Key())
+			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Main finds the sections of the modules given with app.WithModules; one registered otherwise goes in app.WithSections)", s.Key())
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.sections)) {
