@@ -148,23 +148,23 @@ func usage(w io.Writer, serve bool) {
 	if serve {
 		b.WriteString("  " + pad(prog+" [serve] [--config FILE]") + "run the broker (default: configs/mmmq.yaml if present)\n")
 	}
-	fmt.Fprintf(&b, `  %s validate the configuration as serve would; print each key and its source
+	fmt.Fprintf(&b, `  %svalidate the configuration as serve would; print each key and its source
   %s [--root DIR] [--repair] [--json]
                                         check every entry and CRC offline; exit 3 on corruption
   %s dump --topic T [--root DIR] [--from N] [--count K]
 
 Against a running broker (--server URL, default $MMMQ_SERVER, else http://localhost:8080):
-  %s the dispatchers; one with its progress per topic
-  %s add or change one (flags or --file FILE)
+  %sthe dispatchers; one with its progress per topic
+  %sadd or change one (flags or --file FILE)
   %s dispatchers delete NAME [--delete-checkpoints]
   %s dispatchers pause|resume NAME
   %s dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN]
   %s dispatchers redrive NAME [--from N] [--to N]
                                         publish its dead letters to their topics again
-  %s the topics; one with its consumer groups
+  %sthe topics; one with its consumer groups
                                         (%s dispatchers --help, %s topics --help)
 
-  %s print a fresh bearer token and its token-sha256 (mmmq.auth.tokens)
+  %sprint a fresh bearer token and its token-sha256 (mmmq.auth.tokens)
   %s bench [-mode publish|line|redis|plain|plain-server|deliver] [-url URL | -addr HOST:PORT] [-c N] [-depth D] ...
                                         load tool: HTTP, line protocol, Redis XADD (%s bench -h)
   %s version
