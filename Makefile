@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      ?= bin/mmmq
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X main.version=$(VERSION) -X github.com/mmmq/mmmq/modules/contract.Version=$(VERSION)
+LDFLAGS  := -X github.com/mmmq/mmmq/modules/contract.Version=$(VERSION)
 # CONFIG is the YAML file `make run` passes with --config (it must exist).
 # Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
 CONFIG   ?=

@@ -1,13 +1,18 @@
 // Package app is the composition root of mmmq: New builds the Fx
 // application with the default module set, to which a custom binary adds its
 // own plugins (for example Dispatchers provided with dispatcher.Provide).
-// Main is the whole entry point of such a binary, the one `mmmq serve` uses
-// (flags, configuration loaded first, one-line startup errors, signals,
-// exit codes):
+// Main is the whole entry point of such a binary, the one the stock mmmq
+// binary runs (the operator commands of app/cli; for serve: flags,
+// configuration loaded first, one-line startup errors, signals, exit
+// codes):
 //
 //	func main() {
-//		os.Exit(app.Main(app.WithModules(orders.Module), app.WithSections(orders.ConfigSection)))
+//		os.Exit(app.Main(app.WithModules(orders.Module)))
 //	}
+//
+// (the binary gets every command of the stock mmmq under its own name, and
+// the configuration is loaded with the sections its modules register with
+// config.ProvideSection).
 //
 // (app.New(...).Run() also works, but reports a failed startup with Fx's
 // whole event log and error chain on stderr.)

@@ -10,17 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/app/cli"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/logging"
 )
 
@@ -34,19 +34,23 @@ const StartTimeout = 5 * time.Minute
 const NoConfigFile = "none, built-in defaults"
 
 // MainOption configures Main. Build them with WithModules, WithSections,
-// WithConfigPath, WithArgs, WithName, WithOutput and WithContext.
+// WithConfigPath, WithArgs, WithName, WithVersion, WithOutput and
+// WithContext.
 type MainOption func(*mainSettings)
 
 type mainSettings struct {
-	modules    []fx.Option
-	sections   []config.Section
-	configPath string
-	args       []string
-	argsSet    bool
-	name       string
-	stdout     io.Writer
-	stderr     io.Writer
-	ctx        context.Context
+	modules     []fx.Option
+	sections    []config.Section
+	configPath  string
+	args        []string
+	argsSet     bool
+	name        string
+	version     string
+	secs        []config.Section // findSections: what serve loads with
+	sectionsErr error            // findSections failed: serve reports it
+	stdout      io.Writer
+	stderr      io.Writer
+	ctx         context.Context
 }
 
 // WithModules adds opts to the application exactly as New takes them:
@@ -57,11 +61,14 @@ func WithModules(opts ...fx.Option) MainOption {
 	return func(s *mainSettings) { s.modules = append(s.modules, opts...) }
 }
 
-// WithSections adds the configuration sections (mmmq.<name>, see
-// config.Section) of the plugins the binary adds with WithModules. Main
-// loads the configuration with these plus Sections(edits), edits being the
-// Without and Replace options among the modules, so a key of a dropped
-// module is refused and one of an added plugin is read.
+// WithSections adds configuration sections (mmmq.<name>, see
+// config.Section) that Main does not find in the modules: Main already
+// loads the configuration with the section of every module given with
+// WithModules that registers one with config.ProvideSection (and those of
+// the default modules kept, less the ones Without and Replace take out), so
+// a plugin module that carries its section needs no WithSections. A
+// section given here that no module reads must keep its defaults (else
+// startup fails naming the key).
 func WithSections(secs ...config.Section) MainOption {
 	return func(s *mainSettings) { s.sections = append(s.sections, secs...) }
 }
@@ -81,16 +88,29 @@ func WithArgs(args []string) MainOption {
 	return func(s *mainSettings) { s.args, s.argsSet = args, true }
 }
 
-// WithName sets the name Main prefixes its stderr lines with ("<name>:
-// startup failed: ...") and shows in its usage; the default is "mmmq".
+// WithName sets the program name Main's commands print: in the usage, as
+// the prefix of their stderr lines ("<name>: startup failed: ...",
+// "<name>: unknown command ...") and in the line of version. The default
+// is the base name of os.Args[0] (the file the binary was built as), or
+// "mmmq" when that is empty.
 func WithName(name string) MainOption {
 	return func(s *mainSettings) { s.name = name }
 }
 
+// WithVersion sets what the version command prints after the program
+// name; the default is contract.Version (the mmmq version set at build
+// time with -ldflags "-X github.com/mmmq/mmmq/modules/contract.Version=...",
+// else "dev").
+func WithVersion(v string) MainOption {
+	return func(s *mainSettings) { s.version = v }
+}
+
 // WithOutput sets where Main writes its own lines: stdout gets the usage
-// asked for with -h, stderr the failure line and usage errors. The broker's
-// log is not redirected: it goes to the process's stderr. nil keeps
-// os.Stdout or os.Stderr.
+// asked for with -h and the version line, stderr the failure line and
+// usage errors. The broker's log is not redirected: it goes to the
+// process's stderr; nor is the output of the commands other than serve
+// (verify, dump, config check, ...), which write to os.Stdout and
+// os.Stderr. nil keeps os.Stdout or os.Stderr.
 func WithOutput(stdout, stderr io.Writer) MainOption {
 	return func(s *mainSettings) { s.stdout, s.stderr = stdout, stderr }
 }
@@ -102,21 +122,28 @@ func WithContext(ctx context.Context) MainOption {
 	return func(s *mainSettings) { s.ctx = ctx }
 }
 
-// Main runs an mmmq broker binary the way `mmmq serve` does and returns the
-// process exit code; a custom binary's main is
+// Main runs an mmmq binary, with the whole command set of the stock mmmq
+// under the binary's own name (WithName), and returns the process exit
+// code. A custom binary's main is
 //
 //	func main() {
-//		os.Exit(app.Main(
-//			app.WithModules(orders.Module),
-//			app.WithSections(orders.ConfigSection),
-//		))
+//		os.Exit(app.Main(app.WithModules(orders.Module)))
 //	}
 //
-// Main parses the flags (--config FILE; -h prints the usage on stdout),
-// loads the configuration before building the application, builds it with
-// New, starts it within StartTimeout, waits for SIGINT or SIGTERM (or the
+// where orders.Module is a plugin module; one with a configuration section
+// of its own includes config.ProvideSection(ConfigSection), and Main loads
+// the configuration with that section (see WithSections).
+//
+// The first argument names the command (package app/cli): serve (the
+// default, also when the first argument is a flag), config check, verify,
+// dump, dispatchers, topics, token, bench, version; -h, --help or help list
+// them on stdout, an unknown one is exit 2 with the list on stderr. serve
+// parses its flags (--config FILE; -h prints its usage on stdout), loads
+// the configuration before building the application, builds it with New,
+// starts it within StartTimeout, waits for SIGINT or SIGTERM (or the
 // context of WithContext, or the application's own shutdown) and stops it
-// within StopTimeout.
+// within StopTimeout. config check, verify and dump load the configuration
+// with the same sections as serve.
 //
 // The configuration file is, in this order: --config, $MMMQ_CONFIG,
 // WithConfigPath — each of them must exist —, else config.DefaultPath when
@@ -125,15 +152,43 @@ func WithContext(ctx context.Context) MainOption {
 // the file ("config-file": its absolute path, or NoConfigFile) and the data
 // directory ("data-dir", absolute).
 //
-// Exit codes: 0 after a clean stop; 1 when the configuration, the build,
-// the start or the stop fails, with exactly one line on stderr,
+// Exit codes of serve: 0 after a clean stop; 1 when the configuration, the
+// build, the start or the stop fails, with exactly one line on stderr,
 // "<name>: startup failed: <root cause>" or "<name>: stop: <root cause>";
 // 2 for bad usage (unknown flag, unexpected argument), with the flag
 // package's message and the usage on stderr. Fx's own error records are not
-// logged: the line says what failed.
+// logged: the line says what failed. The other commands' exit codes are
+// those of package app/cli.
 func Main(opts ...MainOption) int {
 	s := newMainSettings(opts)
-	cfgPath, code, ok := s.parseFlags()
+	s.secs = s.findSections()
+	return cli.Run(cli.Program{
+		Name:       s.name,
+		Version:    s.version,
+		Serve:      s.serve,
+		Sections:   s.secs,
+		ConfigPath: s.configPath,
+		Stdout:     s.stdout,
+		Stderr:     s.stderr,
+	}, s.args)
+}
+
+// findSections returns the configuration sections of the application's
+// modules (the default ones kept and those of WithModules, found with
+// config.FindSections), plus those of WithSections. When the modules
+// cannot even be assembled, it keeps the error for serve to report and
+// returns the sections it knows without them.
+func (s *mainSettings) findSections() []config.Section {
+	secs := Sections(s.modules...)
+	found, err := config.FindSections(Options(s.modules...))
+	s.sectionsErr = err
+	return append(append(secs, found...), s.sections...)
+}
+
+// serve is the serve command: it runs the broker until it is stopped and
+// returns the exit code (see Main).
+func (s *mainSettings) serve(args []string) int {
+	cfgPath, code, ok := s.parseFlags(args)
 	if !ok {
 		return code
 	}
@@ -161,10 +216,11 @@ func Main(opts ...MainOption) int {
 	return s.runUntilStopped(a, sig)
 }
 
-// newMainSettings applies opts over the defaults (name "mmmq", os.Args,
-// os.Stdout, os.Stderr, a context that is never done).
+// newMainSettings applies opts over the defaults (the name of os.Args[0],
+// contract.Version, os.Args, os.Stdout, os.Stderr, a context that is never
+// done).
 func newMainSettings(opts []MainOption) *mainSettings {
-	s := &mainSettings{name: "mmmq", stdout: os.Stdout, stderr: os.Stderr, ctx: context.Background()}
+	s := &mainSettings{name: programName(), version: contract.Version, stdout: os.Stdout, stderr: os.Stderr, ctx: context.Background()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -183,16 +239,25 @@ func newMainSettings(opts []MainOption) *mainSettings {
 	return s
 }
 
-// parseFlags reads --config; any other argument is a usage error (2).
-func (s *mainSettings) parseFlags() (cfgPath string, code int, ok bool) {
-	fset := flag.NewFlagSet(s.name, flag.ContinueOnError)
+// programName is the base name of os.Args[0], or "mmmq" when there is none.
+func programName() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return "mmmq"
+	}
+	return filepath.Base(os.Args[0])
+}
+
+// parseFlags reads serve's args: --config; any other argument is a usage
+// error (2).
+func (s *mainSettings) parseFlags(args []string) (cfgPath string, code int, ok bool) {
+	fset := flag.NewFlagSet(s.name+" serve", flag.ContinueOnError)
 	cfgFlag := fset.String("config", "", "YAML config file; must exist (default: $MMMQ_CONFIG, else "+
 		defaultPathHelp(s.configPath)+")")
 	fset.Usage = func() {
-		fmt.Fprintf(fset.Output(), "usage: %s [--config FILE]\n\nflags:\n", s.name)
+		fmt.Fprintf(fset.Output(), "usage: %s [serve] [--config FILE]\n\nflags:\n", s.name)
 		fset.PrintDefaults()
 	}
-	if code, ok := ParseFlags(fset, s.args, s.stdout, s.stderr); !ok {
+	if code, ok := cli.ParseFlags(fset, args, s.stdout, s.stderr); !ok {
 		return "", code, false
 	}
 	if fset.NArg() > 0 {
@@ -206,14 +271,17 @@ func (s *mainSettings) parseFlags() (cfgPath string, code int, ok bool) {
 
 // startupFailed prints err as Main's one startup line and returns 1.
 func (s *mainSettings) startupFailed(err error) int {
-	fmt.Fprintf(s.stderr, "%s: startup failed: %s\n", s.name, OneLine(err))
+	fmt.Fprintf(s.stderr, "%s: startup failed: %s\n", s.name, cli.OneLine(err))
 	return 1
 }
 
 // build loads the configuration (cfgFlag, else $MMMQ_CONFIG, else the
 // binary's path, else the built-in default) and builds the application.
 func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
-	cfg, file, err := loadConfig(cfgFlag, s.configPath, append(Sections(s.modules...), s.sections...))
+	if s.sectionsErr != nil {
+		return nil, s.sectionsErr // what New would report
+	}
+	cfg, file, err := loadConfig(cfgFlag, s.configPath, s.secs)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +321,7 @@ func (s *mainSettings) runUntilStopped(a *fx.App, sig <-chan os.Signal) int {
 	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if err := a.Stop(stopCtx); err != nil {
-		fmt.Fprintf(s.stderr, "%s: stop: %s\n", s.name, OneLine(err))
+		fmt.Fprintf(s.stderr, "%s: stop: %s\n", s.name, cli.OneLine(err))
 		return 1
 	}
 	return 0
@@ -301,70 +369,6 @@ func loadConfig(flagPath, authorPath string, secs []config.Section) (cfg *config
 		abs = opts.Path
 	}
 	return cfg, abs, nil
-}
-
-// ParseFlags parses args with fs and says whether the caller goes on: a
-// request for help (-h, -help, --help) prints fs's usage on stdout and
-// returns (0, false); a bad flag prints the flag package's message and the
-// usage on stderr and returns (2, false); otherwise (0, true). fs must have
-// been created with flag.ContinueOnError; its output is set to stderr.
-func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	var buf strings.Builder
-	fs.SetOutput(&buf)
-	err := fs.Parse(args)
-	fs.SetOutput(stderr)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		io.WriteString(stdout, buf.String())
-		return 0, false
-	case err != nil:
-		io.WriteString(stderr, buf.String())
-		return 2, false
-	}
-	return 0, true
-}
-
-// ParseArgs is ParseFlags for commands that also take positional
-// arguments: flags may come before, between or after them ("verify DIR
-// --repair" sets --repair), and the positional arguments are returned in
-// order. "--" ends the flags. Help and flag errors are as for ParseFlags.
-func ParseArgs(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
-	for {
-		if code, ok := ParseFlags(fs, args, stdout, stderr); !ok {
-			return nil, code, false
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, 0, true
-		}
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(positional, rest...), 0, true
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
-}
-
-// OneLine reduces an error, an Fx one included, to its root cause on one
-// line: dig's root cause, the members of a joined error separated by "; ",
-// newlines replaced by spaces.
-func OneLine(err error) string {
-	if err == nil {
-		return ""
-	}
-	root := dig.RootCause(err)
-	if root == nil {
-		root = err
-	}
-	var parts []string
-	if j, ok := root.(interface{ Unwrap() []error }); ok && len(j.Unwrap()) > 1 {
-		for _, e := range j.Unwrap() {
-			parts = append(parts, e.Error())
-		}
-	} else {
-		parts = append(parts, root.Error())
-	}
-	return strings.ReplaceAll(strings.Join(parts, "; "), "\n", " ")
 }
 
 // heldEvents is Main's Fx event logger: it drops the events that carry an

@@ -22,7 +22,7 @@ func runMain(t *testing.T, opts ...app.MainOption) (int, string, string) {
 	t.Setenv("MMMQ_SERVER_PORT", "0")
 	t.Setenv("MMMQ_BROKER_STORAGE_ROOT_DIR", "data")
 	var stdout, stderr strings.Builder
-	code := app.Main(append([]app.MainOption{app.WithArgs(nil), app.WithOutput(&stdout, &stderr)}, opts...)...)
+	code := app.Main(append([]app.MainOption{app.WithArgs(nil), app.WithName("mmmq"), app.WithOutput(&stdout, &stderr)}, opts...)...)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -68,16 +68,39 @@ func TestMainNamedConfigMustExist(t *testing.T) {
 
 func TestMainUsage(t *testing.T) {
 	code, stdout, stderr := runMain(t, app.WithArgs([]string{"-h"}))
-	if code != 0 || !strings.Contains(stdout, "usage: mmmq [--config FILE]") || stderr != "" {
-		t.Errorf("-h: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, "mmmq [serve] [--config FILE]") || !strings.Contains(stdout, "mmmq verify") || stderr != "" {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q; want 0, the command list on stdout, nothing on stderr", code, stdout, stderr)
+	}
+	code, stdout, stderr = runMain(t, app.WithArgs([]string{"serve", "-h"}))
+	if code != 0 || !strings.Contains(stdout, "usage: mmmq [serve] [--config FILE]") || stderr != "" {
+		t.Errorf("serve -h: exit %d, stdout %q, stderr %q; want 0, serve's usage on stdout, nothing on stderr", code, stdout, stderr)
 	}
 	code, stdout, stderr = runMain(t, app.WithArgs([]string{"--bogus"}))
 	if code != 2 || stdout != "" || !strings.Contains(stderr, "bogus") {
 		t.Errorf("--bogus: exit %d, stdout %q, stderr %q; want 2 and the error on stderr", code, stdout, stderr)
 	}
-	code, _, stderr = runMain(t, app.WithArgs([]string{"serve"}))
-	if code != 2 || !strings.Contains(stderr, `unexpected argument "serve"`) {
+	code, _, stderr = runMain(t, app.WithArgs([]string{"serve", "stray"}))
+	if code != 2 || !strings.Contains(stderr, `unexpected argument "stray"`) {
 		t.Errorf("stray argument: exit %d, stderr %q; want 2", code, stderr)
+	}
+	code, _, stderr = runMain(t, app.WithArgs([]string{"stray"}))
+	if code != 2 || !strings.Contains(stderr, `mmmq: unknown command "stray"`) {
+		t.Errorf("unknown command: exit %d, stderr %q; want 2", code, stderr)
+	}
+}
+
+// Without WithName, the commands print the base name of os.Args[0] (here
+// the test binary's); WithVersion sets what version prints after it.
+func TestMainNameAndVersion(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := app.Main(app.WithArgs([]string{"version"}), app.WithVersion("v9.8.7"), app.WithOutput(&stdout, &stderr))
+	if want := filepath.Base(os.Args[0]) + " v9.8.7\n"; code != 0 || stdout.String() != want || stderr.Len() != 0 {
+		t.Errorf("version: exit %d, stdout %q, stderr %q; want 0 and %q", code, stdout.String(), stderr.String(), want)
+	}
+	stdout.Reset()
+	code = app.Main(app.WithArgs([]string{"nope"}), app.WithName("orders-broker"), app.WithOutput(&stdout, &stderr))
+	if code != 2 || !strings.HasPrefix(stderr.String(), `orders-broker: unknown command "nope"`) || strings.Contains(stderr.String(), "mmmq ") {
+		t.Errorf("unknown command: exit %d, stderr %q; want 2, the program's own name and no \"mmmq \"", code, stderr.String())
 	}
 }
 
@@ -94,17 +117,6 @@ func TestMainStops(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 0 and nothing", code, stderr)
 	}
 }
-
-func TestOneLine(t *testing.T) {
-	a := fx.New(fx.Provide(func() (int, error) { return 0, errTest("first\nsecond") }), fx.Invoke(func(int) {}), fx.NopLogger)
-	if got := app.OneLine(a.Err()); got != "first second" {
-		t.Errorf("OneLine = %q, want the root cause on one line", got)
-	}
-}
-
-type errTest string
-
-func (e errTest) Error() string { return string(e) }
 
 // A SIGTERM that arrives while the application starts (here from a start
 // hook, as a supervisor may send one as soon as /readyz is true) stops it

@@ -11,11 +11,14 @@
 // MMMQ_ORDERS_ORDER_HOST=http://localhost:9081 (or mmmq.orders.order-host in
 // the file).
 //
-// app.Main gives it the stock binary's behaviour: --config (or
-// $MMMQ_CONFIG, else configs/mmmq.yaml when present), the configuration
-// loaded before the application is built, one line on stderr when startup
-// fails ("mmmq: startup failed: <root cause>", exit 1), exit 2 for bad
-// usage, a graceful stop on SIGINT or SIGTERM (exit 0).
+// app.Main gives it the stock binary's command set under its own name
+// (custom-broker serve, config check, verify, dump, dispatchers, topics,
+// token, version) and serve's behaviour: --config (or $MMMQ_CONFIG, else
+// configs/mmmq.yaml when present), the configuration loaded before the
+// application is built, with the section of every module it is given
+// (mmmq.orders comes with orders.Module), one line on stderr when startup
+// fails ("custom-broker: startup failed: <root cause>", exit 1), exit 2 for
+// bad usage, a graceful stop on SIGINT or SIGTERM (exit 0).
 //
 // It has neither the line protocol (app.Without(app.LineProto)) nor the
 // profiling plugin: the stock configs/mmmq.yaml still loads, with a warning
@@ -32,14 +35,9 @@ import (
 )
 
 func main() {
-	os.Exit(app.Main(
-		// Default modules are edited by name; Main also drops the section
-		// of a dropped module from the configuration it loads
-		// (app.Sections(edits)), so mmmq.lineproto.* set to a non-default
-		// value is refused instead of ignored.
-		app.WithModules(app.Without(app.LineProto), orders.Module),
-		// The orders plugin's own keys, mmmq.orders.*, read from the file
-		// and from MMMQ_ORDERS_* variables.
-		app.WithSections(orders.ConfigSection),
-	))
+	// Default modules are edited by name; Main also drops the section of a
+	// dropped module from the configuration it loads, so mmmq.lineproto.*
+	// set to a non-default value is refused instead of ignored. The orders
+	// plugin brings its own keys, mmmq.orders.* (file and MMMQ_ORDERS_*).
+	os.Exit(app.Main(app.WithModules(app.Without(app.LineProto), orders.Module)))
 }

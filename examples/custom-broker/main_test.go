@@ -67,15 +67,16 @@ func runBroker(t *testing.T, bin string, env []string, args ...string) (int, str
 }
 
 // oneLine fails unless stderr is exactly one line starting with
-// "mmmq: startup failed:" and containing every want.
+// "custom-broker: startup failed:" (the binary's own name) and containing
+// every want.
 func oneLine(t *testing.T, code int, stderr string, want ...string) {
 	t.Helper()
 	if code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
 	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
-	if len(lines) != 1 || !strings.HasPrefix(lines[0], "mmmq: startup failed: ") {
-		t.Fatalf("stderr is %d lines (%d bytes), want one \"mmmq: startup failed:\" line:\n%.2000s", len(lines), len(stderr), stderr)
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "custom-broker: startup failed: ") {
+		t.Fatalf("stderr is %d lines (%d bytes), want one \"custom-broker: startup failed:\" line:\n%.2000s", len(lines), len(stderr), stderr)
 	}
 	for _, w := range want {
 		if !strings.Contains(lines[0], w) {

@@ -27,7 +27,8 @@ type KeyError struct {
 	Key string
 	// Var is the environment variable that supplied the value, if any.
 	Var string
-	// Problem says what is wrong and what is allowed; empty for unknown keys.
+	// Problem says what is wrong and what is allowed; for an unknown key,
+	// empty or a hint (a key under a section that is not loaded).
 	Problem string
 
 	kind error
@@ -46,6 +47,7 @@ func invalid(key, format string, args ...any) *KeyError {
 }
 
 // Error returns e.g. `config: unknown key "mmmq.broker.segmnt.max-bytes"`,
+// `config: unknown key "mmmq.orders.order-host": no section mmmq.orders is loaded; ...`,
 // `config: unknown environment variable MMMQ_FOO`,
 // `config: server.port: must be 1..65535, got 0 (from MMMQ_SERVER_PORT)` or
 // `config: mmmq.profiling.addr: is read by plugin ..., which this binary does not contain; ...`.
@@ -57,6 +59,8 @@ func (e *KeyError) Error() string {
 			msg += ": " + e.Problem
 		}
 		return msg
+	case e.kind == ErrUnknownKey && e.Problem != "":
+		return fmt.Sprintf("config: unknown key %q: %s", e.Key, e.Problem)
 	case e.kind == ErrUnknownKey:
 		return fmt.Sprintf("config: unknown key %q", e.Key)
 	}

@@ -146,8 +146,9 @@ func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
 // ProvideSection returns an option that registers sec with Module (through
 // a value group, so that a Module that loads the configuration reads sec's
 // keys) and provides sec's value of type T (see [SectionValue]) to the
-// graph. A plugin module includes it; an application that loads before
-// building the graph (mmmq serve) must also list sec in LoadOptions.Sections.
+// graph. A plugin module includes it; app.Main, which loads before
+// building the graph, finds it there ([FindSections]); a binary that calls
+// Load itself lists sec in LoadOptions.Sections.
 // Two ProvideSection of one T fail with Fx's "already provided".
 func ProvideSection[T any](sec *SectionOf[T]) fx.Option {
 	return fx.Options(
@@ -214,7 +215,7 @@ func (c *Config) checkSections(registered []Section) error {
 	for _, s := range registered {
 		reg[s.Name()] = true
 		if _, ok := c.sections[s.Name()]; !ok {
-			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections", s.Key())
+			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Main finds the sections of the modules given with app.WithModules; one registered otherwise goes in app.WithSections)", s.Key())
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.sections)) {

@@ -258,7 +258,15 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 			continue
 		}
 		if !s.sections[r] {
+			n := len(*errs)
 			unknownLeaves(v, full, errs)
+			if rel == "mmmq." && list == "" {
+				for _, e := range (*errs)[n:] {
+					if ke, ok := e.(*KeyError); ok {
+						ke.Problem = noSectionHint("mmmq." + name)
+					}
+				}
+			}
 			continue
 		}
 		switch sub := v.(type) {
@@ -288,6 +296,29 @@ func unknownLeaves(v any, full string, errs *[]error) {
 	for _, name := range names {
 		unknownLeaves(m[name], full+"."+name, errs)
 	}
+}
+
+// noSectionHint says what to do about a key under section, a section the
+// loader was not given: the usual cause is a plugin that is not in the
+// binary, or whose section was not passed to the loader.
+func noSectionHint(section string) string {
+	return "no section " + section + " is loaded; if a plugin reads it, give app.Main the plugin's module " +
+		"(app.WithModules; the module registers its section with config.ProvideSection), " +
+		"or pass the section in config.LoadOptions.Sections"
+}
+
+// knownPrefix says whether some known variable starts like name up to its
+// second "_" (MMMQ_ORDERS_ for MMMQ_ORDERS_ORDER_HOST): whether name's
+// first segment names a section.
+func knownPrefix(envTab map[string]leaf, name string) bool {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(name, "MMMQ_"), "_")
+	prefix := "MMMQ_" + seg + "_"
+	for v := range envTab {
+		if strings.HasPrefix(v, prefix) || v == "MMMQ_"+seg {
+			return true
+		}
+	}
+	return false
 }
 
 // envOverrides turns the MMMQ_ variables into a flat key -> value map with
@@ -326,6 +357,9 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 				problem = "mmmq.auth.tokens can only be set in the YAML file"
 			case serviceLinkNamed(name):
 				problem += fmt.Sprintf("; it is named like a Kubernetes service link, but its value %q is not what Kubernetes sets there", val)
+			case !knownPrefix(envTab, name):
+				seg, _, _ := strings.Cut(strings.TrimPrefix(name, "MMMQ_"), "_")
+				problem += "; " + noSectionHint("mmmq."+strings.ToLower(seg))
 			}
 			errs = append(errs, unknownVar(name, problem))
 			continue

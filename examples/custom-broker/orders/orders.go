@@ -11,12 +11,12 @@
 //	    order-host: http://localhost:8081         # MMMQ_ORDERS_ORDER_HOST
 //	    notification-host: http://localhost:8082  # MMMQ_ORDERS_NOTIFICATION_HOST
 //
-// A binary that loads its configuration before building the application
-// passes ConfigSection to config.Load (LoadOptions.Sections), as
-// examples/custom-broker does; Module also registers it with
-// config.ProvideSection, for an app.New that loads inside the graph. An
-// unknown key under mmmq.orders, or a host that is not scheme://address:port,
-// stops startup naming the key.
+// Module registers it with config.ProvideSection, so that app.Main (which
+// finds the sections of the modules it is given) and an app.New that loads
+// inside the graph both read it; a binary that calls config.Load itself
+// passes ConfigSection in LoadOptions.Sections. An unknown key under
+// mmmq.orders, or a host that is not scheme://address:port, stops startup
+// naming the key.
 package orders
 
 import (
@@ -82,8 +82,9 @@ func NewNotificationDispatcher(c Config) (*dispatcher.Dispatcher, error) {
 	), nil
 }
 
-// Module is the plugin: add it to app.New. It provides Config (from
-// ConfigSection) and the two dispatchers.
+// Module is the plugin: add it with app.WithModules (or to app.New). It
+// carries its section, ConfigSection, and provides Config from it and the
+// two dispatchers.
 var Module = fx.Module("orders",
 	config.ProvideSection(ConfigSection),
 	dispatcher.Provide(NewOrderDispatcher),

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -22,7 +21,7 @@ import (
 // backend other than local there is no data directory to fall back to,
 // and it says so.
 func rootDir(root, cfgPath string) (string, config.Config, error) {
-	cfg, err := config.Load(config.LoadOptions{Path: cfgPath, PathExplicit: cfgPath != "", Sections: sections()})
+	cfg, err := config.Load(loadOptions(cfgPath))
 	if err != nil {
 		return "", config.Config{}, err
 	}
@@ -50,16 +49,16 @@ func verify(args []string) int {
 		"(never touches corruption; refused while a broker holds the data directory)")
 	asJSON := fs.Bool("json", false, "print one JSON report per line (every topic and directory), nothing else on stdout")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mmmq verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
+		fmt.Fprintln(fs.Output(), "usage: "+prog+" verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
 		fs.PrintDefaults()
 	}
-	pos, code, ok := app.ParseArgs(fs, args, os.Stdout, os.Stderr)
+	pos, code, ok := ParseArgs(fs, args, os.Stdout, os.Stderr)
 	if !ok {
 		return code
 	}
 	switch {
 	case len(pos) > 1 || (len(pos) == 1 && *root != ""):
-		fmt.Fprintf(os.Stderr, "mmmq verify: unexpected argument %q (give the data directory once, as DIR or --root DIR)\n", pos[len(pos)-1])
+		fmt.Fprintf(os.Stderr, prog+" verify: unexpected argument %q (give the data directory once, as DIR or --root DIR)\n", pos[len(pos)-1])
 		fs.Usage()
 		return 2
 	case len(pos) == 1: // `mmmq verify <root-dir>`: the data directory as the one argument
@@ -67,26 +66,26 @@ func verify(args []string) int {
 	}
 	dir, cfg, err := rootDir(*root, *cfgPath)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
+		fmt.Fprintln(os.Stderr, prog+" verify:", err)
 		return 2
 	}
 	ents, err := listRoot(dir)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq verify:", err)
+		fmt.Fprintln(os.Stderr, prog+" verify:", err)
 		return 1
 	}
 	if *repair {
 		// Repair writes: never under a running broker.
 		release, err := topicqueue.LockRootFS(vfs.OS{}, dir)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
+			fmt.Fprintln(os.Stderr, prog+" verify --repair:", err)
 			return 1
 		}
 		defer release()
 	}
 	v := &verifier{root: dir, opts: storageOptions(cfg), repair: *repair, asJSON: *asJSON, out: os.Stdout}
 	if err := v.deletions(ents.deleting); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq verify --repair:", err)
+		fmt.Fprintln(os.Stderr, prog+" verify --repair:", err)
 		return 1
 	}
 	v.skipped(ents.skipped)
@@ -114,7 +113,7 @@ func (v *verifier) topics(topics []string, total int64) int {
 			err = v.repairTopic(&rep)
 		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "mmmq verify: %s: %v\n", t, err)
+			fmt.Fprintf(os.Stderr, prog+" verify: %s: %v\n", t, err)
 			return 1
 		}
 		if rep.Status == storage.StatusCorrupt {
@@ -241,9 +240,9 @@ func describe(rep storage.TopicReport) string {
 		case rep.Removed:
 			return "removed"
 		case rep.Status == storage.StatusInterruptedDeletion:
-			return "a deleted topic's files; the broker removes them at its next start (or mmmq verify --repair)"
+			return "a deleted topic's files; the broker removes them at its next start (or " + prog + " verify --repair)"
 		}
-		return "what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or mmmq verify --repair)"
+		return "what a topic creation interrupted before its incarnation id left (nothing was acknowledged in it); the broker removes it at its next start (or " + prog + " verify --repair)"
 	case storage.StatusCorrupt:
 		return fmt.Sprintf("at %s: %s", corruptAt(rep.Corruption), rep.Corruption.Reason)
 	case storage.StatusTornTail:
@@ -254,10 +253,10 @@ func describe(rep storage.TopicReport) string {
 		return fmt.Sprintf("would cut %d index bytes and %d segment bytes%s, and index again %d entries: %s; then %s",
 			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, torn, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
 	case storage.StatusIndexTail:
-		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or mmmq verify --repair), nothing is cut; %s",
+		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or "+prog+" verify --repair), nothing is cut; %s",
 			rep.Recovery.ReindexedEntries, counts)
 	case storage.StatusInterruptedRetention:
-		return fmt.Sprintf("a crash interrupted a retention deletion; the broker finishes it at its next start (or mmmq verify --repair): %s; %s",
+		return fmt.Sprintf("a crash interrupted a retention deletion; the broker finishes it at its next start (or "+prog+" verify --repair): %s; %s",
 			strings.Join(rep.Recovery.Actions, "; "), counts)
 	}
 	return counts

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func (r *remote) call(method, path string, body []byte, v any, text func() strin
 
 // fail reports err on stderr and returns exit code 1.
 func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "mmmq:", err)
+	fmt.Fprintln(os.Stderr, prog+":", err)
 	return 1
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
@@ -49,17 +48,17 @@ const configShortUsage = "usage: mmmq config check [--config FILE]   (mmmq confi
 // configCmd runs `mmmq config <subcommand> ...`; the one subcommand is check.
 func configCmd(args []string) int {
 	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Print(configUsage)
+		fmt.Print(named(configUsage))
 		return 0
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "mmmq config: missing subcommand (check)")
-		fmt.Fprint(os.Stderr, configShortUsage)
+		fmt.Fprintln(os.Stderr, prog+" config: missing subcommand (check)")
+		fmt.Fprint(os.Stderr, named(configShortUsage))
 		return 2
 	}
 	if args[0] != "check" {
-		fmt.Fprintf(os.Stderr, "mmmq config: unknown subcommand %q (want check)\n", args[0])
-		fmt.Fprint(os.Stderr, configShortUsage)
+		fmt.Fprintf(os.Stderr, prog+" config: unknown subcommand %q (want check)\n", args[0])
+		fmt.Fprint(os.Stderr, named(configShortUsage))
 		return 2
 	}
 	return configCheck(args[1:])
@@ -77,44 +76,44 @@ func configCheck(args []string) int {
 	cfgPath := fs.String("config", "", "YAML config file (default configs/mmmq.yaml when present)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(configUsage)
+			fmt.Print(named(configUsage))
 			return 0
 		}
-		fmt.Fprint(os.Stderr, configShortUsage)
+		fmt.Fprint(os.Stderr, named(configShortUsage))
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "mmmq config check: unexpected argument %q\n", fs.Arg(0))
-		fmt.Fprint(os.Stderr, configShortUsage)
+		fmt.Fprintf(os.Stderr, prog+" config check: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprint(os.Stderr, named(configShortUsage))
 		return 2
 	}
 	// The options serve passes to config.Load.
-	eff, err := config.LoadEffective(config.LoadOptions{Path: *cfgPath, PathExplicit: *cfgPath != "", Sections: sections()})
+	eff, err := config.LoadEffective(loadOptions(*cfgPath))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}
 	// What serve checks against this process's open-file limit, too.
 	limit, _ := storage.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(eff.Config.MMMQ.Broker.Storage.MaxOpenSegments, limit); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", err)
+		fmt.Fprintln(os.Stderr, prog+": startup failed:", err)
 		return 1
 	}
 	// What serve's configdispatchers plugin builds: ack-mode, headers,
 	// signing secrets, the dead-letter topic and the other delivery
 	// settings are checked there, not by config.Load.
 	if _, err := configdispatchers.Build(eff.Config.MMMQ.Broker.Dispatchers); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}
 	// The files serve reads at startup: token files and the TLS
 	// certificates, keys and client CAs.
 	if _, err := auth.New(eff.Config.MMMQ.Auth, nil, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}
 	if _, err := servertls.New(eff.Config.Server.TLS, "http"); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq: startup failed:", app.OneLine(err))
+		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}
 	var notes []string
@@ -123,7 +122,7 @@ func configCheck(args []string) int {
 			storage.AutoMaxOpenSegments(limit), limit))
 	}
 	if err := printEffective(os.Stdout, eff, notes); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq config check:", err)
+		fmt.Fprintln(os.Stderr, prog+" config check:", err)
 		return 1
 	}
 	return 0

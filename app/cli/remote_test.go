@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"crypto/sha256"
@@ -18,7 +18,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -54,7 +53,7 @@ func startCLIBroker(t *testing.T, mods ...func(*config.Config)) *cliBroker {
 		m(cfg)
 	}
 	var srv *httpapi.Server
-	a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv)))
+	a := fxtest.New(t, appOptions(config.Supply(cfg), fx.Populate(&srv)))
 	a.RequireStart()
 	t.Cleanup(a.RequireStop)
 	return &cliBroker{t: t, base: "http://" + srv.Addr(), root: cfg.MMMQ.Broker.Storage.RootDir, consumer: cons.URL}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -19,11 +19,11 @@ token-file; the configuration holds only the digest.
 // tokenCmd is `mmmq token new`.
 func tokenCmd(args []string) int {
 	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Print(tokenUsage)
+		fmt.Print(named(tokenUsage))
 		return 0
 	}
 	if len(args) != 1 || args[0] != "new" {
-		fmt.Fprint(os.Stderr, tokenUsage)
+		fmt.Fprint(os.Stderr, named(tokenUsage))
 		return 2
 	}
 	printToken(os.Stdout)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -21,29 +20,29 @@ func dump(args []string) int {
 	from := fs.Int64("from", 0, "first offset")
 	count := fs.Int64("count", 0, "number of entries (0 = to the end)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mmmq dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
+		fmt.Fprintln(fs.Output(), "usage: "+prog+" dump --topic T [--root DIR] [--config FILE] [--from N] [--count K]")
 		fs.PrintDefaults()
 	}
-	pos, code, ok := app.ParseArgs(fs, args, os.Stdout, os.Stderr)
+	pos, code, ok := ParseArgs(fs, args, os.Stdout, os.Stderr)
 	if !ok {
 		return code
 	}
 	if len(pos) > 0 {
-		fmt.Fprintf(os.Stderr, "mmmq dump: unexpected argument %q (dump takes flags only)\n", pos[0])
+		fmt.Fprintf(os.Stderr, prog+" dump: unexpected argument %q (dump takes flags only)\n", pos[0])
 		fs.Usage()
 		return 2
 	}
 	if *from < 0 || *count < 0 {
-		fmt.Fprintln(os.Stderr, "mmmq dump: --from and --count must be >= 0")
+		fmt.Fprintln(os.Stderr, prog+" dump: --from and --count must be >= 0")
 		return 2
 	}
 	if err := topicqueue.ValidateName(*topic); err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq dump: --topic:", err)
+		fmt.Fprintln(os.Stderr, prog+" dump: --topic:", err)
 		return 2
 	}
 	dir, cfg, err := rootDir(*root, *cfgPath)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		fmt.Fprintln(os.Stderr, prog+" dump:", err)
 		return 2
 	}
 	bad := 0
@@ -58,19 +57,19 @@ func dump(args []string) int {
 	})
 	if err == nil && (rep.TruncatedBytes > 0 || rep.CutIndexBytes > 0) {
 		// What the dump does not show: the next start cuts it.
-		fmt.Fprintf(os.Stderr, "mmmq dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit) and %d index bytes: %s\n",
+		fmt.Fprintf(os.Stderr, prog+" dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit) and %d index bytes: %s\n",
 			rep.TruncatedBytes, rep.CutValidEntries, rep.CutIndexBytes, strings.Join(rep.Actions, "; "))
 	}
 	var ce *storage.CorruptionError
 	switch {
 	case errors.As(err, &ce):
-		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		fmt.Fprintln(os.Stderr, prog+" dump:", err)
 		return 3
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "mmmq dump:", err)
+		fmt.Fprintln(os.Stderr, prog+" dump:", err)
 		return 1
 	case bad > 0:
-		fmt.Fprintf(os.Stderr, "mmmq dump: %d corrupt entries\n", bad)
+		fmt.Fprintf(os.Stderr, prog+" dump: %d corrupt entries\n", bad)
 		return 3
 	}
 	return 0

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"crypto/sha256"
@@ -10,7 +10,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/httpapi"
 )
@@ -47,7 +46,7 @@ func TestTokenNew(t *testing.T) {
 	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "cli", TokenSHA256: digest,
 		Permissions: []config.AuthPermissionConfig{{Actions: []string{"read"}}}}}
 	var srv *httpapi.Server
-	a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv)))
+	a := fxtest.New(t, appOptions(config.Supply(cfg), fx.Populate(&srv)))
 	a.RequireStart()
 	defer a.RequireStop()
 	get := func(token string) int {

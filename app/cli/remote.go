@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 )
 
@@ -58,11 +57,11 @@ func (g *group) run(args []string) int {
 		g.usage(os.Stdout)
 		return 0
 	case len(args) == 0:
-		fmt.Fprintf(os.Stderr, "mmmq %s: missing subcommand\n", g.name)
+		fmt.Fprintf(os.Stderr, prog+" %s: missing subcommand\n", g.name)
 		g.usage(os.Stderr)
 		return 2
 	case strings.HasPrefix(args[0], "-"):
-		fmt.Fprintf(os.Stderr, "mmmq %s: want the subcommand before the flags; got %q\n", g.name, args[0])
+		fmt.Fprintf(os.Stderr, prog+" %s: want the subcommand before the flags; got %q\n", g.name, args[0])
 		g.usage(os.Stderr)
 		return 2
 	}
@@ -72,7 +71,7 @@ func (g *group) run(args []string) int {
 			return s.run(r, args[1:])
 		}
 	}
-	fmt.Fprintf(os.Stderr, "mmmq %s: unknown subcommand %q\n", g.name, args[0])
+	fmt.Fprintf(os.Stderr, prog+" %s: unknown subcommand %q\n", g.name, args[0])
 	g.usage(os.Stderr)
 	return 2
 }
@@ -80,14 +79,14 @@ func (g *group) run(args []string) int {
 // usage lists the group's subcommands on w.
 func (g *group) usage(w io.Writer) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "usage: mmmq %s <subcommand> [flags]\n\n%s\n\nSubcommands:\n", g.name, g.about)
+	fmt.Fprintf(&b, "usage: "+prog+" %s <subcommand> [flags]\n\n%s\n\nSubcommands:\n", g.name, g.about)
 	for _, s := range g.subs {
 		fmt.Fprintf(&b, "  %s %s\n      %s\n", s.name, s.synopsis, s.brief)
 	}
 	fmt.Fprintf(&b, "\nEvery subcommand takes --server URL (default $%s, else %s), --json\n"+
 		"(print the broker's JSON answer, indented), --request-timeout D (default %s) and\n"+
 		"--token-file FILE (the bearer token of a broker with authentication on; default $%s).\n"+
-		"\"mmmq %s <subcommand> --help\" describes one.\n\n"+
+		"\""+prog+" %s <subcommand> --help\" describes one.\n\n"+
 		"Exit codes: 0 done; 1 the broker answered with an error (its status, code and\n"+
 		"message are printed), could not be reached or is not an mmmq broker; 2 bad usage.\n",
 		config.EnvServerVar, defaultServerURL, defaultRequestTimeout, config.EnvTokenVar, g.name)
@@ -117,7 +116,7 @@ func newRemote(name, synopsis, about string) *remote {
 	r.fs.DurationVar(&r.timeout, "request-timeout", defaultRequestTimeout, "give up on a request that takes longer")
 	r.fs.StringVar(&r.tokenFile, "token-file", "", "file holding the bearer token for a broker with authentication on (default $"+config.EnvTokenVar+")")
 	r.fs.Usage = func() {
-		fmt.Fprintf(r.fs.Output(), "usage: mmmq %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(about))
+		fmt.Fprintf(r.fs.Output(), "usage: "+prog+" %s %s\n\n%s\n\nFlags:\n", name, synopsis, strings.TrimSpace(about))
 		r.fs.PrintDefaults()
 	}
 	return r
@@ -127,7 +126,7 @@ func newRemote(name, synopsis, about string) *remote {
 // named (flags may come before, between or after them). It returns them,
 // or the exit code when the command ends here (help: 0, usage error: 2).
 func (r *remote) parse(args []string, names ...string) ([]string, int, bool) {
-	pos, code, ok := app.ParseArgs(r.fs, args, os.Stdout, os.Stderr)
+	pos, code, ok := ParseArgs(r.fs, args, os.Stdout, os.Stderr)
 	switch {
 	case !ok:
 		return nil, code, false
@@ -164,7 +163,7 @@ func (r *remote) parse(args []string, names ...string) ([]string, int, bool) {
 // usageError prints the problem and the subcommand's usage on stderr and
 // returns 2.
 func (r *remote) usageError(format string, a ...any) int {
-	fmt.Fprintf(os.Stderr, "mmmq %s: %s\n", r.name, fmt.Sprintf(format, a...))
+	fmt.Fprintf(os.Stderr, prog+" %s: %s\n", r.name, fmt.Sprintf(format, a...))
 	r.fs.SetOutput(os.Stderr)
 	r.fs.Usage()
 	return 2
