@@ -155,3 +155,28 @@ func hasRow(out, key, value, source string) bool {
 	}
 	return false
 }
+
+// TestReadmeSnippetIsTheBuiltOne: the plugin and main shown in README.md
+// are testdata/mybroker's files byte for byte, so the snippet the docs
+// show is the one TestPluginBinaryFromTheDocs builds and runs.
+func TestReadmeSnippetIsTheBuiltOne(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]bool{}
+	for _, part := range strings.Split(string(readme), "```go\n")[1:] {
+		if end := strings.Index(part, "```\n"); end >= 0 {
+			blocks[part[:end]] = true
+		}
+	}
+	for _, f := range []string{"testdata/mybroker/orders/orders.go", "testdata/mybroker/main.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !blocks[string(b)] {
+			t.Errorf("README.md has no ```go block equal to %s (the snippet the docs show must be the one the test builds)", f)
+		}
+	}
+}
