@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 func dump(args []string) int {
@@ -37,7 +37,7 @@ func dump(args []string) int {
 		fmt.Fprintln(os.Stderr, "mmmq dump: --from and --count must be >= 0")
 		return 2
 	}
-	if err := topicqueue.ValidateName(*topic); err != nil {
+	if err := contract.ValidateTopic(*topic); err != nil {
 		fmt.Fprintln(os.Stderr, "mmmq dump: --topic:", err)
 		return 2
 	}

@@ -328,7 +328,7 @@ type RetentionTopicConfig struct {
 
 // OnCorruption says what startup does with a topic whose files are corrupt
 // (key "mmmq.broker.storage.on-corruption"). It is the one enum of this
-// concept: recovery.Policy is an alias of it.
+// concept.
 type OnCorruption string
 
 // Values accepted by mmmq.broker.storage.on-corruption.

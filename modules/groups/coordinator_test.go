@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
@@ -567,7 +568,7 @@ func TestMaxGroups(t *testing.T) {
 	if _, err := e.c.Acquire(testTopic, "g3"); !errors.Is(err, ErrTooManyGroups) {
 		t.Fatalf("third group: %v, want ErrTooManyGroups", err)
 	}
-	if st, code := HTTPStatus(fmt.Errorf("x: %w", ErrTooManyGroups)); st != 503 || code != CodeTooManyGroups {
+	if st, code := HTTPStatus(fmt.Errorf("x: %w", ErrTooManyGroups)); st != 503 || code != contract.CodeTooManyGroups {
 		t.Fatalf("HTTPStatus = %d %s", st, code)
 	}
 	if _, err := e.c.Committed(testTopic, "g1"); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -32,7 +33,7 @@ func TestTopicDeletionEndsGroupSessions(t *testing.T) {
 	if r := do(t, "DELETE", ts.URL+"/topics/"+testTopic, "", ""); r.status != 200 || r.body["deleted"] != true {
 		t.Fatalf("delete: %d %s", r.status, r.raw)
 	}
-	if r := <-waiting; r.status != 409 || r.code() != CodeSessionExpired {
+	if r := <-waiting; r.status != 409 || r.code() != contract.CodeSessionExpired {
 		t.Fatalf("long poll across the deletion: %d %s, want 409 SESSION_EXPIRED", r.status, r.raw)
 	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 2}`); r.status == 200 {

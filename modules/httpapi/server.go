@@ -4,7 +4,7 @@
 // deleting and reopening a topic (DELETE /topics/{topic},
 // POST /topics/{topic}/reopen), health (/healthz, /readyz) and the OpenAPI
 // document of every route (GET /openapi.yaml, from openapi.yaml). Plugins
-// add routes through the value group `group:"routes"` (see Route); a new
+// add routes through the value group `group:"routes"` (see contract.Route); a new
 // route is documented in openapi.yaml too. It works without Fx; fx.go wires
 // it.
 //
@@ -39,16 +39,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
-
-// Route is a plugin's contribution to the HTTP API.
-//
-// Deprecated: use contract.Route (provide it with contract.ProvideRoute).
-type Route = contract.Route
-
-// RouteTag is the value group of Routes.
-//
-// Deprecated: use contract.RouteTag.
-const RouteTag = contract.RouteTag
 
 // Options configures the server.
 type Options struct {
@@ -115,7 +105,7 @@ type Server struct {
 }
 
 // New builds the server and its routes; Start listens.
-func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logger, routes ...Route) *Server {
+func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logger, routes ...contract.Route) *Server {
 	if opts.ReadHeaderTimeout <= 0 {
 		opts.ReadHeaderTimeout = 5 * time.Second
 	}

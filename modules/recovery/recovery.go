@@ -18,25 +18,6 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Policy is what to do with a topic refused as corrupt: the value of
-// mmmq.broker.storage.on-corruption. It is an alias of config.OnCorruption,
-// which owns this enum.
-//
-// Deprecated: use config.OnCorruption.
-type Policy = config.OnCorruption
-
-// Policies (mmmq.broker.storage.on-corruption).
-const (
-	// Fail stops startup (the default).
-	//
-	// Deprecated: use config.OnCorruptionFail.
-	Fail = config.OnCorruptionFail
-	// Quarantine excludes the topic and serves the rest.
-	//
-	// Deprecated: use config.OnCorruptionQuarantine.
-	Quarantine = config.OnCorruptionQuarantine
-)
-
 // Readiness is the broker's "ready" flag (/readyz): false until recovery has
 // finished and every module has started, false again once stopping begins.
 // The zero value is not ready.
@@ -52,6 +33,6 @@ func (r *Readiness) Set(v bool) { r.ready.Store(v) }
 type Report = topicqueue.Report
 
 // Run opens every stored topic of reg: reg.OpenAll(policy, log).
-func Run(reg *topicqueue.Registry, policy Policy, log *zap.Logger) (Report, error) {
+func Run(reg *topicqueue.Registry, policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	return reg.OpenAll(policy, log)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/recovery"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -19,7 +20,7 @@ import (
 func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 	mem := vfs.NewMem()
 	reg := topicqueue.New(topicqueue.Options{Root: "/srv/mmmq/data", Storage: storage.Options{FS: mem}})
-	_, err := recovery.Run(reg, recovery.Fail, zaptest.NewLogger(t))
+	_, err := recovery.Run(reg, config.OnCorruptionFail, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	q, err := reg.GetOrCreate("orders")
 	require.NoError(t, err)
@@ -30,7 +31,7 @@ func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 
 	crashed := mem.Crash(vfs.CrashOptions{})
 	reg2 := topicqueue.New(topicqueue.Options{Root: "/srv/mmmq/data", Storage: storage.Options{FS: crashed}})
-	rep, err := recovery.Run(reg2, recovery.Fail, zaptest.NewLogger(t))
+	rep, err := recovery.Run(reg2, config.OnCorruptionFail, zaptest.NewLogger(t))
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Topics, "the acknowledged topic survived")
 	q2, ok := reg2.Get("orders")

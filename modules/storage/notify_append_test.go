@@ -41,7 +41,7 @@ func TestAppendBatchNotify(t *testing.T) {
 		t.Fatal("nil notify accepted")
 	}
 	// Refused up front: an error, and notify is never called.
-	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*DefaultMaxRecordBytes))}, Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
+	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*defaultMaxRecordBytes))}, Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	// A failed write reaches notify with the error.
