@@ -88,7 +88,7 @@ func (e *env) publish(n int) int64 {
 	e.t.Helper()
 	first := int64(-1)
 	for i := 0; i < n; i++ {
-		off, err := e.q.Offer(context.Background(), []byte(fmt.Sprintf(`{"n":%d}`, e.q.HighWatermark())), storage.Durable)
+		off, err := e.q.Offer(context.Background(), []byte(fmt.Sprintf(`{"n":%d}`, e.q.HighWatermark())), contract.Durable)
 		if err != nil {
 			e.t.Fatal(err)
 		}

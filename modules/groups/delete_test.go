@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // TestTopicDeletionEndsGroupSessions: deleting a topic ends its groups'
@@ -41,7 +40,7 @@ func TestTopicDeletionEndsGroupSessions(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		p := []byte(fmt.Sprintf(`{"n":%d}`, i))
-		if _, _, err := e.reg.Publish(context.Background(), testTopic, [][]byte{p}, storage.Durable); err != nil {
+		if _, _, err := e.reg.Publish(context.Background(), testTopic, [][]byte{p}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -240,7 +240,7 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 7; i++ {
-		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Offer(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

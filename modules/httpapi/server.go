@@ -389,9 +389,9 @@ type PublishResponse struct {
 	Duplicate       bool   `json:"duplicate,omitempty"`
 }
 
-func ackLevel(r *http.Request) (storage.AckLevel, error) {
+func ackLevel(r *http.Request) (contract.AckLevel, error) {
 	v := queryValue(r.URL.RawQuery, "ack")
-	lvl, err := storage.ParseAckLevel(v)
+	lvl, err := contract.ParseAckLevel(v)
 	if err != nil {
 		return 0, contract.BadRequest("query parameter ack: %v", err)
 	}
@@ -424,7 +424,7 @@ func queryValue(raw, key string) string {
 // publishRequest reads what every publish route starts with: the ?ack=
 // level and the body (a pooled buffer the caller returns with putBuf). On
 // failure it has answered and returns ok=false.
-func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl storage.AckLevel, bp *[]byte, ok bool) {
+func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl contract.AckLevel, bp *[]byte, ok bool) {
 	lvl, err := ackLevel(r)
 	if err == nil {
 		bp, err = s.readBody(w, r)
@@ -474,7 +474,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	b := append((*bp)[:0], `{"acknowledgement":"ACK","topic":"`...)
 	b = append(b, topic...) // validated name: no escaping needed
 	b = append(b, '"')
-	if lvl != storage.Accepted {
+	if lvl != contract.Accepted {
 		b = append(b, `,"offset":`...)
 		b = strconv.AppendInt(b, off, 10)
 	}

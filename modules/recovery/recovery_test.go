@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/recovery"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -24,7 +25,7 @@ func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 	require.NoError(t, err)
 	q, err := reg.GetOrCreate("orders")
 	require.NoError(t, err)
-	off, err := q.Offer(context.Background(), []byte(`{"topic":{"name":"orders"},"content":1}`), storage.Durable)
+	off, err := q.Offer(context.Background(), []byte(`{"topic":{"name":"orders"},"content":1}`), contract.Durable)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, off)
 	require.NoError(t, reg.Close())

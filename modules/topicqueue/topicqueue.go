@@ -51,13 +51,13 @@ func (q *TopicQueue) Log() contract.Log { return q.log }
 
 // Offer appends one message JSON and answers when level is reached; see
 // storage.(*Log).Append for the offsets and errors (Accepted returns -1).
-func (q *TopicQueue) Offer(ctx context.Context, payload []byte, level storage.AckLevel) (int64, error) {
+func (q *TopicQueue) Offer(ctx context.Context, payload []byte, level contract.AckLevel) (int64, error) {
 	return q.log.Append(ctx, payload, level)
 }
 
 // OfferBatch appends several messages with consecutive offsets, committed
 // together; it returns the first offset (-1 for Accepted).
-func (q *TopicQueue) OfferBatch(ctx context.Context, payloads [][]byte, level storage.AckLevel) (int64, error) {
+func (q *TopicQueue) OfferBatch(ctx context.Context, payloads [][]byte, level contract.AckLevel) (int64, error) {
 	return q.log.AppendBatch(ctx, payloads, level)
 }
 
