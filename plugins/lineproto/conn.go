@@ -572,11 +572,11 @@ func (c *conn) fetch(rest []byte) {
 // singleLine returns p without line breaks: the encoder stores compact JSON,
 // so this only matters for records written by other tools.
 func singleLine(p []byte) []byte {
-	if bytes.IndexAny(p, "\r\n") < 0 {
+	if !bytes.ContainsAny(p, "\r\n") {
 		return p
 	}
 	var buf bytes.Buffer
-	if json.Compact(&buf, p) == nil && bytes.IndexAny(buf.Bytes(), "\r\n") < 0 {
+	if json.Compact(&buf, p) == nil && !bytes.ContainsAny(buf.Bytes(), "\r\n") {
 		return buf.Bytes()
 	}
 	return bytes.Map(func(r rune) rune {
