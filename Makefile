@@ -7,7 +7,7 @@ LDFLAGS  := -X github.com/mmmq/mmmq/modules/contract.Version=$(VERSION)
 # Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
 CONFIG   ?=
 
-.PHONY: all build run test test-short race fuzz bench crash demo cluster ui-screenshot vet fmt clean
+.PHONY: all build run test test-short race fuzz bench crash demo cluster ui-screenshot vet lint fmt clean
 
 all: build
 
@@ -17,8 +17,9 @@ build: ## build bin/mmmq
 run: build ## start the broker (console logs) with CONFIG=FILE, else MMMQ_CONFIG, else configs/mmmq.yaml: ./data, port 8080
 	MMMQ_LOGGING_FORMAT=$${MMMQ_LOGGING_FORMAT:-console} ./$(BIN) serve$(if $(CONFIG), --config $(CONFIG))
 
-test: ## all tests with the race detector, plus short fuzz runs
+test: ## go vet, staticcheck, all tests with the race detector, plus short fuzz runs
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(MAKE) fuzz FUZZTIME=20000x
 
@@ -61,6 +62,10 @@ ui-screenshot: ## regenerate plugins/ui/status-page.png (the README shows it): t
 
 vet:
 	$(GO) vet ./...
+
+lint: ## go vet and staticcheck (pinned by the tool directive in go.mod); zero findings expected
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -78,7 +79,7 @@ func fill(dir, content string, bytes int64) (int64, error) {
 			batch[i] = []byte(`{"topic":{"name":"` + topic + `"},"content":` + content +
 				`,"id":"gen-` + strconv.FormatInt(n+int64(i), 16) + `","timestamp":` + ts + `}`)
 		}
-		if _, err := l.AppendBatch(context.Background(), batch, storage.Durable); err != nil {
+		if _, err := l.AppendBatch(context.Background(), batch, contract.Durable); err != nil {
 			l.Close()
 			return n, err
 		}

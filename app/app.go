@@ -257,18 +257,3 @@ func Options(opts ...fx.Option) fx.Option {
 		fx.StopTimeout(StopTimeout),
 	)
 }
-
-// DispatcherSource exposes the topic registry to the dispatcher module.
-//
-// Deprecated: dispatcher.Module adapts the registry itself
-// (dispatcher.RegistrySource).
-func DispatcherSource(r *topicqueue.Registry) dispatcher.Source { return dispatcher.RegistrySource(r) }
-
-// DispatcherOptions maps mmmq.broker.dispatch.* to dispatcher.Options, with
-// the defaults filled in.
-//
-// Deprecated: use dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch),
-// which Modules provides.
-func DispatcherOptions(cfg *config.Config) dispatcher.Options {
-	return dispatcher.OptionsFromConfig(cfg.MMMQ.Broker.Dispatch).WithDefaults()
-}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -348,7 +349,7 @@ func TestBatchPublish(t *testing.T) {
 	st, out = postBatch(t, base, "", "application/json", `[{"topic":"b.three","content":1},{"topic":"b..bad","content":2}]`)
 	assert.Equal(t, 400, st)
 	assert.Equal(t, "NACK", out.Acknowledgement)
-	assert.Equal(t, httpapi.CodeBadRequest, out.Code)
+	assert.Equal(t, contract.CodeBadRequest, out.Code)
 	assert.Contains(t, out.Error, "nothing stored")
 	assert.Equal(t, 1, out.Failed)
 	assert.Nil(t, out.Results[0].Offset)

@@ -12,8 +12,6 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
 	"github.com/mmmq/mmmq/plugins/profiling"
@@ -154,15 +152,4 @@ func TestAppWithoutStockPluginsReadsStockYAML(t *testing.T) {
 	require.Error(t, a.Err())
 	assert.ErrorIs(t, a.Err(), config.ErrPluginMissing)
 	assert.Contains(t, a.Err().Error(), "config: mmmq.profiling.addr: is read by plugin github.com/mmmq/mmmq/plugins/profiling, which this binary does not contain")
-}
-
-// Module constants that still repeat a core default (their packages are
-// being edited elsewhere; they should derive from config.Default() too).
-// Until then this test keeps them equal.
-func TestModuleDefaultsEqualConfigDefault(t *testing.T) {
-	d := config.Default().MMMQ.Broker
-	assert.Equal(t, d.Segment.MaxBytes, int64(storage.DefaultSegmentMaxBytes), "mmmq.broker.segment.max-bytes")
-	assert.Equal(t, d.Segment.MaxRecordBytes, int64(storage.DefaultMaxRecordBytes), "mmmq.broker.segment.max-record-bytes")
-	assert.Equal(t, d.Groups.LeaseTimeout, groups.DefaultLeaseTimeout, "mmmq.broker.groups.lease-timeout")
-	assert.Equal(t, d.Groups.MaxFetch, groups.DefaultMaxFetch, "mmmq.broker.groups.max-fetch")
 }

@@ -410,7 +410,7 @@ func TestReadErrors503(t *testing.T) {
 		fired.Store(0)
 		mem.SetHook(failOn(vfs.OpRead, "read.topic", ext, syscall.EIO, false, &fired))
 		st, _, eb := readTopic(t, base, "read.topic")
-		requireNACK(t, st, eb, http.StatusServiceUnavailable, httpapi.CodeUnavailable)
+		requireNACK(t, st, eb, http.StatusServiceUnavailable, contract.CodeUnavailable)
 		assert.Contains(t, eb["error"], "input/output error")
 		assert.Positive(t, fired.Load())
 	}

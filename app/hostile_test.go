@@ -57,7 +57,7 @@ func rawExchange(t *testing.T, base, raw string, after func(net.Conn)) (*http.Re
 func requireJSONNACK(t *testing.T, resp *http.Response, body []byte, status int, code string) {
 	t.Helper()
 	require.Equal(t, status, resp.StatusCode, "body %q", body)
-	var eb httpapi.ErrorBody
+	var eb contract.ErrorBody
 	require.NoError(t, json.Unmarshal(body, &eb), "error answer is not JSON: %q", body)
 	assert.Equal(t, "NACK", eb.Acknowledgement)
 	assert.Equal(t, code, eb.Code)
@@ -185,7 +185,7 @@ func TestHostileTopics(t *testing.T) {
 		body := `{"topic":` + topic + `,"content":1}`
 		for _, path := range []string{"/messages", "/mmmq/messages"} {
 			st, out := postJSON(t, base+path, []byte(body))
-			requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+			requireNACK(t, st, out, http.StatusBadRequest, contract.CodeBadRequest)
 		}
 		// A batch answers with its own shape (BatchResponse), per message.
 		st, out := postJSON(t, base+"/messages/batch", []byte("["+body+"]"))
@@ -243,7 +243,7 @@ func testContentLengthLies(t *testing.T, m hostileMode) {
 	t.Run("declared larger, client waits", func(t *testing.T) {
 		resp, b, err := rawExchange(t, base, hdr(len(body)+100)+body, nil)
 		require.NoError(t, err, "the broker answers once server.read-timeout has passed (without a token: at once, without the body)")
-		e.requireRefusedOr(t, resp, b, http.StatusRequestTimeout, httpapi.CodeTimeout)
+		e.requireRefusedOr(t, resp, b, http.StatusRequestTimeout, contract.CodeTimeout)
 		if !e.refused() {
 			assert.Contains(t, string(b), "server.read-timeout")
 		}
@@ -253,7 +253,7 @@ func testContentLengthLies(t *testing.T, m hostileMode) {
 			require.NoError(t, c.(*net.TCPConn).CloseWrite())
 		})
 		require.NoError(t, err)
-		e.requireRefusedOr(t, resp, b, http.StatusBadRequest, httpapi.CodeBadRequest)
+		e.requireRefusedOr(t, resp, b, http.StatusBadRequest, contract.CodeBadRequest)
 	})
 	t.Run("declared smaller", func(t *testing.T) {
 		// The surplus is the whole valid body again: it must not be stored.
@@ -265,7 +265,7 @@ func testContentLengthLies(t *testing.T, m hostileMode) {
 			return
 		}
 		require.Len(t, rs, 2, "one answer for the cut body, one for the surplus, then the connection ends")
-		requireJSONNACK(t, rs[0].resp, rs[0].body, http.StatusBadRequest, httpapi.CodeBadRequest)
+		requireJSONNACK(t, rs[0].resp, rs[0].body, http.StatusBadRequest, contract.CodeBadRequest)
 		assert.Contains(t, string(rs[0].body), "invalid JSON")
 		assert.Equal(t, http.StatusBadRequest, rs[1].resp.StatusCode, "the surplus is a malformed request: %q", rs[1].body)
 	})
@@ -388,7 +388,7 @@ func testOversizedBodies(t *testing.T, m hostileMode) {
 	check := func(t *testing.T, st int, b []byte) {
 		t.Helper()
 		if e.refused() {
-			var eb httpapi.ErrorBody
+			var eb contract.ErrorBody
 			require.Equal(t, http.StatusUnauthorized, st, "body %q", b)
 			require.NoError(t, json.Unmarshal(b, &eb))
 			assert.Equal(t, contract.CodeUnauthorized, eb.Code)
@@ -463,7 +463,7 @@ func TestRecordTooLarge413(t *testing.T) {
 	base, _, _ := hostileBroker(t, func(c *config.Config) { c.MMMQ.Broker.Segment.MaxRecordBytes = 1024 })
 	body := `{"topic":"rec.big","content":"` + strings.Repeat("a", 2048) + `"}`
 	st, out := postJSON(t, base+"/messages", []byte(body))
-	requireNACK(t, st, out, http.StatusRequestEntityTooLarge, httpapi.CodeTooLarge)
+	requireNACK(t, st, out, http.StatusRequestEntityTooLarge, contract.CodeTooLarge)
 	assert.Contains(t, out["error"], "over the limit of 1024 bytes (mmmq.broker.segment.max-record-bytes)")
 	st, out = postJSON(t, base+"/messages/batch", []byte(`[{"topic":"rec.big","content":1},`+body+`]`))
 	require.Equal(t, http.StatusRequestEntityTooLarge, st, out)
@@ -510,10 +510,10 @@ func TestReadPageBounded(t *testing.T) {
 func check413(t *testing.T, st int, b []byte, want string) {
 	t.Helper()
 	require.Equal(t, http.StatusRequestEntityTooLarge, st, "body %q", b)
-	var eb httpapi.ErrorBody
+	var eb contract.ErrorBody
 	require.NoError(t, json.Unmarshal(b, &eb))
 	assert.Equal(t, "NACK", eb.Acknowledgement)
-	assert.Equal(t, httpapi.CodeTooLarge, eb.Code)
+	assert.Equal(t, contract.CodeTooLarge, eb.Code)
 	assert.Contains(t, eb.Error, want)
 }
 
@@ -559,7 +559,7 @@ func testMalformedBodies(t *testing.T, m hostileMode) {
 			if e.refused() {
 				requireNACK(t, st, out, http.StatusUnauthorized, contract.CodeUnauthorized)
 			} else {
-				requireNACK(t, st, out, http.StatusBadRequest, httpapi.CodeBadRequest)
+				requireNACK(t, st, out, http.StatusBadRequest, contract.CodeBadRequest)
 			}
 			assert.Less(t, time.Since(start), 2*time.Second, "answered quickly")
 		})
@@ -646,7 +646,7 @@ func TestTooManyTopics503(t *testing.T) {
 	}
 	for i := max; i < 4*max; i++ {
 		st, out := publishAt(t, base, fmt.Sprintf("cap.t%d", i), map[string]any{"n": 0}, "")
-		requireNACK(t, st, out, http.StatusServiceUnavailable, httpapi.CodeTooManyTopics)
+		requireNACK(t, st, out, http.StatusServiceUnavailable, contract.CodeTooManyTopics)
 		assert.Contains(t, out["error"], "mmmq.broker.storage.max-topics")
 	}
 	// The batch endpoint reports the same.

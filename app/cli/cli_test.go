@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -46,7 +47,7 @@ func fixture(t *testing.T, n int) (root, seg string) {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), storage.Durable); err != nil {
+		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -432,7 +433,7 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 40; i++ {
-		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), storage.Durable); err != nil {
+		if _, err := l.Append(context.Background(), []byte(fmt.Sprintf(`{"i":%d}`, i)), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 func dump(args []string) int {
@@ -36,7 +36,7 @@ func dump(args []string) int {
 		fmt.Fprintln(os.Stderr, prog+" dump: --from and --count must be >= 0")
 		return 2
 	}
-	if err := topicqueue.ValidateName(*topic); err != nil {
+	if err := contract.ValidateTopic(*topic); err != nil {
 		fmt.Fprintln(os.Stderr, prog+" dump: --topic:", err)
 		return 2
 	}

@@ -626,9 +626,9 @@ var wireProtos = []wireProto{
 }
 
 // runWire runs mode against the fake server f (started here) with args
-// after -mode and -addr; it returns the result, the run's error and the
-// server's problems.
-func runWire(t *testing.T, f *fakeWire, mode string, args ...string) (*benchResult, error, []string) {
+// after -mode and -addr; it returns the result, the server's problems and
+// the run's error.
+func runWire(t *testing.T, f *fakeWire, mode string, args ...string) (*benchResult, []string, error) {
 	t.Helper()
 	addr := f.start()
 	var stdout, stderr strings.Builder
@@ -639,7 +639,7 @@ func runWire(t *testing.T, f *fakeWire, mode string, args ...string) (*benchResu
 		t.Fatalf("parseArgs(%q): exit %d, %s", all, code, stderr.String())
 	}
 	res, err := runPublish(context.Background(), cfg)
-	return res, err, f.stop()
+	return res, f.stop(), err
 }
 
 // Every request is framed as its protocol wants, to the run's topics, with
@@ -653,7 +653,7 @@ func TestWireModesFramingAndDepth(t *testing.T) {
 				topics := map[string]bool{"b.r1.0": true}
 				f := &fakeWire{t: t, window: depth, read: p.read, check: p.check(topics, content), answer: p.ok}
 				count := 5 * depth
-				res, err, problems := runWire(t, f, p.mode, "-c", "1", "-depth", strconv.Itoa(depth), "-count", strconv.Itoa(count),
+				res, problems, err := runWire(t, f, p.mode, "-c", "1", "-depth", strconv.Itoa(depth), "-count", strconv.Itoa(count),
 					"-size", "120", "-topic-prefix", "b", "-run-id", "r1", "-token", "s3cret")
 				if err != nil || len(problems) > 0 {
 					t.Fatalf("run: %v; server: %q", err, problems)
@@ -690,7 +690,7 @@ func TestWireModesSpreadTopics(t *testing.T) {
 				mu.Unlock()
 				return check(a)
 			}}
-			res, err, problems := runWire(t, f, p.mode, "-c", "3", "-depth", "2", "-count", "60",
+			res, problems, err := runWire(t, f, p.mode, "-c", "3", "-depth", "2", "-count", "60",
 				"-topics", "2", "-topic-prefix", "b", "-run-id", "r2", "-token", "t")
 			if err != nil || len(problems) > 0 || res.Messages != 60 {
 				t.Fatalf("run: %+v %v; server: %q", res, err, problems)
@@ -717,7 +717,7 @@ func TestWireModesCountRetriedErrors(t *testing.T) {
 					}
 					return p.ok(n)
 				}}
-			res, err, problems := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "30")
+			res, problems, err := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "30")
 			if err != nil || len(problems) > 0 {
 				t.Fatalf("run: %v; server: %q", err, problems)
 			}
@@ -739,7 +739,7 @@ func TestWireModesRefusalStops(t *testing.T) {
 			refusal := map[string]string{"line": "ERR FORBIDDEN publish x may not publish\n", "redis": "-ERR wrong number of arguments\r\n"}[p.mode]
 			f := &fakeWire{t: t, read: p.read, check: func([]string) string { return "" },
 				answer: func(int) string { return refusal }}
-			res, err, problems := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "1000")
+			res, problems, err := runWire(t, f, p.mode, "-c", "2", "-depth", "4", "-count", "1000")
 			if err == nil || !strings.Contains(err.Error(), strings.TrimSpace(refusal)) || len(problems) > 0 {
 				t.Fatalf("run: %v; server: %q; want no message acknowledged, naming %q", err, problems, refusal)
 			}
@@ -777,7 +777,7 @@ func TestWireModesReplyMismatch(t *testing.T) {
 					}
 					return p.ok(n)
 				}}
-			res, err, problems := runWire(t, f, c.mode, "-c", "1", "-count", "20")
+			res, problems, err := runWire(t, f, c.mode, "-c", "1", "-count", "20")
 			if err != nil || len(problems) > 0 {
 				t.Fatalf("run: %v; server: %q", err, problems)
 			}
@@ -795,7 +795,7 @@ func TestWireModesReconnect(t *testing.T) {
 	for _, p := range wireProtos {
 		t.Run(p.mode, func(t *testing.T) {
 			f := &fakeWire{t: t, closeAfter: 4, read: p.read, check: func([]string) string { return "" }, answer: p.ok}
-			res, err, problems := runWire(t, f, p.mode, "-c", "1", "-count", "20")
+			res, problems, err := runWire(t, f, p.mode, "-c", "1", "-count", "20")
 			if err != nil || len(problems) > 0 {
 				t.Fatalf("run: %v; server: %q", err, problems)
 			}

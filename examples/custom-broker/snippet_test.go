@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -103,8 +102,9 @@ func buildSnippet(t *testing.T) string {
 	}
 	cmd := exec.CommandContext(t.Context(), "sh", "build.sh")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "MMMQ_REPO="+repo, "GOWORK=off", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"),
-		"PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// go test puts the go command it runs under first in PATH: build.sh's
+	// go is the same toolchain.
+	cmd.Env = append(os.Environ(), "MMMQ_REPO="+repo, "GOWORK=off", "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh: %v\n%s", err, out)
 	}

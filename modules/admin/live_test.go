@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -123,7 +124,7 @@ func (l *liveAdmin) publish(topic string, n int) {
 	l.t.Helper()
 	for i := range n {
 		stored := fmt.Sprintf(`{"topic":{"name":%q},"content":{"i":%d},"id":"m%d","headers":{"k":"v"}}`, topic, i, i)
-		if _, _, err := l.reg.Publish(context.Background(), topic, [][]byte{[]byte(stored)}, storage.Durable); err != nil {
+		if _, _, err := l.reg.Publish(context.Background(), topic, [][]byte{[]byte(stored)}, contract.Durable); err != nil {
 			l.t.Fatal(err)
 		}
 	}

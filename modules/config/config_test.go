@@ -478,9 +478,9 @@ mmmq:
 `, "MMMQ_BROKER_RETENTION_MAX_AGE=168h")
 	require.NoError(t, err)
 	r := cfg.MMMQ.Broker.Retention
-	twoSeconds := 2 * time.Second // max-bytes left out: nil, inherited
+	metricsMaxAge := 2 * time.Second // max-bytes left out: nil, inherited
 	assert.Equal(t, RetentionConfig{MaxAge: 168 * time.Hour, MaxBytes: 40960, CheckInterval: 5 * time.Second,
-		Topics: RetentionTopicsConfig{{Pattern: "metrics.**", MaxAge: &twoSeconds}}, KeepUnconsumed: true, GroupIdle: 24 * time.Hour}, r)
+		Topics: RetentionTopicsConfig{{Pattern: "metrics.**", MaxAge: &metricsMaxAge}}, KeepUnconsumed: true, GroupIdle: 24 * time.Hour}, r)
 	assert.Equal(t, r, SectionsOf(cfg).Retention)
 
 	_, err = load(t, "mmmq:\n  broker:\n    retention:\n      topics:\n        - pattern: x\n          max-ages: 1s\n")

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -25,7 +26,7 @@ func TestTopicDeletionStopsWorkers(t *testing.T) {
 		t.Helper()
 		for i := 0; i < n; i++ {
 			p := []byte(fmt.Sprintf(`{"topic":{"name":"t"},"content":%d}`, i))
-			if _, _, err := reg.Publish(context.Background(), "t", [][]byte{p}, storage.Durable); err != nil {
+			if _, _, err := reg.Publish(context.Background(), "t", [][]byte{p}, contract.Durable); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -48,7 +49,7 @@ func testDeadLetterPowerLoss(t *testing.T, behindAccepted bool) {
 	t.Cleanup(func() { _ = reg.Close() })
 	for i := range 2 {
 		p := []byte(`{"topic":{"name":"t"},"content":` + string(rune('0'+i)) + `}`)
-		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{p}, storage.Durable); err != nil {
+		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{p}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -77,7 +78,7 @@ func testDeadLetterPowerLoss(t *testing.T, behindAccepted bool) {
 	})
 	dlOffset := int64(0)
 	if behindAccepted {
-		if _, _, err := reg.Publish(context.Background(), dlTopic, [][]byte{[]byte(`{"topic":{"name":"dead-letter.d"},"content":"accepted"}`)}, storage.Accepted); err != nil {
+		if _, _, err := reg.Publish(context.Background(), dlTopic, [][]byte{[]byte(`{"topic":{"name":"dead-letter.d"},"content":"accepted"}`)}, contract.Accepted); err != nil {
 			t.Fatal(err)
 		}
 		dlOffset = 1

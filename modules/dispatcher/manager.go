@@ -91,20 +91,6 @@ var dispatchDefaults = config.Default().MMMQ.Broker.Dispatch
 // DefaultBatchSize is the default of Options.BatchSize (not a configuration key).
 const DefaultBatchSize = 256
 
-// Defaults of Options that are configuration keys.
-//
-// Deprecated: they are config.Default().MMMQ.Broker.Dispatch's values (the one
-// place they are written); read them there. They were constants; they are
-// variables now.
-var (
-	DefaultMaxResends       = dispatchDefaults.MaxResends
-	DefaultBackoffInitial   = dispatchDefaults.BackoffInitial
-	DefaultBackoffMax       = dispatchDefaults.BackoffMax
-	DefaultTimeout          = dispatchDefaults.Timeout
-	DefaultMaxResponseBytes = dispatchDefaults.MaxResponseBytes
-	DefaultPath             = dispatchDefaults.Path
-)
-
 // WithMaxResends returns o with MaxResends n, marked as set: 0 then means no
 // resend instead of the default (a negative n also means no resend).
 func (o Options) WithMaxResends(n int) Options {

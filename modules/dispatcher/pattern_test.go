@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 func TestPatternMatch(t *testing.T) {
@@ -117,7 +116,7 @@ func refMatch(pattern, topic string) bool {
 		}
 	}
 	b.WriteString(`$`)
-	return len(topic) <= topicqueue.MaxNameBytes && regexp.MustCompile(b.String()).MatchString("."+topic)
+	return len(topic) <= contract.MaxTopicBytes && regexp.MustCompile(b.String()).MatchString("."+topic)
 }
 
 func FuzzPatternMatch(f *testing.F) {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
@@ -42,7 +43,7 @@ func newFaultTopic(t *testing.T, name string, n int) *faultTopic {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if _, err := q.Log().Append(context.Background(), storedMessage(name, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(name, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,7 +97,7 @@ func TestBitFlipInSegmentSkipsOneOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +165,7 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 40; i++ {
-		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), storedMessage(topic, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -58,14 +58,3 @@ func topicIncarnation(t Topic) string {
 	}
 	return ""
 }
-
-// MaxMessageIDBytes is the longest producer message id sent in the
-// mmmq-message-id header.
-//
-// Deprecated: use contract.MaxMessageIDBytes.
-const MaxMessageIDBytes = contract.MaxMessageIDBytes
-
-// MessageID returns the producer message id of a stored message JSON.
-//
-// Deprecated: use contract.MessageID.
-func MessageID(body []byte) string { return contract.MessageID(body) }

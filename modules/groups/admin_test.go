@@ -35,7 +35,7 @@ func publishAt(t *testing.T, q *topicqueue.TopicQueue, stamps ...int64) {
 	t.Helper()
 	for i, ts := range stamps {
 		msg := fmt.Sprintf(`{"topic":{"name":%q},"content":{"i":%d},"timestamp":%d}`, q.Name(), i, ts)
-		if _, err := q.Log().Append(context.Background(), []byte(msg), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), []byte(msg), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -19,16 +19,12 @@ import (
 // Defaults of Options that are configuration keys, taken from the
 // configuration's defaults (one place for them: config.Default).
 var (
-	// DefaultLeaseTimeout is the lease of a session without fetch or ack
+	// defaultLeaseTimeout is the lease of a session without fetch or ack
 	// (mmmq.broker.groups.lease-timeout, 30 s).
-	//
-	// Deprecated: read config.Default().MMMQ.Broker.Groups.LeaseTimeout.
-	DefaultLeaseTimeout = config.Default().MMMQ.Broker.Groups.LeaseTimeout
-	// DefaultMaxFetch caps the entries of one fetch
+	defaultLeaseTimeout = config.Default().MMMQ.Broker.Groups.LeaseTimeout
+	// defaultMaxFetch caps the entries of one fetch
 	// (mmmq.broker.groups.max-fetch, 1000).
-	//
-	// Deprecated: read config.Default().MMMQ.Broker.Groups.MaxFetch.
-	DefaultMaxFetch = config.Default().MMMQ.Broker.Groups.MaxFetch
+	defaultMaxFetch = config.Default().MMMQ.Broker.Groups.MaxFetch
 )
 
 // Defaults of Options that are not configuration keys.
@@ -82,8 +78,8 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	o.LeaseTimeout = orDefault(o.LeaseTimeout, DefaultLeaseTimeout)
-	o.MaxFetch = orDefault(o.MaxFetch, DefaultMaxFetch)
+	o.LeaseTimeout = orDefault(o.LeaseTimeout, defaultLeaseTimeout)
+	o.MaxFetch = orDefault(o.MaxFetch, defaultMaxFetch)
 	o.MaxGroups = orDefault(o.MaxGroups, DefaultMaxGroups)
 	o.MaxFetchBytes = orDefault(o.MaxFetchBytes, DefaultMaxFetchBytes)
 	o.MaxWait = orDefault(o.MaxWait, DefaultMaxWait)

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
@@ -87,7 +88,7 @@ func (e *env) publish(n int) int64 {
 	e.t.Helper()
 	first := int64(-1)
 	for i := 0; i < n; i++ {
-		off, err := e.q.Log().Append(context.Background(), []byte(fmt.Sprintf(`{"n":%d}`, e.q.HighWatermark())), storage.Durable)
+		off, err := e.q.Log().Append(context.Background(), []byte(fmt.Sprintf(`{"n":%d}`, e.q.HighWatermark())), contract.Durable)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -567,7 +568,7 @@ func TestMaxGroups(t *testing.T) {
 	if _, err := e.c.Acquire(testTopic, "g3"); !errors.Is(err, ErrTooManyGroups) {
 		t.Fatalf("third group: %v, want ErrTooManyGroups", err)
 	}
-	if st, code := HTTPStatus(fmt.Errorf("x: %w", ErrTooManyGroups)); st != 503 || code != CodeTooManyGroups {
+	if st, code := HTTPStatus(fmt.Errorf("x: %w", ErrTooManyGroups)); st != 503 || code != contract.CodeTooManyGroups {
 		t.Fatalf("HTTPStatus = %d %s", st, code)
 	}
 	if _, err := e.c.Committed(testTopic, "g1"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -20,7 +21,7 @@ import (
 func TestCheckpointErrorUntilTheGroupOpens(t *testing.T) {
 	mem := vfs.NewMem()
 	reg, c, q := newMemCoordinator(t, mem)
-	if _, err := q.Log().Append(context.Background(), []byte(`{"n":0}`), storage.Durable); err != nil {
+	if _, err := q.Log().Append(context.Background(), []byte(`{"n":0}`), contract.Durable); err != nil {
 		t.Fatal(err)
 	}
 	// g's checkpoint is on disk (offset 0), not yet open.

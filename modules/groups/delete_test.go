@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // TestTopicDeletionEndsGroupSessions: deleting a topic ends its groups'
@@ -32,7 +32,7 @@ func TestTopicDeletionEndsGroupSessions(t *testing.T) {
 	if r := do(t, "DELETE", ts.URL+"/topics/"+testTopic, "", ""); r.status != 200 || r.body["deleted"] != true {
 		t.Fatalf("delete: %d %s", r.status, r.raw)
 	}
-	if r := <-waiting; r.status != 409 || r.code() != CodeSessionExpired {
+	if r := <-waiting; r.status != 409 || r.code() != contract.CodeSessionExpired {
 		t.Fatalf("long poll across the deletion: %d %s, want 409 SESSION_EXPIRED", r.status, r.raw)
 	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 2}`); r.status == 200 {
@@ -40,7 +40,7 @@ func TestTopicDeletionEndsGroupSessions(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		p := []byte(fmt.Sprintf(`{"n":%d}`, i))
-		if _, _, err := e.reg.Publish(context.Background(), testTopic, [][]byte{p}, storage.Durable); err != nil {
+		if _, _, err := e.reg.Publish(context.Background(), testTopic, [][]byte{p}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

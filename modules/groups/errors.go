@@ -53,20 +53,6 @@ var (
 	ErrTooManyGroups = contract.NewError(contract.CodeTooManyGroups, "groups: group limit reached")
 )
 
-// Error codes of the coordinator's errors.
-const (
-	// Deprecated: use contract.CodeGroupBusy.
-	CodeGroupBusy = contract.CodeGroupBusy
-	// Deprecated: use contract.CodeNotDelivered.
-	CodeNotDelivered = contract.CodeNotDelivered
-	// Deprecated: use contract.CodeSessionExpired.
-	CodeSessionExpired = contract.CodeSessionExpired
-	// Deprecated: use contract.CodeNameTaken.
-	CodeNameTaken = contract.CodeNameTaken
-	// Deprecated: use contract.CodeTooManyGroups.
-	CodeTooManyGroups = contract.CodeTooManyGroups
-)
-
 // BusyError is the ErrGroupBusy returned by Acquire: it says how long the
 // holder's lease has left (renewed by its every fetch and ack), which the
 // HTTP API sends as Retry-After.

@@ -11,7 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -27,7 +26,7 @@ func TestFxModule(t *testing.T) {
 	var c *Coordinator
 	var routes struct {
 		fx.In
-		Routes []httpapi.Route `group:"routes"`
+		Routes []contract.Route `group:"routes"`
 	}
 	var reg *topicqueue.Registry
 	var budget *contract.Budget

@@ -92,10 +92,10 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	}
 	s := r.session
 
-	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != CodeGroupBusy || r.body["acknowledgement"] != "NACK" || r.retryAfter != "30" {
+	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != contract.CodeGroupBusy || r.body["acknowledgement"] != "NACK" || r.retryAfter != "30" {
 		t.Fatalf("second consumer: %d %s (Retry-After %q, want the 30 s lease)", r.status, r.raw, r.retryAfter)
 	}
-	if r := do(t, "POST", base+"/ack", s, `{"offset": 3}`); r.status != 409 || r.code() != CodeNotDelivered {
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 3}`); r.status != 409 || r.code() != contract.CodeNotDelivered {
 		t.Fatalf("ack beyond delivered: %d %s", r.status, r.raw)
 	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 1}`); r.status != 200 || r.body["committed"].(float64) != 2 {
@@ -104,7 +104,7 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 0}`); r.status != 200 || r.body["committed"].(float64) != 2 {
 		t.Fatalf("ack below committed: %d %s", r.status, r.raw)
 	}
-	if r := do(t, "POST", base+"/ack", "nope", `{"offset": 1}`); r.status != 409 || r.code() != CodeSessionExpired {
+	if r := do(t, "POST", base+"/ack", "nope", `{"offset": 1}`); r.status != 409 || r.code() != contract.CodeSessionExpired {
 		t.Fatalf("ack from another session: %d %s", r.status, r.raw)
 	}
 	r = do(t, "POST", base+"/fetch?max=10", s, "")
@@ -119,7 +119,7 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	if got := r.offsets(); r.status != 200 || len(got) != 3 || got[0] != 2 || r.session == s {
 		t.Fatalf("redelivery: %d %s", r.status, r.raw)
 	}
-	if r := do(t, "POST", base+"/fetch", s, ""); r.status != 409 || r.code() != CodeSessionExpired {
+	if r := do(t, "POST", base+"/fetch", s, ""); r.status != 409 || r.code() != contract.CodeSessionExpired {
 		t.Fatalf("fetch with a released session: %d %s", r.status, r.raw)
 	}
 }
@@ -143,7 +143,7 @@ func TestHTTPLeaseExpiry(t *testing.T) {
 	base := ts.URL + "/topics/" + testTopic + "/groups/g"
 	r := do(t, "POST", base+"/fetch", "", "")
 	time.Sleep(120 * time.Millisecond)
-	if r := do(t, "POST", base+"/ack", r.session, `{"offset": 2}`); r.status != 409 || r.code() != CodeSessionExpired {
+	if r := do(t, "POST", base+"/ack", r.session, `{"offset": 2}`); r.status != 409 || r.code() != contract.CodeSessionExpired {
 		t.Fatalf("stale ack: %d %s", r.status, r.raw)
 	}
 	r = do(t, "POST", base+"/fetch", "", "")
@@ -161,19 +161,19 @@ func TestHTTPErrors(t *testing.T) {
 		status                      int
 		code                        string
 	}{
-		{"POST", base + "/fetch?max=0", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", base + "/fetch?max=x", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", base + "/fetch?wait=-1", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", base + "/fetch?wait=1.5", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", base + "/ack", "", `{"offset":0}`, 400, httpapi.CodeBadRequest},
-		{"POST", base + "/ack", "s", `{"offset":-1}`, 400, httpapi.CodeBadRequest},
-		{"POST", base + "/ack", "s", `{}`, 400, httpapi.CodeBadRequest},
-		{"POST", base + "/ack", "s", `nope`, 400, httpapi.CodeBadRequest},
-		{"DELETE", base + "/session", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", ts.URL + "/topics/no.such/groups/g/fetch", "", "", 404, httpapi.CodeNotFound},
-		{"POST", ts.URL + "/topics/bad..name/groups/g/fetch", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", ts.URL + "/topics/" + testTopic + "/groups/.g/fetch", "", "", 400, httpapi.CodeBadRequest},
-		{"POST", ts.URL + "/topics/" + testTopic + "/groups/disp/fetch", "", "", 409, CodeNameTaken},
+		{"POST", base + "/fetch?max=0", "", "", 400, contract.CodeBadRequest},
+		{"POST", base + "/fetch?max=x", "", "", 400, contract.CodeBadRequest},
+		{"POST", base + "/fetch?wait=-1", "", "", 400, contract.CodeBadRequest},
+		{"POST", base + "/fetch?wait=1.5", "", "", 400, contract.CodeBadRequest},
+		{"POST", base + "/ack", "", `{"offset":0}`, 400, contract.CodeBadRequest},
+		{"POST", base + "/ack", "s", `{"offset":-1}`, 400, contract.CodeBadRequest},
+		{"POST", base + "/ack", "s", `{}`, 400, contract.CodeBadRequest},
+		{"POST", base + "/ack", "s", `nope`, 400, contract.CodeBadRequest},
+		{"DELETE", base + "/session", "", "", 400, contract.CodeBadRequest},
+		{"POST", ts.URL + "/topics/no.such/groups/g/fetch", "", "", 404, contract.CodeNotFound},
+		{"POST", ts.URL + "/topics/bad..name/groups/g/fetch", "", "", 400, contract.CodeBadRequest},
+		{"POST", ts.URL + "/topics/" + testTopic + "/groups/.g/fetch", "", "", 400, contract.CodeBadRequest},
+		{"POST", ts.URL + "/topics/" + testTopic + "/groups/disp/fetch", "", "", 409, contract.CodeNameTaken},
 	} {
 		r := do(t, tc.method, tc.path, tc.session, tc.body)
 		if r.status != tc.status || r.code() != tc.code || r.body["acknowledgement"] != "NACK" {
@@ -202,7 +202,7 @@ func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
 	if got := r.offsets(); r.status != 200 || len(got) != 10 || got[0] != 0 {
 		t.Fatalf("fetch from=0: %d %s", r.status, r.raw)
 	}
-	if r := do(t, "POST", base+"/fetch?from=15", s, ""); r.status != 409 || r.code() != CodeNotDelivered {
+	if r := do(t, "POST", base+"/fetch?from=15", s, ""); r.status != 409 || r.code() != contract.CodeNotDelivered {
 		t.Fatalf("from beyond delivered: %d %s", r.status, r.raw)
 	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 4}`); r.status != 200 {
@@ -240,7 +240,7 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 7; i++ {
-		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/httpapi/httpapitest"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // publishLarge appends n durable messages of about size bytes each.
@@ -28,7 +27,7 @@ func (e *env) publishLarge(n, size int) {
 	e.t.Helper()
 	p := []byte(`{"p":"` + strings.Repeat("x", size-8) + `"}`)
 	for i := 0; i < n; i++ {
-		if _, err := e.q.Log().Append(context.Background(), p, storage.Durable); err != nil {
+		if _, err := e.q.Log().Append(context.Background(), p, contract.Durable); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -80,10 +79,10 @@ func TestFetchAllocatesAboutItsReply(t *testing.T) {
 func TestFetchReplyShape(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.publish(2)
-	if _, err := e.q.Log().Append(context.Background(), []byte(`{"a":`+"\n"+`"x\u00e9\"<>&"}`), storage.Durable); err != nil {
+	if _, err := e.q.Log().Append(context.Background(), []byte(`{"a":`+"\n"+`"x\u00e9\"<>&"}`), contract.Durable); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.q.Log().Append(context.Background(), []byte(`not json at all`), storage.Durable); err != nil {
+	if _, err := e.q.Log().Append(context.Background(), []byte(`not json at all`), contract.Durable); err != nil {
 		t.Fatal(err)
 	}
 	h := httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t), NewRoute(e.c, RouteOptions{})).Handler()

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -22,7 +23,7 @@ func TestAckDurableOnReturnPowerLoss(t *testing.T) {
 	_, c, q := newMemCoordinator(t, mem)
 	log := zaptest.NewLogger(t)
 	for i := range 5 {
-		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
@@ -45,7 +44,7 @@ func newFaultEnv(t *testing.T, n int) *faultEnv {
 	}
 	e.q = q
 	for i := 0; i < n; i++ {
-		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

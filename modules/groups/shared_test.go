@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
@@ -53,7 +54,7 @@ func newSharedNodes(t *testing.T) *sharedNodes {
 func (s *sharedNodes) publish(t *testing.T, n int) {
 	t.Helper()
 	for range n {
-		if _, err := s.q[0].Log().Append(context.Background(), []byte(`{"n":1}`), storage.Durable); err != nil {
+		if _, err := s.q[0].Log().Append(context.Background(), []byte(`{"n":1}`), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -65,7 +64,7 @@ func (a *api) publish(topic string, payload string) {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	if _, err := q.Log().Append(context.Background(), []byte(payload), storage.Durable); err != nil {
+	if _, err := q.Log().Append(context.Background(), []byte(payload), contract.Durable); err != nil {
 		a.t.Fatal(err)
 	}
 }

@@ -112,7 +112,7 @@ func exempted(prefixes []string, path string) bool {
 
 // exemptPrefixes collects the contract.AuthExempt prefixes of routes,
 // those that start and end with "/".
-func exemptPrefixes(routes []Route) []string {
+func exemptPrefixes(routes []contract.Route) []string {
 	var out []string
 	for _, rt := range routes {
 		if e, ok := rt.(contract.AuthExempt); ok {

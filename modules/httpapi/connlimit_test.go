@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // TestConnectionsOverTheCapAreRefusedAtOnce: with server.max-connections 2
@@ -52,7 +54,7 @@ func TestConnectionsOverTheCapAreRefusedAtOnce(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	c.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" ||
-		body.Acknowledgement != "NACK" || body.Code != CodeUnavailable {
+		body.Acknowledgement != "NACK" || body.Code != contract.CodeUnavailable {
 		t.Fatalf("third connection: HTTP %d Retry-After %q %+v", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	held[0].Close()

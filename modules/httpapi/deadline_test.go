@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -87,7 +88,7 @@ func TestPublishTimeoutWhileDiskHangs(t *testing.T) {
 	el := time.Since(start)
 	var body struct{ Acknowledgement, Code, Error string }
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
-	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || body.Code != CodeTimeout {
+	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || body.Code != contract.CodeTimeout {
 		t.Fatalf("publish while fsync hangs: HTTP %d %s", rec.Code, rec.Body)
 	}
 	if el < 300*time.Millisecond || el > 300*time.Millisecond+deadlineTick+2*time.Second {
@@ -128,7 +129,7 @@ func TestBatchTimeoutWhileTopicCreationHangs(t *testing.T) {
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != http.StatusServiceUnavailable || body.Acknowledgement != "NACK" || len(body.Results) != 2 ||
-		body.Code != CodeTimeout || body.Results[0].Status != http.StatusServiceUnavailable || body.Results[1].Status != http.StatusServiceUnavailable {
+		body.Code != contract.CodeTimeout || body.Results[0].Status != http.StatusServiceUnavailable || body.Results[1].Status != http.StatusServiceUnavailable {
 		t.Fatalf("batch while topic creation hangs: HTTP %d %s", rec.Code, rec.Body)
 	}
 }

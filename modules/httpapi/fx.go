@@ -14,7 +14,7 @@ import (
 )
 
 // Params are the server's dependencies in the Fx graph. Routes come from
-// plugins through the value group RouteTag.
+// plugins through the value group contract.RouteTag.
 type Params struct {
 	fx.In
 	// Server is the "server" section (config.Module).

@@ -43,7 +43,7 @@ func newReadBack(t *testing.T, opts Options, n, size int) (*Server, *topicqueue.
 	}
 	p := []byte(`{"p":"` + strings.Repeat("x", max(size-8, 1)) + `"}`)
 	for i := 0; i < n; i++ {
-		if _, err := q.Log().Append(context.Background(), p, storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), p, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

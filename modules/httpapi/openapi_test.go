@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // TestOpenAPIServed: GET /openapi.yaml serves the embedded document as
@@ -39,7 +41,7 @@ func TestOpenAPIServed(t *testing.T) {
 	if st != http.StatusMethodNotAllowed || h.Get("Allow") != "GET, HEAD" {
 		t.Fatalf("PUT /openapi.yaml: %d Allow %q %s", st, h.Get("Allow"), body)
 	}
-	if eb := errorBody(t, h, body); eb.Code != CodeMethod {
-		t.Errorf("code %q, want %s", eb.Code, CodeMethod)
+	if eb := errorBody(t, h, body); eb.Code != contract.CodeMethod {
+		t.Errorf("code %q, want %s", eb.Code, contract.CodeMethod)
 	}
 }

@@ -4,7 +4,7 @@
 // deleting and reopening a topic (DELETE /topics/{topic},
 // POST /topics/{topic}/reopen), health (/healthz, /readyz) and the OpenAPI
 // document of every route (GET /openapi.yaml, from openapi.yaml). Plugins
-// add routes through the value group `group:"routes"` (see Route); a new
+// add routes through the value group `group:"routes"` (see contract.Route); a new
 // route is documented in openapi.yaml too. It works without Fx; fx.go wires
 // it.
 //
@@ -39,16 +39,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
-
-// Route is a plugin's contribution to the HTTP API.
-//
-// Deprecated: use contract.Route (provide it with contract.ProvideRoute).
-type Route = contract.Route
-
-// RouteTag is the value group of Routes.
-//
-// Deprecated: use contract.RouteTag.
-const RouteTag = contract.RouteTag
 
 // Options configures the server.
 type Options struct {
@@ -115,7 +105,7 @@ type Server struct {
 }
 
 // New builds the server and its routes; Start listens.
-func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logger, routes ...Route) *Server {
+func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logger, routes ...contract.Route) *Server {
 	if opts.ReadHeaderTimeout <= 0 {
 		opts.ReadHeaderTimeout = 5 * time.Second
 	}
@@ -399,9 +389,9 @@ type PublishResponse struct {
 	Duplicate       bool   `json:"duplicate,omitempty"`
 }
 
-func ackLevel(r *http.Request) (storage.AckLevel, error) {
+func ackLevel(r *http.Request) (contract.AckLevel, error) {
 	v := queryValue(r.URL.RawQuery, "ack")
-	lvl, err := storage.ParseAckLevel(v)
+	lvl, err := contract.ParseAckLevel(v)
 	if err != nil {
 		return 0, contract.BadRequest("query parameter ack: %v", err)
 	}
@@ -434,7 +424,7 @@ func queryValue(raw, key string) string {
 // publishRequest reads what every publish route starts with: the ?ack=
 // level and the body (a pooled buffer the caller returns with putBuf). On
 // failure it has answered and returns ok=false.
-func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl storage.AckLevel, bp *[]byte, ok bool) {
+func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl contract.AckLevel, bp *[]byte, ok bool) {
 	lvl, err := ackLevel(r)
 	if err == nil {
 		bp, err = s.readBody(w, r)
@@ -484,7 +474,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	b := append((*bp)[:0], `{"acknowledgement":"ACK","topic":"`...)
 	b = append(b, topic...) // validated name: no escaping needed
 	b = append(b, '"')
-	if lvl != storage.Accepted {
+	if lvl != contract.Accepted {
 		b = append(b, `,"offset":`...)
 		b = strconv.AppendInt(b, off, 10)
 	}

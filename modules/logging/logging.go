@@ -27,13 +27,6 @@ func NewFromConfig(c config.LoggingConfig) (*zap.Logger, error) {
 	return newLogger(c, zapcore.Lock(os.Stderr))
 }
 
-// New returns NewFromConfig(cfg.Logging).
-//
-// Deprecated: use NewFromConfig, which takes only the logging section.
-func New(cfg *config.Config) (*zap.Logger, error) {
-	return NewFromConfig(cfg.Logging)
-}
-
 func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {

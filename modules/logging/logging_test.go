@@ -62,12 +62,12 @@ func TestNewConsole(t *testing.T) {
 func TestNewRejectsBadConfig(t *testing.T) {
 	cfg := config.Default()
 	cfg.Logging.Level = "loud"
-	_, err := New(cfg)
+	_, err := NewFromConfig(cfg.Logging)
 	assert.Error(t, err)
 
 	cfg = config.Default()
 	cfg.Logging.Format = "xml"
-	_, err = New(cfg)
+	_, err = NewFromConfig(cfg.Logging)
 	assert.Error(t, err)
 }
 

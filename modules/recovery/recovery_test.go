@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/recovery"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -49,7 +50,7 @@ func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 	require.False(t, ready.Ready(), "ready before start")
 	require.NoError(t, app.Start(context.Background()))
 	require.True(t, ready.Ready(), "ready once every start hook ran")
-	_, off, err := reg.Publish(context.Background(), "orders", [][]byte{[]byte(`{"topic":{"name":"orders"},"content":1}`)}, storage.Durable)
+	_, off, err := reg.Publish(context.Background(), "orders", [][]byte{[]byte(`{"topic":{"name":"orders"},"content":1}`)}, contract.Durable)
 	require.NoError(t, err)
 	require.EqualValues(t, 0, off)
 	require.NoError(t, app.Stop(context.Background()))

@@ -55,7 +55,7 @@ func (e *env) publish(topic string, n int, ts time.Time) *topicqueue.TopicQueue 
 		e.t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if _, err := q.Log().Append(context.Background(), message(topic, int(q.HighWatermark()), ts), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), message(topic, int(q.HighWatermark()), ts), contract.Durable); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -282,7 +282,7 @@ func TestFxModuleRunsLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 40; i++ {
-		if _, err := q.Log().Append(context.Background(), message("looped", i, time.Now()), storage.Durable); err != nil {
+		if _, err := q.Log().Append(context.Background(), message("looped", i, time.Now()), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -341,7 +341,7 @@ func TestDeleteWhileRetentionRuns(t *testing.T) {
 				t.Errorf("create: %v", err)
 				return
 			}
-			_, err = q.Log().Append(context.Background(), message("churn", i, time.Now()), storage.Durable)
+			_, err = q.Log().Append(context.Background(), message("churn", i, time.Now()), contract.Durable)
 			switch {
 			case err == nil:
 				published++

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				defer l.Close()
 				runAppenders(b, n, fsys, func() error {
-					_, err := l.Append(context.Background(), benchPayload, Durable)
+					_, err := l.Append(context.Background(), benchPayload, contract.Durable)
 					return err
 				})
 			})
@@ -145,7 +146,7 @@ func BenchmarkReadSequential(b *testing.B) {
 		batch[i] = benchPayload
 	}
 	for n := 0; n < total; n += len(batch) {
-		if _, err := l.AppendBatch(context.Background(), batch, Durable); err != nil {
+		if _, err := l.AppendBatch(context.Background(), batch, contract.Durable); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -227,7 +228,7 @@ func BenchmarkAppendManyTopics(b *testing.B) {
 			}
 			var turn atomic.Int64 // calls go round the topics
 			runAppenders(b, topics, fsys, func() error {
-				_, err := logs[turn.Add(1)%topics].Append(context.Background(), benchPayload, Durable)
+				_, err := logs[turn.Add(1)%topics].Append(context.Background(), benchPayload, contract.Durable)
 				return err
 			})
 			b.ReportMetric(float64(cache.opens.Load())/float64(b.N), "opens/msg")

@@ -10,21 +10,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// AckLevel is how far an append must get before its caller is answered; it
-// is contract.AckLevel, kept here so storage callers need one import.
-type AckLevel = contract.AckLevel
-
-// The ack levels (see contract.AckLevel).
-const (
-	Accepted = contract.Accepted
-	Written  = contract.Written
-	Durable  = contract.Durable
-)
-
-// ParseAckLevel parses accepted|written|durable, case-insensitively; the
-// empty string is Durable. See contract.ParseAckLevel.
-func ParseAckLevel(s string) (AckLevel, error) { return contract.ParseAckLevel(s) }
-
 // Entry is one message read back from the log (contract.Entry).
 type Entry = contract.Entry
 

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -99,7 +100,7 @@ func (c *crashCounts) add(o crashCounts) {
 }
 
 type ackRec struct {
-	level AckLevel
+	level contract.AckLevel
 	first int64 // -1 for ACCEPTED
 	batch [][]byte
 }
@@ -226,7 +227,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 					batch[j] = []byte(fmt.Sprintf(`{"s":%d,"w":%d,"i":%d,"j":%d,"p":"%s"}`,
 						seed, w, i, j, strings.Repeat("z", wrng.IntN(pad))))
 				}
-				level := AckLevel(1 + wrng.IntN(3))
+				level := contract.AckLevel(1 + wrng.IntN(3))
 				mu.Lock()
 				for _, p := range batch {
 					submitted[string(p)] = true
@@ -327,15 +328,15 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 	}
 	for _, a := range acks {
 		switch a.level {
-		case Durable:
+		case contract.Durable:
 			c.ackedDurable += len(a.batch)
-		case Written:
+		case contract.Written:
 			c.ackedWritten += len(a.batch)
-		case Accepted:
+		case contract.Accepted:
 			c.ackedAccepted += len(a.batch)
 		}
 		for j, p := range a.batch {
-			if a.level == Accepted {
+			if a.level == contract.Accepted {
 				if !present[string(p)] {
 					c.lostAccepted++
 				}
@@ -347,7 +348,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 				continue
 			}
 			if off >= hw {
-				if a.level == Durable {
+				if a.level == contract.Durable {
 					c.lostDurable++
 				} else {
 					c.lostWritten++
@@ -594,7 +595,7 @@ func TestCrashAtNamedPoints(t *testing.T) {
 				}
 				armed.Store(true)
 				batch := [][]byte{payload(acked, 40), payload(acked+1, 40), payload(acked+2, 40)}
-				if first, err := l.AppendBatch(context.Background(), batch, Durable); err != nil || first != acked {
+				if first, err := l.AppendBatch(context.Background(), batch, contract.Durable); err != nil || first != acked {
 					t.Fatalf("in-flight batch: %d %v", first, err)
 				}
 				l.Close()
@@ -685,7 +686,7 @@ func TestPowerLossNewRootDir(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		off, err := l.Append(context.Background(), []byte(`{"a":1}`), Durable)
+		off, err := l.Append(context.Background(), []byte(`{"a":1}`), contract.Durable)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,16 +79,12 @@ const DamageWindow = (MaxGroupBytes + DamageAlign - 1) / DamageAlign * DamageAli
 // Defaults of Options, taken from the configuration's defaults (one place
 // for them: config.Default).
 var (
-	// DefaultMaxRecordBytes is the default cap on one message JSON, in
+	// defaultMaxRecordBytes is the default cap on one message JSON, in
 	// bytes (mmmq.broker.segment.max-record-bytes, 1 MiB).
-	//
-	// Deprecated: read config.Default().MMMQ.Broker.Segment.MaxRecordBytes.
-	DefaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
-	// DefaultSegmentMaxBytes is the default rotation threshold, in bytes
+	defaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
+	// defaultSegmentMaxBytes is the default rotation threshold, in bytes
 	// (mmmq.broker.segment.max-bytes, 64 MiB).
-	//
-	// Deprecated: read config.Default().MMMQ.Broker.Segment.MaxBytes.
-	DefaultSegmentMaxBytes = config.Default().MMMQ.Broker.Segment.MaxBytes
+	defaultSegmentMaxBytes = config.Default().MMMQ.Broker.Segment.MaxBytes
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -39,7 +39,7 @@ func TestEntryRoundTrip(t *testing.T) {
 	// Decode back to back, as recovery and ReadBatch do.
 	rest := seg
 	for i, p := range payloads {
-		got, size, err := DecodeEntry(rest, DefaultMaxRecordBytes)
+		got, size, err := DecodeEntry(rest, defaultMaxRecordBytes)
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
@@ -171,7 +171,7 @@ func TestReadEntryBoundedAllocation(t *testing.T) {
 	runtime.ReadMemStats(&ms0)
 	for i := 0; i < 100; i++ {
 		for _, limit := range []int64{-1, int64(len(data))} {
-			if _, err := s.readEntryAt(0, limit, DefaultMaxRecordBytes); err == nil {
+			if _, err := s.readEntryAt(0, limit, defaultMaxRecordBytes); err == nil {
 				t.Fatal("garbage length decoded")
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -59,7 +60,7 @@ func TestGroupCommitCapsSegmentBytes(t *testing.T) {
 				batch = append(batch, p)
 				total += int(EntrySize(len(p)))
 			}
-			first, err := l.AppendBatch(context.Background(), batch, Durable)
+			first, err := l.AppendBatch(context.Background(), batch, contract.Durable)
 			if err != nil || first != 0 {
 				t.Fatalf("append batch: first %d, %v", first, err)
 			}
@@ -105,7 +106,7 @@ func TestLazyIndexSyncedByBytes(t *testing.T) {
 	}
 	var written int64
 	for written < 3*LazyIndexSyncBytes {
-		if _, err := l.AppendBatch(context.Background(), batch, Durable); err != nil {
+		if _, err := l.AppendBatch(context.Background(), batch, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 		written += int64(len(batch)) * EntrySize(len(p))

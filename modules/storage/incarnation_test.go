@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -26,7 +27,7 @@ func TestIncarnation(t *testing.T) {
 	if got, err := ReadIncarnation(crashed, testDir); err != nil || got != id {
 		t.Fatalf("after power loss: %q, %v; want %q", got, err, id)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{"a":1}`), Durable); err != nil {
+	if _, err := l.Append(context.Background(), []byte(`{"a":1}`), contract.Durable); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Close(); err != nil {
@@ -84,7 +85,7 @@ func TestVerifyRefusesBadIncarnation(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fsys := vfs.NewMem()
 			l := openMem(t, fsys, Options{})
-			if _, err := l.Append(context.Background(), []byte(`{"a":1}`), Durable); err != nil {
+			if _, err := l.Append(context.Background(), []byte(`{"a":1}`), contract.Durable); err != nil {
 				t.Fatal(err)
 			}
 			if err := l.Close(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -177,7 +178,7 @@ func TestIndexSyncLazyFsyncFailure(t *testing.T) {
 	if !errors.Is(l.Err(), ErrFailed) || !errors.Is(l.Err(), syscall.EIO) || !strings.Contains(l.Err().Error(), IndexExt) {
 		t.Fatalf("log error %v, want a failure naming the index fsync", l.Err())
 	}
-	if _, err := l.Append(context.Background(), payload(5, 40), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(5, 40), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append to the failed log: %v", err)
 	}
 	// A power loss now keeps every acknowledged entry.

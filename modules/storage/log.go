@@ -229,11 +229,6 @@ func (l *Log) Dir() string { return l.dir }
 // Repair is what repair found and did when Open checked the topic.
 func (l *Log) Repair() RepairReport { return l.report }
 
-// Recovery is the old name of Repair.
-//
-// Deprecated: use Repair.
-func (l *Log) Recovery() RepairReport { return l.Repair() }
-
 // HighWatermark is the next offset to be made visible: every offset below it
 // is durable (its segment bytes fsynced; its index entry too under
 // index-sync commit) and readable.

@@ -49,7 +49,7 @@ func TestRoundTripManySegments(t *testing.T) {
 			for i := range batch {
 				batch[i] = payload(len(want)+i, 2+rng.IntN(120))
 			}
-			first, err := l.AppendBatch(context.Background(), batch, Durable)
+			first, err := l.AppendBatch(context.Background(), batch, contract.Durable)
 			if err != nil || first != int64(len(want)) {
 				t.Fatalf("append batch: %d %v, want first %d", first, err, len(want))
 			}
@@ -187,11 +187,11 @@ func TestAckLevels(t *testing.T) {
 	l := openMem(t, fsys, Options{SegmentMaxBytes: 256})
 	defer l.Close()
 	ctx := context.Background()
-	off, err := l.Append(ctx, []byte(`{"a":"written"}`), Written)
+	off, err := l.Append(ctx, []byte(`{"a":"written"}`), contract.Written)
 	if err != nil || off != 0 {
 		t.Fatalf("WRITTEN: %d, %v", off, err)
 	}
-	off, err = l.Append(ctx, []byte(`{"a":"accepted"}`), Accepted)
+	off, err = l.Append(ctx, []byte(`{"a":"accepted"}`), contract.Accepted)
 	if err != nil || off != -1 {
 		t.Fatalf("ACCEPTED: %d, %v (want -1: no offset promised)", off, err)
 	}
@@ -200,25 +200,25 @@ func TestAckLevels(t *testing.T) {
 	if p, err := l.Read(1); err != nil || string(p) != `{"a":"accepted"}` {
 		t.Fatalf("Read(1) = %q, %v", p, err)
 	}
-	off, err = l.Append(ctx, []byte(`{"a":"durable"}`), Durable)
+	off, err = l.Append(ctx, []byte(`{"a":"durable"}`), contract.Durable)
 	if err != nil || off != 2 || l.HighWatermark() < 3 {
 		t.Fatalf("DURABLE: %d, %v, hw %d (durable must be visible on return)", off, err, l.HighWatermark())
 	}
 	if p, _ := l.Read(0); string(p) != `{"a":"written"}` {
 		t.Fatalf("Read(0) = %q", p)
 	}
-	if _, err := l.Append(ctx, []byte(`{}`), AckLevel(9)); err == nil {
+	if _, err := l.Append(ctx, []byte(`{}`), contract.AckLevel(9)); err == nil {
 		t.Fatal("invalid ack level accepted")
 	}
-	for s, want := range map[string]AckLevel{"": Durable, "DURABLE": Durable, " written ": Written, "Accepted": Accepted} {
-		if got, err := ParseAckLevel(s); err != nil || got != want {
+	for s, want := range map[string]contract.AckLevel{"": contract.Durable, "DURABLE": contract.Durable, " written ": contract.Written, "Accepted": contract.Accepted} {
+		if got, err := contract.ParseAckLevel(s); err != nil || got != want {
 			t.Fatalf("ParseAckLevel(%q) = %v, %v", s, got, err)
 		}
 	}
-	if _, err := ParseAckLevel("fsync"); err == nil {
+	if _, err := contract.ParseAckLevel("fsync"); err == nil {
 		t.Fatal("ParseAckLevel accepted garbage")
 	}
-	if Durable.String() != "DURABLE" || Written.String() != "WRITTEN" || Accepted.String() != "ACCEPTED" {
+	if contract.Durable.String() != "DURABLE" || contract.Written.String() != "WRITTEN" || contract.Accepted.String() != "ACCEPTED" {
 		t.Fatal("AckLevel.String")
 	}
 }
@@ -242,7 +242,7 @@ func TestWrittenAckBeforeIndexSync(t *testing.T) {
 	hold.Store(true)
 	durable := make(chan error, 1)
 	go func() {
-		_, err := l.Append(context.Background(), []byte(`{"d":1}`), Durable)
+		_, err := l.Append(context.Background(), []byte(`{"d":1}`), contract.Durable)
 		durable <- err
 	}()
 	<-afterIndexWrite.entered
@@ -268,7 +268,7 @@ func TestWrittenAckBeforeIndexSync(t *testing.T) {
 		}
 		return nil
 	})
-	off, err := l.Append(context.Background(), []byte(`{"w":1}`), Written)
+	off, err := l.Append(context.Background(), []byte(`{"w":1}`), contract.Written)
 	if err != nil || off != 1 {
 		t.Fatalf("WRITTEN: %d %v", off, err)
 	}
@@ -288,7 +288,7 @@ func TestWrittenAckBeforeIndexSync(t *testing.T) {
 // fsync itself and the answer is read from its channel (see queueDurable),
 // so the checks do not depend on timing.
 func TestNothingReadableDuringIndexFsync(t *testing.T) {
-	for _, level := range []AckLevel{Accepted, Written, Durable} {
+	for _, level := range []contract.AckLevel{contract.Accepted, contract.Written, contract.Durable} {
 		t.Run(level.String(), func(t *testing.T) {
 			fsys := vfs.NewMem()
 			l := openMem(t, fsys, Options{})
@@ -305,7 +305,7 @@ func TestNothingReadableDuringIndexFsync(t *testing.T) {
 			})
 			batch := [][]byte{payload(3, 20), payload(4, 20)}
 			answered := make(chan result, 1)
-			if level == Durable {
+			if level == contract.Durable {
 				queueDurable(t, l, answered, batch...)
 			} else {
 				go func() {
@@ -329,7 +329,7 @@ func TestNothingReadableDuringIndexFsync(t *testing.T) {
 			if !isClosed(l.Notify(2)) || isClosed(l.Notify(3)) {
 				t.Fatal("Notify(3) closed during the index fsync, or Notify(2) not closed")
 			}
-			if level == Durable && len(answered) != 0 {
+			if level == contract.Durable && len(answered) != 0 {
 				t.Fatal("DURABLE answered during the index fsync")
 			}
 			fsys.SetHook(nil)
@@ -431,7 +431,7 @@ func TestNotifyNeverEarly(t *testing.T) {
 		go func() {
 			defer appenders.Done()
 			for i := 0; i < total/2; i++ {
-				if _, err := l.Append(context.Background(), payload(i, 20), AckLevel(1+i%3)); err != nil {
+				if _, err := l.Append(context.Background(), payload(i, 20), contract.AckLevel(1+i%3)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -482,7 +482,7 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 				}
 				return nil
 			})
-			_, err := l.Append(context.Background(), payload(10, 30), Durable)
+			_, err := l.Append(context.Background(), payload(10, 30), contract.Durable)
 			if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) || errors.Is(err, ErrNoSpace) {
 				t.Fatalf("append: %v", err)
 			}
@@ -491,12 +491,12 @@ func TestFsyncErrorFailsLog(t *testing.T) {
 			}
 			// fsyncgate: even with the fault gone, nothing is acknowledged.
 			fail.Store(false)
-			for _, lvl := range []AckLevel{Durable, Written, Accepted} {
+			for _, lvl := range []contract.AckLevel{contract.Durable, contract.Written, contract.Accepted} {
 				if off, err := l.Append(context.Background(), payload(11, 30), lvl); !errors.Is(err, ErrFailed) || off != -1 {
 					t.Fatalf("%s append after failure: %d, %v", lvl, off, err)
 				}
 			}
-			if _, err := l.AppendBatch(context.Background(), [][]byte{payload(12, 30)}, Durable); !errors.Is(err, ErrFailed) {
+			if _, err := l.AppendBatch(context.Background(), [][]byte{payload(12, 30)}, contract.Durable); !errors.Is(err, ErrFailed) {
 				t.Fatalf("batch after failure: %v", err)
 			}
 			if l.HighWatermark() != 10 || !errors.Is(l.Err(), ErrFailed) || l.Stats().Failed == "" {
@@ -569,7 +569,7 @@ func TestFsyncErrorConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				p := []byte(fmt.Sprintf(`{"g":%d,"i":%d}`, g, i))
-				off, err := l.Append(context.Background(), p, Durable)
+				off, err := l.Append(context.Background(), p, contract.Durable)
 				if err != nil {
 					if !errors.Is(err, ErrFailed) {
 						t.Errorf("append: %v", err)
@@ -620,7 +620,7 @@ func TestNoSpace(t *testing.T) {
 	var err error
 	for i := 5; i < 100; i++ {
 		p := payload(i, 50)
-		if _, err = l.Append(context.Background(), p, Durable); err != nil {
+		if _, err = l.Append(context.Background(), p, contract.Durable); err != nil {
 			break
 		}
 		acked = append(acked, p)
@@ -633,7 +633,7 @@ func TestNoSpace(t *testing.T) {
 	if c := contract.Classify(err); c.Status != 503 || c.Code != contract.CodeTopicFailed {
 		t.Fatalf("append on a full disk classified %+v, want 503 TOPIC_FAILED", c)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), Durable); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append after ENOSPC: %v", err)
 	}
 	if int(l.HighWatermark()) != len(acked) {
@@ -692,7 +692,7 @@ func TestRecordSizeLimits(t *testing.T) {
 		{[][]byte{payload(1, 50), payload(2, 101), payload(3, 50)}, ErrRecordTooLarge},
 		{[][]byte{payload(1, 50), {}}, ErrEmptyRecord},
 	} {
-		for _, lvl := range []AckLevel{Accepted, Written, Durable} {
+		for _, lvl := range []contract.AckLevel{contract.Accepted, contract.Written, contract.Durable} {
 			off, err := l.AppendBatch(ctx, tc.batch, lvl)
 			if !errors.Is(err, tc.want) || off != -1 {
 				t.Fatalf("%s batch of %d: %d, %v; want %v", lvl, len(tc.batch), off, err, tc.want)
@@ -725,7 +725,7 @@ func TestCloseDrainsAccepted(t *testing.T) {
 	closeAtEnd(t, l, segmentWrite)
 	const n = 300
 	for i := 0; i < n; i++ {
-		if off, err := l.Append(context.Background(), payload(i, 20), Accepted); err != nil || off != -1 {
+		if off, err := l.Append(context.Background(), payload(i, 20), contract.Accepted); err != nil || off != -1 {
 			t.Fatalf("accepted append %d: %d %v", i, off, err)
 		}
 	}
@@ -738,14 +738,14 @@ func TestCloseDrainsAccepted(t *testing.T) {
 		l.mu.Unlock()
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), Accepted); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Accepted); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append while closing: %v", err)
 	}
 	segmentWrite.open()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), Durable); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
 	if _, err := l.Read(0); !errors.Is(err, ErrClosed) {
@@ -781,14 +781,14 @@ func TestQueueFullAndContextCancel(t *testing.T) {
 	hold.Store(firstSync)
 	// The first append is taken by the writer, which is held in its fsync;
 	// the next ones queue up to MaxPendingBytes.
-	if _, err := l.Append(ctx, payload(0, 100), Accepted); err != nil {
+	if _, err := l.Append(ctx, payload(0, 100), contract.Accepted); err != nil {
 		t.Fatal(err)
 	}
 	<-firstSync.entered
 	var err error
 	n := 0
 	for ; n < 100; n++ {
-		if _, err = l.Append(ctx, payload(n+1, 100), Accepted); err != nil {
+		if _, err = l.Append(ctx, payload(n+1, 100), contract.Accepted); err != nil {
 			break
 		}
 	}
@@ -806,7 +806,7 @@ func TestQueueFullAndContextCancel(t *testing.T) {
 	defer cancel()
 	cancelled := make(chan error, 1)
 	go func() {
-		_, err := l.Append(cctx, payload(999, 10), Durable)
+		_, err := l.Append(cctx, payload(999, 10), contract.Durable)
 		cancelled <- err
 	}()
 	<-cancelSync.entered
@@ -918,7 +918,7 @@ func TestConcurrentReadersDuringWrites(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 3))
 			for i := 0; i < perWriter; i++ {
 				p := []byte(fmt.Sprintf(`{"g":%d,"i":%d,"pad":"%s"}`, g, i, strings.Repeat("y", rng.IntN(100))))
-				if _, err := l.Append(context.Background(), p, AckLevel(1+rng.IntN(3))); err != nil {
+				if _, err := l.Append(context.Background(), p, contract.AckLevel(1+rng.IntN(3))); err != nil {
 					t.Error(err)
 					return
 				}
@@ -970,7 +970,7 @@ func TestAppendBatchContiguous(t *testing.T) {
 				for j := range batch {
 					batch[j] = []byte(fmt.Sprintf(`{"g":%d,"i":%d,"j":%d}`, g, i, j))
 				}
-				first, err := l.AppendBatch(context.Background(), batch, Durable)
+				first, err := l.AppendBatch(context.Background(), batch, contract.Durable)
 				if err != nil {
 					t.Error(err)
 					return
@@ -1029,7 +1029,7 @@ func TestGroupCommit(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < per; j++ {
-				if _, err := l.Append(context.Background(), payload(i*per+j, 200), Durable); err != nil {
+				if _, err := l.Append(context.Background(), payload(i*per+j, 200), contract.Durable); err != nil {
 					t.Error(err)
 					return
 				}
@@ -1122,7 +1122,7 @@ func TestAnswersNeverCrossCallers(t *testing.T) {
 				if id%3 == 0 {
 					ctx, cancel = context.WithTimeout(ctx, time.Duration(id%5)*50*time.Microsecond)
 				}
-				lvl := []AckLevel{Written, Durable}[id%2]
+				lvl := []contract.AckLevel{contract.Written, contract.Durable}[id%2]
 				off, err := l.Append(ctx, payload(id, 60), lvl)
 				cancel()
 				switch {
@@ -1177,7 +1177,7 @@ func TestOpenFileLimitIsExplained(t *testing.T) {
 	fsys := vfs.NewMem()
 	l := openMem(t, fsys, Options{SegmentMaxBytes: 1024})
 	for i := 0; i < 40; i++ {
-		if _, err := l.Append(context.Background(), payload(i, 200), Durable); err != nil {
+		if _, err := l.Append(context.Background(), payload(i, 200), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

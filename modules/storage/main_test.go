@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -57,7 +58,7 @@ func payload(i int, n int) []byte {
 
 func mustAppend(t testing.TB, l *Log, p []byte) int64 {
 	t.Helper()
-	off, err := l.Append(context.Background(), p, Durable)
+	off, err := l.Append(context.Background(), p, contract.Durable)
 	if err != nil {
 		t.Fatalf("append: %v", err)
 	}
@@ -184,7 +185,7 @@ func closeAtEnd(t testing.TB, l *Log, gates ...*gate) {
 // without depending on when an appending goroutine gets to run.
 func queueDurable(t *testing.T, l *Log, done chan result, payloads ...[]byte) {
 	t.Helper()
-	r := &request{n: len(payloads), level: Durable, first: -1, done: done}
+	r := &request{n: len(payloads), level: contract.Durable, first: -1, done: done}
 	for _, p := range payloads {
 		r.data = AppendEntry(r.data, p)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -44,7 +45,7 @@ func TestLoweredMaxRecordBytesKeepsOldEntries(t *testing.T) {
 			t.Fatalf("ReadBatch(%d) = %d entries, %v", from, len(es), err)
 		}
 	}
-	if _, err := l.Append(context.Background(), big, Durable); err == nil {
+	if _, err := l.Append(context.Background(), big, contract.Durable); err == nil {
 		t.Fatal("a new append over the lowered limit was accepted")
 	}
 	rep, err := Verify(testDir, Options{FS: fsys, MaxRecordBytes: 1024}, nil)

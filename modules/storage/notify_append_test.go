@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -25,7 +26,7 @@ func TestAppendBatchNotify(t *testing.T) {
 	defer l.Close()
 	ch := make(chan notified, 8)
 	notify := func(first int64, err error) { ch <- notified{first, err, l.HighWatermark()} }
-	for i, lvl := range []AckLevel{Durable, Written, Accepted} {
+	for i, lvl := range []contract.AckLevel{contract.Durable, contract.Written, contract.Accepted} {
 		if err := l.AppendBatchNotify([][]byte{payload(2*i, 20), payload(2*i+1, 20)}, lvl, notify); err != nil {
 			t.Fatalf("%s: %v", lvl, err)
 		}
@@ -33,15 +34,15 @@ func TestAppendBatchNotify(t *testing.T) {
 		if n.err != nil || n.first != int64(2*i) {
 			t.Fatalf("%s: notified %+v, want first %d", lvl, n, 2*i)
 		}
-		if lvl != Written && n.hw < n.first+2 {
+		if lvl != contract.Written && n.hw < n.first+2 {
 			t.Fatalf("%s: notified at high watermark %d, before offsets %d-%d were visible", lvl, n.hw, n.first, n.first+1)
 		}
 	}
-	if err := l.AppendBatchNotify([][]byte{payload(9, 20)}, Durable, nil); err == nil {
+	if err := l.AppendBatchNotify([][]byte{payload(9, 20)}, contract.Durable, nil); err == nil {
 		t.Fatal("nil notify accepted")
 	}
 	// Refused up front: an error, and notify is never called.
-	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*DefaultMaxRecordBytes))}, Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
+	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*defaultMaxRecordBytes))}, contract.Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	// A failed write reaches notify with the error.
@@ -51,14 +52,14 @@ func TestAppendBatchNotify(t *testing.T) {
 		}
 		return nil
 	})
-	if err := l.AppendBatchNotify([][]byte{payload(6, 20)}, Durable, notify); err != nil {
+	if err := l.AppendBatchNotify([][]byte{payload(6, 20)}, contract.Durable, notify); err != nil {
 		t.Fatal(err)
 	}
 	if n := <-ch; !errors.Is(n.err, ErrFailed) || n.first != -1 {
 		t.Fatalf("failed write notified %+v, want ErrFailed and -1", n)
 	}
 	fsys.SetHook(nil)
-	if err := l.AppendBatchNotify([][]byte{payload(7, 20)}, Durable, notify); !errors.Is(err, ErrFailed) {
+	if err := l.AppendBatchNotify([][]byte{payload(7, 20)}, contract.Durable, notify); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append to a failed log: %v", err)
 	}
 	select {
@@ -66,7 +67,7 @@ func TestAppendBatchNotify(t *testing.T) {
 		t.Fatalf("notify called for refused batches: %+v", n)
 	default:
 	}
-	if _, err := l.Append(context.Background(), payload(8, 20), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(8, 20), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Append after the failure: %v", err)
 	}
 }

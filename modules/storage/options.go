@@ -186,10 +186,10 @@ func (o *Options) withDefaults() Options {
 		r.Logger = zap.NewNop()
 	}
 	if r.SegmentMaxBytes <= 0 {
-		r.SegmentMaxBytes = DefaultSegmentMaxBytes
+		r.SegmentMaxBytes = defaultSegmentMaxBytes
 	}
 	if r.MaxRecordBytes <= 0 {
-		r.MaxRecordBytes = DefaultMaxRecordBytes
+		r.MaxRecordBytes = defaultMaxRecordBytes
 	}
 	if r.MaxPendingBytes <= 0 {
 		r.MaxPendingBytes = 64 << 20

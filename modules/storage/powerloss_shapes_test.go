@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -37,7 +38,7 @@ func shapeTopic(t *testing.T, mode IndexSync, n, size int) (*vfs.MemFS, [][]byte
 	}
 	for len(batch) > 0 {
 		k := min(len(batch), max(1, MaxGroupBytes/(size+HeaderSize)-1))
-		if _, err := l.AppendBatch(context.Background(), batch[:k], Durable); err != nil {
+		if _, err := l.AppendBatch(context.Background(), batch[:k], contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, batch[:k]...)

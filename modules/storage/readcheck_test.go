@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -70,13 +71,13 @@ func TestRotationCreateFailureIsNotFatal(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := l.Append(ctx, payload, Durable); !errors.Is(err, syscall.EMFILE) {
+	if _, err := l.Append(ctx, payload, contract.Durable); !errors.Is(err, syscall.EMFILE) {
 		t.Fatalf("append during EMFILE: %v", err)
 	}
 	if l.Err() != nil {
 		t.Fatalf("the log failed: %v", l.Err())
 	}
-	off, err := l.Append(ctx, payload, Durable)
+	off, err := l.Append(ctx, payload, contract.Durable)
 	if err != nil || off != 1 {
 		t.Fatalf("append after EMFILE: offset %d, %v", off, err)
 	}

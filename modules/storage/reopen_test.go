@@ -60,11 +60,11 @@ func testReopenAfterFailure(t *testing.T, acked0 int) {
 			var on atomic.Bool
 			on.Store(true)
 			tc.fault(t, fsys, &on)
-			_, err := l.Append(context.Background(), payload(100, 60), Durable)
+			_, err := l.Append(context.Background(), payload(100, 60), contract.Durable)
 			if c := contract.Classify(err); c.Code != contract.CodeTopicFailed || !strings.Contains(err.Error(), "("+tc.cause+")") {
 				t.Fatalf("append at the fault: %v (%+v), want TOPIC_FAILED naming %s", err, c, tc.cause)
 			}
-			for _, lvl := range []AckLevel{Durable, Written, Accepted} {
+			for _, lvl := range []contract.AckLevel{contract.Durable, contract.Written, contract.Accepted} {
 				if _, err := l.Append(context.Background(), payload(101, 60), lvl); !errors.Is(err, ErrFailed) {
 					t.Fatalf("%s append after the failure: %v", lvl, err)
 				}
@@ -158,14 +158,14 @@ func TestReopenFailsWhileTheFaultPersists(t *testing.T) {
 	var on atomic.Bool
 	on.Store(true)
 	eioOn(vfs.OpSync, "")(t, fsys, &on)
-	if _, err := l.Append(context.Background(), payload(3, 40), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(3, 40), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append: %v", err)
 	}
 	_, err := l.Reopen()
 	if !errors.Is(err, ErrFailed) || contract.Classify(err).Code != contract.CodeTopicFailed || l.Err() == nil {
 		t.Fatalf("reopen with fsync still failing: %v (log err %v)", err, l.Err())
 	}
-	if _, err := l.Append(context.Background(), payload(4, 40), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(4, 40), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append after a failed reopen: %v", err)
 	}
 	on.Store(false)
@@ -189,7 +189,7 @@ func TestAppendDuringReopenIsBusy(t *testing.T) {
 	var on atomic.Bool
 	on.Store(true)
 	eioOn(vfs.OpSync, SegmentExt)(t, fsys, &on)
-	if _, err := l.Append(context.Background(), payload(1, 40), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(1, 40), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append: %v", err)
 	}
 	fsys.SetHook(func(op vfs.Op, _ string) error {
@@ -201,7 +201,7 @@ func TestAppendDuringReopenIsBusy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := l.Reopen(); done <- err }()
 	<-inCut.entered
-	_, err := l.Append(context.Background(), payload(2, 40), Durable)
+	_, err := l.Append(context.Background(), payload(2, 40), contract.Durable)
 	if !errors.Is(err, ErrReopening) || contract.Classify(err).Code != contract.CodeTopicBusy {
 		t.Fatalf("append during reopen: %v, want TOPIC_BUSY", err)
 	}

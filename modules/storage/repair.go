@@ -42,11 +42,6 @@ type RepairReport struct {
 	Actions              []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
 }
 
-// RecoveryReport is the old name of RepairReport.
-//
-// Deprecated: use RepairReport.
-type RecoveryReport = RepairReport
-
 // Clean reports whether repair found nothing to change.
 func (r RepairReport) Clean() bool { return len(r.Actions) == 0 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -32,7 +33,7 @@ func FuzzRecovery(f *testing.F) {
 		var want [][]byte
 		for i := 0; i < 5; i++ {
 			p := []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, bytes.Repeat([]byte("x"), i*3)))
-			if _, err := l.Append(context.Background(), p, Durable); err != nil {
+			if _, err := l.Append(context.Background(), p, contract.Durable); err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, p)

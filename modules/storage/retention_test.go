@@ -188,7 +188,7 @@ func TestRetentionConcurrentReaders(t *testing.T) {
 	defer l.Close()
 	const n = 600
 	for i := 0; i < n; i++ {
-		if _, err := l.Append(context.Background(), stamped(i, 0), Written); err != nil {
+		if _, err := l.Append(context.Background(), stamped(i, 0), contract.Written); err != nil {
 			t.Fatal(err)
 		}
 	}

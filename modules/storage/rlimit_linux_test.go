@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // rlimitChildEnv marks the subprocess of a test run by underFileLimit; its
@@ -71,7 +73,7 @@ func TestManySegmentsUnderLowFileLimit(t *testing.T) {
 		for i := range batch {
 			batch[i] = payload(next+i, 256)
 		}
-		if _, err := l.AppendBatch(context.Background(), batch, Durable); err != nil {
+		if _, err := l.AppendBatch(context.Background(), batch, contract.Durable); err != nil {
 			t.Fatalf("append batch at %d: %v", next, err)
 		}
 		next += len(batch)
@@ -193,7 +195,7 @@ func TestManyTopicsUnderLowFileLimit(t *testing.T) {
 // appendAndCommit appends topic i's entry of this round and commits its
 // checkpoint past it.
 func appendAndCommit(l *Log, i, round int) error {
-	off, err := l.Append(context.Background(), payload(i*2+round, 100), Durable)
+	off, err := l.Append(context.Background(), payload(i*2+round, 100), contract.Durable)
 	if err != nil {
 		return err
 	}

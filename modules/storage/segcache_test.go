@@ -180,7 +180,7 @@ func TestSegmentCachePinOutlivesEviction(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read of an evicted but pinned pair: %v", err)
 	}
-	if p, err := f0.readEntryAt(pos[0], -1, DefaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 200)) {
+	if p, err := f0.readEntryAt(pos[0], -1, defaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 200)) {
 		t.Fatalf("entry 0 through the pinned pair: %.30q, %v", p, err)
 	}
 	f0.unpin()
@@ -345,7 +345,7 @@ func TestIdleTopicsHoldNoFiles(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read through the replaced pair: %v", err)
 	}
-	if p, err := ro.readEntryAt(pos[0], -1, DefaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 50)) {
+	if p, err := ro.readEntryAt(pos[0], -1, defaultMaxRecordBytes); err != nil || !bytes.Equal(p, payload(0, 50)) {
 		t.Fatalf("entry 0 through the replaced pair: %.30q, %v", p, err)
 	}
 	ro.unpin()

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/storage/vfs/vfstest"
 )
@@ -44,7 +45,7 @@ func TestSpaceGuardOnRealTmpfs(t *testing.T) {
 	var refusal error
 	for i := 0; i < 10_000; i++ {
 		p := payload(i, 4096)
-		if _, err := l.Append(context.Background(), p, Durable); err != nil {
+		if _, err := l.Append(context.Background(), p, contract.Durable); err != nil {
 			refusal = err
 			break
 		}
@@ -70,7 +71,7 @@ func TestSpaceGuardOnRealTmpfs(t *testing.T) {
 	clock.Advance(DefaultSpaceCheckInterval)
 	for i := 0; i < 10; i++ {
 		p := payload(50_000+i, 4096)
-		off, err := l.Append(context.Background(), p, Durable)
+		off, err := l.Append(context.Background(), p, contract.Durable)
 		if err != nil || off != int64(len(acked)) {
 			t.Fatalf("append after space was freed: %d, %v; want offset %d", off, err, len(acked))
 		}

@@ -76,7 +76,7 @@ func TestSpaceGuardRefusesBeforeTheDiskIsFull(t *testing.T) {
 	var refusal error
 	for i := 0; i < 1000 && refusal == nil; i++ {
 		p := payload(i, 100)
-		if _, err := l.Append(context.Background(), p, Durable); err != nil {
+		if _, err := l.Append(context.Background(), p, contract.Durable); err != nil {
 			refusal = err
 			break
 		}
@@ -103,7 +103,7 @@ func TestSpaceGuardRefusesBeforeTheDiskIsFull(t *testing.T) {
 	// Refusals do not sample again before the interval has passed.
 	before := statfs.Load()
 	for i := 0; i < 100; i++ {
-		if _, err := l.Append(context.Background(), payload(9000+i, 100), Durable); !errors.As(err, &lse) {
+		if _, err := l.Append(context.Background(), payload(9000+i, 100), contract.Durable); !errors.As(err, &lse) {
 			t.Fatalf("refused append %d: %v", i, err)
 		}
 	}
@@ -117,13 +117,13 @@ func TestSpaceGuardRefusesBeforeTheDiskIsFull(t *testing.T) {
 	// Space is freed (an operator, or retention): still refused until
 	// the interval passes, then accepted on the same log.
 	fsys.SetCapacity(0)
-	if _, err := l.Append(context.Background(), payload(2000, 100), Durable); !errors.As(err, &lse) {
+	if _, err := l.Append(context.Background(), payload(2000, 100), contract.Durable); !errors.As(err, &lse) {
 		t.Fatalf("append right after freeing: %v (the guard has not sampled yet)", err)
 	}
 	clock.Advance(DefaultSpaceCheckInterval)
 	for i := 0; i < 5; i++ {
 		p := payload(3000+i, 100)
-		off, err := l.Append(context.Background(), p, Durable)
+		off, err := l.Append(context.Background(), p, contract.Durable)
 		if err != nil || off != int64(len(acked)) {
 			t.Fatalf("append after space is back: %d, %v; want offset %d", off, err, len(acked))
 		}
@@ -263,13 +263,13 @@ func TestFailedLogAnswersBeforeTheGuard(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := l.Append(context.Background(), payload(0, 50), Durable); !errors.Is(err, ErrFailed) {
+	if _, err := l.Append(context.Background(), payload(0, 50), contract.Durable); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append: %v", err)
 	}
 	fsys.SetHook(nil)
 	fsys.SetCapacity(1)
 	clock.Advance(time.Second)
-	_, err := l.Append(context.Background(), payload(1, 50), Durable)
+	_, err := l.Append(context.Background(), payload(1, 50), contract.Durable)
 	if !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("append to a failed log on a low disk: %v, want the log's failure", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // refusedError is a failure before anything of the batch was written at its
@@ -27,7 +29,7 @@ func (e *refusedError) Unwrap() error { return e.err }
 type request struct {
 	data  []byte // encoded entries back to back
 	n     int    // number of entries
-	level AckLevel
+	level contract.AckLevel
 	first int64       // first assigned offset (set by the writer)
 	done  chan result // buffered(1), from donePool; nil for ACCEPTED
 	// answered is set by the writer once done got its value.
@@ -74,7 +76,7 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 // nothing queued), ErrClosed, an error wrapping ErrFailed and the I/O
 // error (its Cause named) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
-func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64, error) {
+func (l *Log) Append(ctx context.Context, payload []byte, level contract.AckLevel) (int64, error) {
 	one := [1][]byte{payload}
 	return l.AppendBatch(ctx, one[:], level)
 }
@@ -89,7 +91,7 @@ func (l *Log) Append(ctx context.Context, payload []byte, level AckLevel) (int64
 // and the call answered after the last. Validation is all or nothing: one
 // bad payload and nothing is queued; durability is not (a crash between
 // two of its group commits keeps the first, as any retried publish may).
-func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel) (int64, error) {
+func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract.AckLevel) (int64, error) {
 	done, err := l.enqueue(payloads, level, nil)
 	if err != nil || done == nil {
 		return -1, err
@@ -117,7 +119,7 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel
 // call into the log. The idempotent-publish window uses it to learn the
 // outcome of a publish whose caller stopped waiting (a timeout) or never
 // waits (ACCEPTED).
-func (l *Log) AppendBatchNotify(payloads [][]byte, level AckLevel, notify func(first int64, err error)) error {
+func (l *Log) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(first int64, err error)) error {
 	if notify == nil {
 		return errors.New("append: nil notify")
 	}
@@ -128,11 +130,11 @@ func (l *Log) AppendBatchNotify(payloads [][]byte, level AckLevel, notify func(f
 // enqueue validates payloads and queues them for the writer. It returns
 // the channel the writer answers into (nil for Accepted or when notify is
 // set), or the error that refused them.
-func (l *Log) enqueue(payloads [][]byte, level AckLevel, notify func(int64, error)) (chan result, error) {
+func (l *Log) enqueue(payloads [][]byte, level contract.AckLevel, notify func(int64, error)) (chan result, error) {
 	if len(payloads) == 0 {
 		return nil, fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
 	}
-	if level < Accepted || level > Durable {
+	if level < contract.Accepted || level > contract.Durable {
 		return nil, fmt.Errorf("append: invalid ack level %d", level)
 	}
 	total := 0
@@ -163,7 +165,7 @@ func (l *Log) enqueue(payloads [][]byte, level AckLevel, notify func(int64, erro
 	r.n, r.level, r.first, r.answered, r.done, r.budgeted = len(payloads), level, -1, false, nil, 0
 	r.notify = notify
 	var done chan result
-	if level != Accepted && notify == nil {
+	if level != contract.Accepted && notify == nil {
 		done = donePool.Get().(chan result)
 		r.done = done
 	}
@@ -179,9 +181,9 @@ func (l *Log) enqueue(payloads [][]byte, level AckLevel, notify func(int64, erro
 		refused = ErrClosed
 	case l.pendingBytes+int64(total) > l.opts.MaxPendingBytes && len(l.pending) > 0:
 		refused = fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
-	case level == Accepted && !l.opts.Budget.TryAcquire(int64(total)):
+	case level == contract.Accepted && !l.opts.Budget.TryAcquire(int64(total)):
 		refused = l.opts.Budget.Overloaded("ACCEPTED append to topic "+l.topic, int64(total))
-	case level == Accepted:
+	case level == contract.Accepted:
 		r.budgeted = int64(total)
 	}
 	if refused != nil {
@@ -553,7 +555,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 				if r.first < 0 || r.first+int64(r.n) > w.next {
 					break
 				}
-				if r.level == Durable {
+				if r.level == contract.Durable {
 					l.finish(r, nil)
 				}
 			}
@@ -576,7 +578,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 		if r.first < 0 || r.first+int64(r.n) > w.next {
 			break
 		}
-		if r.level == Written {
+		if r.level == contract.Written {
 			l.finish(r, nil)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // BenchmarkDedupRebuild measures what the first publish with an id to a
@@ -36,7 +35,7 @@ func BenchmarkDedupRebuild(b *testing.B) {
 				p, _ := contract.EncodeMessage("t", []byte(`{"order":12345,"note":"a message of about two hundred bytes, as in the other benchmarks of the broker"}`),
 					fmt.Sprintf("producer-1-%d", i), nil, time.Now())
 				if batch = append(batch, p); len(batch) == cap(batch) || i == entries-1 {
-					if _, err := q.Log().AppendBatch(context.Background(), batch, storage.Durable); err != nil {
+					if _, err := q.Log().AppendBatch(context.Background(), batch, contract.Durable); err != nil {
 						b.Fatal(err)
 					}
 					batch = batch[:0]
@@ -54,7 +53,7 @@ func BenchmarkDedupRebuild(b *testing.B) {
 				m.Stored, _ = contract.EncodeMessage("t", []byte(`1`), m.ID, nil, time.Now())
 				out := make([]Published, 1)
 				b.StartTimer()
-				if _, err := reg.PublishMessages(context.Background(), "t", []Message{m}, storage.Durable, out); err != nil {
+				if _, err := reg.PublishMessages(context.Background(), "t", []Message{m}, contract.Durable, out); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

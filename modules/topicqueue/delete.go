@@ -210,7 +210,7 @@ const maxPublishRetries = 3
 // Publish appends payloads (stored message JSONs without producer ids:
 // never deduplicated) to topic name as PublishMessages does, and returns
 // the first offset (-1 for Accepted).
-func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level storage.AckLevel) (*TopicQueue, int64, error) {
+func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level contract.AckLevel) (*TopicQueue, int64, error) {
 	msgs := make([]Message, len(payloads))
 	for i, p := range payloads {
 		msgs[i].Stored = p

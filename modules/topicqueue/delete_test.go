@@ -34,7 +34,7 @@ func setupTopic(t *testing.T, reg *Registry, n int) topicImage {
 	img := topicImage{checkpoint: int64(n / 2)}
 	for i := 0; i < n; i++ {
 		p := fmt.Sprintf(`{"topic":{"name":"t"},"content":%d}`, i)
-		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(p)}, storage.Durable); err != nil {
+		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(p)}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 		img.messages = append(img.messages, p)
@@ -248,7 +248,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 	if !oldQ.Deleted() {
 		t.Fatal("old TopicQueue not marked deleted")
 	}
-	if _, err := oldQ.Log().Append(context.Background(), []byte(`{}`), storage.Durable); !errors.Is(err, storage.ErrClosed) {
+	if _, err := oldQ.Log().Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, storage.ErrClosed) {
 		t.Fatalf("append to the deleted topic's log: %v, want ErrClosed", err)
 	}
 	ents, err := fsys.List(delRoot)
@@ -260,7 +260,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 			t.Fatalf("data root still holds directory %s after the deletion", e.Name)
 		}
 	}
-	q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":"new"}`)}, storage.Durable)
+	q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":"new"}`)}, contract.Durable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestPublishesRacingDeletionNeverFail(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
 				pl := fmt.Sprintf(`{"topic":{"name":"t"},"content":"%d-%d"}`, p, i)
-				q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(pl)}, storage.Durable)
+				q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(pl)}, contract.Durable)
 				if err != nil {
 					errs <- err
 					return
@@ -453,7 +453,7 @@ func TestPublishMeetingADeletionLandsInTheNewTopic(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, storage.Durable)
+		q, off, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, contract.Durable)
 		done <- res{q, off, err}
 	}()
 	<-b.reached // the publish holds the old topic
@@ -478,7 +478,7 @@ func TestDeleteQuarantinedAndFailedDeletion(t *testing.T) {
 	fsys := vfs.NewMem()
 	reg := New(Options{Root: delRoot, Storage: storage.Options{FS: fsys}})
 	setupTopic(t, reg, 3)
-	if _, _, err := reg.Publish(context.Background(), "u", [][]byte{[]byte(`{}`)}, storage.Durable); err != nil {
+	if _, _, err := reg.Publish(context.Background(), "u", [][]byte{[]byte(`{}`)}, contract.Durable); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.Close(); err != nil {

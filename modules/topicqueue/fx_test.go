@@ -55,7 +55,7 @@ func TestFxModule(t *testing.T) {
 
 	payload := []byte(`{"topic":{"name":"t"},"content":"` + string(make([]byte, 600)) + `"}`)
 	for range 3 {
-		_, _, err := reg.Publish(context.Background(), "t", [][]byte{payload}, storage.Durable)
+		_, _, err := reg.Publish(context.Background(), "t", [][]byte{payload}, contract.Durable)
 		require.NoError(t, err)
 	}
 	names, err := mem.List(filepath.Join("/data", "t"))
@@ -71,6 +71,6 @@ func TestFxModule(t *testing.T) {
 	release, err := reg.Lock()
 	require.NoError(t, err, "the lock is released on stop")
 	require.NoError(t, release())
-	_, _, err = reg.Publish(context.Background(), "t", [][]byte{payload}, storage.Durable)
+	_, _, err = reg.Publish(context.Background(), "t", [][]byte{payload}, contract.Durable)
 	assert.ErrorIs(t, err, storage.ErrClosed, "logs closed on stop")
 }

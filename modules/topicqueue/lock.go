@@ -41,9 +41,3 @@ func LockRootFS(fsys vfs.FS, root string) (release func() error, err error) {
 	}
 	return l.Close, nil
 }
-
-// LockRoot is LockRootFS on the operating system's filesystem.
-//
-// Deprecated: use LockRootFS (or Registry.Lock, which locks through the
-// registry's backend).
-func LockRoot(root string) (release func() error, err error) { return LockRootFS(vfs.OS{}, root) }

@@ -10,7 +10,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// TestLockRoot: on the real filesystem and on a MemFS, a second LockRoot of
+// TestLockRoot: on the real filesystem and on a MemFS, a second LockRootFS of
 // a locked data root fails with ErrRootInUse and the operator's message
 // (lock file, holder pid, what to do), and succeeds once the first lock is
 // released. The root is created when missing.

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -59,7 +60,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 	}
 	for _, name := range skipped {
 		rep.Skipped = append(rep.Skipped, name)
-		log.Warn("skipping directory that is not a topic", zap.String("name", name), zap.Error(ValidateName(name)))
+		log.Warn("skipping directory that is not a topic", zap.String("name", name), zap.Error(contract.ValidateTopic(name)))
 	}
 	for _, name := range names {
 		q, err := r.Open(name)

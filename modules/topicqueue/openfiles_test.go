@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -25,7 +26,7 @@ func TestTopicsShareOneSegmentCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 40; i++ {
-			if _, err := q.Log().Append(context.Background(), msg(i), storage.Durable); err != nil {
+			if _, err := q.Log().Append(context.Background(), msg(i), contract.Durable); err != nil {
 				t.Fatal(err)
 			}
 		}

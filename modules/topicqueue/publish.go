@@ -40,7 +40,7 @@ type Published struct {
 // whole call (nothing of it is acknowledged), and ctx.Err() while it
 // waits. It is PublishNotify followed by the wait; out is only written
 // before Publish returns.
-func (q *TopicQueue) Publish(ctx context.Context, msgs []Message, level storage.AckLevel, out []Published) error {
+func (q *TopicQueue) Publish(ctx context.Context, msgs []Message, level contract.AckLevel, out []Published) error {
 	w := getWaiter(len(msgs))
 	return w.wait(ctx, q.PublishNotify(ctx, msgs, level, w.out, w.notify), out)
 }
@@ -67,7 +67,7 @@ func (q *TopicQueue) Publish(ctx context.Context, msgs []Message, level storage.
 // It may wait before it returns, bounded by ctx: while another publish of
 // the same producer id is being committed (package dedup), and for a
 // duplicate at DURABLE until its first message is durable.
-func (q *TopicQueue) PublishNotify(ctx context.Context, msgs []Message, level storage.AckLevel, out []Published, done func(error)) error {
+func (q *TopicQueue) PublishNotify(ctx context.Context, msgs []Message, level contract.AckLevel, out []Published, done func(error)) error {
 	p := getPub(q, len(msgs), level, out, done)
 	if err := p.begin(ctx, msgs); err != nil {
 		p.free()
@@ -84,7 +84,7 @@ func (q *TopicQueue) PublishNotify(ctx context.Context, msgs []Message, level st
 // publish of one message allocates nothing here.
 type pub struct {
 	q        *TopicQueue
-	level    storage.AckLevel
+	level    contract.AckLevel
 	res      []dedup.Result
 	ids      []string
 	payloads [][]byte
@@ -114,7 +114,7 @@ func init() {
 	}
 }
 
-func getPub(q *TopicQueue, n int, level storage.AckLevel, out []Published, done func(error)) *pub {
+func getPub(q *TopicQueue, n int, level contract.AckLevel, out []Published, done func(error)) *pub {
 	p := pubPool.Get().(*pub)
 	p.q, p.level, p.out, p.done = q, level, out, done
 	p.res = slices.Grow(p.res[:0], n)[:n]
@@ -155,7 +155,7 @@ func (p *pub) begin(ctx context.Context, msgs []Message) error {
 		switch {
 		case r.Verdict == dedup.Store:
 			p.payloads = append(p.payloads, msgs[i].Stored)
-		case r.Verdict == dedup.Duplicate && p.level != storage.Accepted:
+		case r.Verdict == dedup.Duplicate && p.level != contract.Accepted:
 			if err := q.awaitVisible(ctx, r.Offset, p.level); err != nil {
 				p.claim.Resolve(-1, err) // nothing of the call is stored
 				return err
@@ -170,7 +170,7 @@ func (p *pub) begin(ctx context.Context, msgs []Message) error {
 func (p *pub) append(ctx context.Context) error {
 	q, level, claim := p.q, p.level, p.claim
 	na, notifying := q.log.(notifyingAppender)
-	if claim == nil && (level == storage.Accepted || !notifying) {
+	if claim == nil && (level == contract.Accepted || !notifying) {
 		// Nothing to report to the window: Append and AppendBatch return
 		// once queued at Accepted, and wait for level otherwise.
 		first, err := appendPlain(ctx, q.log, p.payloads, level)
@@ -193,13 +193,13 @@ func (p *pub) append(ctx context.Context) error {
 		na = goroutineAppender{q.log}
 	}
 	notify := p.appended
-	if level == storage.Accepted {
+	if level == contract.Accepted {
 		// The window learns the outcome from the log once the messages
 		// are stored; the caller is answered now.
 		notify = claim.Resolve
 	}
 	var err error
-	if dn, ok := q.log.(duplicateNotifyingAppender); ok && level != storage.Accepted && len(payloads) == 1 {
+	if dn, ok := q.log.(duplicateNotifyingAppender); ok && level != contract.Accepted && len(payloads) == 1 {
 		err = dn.AppendBatchNotifyDuplicate(payloads, level, p.appendedDup)
 	} else {
 		err = na.AppendBatchNotify(payloads, level, notify)
@@ -210,7 +210,7 @@ func (p *pub) append(ctx context.Context) error {
 		return err
 	}
 	// At Written and Durable p may be completed and reused by now.
-	if level == storage.Accepted {
+	if level == contract.Accepted {
 		p.claim = nil
 		p.complete(-1, nil)
 	}
@@ -219,7 +219,7 @@ func (p *pub) append(ctx context.Context) error {
 
 // appendPlain appends payloads with the log's own call: Append for one
 // payload, AppendBatch for several.
-func appendPlain(ctx context.Context, log contract.Log, payloads [][]byte, level storage.AckLevel) (int64, error) {
+func appendPlain(ctx context.Context, log contract.Log, payloads [][]byte, level contract.AckLevel) (int64, error) {
 	if len(payloads) == 1 {
 		return log.Append(ctx, payloads[0], level)
 	}
@@ -248,7 +248,7 @@ func (p *pub) completeDup(first int64, duplicate bool, err error) {
 // fill writes each message's outcome to out: first is the offset of the
 // first stored message (-1 at Accepted).
 func (p *pub) fill(first int64) {
-	out, accepted := p.out, p.level == storage.Accepted
+	out, accepted := p.out, p.level == contract.Accepted
 	for i, r := range p.res {
 		switch r.Verdict {
 		case dedup.Store:
@@ -318,7 +318,7 @@ func anyID(msgs []Message) bool {
 // callback (*storage.Log): the window learns what became of a publish
 // whose caller stopped waiting, or never waits (ACCEPTED).
 type notifyingAppender interface {
-	AppendBatchNotify(payloads [][]byte, level storage.AckLevel, notify func(first int64, err error)) error
+	AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(first int64, err error)) error
 }
 
 // duplicateNotifyingAppender is a log that recognises message ids itself,
@@ -331,17 +331,17 @@ type notifyingAppender interface {
 // producer ids at WRITTEN and DURABLE; the rest goes through
 // AppendBatchNotify.
 type duplicateNotifyingAppender interface {
-	AppendBatchNotifyDuplicate(payloads [][]byte, level storage.AckLevel, notify func(first int64, duplicate bool, err error)) error
+	AppendBatchNotifyDuplicate(payloads [][]byte, level contract.AckLevel, notify func(first int64, duplicate bool, err error)) error
 }
 
 // goroutineAppender gives any contract.Log the callback form.
 type goroutineAppender struct{ log contract.Log }
 
-func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level storage.AckLevel, notify func(int64, error)) error {
+func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, notify func(int64, error)) error {
 	go func() {
 		// At Accepted the outcome is only known once the messages are
 		// stored: wait for Written.
-		first, err := g.log.AppendBatch(context.Background(), payloads, max(level, storage.Written))
+		first, err := g.log.AppendBatch(context.Background(), payloads, max(level, contract.Written))
 		notify(first, err)
 	}()
 	return nil
@@ -352,7 +352,7 @@ func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level storage.Ac
 // high watermark to pass it. An offset not yet durable in a log that has
 // failed may be lost (the reopen cuts it): the duplicate is refused with
 // the log's failure, as a new publish would be.
-func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.AckLevel) error {
+func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level contract.AckLevel) error {
 	if off >= q.log.HighWatermark() {
 		if f, ok := q.log.(interface{ Err() error }); ok {
 			if err := f.Err(); err != nil {
@@ -360,7 +360,7 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.
 			}
 		}
 	}
-	if level != storage.Durable {
+	if level != contract.Durable {
 		return nil
 	}
 	for q.log.HighWatermark() <= off {
@@ -388,7 +388,7 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.
 // or in the new topic — never acknowledged into the deleted one. It
 // returns the topic it appended to. Errors: those of GetOrCreate and
 // TopicQueue.Publish. It is PublishMessagesNotify followed by the wait.
-func (r *Registry) PublishMessages(ctx context.Context, name string, msgs []Message, level storage.AckLevel, out []Published) (*TopicQueue, error) {
+func (r *Registry) PublishMessages(ctx context.Context, name string, msgs []Message, level contract.AckLevel, out []Published) (*TopicQueue, error) {
 	w := getWaiter(len(msgs))
 	q, err := r.PublishMessagesNotify(ctx, name, msgs, level, w.out, w.notify)
 	return q, w.wait(ctx, err, out)
@@ -402,7 +402,7 @@ func (r *Registry) PublishMessages(ctx context.Context, name string, msgs []Mess
 // publish, created anew (PublishMessages). On the local backend the
 // messages of consecutive calls from one goroutine to one topic get
 // offsets in call order. It returns the topic it handed them to.
-func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs []Message, level storage.AckLevel, out []Published, done func(error)) (*TopicQueue, error) {
+func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs []Message, level contract.AckLevel, out []Published, done func(error)) (*TopicQueue, error) {
 	for i := 0; ; i++ {
 		q, err := r.GetOrCreate(name)
 		if err != nil {

@@ -58,7 +58,7 @@ func msg(t *testing.T, topic, id, content string) Message {
 	return Message{Stored: b, ID: id}
 }
 
-func (e *dedupEnv) publish(topic string, level storage.AckLevel, msgs ...Message) []Published {
+func (e *dedupEnv) publish(topic string, level contract.AckLevel, msgs ...Message) []Published {
 	e.t.Helper()
 	out := make([]Published, len(msgs))
 	if _, err := e.reg.PublishMessages(context.Background(), topic, msgs, level, out); err != nil {
@@ -97,25 +97,25 @@ func (e *dedupEnv) contents(topic string) []string {
 // generated ids and other topics are never duplicates.
 func TestPublishSameIDOnce(t *testing.T) {
 	e := newDedupEnv(t, vfs.NewMem())
-	first := e.publish("t", storage.Durable, msg(t, "t", "", `"pre"`), msg(t, "t", "a", `"a1"`))
-	again := e.publish("t", storage.Durable, msg(t, "t", "a", `"a2"`))
+	first := e.publish("t", contract.Durable, msg(t, "t", "", `"pre"`), msg(t, "t", "a", `"a1"`))
+	again := e.publish("t", contract.Durable, msg(t, "t", "a", `"a2"`))
 	if again[0] != (Published{Offset: first[1].Offset, Duplicate: true}) {
 		t.Fatalf("same id again: %+v, want the first offset %d as a duplicate", again[0], first[1].Offset)
 	}
-	if got := e.publish("u", storage.Durable, msg(t, "u", "a", `"u"`)); got[0].Duplicate {
+	if got := e.publish("u", contract.Durable, msg(t, "u", "a", `"u"`)); got[0].Duplicate {
 		t.Fatalf("same id on another topic: %+v", got)
 	}
-	if got := e.publish("t", storage.Durable, msg(t, "t", "", `"gen"`)); got[0].Duplicate || got[0].Offset != 2 {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "", `"gen"`)); got[0].Duplicate || got[0].Offset != 2 {
 		t.Fatalf("generated id: %+v", got)
 	}
 
 	e.reg.Close()
 	e.open() // a restart: the window is rebuilt from the log
-	if got := e.publish("t", storage.Durable, msg(t, "t", "a", `"a3"`)); got[0] != (Published{Offset: first[1].Offset, Duplicate: true}) {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "a", `"a3"`)); got[0] != (Published{Offset: first[1].Offset, Duplicate: true}) {
 		t.Fatalf("after a restart: %+v", got)
 	}
 	e.now.Add(int64(3 * time.Minute)) // past the 2m window
-	if got := e.publish("t", storage.Durable, msg(t, "t", "a", `"a4"`)); got[0].Duplicate || got[0].Offset != 3 {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "a", `"a4"`)); got[0].Duplicate || got[0].Offset != 3 {
 		t.Fatalf("after the window: %+v, want stored at 3", got)
 	}
 	if got := strings.Join(e.contents("t"), ","); got != `"pre","a1","gen","a4"` {
@@ -128,17 +128,17 @@ func TestPublishSameIDOnce(t *testing.T) {
 // ACCEPTED duplicate answers Duplicate without an offset.
 func TestPublishBatchAndAccepted(t *testing.T) {
 	e := newDedupEnv(t, vfs.NewMem())
-	got := e.publish("t", storage.Durable, msg(t, "t", "x", `1`), msg(t, "t", "y", `2`), msg(t, "t", "x", `3`), msg(t, "t", "", `4`))
+	got := e.publish("t", contract.Durable, msg(t, "t", "x", `1`), msg(t, "t", "y", `2`), msg(t, "t", "x", `3`), msg(t, "t", "", `4`))
 	want := []Published{{0, false}, {1, false}, {0, true}, {2, false}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("batch: %+v, want %+v", got, want)
 	}
-	if got := e.publish("t", storage.Accepted, msg(t, "t", "y", `5`), msg(t, "t", "z", `6`)); fmt.Sprint(got) != fmt.Sprint([]Published{{-1, true}, {-1, false}}) {
+	if got := e.publish("t", contract.Accepted, msg(t, "t", "y", `5`), msg(t, "t", "z", `6`)); fmt.Sprint(got) != fmt.Sprint([]Published{{-1, true}, {-1, false}}) {
 		t.Fatalf("ACCEPTED: %+v", got)
 	}
 	// z was accepted; its duplicate at DURABLE waits for it and answers
 	// its offset once it is durable.
-	if got := e.publish("t", storage.Durable, msg(t, "t", "z", `7`)); got[0] != (Published{Offset: 3, Duplicate: true}) {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "z", `7`)); got[0] != (Published{Offset: 3, Duplicate: true}) {
 		t.Fatalf("DURABLE duplicate of an ACCEPTED message: %+v", got)
 	}
 	if got := strings.Join(e.contents("t"), ","); got != "1,2,4,6" {
@@ -152,14 +152,14 @@ func TestPublishBatchAndAccepted(t *testing.T) {
 func TestPublishAfterReopenForgetsLostOffsets(t *testing.T) {
 	fsys := vfs.NewMem()
 	e := newDedupEnv(t, fsys)
-	e.publish("t", storage.Durable, msg(t, "t", "a", `1`))
+	e.publish("t", contract.Durable, msg(t, "t", "a", `1`))
 	fsys.SetHook(func(op vfs.Op, name string) error {
 		if op == vfs.OpSync && strings.HasSuffix(name, storage.IndexExt) {
 			return errors.New("injected EIO")
 		}
 		return nil
 	})
-	if got := e.publish("t", storage.Written, msg(t, "t", "b", `2`)); got[0] != (Published{Offset: 1}) {
+	if got := e.publish("t", contract.Written, msg(t, "t", "b", `2`)); got[0] != (Published{Offset: 1}) {
 		t.Fatalf("WRITTEN before the failure: %+v", got)
 	}
 	fsys.SetHook(nil)
@@ -172,7 +172,7 @@ func TestPublishAfterReopenForgetsLostOffsets(t *testing.T) {
 	// Before the reopen, a retry of b is refused with the failure, not
 	// answered as a duplicate of an offset the reopen will cut.
 	out1 := make([]Published, 1)
-	if _, err := e.reg.PublishMessages(context.Background(), "t", []Message{msg(t, "t", "b", `2`)}, storage.Written, out1); !errors.Is(err, storage.ErrFailed) {
+	if _, err := e.reg.PublishMessages(context.Background(), "t", []Message{msg(t, "t", "b", `2`)}, contract.Written, out1); !errors.Is(err, storage.ErrFailed) {
 		t.Fatalf("retry of b on the failed topic: %+v %v, want the topic's failure", out1, err)
 	}
 	if hw, err := e.reg.Reopen("t"); err != nil || hw != 1 {
@@ -181,7 +181,7 @@ func TestPublishAfterReopenForgetsLostOffsets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out := make([]Published, 2)
-	if _, err := e.reg.PublishMessages(ctx, "t", []Message{msg(t, "t", "b", `3`), msg(t, "t", "a", `4`)}, storage.Durable, out); err != nil {
+	if _, err := e.reg.PublishMessages(ctx, "t", []Message{msg(t, "t", "b", `3`), msg(t, "t", "a", `4`)}, contract.Durable, out); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(out) != fmt.Sprint([]Published{{1, false}, {0, true}}) {
@@ -193,11 +193,11 @@ func TestPublishAfterReopenForgetsLostOffsets(t *testing.T) {
 // with an empty window.
 func TestPublishAfterDeleteIsNew(t *testing.T) {
 	e := newDedupEnv(t, vfs.NewMem())
-	e.publish("t", storage.Durable, msg(t, "t", "", `0`), msg(t, "t", "a", `1`))
+	e.publish("t", contract.Durable, msg(t, "t", "", `0`), msg(t, "t", "a", `1`))
 	if err := e.reg.Delete("t"); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.publish("t", storage.Durable, msg(t, "t", "a", `2`)); got[0] != (Published{Offset: 0}) {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "a", `2`)); got[0] != (Published{Offset: 0}) {
 		t.Fatalf("after delete: %+v", got)
 	}
 }

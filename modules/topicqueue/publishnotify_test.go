@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -37,7 +38,7 @@ func TestPublishMessagesNotifyKeepsCallOrder(t *testing.T) {
 			calls[i].Add(1)
 			errs <- err
 		}
-		if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{m}, storage.Durable, outs[i][:], done); err != nil {
+		if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{m}, contract.Durable, outs[i][:], done); err != nil {
 			t.Fatalf("call %d refused: %v", i, err)
 		}
 		if id != "id-3" || i == 3 {
@@ -80,11 +81,11 @@ func TestPublishNotifyRefusedAndAccepted(t *testing.T) {
 	called := false
 	done := func(error) { called = true }
 	out := make([]Published, 1)
-	if _, err := e.reg.PublishMessagesNotify(context.Background(), "bad name", []Message{msg(t, "t", "", "1")}, storage.Durable, out, done); !errors.Is(err, ErrInvalidName) {
+	if _, err := e.reg.PublishMessagesNotify(context.Background(), "bad name", []Message{msg(t, "t", "", "1")}, contract.Durable, out, done); !errors.Is(err, ErrInvalidName) {
 		t.Fatalf("invalid topic: %v", err)
 	}
 	big := msg(t, "t", "big", `"`+strings.Repeat("x", 2<<20)+`"`)
-	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{big}, storage.Durable, out, done); !errors.Is(err, storage.ErrRecordTooLarge) {
+	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{big}, contract.Durable, out, done); !errors.Is(err, storage.ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	if called {
@@ -92,14 +93,14 @@ func TestPublishNotifyRefusedAndAccepted(t *testing.T) {
 	}
 	var doneErr error
 	done = func(err error) { called, doneErr = true, err }
-	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{msg(t, "t", "big", "2")}, storage.Accepted, out, done); err != nil {
+	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{msg(t, "t", "big", "2")}, contract.Accepted, out, done); err != nil {
 		t.Fatal(err)
 	}
 	if !called || doneErr != nil || out[0] != (Published{Offset: -1}) {
 		t.Fatalf("ACCEPTED: done called %v (%v), out %+v", called, doneErr, out[0])
 	}
 	// The id refused as too large was not remembered: stored now.
-	if got := e.publish("t", storage.Durable, msg(t, "t", "big", "3")); got[0] != (Published{Offset: 0, Duplicate: true}) {
+	if got := e.publish("t", contract.Durable, msg(t, "t", "big", "3")); got[0] != (Published{Offset: 0, Duplicate: true}) {
 		t.Fatalf("the ACCEPTED id published again: %+v, want a duplicate of offset 0", got[0])
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -25,7 +26,7 @@ func TestStartupSyncsWhatAKilledProcessLeft(t *testing.T) {
 	fsys := vfs.NewMem()
 	opts := storage.Options{FS: fsys, IndexSync: storage.IndexSyncLazy}
 	reg := New(Options{Root: "/data", Storage: opts})
-	for i, lvl := range []storage.AckLevel{storage.Durable, storage.Durable, storage.Written} {
+	for i, lvl := range []contract.AckLevel{contract.Durable, contract.Durable, contract.Written} {
 		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"i":` + string(rune('0'+i)) + `}`)}, lvl); err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func TestUntrustedSyncFSFsyncsEachTopic(t *testing.T) {
 		reg := New(Options{Root: "/data", Storage: opts})
 		for i := range 3 {
 			publishes.Add(1)
-			if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"i":` + string(rune('0'+i)) + `}`)}, storage.Durable); err != nil {
+			if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"i":` + string(rune('0'+i)) + `}`)}, contract.Durable); err != nil {
 				t.Fatal(err)
 			}
 		}

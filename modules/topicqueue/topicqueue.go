@@ -127,16 +127,6 @@ var (
 	ErrReopenUnsupported = errors.New("topicqueue: the storage backend cannot reopen a topic")
 )
 
-// MaxNameBytes is the longest topic name accepted, in bytes.
-//
-// Deprecated: use contract.MaxTopicBytes.
-const MaxNameBytes = contract.MaxTopicBytes
-
-// ValidateName checks a topic name; see contract.ValidateTopic.
-//
-// Deprecated: use contract.ValidateTopic.
-func ValidateName(name string) error { return contract.ValidateTopic(name) }
-
 // RemoveCheckpoint removes the checkpoint name of this topic when the log
 // can (the local log: storage.(*Log).RemoveCheckpoint); with another
 // backend it does nothing.

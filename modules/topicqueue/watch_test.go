@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -132,7 +133,7 @@ func TestWatchForgetsTopicsDeletedElsewhere(t *testing.T) {
 		t.Fatal("topic created through another node is not open here")
 	}
 	msg := [][]byte{[]byte(`{"topic":{"name":"gone.on.b"},"content":1}`)}
-	if _, _, err := reg.Publish(context.Background(), "gone.on.b", msg, storage.Durable); err != nil {
+	if _, _, err := reg.Publish(context.Background(), "gone.on.b", msg, contract.Durable); err != nil {
 		t.Fatal(err)
 	}
 
@@ -168,7 +169,7 @@ func TestWatchForgetsTopicsDeletedElsewhere(t *testing.T) {
 	if _, err := b.LocalBackend.Delete("gone.on.b"); err != nil {
 		t.Fatal(err)
 	}
-	q, off, err := reg.Publish(context.Background(), "gone.on.b", msg, storage.Durable)
+	q, off, err := reg.Publish(context.Background(), "gone.on.b", msg, contract.Durable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,6 +219,7 @@ func TestVerifyFailures(t *testing.T) {
 			return body
 		}, nil},
 		{"good signature under v2 is ignored", func(h http.Header) []byte {
+			//lint:ignore SA1008 SetHeaders writes webhook-signature under its raw lower-case key (the wire spelling), so that is the key to read
 			good := strings.TrimPrefix(h[webhooks.HeaderSignature][0], "v1,")
 			h[webhooks.HeaderSignature] = []string{"v2," + good + " v1a," + good + " V1," + good + " ," + good + " " + good}
 			return body
@@ -339,6 +340,7 @@ func TestRotation(t *testing.T) {
 
 	rotating := webhooks.NewSigner(newSec, oldSec)
 	h := signed(rotating, "m", now, body)
+	//lint:ignore SA1008 SetHeaders writes webhook-signature under its raw lower-case key (the wire spelling), so that is the key to read
 	if sig := h[webhooks.HeaderSignature][0]; len(strings.Split(sig, " ")) != 2 || !strings.HasPrefix(sig, "v1,") || strings.Contains(sig, "  ") {
 		t.Fatalf("two secrets: signature header %q, want two v1 entries separated by one space", sig)
 	}
@@ -349,6 +351,7 @@ func TestRotation(t *testing.T) {
 	}
 	// Each entry is the one-secret signature, in the order given.
 	want := webhooks.NewSigner(newSec).Sign("m", time.Unix(now, 0), body) + " " + oldSigner.Sign("m", time.Unix(now, 0), body)
+	//lint:ignore SA1008 SetHeaders writes webhook-signature under its raw lower-case key (the wire spelling), so that is the key to read
 	if got := h[webhooks.HeaderSignature][0]; got != want {
 		t.Errorf("signature %q, want %q", got, want)
 	}

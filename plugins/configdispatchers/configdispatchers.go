@@ -32,13 +32,6 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
-// FromConfig returns Build(cfg.MMMQ.Broker.Dispatchers).
-//
-// Deprecated: use Build, which takes only the dispatcher list.
-func FromConfig(cfg *config.Config) ([]*dispatcher.Dispatcher, error) {
-	return Build(cfg.MMMQ.Broker.Dispatchers)
-}
-
 // Build builds one Dispatcher per entry of mmmq.broker.dispatchers (as
 // normalized by config.Load), in order, each labelled with its source
 // "config mmmq.broker.dispatchers[<i>]" (dispatcher.WithSource). Errors name the entry and the key,

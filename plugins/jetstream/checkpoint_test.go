@@ -200,10 +200,10 @@ func TestCheckpointInvalidNames(t *testing.T) {
 
 func TestCheckpointGarbledValueRestartsFromZero(t *testing.T) {
 	s := kvCheckpointStores(t, 1)[0]
-	c := kvOpen(t, s, "orders", "billing")
+	kvOpen(t, s, "orders", "billing") // a checkpoint in use, then its value garbled
 	_, err := s.kv.Put(context.Background(), "orders.billing", []byte{1, 2, 3})
 	require.NoError(t, err)
-	c = kvOpen(t, s, "orders", "billing")
+	c := kvOpen(t, s, "orders", "billing")
 	require.Equal(t, int64(0), c.Offset())
 	require.NoError(t, c.Commit(4), "the next commit replaces the garbled value")
 	require.Equal(t, int64(4), kvOpen(t, s, "orders", "billing").Offset())

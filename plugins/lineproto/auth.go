@@ -78,7 +78,7 @@ func (c *conn) admit(line []byte) (run, closeConn bool) {
 	}
 	if isAuth {
 		// The token is not looked at: a second AUTH is no oracle either.
-		c.replyf("ERR %s already authenticated as %s; open a new connection to use another token", CodeBadRequest, oneLine(c.auth.principal.Name()))
+		c.replyf("ERR %s already authenticated as %s; open a new connection to use another token", contract.CodeBadRequest, oneLine(c.auth.principal.Name()))
 		return false, false
 	}
 	return true, false

@@ -23,28 +23,6 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Error codes of "ERR <CODE> <text>": the broker's codes, the same as the
-// HTTP API's (contract.Classify gives them). GROUP_BUSY, NOT_DELIVERED,
-// TOO_LARGE, BAD_REQUEST and UNAVAILABLE are the log-queue study's.
-const (
-	// Deprecated: use contract.CodeTooLarge.
-	CodeTooLarge = contract.CodeTooLarge
-	// Deprecated: use contract.CodeGroupBusy.
-	CodeGroupBusy = contract.CodeGroupBusy
-	// Deprecated: use contract.CodeNotDelivered.
-	CodeNotDelivered = contract.CodeNotDelivered
-	// Deprecated: use contract.CodeBadRequest.
-	CodeBadRequest = contract.CodeBadRequest
-	// Deprecated: use contract.CodeUnavailable.
-	CodeUnavailable = contract.CodeUnavailable
-	// Deprecated: use contract.CodeNotFound.
-	CodeNotFound = contract.CodeNotFound
-	// Deprecated: use contract.CodeSessionExpired.
-	CodeSessionExpired = contract.CodeSessionExpired
-	// Deprecated: use contract.CodeNameTaken.
-	CodeNameTaken = contract.CodeNameTaken
-)
-
 // errLineTooLong: a request line over MaxLineBytes.
 var errLineTooLong = errors.New("lineproto: line too long")
 
@@ -145,7 +123,7 @@ func (c *conn) readFailed(err error) {
 		if c.preAuth() {
 			c.replyf("ERR %s a line before AUTH is over %d bytes; closing the connection", contract.CodeUnauthorized, PreAuthMaxLineBytes)
 		} else {
-			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", CodeTooLarge, c.s.opts.MaxLineBytes)
+			c.replyf("ERR %s line is over %d bytes (mmmq.lineproto.max-line-bytes); closing the connection", contract.CodeTooLarge, c.s.opts.MaxLineBytes)
 		}
 		c.flush()
 		c.closeGracefully()
@@ -288,7 +266,7 @@ func (c *conn) handle(line []byte) {
 	cmd, rest, _ := bytes.Cut(line, []byte{' '})
 	switch {
 	case len(bytes.TrimSpace(line)) == 0:
-		c.replyf("ERR %s empty request", CodeBadRequest)
+		c.replyf("ERR %s empty request", contract.CodeBadRequest)
 	case bytes.EqualFold(cmd, []byte("PUB")):
 		c.pub(rest)
 	case bytes.EqualFold(cmd, []byte("PUBID")):
@@ -306,10 +284,10 @@ func (c *conn) handle(line []byte) {
 		if c.auth.principal != nil {
 			// Not echoed while authentication is on: the word may be a
 			// token sent by mistake.
-			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest)
+			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", contract.CodeBadRequest)
 			return
 		}
-		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", CodeBadRequest, cmd)
+		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", contract.CodeBadRequest, cmd)
 	}
 }
 
@@ -335,18 +313,18 @@ func (c *conn) publish(rest []byte, withID bool) {
 	var id string
 	if withID {
 		if err := validateID(a.id); err != nil {
-			c.replyf("ERR %s %s; %s", CodeBadRequest, err, a.usage)
+			c.replyf("ERR %s %s; %s", contract.CodeBadRequest, err, a.usage)
 			return
 		}
 		id = string(a.id)
 	}
 	if len(a.payload) > c.s.opts.MaxRecordBytes {
 		c.replyf("ERR %s payload of %d bytes is over %d bytes (mmmq.broker.segment.max-record-bytes)",
-			CodeTooLarge, len(a.payload), c.s.opts.MaxRecordBytes)
+			contract.CodeTooLarge, len(a.payload), c.s.opts.MaxRecordBytes)
 		return
 	}
 	if contract.ValidJSON(a.payload) != nil {
-		c.replyf("ERR %s payload is not valid JSON; %s", CodeBadRequest, a.usage)
+		c.replyf("ERR %s payload is not valid JSON; %s", contract.CodeBadRequest, a.usage)
 		return
 	}
 	if !c.publishAllowed(a.cmd, a.topic) {
@@ -355,7 +333,7 @@ func (c *conn) publish(rest []byte, withID bool) {
 	now := time.Now()
 	stored, err := contract.AppendMessage(c.enc, a.topic, a.payload, id, nil, now)
 	if err != nil {
-		c.replyErr(CodeBadRequest, err)
+		c.replyErr(contract.CodeBadRequest, err)
 		return
 	}
 	c.enc = stored // the log copies it: reused for the next PUB
@@ -366,7 +344,7 @@ func (c *conn) publish(rest []byte, withID bool) {
 type pubArgs struct {
 	cmd, usage  string
 	topic       string // valid
-	level       storage.AckLevel
+	level       contract.AckLevel
 	id, payload []byte
 }
 
@@ -385,33 +363,33 @@ func (c *conn) parsePub(rest []byte, withID bool) (pubArgs, bool) {
 	}
 	a.payload = bytes.TrimSpace(rest)
 	if !ok1 || !ok2 || !ok3 || len(topicB) == 0 || len(levelB) == 0 || len(a.payload) == 0 {
-		c.replyf("ERR %s %s", CodeBadRequest, a.usage)
+		c.replyf("ERR %s %s", contract.CodeBadRequest, a.usage)
 		return a, false
 	}
 	var err error
 	if a.level, err = parseLevel(levelB); err != nil {
-		c.replyErr(CodeBadRequest, err)
+		c.replyErr(contract.CodeBadRequest, err)
 		return a, false
 	}
 	if a.topic, err = c.topicName(topicB); err != nil {
-		c.replyErr(CodeBadRequest, err)
+		c.replyErr(contract.CodeBadRequest, err)
 		return a, false
 	}
 	return a, true
 }
 
-// parseLevel is storage.ParseAckLevel without a string for the usual
+// parseLevel is contract.ParseAckLevel without a string for the usual
 // spellings.
-func parseLevel(b []byte) (storage.AckLevel, error) {
+func parseLevel(b []byte) (contract.AckLevel, error) {
 	switch {
 	case bytes.EqualFold(b, []byte("DURABLE")):
-		return storage.Durable, nil
+		return contract.Durable, nil
 	case bytes.EqualFold(b, []byte("WRITTEN")):
-		return storage.Written, nil
+		return contract.Written, nil
 	case bytes.EqualFold(b, []byte("ACCEPTED")):
-		return storage.Accepted, nil
+		return contract.Accepted, nil
 	}
-	return storage.ParseAckLevel(string(b))
+	return contract.ParseAckLevel(string(b))
 }
 
 // topicName returns b as a topic name, or why it is not a valid one
@@ -438,9 +416,9 @@ func (c *conn) topicName(b []byte) (string, error) {
 // (which only carries the principal): a publish in progress during
 // shutdown still gets its real answer, within Options.PublishTimeout from
 // now.
-func (c *conn) submit(topic string, level storage.AckLevel, m topicqueue.Message, now time.Time) {
+func (c *conn) submit(topic string, level contract.AckLevel, m topicqueue.Message, now time.Time) {
 	s, p := c.cur, &c.pipe
-	if level != storage.Accepted { // ACCEPTED bytes: the log takes them from the budget
+	if level != contract.Accepted { // ACCEPTED bytes: the log takes them from the budget
 		s.held = c.reserve(int64(len(m.Stored)))
 	}
 	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
@@ -493,13 +471,13 @@ func (c *conn) parseFetch(rest []byte) (fetchArgs, bool) {
 	const usage = "usage: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]"
 	f := strings.Fields(string(rest))
 	if len(f) != 4 && len(f) != 5 {
-		c.replyf("ERR %s %s", CodeBadRequest, usage)
+		c.replyf("ERR %s %s", contract.CodeBadRequest, usage)
 		return fetchArgs{}, false
 	}
 	limit, err1 := strconv.Atoi(f[2])
 	waitMS, err2 := strconv.ParseInt(f[3], 10, 64)
 	if err1 != nil || limit < 1 || err2 != nil || waitMS < 0 {
-		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", CodeBadRequest)
+		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", contract.CodeBadRequest)
 		return fetchArgs{}, false
 	}
 	from := int64(-1)
@@ -507,7 +485,7 @@ func (c *conn) parseFetch(rest []byte) (fetchArgs, bool) {
 		v, ok := strings.CutPrefix(f[4], "from=")
 		n, err := strconv.ParseInt(v, 10, 64)
 		if !ok || err != nil || n < 0 {
-			c.replyf("ERR %s the fifth argument must be from=<offset>, an integer >= 0; %s", CodeBadRequest, usage)
+			c.replyf("ERR %s the fifth argument must be from=<offset>, an integer >= 0; %s", contract.CodeBadRequest, usage)
 			return fetchArgs{}, false
 		}
 		from = n
@@ -523,11 +501,11 @@ func (c *conn) consumeAllowed(cmd string, k groupKey) bool {
 		return true
 	}
 	if err := contract.ValidateTopic(k.topic); err != nil {
-		c.replyErr(CodeBadRequest, err)
+		c.replyErr(contract.CodeBadRequest, err)
 		return false
 	}
 	if storage.ValidCheckpointName(k.group) != nil {
-		c.replyf("ERR %s group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", CodeBadRequest, k.group)
+		c.replyf("ERR %s group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", contract.CodeBadRequest, k.group)
 		return false
 	}
 	return c.allowed(cmd, contract.ActionConsume, k.topic, k.group)
@@ -594,11 +572,11 @@ func (c *conn) fetch(rest []byte) {
 // singleLine returns p without line breaks: the encoder stores compact JSON,
 // so this only matters for records written by other tools.
 func singleLine(p []byte) []byte {
-	if bytes.IndexAny(p, "\r\n") < 0 {
+	if !bytes.ContainsAny(p, "\r\n") {
 		return p
 	}
 	var buf bytes.Buffer
-	if json.Compact(&buf, p) == nil && bytes.IndexAny(buf.Bytes(), "\r\n") < 0 {
+	if json.Compact(&buf, p) == nil && !bytes.ContainsAny(buf.Bytes(), "\r\n") {
 		return buf.Bytes()
 	}
 	return bytes.Map(func(r rune) rune {
@@ -613,12 +591,12 @@ func singleLine(p []byte) []byte {
 func (c *conn) ack(rest []byte) {
 	f := strings.Fields(string(rest))
 	if len(f) != 3 {
-		c.replyf("ERR %s usage: ACK <topic> <group> <offset>", CodeBadRequest)
+		c.replyf("ERR %s usage: ACK <topic> <group> <offset>", contract.CodeBadRequest)
 		return
 	}
 	off, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || off < 0 {
-		c.replyf("ERR %s offset must be an integer >= 0", CodeBadRequest)
+		c.replyf("ERR %s offset must be an integer >= 0", contract.CodeBadRequest)
 		return
 	}
 	k := groupKey{f[0], f[1]}
@@ -627,7 +605,7 @@ func (c *conn) ack(rest []byte) {
 	}
 	session, ok := c.sessions[k]
 	if !ok {
-		c.replyf("ERR %s this connection has not fetched group %s of topic %s", CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
+		c.replyf("ERR %s this connection has not fetched group %s of topic %s", contract.CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
 		return
 	}
 	next, err := c.s.groups.Ack(k.topic, k.group, session, off)
@@ -659,7 +637,7 @@ func (c *conn) status(rest []byte) {
 		}
 	case 1:
 		if err := contract.ValidateTopic(f[0]); err != nil {
-			c.replyErr(CodeBadRequest, err)
+			c.replyErr(contract.CodeBadRequest, err)
 			return
 		}
 		if !c.allowed("STATUS", contract.ActionRead, f[0], "") {
@@ -667,12 +645,12 @@ func (c *conn) status(rest []byte) {
 		}
 		q, ok := c.s.reg.Get(f[0])
 		if !ok {
-			c.replyf("ERR %s topic %q does not exist", CodeNotFound, f[0])
+			c.replyf("ERR %s topic %q does not exist", contract.CodeNotFound, f[0])
 			return
 		}
 		list = append(list, q)
 	default:
-		c.replyf("ERR %s usage: STATUS [topic]", CodeBadRequest)
+		c.replyf("ERR %s usage: STATUS [topic]", contract.CodeBadRequest)
 		return
 	}
 	for _, q := range list {

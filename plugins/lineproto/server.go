@@ -51,12 +51,9 @@ const (
 	keepLineBytes = 64 << 10
 )
 
-// DefaultMaxRecordBytes caps a PUB payload when Options.MaxRecordBytes is
+// defaultMaxRecordBytes caps a PUB payload when Options.MaxRecordBytes is
 // 0: the default of mmmq.broker.segment.max-record-bytes (1 MiB).
-//
-// Deprecated: it is config.Default().MMMQ.Broker.Segment.MaxRecordBytes;
-// read that. (It was a constant; it is a variable now.)
-var DefaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
+var defaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
 
 // Options configures a Server. The zero value of every field but Addr
 // means its default.
@@ -148,7 +145,7 @@ func AutoMaxConns(limit uint64) int {
 
 func (o Options) withDefaults() Options {
 	o.MaxLineBytes = orDefault(o.MaxLineBytes, DefaultMaxLineBytes)
-	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, DefaultMaxRecordBytes)
+	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, defaultMaxRecordBytes)
 	o.MaxPipeline = min(orDefault(o.MaxPipeline, DefaultMaxPipeline), MaxPipelineLimit)
 	if o.MaxConns <= 0 {
 		limit, _ := storage.OpenFileLimit()
@@ -288,7 +285,7 @@ func (s *Server) refuse(nc net.Conn) {
 		zap.String("remote", nc.RemoteAddr().String()))
 	// Over TLS, the write handshakes first: bound reads too.
 	_ = nc.SetDeadline(time.Now().Add(time.Second))
-	_, _ = fmt.Fprintf(nc, "ERR %s too many connections (max %d)\n", CodeUnavailable, s.opts.MaxConns)
+	_, _ = fmt.Fprintf(nc, "ERR %s too many connections (max %d)\n", contract.CodeUnavailable, s.opts.MaxConns)
 	nc.Close()
 }
 

@@ -179,7 +179,7 @@ func TestPubEachLevel(t *testing.T) {
 	if got := c.do(`pub order.created durable  {"orderId": 3, "note": "a b"}`); got != "OK 2 DURABLE" {
 		t.Fatalf("DURABLE: %q", got)
 	}
-	// The stored shape is the HTTP one (httpapi.EncodeMessage).
+	// The stored shape is the HTTP one (contract.EncodeMessage).
 	offs, payloads := c.fetch("FETCH order.created g 10 1000")
 	if fmt.Sprint(offs) != "[0 1 2]" {
 		t.Fatalf("offsets %v", offs)

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -50,7 +51,7 @@ func TestDeadLetteredSeries(t *testing.T) {
 	m := New()
 	m.WatchDispatchers(mgr, reg)
 	for range 2 {
-		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, storage.Durable); err != nil {
+		if _, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -45,7 +46,7 @@ func TestDeletedTopicLeavesNoSeries(t *testing.T) {
 	m.WatchTopics(reg)
 	m.WatchDispatchers(mgr, reg)
 	for _, topic := range []string{"gone", "kept"} {
-		if _, _, err := reg.Publish(context.Background(), topic, [][]byte{[]byte(`{"topic":{"name":"` + topic + `"},"content":1}`)}, storage.Durable); err != nil {
+		if _, _, err := reg.Publish(context.Background(), topic, [][]byte{[]byte(`{"topic":{"name":"` + topic + `"},"content":1}`)}, contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}

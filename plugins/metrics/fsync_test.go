@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -35,7 +36,7 @@ func TestFsyncsByFile(t *testing.T) {
 			}
 			defer l.Close()
 			for range 5 {
-				if _, err := l.Append(context.Background(), []byte(`{"x":1}`), storage.Durable); err != nil {
+				if _, err := l.Append(context.Background(), []byte(`{"x":1}`), contract.Durable); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -57,7 +57,7 @@ func TestFxModule(t *testing.T) {
 			}
 			require.Len(t, ours, 1)
 			assert.Same(t, m, ours[0])
-			_, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, storage.Durable)
+			_, _, err := reg.Publish(context.Background(), "t", [][]byte{[]byte(`{"topic":{"name":"t"},"content":1}`)}, contract.Durable)
 			require.NoError(t, err)
 			rec := httptest.NewRecorder()
 			m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -3,7 +3,6 @@ package crashtest
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -391,9 +390,4 @@ func (b *broker) logTail() string {
 		s = "..." + s[len(s)-4000:]
 	}
 	return s
-}
-
-// withTimeout is context.WithTimeout on Background, for request loops.
-func withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }

@@ -47,7 +47,6 @@ type lazyFS struct {
 	cmd                  *exec.Cmd
 	exited               chan struct{}
 	mounts               int
-	unmounted            bool
 }
 
 // lazyBin returns the LazyFS binary named by MMMQ_LAZYFS and its library
@@ -236,15 +235,6 @@ func (l *lazyFS) unmount() error {
 		return fmt.Errorf("%s still mounted after fusermount3 -u -z (%v)", l.mnt, err)
 	}
 	return nil
-}
-
-// powerLoss: the daemon is killed (every unsynced write lost), the mount
-// removed and the same root mounted again with an empty cache. The
-// broker must be frozen or dead before: see the doc of lazyfs_test.go.
-func (l *lazyFS) powerLoss() {
-	l.t.Helper()
-	l.killDaemon()
-	l.remount()
 }
 
 // remount, after the daemon died (killed, or a torn fault made it exit):

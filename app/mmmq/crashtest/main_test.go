@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"testing"
@@ -43,9 +42,11 @@ func run(m *testing.M) int {
 func buildBinary(out, tags string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
+	// go test puts its own GOROOT/bin first in PATH, so this is the go
+	// command that is running the tests.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("find the go command: %w", err)
 	}
 	args := []string{"build", "-o", out}
 	if tags != "" {
