@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -435,7 +436,7 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := l.ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 20)
+	res, err := l.ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 20)
 	if err != nil || res.StartOffset == 0 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

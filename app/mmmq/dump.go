@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mmmq/mmmq/app"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -61,7 +62,7 @@ func dump(args []string) int {
 		fmt.Fprintf(os.Stderr, "mmmq dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit) and %d index bytes: %s\n",
 			rep.TruncatedBytes, rep.CutValidEntries, rep.CutIndexBytes, strings.Join(rep.Actions, "; "))
 	}
-	var ce *storage.CorruptionError
+	var ce *contract.CorruptionError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintln(os.Stderr, "mmmq dump:", err)

@@ -7,7 +7,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -77,7 +77,7 @@ func newManagerFx(p ManagerParams) (*Manager, error) {
 type registryPublisher struct{ r *topicqueue.Registry }
 
 func (p registryPublisher) PublishDurable(ctx context.Context, topic string, stored [][]byte) (int64, error) {
-	_, first, err := p.r.Publish(ctx, topic, stored, storage.Durable)
+	_, first, err := p.r.Publish(ctx, topic, stored, contract.Durable)
 	return first, err
 }
 

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 var (
@@ -360,7 +359,7 @@ func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
 			}
 			return l, nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return nil, errTopicClosed
 		}
 		delay := StandbyPoll
@@ -433,7 +432,7 @@ func (w *worker) openCheckpoint(ctx context.Context) (contract.Checkpoint, error
 		if err == nil {
 			return cp, nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return nil, errTopicClosed
 		}
 		delay := b.NextBackOff()
@@ -483,7 +482,7 @@ func (w *worker) commit(next int64) error {
 			w.lastCommit = time.Now()
 			return nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return errTopicClosed
 		}
 		if errors.Is(err, contract.ErrStaleCommit) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -181,7 +180,7 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 // storeBatch appends each topic's messages with one AppendBatch (one group
 // commit; duplicates of producer ids left out), topics in parallel, and
 // records offsets, duplicates or failures in b.
-func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup, lvl storage.AckLevel) {
+func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup, lvl contract.AckLevel) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	// One goroutine per topic, at most batchParallelTopics publishing at
@@ -235,7 +234,7 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 			}
 			p := results[gi][k]
 			b.resp.Results[i].Duplicate = p.Duplicate
-			if lvl != storage.Accepted {
+			if lvl != contract.Accepted {
 				b.resp.Results[i].Offset = &p.Offset
 			}
 		}

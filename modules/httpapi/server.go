@@ -36,7 +36,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/servertls"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -129,7 +128,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		opts.IdleTimeout = 120 * time.Second
 	}
 	if opts.MaxConns <= 0 {
-		limit, _ := storage.OpenFileLimit()
+		limit, _ := contract.OpenFileLimit()
 		opts.MaxConns = AutoMaxConns(limit)
 	}
 	if opts.MaxBodyBytes <= 0 {
@@ -399,9 +398,9 @@ type PublishResponse struct {
 	Duplicate       bool   `json:"duplicate,omitempty"`
 }
 
-func ackLevel(r *http.Request) (storage.AckLevel, error) {
+func ackLevel(r *http.Request) (contract.AckLevel, error) {
 	v := queryValue(r.URL.RawQuery, "ack")
-	lvl, err := storage.ParseAckLevel(v)
+	lvl, err := contract.ParseAckLevel(v)
 	if err != nil {
 		return 0, contract.BadRequest("query parameter ack: %v", err)
 	}
@@ -434,7 +433,7 @@ func queryValue(raw, key string) string {
 // publishRequest reads what every publish route starts with: the ?ack=
 // level and the body (a pooled buffer the caller returns with putBuf). On
 // failure it has answered and returns ok=false.
-func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl storage.AckLevel, bp *[]byte, ok bool) {
+func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl contract.AckLevel, bp *[]byte, ok bool) {
 	lvl, err := ackLevel(r)
 	if err == nil {
 		bp, err = s.readBody(w, r)
@@ -484,7 +483,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	b := append((*bp)[:0], `{"acknowledgement":"ACK","topic":"`...)
 	b = append(b, topic...) // validated name: no escaping needed
 	b = append(b, '"')
-	if lvl != storage.Accepted {
+	if lvl != contract.Accepted {
 		b = append(b, `,"offset":`...)
 		b = strconv.AppendInt(b, off, 10)
 	}
@@ -669,7 +668,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			size += len(e.Payload)
 			next++
 		}
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		if errors.As(err, &ce) {
 			items = append(items, readItem{offset: ce.Offset, err: ce.Error()})
 			next = ce.Offset + 1
@@ -687,7 +686,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBytes is the payload bytes of es.
-func readBytes(es []storage.Entry) int64 {
+func readBytes(es []contract.Entry) int64 {
 	var n int64
 	for _, e := range es {
 		n += int64(len(e.Payload))

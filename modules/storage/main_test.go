@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/mmmq/mmmq/modules/contract"
 	"os"
 	"sync"
 	"testing"
@@ -88,14 +89,14 @@ func readAll(t testing.TB, l *Log, max int) []Entry {
 	return out
 }
 
-func asCorruption(t testing.TB, err error) *CorruptionError {
+func asCorruption(t testing.TB, err error) *contract.CorruptionError {
 	t.Helper()
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if !errors.As(err, &ce) {
-		t.Fatalf("want *CorruptionError, got %T: %v", err, err)
+		t.Fatalf("want *contract.CorruptionError, got %T: %v", err, err)
 	}
-	if !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("errors.Is(%v, ErrCorrupt) = false", err)
+	if !errors.Is(err, contract.ErrCorrupt) {
+		t.Fatalf("errors.Is(%v, contract.ErrCorrupt) = false", err)
 	}
 	return ce
 }

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"github.com/mmmq/mmmq/modules/contract"
 	"strings"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestAppendBatchNotify(t *testing.T) {
 		t.Fatal("nil notify accepted")
 	}
 	// Refused up front: an error, and notify is never called.
-	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*DefaultMaxRecordBytes))}, Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
+	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*DefaultMaxRecordBytes))}, Durable, notify); !errors.Is(err, contract.ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	// A failed write reaches notify with the error.

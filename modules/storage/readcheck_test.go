@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mmmq/mmmq/modules/contract"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -12,7 +13,7 @@ import (
 )
 
 // An index entry that comes to point backwards (at an earlier entry) while
-// the log is open must be reported by reads as a CorruptionError for that
+// the log is open must be reported by reads as a contract.CorruptionError for that
 // offset instead of returning the earlier message; its neighbours stay
 // readable. (At startup, recovery refuses such an index.)
 func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
@@ -38,7 +39,7 @@ func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
 	f.Close()
 
 	es, err := l.ReadBatch(0, 100)
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if !errors.As(err, &ce) || ce.Offset != 5 || len(es) != 5 {
 		t.Fatalf("ReadBatch(0) = %d entries, %v; want 5 entries and corruption at offset 5", len(es), err)
 	}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"github.com/mmmq/mmmq/modules/contract"
 	"io"
 	"path/filepath"
 
@@ -255,7 +256,7 @@ func (r *tailReader) entry(pos int64) (size int64, reason string, err error) {
 // valid entry's 4-byte length is never zero, so no entry starts at a
 // position whose next four bytes are all zero.
 func (r *tailReader) findEntry(from int64) (pos, size int64, found bool, err error) {
-	for c := from; c+HeaderSize+MinPayloadBytes <= r.size; {
+	for c := from; c+HeaderSize+contract.MinPayloadBytes <= r.size; {
 		b, err := r.window(c)
 		if err != nil {
 			return 0, 0, false, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/mmmq/mmmq/modules/contract"
 	"io/fs"
 	"runtime"
 	"strings"
@@ -266,7 +267,7 @@ func TestReadMissingSealedFileIsIOError(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := l.Read(1)
-			if err == nil || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrCorrupt) {
+			if err == nil || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, contract.ErrOutOfRange) || errors.Is(err, contract.ErrCorrupt) {
 				t.Fatalf("read with %s missing: %q, %v; want an error wrapping fs.ErrNotExist", path, p, err)
 			}
 			if !bytes.Contains([]byte(err.Error()), []byte(path)) {

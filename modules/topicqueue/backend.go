@@ -26,7 +26,7 @@ import (
 type Backend interface {
 	// Open opens topic name's log. With create it makes the topic when it
 	// does not exist (the first message of a new topic); without, the topic
-	// must exist (startup). Errors: a corruption error (*storage.CorruptionError
+	// must exist (startup). Errors: a corruption error (*contract.CorruptionError
 	// for the local backend) for a topic refused by its repair, or an I/O
 	// error. name is valid (contract.ValidateTopic).
 	Open(name string, create bool) (contract.Log, error)

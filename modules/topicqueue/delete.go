@@ -77,7 +77,7 @@ func (r *Registry) SubscribeDeletes(fn func(*TopicQueue)) (cancel func()) {
 // the SubscribeDeletes subscribers (dispatch workers and consumer-group
 // sessions of the topic stop), closes the log (appends already queued are
 // finished and deleted with it; later ones on the old log fail with
-// storage.ErrClosed, see Publish), then removes its files through the
+// contract.ErrClosed, see Publish), then removes its files through the
 // backend, checkpoints included, so that a crash leaves the whole topic or
 // nothing. A quarantined topic can be deleted too.
 //

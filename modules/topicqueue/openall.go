@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
@@ -63,7 +64,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 	}
 	for _, name := range names {
 		q, err := r.Open(name)
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		switch {
 		case errors.As(err, &ce):
 			log.Error("topic refused: corruption found by startup recovery; files left untouched", corruptionFields(ce, policy)...)
@@ -140,7 +141,7 @@ func (r *Registry) RecoveryCuts() RecoveryCuts {
 
 // corruptionFields are the log fields of a refused topic: pos and offset
 // only when they apply (not -1).
-func corruptionFields(ce *storage.CorruptionError, policy config.OnCorruption) []zap.Field {
+func corruptionFields(ce *contract.CorruptionError, policy config.OnCorruption) []zap.Field {
 	f := []zap.Field{zap.String("topic", ce.Topic), zap.String("file", ce.File)}
 	if ce.Pos >= 0 {
 		f = append(f, zap.Int64("pos", ce.Pos))

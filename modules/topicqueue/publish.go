@@ -371,7 +371,7 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.
 		select {
 		case <-ch:
 			if q.log.HighWatermark() <= off {
-				return fmt.Errorf("duplicate of offset %d of topic %s: %w", off, q.name, storage.ErrClosed)
+				return fmt.Errorf("duplicate of offset %d of topic %s: %w", off, q.name, contract.ErrClosed)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -409,7 +409,7 @@ func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs 
 			return nil, err
 		}
 		err = q.PublishNotify(ctx, msgs, level, out, done)
-		if err != nil && q.Deleted() && errors.Is(err, storage.ErrClosed) && i < maxPublishRetries {
+		if err != nil && q.Deleted() && errors.Is(err, contract.ErrClosed) && i < maxPublishRetries {
 			continue
 		}
 		return q, err

@@ -61,8 +61,8 @@ func (q *TopicQueue) OfferBatch(ctx context.Context, payloads [][]byte, level st
 	return q.log.AppendBatch(ctx, payloads, level)
 }
 
-// Read returns the message JSON at offset (storage.ErrOutOfRange at or
-// beyond the high watermark, *storage.CorruptionError on a bad entry).
+// Read returns the message JSON at offset (contract.ErrOutOfRange at or
+// beyond the high watermark, *contract.CorruptionError on a bad entry).
 func (q *TopicQueue) Read(offset int64) ([]byte, error) { return q.log.Read(offset) }
 
 // ReadBatch returns up to max entries from offset from, below the high

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -272,7 +271,7 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 		DenyPurge:          false,
 		AllowAtomicPublish: true,
 		Duplicates:         b.opts.DedupWindow,
-		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
+		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: contract.NewIncarnation()},
 	}
 	setLimits(&cfg, b.policy(topic))
 	return cfg
@@ -280,9 +279,9 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 
 // policy is topic's retention policy (Options.Retention); none keeps
 // everything.
-func (b *Backend) policy(topic string) storage.RetentionPolicy {
+func (b *Backend) policy(topic string) contract.RetentionPolicy {
 	if b.opts.Retention == nil {
-		return storage.RetentionPolicy{}
+		return contract.RetentionPolicy{}
 	}
 	return b.opts.Retention(topic)
 }
@@ -290,7 +289,7 @@ func (b *Backend) policy(topic string) storage.RetentionPolicy {
 // setLimits makes p cfg's limits: MaxAge p.MaxAge (0 = none), MaxBytes
 // p.MaxBytes (0 = unlimited, JetStream's -1). A duplicate window longer
 // than MaxAge is cut to it (JetStream refuses a longer one).
-func setLimits(cfg *jetstream.StreamConfig, p storage.RetentionPolicy) {
+func setLimits(cfg *jetstream.StreamConfig, p contract.RetentionPolicy) {
 	cfg.MaxAge, cfg.MaxBytes = p.MaxAge, p.MaxBytes
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = -1

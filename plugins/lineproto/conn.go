@@ -19,7 +19,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -366,7 +365,7 @@ func (c *conn) publish(rest []byte, withID bool) {
 type pubArgs struct {
 	cmd, usage  string
 	topic       string // valid
-	level       storage.AckLevel
+	level       contract.AckLevel
 	id, payload []byte
 }
 
@@ -400,18 +399,18 @@ func (c *conn) parsePub(rest []byte, withID bool) (pubArgs, bool) {
 	return a, true
 }
 
-// parseLevel is storage.ParseAckLevel without a string for the usual
+// parseLevel is contract.ParseAckLevel without a string for the usual
 // spellings.
-func parseLevel(b []byte) (storage.AckLevel, error) {
+func parseLevel(b []byte) (contract.AckLevel, error) {
 	switch {
 	case bytes.EqualFold(b, []byte("DURABLE")):
-		return storage.Durable, nil
+		return contract.Durable, nil
 	case bytes.EqualFold(b, []byte("WRITTEN")):
-		return storage.Written, nil
+		return contract.Written, nil
 	case bytes.EqualFold(b, []byte("ACCEPTED")):
-		return storage.Accepted, nil
+		return contract.Accepted, nil
 	}
-	return storage.ParseAckLevel(string(b))
+	return contract.ParseAckLevel(string(b))
 }
 
 // topicName returns b as a topic name, or why it is not a valid one
@@ -438,9 +437,9 @@ func (c *conn) topicName(b []byte) (string, error) {
 // (which only carries the principal): a publish in progress during
 // shutdown still gets its real answer, within Options.PublishTimeout from
 // now.
-func (c *conn) submit(topic string, level storage.AckLevel, m topicqueue.Message, now time.Time) {
+func (c *conn) submit(topic string, level contract.AckLevel, m topicqueue.Message, now time.Time) {
 	s, p := c.cur, &c.pipe
-	if level != storage.Accepted { // ACCEPTED bytes: the log takes them from the budget
+	if level != contract.Accepted { // ACCEPTED bytes: the log takes them from the budget
 		s.held = c.reserve(int64(len(m.Stored)))
 	}
 	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
@@ -526,7 +525,7 @@ func (c *conn) consumeAllowed(cmd string, k groupKey) bool {
 		c.replyErr(CodeBadRequest, err)
 		return false
 	}
-	if storage.ValidCheckpointName(k.group) != nil {
+	if contract.ValidCheckpointName(k.group) != nil {
 		c.replyf("ERR %s group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", CodeBadRequest, k.group)
 		return false
 	}

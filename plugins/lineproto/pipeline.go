@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -36,7 +35,7 @@ type slot struct {
 	// pub: a publish was handed to the log; the replier answers its
 	// outcome (out, err) once done is set.
 	pub      bool
-	level    storage.AckLevel
+	level    contract.AckLevel
 	deadline time.Time // the publish is answered ERR TIMEOUT after it
 	held     int64     // bytes taken from Options.Budget until done
 	out      [1]topicqueue.Published
@@ -332,9 +331,9 @@ func (c *conn) writeReply(s *slot) {
 // appendOK appends PUB's and PUBID's reply: "OK <offset> <LEVEL>", or
 // "OK - ACCEPTED" (the log-queue study: an ACCEPTED offset is not final),
 // then " DUPLICATE" when the message was one, and "\n".
-func appendOK(b []byte, level storage.AckLevel, r topicqueue.Published) []byte {
+func appendOK(b []byte, level contract.AckLevel, r topicqueue.Published) []byte {
 	b = append(b, "OK "...)
-	if level == storage.Accepted {
+	if level == contract.Accepted {
 		b = append(b, '-')
 	} else {
 		b = strconv.AppendInt(b, r.Offset, 10)
