@@ -123,17 +123,3 @@ type Stats struct {
 	FirstSegment  int64  `json:"firstSegment"`
 	ActiveSegment int64  `json:"activeSegment"`
 }
-
-// CheckpointLister is an optional interface of a Log that can enumerate the
-// checkpoints it stores, so that an operator sees consumer groups whose
-// checkpoint outlived a broker restart. The local backend (*storage.Log)
-// implements it; callers check for it with a type assertion and, when a log
-// does not implement it, see only the checkpoints opened since it was
-// opened.
-type CheckpointLister interface {
-	// Checkpoints returns the names of the checkpoints stored for this
-	// topic (dispatchers' and consumer groups' alike), sorted. A stored
-	// checkpoint that was never committed is not listed. Errors: the
-	// backend's "closed" error after Close, or an I/O error.
-	Checkpoints() ([]string, error)
-}

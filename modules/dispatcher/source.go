@@ -52,7 +52,7 @@ type DeletionSource interface {
 // topicIncarnation is the topic's incarnation id when it has one (the
 // registry's topics do: topicqueue.TopicQueue.Incarnation).
 func topicIncarnation(t Topic) string {
-	if i, ok := t.(interface{ Incarnation() string }); ok {
+	if i, ok := t.(contract.Incarnationer); ok {
 		return i.Incarnation()
 	}
 	return ""

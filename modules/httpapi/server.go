@@ -322,7 +322,7 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // handleReady answers 200 {"ready":true} once startup has finished and
-// while the storage backend's store answers (topicqueue.HealthChecker),
+// while the storage backend's store answers (contract.HealthChecker),
 // else 503 {"ready":false} (with "error" saying why the store does not).
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil && !s.ready.Ready() {
@@ -330,7 +330,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	if s.reg != nil {
-		if h, ok := s.reg.Backend().(topicqueue.HealthChecker); ok {
+		if h, ok := s.reg.Backend().(contract.HealthChecker); ok {
 			if err := h.Healthy(); err != nil {
 				contract.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "error": err.Error()})
 				return

@@ -27,14 +27,6 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Retainable is a topic log that retention can shrink: the local storage
-// backend (*storage.Log). Logs of other backends are skipped without a
-// word: the JetStream backend sets the policies (PolicyFor) on its streams
-// as their limits, and with it NewFromConfig runs no loop.
-type Retainable interface {
-	ApplyRetention(p contract.RetentionPolicy, now time.Time, keepFrom int64) (contract.RetentionResult, error)
-}
-
 // Rule is one per-pattern override (mmmq.broker.retention.topics): topics
 // matching Pattern use Policy instead of the default.
 type Rule struct {
@@ -217,7 +209,7 @@ func (r *Retainer) Pass() Result {
 		if !p.Enabled() {
 			continue
 		}
-		lg, ok := q.Log().(Retainable)
+		lg, ok := q.Log().(contract.Retainer)
 		if !ok {
 			continue
 		}

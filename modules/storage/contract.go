@@ -31,8 +31,21 @@ type Entry = contract.Entry
 // Stats is a point-in-time summary of a log (contract.Stats).
 type Stats = contract.Stats
 
-// *Log is the local backend of the storage seam.
-var _ contract.Log = (*Log)(nil)
+// *Log is the local backend of the storage seam, with the optional
+// capabilities it has (the table in modules/contract/capabilities.go): it
+// is not a WorkLeaser (one broker per data directory) and its checkpoints
+// need no reload, epoch or seek.
+var (
+	_ contract.Log               = (*Log)(nil)
+	_ contract.Incarnationer     = (*Log)(nil)
+	_ contract.CheckpointLister  = (*Log)(nil)
+	_ contract.CheckpointRemover = (*Log)(nil)
+	_ contract.Reopener          = (*Log)(nil)
+	_ contract.FailureReporter   = (*Log)(nil)
+	_ contract.Retainer          = (*Log)(nil)
+	_ contract.Checkpoint        = (*Checkpoint)(nil)
+	_ contract.CheckpointExister = (*Checkpoint)(nil)
+)
 
 // StartOffset is the log start offset: the base offset of the first
 // segment (0 until retention deletes whole segments from the head).
@@ -49,9 +62,6 @@ func (l *Log) StartOffset() int64 { return (*l.segs.Load())[0].base }
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
 	return contract.SearchTime(l, t)
 }
-
-// *Log lists its stored checkpoints.
-var _ contract.CheckpointLister = (*Log)(nil)
 
 // Checkpoints returns the names of the checkpoint files of this topic
 // (<topic>/checkpoints/<name>.checkpoint), sorted; entries that are not a

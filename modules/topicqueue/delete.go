@@ -11,20 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
-// Deleter is implemented by a Backend whose topics can be deleted
-// (LocalBackend). Registry.Delete fails with ErrDeleteUnsupported on a
-// backend without it.
-type Deleter interface {
-	// Delete removes topic name, whose log is closed, so that a crash at
-	// any point leaves the whole topic or nothing. Error: the topic may
-	// still be stored when Stored is true.
-	Delete(name string) (stored bool, err error)
-	// FinishDeletions completes deletions a crash interrupted; startup
-	// recovery (OpenAll) runs it before any topic opens. It returns what it
-	// removed, for the log.
-	FinishDeletions() (removed []string, err error)
-}
-
 // Delete removes the stored topic name (the files under root/name) so that
 // a crash at any point leaves the whole topic or nothing
 // (storage.DeleteTopicDir), after its log is closed.
@@ -89,7 +75,7 @@ func (r *Registry) Delete(name string) error {
 	if err := contract.ValidateTopic(name); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
-	del, ok := r.opts.Backend.(Deleter)
+	del, ok := r.opts.Backend.(contract.TopicDeleter)
 	if !ok {
 		return ErrDeleteUnsupported
 	}
@@ -172,7 +158,7 @@ func (r *Registry) forget(q *TopicQueue, subs []func(*TopicQueue)) {
 }
 
 // forgetDeleted forgets topic name, deleted through another node (a
-// TopicWatcher's event), as Delete does but without removing anything
+// contract.TopicWatcher's event), as Delete does but without removing anything
 // stored: that node did. A quarantined topic leaves quarantine. It does
 // nothing and returns false when name is neither open nor quarantined, when
 // the registry is closed, when incarnation is not "" and differs from the

@@ -37,12 +37,12 @@ type Report struct {
 // holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary. On a backend shared by several broker nodes
-// (a TopicWatcher) it then follows the topics other nodes create and
+// (a contract.TopicWatcher) it then follows the topics other nodes create and
 // delete, until Close.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
-	if d, ok := r.opts.Backend.(Deleter); ok {
+	if d, ok := r.opts.Backend.(contract.TopicDeleter); ok {
 		// A deletion a crash interrupted is finished before anything opens:
 		// its topic was already renamed aside, so it is gone.
 		removed, err := d.FinishDeletions()
@@ -82,7 +82,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 			return rep, fmt.Errorf("recovery: open topic %s: %w", name, err)
 		}
 		rep.Topics++
-		if rl, ok := q.log.(interface{ Repair() storage.RepairReport }); ok {
+		if rl, ok := q.log.(RepairReporter); ok {
 			if rr := rl.Repair(); !rr.Clean() {
 				rep.Changed = append(rep.Changed, rr)
 				r.mu.Lock()

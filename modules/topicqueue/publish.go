@@ -354,7 +354,7 @@ func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level storage.Ac
 // the log's failure, as a new publish would be.
 func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level storage.AckLevel) error {
 	if off >= q.log.HighWatermark() {
-		if f, ok := q.log.(interface{ Err() error }); ok {
+		if f, ok := q.log.(contract.FailureReporter); ok {
 			if err := f.Err(); err != nil {
 				return err
 			}

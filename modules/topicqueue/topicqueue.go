@@ -36,7 +36,7 @@ func (q *TopicQueue) Deleted() bool { return q.deleted.Load() }
 // storage.IncarnationFile), different after a deletion and re-creation.
 // "" when the backend has none.
 func (q *TopicQueue) Incarnation() string {
-	if l, ok := q.log.(interface{ Incarnation() string }); ok {
+	if l, ok := q.log.(contract.Incarnationer); ok {
 		return l.Incarnation()
 	}
 	return ""
@@ -135,7 +135,7 @@ var (
 	// (HTTP 404 NOT_FOUND).
 	ErrNotFound = contract.NewError(contract.CodeNotFound, "topicqueue: topic not found")
 	// ErrReopenUnsupported is returned by Reopen when the topic's backend
-	// cannot reopen a log (it does not implement Reopener).
+	// cannot reopen a log (it does not implement contract.Reopener).
 	ErrReopenUnsupported = errors.New("topicqueue: the storage backend cannot reopen a topic")
 )
 
@@ -153,7 +153,7 @@ func ValidateName(name string) error { return contract.ValidateTopic(name) }
 // can (the local log: storage.(*Log).RemoveCheckpoint); with another
 // backend it does nothing.
 func (q *TopicQueue) RemoveCheckpoint(name string) error {
-	if r, ok := q.log.(interface{ RemoveCheckpoint(string) error }); ok {
+	if r, ok := q.log.(contract.CheckpointRemover); ok {
 		return r.RemoveCheckpoint(name)
 	}
 	return nil

@@ -52,13 +52,25 @@ type Backend struct {
 	healthErr error
 }
 
-// Backend implements the registry's seam, deletion included.
+// Backend implements the registry's seam, deletion included, and *Log
+// and *Checkpoint the storage seam, with the optional capabilities of the
+// table in modules/contract/capabilities.go that this backend has (it is
+// no Reopener, FailureReporter or Retainer, and its checkpoints are no
+// CheckpointExister). The admin store: adminstore.go.
 var (
-	_ topicqueue.Backend       = (*Backend)(nil)
-	_ topicqueue.Deleter       = (*Backend)(nil)
-	_ topicqueue.TopicWatcher  = (*Backend)(nil)
-	_ topicqueue.HealthChecker = (*Backend)(nil)
-	_ contract.WorkLeaser      = (*Log)(nil)
+	_ topicqueue.Backend          = (*Backend)(nil)
+	_ contract.TopicDeleter       = (*Backend)(nil)
+	_ contract.TopicWatcher       = (*Backend)(nil)
+	_ contract.HealthChecker      = (*Backend)(nil)
+	_ contract.Log                = (*Log)(nil)
+	_ contract.Incarnationer      = (*Log)(nil)
+	_ contract.CheckpointLister   = (*Log)(nil)
+	_ contract.CheckpointRemover  = (*Log)(nil)
+	_ contract.WorkLeaser         = (*Log)(nil)
+	_ contract.Checkpoint         = (*Checkpoint)(nil)
+	_ contract.CheckpointReloader = (*Checkpoint)(nil)
+	_ contract.CheckpointSeeker   = (*Checkpoint)(nil)
+	_ contract.EpochCheckpoint    = (*epochCheckpoint)(nil)
 )
 
 // Connect connects to cfg.Servers (credentials and TLS from cfg, client

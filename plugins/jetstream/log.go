@@ -368,9 +368,3 @@ func (l *Log) Topic() string { return l.topic }
 
 // Stream is the stream's name.
 func (l *Log) Stream() string { return l.stream }
-
-// *Log is the JetStream backend of the storage seam.
-var (
-	_ contract.Log              = (*Log)(nil)
-	_ contract.CheckpointLister = (*Log)(nil)
-)
