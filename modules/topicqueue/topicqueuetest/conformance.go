@@ -66,7 +66,9 @@ func conformOpen(t *testing.T, c Conformance, topic string) contract.Log {
 	return l
 }
 
-func msg(i int) []byte { return []byte(`{"topic":{"name":"t"},"content":` + string(rune('0'+i%10)) + `}`) }
+func msg(i int) []byte {
+	return []byte(`{"topic":{"name":"t"},"content":` + string(rune('0'+i%10)) + `}`)
+}
 
 func mustAppend(t *testing.T, l contract.Log, p []byte) int64 {
 	t.Helper()
