@@ -43,11 +43,11 @@ var storageUsers = map[string]string{
 // their way out, each with where it goes: importer → imported.
 var importExemptions = map[[2]string]string{
 	// Signing is a core delivery feature: plugins/webhooks moves to
-	// modules/webhooks (issue 30, item 2).
+	// modules/webhooks, and the import goes.
 	{"modules/dispatcher", "plugins/webhooks"}: "moves to modules/webhooks",
 	{"modules/admin", "plugins/webhooks"}:      "moves to modules/webhooks",
 	// storage reads two defaults from the configuration schema; storage
-	// owns its defaults (issue 30, item 3).
+	// owns its defaults, and the import goes.
 	{"modules/storage", "modules/config"}: "storage owns its defaults",
 }
 
