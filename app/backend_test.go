@@ -2,16 +2,13 @@ package app_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,188 +18,16 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
-// memBackend is a storage backend that keeps everything in memory: the
-// proof that everything above the registry (HTTP publish and read-back,
-// dispatchers, consumer groups, the line protocol) works through
-// topicqueue.Backend and contract.Log alone. It is one row of the backend
-// matrix (backends).
-type memBackend struct {
-	mu     sync.Mutex
-	logs   map[string]*memLog
-	locked bool
-}
-
-var errMemClosed = errors.New("memlog: closed")
-
-func (b *memBackend) Open(name string, create bool) (contract.Log, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if l, ok := b.logs[name]; ok {
-		return l, nil
-	}
-	if !create {
-		return nil, fmt.Errorf("memlog: no topic %s", name)
-	}
-	l := &memLog{name: name, waiting: map[int64]chan struct{}{}, cps: map[string]*memCheckpoint{}}
-	b.logs[name] = l
-	return l, nil
-}
-
-func (b *memBackend) Topics() (names, skipped []string, err error) { return nil, nil, nil }
-
-func (b *memBackend) Lock() (func() error, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.locked {
-		return nil, topicqueue.ErrRootInUse
-	}
-	b.locked = true
-	return func() error { b.mu.Lock(); b.locked = false; b.mu.Unlock(); return nil }, nil
-}
-
-type memLog struct {
-	name string
-	mu   sync.Mutex
-	msgs [][]byte
-	// waiting are the Notify channels by offset, closed once it is stored
-	// (as contract.Log promises: not before).
-	waiting map[int64]chan struct{}
-	closed  bool
-	cps     map[string]*memCheckpoint
-}
-
-func (l *memLog) Append(ctx context.Context, p []byte, lvl contract.AckLevel) (int64, error) {
-	return l.AppendBatch(ctx, [][]byte{p}, lvl)
-}
-
-func (l *memLog) AppendBatch(_ context.Context, ps [][]byte, lvl contract.AckLevel) (int64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return -1, errMemClosed
-	}
-	first := int64(len(l.msgs))
-	for _, p := range ps {
-		l.msgs = append(l.msgs, append([]byte(nil), p...))
-	}
-	for off, ch := range l.waiting {
-		if off < int64(len(l.msgs)) {
-			close(ch)
-			delete(l.waiting, off)
-		}
-	}
-	if lvl == contract.Accepted {
-		return -1, nil
-	}
-	return first, nil
-}
-
-func (l *memLog) Read(offset int64) ([]byte, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if offset < 0 || offset >= int64(len(l.msgs)) {
-		return nil, fmt.Errorf("memlog: offset %d out of range", offset)
-	}
-	return l.msgs[offset], nil
-}
-
-func (l *memLog) ReadBatch(from int64, max int) ([]contract.Entry, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, errMemClosed
-	}
-	var out []contract.Entry
-	for o := from; o < int64(len(l.msgs)) && len(out) < max; o++ {
-		out = append(out, contract.Entry{Offset: o, Payload: l.msgs[o]})
-	}
-	return out, nil
-}
-
-func (l *memLog) HighWatermark() int64 { l.mu.Lock(); defer l.mu.Unlock(); return int64(len(l.msgs)) }
-
-func (l *memLog) Notify(offset int64) <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed || int64(len(l.msgs)) > offset {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	ch, ok := l.waiting[offset]
-	if !ok {
-		ch = make(chan struct{})
-		l.waiting[offset] = ch
-	}
-	return ch
-}
-
-func (l *memLog) StartOffset() int64 { return 0 }
-
-func (l *memLog) OffsetAt(t time.Time) (int64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, m := range l.msgs {
-		if ts, ok := contract.MessageTimestamp(m); ok && ts >= t.UnixMilli() {
-			return int64(i), nil
-		}
-	}
-	return int64(len(l.msgs)), nil
-}
-
-func (l *memLog) Stats() contract.Stats {
-	return contract.Stats{Topic: l.name, NextOffset: l.HighWatermark()}
-}
-
-func (l *memLog) OpenCheckpoint(name string) (contract.Checkpoint, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, errMemClosed
-	}
-	cp := l.cps[name]
-	if cp == nil {
-		cp = &memCheckpoint{name: name}
-		l.cps[name] = cp
-	}
-	return cp, nil
-}
-
-func (l *memLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.closed {
-		l.closed = true
-		for _, ch := range l.waiting {
-			close(ch)
-		}
-		l.waiting = nil
-	}
-	return nil
-}
-
-type memCheckpoint struct {
-	name string
-	mu   sync.Mutex
-	next int64
-}
-
-func (c *memCheckpoint) Name() string  { return c.name }
-func (c *memCheckpoint) Path() string  { return "memory:" + c.name }
-func (c *memCheckpoint) Offset() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.next }
-func (c *memCheckpoint) Commit(next int64) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.next = next
-	return nil
-}
+// memBackend is the in-memory fake backend of the matrix
+// (topicqueuetest.MemBackend), with the inspector's two reads.
+type memBackend struct{ *topicqueuetest.MemBackend }
 
 // backendCase is one storage backend of the matrix the end-to-end test runs
 // over: setup configures cfg (and returns the Fx options) for it and
@@ -225,8 +50,8 @@ type backendInspector interface {
 // mmmq.broker.storage.backend, as a deployment does).
 var backends = []backendCase{
 	{"memory", func(t *testing.T, cfg *config.Config) ([]fx.Option, backendInspector) {
-		be := &memBackend{logs: map[string]*memLog{}}
-		return []fx.Option{fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be })}, be
+		be := memBackend{&topicqueuetest.MemBackend{}}
+		return []fx.Option{fx.Decorate(func(topicqueue.Backend) topicqueue.Backend { return be.MemBackend })}, be
 	}},
 	{"jetstream", func(t *testing.T, cfg *config.Config) ([]fx.Option, backendInspector) {
 		jc := jetstream.ConfigSection.Default()
@@ -241,24 +66,13 @@ var backends = []backendCase{
 	}},
 }
 
-func (b *memBackend) stored(t *testing.T, topic string) int64 {
-	b.mu.Lock()
-	l := b.logs[topic]
-	b.mu.Unlock()
-	return l.HighWatermark()
+func (b memBackend) stored(t *testing.T, topic string) int64 {
+	return b.Log(topic).HighWatermark()
 }
 
-func (b *memBackend) checkpoint(t *testing.T, topic, name string) int64 {
-	b.mu.Lock()
-	l := b.logs[topic]
-	b.mu.Unlock()
-	l.mu.Lock()
-	cp := l.cps[name]
-	l.mu.Unlock()
-	if cp == nil {
-		return -1
-	}
-	return cp.Offset()
+func (b memBackend) checkpoint(t *testing.T, topic, name string) int64 {
+	off, _ := b.Log(topic).CheckpointOffset(name)
+	return off
 }
 
 // jsInspector reads the JetStream streams and checkpoints through a

@@ -1,7 +1,11 @@
 package app_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -64,29 +68,53 @@ func TestReadmeIsAFrontDoor(t *testing.T) {
 }
 
 // goPackage is one package of `go list`: its import path relative to the
-// module (modules/storage), its directory and its package comment.
+// module (modules/storage), its directory, its package comment and its own
+// (non-test) imports of this module, relative too.
 type goPackage struct {
 	Path, Dir, Doc string
+	Imports        []string
 }
 
-// listPackages runs `go list` in the repository root and returns the
-// packages matching patterns, relative to the module path.
+// listPackages runs `go list -json` in the repository root (go test puts
+// its own toolchain first on PATH) and returns the packages of this module
+// matching patterns (with -deps: those they depend on), paths relative to
+// the module path.
 func listPackages(t *testing.T, patterns ...string) []goPackage {
 	t.Helper()
-	args := append([]string{"list", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{.Doc}}"}, patterns...)
+	args := append([]string{"list", "-json=ImportPath,Dir,Doc,Imports"}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = ".."
 	out, err := cmd.Output()
 	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
 		t.Fatalf("go %s: %v", strings.Join(args, " "), err)
 	}
 	var pkgs []goPackage
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.SplitN(line, "\t", 3)
-		if len(f) != 3 {
-			t.Fatalf("go list: unexpected line %q", line)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath, Dir, Doc string
+			Imports              []string
 		}
-		pkgs = append(pkgs, goPackage{Path: strings.TrimPrefix(f[0], "github.com/mmmq/mmmq/"), Dir: f[1], Doc: f[2]})
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		rel, ours := relPath(p.ImportPath)
+		if !ours {
+			continue
+		}
+		g := goPackage{Path: rel, Dir: p.Dir, Doc: p.Doc}
+		for _, imp := range p.Imports {
+			if r, ok := relPath(imp); ok {
+				g.Imports = append(g.Imports, r)
+			}
+		}
+		pkgs = append(pkgs, g)
 	}
 	return pkgs
 }

@@ -437,7 +437,7 @@ func TestVerifyDumpAfterRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := l.ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 20)
+	res, err := l.ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 20)
 	if err != nil || res.StartOffset == 0 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

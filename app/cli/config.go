@@ -17,6 +17,7 @@ import (
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -94,7 +95,7 @@ func configCheck(args []string) int {
 		return 1
 	}
 	// What serve checks against this process's open-file limit, too.
-	limit, _ := storage.OpenFileLimit()
+	limit, _ := contract.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(eff.Config.MMMQ.Broker.Storage.MaxOpenSegments, limit); err != nil {
 		fmt.Fprintln(os.Stderr, prog+": startup failed:", err)
 		return 1

@@ -60,7 +60,7 @@ func dump(args []string) int {
 		fmt.Fprintf(os.Stderr, prog+" dump: the next start cuts %d segment bytes (holding %d CRC-valid entries after a hole: a torn group commit) and %d index bytes: %s\n",
 			rep.TruncatedBytes, rep.CutValidEntries, rep.CutIndexBytes, strings.Join(rep.Actions, "; "))
 	}
-	var ce *storage.CorruptionError
+	var ce *contract.CorruptionError
 	switch {
 	case errors.As(err, &ce):
 		fmt.Fprintln(os.Stderr, prog+" dump:", err)

@@ -264,7 +264,7 @@ func describe(rep storage.TopicReport) string {
 
 // corruptAt is where c is, for the CORRUPT line: the file, then "byte N"
 // and "offset N" when they apply (a whole-file problem has neither).
-func corruptAt(c *storage.CorruptionError) string {
+func corruptAt(c *contract.CorruptionError) string {
 	s := c.File
 	if c.Pos >= 0 {
 		s += fmt.Sprintf(" byte %d", c.Pos)

@@ -14,7 +14,12 @@
 //     and the [ProvideRoute] helper, plus the JSON error body writers;
 //   - the storage-backend seam: the [Log] interface through which the topic
 //     registry hands out topics, and the [Checkpoint] interface, with the
-//     value types they use ([AckLevel], [Entry], [Stats]).
+//     value types they use ([AckLevel], [Entry], [Stats]), the seam's
+//     vocabulary every backend returns and everything above it tests
+//     ([ErrClosed], [ErrOutOfRange], [ErrRecordTooLarge], [ErrEmptyRecord],
+//     [ErrQueueFull], [CorruptionError], [ValidCheckpointName],
+//     [MinPayloadBytes], [RetentionPolicy]) and the optional capabilities a
+//     backend may have (capabilities.go).
 //
 // The stored message keeps the original Java mmmq's shape so the data stays
 // readable by both, plus mmmq's own fields:

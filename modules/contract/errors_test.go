@@ -31,8 +31,8 @@ func TestClassify(t *testing.T) {
 		{"too large input", contract.TooLarge("x"), 413, contract.CodeTooLarge},
 		{"body not in time", contract.RequestTimeout("x"), 408, contract.CodeTimeout},
 		{"max bytes reader", fmt.Errorf("read: %w", &http.MaxBytesError{Limit: 1}), 413, contract.CodeTooLarge},
-		{"record too large", fmt.Errorf("append: %w", storage.ErrRecordTooLarge), 413, contract.CodeTooLarge},
-		{"empty record", fmt.Errorf("append: %w", storage.ErrEmptyRecord), 400, contract.CodeBadRequest},
+		{"record too large", fmt.Errorf("append: %w", contract.ErrRecordTooLarge), 413, contract.CodeTooLarge},
+		{"empty record", fmt.Errorf("append: %w", contract.ErrEmptyRecord), 400, contract.CodeBadRequest},
 		{"invalid topic", fmt.Errorf("%w: empty", topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
 		{"too many topics", topicqueue.ErrTooManyTopics, 503, contract.CodeTooManyTopics},
 		{"failed log, disk full", fmt.Errorf("write: %w", errors.Join(storage.ErrFailed, syscall.ENOSPC)), 503, contract.CodeTopicFailed},
@@ -45,7 +45,7 @@ func TestClassify(t *testing.T) {
 		{"reopen of a healthy topic", fmt.Errorf("reopen: %w", storage.ErrNotFailed), 409, contract.CodeTopicNotFailed},
 		{"append during reopen", fmt.Errorf("append: %w", storage.ErrReopening), 409, contract.CodeTopicBusy},
 		{"reopen of an unknown topic", fmt.Errorf("%w: t", topicqueue.ErrNotFound), 404, contract.CodeNotFound},
-		{"queue full", storage.ErrQueueFull, 503, contract.CodeUnavailable},
+		{"queue full", contract.ErrQueueFull, 503, contract.CodeUnavailable},
 		{"deadline", fmt.Errorf("append: %w", context.DeadlineExceeded), 503, contract.CodeTimeout},
 		{"group busy", &groups.BusyError{Topic: "t", Group: "g"}, 409, contract.CodeGroupBusy},
 		{"not delivered", fmt.Errorf("ack: %w", groups.ErrNotDelivered), 409, contract.CodeNotDelivered},
@@ -57,7 +57,7 @@ func TestClassify(t *testing.T) {
 		{"too many groups", groups.ErrTooManyGroups, 503, contract.CodeTooManyGroups},
 		{"invalid name inside a busy group error", errors.Join(groups.ErrGroupBusy, topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
 		{"offset expired", fmt.Errorf("fetch: %w", &contract.OffsetExpiredError{Topic: "t", Offset: 0, StartOffset: 1024}), 410, contract.CodeOffsetExpired},
-		{"offset expired sentinel", storage.ErrOffsetExpired, 410, contract.CodeOffsetExpired},
+		{"offset expired sentinel", contract.ErrOffsetExpired, 410, contract.CodeOffsetExpired},
 		{"unknown error", errors.New("boom"), 503, contract.CodeUnavailable},
 	}
 	for _, tt := range tests {
@@ -76,7 +76,7 @@ func TestNewErrorIsASentinel(t *testing.T) {
 		t.Errorf("text = %q", got)
 	}
 	wrapped := fmt.Errorf("append: %w", storage.ErrNoSpace)
-	if !errors.Is(wrapped, storage.ErrNoSpace) || errors.Is(wrapped, storage.ErrRecordTooLarge) {
+	if !errors.Is(wrapped, storage.ErrNoSpace) || errors.Is(wrapped, contract.ErrRecordTooLarge) {
 		t.Error("errors.Is does not tell the sentinels apart")
 	}
 }
@@ -143,7 +143,7 @@ func TestOffsetExpiredBody(t *testing.T) {
 		t.Fatalf("answer %d %s", rec.Code, rec.Body)
 	}
 	rec = httptest.NewRecorder()
-	contract.WriteErr(rec, storage.ErrQueueFull)
+	contract.WriteErr(rec, contract.ErrQueueFull)
 	if strings.Contains(rec.Body.String(), "startOffset") {
 		t.Fatalf("answer %d %s", rec.Code, rec.Body)
 	}

@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"context"
 	"errors"
 )
 
@@ -28,16 +27,6 @@ var ErrLeaseHeld = errors.New("lease held by another node")
 // and acquire the lease again.
 var ErrStaleCommit = errors.New("checkpoint committed by a newer lease holder")
 
-// WorkLeaser is an optional interface of a Log whose topic several broker
-// nodes may deliver: AcquireWork tries once to take the lease of reader (a
-// dispatcher name) on this topic for this node. It returns an error wrapping
-// ErrLeaseHeld when another live node holds it, or another error when the
-// store cannot be reached. A Log without it (the local backend: one broker
-// per data directory) needs no lease.
-type WorkLeaser interface {
-	AcquireWork(ctx context.Context, reader string) (WorkLease, error)
-}
-
 // WorkLease is a held lease of one (reader, topic). The backend renews it in
 // the background while it is held.
 type WorkLease interface {
@@ -53,23 +42,6 @@ type WorkLease interface {
 	// still ours, so another node takes over without waiting for it to
 	// expire). Safe to call more than once and after Lost.
 	Release() error
-}
-
-// EpochCheckpoint is a Checkpoint that can be bound to a lease epoch: from
-// then on its Commit is rejected with an error wrapping ErrStaleCommit when
-// a writer under a newer epoch (or any other writer) has committed since
-// the binding. BindEpoch reloads the stored offset, so that Offset returns
-// what the previous holder committed. Errors: the store's.
-type EpochCheckpoint interface {
-	Checkpoint
-	BindEpoch(epoch uint64) error
-}
-
-// CheckpointSeeker is an optional interface of a Checkpoint whose Commit
-// refuses to move backwards (a shared backend's): SeekTo stores next
-// whatever the stored offset, the one way an operator's seek moves it back.
-type CheckpointSeeker interface {
-	SeekTo(next int64) error
 }
 
 // SeekCheckpoint moves cp to next for an operator's seek: SeekTo when cp

@@ -48,9 +48,10 @@ type Log interface {
 	// AppendBatch stores payloads with consecutive offsets, committed
 	// together, and returns the first offset (-1 for Accepted).
 	AppendBatch(ctx context.Context, payloads [][]byte, level AckLevel) (int64, error)
-	// Read returns the message JSON at offset. Errors: one wrapping the
-	// backend's "out of range" sentinel at or beyond HighWatermark or below
-	// StartOffset, a corruption error for a bad entry.
+	// Read returns the message JSON at offset. Errors: one wrapping
+	// ErrOutOfRange at or beyond HighWatermark or for a negative offset,
+	// one wrapping ErrOffsetExpired (an *OffsetExpiredError) below
+	// StartOffset, a *CorruptionError for a bad entry.
 	Read(offset int64) ([]byte, error)
 	// ReadBatch returns up to max entries starting at from, all below the
 	// high watermark, in offset order without gaps; empty when from >=
@@ -79,7 +80,7 @@ type Log interface {
 	// progress). The log owns it and closes it; callers do not.
 	OpenCheckpoint(name string) (Checkpoint, error)
 	// Close finishes what was queued, closes the checkpoints and releases
-	// the log. Every later call fails with the backend's "closed" error.
+	// the log. Every later call fails with an error wrapping ErrClosed.
 	Close() error
 }
 
@@ -121,18 +122,4 @@ type Stats struct {
 	PendingBytes  int64  `json:"pendingBytes"`
 	FirstSegment  int64  `json:"firstSegment"`
 	ActiveSegment int64  `json:"activeSegment"`
-}
-
-// CheckpointLister is an optional interface of a Log that can enumerate the
-// checkpoints it stores, so that an operator sees consumer groups whose
-// checkpoint outlived a broker restart. The local backend (*storage.Log)
-// implements it; callers check for it with a type assertion and, when a log
-// does not implement it, see only the checkpoints opened since it was
-// opened.
-type CheckpointLister interface {
-	// Checkpoints returns the names of the checkpoints stored for this
-	// topic (dispatchers' and consumer groups' alike), sorted. A stored
-	// checkpoint that was never committed is not listed. Errors: the
-	// backend's "closed" error after Close, or an I/O error.
-	Checkpoints() ([]string, error)
 }

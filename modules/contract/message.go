@@ -156,7 +156,7 @@ type fields struct {
 // value, null allowed); topic must pass ValidateTopic. An invalid
 // argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
 // and nothing else; the size limit is checked by the storage engine on
-// append (storage.ErrRecordTooLarge). The stored JSON never contains a raw
+// append (ErrRecordTooLarge). The stored JSON never contains a raw
 // newline (content is compacted), so it can be framed by lines.
 func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
 	return AppendMessage(nil, topic, content, id, headers, now)

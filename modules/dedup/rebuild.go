@@ -7,7 +7,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // rebuildBatch is how many entries one read of the rebuild returns.
@@ -111,7 +110,7 @@ func (w *Window) readRange(from, end int64) (out []contract.Entry, corrupt int64
 		if len(es) > 0 {
 			off = es[len(es)-1].Offset + 1
 		}
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		switch {
 		case err == nil && len(es) == 0:
 			return out, corrupt, nil

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // clock is a settable clock for the window.
@@ -50,7 +49,7 @@ func (l *memLog) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 	var out []contract.Entry
 	for off := from; off < l.start+int64(len(l.entries)) && len(out) < max; off++ {
 		if l.corrupt[off] {
-			return out, &storage.CorruptionError{Topic: "t", Offset: off, Reason: "crc mismatch"}
+			return out, &contract.CorruptionError{Topic: "t", Offset: off, Reason: "crc mismatch"}
 		}
 		out = append(out, contract.Entry{Offset: off, Payload: l.entries[off-l.start]})
 	}

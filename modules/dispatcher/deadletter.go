@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Dead letters.
@@ -108,7 +107,7 @@ func (w *worker) exhaust(m *msg, reason string) error {
 	b := w.m.newBackoff()
 	for {
 		off, err := pub.PublishDurable(w.ctx, topic, [][]byte{stored})
-		if errors.Is(err, storage.ErrRecordTooLarge) {
+		if errors.Is(err, contract.ErrRecordTooLarge) {
 			stored = deadLetter(m, w.d.name, w.topicName, topic, reason, true)
 			off, err = pub.PublishDurable(w.ctx, topic, [][]byte{stored})
 		}

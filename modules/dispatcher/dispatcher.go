@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/config"
-	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Protocol is the URL scheme used to reach a consumer (WebProtocol in the
@@ -277,7 +277,7 @@ func (d *Dispatcher) Matches(topic string) bool {
 }
 
 // Validate reports, naming the dispatcher, an invalid name (the rules of
-// storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting with
+// contract.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting with
 // '.'), an invalid host, no patterns or a zero Pattern, a path not starting
 // with '/' or holding '?', '#' or spaces, a negative timeout or an invalid
 // commit policy.
@@ -286,7 +286,7 @@ func (d *Dispatcher) Validate() error {
 		return errors.New("dispatcher is nil")
 	}
 	var errs []error
-	if err := storage.ValidCheckpointName(d.name); err != nil {
+	if err := contract.ValidCheckpointName(d.name); err != nil {
 		errs = append(errs, fmt.Errorf("name: %w", err))
 	}
 	if err := d.host.Validate(); err != nil {

@@ -31,7 +31,7 @@
 //	    decides 4xx and bodies) → the worker backs off 1s, 2s, 4s … 60s
 //	           (at least a 429/503's Retry-After), forever, until a normal
 //	           answer, or until the dispatcher's AbnormalLimit: dead letter
-//	  a corrupt entry (*storage.CorruptionError) is logged and its single offset skipped
+//	  a corrupt entry (*contract.CorruptionError) is logged and its single offset skipped
 //
 // Delivery is at-least-once: a message whose commit did not finish before a
 // crash is sent again after restart, and the checkpoint never passes a

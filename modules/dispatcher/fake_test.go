@@ -116,12 +116,12 @@ func (tp *memTopic) ReadBatch(from int64, max int) ([]storage.Entry, error) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	if tp.closed {
-		return nil, storage.ErrClosed
+		return nil, contract.ErrClosed
 	}
 	var out []storage.Entry
 	for o := from; o < int64(len(tp.payloads)) && len(out) < max; o++ {
 		if tp.corrupt[o] {
-			return out, &storage.CorruptionError{Topic: tp.name, File: filepath.Join(tp.dir, "0000000000000000000.mmm"),
+			return out, &contract.CorruptionError{Topic: tp.name, File: filepath.Join(tp.dir, "0000000000000000000.mmm"),
 				Pos: o * 100, Offset: o, Reason: "crc mismatch"}
 		}
 		out = append(out, storage.Entry{Offset: o, Payload: tp.payloads[o]})
@@ -133,7 +133,7 @@ func (tp *memTopic) Checkpoint(name string) (contract.Checkpoint, error) {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	if tp.closed {
-		return nil, storage.ErrClosed
+		return nil, contract.ErrClosed
 	}
 	if cp, ok := tp.cps[name]; ok {
 		return cp, nil

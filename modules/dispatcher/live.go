@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -409,6 +410,11 @@ func (m *Manager) statusOf(name string) []WorkerStatus {
 	return out
 }
 
+// warnNoExister logs, once per process, that checkpoints of a backend
+// cannot say whether they were ever committed (no
+// contract.CheckpointExister).
+var warnNoExister sync.Once
+
 // markLatest writes d's checkpoint at the high watermark of every topic
 // of ts it matches that has none: the start of a "latest" dispatcher.
 func (m *Manager) markLatest(d *Dispatcher, ts []Topic) error {
@@ -420,7 +426,15 @@ func (m *Manager) markLatest(d *Dispatcher, ts []Topic) error {
 		if err != nil {
 			return fmt.Errorf("start %s on topic %s: %w", d.name, t.Name(), err)
 		}
-		if e, ok := cp.(interface{ Exists() bool }); ok && !e.Exists() {
+		e, ok := cp.(contract.CheckpointExister)
+		if !ok {
+			warnNoExister.Do(func() {
+				m.log.Warn("the storage backend cannot tell a new checkpoint from one at offset 0: a new \"latest\" dispatcher starts at its stored offset, not at the high watermark",
+					zap.String("dispatcher", d.name), zap.String("topic", t.Name()), zap.String("checkpoint-type", fmt.Sprintf("%T", cp)))
+			})
+			continue
+		}
+		if !e.Exists() {
 			if err := cp.Commit(t.HighWatermark()); err != nil {
 				return fmt.Errorf("start %s on topic %s: %w", d.name, t.Name(), err)
 			}
@@ -466,7 +480,7 @@ func (m *Manager) seenAny(d *Dispatcher, ts []Topic) bool {
 			continue
 		}
 		if cp, err := t.Checkpoint(d.name); err == nil {
-			if e, ok := cp.(interface{ Exists() bool }); ok && e.Exists() {
+			if e, ok := cp.(contract.CheckpointExister); ok && e.Exists() {
 				return true
 			}
 		}

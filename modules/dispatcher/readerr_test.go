@@ -169,7 +169,7 @@ func TestBelowStartOffsetContinuesFromIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), storage.KeepAll)
+	res, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), contract.KeepAll)
 	if err != nil || res.StartOffset == 0 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

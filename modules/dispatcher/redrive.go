@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Errors of Redrive.
@@ -122,7 +121,7 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 	for res.Next < res.To && res.Next < limit {
 		es, err := t.ReadBatch(res.Next, int(min(res.To, limit)-res.Next))
 		var oe *contract.OffsetExpiredError
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		switch {
 		case errors.As(err, &oe) && oe.StartOffset > res.Next:
 			res.Skipped = append(res.Skipped, RedriveSkip{Offset: res.Next,
@@ -152,7 +151,7 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 // redriveRun publishes the leading run of es bound for one topic (or skips
 // the first entry, not a dead letter) and reports how many entries it
 // handled.
-func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []storage.Entry, pub Publisher, res *RedriveResult) (int, error) {
+func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []contract.Entry, pub Publisher, res *RedriveResult) (int, error) {
 	dest, stored, why := redriven(dlTopic, name, es[0])
 	if why != "" {
 		res.Skipped = append(res.Skipped, RedriveSkip{Offset: es[0].Offset, Reason: why})
@@ -181,7 +180,7 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []sto
 // redriven returns the original topic of dead letter e, which dispatcher
 // name wrote to dlTopic, and the stored JSON to publish there, or why it
 // cannot be redriven.
-func redriven(dlTopic, name string, e storage.Entry) (topic string, stored []byte, why string) {
+func redriven(dlTopic, name string, e contract.Entry) (topic string, stored []byte, why string) {
 	p := parseStored(e.Payload)
 	topic = p.Headers[HeaderDLTopic]
 	switch by := p.Headers[HeaderDLDispatcher]; {

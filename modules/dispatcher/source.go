@@ -2,7 +2,6 @@ package dispatcher
 
 import (
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Topic is one topic's log as the dispatcher sees it. The topic registry
@@ -14,9 +13,9 @@ type Topic interface {
 	// ReadBatch returns up to max entries starting at from, all below the
 	// high watermark, in offset order without gaps; empty when from >=
 	// HighWatermark(). On a corrupt entry at offset o it returns the entries
-	// before o and a *storage.CorruptionError with Offset o. Once the topic is
-	// closed it returns storage.ErrClosed.
-	ReadBatch(from int64, max int) ([]storage.Entry, error)
+	// before o and a *contract.CorruptionError with Offset o. Once the topic is
+	// closed it returns contract.ErrClosed.
+	ReadBatch(from int64, max int) ([]contract.Entry, error)
 	// HighWatermark is the number of visible (durable) entries, i.e. one past
 	// the last readable offset. It never decreases.
 	HighWatermark() int64
@@ -53,7 +52,7 @@ type DeletionSource interface {
 // topicIncarnation is the topic's incarnation id when it has one (the
 // registry's topics do: topicqueue.TopicQueue.Incarnation).
 func topicIncarnation(t Topic) string {
-	if i, ok := t.(interface{ Incarnation() string }); ok {
+	if i, ok := t.(contract.Incarnationer); ok {
 		return i.Incarnation()
 	}
 	return ""

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // The delivery window of a worker.
@@ -33,7 +32,7 @@ import (
 
 // msg is one message of the window, from its read to its commit.
 type msg struct {
-	e   storage.Entry
+	e   contract.Entry
 	end int64  // the offset after it: e.Offset+1, or the log start offset for a retention gap
 	id  string // producer message id (header form), "" when none
 
@@ -213,9 +212,9 @@ func (w *worker) fill() error {
 }
 
 // readProblem handles what ReadBatch reported besides its entries.
-func (w *worker) readProblem(batch []storage.Entry, rerr error) error {
+func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 	next := w.readNext
-	var ce *storage.CorruptionError
+	var ce *contract.CorruptionError
 	var oe *contract.OffsetExpiredError
 	switch {
 	case rerr == nil && len(batch) > 0:
@@ -228,7 +227,7 @@ func (w *worker) readProblem(batch []storage.Entry, rerr error) error {
 		w.m.expired.Add(uint64(n))
 		w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
 			zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
-		w.win = append(w.win, &msg{e: storage.Entry{Offset: next}, end: oe.StartOffset, done: true})
+		w.win = append(w.win, &msg{e: contract.Entry{Offset: next}, end: oe.StartOffset, done: true})
 		w.readNext = oe.StartOffset
 	case errors.As(rerr, &ce) && ce.Offset == next:
 		// Integrity check (the original Java mmmq's rule): an entry whose
@@ -237,9 +236,9 @@ func (w *worker) readProblem(batch []storage.Entry, rerr error) error {
 		w.log.Error("corrupt entry skipped; it is not delivered",
 			zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
 			zap.String("reason", ce.Reason), zap.Error(rerr))
-		w.win = append(w.win, &msg{e: storage.Entry{Offset: next}, end: next + 1, done: true})
+		w.win = append(w.win, &msg{e: contract.Entry{Offset: next}, end: next + 1, done: true})
 		w.readNext++
-	case errors.Is(rerr, storage.ErrClosed):
+	case errors.Is(rerr, contract.ErrClosed):
 		return errTopicClosed
 	default:
 		// An I/O error, a corruption at an unknown offset, or an empty

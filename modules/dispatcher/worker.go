@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 var (
@@ -343,9 +342,7 @@ func (w *worker) reset(off int64) {
 // again every StandbyPoll; other errors are retried with backoff. Errors:
 // errStopped when ctx ends, errTopicClosed.
 func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
-	wl, ok := w.topic.(interface {
-		AcquireWork(ctx context.Context, reader string) (contract.WorkLease, error)
-	})
+	wl, ok := w.topic.(contract.WorkLeaser)
 	if !ok {
 		return nil, nil
 	}
@@ -360,7 +357,7 @@ func (w *worker) acquireLease(ctx context.Context) (contract.WorkLease, error) {
 			}
 			return l, nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return nil, errTopicClosed
 		}
 		delay := StandbyPoll
@@ -390,7 +387,7 @@ func (w *worker) showStored() {
 	if err != nil {
 		return
 	}
-	if r, ok := cp.(interface{ Reload() error }); ok && r.Reload() != nil {
+	if r, ok := cp.(contract.CheckpointReloader); ok && r.Reload() != nil {
 		return
 	}
 	off := cp.Offset()
@@ -433,7 +430,7 @@ func (w *worker) openCheckpoint(ctx context.Context) (contract.Checkpoint, error
 		if err == nil {
 			return cp, nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return nil, errTopicClosed
 		}
 		delay := b.NextBackOff()
@@ -450,7 +447,7 @@ func (w *worker) openCheckpoint(ctx context.Context) (contract.Checkpoint, error
 // that existed before a "latest" dispatcher was created (Manager.Add
 // writes those checkpoints, at the high watermark, when it creates one).
 func (w *worker) markStart() error {
-	e, ok := w.cp.(interface{ Exists() bool })
+	e, ok := w.cp.(contract.CheckpointExister)
 	if !ok || e.Exists() {
 		return nil
 	}
@@ -483,7 +480,7 @@ func (w *worker) commit(next int64) error {
 			w.lastCommit = time.Now()
 			return nil
 		}
-		if errors.Is(err, storage.ErrClosed) {
+		if errors.Is(err, contract.ErrClosed) {
 			return errTopicClosed
 		}
 		if errors.Is(err, contract.ErrStaleCommit) {

@@ -3,7 +3,10 @@ package groups
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -62,7 +65,7 @@ func (c *Coordinator) List(topic string) (Listing, error) {
 		known[g.name] = true
 		out.Groups = append(out.Groups, c.infoOf(g, now, out))
 	}
-	stored, err := storedCheckpoints(q)
+	stored, err := c.storedCheckpoints(q)
 	if err != nil {
 		return Listing{}, fmt.Errorf("list groups of topic %s: %w", topic, err)
 	}
@@ -113,12 +116,21 @@ func lag(l Listing, committed int64) int64 {
 	return max(l.HighWatermark-max(committed, l.StartOffset), 0)
 }
 
+// warnNoLister logs, once per process, that a backend cannot list its
+// stored checkpoints.
+var warnNoLister sync.Once
+
 // storedCheckpoints is the names of q's stored checkpoints, or none when
-// its log cannot list them.
-func storedCheckpoints(q *topicqueue.TopicQueue) ([]string, error) {
+// its log cannot list them (no contract.CheckpointLister: a warning, once,
+// says that the listings then miss the groups not used since it opened).
+func (c *Coordinator) storedCheckpoints(q *topicqueue.TopicQueue) ([]string, error) {
 	if cl, ok := q.Log().(contract.CheckpointLister); ok {
 		return cl.Checkpoints()
 	}
+	warnNoLister.Do(func() {
+		c.log.Warn("the storage backend cannot list stored checkpoints: consumer-group listings show only the groups used since their topic was opened",
+			zap.String("topic", q.Name()), zap.String("log-type", fmt.Sprintf("%T", q.Log())))
+	})
 	return nil, nil
 }
 

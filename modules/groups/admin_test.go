@@ -312,7 +312,7 @@ func TestHTTPSeekAndLagAfterRetention(t *testing.T) {
 	url := ts.URL
 	seek(t, url, "behind", `{"to": 1}`, 0, 1)
 	seek(t, url, "ahead", `{"to": 6}`, 0, 6)
-	res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 5)
+	res, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 5)
 	if err != nil || res.StartOffset != 5 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -298,7 +297,7 @@ func (c *Coordinator) lookup(topic, name string) (*topicqueue.TopicQueue, error)
 	if err := contract.ValidateTopic(topic); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
-	if storage.ValidCheckpointName(name) != nil {
+	if contract.ValidCheckpointName(name) != nil {
 		return nil, fmt.Errorf("%w: group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", ErrInvalidName, name)
 	}
 	if c.opts.Reserved != nil && c.opts.Reserved(name) {

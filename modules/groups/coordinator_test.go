@@ -450,8 +450,8 @@ func TestTopicCloseEndsWait(t *testing.T) {
 	if err := e.reg.Close(); err != nil { // the topic closes; the coordinator is not drained
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, storage.ErrClosed) {
-		t.Fatalf("fetch on a closed topic: %v, want storage.ErrClosed", err)
+	if err := <-errc; !errors.Is(err, contract.ErrClosed) {
+		t.Fatalf("fetch on a closed topic: %v, want contract.ErrClosed", err)
 	}
 }
 

@@ -37,7 +37,7 @@ var (
 	ErrUnknownTopic = contract.NewError(contract.CodeNotFound, "groups: unknown topic")
 	// ErrInvalidName: the topic name (contract.ValidateTopic: '.'-separated
 	// segments of [A-Za-z0-9_-], at most 249 bytes) or the group name
-	// (storage.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
+	// (contract.ValidCheckpointName: 1-200 of [A-Za-z0-9_.-], not starting
 	// with '.') is invalid. HTTP 400 BAD_REQUEST, TCP ERR BAD_REQUEST.
 	ErrInvalidName = contract.NewError(contract.CodeBadRequest, "groups: invalid name")
 	// ErrInvalidOffset: a fetch's from= is below the committed offset

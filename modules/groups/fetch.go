@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Batch is the result of a Fetch.
@@ -17,7 +16,7 @@ type Batch struct {
 	// Entries are consecutive-offset messages below the high watermark
 	// (gaps only where a corrupt entry was skipped); empty after a wait
 	// with nothing new.
-	Entries []storage.Entry
+	Entries []contract.Entry
 	// Committed is the group's durable committed offset: the next offset
 	// not yet acknowledged.
 	Committed int64
@@ -62,7 +61,7 @@ func (b *Batch) Release() {
 //
 // Errors: contract.ErrOverloaded, ErrSessionExpired (also when the session was released while the
 // fetch waited), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, ctx.Err()
-// when ctx ends during the wait, storage.ErrClosed when the topic closes
+// when ctx ends during the wait, contract.ErrClosed when the topic closes
 // during the wait, or a read error. A fetch after Drain does not wait.
 func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, limit int, wait time.Duration) (Batch, error) {
 	g, err := c.group(topic, group)
@@ -123,7 +122,7 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 				lost := g.lease != l
 				g.mu.Unlock()
 				if !lost {
-					return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", group, topic, storage.ErrClosed)
+					return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", group, topic, contract.ErrClosed)
 				}
 			}
 		case <-timeout:
@@ -176,7 +175,7 @@ func (c *Coordinator) Seek(topic, group, session string, from int64) error {
 // not fit, reading goes on one entry at a time; the first entry that does
 // not fit ends the batch, or, when nothing was taken yet, the error wraps
 // contract.ErrOverloaded with l.next unchanged. g.mu is held.
-func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.Entry, held int64, err error) {
+func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []contract.Entry, held int64, err error) {
 	size := 0
 	hw := g.topic.HighWatermark()
 	one := false // the last batch did not fit: read a single entry
@@ -209,7 +208,7 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.E
 			size += len(e.Payload)
 			l.next++
 		}
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		var oe *contract.OffsetExpiredError
 		switch {
 		case err == nil && len(es) > 0:
@@ -252,7 +251,7 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []storage.E
 }
 
 // payloadBytes is the payload bytes of es.
-func payloadBytes(es []storage.Entry) int64 {
+func payloadBytes(es []contract.Entry) int64 {
 	var n int64
 	for _, e := range es {
 		n += int64(len(e.Payload))

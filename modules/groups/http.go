@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // SessionHeader carries the session id of a consumer group: the fetch
@@ -212,7 +211,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 // and then write it). The shape is exactly FetchResponse's. A write error
 // (the client went away) ends the writing; the session has still moved,
 // as for any lost reply (a client resumes with from=).
-func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []storage.Entry) {
+func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []contract.Entry) {
 	s := contract.StartJSON(w, http.StatusOK)
 	s.Text(`{"topic":`)
 	s.String(resp.Topic)

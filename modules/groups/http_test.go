@@ -258,7 +258,7 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 	if r := do(t, "DELETE", base+"/session", s, ""); r.status != 200 {
 		t.Fatalf("release: %d %s", r.status, r.raw)
 	}
-	res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 5)
+	res, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 5)
 	if err != nil || res.StartOffset != 5 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

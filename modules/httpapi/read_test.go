@@ -220,7 +220,7 @@ func TestReadBackBelowStartOffset410(t *testing.T) {
 		a.publish("r.t", fmt.Sprintf(`{"n":%d}`, i))
 	}
 	q, _ := a.reg.Get("r.t")
-	if res, err := q.Log().(*storage.Log).ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), 3); err != nil || res.StartOffset != 3 {
+	if res, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 3); err != nil || res.StartOffset != 3 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}
 	rec := a.call(http.MethodGet, "/topics/r.t/messages?offset=0", "", "")

@@ -36,7 +36,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/servertls"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -119,7 +118,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		opts.IdleTimeout = 120 * time.Second
 	}
 	if opts.MaxConns <= 0 {
-		limit, _ := storage.OpenFileLimit()
+		limit, _ := contract.OpenFileLimit()
 		opts.MaxConns = AutoMaxConns(limit)
 	}
 	if opts.MaxBodyBytes <= 0 {
@@ -313,7 +312,7 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 // handleReady answers 200 {"ready":true} once startup has finished and
-// while the storage backend's store answers (topicqueue.HealthChecker),
+// while the storage backend's store answers (contract.HealthChecker),
 // else 503 {"ready":false} (with "error" saying why the store does not).
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil && !s.ready.Ready() {
@@ -321,7 +320,7 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	if s.reg != nil {
-		if h, ok := s.reg.Backend().(topicqueue.HealthChecker); ok {
+		if h, ok := s.reg.Backend().(contract.HealthChecker); ok {
 			if err := h.Healthy(); err != nil {
 				contract.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "error": err.Error()})
 				return
@@ -659,7 +658,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 			size += len(e.Payload)
 			next++
 		}
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		if errors.As(err, &ce) {
 			items = append(items, readItem{offset: ce.Offset, err: ce.Error()})
 			next = ce.Offset + 1
@@ -677,7 +676,7 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 }
 
 // readBytes is the payload bytes of es.
-func readBytes(es []storage.Entry) int64 {
+func readBytes(es []contract.Entry) int64 {
 	var n int64
 	for _, e := range es {
 		n += int64(len(e.Payload))

@@ -92,7 +92,7 @@ type unhealthyBackend struct {
 func (b unhealthyBackend) Healthy() error { return b.err }
 
 // /readyz is 503 while the storage backend reports its store unreachable
-// (topicqueue.HealthChecker), with the reason; 200 again once it answers.
+// (contract.HealthChecker), with the reason; 200 again once it answers.
 func TestReadyzFollowsBackendHealth(t *testing.T) {
 	root := t.TempDir()
 	b := &unhealthyBackend{LocalBackend: &topicqueue.LocalBackend{Root: root}, err: errors.New("jetstream: not connected")}

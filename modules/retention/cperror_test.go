@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -67,7 +68,7 @@ func testUnreadableCheckpoint(t *testing.T, reader string) {
 
 	core, logs := observer.New(zapcore.ErrorLevel)
 	log := zap.New(zapcore.NewTee(zaptest.NewLogger(t).Core(), core))
-	o := Options{Default: storage.RetentionPolicy{MaxBytes: 1}, KeepUnconsumed: true,
+	o := Options{Default: contract.RetentionPolicy{MaxBytes: 1}, KeepUnconsumed: true,
 		Now: func() time.Time { return now }, Logger: log}
 	var c *groups.Coordinator
 	switch reader {

@@ -5,9 +5,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -39,7 +39,7 @@ func NewFromConfig(p Params) (*Retainer, error) {
 		return nil, err
 	}
 	if b := p.Storage.Backend; b != "" && b != config.BackendLocal {
-		o.Default, o.Rules = storage.RetentionPolicy{}, nil
+		o.Default, o.Rules = contract.RetentionPolicy{}, nil
 	}
 	o.Dispatchers = p.Dispatchers
 	if p.Groups != nil {

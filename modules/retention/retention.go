@@ -22,24 +22,16 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
-
-// Retainable is a topic log that retention can shrink: the local storage
-// backend (*storage.Log). Logs of other backends are skipped without a
-// word: the JetStream backend sets the policies (PolicyFor) on its streams
-// as their limits, and with it NewFromConfig runs no loop.
-type Retainable interface {
-	ApplyRetention(p storage.RetentionPolicy, now time.Time, keepFrom int64) (storage.RetentionResult, error)
-}
 
 // Rule is one per-pattern override (mmmq.broker.retention.topics): topics
 // matching Pattern use Policy instead of the default.
 type Rule struct {
 	Pattern dispatcher.Pattern
-	Policy  storage.RetentionPolicy
+	Policy  contract.RetentionPolicy
 }
 
 // GroupHolder says from which offset the consumer groups of a topic still
@@ -59,7 +51,7 @@ type GroupHolder interface {
 type Options struct {
 	// Default is the policy of topics no rule matches
 	// (mmmq.broker.retention.max-age and max-bytes).
-	Default storage.RetentionPolicy
+	Default contract.RetentionPolicy
 	// Rules are the overrides, first match wins.
 	Rules []Rule
 	// CheckInterval is how often Start's loop runs a pass; default 1m.
@@ -87,7 +79,7 @@ type Options struct {
 // fails, naming its key.
 func OptionsFromConfig(c config.RetentionConfig) (Options, error) {
 	o := Options{
-		Default:        storage.RetentionPolicy{MaxAge: c.MaxAge, MaxBytes: c.MaxBytes},
+		Default:        contract.RetentionPolicy{MaxAge: c.MaxAge, MaxBytes: c.MaxBytes},
 		CheckInterval:  c.CheckInterval,
 		KeepUnconsumed: c.KeepUnconsumed,
 		GroupIdle:      c.GroupIdle,
@@ -114,7 +106,7 @@ func OptionsFromConfig(c config.RetentionConfig) (Options, error) {
 
 // PolicyFor is the policy of topic: the first matching rule's, else the
 // default.
-func (o Options) PolicyFor(topic string) storage.RetentionPolicy {
+func (o Options) PolicyFor(topic string) contract.RetentionPolicy {
 	for _, r := range o.Rules {
 		if r.Pattern.Match(topic) {
 			return r.Policy
@@ -217,11 +209,11 @@ func (r *Retainer) Pass() Result {
 		if !p.Enabled() {
 			continue
 		}
-		lg, ok := q.Log().(Retainable)
+		lg, ok := q.Log().(contract.Retainer)
 		if !ok {
 			continue
 		}
-		keep := storage.KeepAll
+		keep := contract.KeepAll
 		if r.opts.KeepUnconsumed {
 			var err error
 			if keep, err = r.keepFrom(q, now); err != nil {
@@ -239,7 +231,7 @@ func (r *Retainer) Pass() Result {
 			res.Entries += tr.Entries
 			res.Bytes += tr.Bytes
 		}
-		if err != nil && !errors.Is(err, storage.ErrClosed) {
+		if err != nil && !errors.Is(err, contract.ErrClosed) {
 			res.Failed++
 			r.log.Error("retention failed; the topic keeps its data and is retried at the next check",
 				zap.String("topic", q.Name()), zap.Error(err))
@@ -255,13 +247,13 @@ func (r *Retainer) Pass() Result {
 }
 
 // keepFrom is the lowest offset of q that a configured dispatcher or a
-// recently active consumer group has not read yet (storage.KeepAll when
+// recently active consumer group has not read yet (contract.KeepAll when
 // none holds anything). The error, when a dispatcher's checkpoint cannot
 // be read or a recently used group's could not be, names the reader:
 // its progress is unknown, and the caller keeps everything rather than
 // guess.
 func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) (int64, error) {
-	keep := storage.KeepAll
+	keep := contract.KeepAll
 	if r.opts.Dispatchers != nil {
 		for _, d := range r.opts.Dispatchers.Matching(q.Name()) {
 			cp, err := q.Checkpoint(d.Name())

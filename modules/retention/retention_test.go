@@ -95,7 +95,7 @@ func (e *env) dirBytes(topic string) int64 {
 func TestBySizeBounded(t *testing.T) {
 	const segMax, maxBytes = 4096, 40960
 	e := newEnv(t, segMax)
-	r := New(e.reg, Options{Default: storage.RetentionPolicy{MaxBytes: maxBytes}, Logger: zaptest.NewLogger(t)})
+	r := New(e.reg, Options{Default: contract.RetentionPolicy{MaxBytes: maxBytes}, Logger: zaptest.NewLogger(t)})
 	entry := int64(storage.EntrySize(len(message("sized", 0, time.Now())))) + storage.IndexEntrySize
 	var q *topicqueue.TopicQueue
 	most := int64(0)
@@ -135,7 +135,7 @@ func TestByAgeWithClock(t *testing.T) {
 	now := base
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
-	r := New(e.reg, Options{Default: storage.RetentionPolicy{MaxAge: 2 * time.Second}, Now: clock})
+	r := New(e.reg, Options{Default: contract.RetentionPolicy{MaxAge: 2 * time.Second}, Now: clock})
 	e.publish("aged", 20, base)                       // several segments at base
 	q := e.publish("aged", 20, base.Add(time.Minute)) // more, a minute later
 	if res := r.Pass(); res.Segments != 0 {
@@ -172,7 +172,7 @@ func TestRulesFirstMatchWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for topic, want := range map[string]storage.RetentionPolicy{
+	for topic, want := range map[string]contract.RetentionPolicy{
 		"metrics.keep": {},
 		"metrics.cpu":  {MaxAge: time.Hour, MaxBytes: 1},
 		"orders":       {MaxBytes: 1},
@@ -241,7 +241,7 @@ func TestKeepUnconsumed(t *testing.T) {
 			if err := q.Commit("d", 25); err != nil {
 				t.Fatal(err)
 			}
-			o := Options{Default: storage.RetentionPolicy{MaxBytes: 1}, KeepUnconsumed: true, Groups: tc.groups, Now: func() time.Time { return now }}
+			o := Options{Default: contract.RetentionPolicy{MaxBytes: 1}, KeepUnconsumed: true, Groups: tc.groups, Now: func() time.Time { return now }}
 			if tc.configure {
 				set, err := dispatcher.SetOf(dispatcher.New("d", dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: 8081}, dispatcher.MustPattern("**")))
 				if err != nil {
@@ -312,7 +312,7 @@ func TestFxModuleRunsLoop(t *testing.T) {
 func TestDeleteWhileRetentionRuns(t *testing.T) {
 	const rounds = 60
 	e := newEnv(t, 512)
-	r := New(e.reg, Options{Default: storage.RetentionPolicy{MaxBytes: 1024}, Logger: zaptest.NewLogger(t)})
+	r := New(e.reg, Options{Default: contract.RetentionPolicy{MaxBytes: 1024}, Logger: zaptest.NewLogger(t)})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var failedPasses, published int
@@ -345,7 +345,7 @@ func TestDeleteWhileRetentionRuns(t *testing.T) {
 			switch {
 			case err == nil:
 				published++
-			case errors.Is(err, storage.ErrClosed):
+			case errors.Is(err, contract.ErrClosed):
 				// deleted under this publish: refused, not acknowledged
 			default:
 				t.Errorf("publish: %v", err)

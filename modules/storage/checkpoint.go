@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"sync"
+
+	"github.com/mmmq/mmmq/modules/contract"
 
 	"go.uber.org/zap"
 
@@ -31,18 +32,6 @@ const (
 	CheckpointExt  = ".checkpoint"
 	checkpointSize = 8
 )
-
-var checkpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`)
-
-// ValidCheckpointName reports whether name may be used as a checkpoint (and
-// so dispatcher or consumer group) name: 1–200 bytes of [A-Za-z0-9_.-], not
-// starting with '.', so it is always a plain file name.
-func ValidCheckpointName(name string) error {
-	if !checkpointNameRE.MatchString(name) {
-		return fmt.Errorf("invalid checkpoint name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", name)
-	}
-	return nil
-}
 
 // Checkpoint is one durable "next offset" of a topic. Safe for concurrent use.
 //
@@ -74,7 +63,7 @@ type Checkpoint struct {
 //
 // The file is not modified until the first Commit.
 func OpenCheckpoint(fsys vfs.FS, topicDir, name string, logEnd int64, log *zap.Logger) (*Checkpoint, error) {
-	if err := ValidCheckpointName(name); err != nil {
+	if err := contract.ValidCheckpointName(name); err != nil {
 		return nil, err
 	}
 	if log == nil {
@@ -150,7 +139,7 @@ func (c *Checkpoint) Offset() int64 {
 // before returning. The first commit of a new checkpoint creates the file
 // and fsyncs the directory. On error the stored value is unknown to the
 // caller and Offset keeps the previous value. After Close it returns an
-// error wrapping ErrClosed.
+// error wrapping contract.ErrClosed.
 func (c *Checkpoint) Commit(next int64) error {
 	if next < 0 {
 		return fmt.Errorf("commit checkpoint %s: negative offset %d", c.name, next)
@@ -158,7 +147,7 @@ func (c *Checkpoint) Commit(next int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return fmt.Errorf("commit checkpoint %s: %w", c.name, ErrClosed)
+		return fmt.Errorf("commit checkpoint %s: %w", c.name, contract.ErrClosed)
 	}
 	if !c.exists {
 		if err := c.create(next); err != nil {
@@ -220,7 +209,7 @@ func (c *Checkpoint) write(f vfs.File, next int64) error {
 }
 
 // Close marks the checkpoint closed (it holds no file between calls). It
-// does not commit; a later Commit returns ErrClosed (it never re-creates
+// does not commit; a later Commit returns contract.ErrClosed (it never re-creates
 // the file).
 func (c *Checkpoint) Close() error {
 	c.mu.Lock()
@@ -235,7 +224,7 @@ func (c *Checkpoint) Close() error {
 // ?delete-checkpoints=true uses it: a reader created again under that name
 // starts from offset 0.
 func (l *Log) RemoveCheckpoint(name string) error {
-	if err := ValidCheckpointName(name); err != nil {
+	if err := contract.ValidCheckpointName(name); err != nil {
 		return err
 	}
 	l.cpMu.Lock()

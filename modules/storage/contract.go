@@ -16,8 +16,21 @@ type Entry = contract.Entry
 // Stats is a point-in-time summary of a log (contract.Stats).
 type Stats = contract.Stats
 
-// *Log is the local backend of the storage seam.
-var _ contract.Log = (*Log)(nil)
+// *Log is the local backend of the storage seam, with the optional
+// capabilities it has (the table in modules/contract/capabilities.go): it
+// is not a WorkLeaser (one broker per data directory) and its checkpoints
+// need no reload, epoch or seek.
+var (
+	_ contract.Log               = (*Log)(nil)
+	_ contract.Incarnationer     = (*Log)(nil)
+	_ contract.CheckpointLister  = (*Log)(nil)
+	_ contract.CheckpointRemover = (*Log)(nil)
+	_ contract.Reopener          = (*Log)(nil)
+	_ contract.FailureReporter   = (*Log)(nil)
+	_ contract.Retainer          = (*Log)(nil)
+	_ contract.Checkpoint        = (*Checkpoint)(nil)
+	_ contract.CheckpointExister = (*Checkpoint)(nil)
+)
 
 // StartOffset is the log start offset: the base offset of the first
 // segment (0 until retention deletes whole segments from the head).
@@ -30,22 +43,19 @@ func (l *Log) StartOffset() int64 { return (*l.segs.Load())[0].base }
 // may store them a few milliseconds out of order, and the answer is then
 // within those few milliseconds of the exact one. A message without a
 // timestamp (written by another client) counts as older than any t. A
-// corrupt entry on the search path returns its *CorruptionError.
+// corrupt entry on the search path returns its *contract.CorruptionError.
 func (l *Log) OffsetAt(t time.Time) (int64, error) {
 	return contract.SearchTime(l, t)
 }
 
-// *Log lists its stored checkpoints.
-var _ contract.CheckpointLister = (*Log)(nil)
-
 // Checkpoints returns the names of the checkpoint files of this topic
 // (<topic>/checkpoints/<name>.checkpoint), sorted; entries that are not a
-// checkpoint file with a valid name (ValidCheckpointName) are left out.
+// checkpoint file with a valid name (contract.ValidCheckpointName) are left out.
 // A checkpoint opened but never committed has no file and is not listed.
-// Errors: ErrClosed after Close, or the directory listing's I/O error.
+// Errors: contract.ErrClosed after Close, or the directory listing's I/O error.
 func (l *Log) Checkpoints() ([]string, error) {
 	if l.closed.Load() {
-		return nil, ErrClosed
+		return nil, contract.ErrClosed
 	}
 	dir := filepath.Join(l.dir, CheckpointDir)
 	ents, err := l.fs.List(dir)
@@ -58,7 +68,7 @@ func (l *Log) Checkpoints() ([]string, error) {
 	var names []string
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name, CheckpointExt)
-		if e.IsDir || !ok || ValidCheckpointName(name) != nil {
+		if e.IsDir || !ok || contract.ValidCheckpointName(name) != nil {
 			continue
 		}
 		names = append(names, name)

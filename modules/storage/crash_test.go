@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -193,14 +194,14 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 		if !retain {
 			return
 		}
-		p := RetentionPolicy{MaxBytes: 3 * opts.SegmentMaxBytes}
+		p := contract.RetentionPolicy{MaxBytes: 3 * opts.SegmentMaxBytes}
 		for {
 			select {
 			case <-stopRetention:
 				return
 			default:
 			}
-			if _, err := l.ApplyRetention(p, time.Now(), KeepAll); err != nil {
+			if _, err := l.ApplyRetention(p, time.Now(), contract.KeepAll); err != nil {
 				mu.Lock()
 				violations = append(violations, "retention: "+err.Error())
 				mu.Unlock()
@@ -287,7 +288,7 @@ func crashRound(seed uint64, v crashVariant, ackBeforeSync, retain bool) (c cras
 	reopenMode := IndexSync(rng.IntN(2))
 	rl, err := Open(testDir, Options{FS: snap, Logger: zap.NewNop(), SegmentMaxBytes: opts.SegmentMaxBytes, IndexSync: reopenMode})
 	if err != nil {
-		var ce *CorruptionError
+		var ce *contract.CorruptionError
 		if errors.As(err, &ce) {
 			c.refused++
 		}

@@ -250,13 +250,13 @@
 // CORRUPT. Leftover *.tmp files are removed; other unknown files are logged
 // and left alone.
 //
-// On corruption Open returns a *CorruptionError naming the topic, file, byte
+// On corruption Open returns a *contract.CorruptionError naming the topic, file, byte
 // position and offset, and no file is modified: every decision is planned
 // before anything is applied. Verify (verify.go) additionally reads every
 // entry and CRC for `mmmq verify`.
 //
 // Entries in the middle of the log are not read at startup; a CRC mismatch
-// there is found at read time as a *CorruptionError for that one offset,
+// there is found at read time as a *contract.CorruptionError for that one offset,
 // which the dispatcher logs and skips.
 //
 // # Incarnation id (incarnation.go)
@@ -276,7 +276,7 @@
 // incarnation.tmp; OpenExisting removes exactly that at startup. A topic
 // directory that holds neither the incarnation file nor a segment but
 // anything else was not left by a creation: Open refuses it (a
-// *CorruptionError with no byte position or offset) and writes nothing.
+// *contract.CorruptionError with no byte position or offset) and writes nothing.
 //
 // # Topic deletion (delete.go)
 //
@@ -293,10 +293,10 @@
 // never the active one: by size (.mmm + .idx bytes over a limit) or by age
 // (the newest entry's stored timestamp older than a limit), never past a
 // keepFrom offset. Per segment: publish the segment list without it (the
-// start offset moves; a read below it is ErrOffsetExpired, 410
+// start offset moves; a read below it is contract.ErrOffsetExpired, 410
 // OFFSET_EXPIRED), evict its pair from the cache (a reader pinning it reads
 // on from the unlinked files; one that reopens it after the unlink gets
-// ErrOffsetExpired, not an I/O error), remove the .idx (hook
+// contract.ErrOffsetExpired, not an I/O error), remove the .idx (hook
 // BetweenSegmentUnlinks), remove the .mmm, fsync the directory. So at any
 // crash only the first remaining segment can be half deleted, which repair
 // finishes.

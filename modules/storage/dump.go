@@ -23,7 +23,7 @@ type DumpEntry struct {
 // from (count <= 0: to the end), without modifying any file: the segments
 // are opened read-only as repair would keep them (a torn tail is
 // not shown). A corrupt entry is reported through DumpEntry.Problem and the
-// dump goes on. A topic refused by repair returns its *CorruptionError.
+// dump goes on. A topic refused by repair returns its *contract.CorruptionError.
 func Dump(dir string, opts Options, from, count int64, fn func(DumpEntry) error) error {
 	_, err := DumpReport(dir, opts, from, count, fn)
 	return err

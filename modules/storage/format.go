@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"hash/crc32"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/config"
 )
 
@@ -26,10 +28,6 @@ const (
 	HeaderSize = 8
 	// IndexEntrySize is the size of one offset index entry.
 	IndexEntrySize = 8
-	// MinPayloadBytes is the smallest message JSON accepted: the shortest
-	// JSON document that is an object or a string is 2 bytes ("{}", "\"\"").
-	// It also makes eight zero bytes (length 0, CRC32C("") = 0) undecodable.
-	MinPayloadBytes = 2
 	// MaxEntryPayload is the format's own ceiling on a payload: what the
 	// int32 length field can hold. Reads and repair decode against it
 	// (bounded by the file's size, so a garbage length never allocates
@@ -110,7 +108,7 @@ func AppendEntry(dst, payload []byte) []byte {
 // it. avail is the number of bytes of the file from the start of the entry
 // (header included); maxRecord is the largest payload accepted. It returns
 // the payload length and the stored CRC, or an error saying why the header is
-// not a plausible entry: a length below 4+MinPayloadBytes, above
+// not a plausible entry: a length below 4+contract.MinPayloadBytes, above
 // 4+maxRecord, or beyond the end of the file.
 func DecodeHeader(hdr []byte, avail int64, maxRecord int) (payloadLen int, crc uint32, err error) {
 	if len(hdr) < HeaderSize || avail < HeaderSize {
@@ -118,8 +116,8 @@ func DecodeHeader(hdr []byte, avail int64, maxRecord int) (payloadLen int, crc u
 	}
 	length := int64(int32(binary.BigEndian.Uint32(hdr[0:4])))
 	switch {
-	case length < 4+MinPayloadBytes:
-		return 0, 0, fmt.Errorf("length %d below minimum %d", length, 4+MinPayloadBytes)
+	case length < 4+contract.MinPayloadBytes:
+		return 0, 0, fmt.Errorf("length %d below minimum %d", length, 4+contract.MinPayloadBytes)
 	case length > 4+int64(maxRecord):
 		return 0, 0, fmt.Errorf("length %d above maximum %d", length, 4+maxRecord)
 	case 4+length > avail:

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -198,8 +200,8 @@ func FuzzDecodeEntry(f *testing.F) {
 		max := int(max16)
 		p, size, err := DecodeEntry(b, max)
 		if err == nil {
-			if len(p) < MinPayloadBytes || len(p) > max {
-				t.Fatalf("payload of %d bytes outside [%d, %d]", len(p), MinPayloadBytes, max)
+			if len(p) < contract.MinPayloadBytes || len(p) > max {
+				t.Fatalf("payload of %d bytes outside [%d, %d]", len(p), contract.MinPayloadBytes, max)
 			}
 			if size != HeaderSize+len(p) || size > len(b) {
 				t.Fatalf("size %d for %d-byte payload in %d bytes", size, len(p), len(b))
@@ -230,7 +232,7 @@ func FuzzDecodeEntry(f *testing.F) {
 			}
 		}
 		// Valid encodings of the fuzz input as a payload round-trip.
-		if len(b) >= MinPayloadBytes && len(b) <= max {
+		if len(b) >= contract.MinPayloadBytes && len(b) <= max {
 			enc := AppendEntry(nil, b)
 			got, n, derr := DecodeEntry(enc, max)
 			if derr != nil || n != len(enc) || !bytes.Equal(got, b) {

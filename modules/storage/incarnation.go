@@ -2,10 +2,10 @@ package storage
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
+
+	"github.com/mmmq/mmmq/modules/contract"
 
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -35,14 +35,6 @@ const (
 	incarnationHex = 32
 )
 
-// NewIncarnation returns a fresh random incarnation id: 32 lower-case hex
-// digits (128 bits from crypto/rand).
-func NewIncarnation() string {
-	var b [incarnationHex / 2]byte
-	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go 1.24+ panics instead)
-	return hex.EncodeToString(b[:])
-}
-
 // validIncarnation reports whether id is 32 lower-case hex digits.
 func validIncarnation(id string) bool {
 	if len(id) != incarnationHex {
@@ -59,7 +51,7 @@ func validIncarnation(id string) bool {
 
 // ReadIncarnation returns the incarnation id stored in topic directory dir,
 // or "" (and no error) when the file does not exist. A file that is not 32
-// hex digits and a newline is a *CorruptionError naming it.
+// hex digits and a newline is a *contract.CorruptionError naming it.
 func ReadIncarnation(fsys vfs.FS, dir string) (string, error) {
 	path := filepath.Join(dir, IncarnationFile)
 	f, err := fsys.Open(path)
@@ -74,9 +66,9 @@ func ReadIncarnation(fsys vfs.FS, dir string) (string, error) {
 	n, _ := f.ReadAt(buf, 0)
 	id := string(bytes.TrimSuffix(buf[:n], []byte("\n")))
 	if n != incarnationHex+1 || buf[incarnationHex] != '\n' || !validIncarnation(id) {
-		return "", &CorruptionError{Topic: filepath.Base(dir), File: path, Pos: 0, Offset: -1,
+		return "", &contract.CorruptionError{Topic: filepath.Base(dir), File: path, Pos: 0, Offset: -1,
 			Reason: fmt.Sprintf("incarnation file is not %d hex digits and a newline (%d bytes); remove it to give the topic a new incarnation id", incarnationHex, n),
-			Err:    ErrCorrupt}
+			Err:    contract.ErrCorrupt}
 	}
 	return id, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -63,9 +64,9 @@ func TestIncarnation(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(testDir, Options{FS: fsys})
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if !errors.As(err, &ce) || ce.File != filepath.Join(testDir, IncarnationFile) {
-		t.Fatalf("garbled incarnation: %v, want a CorruptionError naming the file", err)
+		t.Fatalf("garbled incarnation: %v, want a contract.CorruptionError naming the file", err)
 	}
 	if got, _ := fsys.ReadFile(filepath.Join(testDir, IncarnationFile)); string(got) != string(bad) {
 		t.Fatalf("refused topic's incarnation file was rewritten: %q", got)
@@ -96,9 +97,9 @@ func TestVerifyRefusesBadIncarnation(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, openErr := Open(testDir, Options{FS: fsys})
-			var ce *CorruptionError
+			var ce *contract.CorruptionError
 			if !errors.As(openErr, &ce) {
-				t.Fatalf("open: %v, want a CorruptionError", openErr)
+				t.Fatalf("open: %v, want a contract.CorruptionError", openErr)
 			}
 			if msg := openErr.Error(); strings.Contains(msg, "offset") || !strings.Contains(msg, path+" byte 0") {
 				t.Errorf("open error %q: want the file and byte, no offset (none applies)", msg)
@@ -122,7 +123,7 @@ func TestCorruptionErrorWhere(t *testing.T) {
 		{0, -1, `storage: corruption in topic "t": bad at f byte 0`},
 		{-1, -1, `storage: corruption in topic "t": bad at f`},
 	} {
-		e := &CorruptionError{Topic: "t", File: "f", Pos: tc.pos, Offset: tc.off, Reason: "bad"}
+		e := &contract.CorruptionError{Topic: "t", File: "f", Pos: tc.pos, Offset: tc.off, Reason: "bad"}
 		if got := e.Error(); got != tc.want {
 			t.Errorf("pos %d offset %d: %q, want %q", tc.pos, tc.off, got, tc.want)
 		}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -68,7 +70,7 @@ type Log struct {
 // directory's base name), creating it with an empty first segment when it
 // does not exist (or holds only what an interrupted creation leaves), and
 // otherwise running repair (see the package doc). A topic refused by
-// repair returns a *CorruptionError and leaves every file untouched; so
+// repair returns a *contract.CorruptionError and leaves every file untouched; so
 // does a directory that holds neither the incarnation file nor a segment
 // but other entries (see unfinished.go).
 func Open(dir string, opts Options) (*Log, error) {
@@ -124,7 +126,7 @@ func open(l *Log, dir string, o Options) (*Log, error) {
 		if err := MkdirDurable(o.FS, dir); err != nil {
 			return nil, fmt.Errorf("create topic dir: %w", err)
 		}
-		id = NewIncarnation()
+		id = contract.NewIncarnation()
 		if err := WriteIncarnation(o.FS, dir, id); err != nil {
 			return nil, err
 		}
@@ -294,7 +296,7 @@ func (l *Log) Checkpoint(name string) (*Checkpoint, error) {
 	l.cpMu.Lock()
 	defer l.cpMu.Unlock()
 	if l.closed.Load() {
-		return nil, ErrClosed
+		return nil, contract.ErrClosed
 	}
 	if c, ok := l.checkpoints[name]; ok {
 		return c, nil

@@ -119,11 +119,11 @@ func TestRoundTripManySegments(t *testing.T) {
 		if es, err := l.ReadBatch(0, 0); es != nil || err != nil {
 			t.Fatalf("ReadBatch(0, 0) = %v, %v", es, err)
 		}
-		if _, err := l.ReadBatch(-1, 10); !errors.Is(err, ErrOutOfRange) {
+		if _, err := l.ReadBatch(-1, 10); !errors.Is(err, contract.ErrOutOfRange) {
 			t.Fatalf("ReadBatch(-1): %v", err)
 		}
 		for _, off := range []int64{-1, hw, hw + 100} {
-			if _, err := l.Read(off); !errors.Is(err, ErrOutOfRange) {
+			if _, err := l.Read(off); !errors.Is(err, contract.ErrOutOfRange) {
 				t.Fatalf("Read(%d): %v", off, err)
 			}
 		}
@@ -317,8 +317,8 @@ func TestNothingReadableDuringIndexFsync(t *testing.T) {
 			if hw := l.HighWatermark(); hw != 3 {
 				t.Fatalf("high watermark %d during the index fsync, want 3", hw)
 			}
-			if p, err := l.Read(3); !errors.Is(err, ErrOutOfRange) {
-				t.Fatalf("Read(3) during the index fsync = %q, %v; want ErrOutOfRange", p, err)
+			if p, err := l.Read(3); !errors.Is(err, contract.ErrOutOfRange) {
+				t.Fatalf("Read(3) during the index fsync = %q, %v; want contract.ErrOutOfRange", p, err)
 			}
 			if es, err := l.ReadBatch(3, 10); len(es) != 0 || err != nil {
 				t.Fatalf("ReadBatch(3) during the index fsync = %d entries, %v; want none", len(es), err)
@@ -683,14 +683,14 @@ func TestRecordSizeLimits(t *testing.T) {
 		batch [][]byte
 		want  error
 	}{
-		{[][]byte{payload(1, 101)}, ErrRecordTooLarge},
-		{[][]byte{make([]byte, 1<<20)}, ErrRecordTooLarge},
-		{[][]byte{[]byte(`1`)}, ErrEmptyRecord},
-		{[][]byte{{}}, ErrEmptyRecord},
-		{[][]byte{nil}, ErrEmptyRecord},
-		{nil, ErrEmptyRecord},
-		{[][]byte{payload(1, 50), payload(2, 101), payload(3, 50)}, ErrRecordTooLarge},
-		{[][]byte{payload(1, 50), {}}, ErrEmptyRecord},
+		{[][]byte{payload(1, 101)}, contract.ErrRecordTooLarge},
+		{[][]byte{make([]byte, 1<<20)}, contract.ErrRecordTooLarge},
+		{[][]byte{[]byte(`1`)}, contract.ErrEmptyRecord},
+		{[][]byte{{}}, contract.ErrEmptyRecord},
+		{[][]byte{nil}, contract.ErrEmptyRecord},
+		{nil, contract.ErrEmptyRecord},
+		{[][]byte{payload(1, 50), payload(2, 101), payload(3, 50)}, contract.ErrRecordTooLarge},
+		{[][]byte{payload(1, 50), {}}, contract.ErrEmptyRecord},
 	} {
 		for _, lvl := range []contract.AckLevel{contract.Accepted, contract.Written, contract.Durable} {
 			off, err := l.AppendBatch(ctx, tc.batch, lvl)
@@ -738,20 +738,20 @@ func TestCloseDrainsAccepted(t *testing.T) {
 		l.mu.Unlock()
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Accepted); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Accepted); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("append while closing: %v", err)
 	}
 	segmentWrite.open()
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, ErrClosed) {
+	if _, err := l.Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
-	if _, err := l.Read(0); !errors.Is(err, ErrClosed) {
+	if _, err := l.Read(0); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("read after close: %v", err)
 	}
-	if _, err := l.Checkpoint("x"); !errors.Is(err, ErrClosed) {
+	if _, err := l.Checkpoint("x"); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("checkpoint after close: %v", err)
 	}
 	fsys.SetHook(nil)
@@ -792,7 +792,7 @@ func TestQueueFullAndContextCancel(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, ErrQueueFull) || n == 0 || n > 10 {
+	if !errors.Is(err, contract.ErrQueueFull) || n == 0 || n > 10 {
 		t.Fatalf("after %d queued: %v", n, err)
 	}
 	// Drain the queue so a DURABLE append can be queued.

@@ -10,10 +10,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"go.uber.org/goleak"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -89,14 +90,14 @@ func readAll(t testing.TB, l *Log, max int) []Entry {
 	return out
 }
 
-func asCorruption(t testing.TB, err error) *CorruptionError {
+func asCorruption(t testing.TB, err error) *contract.CorruptionError {
 	t.Helper()
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if !errors.As(err, &ce) {
-		t.Fatalf("want *CorruptionError, got %T: %v", err, err)
+		t.Fatalf("want *contract.CorruptionError, got %T: %v", err, err)
 	}
-	if !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("errors.Is(%v, ErrCorrupt) = false", err)
+	if !errors.Is(err, contract.ErrCorrupt) {
+		t.Fatalf("errors.Is(%v, contract.ErrCorrupt) = false", err)
 	}
 	return ce
 }

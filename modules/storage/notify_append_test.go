@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -42,7 +43,7 @@ func TestAppendBatchNotify(t *testing.T) {
 		t.Fatal("nil notify accepted")
 	}
 	// Refused up front: an error, and notify is never called.
-	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*defaultMaxRecordBytes))}, contract.Durable, notify); !errors.Is(err, ErrRecordTooLarge) {
+	if err := l.AppendBatchNotify([][]byte{[]byte(strings.Repeat("x", 2*defaultMaxRecordBytes))}, contract.Durable, notify); !errors.Is(err, contract.ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	// A failed write reaches notify with the error.

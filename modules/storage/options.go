@@ -27,7 +27,7 @@ type Options struct {
 	// default 1 MiB. Decoding never allocates more than this from a length field.
 	MaxRecordBytes int
 	// MaxPendingBytes caps the bytes queued for the writer; Append beyond it
-	// fails fast with ErrQueueFull (HTTP 503). Default 64 MiB.
+	// fails fast with contract.ErrQueueFull (HTTP 503). Default 64 MiB.
 	MaxPendingBytes int64
 	// Budget, when set, is the broker-wide in-flight memory budget
 	// (mmmq.broker.memory.max-inflight-bytes), shared by every topic's log:

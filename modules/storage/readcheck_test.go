@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // An index entry that comes to point backwards (at an earlier entry) while
-// the log is open must be reported by reads as a CorruptionError for that
+// the log is open must be reported by reads as a contract.CorruptionError for that
 // offset instead of returning the earlier message; its neighbours stay
 // readable. (At startup, recovery refuses such an index.)
 func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
@@ -39,7 +40,7 @@ func TestReadBatchRejectsBackwardIndexEntry(t *testing.T) {
 	f.Close()
 
 	es, err := l.ReadBatch(0, 100)
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if !errors.As(err, &ce) || ce.Offset != 5 || len(es) != 5 {
 		t.Fatalf("ReadBatch(0) = %d entries, %v; want 5 entries and corruption at offset 5", len(es), err)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-func (l *Log) corrupt(seg *segment, file string, pos, offset int64, reason string) *CorruptionError {
-	return &CorruptionError{Topic: l.topic, File: file, Pos: pos, Offset: offset, Reason: reason}
+func (l *Log) corrupt(seg *segment, file string, pos, offset int64, reason string) *contract.CorruptionError {
+	return &contract.CorruptionError{Topic: l.topic, File: file, Pos: pos, Offset: offset, Reason: reason}
 }
 
 func (l *Log) findSegment(offset int64) (*segment, int64) {
@@ -51,20 +51,20 @@ func (l *Log) pinErr(offset int64, err error) error {
 
 func (l *Log) ioErr(err error) error {
 	if l.closed.Load() || errors.Is(err, os.ErrClosed) {
-		return ErrClosed
+		return contract.ErrClosed
 	}
 	return err
 }
 
-// Read returns the message JSON stored at offset. Errors: ErrOutOfRange for
+// Read returns the message JSON stored at offset. Errors: contract.ErrOutOfRange for
 // offset < 0 or >= HighWatermark(); a *contract.OffsetExpiredError
-// (ErrOffsetExpired) for 0 <= offset < StartOffset(), deleted by retention;
-// *CorruptionError when the entry fails validation (the caller decides to
+// (contract.ErrOffsetExpired) for 0 <= offset < StartOffset(), deleted by retention;
+// *contract.CorruptionError when the entry fails validation (the caller decides to
 // skip it); I/O errors as they are.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	hw := l.hw.Load()
 	if offset < 0 || offset >= hw {
-		return nil, fmt.Errorf("read offset %d (high watermark %d): %w", offset, hw, ErrOutOfRange)
+		return nil, fmt.Errorf("read offset %d (high watermark %d): %w", offset, hw, contract.ErrOutOfRange)
 	}
 	seg, _ := l.findSegment(offset)
 	if seg == nil {
@@ -99,14 +99,14 @@ const readBudget = 1 << 20
 // below the high watermark, read in bulk (one index read and one segment
 // read per batch, within one segment). It returns no entries and no error
 // when from >= HighWatermark(). On a corrupt entry at offset o it returns the
-// entries before o and a *CorruptionError with Offset o; the caller skips o
+// entries before o and a *contract.CorruptionError with Offset o; the caller skips o
 // by reading again from o+1. from below StartOffset() (deleted by
-// retention) is a *contract.OffsetExpiredError (ErrOffsetExpired).
+// retention) is a *contract.OffsetExpiredError (contract.ErrOffsetExpired).
 // Payloads share one buffer per call.
 func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	hw := l.hw.Load()
 	if from < 0 {
-		return nil, fmt.Errorf("read offset %d: %w", from, ErrOutOfRange)
+		return nil, fmt.Errorf("read offset %d: %w", from, contract.ErrOutOfRange)
 	}
 	if from >= hw || max <= 0 {
 		return nil, nil
@@ -149,7 +149,7 @@ type batchRead struct {
 	spanEnd int64     // byte position just past entry k-1
 }
 
-// badIndex is the *CorruptionError for the index entry of offset from+i.
+// badIndex is the *contract.CorruptionError for the index entry of offset from+i.
 func (b *batchRead) badIndex(i int, why string) error {
 	return b.l.corrupt(b.seg, b.seg.idxPath, (b.rel+int64(i))*IndexEntrySize, b.from+int64(i), why)
 }
@@ -292,7 +292,7 @@ func (s *segFiles) readPositions(from, n int64, buf []byte) ([]int64, error) {
 }
 
 // badEntry is a validation failure of an entry's bytes (as opposed to an I/O
-// error): callers turn it into a *CorruptionError with the place.
+// error): callers turn it into a *contract.CorruptionError with the place.
 type badEntry struct{ reason string }
 
 func (e *badEntry) Error() string { return e.reason }

@@ -47,7 +47,7 @@ var (
 // ones of the failed batch, which promised no durability) are not there.
 //
 // Errors: ErrNotFailed for a healthy log, ErrReopening while another
-// Reopen runs, ErrClosed, or the error that stopped recovery (cutting a
+// Reopen runs, contract.ErrClosed, or the error that stopped recovery (cutting a
 // file, repair refusing the topic, a different high watermark) wrapped
 // together with the original failure: the log then stays failed, and
 // Reopen may be called again once the cause is fixed.
@@ -56,7 +56,7 @@ func (l *Log) Reopen() (int64, error) {
 	switch {
 	case l.closing:
 		l.mu.Unlock()
-		return -1, ErrClosed
+		return -1, contract.ErrClosed
 	case l.reopening:
 		l.mu.Unlock()
 		return -1, fmt.Errorf("reopen topic %s: %w", l.topic, ErrReopening)

@@ -49,7 +49,7 @@ func (r RepairReport) Clean() bool { return len(r.Actions) == 0 }
 // etcd's wal repair: scan (repair_scan.go) lists the directory, opens the
 // files and reads the offset indexes; plan (repair_plan.go) decides, per
 // segment and without writing anything, what to keep or refuses the topic
-// with a *CorruptionError; apply (repair_apply.go) truncates, creates and
+// with a *contract.CorruptionError; apply (repair_apply.go) truncates, creates and
 // removes files and fsyncs them, and runs only when apply is true and no
 // segment was refused, so a refused topic keeps every file untouched.
 //

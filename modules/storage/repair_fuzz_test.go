@@ -9,15 +9,16 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // FuzzRecovery mutates the files of a small topic (XOR bytes into the
 // segment and the index, cut either at a length) and reopens it. Whatever
-// the bytes, recovery must not panic; a refusal must be a *CorruptionError
+// the bytes, recovery must not panic; a refusal must be a *contract.CorruptionError
 // that left every file byte-identical; an accepted log must never show an
 // entry that differs from what was written at that offset (reads either
-// return the original bytes or a *CorruptionError).
+// return the original bytes or a *contract.CorruptionError).
 func FuzzRecovery(f *testing.F) {
 	f.Add([]byte{}, []byte{}, uint16(0xffff), uint16(0xffff))
 	f.Add([]byte{0, 0, 0, 0, 0, 1}, []byte{}, uint16(0xffff), uint16(0xffff))
@@ -65,7 +66,7 @@ func FuzzRecovery(f *testing.F) {
 		idx := mutate(idxPath, idxXor, idxCut)
 
 		l, err = Open(dir, Options{FS: fsys})
-		var ce *CorruptionError
+		var ce *contract.CorruptionError
 		if errors.As(err, &ce) {
 			m2, _ := fsys.ReadFile(mmmPath)
 			i2, _ := fsys.ReadFile(idxPath)

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // Plan: the second step of repair. It decides, per segment, how many index
 // entries and segment bytes to keep, following the decision table in the
-// package doc, or refuses the topic with a *CorruptionError. It reads entry
+// package doc, or refuses the topic with a *contract.CorruptionError. It reads entry
 // headers and payloads where a decision needs them (a few per segment, not
 // a full scan) and writes nothing.
 
@@ -56,7 +58,7 @@ func (p *segPlan) closeFiles() {
 }
 
 // planner carries what every planning step shares: the topic named in a
-// *CorruptionError and the report the decisions are written to.
+// *contract.CorruptionError and the report the decisions are written to.
 type planner struct {
 	topic string
 	rep   *RepairReport
@@ -65,7 +67,7 @@ type planner struct {
 // corrupt is the refusal of the topic: corruption at byte pos of file,
 // concerning offset.
 func (pl *planner) corrupt(file string, pos, offset int64, format string, args ...any) error {
-	return &CorruptionError{Topic: pl.topic, File: file, Pos: pos, Offset: offset, Reason: fmt.Sprintf(format, args...)}
+	return &contract.CorruptionError{Topic: pl.topic, File: file, Pos: pos, Offset: offset, Reason: fmt.Sprintf(format, args...)}
 }
 
 // act records one planned change in the report.
@@ -210,7 +212,7 @@ func plausiblePrefix(pos []int64) int64 {
 			break
 		}
 		if k > 0 {
-			if d := pos[k] - pos[k-1]; d < HeaderSize+MinPayloadBytes || d > maxGap {
+			if d := pos[k] - pos[k-1]; d < HeaderSize+contract.MinPayloadBytes || d > maxGap {
 				break
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -255,7 +257,7 @@ func (r *tailReader) entry(pos int64) (size int64, reason string, err error) {
 // valid entry's 4-byte length is never zero, so no entry starts at a
 // position whose next four bytes are all zero.
 func (r *tailReader) findEntry(from int64) (pos, size int64, found bool, err error) {
-	for c := from; c+HeaderSize+MinPayloadBytes <= r.size; {
+	for c := from; c+HeaderSize+contract.MinPayloadBytes <= r.size; {
 		b, err := r.window(c)
 		if err != nil {
 			return 0, 0, false, err

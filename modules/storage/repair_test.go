@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -466,9 +468,9 @@ func corruptEveryLastSegmentEntry(t *testing.T, fsys *vfs.MemFS) {
 // repairWant is what a corruption case must lead to: a refusal, or a
 // repaired log with these numbers and reads.
 type repairWant struct {
-	// refused: Open must fail with this *CorruptionError (File is the base
+	// refused: Open must fail with this *contract.CorruptionError (File is the base
 	// name, Reason a substring) and leave every file byte-identical.
-	refuse *CorruptionError
+	refuse *contract.CorruptionError
 
 	hw            int64
 	cutEntries    int64
@@ -479,7 +481,7 @@ type repairWant struct {
 	actions       []string // one substring per expected action, in order
 	removed       []string
 	verify        string // Verify status before opening
-	// corruptAt lists offsets whose reads fail with a *CorruptionError
+	// corruptAt lists offsets whose reads fail with a *contract.CorruptionError
 	// after a successful open; every other offset below hw must read back
 	// byte-identical.
 	corruptAt []int64
@@ -541,7 +543,7 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "index entry points into the middle of the previous entry (second to last)",
 			corrupt: corruptIndexIntoPreviousEntry,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
 				Reason: "does not start where entry 21 ends"}},
 		},
 		{
@@ -576,13 +578,13 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "after the index, an invalid entry followed by valid ones beyond a group commit",
 			corrupt: corruptInvalidEntryBeforeValidBeyondWindow,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
 				Reason: "but a valid entry follows at byte"}},
 		},
 		{
 			name:    "after the index, a damaged length claiming past a group commit, then valid entries beyond one: refused, the claim not trusted",
 			corrupt: corruptLengthClaimBeyondWindow,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
 				Reason: "but a valid entry follows at byte"}},
 		},
 		{
@@ -594,19 +596,19 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "a lost index entry, then damage in the segment, then a valid index entry",
 			corrupt: corruptZeroIndexDamagedEntryValidIndex,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
 				Reason: "walk ends at byte 48 before it"}},
 		},
 		{
 			name:    "a later index entry points at another valid entry than the walk",
 			corrupt: corruptIndexDisagreesWithWalk,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + IndexExt, Pos: 16, Offset: 22,
 				Reason: "walk puts it at byte 96"}},
 		},
 		{
 			name:    "index beyond a torn segment tail",
 			corrupt: corruptIndexBeyondTornSegmentTail,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
 				Reason: "shorter"}},
 		},
 		{
@@ -653,31 +655,31 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "segment shorter than its index",
 			corrupt: corruptSegmentShorterThanIndex,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 2 * fxEntry, Offset: 22,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 2 * fxEntry, Offset: 22,
 				Reason: "shorter"}},
 		},
 		{
 			name:    "sealed segment shorter than its index",
 			corrupt: corruptSealedSegmentShorterThanIndex,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 4 * fxEntry, Offset: 14,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 4 * fxEntry, Offset: 14,
 				Reason: "shorter"}},
 		},
 		{
 			name:    "sealed segment's index torn",
 			corrupt: corruptSealedIndexTorn,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(5) + IndexExt, Pos: 40, Offset: 10,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(5) + IndexExt, Pos: 40, Offset: 10,
 				Reason: "sealed offset index has a torn entry"}},
 		},
 		{
 			name:    "sealed segment's index zero-padded",
 			corrupt: corruptSealedIndexZeroPadded,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(5) + IndexExt, Pos: 40, Offset: 10,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(5) + IndexExt, Pos: 40, Offset: 10,
 				Reason: "implausible position 0"}},
 		},
 		{
 			name:    "sealed segment's last entry bit flip",
 			corrupt: corruptSealedLastEntryBitFlip,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(5) + SegmentExt, Pos: 4 * fxEntry, Offset: 9,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(5) + SegmentExt, Pos: 4 * fxEntry, Offset: 9,
 				Reason: "last entry of a sealed segment is invalid"}},
 		},
 		{
@@ -697,13 +699,13 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "missing idx in an old segment",
 			corrupt: corruptMissingOldIndex,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(5) + SegmentExt, Pos: 0, Offset: 5,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(5) + SegmentExt, Pos: 0, Offset: 5,
 				Reason: "is missing"}},
 		},
 		{
 			name:    "missing mmm in an old segment",
 			corrupt: corruptMissingOldSegment,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(10) + IndexExt, Pos: 0, Offset: 10,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + IndexExt, Pos: 0, Offset: 10,
 				Reason: "is missing"}},
 		},
 		{
@@ -739,19 +741,19 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "non-empty lone mmm at the tail",
 			corrupt: corruptLoneSegmentAtTail,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxEntries) + SegmentExt, Pos: 0, Offset: fxEntries,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxEntries) + SegmentExt, Pos: 0, Offset: fxEntries,
 				Reason: "is missing"}},
 		},
 		{
 			name:    "non-empty lone idx at the tail",
 			corrupt: corruptLoneIndexAtTail,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(fxEntries) + IndexExt, Pos: 0, Offset: fxEntries,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxEntries) + IndexExt, Pos: 0, Offset: fxEntries,
 				Reason: "is missing"}},
 		},
 		{
 			name:    "lone empty mmm in the middle of the chain",
 			corrupt: corruptLoneEmptySegmentInChain,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 0, Offset: 10,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 0, Offset: 10,
 				Reason: "is missing"}},
 		},
 		{
@@ -773,13 +775,13 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "chain gap (a middle segment missing)",
 			corrupt: corruptChainGapMissingSegment,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(15) + SegmentExt, Pos: 0, Offset: 15,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(15) + SegmentExt, Pos: 0, Offset: 15,
 				Reason: "previous segment ends at 10"}},
 		},
 		{
 			name:    "chain gap (a sealed segment lost its last entry)",
 			corrupt: corruptChainGapShortSegment,
-			want: repairWant{refuse: &CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 0, Offset: 10,
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 0, Offset: 10,
 				Reason: "previous segment ends at 9"}},
 		},
 		{
@@ -809,7 +811,7 @@ func TestRecoveryCorruption(t *testing.T) {
 
 // checkRepairCase builds the fixture topic, applies corrupt and checks, in
 // order: Verify changes nothing and predicts Open; a refused Open returns
-// the wanted *CorruptionError and changes nothing (checkRefused); an
+// the wanted *contract.CorruptionError and changes nothing (checkRefused); an
 // accepted Open reports the wanted numbers and actions (checkReport), reads
 // back every entry but the corrupt ones (checkReads), passes w.check, and a
 // second Open finds nothing to do (checkReopen).
@@ -876,7 +878,7 @@ func checkDump(t *testing.T, fsys *vfs.MemFS, w repairWant) {
 
 // checkRefused: Open failed with want (File compared by base name, Reason
 // as a substring), Verify found the same corruption, and no file changed.
-func checkRefused(t *testing.T, l *Log, err error, vr TopicReport, want *CorruptionError, before map[string][]byte, fsys *vfs.MemFS) {
+func checkRefused(t *testing.T, l *Log, err error, vr TopicReport, want *contract.CorruptionError, before map[string][]byte, fsys *vfs.MemFS) {
 	t.Helper()
 	if err == nil {
 		l.Close()
@@ -982,7 +984,7 @@ func checkReopen(t *testing.T, l *Log, fsys *vfs.MemFS) {
 }
 
 // readSkipping reads [0, hw) with ReadBatch of max entries the way the
-// dispatcher does: on a *CorruptionError it keeps the entries
+// dispatcher does: on a *contract.CorruptionError it keeps the entries
 // before the bad offset, skips that one offset and goes on.
 func readSkipping(t *testing.T, l *Log, max int) (got []Entry, skipped []int64) {
 	t.Helper()
@@ -1172,7 +1174,7 @@ func TestCheckpointOverwritesInPlace(t *testing.T) {
 	if err := c.Commit(-1); err == nil {
 		t.Fatal("negative commit accepted")
 	}
-	if err := ValidCheckpointName("../x"); err == nil {
+	if err := contract.ValidCheckpointName("../x"); err == nil {
 		t.Fatal("path traversal name accepted")
 	}
 	if _, err := l.Checkpoint(".hidden"); err == nil {
@@ -1242,7 +1244,7 @@ func TestCheckpointsLists(t *testing.T) {
 		t.Fatalf("Checkpoints = %q, %v; want %q", names, err, want)
 	}
 	l.Close()
-	if _, err := l.Checkpoints(); !errors.Is(err, ErrClosed) {
-		t.Fatalf("after Close: %v, want ErrClosed", err)
+	if _, err := l.Checkpoints(); !errors.Is(err, contract.ErrClosed) {
+		t.Fatalf("after Close: %v, want contract.ErrClosed", err)
 	}
 }

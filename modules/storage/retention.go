@@ -2,7 +2,6 @@ package storage
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"sync"
 	"time"
@@ -30,34 +29,6 @@ import (
 // that state, whatever a power loss keeps of unsynced directory entries.
 // The active segment is never deleted.
 
-// KeepAll is the keepFrom of ApplyRetention that holds nothing back for
-// readers: only the policy decides.
-const KeepAll = int64(math.MaxInt64)
-
-// RetentionPolicy says which head segments retention deletes. The zero
-// value deletes nothing.
-type RetentionPolicy struct {
-	// MaxAge: a sealed segment goes once the newest entry in it (its
-	// stored "timestamp", Unix ms) is older than MaxAge. 0 keeps
-	// everything by age (mmmq.broker.retention.max-age).
-	MaxAge time.Duration
-	// MaxBytes: while the topic's .mmm and .idx files together hold more
-	// than MaxBytes, its oldest sealed segment goes. 0 is unlimited
-	// (mmmq.broker.retention.max-bytes).
-	MaxBytes int64
-}
-
-// Enabled reports whether the policy can delete anything.
-func (p RetentionPolicy) Enabled() bool { return p.MaxAge > 0 || p.MaxBytes > 0 }
-
-// RetentionResult is what one ApplyRetention call did.
-type RetentionResult struct {
-	Segments    int   // segments deleted
-	Entries     int64 // offsets deleted (StartOffset moved by this much)
-	Bytes       int64 // .mmm and .idx bytes deleted
-	StartOffset int64 // the log start offset afterwards
-}
-
 // retentionState is the log's retention bookkeeping. mu serialises
 // ApplyRetention calls and Close. pending is a segment already taken out of
 // the segment list whose files could not be removed (or whose removal could
@@ -72,24 +43,24 @@ type retentionState struct {
 // ApplyRetention deletes, oldest first, the head segments that policy p
 // says are due at time now, stopping at the first one that is not due, at
 // the active segment (never deleted), and at the segment holding keepFrom
-// (the lowest offset a reader still needs; KeepAll for none). It is safe to
+// (the lowest offset a reader still needs; contract.KeepAll for none). It is safe to
 // call concurrently with appends and reads; calls are serialised. A read
-// of a deleted offset fails with ErrOffsetExpired (wrapped in a
+// of a deleted offset fails with contract.ErrOffsetExpired (wrapped in a
 // *contract.OffsetExpiredError), also when it raced with the deletion.
 //
 // A segment whose newest entry has no readable timestamp (a corrupt entry,
 // or a message written without one) is not past MaxAge: its age is unknown,
 // so only MaxBytes can delete it.
 //
-// Errors: ErrClosed; an I/O error removing a file or syncing the topic
+// Errors: contract.ErrClosed; an I/O error removing a file or syncing the topic
 // directory (the segment stays out of the log and its removal is retried
 // first by the next call; nothing after it is deleted meanwhile).
-func (l *Log) ApplyRetention(p RetentionPolicy, now time.Time, keepFrom int64) (RetentionResult, error) {
+func (l *Log) ApplyRetention(p contract.RetentionPolicy, now time.Time, keepFrom int64) (contract.RetentionResult, error) {
 	l.ret.mu.Lock()
 	defer l.ret.mu.Unlock()
-	res := RetentionResult{StartOffset: l.StartOffset()}
+	res := contract.RetentionResult{StartOffset: l.StartOffset()}
 	if l.closed.Load() {
-		return res, ErrClosed
+		return res, contract.ErrClosed
 	}
 	if s := l.ret.pending; s != nil {
 		if err := l.removeSegmentFiles(s); err != nil {

@@ -43,7 +43,7 @@ func topicBytes(t *testing.T, fsys *vfs.MemFS) int64 {
 func wantExpired(t *testing.T, err error, start int64) {
 	t.Helper()
 	var oe *contract.OffsetExpiredError
-	if !errors.As(err, &oe) || !errors.Is(err, ErrOffsetExpired) || oe.StartOffset != start {
+	if !errors.As(err, &oe) || !errors.Is(err, contract.ErrOffsetExpired) || oe.StartOffset != start {
 		t.Fatalf("err = %v, want OFFSET_EXPIRED with start offset %d", err, start)
 	}
 	if c := contract.Classify(err); c.Status != 410 || c.Code != contract.CodeOffsetExpired {
@@ -59,12 +59,12 @@ func TestRetentionBySize(t *testing.T) {
 	const segMax, maxBytes = 4096, 40960
 	fsys := vfs.NewMem()
 	l := openMem(t, fsys, Options{SegmentMaxBytes: segMax})
-	p := RetentionPolicy{MaxBytes: maxBytes}
+	p := contract.RetentionPolicy{MaxBytes: maxBytes}
 	most, deleted := int64(0), 0
 	for i := 0; i < 5000; i++ {
 		mustAppend(t, l, stamped(i, 1))
 		if i%50 == 49 {
-			res, err := l.ApplyRetention(p, time.Now(), KeepAll)
+			res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,19 +125,19 @@ func TestRetentionByAge(t *testing.T) {
 	for i := 0; i < 35; i++ { // entry i is stored at base + i seconds
 		mustAppend(t, l, stamped(i, base.Add(time.Duration(i)*time.Second).UnixMilli()))
 	}
-	p := RetentionPolicy{MaxAge: 10 * time.Second}
+	p := contract.RetentionPolicy{MaxAge: 10 * time.Second}
 	// At base+19.5s the first segment's newest entry (9s) is 10.5 s old;
 	// the second's (19s) only 0.5 s.
-	res, err := l.ApplyRetention(p, base.Add(19500*time.Millisecond), KeepAll)
+	res, err := l.ApplyRetention(p, base.Add(19500*time.Millisecond), contract.KeepAll)
 	if err != nil || res.Segments != 1 || res.StartOffset != 10 || res.Entries != 10 {
 		t.Fatalf("first pass: %+v %v", res, err)
 	}
 	// Exactly max-age old is not older than max-age.
-	if res, err = l.ApplyRetention(p, base.Add(29*time.Second), KeepAll); err != nil || res.Segments != 0 {
+	if res, err = l.ApplyRetention(p, base.Add(29*time.Second), contract.KeepAll); err != nil || res.Segments != 0 {
 		t.Fatalf("at the boundary: %+v %v", res, err)
 	}
 	// Far in the future: everything sealed goes, the active segment stays.
-	res, err = l.ApplyRetention(p, base.Add(time.Hour), KeepAll)
+	res, err = l.ApplyRetention(p, base.Add(time.Hour), contract.KeepAll)
 	if err != nil || res.Segments != 2 || l.StartOffset() != 30 || l.Stats().Segments != 1 {
 		t.Fatalf("last pass: %+v %v, start %d", res, err, l.StartOffset())
 	}
@@ -156,18 +156,18 @@ func TestRetentionKeepFrom(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		mustAppend(t, l, stamped(i, 0))
 	}
-	p := RetentionPolicy{MaxBytes: 1}
+	p := contract.RetentionPolicy{MaxBytes: 1}
 	if res, err := l.ApplyRetention(p, time.Now(), 25); err != nil || res.StartOffset != 20 {
 		t.Fatalf("keepFrom 25: %+v %v", res, err)
 	}
 	if res, err := l.ApplyRetention(p, time.Now(), 30); err != nil || res.StartOffset != 30 {
 		t.Fatalf("keepFrom 30 (a segment base): %+v %v", res, err)
 	}
-	if res, err := l.ApplyRetention(p, time.Now(), KeepAll); err != nil || res.StartOffset != 40 {
-		t.Fatalf("KeepAll: %+v %v", res, err)
+	if res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll); err != nil || res.StartOffset != 40 {
+		t.Fatalf("contract.KeepAll: %+v %v", res, err)
 	}
 	// Nothing to do: no policy.
-	if res, err := l.ApplyRetention(RetentionPolicy{}, time.Now(), KeepAll); err != nil || res.Segments != 0 {
+	if res, err := l.ApplyRetention(contract.RetentionPolicy{}, time.Now(), contract.KeepAll); err != nil || res.Segments != 0 {
 		t.Fatalf("empty policy: %+v %v", res, err)
 	}
 }
@@ -225,7 +225,7 @@ func TestRetentionConcurrentReaders(t *testing.T) {
 				switch {
 				case err == nil:
 					read.Add(1)
-				case errors.Is(err, ErrOffsetExpired):
+				case errors.Is(err, contract.ErrOffsetExpired):
 					expired.Add(1)
 				default:
 					t.Errorf("read %d: %v (want the entry or OFFSET_EXPIRED)", off, err)
@@ -234,7 +234,7 @@ func TestRetentionConcurrentReaders(t *testing.T) {
 			}
 		}()
 	}
-	p := RetentionPolicy{MaxBytes: 1}
+	p := contract.RetentionPolicy{MaxBytes: 1}
 	for keep := int64(8); keep < n-8; keep += 4 {
 		if _, err := l.ApplyRetention(p, time.Now(), keep); err != nil {
 			t.Fatal(err)
@@ -371,7 +371,7 @@ func TestCrashBetweenSegmentUnlinks(t *testing.T) {
 			for i := 0; i < 45; i++ {
 				mustAppend(t, l, stamped(i, 0))
 			}
-			if _, err := l.ApplyRetention(RetentionPolicy{MaxBytes: 1}, time.Now(), 25); err != nil {
+			if _, err := l.ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 25); err != nil {
 				t.Fatal(err)
 			}
 			l.Close()
@@ -437,8 +437,8 @@ func TestRetentionRemoveFailureRetried(t *testing.T) {
 		}
 		return nil
 	})
-	p := RetentionPolicy{MaxBytes: 1}
-	res, err := l.ApplyRetention(p, time.Now(), KeepAll)
+	p := contract.RetentionPolicy{MaxBytes: 1}
+	res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll)
 	if err == nil || res.Segments != 1 || res.StartOffset != 20 {
 		t.Fatalf("with a failing remove: %+v %v (want segment 0 deleted, then the error at 10)", res, err)
 	}
@@ -452,11 +452,11 @@ func TestRetentionRemoveFailureRetried(t *testing.T) {
 	}
 	rl.Close()
 	// Still failing: the next call retries segment 10 first and stops.
-	if res, err := l.ApplyRetention(p, time.Now(), KeepAll); err == nil || res.Segments != 0 {
+	if res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll); err == nil || res.Segments != 0 {
 		t.Fatalf("retry while failing: %+v %v", res, err)
 	}
 	fail.Store(false)
-	res, err = l.ApplyRetention(p, time.Now(), KeepAll)
+	res, err = l.ApplyRetention(p, time.Now(), contract.KeepAll)
 	if err != nil || res.StartOffset != 40 {
 		t.Fatalf("after the fault: %+v %v", res, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -20,7 +22,7 @@ const (
 // open-file limit in segments, so segment files take at most half of the
 // process's descriptors and connections, listeners and checkpoint commits
 // keep the other half — at least 1 and at most 4096 segments. limit is
-// RLIMIT_NOFILE (see OpenFileLimit); 0 means unknown and gives 256.
+// RLIMIT_NOFILE (see contract.OpenFileLimit); 0 means unknown and gives 256.
 func AutoMaxOpenSegments(limit uint64) int {
 	if limit == 0 {
 		return 256
@@ -84,7 +86,7 @@ type SegmentCache struct {
 // process's open-file limit.
 func NewSegmentCache(maxOpenSegments int) *SegmentCache {
 	if maxOpenSegments <= 0 {
-		limit, _ := OpenFileLimit()
+		limit, _ := contract.OpenFileLimit()
 		maxOpenSegments = AutoMaxOpenSegments(limit)
 	}
 	c := &SegmentCache{capacity: maxOpenSegments}
@@ -191,7 +193,7 @@ func (c *SegmentCache) freeLocked() {
 // reserveLocked makes room for one more open pair: while capacity pairs
 // are open it evicts a cached pair nobody pins (it closes at once) or,
 // when every open pair is pinned, waits for one to close. closed, when
-// set, ends the wait with ErrClosed. c.mu is held (Wait releases it).
+// set, ends the wait with contract.ErrClosed. c.mu is held (Wait releases it).
 func (c *SegmentCache) reserveLocked(closed *atomic.Bool) error {
 	// Counted before the first look at the pins: a pin released after
 	// that look sees the count and broadcasts (see unref).
@@ -199,7 +201,7 @@ func (c *SegmentCache) reserveLocked(closed *atomic.Bool) error {
 	defer c.waits.Add(-1)
 	for c.open >= c.capacity {
 		if closed != nil && closed.Load() {
-			return ErrClosed
+			return contract.ErrClosed
 		}
 		if v := c.victimLocked(); v != nil {
 			c.removeLocked(v)
@@ -261,14 +263,14 @@ func (s *segment) tryPin() *segFiles {
 // pin returns the open files of seg with a reference the caller releases
 // with unpin, opening them read-only (and caching them) when they are not
 // open. closed is the owning log's flag: once it is set no pair is opened
-// any more and pin returns ErrClosed. A missing file is an error wrapping
+// any more and pin returns contract.ErrClosed. A missing file is an error wrapping
 // fs.ErrNotExist, never an empty read ("open segment <path>: ...").
 func (c *SegmentCache) pin(fsys vfs.FS, seg *segment, closed *atomic.Bool) (*segFiles, error) {
 	if f := seg.tryPin(); f != nil {
 		return f, nil
 	}
 	if closed.Load() {
-		return nil, ErrClosed
+		return nil, contract.ErrClosed
 	}
 	f, err := c.openReserved(closed, func() (*segFiles, error) { return openSealed(fsys, seg) })
 	if err != nil {
@@ -278,7 +280,7 @@ func (c *SegmentCache) pin(fsys vfs.FS, seg *segment, closed *atomic.Bool) (*seg
 	if closed.Load() {
 		c.mu.Unlock()
 		f.unref()
-		return nil, ErrClosed
+		return nil, contract.ErrClosed
 	}
 	if other := seg.tryPin(); other != nil { // another reader opened it first
 		c.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -266,7 +268,7 @@ func TestReadMissingSealedFileIsIOError(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := l.Read(1)
-			if err == nil || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrOutOfRange) || errors.Is(err, ErrCorrupt) {
+			if err == nil || !errors.Is(err, fs.ErrNotExist) || errors.Is(err, contract.ErrOutOfRange) || errors.Is(err, contract.ErrCorrupt) {
 				t.Fatalf("read with %s missing: %q, %v; want an error wrapping fs.ErrNotExist", path, p, err)
 			}
 			if !bytes.Contains([]byte(err.Error()), []byte(path)) {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -77,13 +79,13 @@ func inspectTopicDir(fsys vfs.FS, dir string) (topicDir, error) {
 // holds neither the incarnation file nor a segment, but holds entries a
 // topic creation never makes. Pos and Offset are -1: no byte or message
 // is concerned.
-func notATopicError(dir string, d topicDir) *CorruptionError {
+func notATopicError(dir string, d topicDir) *contract.CorruptionError {
 	shown := d.foreign
 	more := ""
 	if len(shown) > 5 {
 		shown, more = shown[:5], fmt.Sprintf(" and %d more", len(d.foreign)-5)
 	}
-	return &CorruptionError{Topic: filepath.Base(dir), File: dir, Pos: -1, Offset: -1,
+	return &contract.CorruptionError{Topic: filepath.Base(dir), File: dir, Pos: -1, Offset: -1,
 		Reason: fmt.Sprintf("directory holds no segment and no incarnation id but holds %s%s, which no topic creation leaves "+
 			"(a topic whose log was lost, or a directory that is not the broker's); files left untouched (move it out of the data root)",
 			strings.Join(shown, ", "), more)}

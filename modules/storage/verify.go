@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/mmmq/mmmq/modules/contract"
+
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -39,15 +41,15 @@ const (
 
 // TopicReport is the result of a full offline check of one topic.
 type TopicReport struct {
-	Topic       string           `json:"topic"`
-	Status      string           `json:"status"`
-	Entries     int64            `json:"entries"`     // entries on disk: NextOffset - StartOffset
-	StartOffset int64            `json:"startOffset"` // the first offset stored (above 0 once retention deleted segments)
-	NextOffset  int64            `json:"nextOffset"`  // one past the last offset stored: the high watermark
-	Bytes       int64            `json:"bytes"`
-	Recovery    RepairReport     `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
-	Corruption  *CorruptionError `json:"corruption,omitempty"`
-	Checkpoints []string         `json:"checkpointProblems,omitempty"`
+	Topic       string                    `json:"topic"`
+	Status      string                    `json:"status"`
+	Entries     int64                     `json:"entries"`     // entries on disk: NextOffset - StartOffset
+	StartOffset int64                     `json:"startOffset"` // the first offset stored (above 0 once retention deleted segments)
+	NextOffset  int64                     `json:"nextOffset"`  // one past the last offset stored: the high watermark
+	Bytes       int64                     `json:"bytes"`
+	Recovery    RepairReport              `json:"recovery"` // what repair would do; field and JSON names kept for `mmmq verify --json`
+	Corruption  *contract.CorruptionError `json:"corruption,omitempty"`
+	Checkpoints []string                  `json:"checkpointProblems,omitempty"`
 	// Removed: `mmmq verify --repair` removed the directory (an interrupted
 	// creation or deletion).
 	Removed bool `json:"removed,omitempty"`
@@ -76,7 +78,7 @@ func Verify(dir string, opts Options, progress func(n int64)) (TopicReport, erro
 	}
 	segs, rr, err := repairDir(o.FS, dir, rep.Topic, o, false)
 	rep.Recovery = rr
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if errors.As(err, &ce) {
 		rep.Status, rep.Corruption = StatusCorrupt, ce
 		return rep, nil
@@ -122,7 +124,7 @@ func verifyDir(fsys vfs.FS, dir string, rep *TopicReport) (done bool, err error)
 		rep.Status, rep.Corruption = StatusCorrupt, notATopicError(dir, d)
 		return true, nil
 	}
-	var ce *CorruptionError
+	var ce *contract.CorruptionError
 	if _, err := ReadIncarnation(fsys, dir); errors.As(err, &ce) {
 		rep.Status, rep.Corruption = StatusCorrupt, ce
 		return true, nil
@@ -149,7 +151,7 @@ func repairStatus(rr RepairReport) string {
 
 // scanSegment reads every entry of s (its files opened read-only for the
 // call) and returns the first corruption found.
-func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byte, progress func(int64)) (*CorruptionError, error) {
+func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byte, progress func(int64)) (*contract.CorruptionError, error) {
 	f, err := openSealed(fsys, s)
 	if err != nil {
 		return nil, err
@@ -174,15 +176,15 @@ func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byt
 			p = s.tail[i-onDisk]
 		}
 		if p != pos {
-			return &CorruptionError{Topic: topic, File: s.idxPath, Pos: i * IndexEntrySize, Offset: off,
+			return &contract.CorruptionError{Topic: topic, File: s.idxPath, Pos: i * IndexEntrySize, Offset: off,
 				Reason: fmt.Sprintf("index says entry starts at %d, previous entry ends at %d", p, pos)}, nil
 		}
 		if _, err := io.ReadFull(mmm, hdr[:]); err != nil {
-			return &CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off, Reason: "truncated header"}, nil
+			return &contract.CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off, Reason: "truncated header"}, nil
 		}
 		n, crc, err := DecodeHeader(hdr[:], s.size-pos, maxRecord)
 		if err != nil {
-			return &CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off, Reason: err.Error()}, nil
+			return &contract.CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off, Reason: err.Error()}, nil
 		}
 		if cap(buf) < n {
 			buf = make([]byte, n)
@@ -192,7 +194,7 @@ func scanSegment(fsys vfs.FS, s *segment, topic string, maxRecord int, buf []byt
 			return nil, fmt.Errorf("read segment %s at %d: %w", s.mmmPath, pos, err)
 		}
 		if got := Checksum(b); got != crc {
-			return &CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off,
+			return &contract.CorruptionError{Topic: topic, File: s.mmmPath, Pos: pos, Offset: off,
 				Reason: fmt.Sprintf("crc mismatch: stored %08x, computed %08x", crc, got)}, nil
 		}
 		pos += EntrySize(n)

@@ -70,10 +70,10 @@ var donePool = sync.Pool{New: func() any { return make(chan result, 1) }}
 //	Durable  → returns the offset after the segment's fsync (and the
 //	           index's, in commit mode), when it is visible
 //
-// Errors: ErrEmptyRecord / ErrRecordTooLarge (nothing written), a
+// Errors: contract.ErrEmptyRecord / contract.ErrRecordTooLarge (nothing written), a
 // *LowSpaceError wrapping ErrNoSpace when Options.SpaceGuard refuses
-// (nothing queued), ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
-// nothing queued), ErrClosed, an error wrapping ErrFailed and the I/O
+// (nothing queued), contract.ErrQueueFull, contract.ErrOverloaded (ACCEPTED over Options.Budget;
+// nothing queued), contract.ErrClosed, an error wrapping ErrFailed and the I/O
 // error (its Cause named) once a write or fsync has failed, or ctx.Err() when ctx ends
 // first — then the outcome is unknown, as for a lost reply.
 func (l *Log) Append(ctx context.Context, payload []byte, level contract.AckLevel) (int64, error) {
@@ -132,18 +132,18 @@ func (l *Log) AppendBatchNotify(payloads [][]byte, level contract.AckLevel, noti
 // set), or the error that refused them.
 func (l *Log) enqueue(payloads [][]byte, level contract.AckLevel, notify func(int64, error)) (chan result, error) {
 	if len(payloads) == 0 {
-		return nil, fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
+		return nil, fmt.Errorf("append: %w: no payload", contract.ErrEmptyRecord)
 	}
 	if level < contract.Accepted || level > contract.Durable {
 		return nil, fmt.Errorf("append: invalid ack level %d", level)
 	}
 	total := 0
 	for i, p := range payloads {
-		if len(p) < MinPayloadBytes {
-			return nil, fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), MinPayloadBytes)
+		if len(p) < contract.MinPayloadBytes {
+			return nil, fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, contract.ErrEmptyRecord, len(p), contract.MinPayloadBytes)
 		}
 		if len(p) > l.opts.MaxRecordBytes {
-			return nil, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+			return nil, fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, contract.ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		}
 		total += HeaderSize + len(p)
 	}
@@ -178,9 +178,9 @@ func (l *Log) enqueue(payloads [][]byte, level contract.AckLevel, notify func(in
 	case l.failed != nil:
 		refused = l.failed
 	case l.closing:
-		refused = ErrClosed
+		refused = contract.ErrClosed
 	case l.pendingBytes+int64(total) > l.opts.MaxPendingBytes && len(l.pending) > 0:
-		refused = fmt.Errorf("append: %w (%d bytes queued)", ErrQueueFull, l.pendingBytes)
+		refused = fmt.Errorf("append: %w (%d bytes queued)", contract.ErrQueueFull, l.pendingBytes)
 	case level == contract.Accepted && !l.opts.Budget.TryAcquire(int64(total)):
 		refused = l.opts.Budget.Overloaded("ACCEPTED append to topic "+l.topic, int64(total))
 	case level == contract.Accepted:

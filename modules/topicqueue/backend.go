@@ -17,7 +17,7 @@ import (
 
 // Backend is where the registry's topics live: the storage-backend seam.
 // The default is the local segmented log (LocalBackend); a replicated
-// backend implements the same three methods (and Deleter, for topic
+// backend implements the same three methods (and contract.TopicDeleter, for topic
 // deletion), and everything above the
 // registry (dispatchers, consumer groups, HTTP, line protocol) is unchanged.
 // Module provides the local one; replace it in an Fx application with
@@ -26,7 +26,7 @@ import (
 type Backend interface {
 	// Open opens topic name's log. With create it makes the topic when it
 	// does not exist (the first message of a new topic); without, the topic
-	// must exist (startup). Errors: a corruption error (*storage.CorruptionError
+	// must exist (startup). Errors: a corruption error (*contract.CorruptionError
 	// for the local backend) for a topic refused by its repair, or an I/O
 	// error. name is valid (contract.ValidateTopic).
 	Open(name string, create bool) (contract.Log, error)
@@ -38,6 +38,33 @@ type Backend interface {
 	// Errors: ErrRootInUse when another process holds it.
 	Lock() (release func() error, err error)
 }
+
+// RepairReporter is a log that says what its startup repair did: the local
+// engine's *storage.Log. OpenAll collects the reports that are not clean
+// for the startup log and GET /topics. It lives here, not with the
+// capabilities in modules/contract (capabilities.go), because its report is
+// the local engine's type. A log without it reports nothing.
+type RepairReporter interface {
+	Repair() storage.RepairReport
+}
+
+// SegmentCacher is a Backend whose topics share one cache of open segment
+// files (LocalBackend), for the metrics observer. It lives here for the
+// reason RepairReporter does. A backend without it has no segment-cache
+// metrics.
+type SegmentCacher interface {
+	SegmentCache() *storage.SegmentCache
+}
+
+// LocalBackend is the registry's seam with deletion and a shared segment
+// cache, and its logs report their repair (the table in
+// modules/contract/capabilities.go; *storage.Log asserts the rest).
+var (
+	_ Backend               = (*LocalBackend)(nil)
+	_ contract.TopicDeleter = (*LocalBackend)(nil)
+	_ SegmentCacher         = (*LocalBackend)(nil)
+	_ RepairReporter        = (*storage.Log)(nil)
+)
 
 // LocalBackend is the default Backend: one directory per topic under Root
 // with segment and offset-index files, opened by the storage engine (which

@@ -11,20 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 )
 
-// Deleter is implemented by a Backend whose topics can be deleted
-// (LocalBackend). Registry.Delete fails with ErrDeleteUnsupported on a
-// backend without it.
-type Deleter interface {
-	// Delete removes topic name, whose log is closed, so that a crash at
-	// any point leaves the whole topic or nothing. Error: the topic may
-	// still be stored when Stored is true.
-	Delete(name string) (stored bool, err error)
-	// FinishDeletions completes deletions a crash interrupted; startup
-	// recovery (OpenAll) runs it before any topic opens. It returns what it
-	// removed, for the log.
-	FinishDeletions() (removed []string, err error)
-}
-
 // Delete removes the stored topic name (the files under root/name) so that
 // a crash at any point leaves the whole topic or nothing
 // (storage.DeleteTopicDir), after its log is closed.
@@ -77,7 +63,7 @@ func (r *Registry) SubscribeDeletes(fn func(*TopicQueue)) (cancel func()) {
 // the SubscribeDeletes subscribers (dispatch workers and consumer-group
 // sessions of the topic stop), closes the log (appends already queued are
 // finished and deleted with it; later ones on the old log fail with
-// storage.ErrClosed, see Publish), then removes its files through the
+// contract.ErrClosed, see Publish), then removes its files through the
 // backend, checkpoints included, so that a crash leaves the whole topic or
 // nothing. A quarantined topic can be deleted too.
 //
@@ -89,7 +75,7 @@ func (r *Registry) Delete(name string) error {
 	if err := contract.ValidateTopic(name); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidName, err)
 	}
-	del, ok := r.opts.Backend.(Deleter)
+	del, ok := r.opts.Backend.(contract.TopicDeleter)
 	if !ok {
 		return ErrDeleteUnsupported
 	}
@@ -172,7 +158,7 @@ func (r *Registry) forget(q *TopicQueue, subs []func(*TopicQueue)) {
 }
 
 // forgetDeleted forgets topic name, deleted through another node (a
-// TopicWatcher's event), as Delete does but without removing anything
+// contract.TopicWatcher's event), as Delete does but without removing anything
 // stored: that node did. A quarantined topic leaves quarantine. It does
 // nothing and returns false when name is neither open nor quarantined, when
 // the registry is closed, when incarnation is not "" and differs from the

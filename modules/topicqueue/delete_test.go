@@ -248,7 +248,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 	if !oldQ.Deleted() {
 		t.Fatal("old TopicQueue not marked deleted")
 	}
-	if _, err := oldQ.Log().Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, storage.ErrClosed) {
+	if _, err := oldQ.Log().Append(context.Background(), []byte(`{}`), contract.Durable); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("append to the deleted topic's log: %v, want ErrClosed", err)
 	}
 	ents, err := fsys.List(delRoot)

@@ -150,7 +150,7 @@ func NewBackendFromConfig(p Params) (Backend, error) {
 		}
 		return nil, fmt.Errorf("topicqueue: mmmq.broker.storage.backend is %q, but this application has no %s module", p.Storage.Backend, p.Storage.Backend)
 	}
-	limit, _ := storage.OpenFileLimit()
+	limit, _ := contract.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(p.Storage.MaxOpenSegments, limit); err != nil {
 		return nil, err
 	}

@@ -72,5 +72,5 @@ func TestFxModule(t *testing.T) {
 	require.NoError(t, err, "the lock is released on stop")
 	require.NoError(t, release())
 	_, _, err = reg.Publish(context.Background(), "t", [][]byte{payload}, contract.Durable)
-	assert.ErrorIs(t, err, storage.ErrClosed, "logs closed on stop")
+	assert.ErrorIs(t, err, contract.ErrClosed, "logs closed on stop")
 }

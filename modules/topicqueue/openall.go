@@ -37,12 +37,12 @@ type Report struct {
 // holding only what an interrupted creation leaves is removed.
 // Other errors (I/O) stop it. log receives one line per skipped entry or
 // refused topic and a summary. On a backend shared by several broker nodes
-// (a TopicWatcher) it then follows the topics other nodes create and
+// (a contract.TopicWatcher) it then follows the topics other nodes create and
 // delete, until Close.
 func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
-	if d, ok := r.opts.Backend.(Deleter); ok {
+	if d, ok := r.opts.Backend.(contract.TopicDeleter); ok {
 		// A deletion a crash interrupted is finished before anything opens:
 		// its topic was already renamed aside, so it is gone.
 		removed, err := d.FinishDeletions()
@@ -64,7 +64,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 	}
 	for _, name := range names {
 		q, err := r.Open(name)
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		switch {
 		case errors.As(err, &ce):
 			log.Error("topic refused: corruption found by startup recovery; files left untouched", corruptionFields(ce, policy)...)
@@ -82,7 +82,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 			return rep, fmt.Errorf("recovery: open topic %s: %w", name, err)
 		}
 		rep.Topics++
-		if rl, ok := q.log.(interface{ Repair() storage.RepairReport }); ok {
+		if rl, ok := q.log.(RepairReporter); ok {
 			if rr := rl.Repair(); !rr.Clean() {
 				rep.Changed = append(rep.Changed, rr)
 				r.mu.Lock()
@@ -141,7 +141,7 @@ func (r *Registry) RecoveryCuts() RecoveryCuts {
 
 // corruptionFields are the log fields of a refused topic: pos and offset
 // only when they apply (not -1).
-func corruptionFields(ce *storage.CorruptionError, policy config.OnCorruption) []zap.Field {
+func corruptionFields(ce *contract.CorruptionError, policy config.OnCorruption) []zap.Field {
 	f := []zap.Field{zap.String("topic", ce.Topic), zap.String("file", ce.File)}
 	if ce.Pos >= 0 {
 		f = append(f, zap.Int64("pos", ce.Pos))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Message is one message to publish: its stored message JSON and, when
@@ -354,7 +353,7 @@ func (g goroutineAppender) AppendBatchNotify(payloads [][]byte, level contract.A
 // the log's failure, as a new publish would be.
 func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level contract.AckLevel) error {
 	if off >= q.log.HighWatermark() {
-		if f, ok := q.log.(interface{ Err() error }); ok {
+		if f, ok := q.log.(contract.FailureReporter); ok {
 			if err := f.Err(); err != nil {
 				return err
 			}
@@ -371,7 +370,7 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level contract
 		select {
 		case <-ch:
 			if q.log.HighWatermark() <= off {
-				return fmt.Errorf("duplicate of offset %d of topic %s: %w", off, q.name, storage.ErrClosed)
+				return fmt.Errorf("duplicate of offset %d of topic %s: %w", off, q.name, contract.ErrClosed)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -409,7 +408,7 @@ func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs 
 			return nil, err
 		}
 		err = q.PublishNotify(ctx, msgs, level, out, done)
-		if err != nil && q.Deleted() && errors.Is(err, storage.ErrClosed) && i < maxPublishRetries {
+		if err != nil && q.Deleted() && errors.Is(err, contract.ErrClosed) && i < maxPublishRetries {
 			continue
 		}
 		return q, err

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
@@ -85,7 +84,7 @@ func TestPublishNotifyRefusedAndAccepted(t *testing.T) {
 		t.Fatalf("invalid topic: %v", err)
 	}
 	big := msg(t, "t", "big", `"`+strings.Repeat("x", 2<<20)+`"`)
-	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{big}, contract.Durable, out, done); !errors.Is(err, storage.ErrRecordTooLarge) {
+	if _, err := e.reg.PublishMessagesNotify(context.Background(), "t", []Message{big}, contract.Durable, out, done); !errors.Is(err, contract.ErrRecordTooLarge) {
 		t.Fatalf("too large: %v", err)
 	}
 	if called {

@@ -8,14 +8,6 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
-// Reopener is implemented by a log that can be brought back into service
-// after a write or fsync failed it, without a restart: *storage.Log
-// (storage.(*Log).Reopen). It returns the high watermark the log has
-// again, which is the one it had when it failed.
-type Reopener interface {
-	Reopen() (int64, error)
-}
-
 // Reopen brings the failed topic name back into service (POST
 // /topics/{topic}/reopen): its log runs the startup recovery of that one
 // topic, cut back to the high watermark it had before the failure, and
@@ -44,7 +36,7 @@ func (r *Registry) Reopen(name string) (int64, error) {
 		}
 		return -1, fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
-	ro, ok := q.log.(Reopener)
+	ro, ok := q.log.(contract.Reopener)
 	if !ok {
 		return -1, fmt.Errorf("%w: topic %s", ErrReopenUnsupported, name)
 	}

@@ -36,7 +36,7 @@ func (q *TopicQueue) Deleted() bool { return q.deleted.Load() }
 // storage.IncarnationFile), different after a deletion and re-creation.
 // "" when the backend has none.
 func (q *TopicQueue) Incarnation() string {
-	if l, ok := q.log.(interface{ Incarnation() string }); ok {
+	if l, ok := q.log.(contract.Incarnationer); ok {
 		return l.Incarnation()
 	}
 	return ""
@@ -49,8 +49,8 @@ func (q *TopicQueue) Name() string { return q.name }
 // local backend).
 func (q *TopicQueue) Log() contract.Log { return q.log }
 
-// Read returns the message JSON at offset (storage.ErrOutOfRange at or
-// beyond the high watermark, *storage.CorruptionError on a bad entry).
+// Read returns the message JSON at offset (contract.ErrOutOfRange at or
+// beyond the high watermark, *contract.CorruptionError on a bad entry).
 func (q *TopicQueue) Read(offset int64) ([]byte, error) { return q.log.Read(offset) }
 
 // ReadBatch returns up to max entries from offset from, below the high
@@ -123,7 +123,7 @@ var (
 	// (HTTP 404 NOT_FOUND).
 	ErrNotFound = contract.NewError(contract.CodeNotFound, "topicqueue: topic not found")
 	// ErrReopenUnsupported is returned by Reopen when the topic's backend
-	// cannot reopen a log (it does not implement Reopener).
+	// cannot reopen a log (it does not implement contract.Reopener).
 	ErrReopenUnsupported = errors.New("topicqueue: the storage backend cannot reopen a topic")
 )
 
@@ -131,7 +131,7 @@ var (
 // can (the local log: storage.(*Log).RemoveCheckpoint); with another
 // backend it does nothing.
 func (q *TopicQueue) RemoveCheckpoint(name string) error {
-	if r, ok := q.log.(interface{ RemoveCheckpoint(string) error }); ok {
+	if r, ok := q.log.(contract.CheckpointRemover); ok {
 		return r.RemoveCheckpoint(name)
 	}
 	return nil

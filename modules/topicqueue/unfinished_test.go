@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -165,7 +166,7 @@ func TestStartupLeavesForeignDirectoriesAlone(t *testing.T) {
 		t.Fatalf("opened %d topics, quarantined %v; want good.t open and %v refused", rep.Topics, rep.Quarantined, refused)
 	}
 	for _, name := range refused {
-		var ce *storage.CorruptionError
+		var ce *contract.CorruptionError
 		if err := rep.Quarantined[name]; !errors.As(err, &ce) || !strings.Contains(ce.Reason, "no topic creation leaves") {
 			t.Errorf("%s: %v, want a refusal saying it is not what a creation leaves", name, err)
 		}
@@ -214,7 +215,7 @@ func TestCreateIntoForeignDirectoryRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, fsys, "/data")
-	var ce *storage.CorruptionError
+	var ce *contract.CorruptionError
 	if _, err := reg.GetOrCreate("backup"); !errors.As(err, &ce) {
 		t.Fatalf("create into a foreign directory: %v, want a refusal", err)
 	}
@@ -231,7 +232,7 @@ func TestStartupRemovesEveryInterruptedCreationState(t *testing.T) {
 		"empty directory":       nil,
 		"empty incarnation.tmp": ptr(""),
 		"torn incarnation.tmp":  ptr("0123456789"),
-		"whole incarnation.tmp": ptr(storage.NewIncarnation() + "\n"),
+		"whole incarnation.tmp": ptr(contract.NewIncarnation() + "\n"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			fsys := vfs.NewMem()

@@ -19,7 +19,7 @@ import (
 type watchingBackend struct {
 	*topicqueue.LocalBackend
 	mu      sync.Mutex
-	fn      func(topicqueue.TopicEvent)
+	fn      func(contract.TopicEvent)
 	stopped bool
 	deletes int
 }
@@ -31,7 +31,7 @@ func (b *watchingBackend) Delete(name string) (bool, error) {
 	return b.LocalBackend.Delete(name)
 }
 
-func (b *watchingBackend) report(ev topicqueue.TopicEvent) {
+func (b *watchingBackend) report(ev contract.TopicEvent) {
 	b.mu.Lock()
 	fn := b.fn
 	b.mu.Unlock()
@@ -40,7 +40,7 @@ func (b *watchingBackend) report(ev topicqueue.TopicEvent) {
 	}
 }
 
-func (b *watchingBackend) WatchTopics(fn func(topicqueue.TopicEvent)) (func(), error) {
+func (b *watchingBackend) WatchTopics(fn func(contract.TopicEvent)) (func(), error) {
 	b.mu.Lock()
 	b.fn = fn
 	b.mu.Unlock()
@@ -62,7 +62,7 @@ func (b *watchingBackend) createElsewhere(t *testing.T, name string) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b.report(topicqueue.TopicEvent{Name: name})
+	b.report(contract.TopicEvent{Name: name})
 }
 
 // TestWatchOpensTopicsCreatedElsewhere: after startup recovery, a topic
@@ -137,12 +137,12 @@ func TestWatchForgetsTopicsDeletedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b.report(topicqueue.TopicEvent{Name: "gone.on.b", Deleted: true, Incarnation: "another-incarnation"})
+	b.report(contract.TopicEvent{Name: "gone.on.b", Deleted: true, Incarnation: "another-incarnation"})
 	if _, ok := reg.Get("gone.on.b"); !ok || old.Deleted() {
 		t.Fatal("a deletion of another incarnation closed the open topic")
 	}
 
-	b.report(topicqueue.TopicEvent{Name: "gone.on.b", Deleted: true, Incarnation: old.Incarnation()})
+	b.report(contract.TopicEvent{Name: "gone.on.b", Deleted: true, Incarnation: old.Incarnation()})
 	if _, ok := reg.Get("gone.on.b"); ok {
 		t.Fatal("topic deleted through another node is still open here")
 	}
@@ -179,11 +179,11 @@ func TestWatchForgetsTopicsDeletedElsewhere(t *testing.T) {
 	}
 
 	reg.Quarantine("bad.topic", errTest)
-	b.report(topicqueue.TopicEvent{Name: "bad.topic", Deleted: true})
+	b.report(contract.TopicEvent{Name: "bad.topic", Deleted: true})
 	if _, ok := reg.Quarantined()["bad.topic"]; ok {
 		t.Error("a quarantined topic deleted through another node is still quarantined")
 	}
-	b.report(topicqueue.TopicEvent{Name: "never.seen", Deleted: true}) // nothing to forget
+	b.report(contract.TopicEvent{Name: "never.seen", Deleted: true}) // nothing to forget
 }
 
 var errTest = errors.New("refused by recovery")

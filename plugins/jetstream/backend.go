@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -53,13 +52,25 @@ type Backend struct {
 	healthErr error
 }
 
-// Backend implements the registry's seam, deletion included.
+// Backend implements the registry's seam, deletion included, and *Log
+// and *Checkpoint the storage seam, with the optional capabilities of the
+// table in modules/contract/capabilities.go that this backend has (it is
+// no Reopener, FailureReporter or Retainer, and its checkpoints are no
+// CheckpointExister). The admin store: adminstore.go.
 var (
-	_ topicqueue.Backend       = (*Backend)(nil)
-	_ topicqueue.Deleter       = (*Backend)(nil)
-	_ topicqueue.TopicWatcher  = (*Backend)(nil)
-	_ topicqueue.HealthChecker = (*Backend)(nil)
-	_ contract.WorkLeaser      = (*Log)(nil)
+	_ topicqueue.Backend          = (*Backend)(nil)
+	_ contract.TopicDeleter       = (*Backend)(nil)
+	_ contract.TopicWatcher       = (*Backend)(nil)
+	_ contract.HealthChecker      = (*Backend)(nil)
+	_ contract.Log                = (*Log)(nil)
+	_ contract.Incarnationer      = (*Log)(nil)
+	_ contract.CheckpointLister   = (*Log)(nil)
+	_ contract.CheckpointRemover  = (*Log)(nil)
+	_ contract.WorkLeaser         = (*Log)(nil)
+	_ contract.Checkpoint         = (*Checkpoint)(nil)
+	_ contract.CheckpointReloader = (*Checkpoint)(nil)
+	_ contract.CheckpointSeeker   = (*Checkpoint)(nil)
+	_ contract.EpochCheckpoint    = (*epochCheckpoint)(nil)
 )
 
 // Connect connects to cfg.Servers (credentials and TLS from cfg, client
@@ -272,7 +283,7 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 		DenyPurge:          false,
 		AllowAtomicPublish: true,
 		Duplicates:         b.opts.DedupWindow,
-		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: storage.NewIncarnation()},
+		Metadata:           map[string]string{MetaTopic: topic, MetaIncarnation: contract.NewIncarnation()},
 	}
 	setLimits(&cfg, b.policy(topic))
 	return cfg
@@ -280,9 +291,9 @@ func (b *Backend) streamConfig(topic string) jetstream.StreamConfig {
 
 // policy is topic's retention policy (Options.Retention); none keeps
 // everything.
-func (b *Backend) policy(topic string) storage.RetentionPolicy {
+func (b *Backend) policy(topic string) contract.RetentionPolicy {
 	if b.opts.Retention == nil {
-		return storage.RetentionPolicy{}
+		return contract.RetentionPolicy{}
 	}
 	return b.opts.Retention(topic)
 }
@@ -290,7 +301,7 @@ func (b *Backend) policy(topic string) storage.RetentionPolicy {
 // setLimits makes p cfg's limits: MaxAge p.MaxAge (0 = none), MaxBytes
 // p.MaxBytes (0 = unlimited, JetStream's -1). A duplicate window longer
 // than MaxAge is cut to it (JetStream refuses a longer one).
-func setLimits(cfg *jetstream.StreamConfig, p storage.RetentionPolicy) {
+func setLimits(cfg *jetstream.StreamConfig, p contract.RetentionPolicy) {
 	cfg.MaxAge, cfg.MaxBytes = p.MaxAge, p.MaxBytes
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = -1

@@ -69,7 +69,7 @@ var (
 	ErrLeaseLost = errors.New("jetstream: lease lost")
 )
 
-// checkpointNameRE is the rule of storage.ValidCheckpointName, so that a
+// checkpointNameRE is the rule of contract.ValidCheckpointName, so that a
 // dispatcher or group name valid for the local backend is valid here too:
 // 1–200 bytes of [A-Za-z0-9_.-], not starting with '.'.
 var checkpointNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`)

@@ -9,26 +9,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
-// Errors of this backend. Where the local log has a sentinel for the same
-// condition, this backend returns (a wrap of) that one, so that everything
-// above the storage seam — the dispatchers test storage.ErrClosed, the HTTP
-// API classifies with contract.Classify — treats both backends alike.
+// Errors of this backend, beyond the seam's own: for a closed log, a read
+// out of range, a record too large (over the maximum record size or the NATS
+// servers' max_payload) or too small, this backend returns (a wrap of)
+// contract.ErrClosed, contract.ErrOutOfRange, contract.ErrRecordTooLarge and contract.ErrEmptyRecord,
+// like the local log, so that everything above the storage seam — the
+// dispatchers test contract.ErrClosed, the HTTP API classifies with
+// contract.Classify — treats both backends alike.
 var (
-	// ErrClosed: the log was closed (storage.ErrClosed).
-	ErrClosed = storage.ErrClosed
-	// ErrOutOfRange: a read of a negative offset or one at or beyond the
-	// high watermark (storage.ErrOutOfRange).
-	ErrOutOfRange = storage.ErrOutOfRange
-	// ErrRecordTooLarge: a payload over the maximum record size, or over
-	// what the NATS servers accept in one message (their max_payload);
-	// nothing was sent. 413 TOO_LARGE (storage.ErrRecordTooLarge).
-	ErrRecordTooLarge = storage.ErrRecordTooLarge
-	// ErrEmptyRecord: a payload shorter than storage.MinPayloadBytes;
-	// nothing was sent. 400 BAD_REQUEST (storage.ErrEmptyRecord).
-	ErrEmptyRecord = storage.ErrEmptyRecord
 	// ErrBatchTooLarge: an AppendBatch of more messages than one JetStream
 	// atomic batch may hold (MaxBatch, or the servers' lower
 	// jetstream.limits.max_batch_size); nothing was stored. 413 TOO_LARGE.
@@ -54,7 +44,7 @@ var (
 	ErrNoTopic = contract.NewError(contract.CodeNotFound, "jetstream: no such topic")
 	// ErrQueueFull: too many ACCEPTED appends of one log await their
 	// acknowledgement (maxPendingAsync). 503 UNAVAILABLE.
-	ErrQueueFull = fmt.Errorf("jetstream: %w", storage.ErrQueueFull)
+	ErrQueueFull = fmt.Errorf("jetstream: %w", contract.ErrQueueFull)
 )
 
 // JetStream API error codes this package tells apart (the server's
@@ -111,7 +101,7 @@ func classify(err error) error {
 	code := apiErrorCode(err)
 	switch {
 	case code == codeMessageTooLarge, errors.Is(err, nats.ErrMaxPayload):
-		return fmt.Errorf("%w: %w", ErrRecordTooLarge, err)
+		return fmt.Errorf("%w: %w", contract.ErrRecordTooLarge, err)
 	case code == codeBatchTooLarge:
 		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
 	case code == codeBatchesInflight:

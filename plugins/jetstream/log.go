@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // Log is one topic's log over one JetStream stream: contract.Log for the
@@ -97,7 +96,7 @@ type Options struct {
 	// retention.Options.PolicyFor), set on its stream as MaxAge and
 	// MaxBytes when the stream is created or opened; nil creates streams
 	// without limits and leaves the limits of existing ones as they are.
-	Retention func(topic string) storage.RetentionPolicy
+	Retention func(topic string) contract.RetentionPolicy
 }
 
 // checkpointStore is where a Log's checkpoints are kept: the seam between
@@ -285,12 +284,12 @@ func (l *Log) Stats() contract.Stats {
 
 // OpenCheckpoint opens, or returns the already open, checkpoint name of
 // this topic, stored in the key-value bucket "<prefix>-checkpoints".
-// Errors: ErrClosed, or the bucket's error.
+// Errors: contract.ErrClosed, or the bucket's error.
 func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed.Load() {
-		return nil, fmt.Errorf("open checkpoint %s of topic %s: %w", name, l.topic, ErrClosed)
+		return nil, fmt.Errorf("open checkpoint %s of topic %s: %w", name, l.topic, contract.ErrClosed)
 	}
 	if cp, ok := l.opened[name]; ok {
 		return cp, nil
@@ -305,12 +304,12 @@ func (l *Log) OpenCheckpoint(name string) (contract.Checkpoint, error) {
 
 // RemoveCheckpoint deletes the checkpoint name of this topic (a dispatcher
 // deleted with its checkpoints): a reader of that name starts again from
-// offset 0. Errors: ErrClosed, or the bucket's.
+// offset 0. Errors: contract.ErrClosed, or the bucket's.
 func (l *Log) RemoveCheckpoint(name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed.Load() {
-		return fmt.Errorf("remove checkpoint %s of topic %s: %w", name, l.topic, ErrClosed)
+		return fmt.Errorf("remove checkpoint %s of topic %s: %w", name, l.topic, contract.ErrClosed)
 	}
 	delete(l.opened, name)
 	return l.cps.removeOne(l.topic, name)
@@ -319,7 +318,7 @@ func (l *Log) RemoveCheckpoint(name string) error {
 // Checkpoints lists the topic's committed checkpoints (contract.CheckpointLister).
 func (l *Log) Checkpoints() ([]string, error) {
 	if l.closed.Load() {
-		return nil, fmt.Errorf("list checkpoints of topic %s: %w", l.topic, ErrClosed)
+		return nil, fmt.Errorf("list checkpoints of topic %s: %w", l.topic, contract.ErrClosed)
 	}
 	return l.cps.list(l.topic)
 }
@@ -328,7 +327,7 @@ func (l *Log) Checkpoints() ([]string, error) {
 // the request timeout for the acknowledgements of ACCEPTED appends still
 // outstanding (an error says how many did not come: those messages may or
 // may not be stored) and releases the log. Later calls fail with
-// ErrClosed; a second Close returns nil.
+// contract.ErrClosed; a second Close returns nil.
 func (l *Log) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
@@ -374,9 +373,3 @@ func (l *Log) Topic() string { return l.topic }
 
 // Stream is the stream's name.
 func (l *Log) Stream() string { return l.stream }
-
-// *Log is the JetStream backend of the storage seam.
-var (
-	_ contract.Log              = (*Log)(nil)
-	_ contract.CheckpointLister = (*Log)(nil)
-)

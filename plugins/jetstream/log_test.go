@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 func open(t *testing.T, b *Backend, topic string) *Log {
@@ -197,13 +196,13 @@ func TestErrors(t *testing.T) {
 	ctx := context.Background()
 
 	_, err := l.Append(ctx, []byte("x"), contract.Durable)
-	require.ErrorIs(t, err, storage.ErrEmptyRecord)
+	require.ErrorIs(t, err, contract.ErrEmptyRecord)
 	assert.Equal(t, http.StatusBadRequest, contract.Classify(err).Status)
 	_, err = l.Append(ctx, make([]byte, 1<<16+1), contract.Durable)
-	require.ErrorIs(t, err, storage.ErrRecordTooLarge)
+	require.ErrorIs(t, err, contract.ErrRecordTooLarge)
 	assert.Equal(t, contract.CodeTooLarge, contract.Classify(err).Code)
 	_, err = l.AppendBatch(ctx, [][]byte{msg(0), nil}, contract.Durable)
-	require.ErrorIs(t, err, storage.ErrEmptyRecord)
+	require.ErrorIs(t, err, contract.ErrEmptyRecord)
 	big := make([][]byte, MaxBatch+1)
 	for i := range big {
 		big[i] = msg(i)
@@ -214,11 +213,11 @@ func TestErrors(t *testing.T) {
 	assert.EqualValues(t, 0, l.HighWatermark(), "nothing of the refused appends was stored")
 
 	_, err = l.Read(0)
-	require.ErrorIs(t, err, storage.ErrOutOfRange)
+	require.ErrorIs(t, err, contract.ErrOutOfRange)
 	_, err = l.Read(-1)
-	require.ErrorIs(t, err, storage.ErrOutOfRange)
+	require.ErrorIs(t, err, contract.ErrOutOfRange)
 	_, err = l.ReadBatch(-1, 10)
-	require.ErrorIs(t, err, storage.ErrOutOfRange)
+	require.ErrorIs(t, err, contract.ErrOutOfRange)
 
 	_, err = b.Open("no.such", false)
 	require.ErrorIs(t, err, ErrNoTopic)
@@ -245,7 +244,7 @@ func TestServerBatchLimit(t *testing.T) {
 	assert.Equal(t, string(msg(5)), string(got))
 }
 
-// Close wakes Notify, fails later calls with ErrClosed, and waits for the
+// Close wakes Notify, fails later calls with contract.ErrClosed, and waits for the
 // acknowledgements of accepted appends.
 func TestClose(t *testing.T) {
 	b := connect(t, startServer(t))
@@ -268,13 +267,13 @@ func TestClose(t *testing.T) {
 		t.Fatal("Notify after Close not closed")
 	}
 	_, err := l.Append(context.Background(), msg(0), contract.Durable)
-	require.ErrorIs(t, err, storage.ErrClosed)
+	require.ErrorIs(t, err, contract.ErrClosed)
 	_, err = l.Read(0)
-	require.ErrorIs(t, err, storage.ErrClosed)
+	require.ErrorIs(t, err, contract.ErrClosed)
 	_, err = l.ReadBatch(0, 1)
-	require.ErrorIs(t, err, storage.ErrClosed)
+	require.ErrorIs(t, err, contract.ErrClosed)
 	_, err = l.OpenCheckpoint("d")
-	require.ErrorIs(t, err, storage.ErrClosed)
+	require.ErrorIs(t, err, contract.ErrClosed)
 	require.NoError(t, l.Close(), "a second Close")
 }
 
@@ -373,7 +372,7 @@ func TestConnectFails(t *testing.T) {
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), 5*time.Second)
 	assert.True(t, strings.HasPrefix(err.Error(), "jetstream: connect "+url+": "), err.Error())
-	assert.False(t, errors.Is(err, ErrClosed))
+	assert.False(t, errors.Is(err, contract.ErrClosed))
 }
 
 // ReadBatch serves at most maxReadBatch entries per call, in order, and
@@ -514,7 +513,7 @@ func TestAppendBatchNotify(t *testing.T) {
 	assert.Equal(t, string(msg(39)), string(p))
 
 	err = l.AppendBatchNotify([][]byte{nil}, contract.Durable, func(int64, error) { t.Error("notify of a refused append") })
-	require.ErrorIs(t, err, storage.ErrEmptyRecord)
+	require.ErrorIs(t, err, contract.ErrEmptyRecord)
 
 	// The server goes: an append sent just before fails through notify
 	// (or is refused at once if the client already knows).

@@ -18,7 +18,7 @@ const MaxStreamNameBytes = 255
 const MetaTopic = "mmmq-topic"
 
 // MetaIncarnation is the stream metadata key that holds the topic's
-// incarnation id (32 hex digits, storage.NewIncarnation), made when the
+// incarnation id (32 hex digits, contract.NewIncarnation), made when the
 // stream is created: a topic deleted and created again has a new one.
 const MetaIncarnation = "mmmq-incarnation"
 

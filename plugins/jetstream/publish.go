@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage"
 )
 
 // MaxBatch is the most messages one AppendBatch may hold: the NATS
@@ -59,8 +58,8 @@ const (
 // for the producer, and a refusal by the servers (or no answer within the
 // request timeout) is only logged.
 //
-// Errors (nothing acknowledged): ErrEmptyRecord, ErrRecordTooLarge,
-// ErrClosed, ErrQueueFull and contract.ErrOverloaded (ACCEPTED bytes over
+// Errors (nothing acknowledged): contract.ErrEmptyRecord, contract.ErrRecordTooLarge,
+// contract.ErrClosed, ErrQueueFull and contract.ErrOverloaded (ACCEPTED bytes over
 // Options.Budget) before anything is sent; ErrNoSpace,
 // ErrTimeout or ErrUnavailable from the cluster (stored or not: unknown
 // for the last two).
@@ -107,27 +106,27 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract
 // (reconnecting), an empty or oversized payload, a batch over MaxBatch.
 func (l *Log) check(payloads [][]byte) error {
 	if l.closed.Load() {
-		return fmt.Errorf("append to topic %s: %w", l.topic, ErrClosed)
+		return fmt.Errorf("append to topic %s: %w", l.topic, contract.ErrClosed)
 	}
 	if !l.nc.IsConnected() {
 		return fmt.Errorf("append to topic %s: %w", l.topic, classify(nats.ErrReconnectBufExceeded))
 	}
 	switch {
 	case len(payloads) == 0:
-		return fmt.Errorf("append: %w: no payload", ErrEmptyRecord)
+		return fmt.Errorf("append: %w: no payload", contract.ErrEmptyRecord)
 	case len(payloads) > MaxBatch:
 		return fmt.Errorf("append to topic %s: %w: %d messages, at most %d in one batch", l.topic, ErrBatchTooLarge, len(payloads), MaxBatch)
 	}
 	maxNATS := l.nc.MaxPayload() - headerReserve
 	for i, p := range payloads {
 		switch {
-		case len(p) < storage.MinPayloadBytes:
-			return fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, ErrEmptyRecord, len(p), storage.MinPayloadBytes)
+		case len(p) < contract.MinPayloadBytes:
+			return fmt.Errorf("append payload %d: %w: %d bytes, minimum %d", i, contract.ErrEmptyRecord, len(p), contract.MinPayloadBytes)
 		case l.opts.MaxRecordBytes > 0 && len(p) > l.opts.MaxRecordBytes:
-			return fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
+			return fmt.Errorf("append payload %d: %w: %d bytes, maximum %d", i, contract.ErrRecordTooLarge, len(p), l.opts.MaxRecordBytes)
 		case int64(len(p)) > maxNATS:
 			return fmt.Errorf("append payload %d: %w: %d bytes, the NATS servers take at most %d (their max_payload less %d for headers)",
-				i, ErrRecordTooLarge, len(p), maxNATS, headerReserve)
+				i, contract.ErrRecordTooLarge, len(p), maxNATS, headerReserve)
 		}
 	}
 	return nil

@@ -24,18 +24,18 @@ const readParallel = 16
 // Read returns the message JSON at offset: one message-get request to the
 // stream's leader (stream sequence offset+1; the leader has every message
 // below the high watermark, where a follower answering a direct get might
-// not yet). Errors: ErrOutOfRange for a negative offset or one at or beyond
+// not yet). Errors: contract.ErrOutOfRange for a negative offset or one at or beyond
 // the high watermark; a *contract.OffsetExpiredError below StartOffset,
 // also when JetStream dropped the message (MaxAge, MaxBytes) after the
 // start offset was cached: a message not found refreshes the start from
-// the stream's state; ErrClosed; ErrTimeout or ErrUnavailable from the
+// the stream's state; contract.ErrClosed; ErrTimeout or ErrUnavailable from the
 // cluster.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	if l.closed.Load() {
-		return nil, fmt.Errorf("read topic %s: %w", l.topic, ErrClosed)
+		return nil, fmt.Errorf("read topic %s: %w", l.topic, contract.ErrClosed)
 	}
 	if offset < 0 || offset >= l.hw.Load() {
-		return nil, fmt.Errorf("read offset %d of topic %s: %w", offset, l.topic, ErrOutOfRange)
+		return nil, fmt.Errorf("read offset %d of topic %s: %w", offset, l.topic, contract.ErrOutOfRange)
 	}
 	if offset < l.start.Load() {
 		return nil, l.expired(offset)
@@ -79,10 +79,10 @@ func (l *Log) expired(offset int64) error {
 // leader's acknowledgement). So reads go to the leader, one message each.
 func (l *Log) ReadBatch(from int64, max int) ([]contract.Entry, error) {
 	if l.closed.Load() {
-		return nil, fmt.Errorf("read topic %s: %w", l.topic, ErrClosed)
+		return nil, fmt.Errorf("read topic %s: %w", l.topic, contract.ErrClosed)
 	}
 	if from < 0 {
-		return nil, fmt.Errorf("read offset %d of topic %s: %w", from, l.topic, ErrOutOfRange)
+		return nil, fmt.Errorf("read offset %d of topic %s: %w", from, l.topic, contract.ErrOutOfRange)
 	}
 	n := min(int64(max), l.hw.Load()-from, maxReadBatch)
 	if n <= 0 {

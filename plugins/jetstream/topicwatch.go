@@ -13,11 +13,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // How each broker learns of the topics the others create and delete
-// (topicqueue.TopicWatcher): JetStream's stream-created and stream-deleted
+// (contract.TopicWatcher): JetStream's stream-created and stream-deleted
 // advisories, at once, and a full listing every topicRelist in case an
 // advisory was missed (a reconnect): a stream this broker knew of that the
 // listing no longer holds, and that a direct lookup does not find, was
@@ -76,10 +75,10 @@ type streamAdvisory struct {
 // the cluster (a full listing at start and every topicRelist), every topic
 // created later by any broker (stream-created advisories) and every topic
 // deleted later by any broker (stream-deleted advisories, or a listing
-// without it confirmed by a lookup), until stop (topicqueue.TopicWatcher).
+// without it confirmed by a lookup), until stop (contract.TopicWatcher).
 // Events carry the stream's MetaIncarnation when known. Errors: the
 // advisory subscriptions'.
-func (b *Backend) WatchTopics(fn func(topicqueue.TopicEvent)) (stop func(), err error) {
+func (b *Backend) WatchTopics(fn func(contract.TopicEvent)) (stop func(), err error) {
 	advs := make(chan streamAdvisory, 256)
 	subscribe := func(subj string, deleted bool) (*nats.Subscription, error) {
 		return b.nc.Subscribe(subj, func(m *nats.Msg) {
@@ -121,7 +120,7 @@ func (b *Backend) WatchTopics(fn func(topicqueue.TopicEvent)) (stop func(), err 
 // topicWatch is the state of one WatchTopics, used by its goroutine only.
 type topicWatch struct {
 	b  *Backend
-	fn func(topicqueue.TopicEvent)
+	fn func(contract.TopicEvent)
 	// reported holds, by stream name, the topic of every stream reported
 	// existing and not since deleted: what a later listing must still hold,
 	// and how a deleted hashed stream name maps back to its topic.
@@ -261,7 +260,7 @@ func (w *topicWatch) exists(ctx context.Context, s listedStream) {
 		}
 	}
 	w.reported[s.stream] = s.topic
-	w.fn(topicqueue.TopicEvent{Name: s.topic, Incarnation: s.incarnation})
+	w.fn(contract.TopicEvent{Name: s.topic, Incarnation: s.incarnation})
 }
 
 // deleted reports topic t of stream s deleted, with the incarnation open
@@ -270,7 +269,7 @@ func (w *topicWatch) deleted(s, t string) {
 	o, _ := w.b.openedAs(s)
 	delete(w.reported, s)
 	w.b.forgetOpen(s)
-	w.fn(topicqueue.TopicEvent{Name: t, Deleted: true, Incarnation: o.incarnation})
+	w.fn(contract.TopicEvent{Name: t, Deleted: true, Incarnation: o.incarnation})
 }
 
 // lookupStream reads stream s's info. Errors: one wrapping

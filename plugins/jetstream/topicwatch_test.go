@@ -8,14 +8,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // watchEvents starts b's topic watch into a channel, stopped at cleanup.
-func watchEvents(t *testing.T, b *Backend) <-chan topicqueue.TopicEvent {
+func watchEvents(t *testing.T, b *Backend) <-chan contract.TopicEvent {
 	t.Helper()
-	events := make(chan topicqueue.TopicEvent, 1024)
-	stop, err := b.WatchTopics(func(ev topicqueue.TopicEvent) { events <- ev })
+	events := make(chan contract.TopicEvent, 1024)
+	stop, err := b.WatchTopics(func(ev contract.TopicEvent) { events <- ev })
 	require.NoError(t, err)
 	t.Cleanup(stop)
 	return events
@@ -23,7 +23,7 @@ func watchEvents(t *testing.T, b *Backend) <-chan topicqueue.TopicEvent {
 
 // awaitEvent returns the first event want accepts within 10 s, skipping
 // the others (listings repeat topics).
-func awaitEvent(t *testing.T, events <-chan topicqueue.TopicEvent, what string, want func(topicqueue.TopicEvent) bool) topicqueue.TopicEvent {
+func awaitEvent(t *testing.T, events <-chan contract.TopicEvent, what string, want func(contract.TopicEvent) bool) contract.TopicEvent {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -61,21 +61,21 @@ func TestWatchTopicsReportsDeletionsAcrossBrokers(t *testing.T) {
 
 	for _, topic := range []string{"del.topic", long} {
 		la := openOn(t, a, topic, true)
-		awaitEvent(t, events, "creation of "+topic, func(ev topicqueue.TopicEvent) bool {
+		awaitEvent(t, events, "creation of "+topic, func(ev contract.TopicEvent) bool {
 			return ev.Name == topic && !ev.Deleted && ev.Incarnation == la.Incarnation()
 		})
 		lb := openOn(t, b, topic, false) // b's registry opens it
 		require.NoError(t, la.Close())
 		_, err := a.Delete(topic)
 		require.NoError(t, err)
-		awaitEvent(t, events, "deletion of "+topic, func(ev topicqueue.TopicEvent) bool {
+		awaitEvent(t, events, "deletion of "+topic, func(ev contract.TopicEvent) bool {
 			return ev.Name == topic && ev.Deleted && ev.Incarnation == lb.Incarnation()
 		})
 		require.NoError(t, lb.Close())
 
 		again := openOn(t, a, topic, true)
 		require.NotEqual(t, la.Incarnation(), again.Incarnation())
-		awaitEvent(t, events, "re-creation of "+topic, func(ev topicqueue.TopicEvent) bool {
+		awaitEvent(t, events, "re-creation of "+topic, func(ev contract.TopicEvent) bool {
 			return ev.Name == topic && !ev.Deleted && ev.Incarnation == again.Incarnation()
 		})
 		require.NoError(t, again.Close())
@@ -90,8 +90,8 @@ func TestWatchTopicsReportsDeletionsAcrossBrokers(t *testing.T) {
 func TestWatchTopicsListingFindsMissedDeletions(t *testing.T) {
 	s := startServer(t)
 	a, b := connect(t, s), connect(t, s)
-	var got []topicqueue.TopicEvent
-	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev topicqueue.TopicEvent) { got = append(got, ev) }}
+	var got []contract.TopicEvent
+	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev contract.TopicEvent) { got = append(got, ev) }}
 	ctx := context.Background()
 
 	for _, topic := range []string{"replaced", "gone", "live"} {
@@ -113,7 +113,7 @@ func TestWatchTopicsListingFindsMissedDeletions(t *testing.T) {
 	defer again.Close()
 	got = nil
 	w.list(ctx)
-	var deleted []topicqueue.TopicEvent
+	var deleted []contract.TopicEvent
 	replacedAt, recreatedAt := -1, -1
 	for i, ev := range got {
 		switch {
@@ -127,7 +127,7 @@ func TestWatchTopicsListingFindsMissedDeletions(t *testing.T) {
 			require.Equal(t, again.Incarnation(), ev.Incarnation)
 		}
 	}
-	require.ElementsMatch(t, []topicqueue.TopicEvent{
+	require.ElementsMatch(t, []contract.TopicEvent{
 		{Name: "replaced", Deleted: true, Incarnation: old.Incarnation()},
 		{Name: "gone", Deleted: true},
 	}, deleted)
@@ -145,8 +145,8 @@ func TestWatchTopicsListingFindsMissedDeletions(t *testing.T) {
 // here is the new one.
 func TestWatchTopicsIgnoresOwnRecreation(t *testing.T) {
 	b := connect(t, startServer(t))
-	var got []topicqueue.TopicEvent
-	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev topicqueue.TopicEvent) { got = append(got, ev) }}
+	var got []contract.TopicEvent
+	w := &topicWatch{b: b, reported: map[string]string{}, fn: func(ev contract.TopicEvent) { got = append(got, ev) }}
 	l := openOn(t, b, "mine", true)
 	require.NoError(t, l.Close())
 	_, err := b.Delete("mine")

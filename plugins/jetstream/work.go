@@ -15,7 +15,7 @@ import (
 )
 
 // How the brokers sharing a cluster divide the work (contract.WorkLeaser,
-// contract.EpochCheckpoint, topicqueue.TopicWatcher): one lease per
+// contract.EpochCheckpoint, contract.TopicWatcher): one lease per
 // (reader, topic) in the bucket <prefix>-leases (LeaseStore), renewed every
 // third of mmmq.jetstream.lease-timeout; the checkpoints in
 // <prefix>-checkpoints (CheckpointStore) remember the epoch of their last
@@ -133,7 +133,7 @@ func holderName(node string) string {
 const healthEvery = time.Second
 
 // Healthy reports whether this broker can use the cluster now
-// (topicqueue.HealthChecker, behind /readyz): connected to a NATS server,
+// (contract.HealthChecker, behind /readyz): connected to a NATS server,
 // and JetStream answering an account-info request within a second (it does
 // not while the cluster has lost the quorum of its metadata). The answer
 // is reused for healthEvery.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -504,7 +503,7 @@ func (c *conn) consumeAllowed(cmd string, k groupKey) bool {
 		c.replyErr(contract.CodeBadRequest, err)
 		return false
 	}
-	if storage.ValidCheckpointName(k.group) != nil {
+	if contract.ValidCheckpointName(k.group) != nil {
 		c.replyf("ERR %s group name %q: want 1-200 characters of [A-Za-z0-9_.-], not starting with '.'", contract.CodeBadRequest, k.group)
 		return false
 	}

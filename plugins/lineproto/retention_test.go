@@ -25,7 +25,7 @@ func TestFetchAfterRetention(t *testing.T) {
 	}
 	q, _ := e.reg.Get("t")
 	l := q.Log().(interface{ Unwrap() contract.Log }).Unwrap().(*storage.Log)
-	res, err := l.ApplyRetention(storage.RetentionPolicy{MaxBytes: 1}, time.Now(), storage.KeepAll)
+	res, err := l.ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), contract.KeepAll)
 	if err != nil || res.StartOffset == 0 || res.StartOffset >= 30 {
 		t.Fatalf("retention: %+v %v", res, err)
 	}

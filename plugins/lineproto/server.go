@@ -17,7 +17,6 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/servertls"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -148,7 +147,7 @@ func (o Options) withDefaults() Options {
 	o.MaxRecordBytes = orDefault(o.MaxRecordBytes, defaultMaxRecordBytes)
 	o.MaxPipeline = min(orDefault(o.MaxPipeline, DefaultMaxPipeline), MaxPipelineLimit)
 	if o.MaxConns <= 0 {
-		limit, _ := storage.OpenFileLimit()
+		limit, _ := contract.OpenFileLimit()
 		o.MaxConns = AutoMaxConns(limit)
 	}
 	o.IdleTimeout = orDefault(o.IdleTimeout, DefaultIdleTimeout)

@@ -63,7 +63,7 @@ func watch(p watchParams) {
 	p.Metrics.WatchDispatchers(p.Dispatcher, p.Registry)
 	p.Metrics.WatchBudget(p.Budget)
 	p.Metrics.WatchSpaceGuard(p.SpaceGuard)
-	if b, ok := p.Backend.(interface{ SegmentCache() *storage.SegmentCache }); ok {
+	if b, ok := p.Backend.(topicqueue.SegmentCacher); ok {
 		p.Metrics.WatchSegmentCache(b.SegmentCache())
 	}
 	rs := RetentionSource{DispatchSkipped: p.Dispatcher.RetentionSkipped}

@@ -8,7 +8,6 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/jetstream"
 )
@@ -22,12 +21,11 @@ type Params struct {
 	Registry  *topicqueue.Registry
 	Logger    *zap.Logger
 	Lifecycle fx.Lifecycle
-	// Admin, Groups, SpaceGuard, Authenticator and JetStream are used
-	// when the graph has them (dispatchers, consumer groups, the disk
-	// guard, mmmq.auth, the JetStream backend's servers).
+	// Admin, Groups, Authenticator and JetStream are used when the graph
+	// has them (dispatchers, consumer groups, mmmq.auth, the JetStream
+	// backend's servers).
 	Admin         *admin.Admin           `optional:"true"`
 	Groups        *groups.Coordinator    `optional:"true"`
-	SpaceGuard    *storage.SpaceGuard    `optional:"true"`
 	Authenticator contract.Authenticator `optional:"true"`
 	JetStream     jetstream.Config       `optional:"true"`
 }
@@ -50,7 +48,7 @@ func NewFromConfig(p Params) (Result, error) {
 	}
 	u, err := New(Options{
 		Config: p.Config, Storage: p.Storage, Registry: p.Registry, Admin: p.Admin, Groups: p.Groups,
-		SpaceGuard: p.SpaceGuard, Authenticator: p.Authenticator, JetStreamServers: p.JetStream.Servers,
+		Authenticator: p.Authenticator, JetStreamServers: p.JetStream.Servers,
 		Logger: p.Logger.Named("ui"),
 	})
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -135,7 +134,7 @@ func lastMessages(q *topicqueue.TopicQueue, start, next int64, n int) (rows []me
 	for off := next - 1; off >= max(start, next-int64(n)); off-- {
 		p, err := q.Read(off)
 		switch {
-		case errors.Is(err, storage.ErrCorrupt):
+		case errors.Is(err, contract.ErrCorrupt):
 			problem = fmt.Sprintf("offset %d is corrupt and was skipped: %v", off, err)
 			continue
 		case errors.Is(err, contract.ErrOffsetExpired):

@@ -48,7 +48,6 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
-	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -75,8 +74,6 @@ type Options struct {
 	Admin *admin.Admin
 	// Groups is the consumer-group coordinator; nil: no groups shown.
 	Groups *groups.Coordinator
-	// SpaceGuard is the disk guard; nil: off.
-	SpaceGuard *storage.SpaceGuard
 	// Authenticator is mmmq.auth; nil or not Enabled: no login, everyone
 	// is an admin.
 	Authenticator contract.Authenticator

@@ -71,7 +71,7 @@ func (l *notifyingLog) Unwrap() contract.Log { return l.Log }
 // Incarnation forwards the wrapped log's incarnation id ("" when it has
 // none), so that topics over this backend show it as the real ones do.
 func (l *notifyingLog) Incarnation() string {
-	if i, ok := l.Log.(interface{ Incarnation() string }); ok {
+	if i, ok := l.Log.(contract.Incarnationer); ok {
 		return i.Incarnation()
 	}
 	return ""
@@ -87,10 +87,10 @@ func (l *notifyingLog) Checkpoints() ([]string, error) {
 }
 
 // Delete forwards to the wrapped backend when it can delete topics
-// (topicqueue.Deleter); otherwise it fails with
+// (contract.TopicDeleter); otherwise it fails with
 // topicqueue.ErrDeleteUnsupported and the topic stays stored.
 func (b *NotifyingBackend) Delete(name string) (stored bool, err error) {
-	if d, ok := b.Backend.(topicqueue.Deleter); ok {
+	if d, ok := b.Backend.(contract.TopicDeleter); ok {
 		return d.Delete(name)
 	}
 	return true, topicqueue.ErrDeleteUnsupported
@@ -99,7 +99,7 @@ func (b *NotifyingBackend) Delete(name string) (stored bool, err error) {
 // FinishDeletions forwards to the wrapped backend when it can delete
 // topics; otherwise there is nothing to finish.
 func (b *NotifyingBackend) FinishDeletions() ([]string, error) {
-	if d, ok := b.Backend.(topicqueue.Deleter); ok {
+	if d, ok := b.Backend.(contract.TopicDeleter); ok {
 		return d.FinishDeletions()
 	}
 	return nil, nil

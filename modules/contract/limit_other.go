@@ -1,6 +1,6 @@
 //go:build !unix
 
-package storage
+package contract
 
 // OpenFileLimit is unknown on this system: 0, false.
 func OpenFileLimit() (uint64, bool) { return 0, false }
