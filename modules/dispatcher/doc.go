@@ -15,7 +15,7 @@
 //	Publisher             appends dead letters and redriven messages durably
 //
 // Worker loop (the original Java mmmq's "retries and exponential backoff" and
-// "commit point and fsync" rules; window.go):
+// "commit point and fsync" rules; loop.go):
 //
 //	next := checkpoint.Offset()
 //	loop:

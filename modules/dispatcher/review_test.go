@@ -1,6 +1,6 @@
 package dispatcher
 
-// Tests written while reviewing the delivery window (window.go) and the
+// Tests written while reviewing the delivery window (loop.go) and the
 // worker life cycle. Each one states the rule it checks.
 
 import (

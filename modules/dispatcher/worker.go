@@ -31,7 +31,7 @@ const StandbyPoll = time.Second
 
 // worker delivers one topic to one dispatcher: up to MaxInFlight pushes
 // at once (one by default, strictly in offset order), committing the
-// checkpoint over the contiguous prefix of finished messages (window.go).
+// checkpoint over the contiguous prefix of finished messages (loop.go).
 // Only its own goroutine touches the fields below the atomics.
 type worker struct {
 	m         *Manager
@@ -74,7 +74,7 @@ type worker struct {
 	pending    int                         // finished but uncommitted messages
 	lastCommit time.Time
 
-	// The window (window.go).
+	// The window (loop.go).
 	win         []*msg          // read and not yet committed, in offset order
 	ready       []*msg          // to send: first sends, NACK resends, retries; in offset order
 	readNext    int64           // next offset to read
@@ -323,7 +323,7 @@ func (w *worker) stopped(lease contract.WorkLease, flush func() error) error {
 	return flush()
 }
 
-// reset starts the window (window.go) empty at off, the committed offset.
+// reset starts the window (loop.go) empty at off, the committed offset.
 func (w *worker) reset(off int64) {
 	w.win, w.ready, w.inflight, w.pending = nil, nil, 0, 0
 	w.winBytes = 0

@@ -1,7 +1,6 @@
 package topicqueue
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -187,24 +186,4 @@ func (r *Registry) forgetDeleted(name, incarnation string) bool {
 	defer r.endDelete(name, d)
 	r.forget(q, subs)
 	return true
-}
-
-// maxPublishRetries bounds how often Publish moves on to a topic created
-// anew after the one it appended to was deleted under it.
-const maxPublishRetries = 3
-
-// Publish appends payloads (stored message JSONs without producer ids:
-// never deduplicated) to topic name as PublishMessages does, and returns
-// the first offset (-1 for Accepted).
-func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level contract.AckLevel) (*TopicQueue, int64, error) {
-	msgs := make([]Message, len(payloads))
-	for i, p := range payloads {
-		msgs[i].Stored = p
-	}
-	out := make([]Published, len(payloads))
-	q, err := r.PublishMessages(ctx, name, msgs, level, out)
-	if err != nil {
-		return q, -1, err
-	}
-	return q, out[0].Offset, nil
 }

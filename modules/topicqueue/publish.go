@@ -379,6 +379,26 @@ func (q *TopicQueue) awaitVisible(ctx context.Context, off int64, level contract
 	return nil
 }
 
+// maxPublishRetries bounds how often Publish moves on to a topic created
+// anew after the one it appended to was deleted under it.
+const maxPublishRetries = 3
+
+// Publish appends payloads (stored message JSONs without producer ids:
+// never deduplicated) to topic name as PublishMessages does, and returns
+// the first offset (-1 for Accepted).
+func (r *Registry) Publish(ctx context.Context, name string, payloads [][]byte, level contract.AckLevel) (*TopicQueue, int64, error) {
+	msgs := make([]Message, len(payloads))
+	for i, p := range payloads {
+		msgs[i].Stored = p
+	}
+	out := make([]Published, len(payloads))
+	q, err := r.PublishMessages(ctx, name, msgs, level, out)
+	if err != nil {
+		return q, -1, err
+	}
+	return q, out[0].Offset, nil
+}
+
 // PublishMessages publishes msgs to topic name as TopicQueue.Publish does,
 // creating the topic when needed (GetOrCreate). When the topic is deleted
 // between the lookup and the append, the append is refused by the closed

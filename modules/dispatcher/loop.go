@@ -14,7 +14,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
-// The delivery window of a worker.
+// The delivery loop of a worker (loop) and its window.
 //
 // A worker reads messages ahead of its checkpoint into a window (at most
 // winCap of them) and pushes them to the consumer, up to maxInFlight
