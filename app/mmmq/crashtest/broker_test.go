@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -289,6 +290,60 @@ func (b *broker) kill() {
 	b.t.Errorf("broker pid %d not reaped %s after SIGKILL\n%s", b.cmd.Process.Pid, killTimeout, procStacks(b.cmd.Process.Pid))
 }
 
+// freeze stops every thread of the broker (SIGSTOP) and waits, at most
+// killTimeout, until each one is stopped or inside an uninterruptible wait
+// it will stop on leaving. A process-wide SIGSTOP is not enough on FUSE:
+// the kernel hands it to one thread, and when that thread is waiting for
+// the daemon (a frozen LazyFS) the stop is not handled until the daemon
+// answers, while the other threads run on (seen: a broker answering NACKs
+// after the "power loss"). A SIGSTOP sent to each thread (tgkill) is
+// handled by the first one that runs, which stops the whole process.
+func (b *broker) freeze() error {
+	pid := b.cmd.Process.Pid
+	deadline := time.Now().Add(killTimeout)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return fmt.Errorf("freeze broker pid %d: %w", pid, err)
+		}
+		running := 0
+		for _, tk := range tasks {
+			tid, err := strconv.Atoi(tk.Name())
+			if err != nil {
+				continue
+			}
+			switch threadState(pid, tid) {
+			case 'T', 't', 'D', 'Z', 'X', 0:
+				continue
+			}
+			running++
+			if err := syscall.Tgkill(pid, tid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("freeze broker pid %d thread %d: %w", pid, tid, err)
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("broker pid %d not frozen %s after SIGSTOP:\n%s", pid, killTimeout, procStacks(pid))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// threadState is the state letter of /proc/PID/task/TID/stat (R, S, D, T
+// ...), 0 when the thread is gone.
+func threadState(pid, tid int) byte {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return 0
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2]
+	}
+	return 0
+}
+
 // procStacks describes where each thread of process pid waits: its
 // state, wait channel and (readable by root) kernel stack, from
 // /proc/PID/task. It is what a stall report shows; "" once pid is gone.
@@ -300,10 +355,9 @@ func procStacks(pid int) string {
 	var out strings.Builder
 	for _, tk := range tasks {
 		dir := fmt.Sprintf("/proc/%d/task/%s", pid, tk.Name())
-		stat, _ := os.ReadFile(dir + "/stat")
 		state := "?"
-		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-			state = string(stat[i+2])
+		if tid, err := strconv.Atoi(tk.Name()); err == nil && threadState(pid, tid) != 0 {
+			state = string(threadState(pid, tid))
 		}
 		comm, _ := os.ReadFile(dir + "/comm")
 		wchan, _ := os.ReadFile(dir + "/wchan")

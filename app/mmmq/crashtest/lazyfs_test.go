@@ -37,10 +37,10 @@ import (
 // its own mount, 6 producers publishing DURABLE to 3 topics (16 KiB
 // segments: a few rotations per round):
 //
-//   - power-loss: even rounds freeze the broker (SIGSTOP), SIGKILL the
-//     LazyFS daemon (every write not fsynced through it is gone: a power
-//     loss), kill the broker, unmount (fusermount3 -u -z) and mount the
-//     same root again; odd rounds kill -9 the broker only (the cache
+//   - power-loss: even rounds freeze the broker (SIGSTOP to every thread:
+//     broker.freeze), SIGKILL the LazyFS daemon (every write not fsynced
+//     through it is gone: a power loss), kill the broker, unmount
+//     (fusermount3 -u -z) and mount the same root again; odd rounds kill -9 the broker only (the cache
 //     kept, like the page cache after a process crash). The negative
 //     control runs here: 2 producers publish ACCEPTED (?ack=accepted: no
 //     offset, answered when queued) to lz.acc; one is lost when its id is
@@ -412,8 +412,8 @@ func (k *lzRun) round(r int) {
 // the LazyFS daemon, then b, and mounts the root again.
 func (k *lzRun) powerLoss(b *broker, check bool) {
 	k.t.Helper()
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		k.t.Fatalf("SIGSTOP broker: %v", err)
+	if err := b.freeze(); err != nil {
+		k.t.Fatal(err)
 	}
 	if check {
 		k.checkCache()
@@ -451,6 +451,17 @@ func (k *lzRun) stall(b *broker) bool {
 	return true
 }
 
+// daemonState says, for a failure report, whether the LazyFS daemon is
+// still running, and if not how it ended and the tail of its log: a write
+// answered "software caused connection abort" (ECONNABORTED) means the
+// FUSE connection was gone while the broker was running.
+func (k *lzRun) daemonState() string {
+	if k.fs.alive() {
+		return " [LazyFS daemon running]"
+	}
+	return fmt.Sprintf(" [LazyFS daemon ended: %v; its log:\n%s]", k.fs.cmd.ProcessState, k.fs.tail())
+}
+
 // checkCache fails the test when LazyFS's cache is lazyCacheMax full.
 func (k *lzRun) checkCache() {
 	k.t.Helper()
@@ -480,8 +491,8 @@ func (k *lzRun) controlBurst(b *broker, r, freezeAt int) (wait func()) {
 	)
 	stopBroker := func() {
 		freeze.Do(func() {
-			if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				k.t.Errorf("SIGSTOP broker: %v", err)
+			if err := b.freeze(); err != nil {
+				k.t.Error(err)
 			}
 			close(frozen)
 		})
@@ -609,7 +620,7 @@ func (k *lzRun) traffic(b *broker, r int, control, nackOK bool) (stop func()) {
 				}
 				if !m.Res.Ack {
 					if !nackOK {
-						k.t.Errorf("round %d: publish %s NACK %d: %s", r, m.ID, m.Res.Status, m.Res.Err)
+						k.t.Errorf("round %d: publish %s NACK %d: %s%s", r, m.ID, m.Res.Status, m.Res.Err, k.daemonState())
 					}
 					return
 				}
