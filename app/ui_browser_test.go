@@ -32,6 +32,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -230,8 +231,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	// billing stays in backoff while the test looks; the group's session
 	// outlives the test.
-	cfg.MMMQ.Broker.Dispatch.BackoffInitial = time.Minute
-	cfg.MMMQ.Broker.Dispatch.BackoffMax = time.Minute
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.BackoffInitial, d.BackoffMax = time.Minute, time.Minute })
 	cfg.MMMQ.Broker.Groups.LeaseTimeout = 5 * time.Minute
 	var mgr *dispatcher.Manager
 	a, base := startBroker(t, cfg,

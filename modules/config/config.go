@@ -229,8 +229,6 @@ type BrokerConfig struct {
 	Storage StorageConfig `koanf:"storage"`
 	// Segment sizes the segment files (key "mmmq.broker.segment").
 	Segment SegmentConfig `koanf:"segment"`
-	// Dispatch holds the defaults for every push dispatcher (key "mmmq.broker.dispatch").
-	Dispatch DispatchConfig `koanf:"dispatch"`
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
@@ -409,28 +407,6 @@ type SegmentConfig struct {
 	// MaxRecordBytes is the largest stored message JSON, in bytes; between 64
 	// and MaxBytes. Default 1048576 (1 MiB).
 	MaxRecordBytes int64 `koanf:"max-record-bytes"`
-}
-
-// DispatchConfig holds the push delivery defaults shared by all dispatchers
-// (key "mmmq.broker.dispatch").
-type DispatchConfig struct {
-	// Timeout bounds one delivery attempt. Default 30s.
-	Timeout time.Duration `koanf:"timeout"`
-	// MaxResends is how many times a NACKed message is sent again before it
-	// is logged, committed and skipped; 0 or more (0: one attempt, no
-	// resend). Default 3 (4 attempts).
-	MaxResends int `koanf:"max-resends"`
-	// BackoffInitial is the first wait after an abnormal response; it doubles
-	// per failure up to BackoffMax. Default 1s.
-	BackoffInitial time.Duration `koanf:"backoff-initial"`
-	// BackoffMax caps the exponential backoff; at least BackoffInitial. Default 60s.
-	BackoffMax time.Duration `koanf:"backoff-max"`
-	// MaxResponseBytes is how much of a consumer's response body is read, in
-	// bytes; at least 64. Default 65536.
-	MaxResponseBytes int64 `koanf:"max-response-bytes"`
-	// Path is the default request path appended to a dispatcher's host;
-	// must start with "/". Default "/mmmq/messages".
-	Path string `koanf:"path"`
 }
 
 // CommitPolicy says when a dispatcher fsyncs its checkpoint
@@ -632,14 +608,6 @@ func Default() *Config {
 					MaxBytes:       64 << 20,
 					MaxRecordBytes: 1 << 20,
 				},
-				Dispatch: DispatchConfig{
-					Timeout:          30 * time.Second,
-					MaxResends:       3,
-					BackoffInitial:   time.Second,
-					BackoffMax:       60 * time.Second,
-					MaxResponseBytes: 64 << 10,
-					Path:             "/mmmq/messages",
-				},
 				Groups: GroupsConfig{
 					LeaseTimeout: 30 * time.Second,
 					MaxFetch:     1000,
@@ -662,18 +630,22 @@ func Default() *Config {
 }
 
 // Normalize fills the per-dispatcher defaults in place: an empty Path takes
-// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout,
-// an empty commit policy becomes "every-message", a zero commit interval 1s and
-// a zero commit max-count 1000. Load calls it; call it on a hand-built Config.
+// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout
+// (the values of the section owning those keys that c holds, else their
+// stock defaults, see [StockPluginKeys]), an empty commit policy becomes
+// "every-message", a zero commit interval 1s and a zero commit max-count
+// 1000. Load calls it; call it on a hand-built Config.
 func (c *Config) Normalize() {
 	b := &c.MMMQ.Broker
+	path, _ := c.lookup(dispatchPathKey).(string)
+	timeout, _ := c.lookup(dispatchTimeoutKey).(time.Duration)
 	for i := range b.Dispatchers {
 		d := &b.Dispatchers[i]
 		if d.Path == "" {
-			d.Path = b.Dispatch.Path
+			d.Path = path
 		}
 		if d.Timeout == 0 {
-			d.Timeout = b.Dispatch.Timeout
+			d.Timeout = timeout
 		}
 		if d.Commit.Policy == "" {
 			d.Commit.Policy = CommitEveryMessage

@@ -19,7 +19,7 @@
 //
 // [Module] provides *Config and, through [ModuleSections], each module's
 // section as its own value ([ServerConfig], [LoggingConfig], [StorageConfig],
-// [SegmentConfig], [DispatchConfig], [DispatchersConfig], [GroupsConfig]).
+// [SegmentConfig], [DispatchersConfig], [GroupsConfig]).
 // Each module maps its section(s) to its Options with one function (for
 // example topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
 //

@@ -13,8 +13,7 @@ import (
 
 // Module provides *Config and, through [ModuleSections], each module's
 // section as its own value (ServerConfig, LoggingConfig, StorageConfig,
-// SegmentConfig, DispatchConfig, DispatchersConfig, GroupsConfig,
-// MemoryConfig), so a
+// SegmentConfig, DispatchersConfig, GroupsConfig, MemoryConfig), so a
 // module's constructor takes only the section(s) it reads. *Config is built
 // from the LoadOptions value in the container, which the application
 // supplies with one of (never both; Fx then fails with "already provided"):
@@ -70,8 +69,6 @@ type ModuleSections struct {
 	Storage StorageConfig
 	// Segment is "mmmq.broker.segment" (topicqueue, httpapi, lineproto).
 	Segment SegmentConfig
-	// Dispatch is "mmmq.broker.dispatch" (dispatcher).
-	Dispatch DispatchConfig
 	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
 	// (configdispatchers); the slice is a copy.
 	Dispatchers DispatchersConfig
@@ -108,7 +105,6 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Logging:     cfg.Logging,
 		Storage:     b.Storage,
 		Segment:     b.Segment,
-		Dispatch:    b.Dispatch,
 		Dispatchers: cloneDispatchers(b.Dispatchers),
 		Groups:      b.Groups,
 		Memory:      b.Memory,
@@ -215,7 +211,7 @@ func (c *Config) checkSections(registered []Section) error {
 	for _, s := range registered {
 		reg[s.Name()] = true
 		if _, ok := c.sections[s.Name()]; !ok {
-			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Main finds the sections of the modules given with app.WithModules; one registered otherwise goes in app.WithSections)", s.Key())
+			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Sections, or config.FindSections, of the application's options lists every section its modules register)", s.Key())
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.sections)) {

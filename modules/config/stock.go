@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,16 +24,18 @@ type PluginKey struct {
 	Default any
 }
 
-// section returns the section name of the key ("profiling").
-func (p PluginKey) section() string {
-	rest := strings.TrimPrefix(p.Key, "mmmq.")
-	name, _, _ := strings.Cut(rest, ".")
-	return name
-}
+// in says whether the key belongs to sec (lies under sec's key).
+func (p PluginKey) in(sec Section) bool { return strings.HasPrefix(p.Key, sec.Key()+".") }
 
 // stockPluginKeys is the one list of the stock plugins' keys and documented
 // defaults. A test in package app checks it against the plugins' sections.
 var stockPluginKeys = []PluginKey{
+	{Key: "mmmq.broker.dispatch.timeout", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 30 * time.Second},
+	{Key: "mmmq.broker.dispatch.max-resends", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 3},
+	{Key: "mmmq.broker.dispatch.backoff-initial", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: time.Second},
+	{Key: "mmmq.broker.dispatch.backoff-max", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 60 * time.Second},
+	{Key: "mmmq.broker.dispatch.max-response-bytes", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: int64(64 << 10)},
+	{Key: "mmmq.broker.dispatch.path", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: "/mmmq/messages"},
 	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
 	{Key: "mmmq.jetstream.replicas", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: int64(3)},
 	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
@@ -70,13 +73,9 @@ func StockPluginKeys() []PluginKey {
 
 // absentStockKeys returns the stock keys whose plugin section is not among secs.
 func absentStockKeys(secs []Section) []PluginKey {
-	have := map[string]bool{}
-	for _, s := range secs {
-		have[s.Name()] = true
-	}
 	var out []PluginKey
 	for _, p := range stockPluginKeys {
-		if !have[p.section()] {
+		if !slices.ContainsFunc(secs, p.in) {
 			out = append(out, p)
 		}
 	}
