@@ -13,6 +13,8 @@ import (
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
 	"github.com/mmmq/mmmq/plugins/profiling"
@@ -84,6 +86,8 @@ func TestCommittedYAMLEqualsSectionDefaults(t *testing.T) {
 	assert.Equal(t, metrics.ConfigSection.Default(), config.SectionValue(cfg, metrics.ConfigSection))
 	assert.Equal(t, profiling.ConfigSection.Default(), config.SectionValue(cfg, profiling.ConfigSection))
 	assert.Equal(t, dispatcher.ConfigSection.Default(), config.SectionValue(cfg, dispatcher.ConfigSection))
+	assert.Equal(t, groups.ConfigSection.Default(), config.SectionValue(cfg, groups.ConfigSection))
+	assert.Equal(t, topicqueue.DedupSection.Default(), config.SectionValue(cfg, topicqueue.DedupSection))
 }
 
 // An unknown key fails startup with its full name, from the file and from

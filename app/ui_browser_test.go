@@ -35,6 +35,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -232,7 +233,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// billing stays in backoff while the test looks; the group's session
 	// outlives the test.
 	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.BackoffInitial, d.BackoffMax = time.Minute, time.Minute })
-	cfg.MMMQ.Broker.Groups.LeaseTimeout = 5 * time.Minute
+	config.EditSection(cfg, groups.ConfigSection, func(g *groups.Config) { g.LeaseTimeout = 5 * time.Minute })
 	var mgr *dispatcher.Manager
 	a, base := startBroker(t, cfg,
 		fx.Decorate(func(vfs.FS) vfs.FS { return fsys }),

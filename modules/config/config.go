@@ -232,32 +232,10 @@ type BrokerConfig struct {
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
-	// Groups configures pull consumer groups (key "mmmq.broker.groups").
-	Groups GroupsConfig `koanf:"groups"`
 	// Memory bounds the memory of requests in flight (key "mmmq.broker.memory").
 	Memory MemoryConfig `koanf:"memory"`
 	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
 	Retention RetentionConfig `koanf:"retention"`
-	// Dedup is the idempotent-publish window (key "mmmq.broker.dedup").
-	Dedup DedupConfig `koanf:"dedup"`
-}
-
-// DedupConfig is the idempotent-publish window (key "mmmq.broker.dedup"):
-// a message whose producer-supplied id was already published to the same
-// topic within Window is not stored again; its publish answers the first
-// message's offset with "duplicate": true (NATS JetStream's duplicate
-// window on Nats-Msg-Id). Ids the broker generates are never deduplicated.
-type DedupConfig struct {
-	// Window is how long an id is remembered after its publish. 0 turns
-	// deduplication off. Default 2m.
-	Window time.Duration `koanf:"window"`
-	// MaxIDs caps the ids remembered per topic; over it the oldest are
-	// forgotten first (and no longer deduplicated). Default 100000.
-	MaxIDs int `koanf:"max-ids"`
-	// MaxBytes caps the memory of the remembered ids of all topics
-	// together, in bytes; over it the oldest ids of any topic are
-	// forgotten first. Default 67108864 (64 MiB).
-	MaxBytes int64 `koanf:"max-bytes"`
 }
 
 // RetentionConfig says how long topics keep their messages (key
@@ -539,15 +517,6 @@ type CommitConfig struct {
 	MaxCount int `koanf:"max-count"`
 }
 
-// GroupsConfig configures pull consumer groups (key "mmmq.broker.groups").
-type GroupsConfig struct {
-	// LeaseTimeout is how long fetched, unacknowledged messages stay leased to
-	// a consumer before they are offered again. Default 30s.
-	LeaseTimeout time.Duration `koanf:"lease-timeout"`
-	// MaxFetch caps the messages returned by one fetch; at least 1. Default 1000.
-	MaxFetch int `koanf:"max-fetch"`
-}
-
 // MemoryConfig bounds the broker's memory for requests in flight
 // (key "mmmq.broker.memory").
 type MemoryConfig struct {
@@ -608,21 +577,12 @@ func Default() *Config {
 					MaxBytes:       64 << 20,
 					MaxRecordBytes: 1 << 20,
 				},
-				Groups: GroupsConfig{
-					LeaseTimeout: 30 * time.Second,
-					MaxFetch:     1000,
-				},
 				Memory: MemoryConfig{
 					MaxInflightBytes: 256 << 20,
 				},
 				Retention: RetentionConfig{
 					CheckInterval: time.Minute,
 					GroupIdle:     24 * time.Hour,
-				},
-				Dedup: DedupConfig{
-					Window:   2 * time.Minute,
-					MaxIDs:   100000,
-					MaxBytes: 64 << 20,
 				},
 			},
 		},

@@ -82,10 +82,7 @@ func (c *Config) Validate() error {
 	}
 
 	v.retention(b.Retention)
-	v.dedup(b.Dedup)
 
-	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
-	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 	v.memory(b)
 	v.auth(c.MMMQ.Auth)
 
@@ -158,13 +155,6 @@ func (v *validator) serverTLS(t ServerTLSConfig) {
 	default:
 		v.add(invalid(k+"client-auth", "must be %q, %q or %q; got %q", ClientAuthNone, ClientAuthVerifyIfGiven, ClientAuthRequire, t.ClientAuth))
 	}
-}
-
-// dedup checks mmmq.broker.dedup.
-func (v *validator) dedup(d DedupConfig) {
-	v.nonNegative("mmmq.broker.dedup.window", d.Window, "off")
-	v.intRange("mmmq.broker.dedup.max-ids", int64(d.MaxIDs), 1, math.MaxInt32)
-	v.intRange("mmmq.broker.dedup.max-bytes", d.MaxBytes, 1<<20, math.MaxInt64)
 }
 
 // memory checks mmmq.broker.memory: one message of the largest size must
