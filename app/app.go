@@ -26,6 +26,7 @@ package app
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,7 +105,7 @@ func defaults() []module {
 		{JetStream, jetstream.Module}, // the JetStream storage backend; connects only with mmmq.broker.storage.backend: jetstream
 		{TopicQueue, topicqueue.Module},
 		{Recovery, recovery.Module},
-		{Dispatcher, fx.Options(fx.Provide(dispatcher.OptionsFromSections), dispatcher.Module)},
+		{Dispatcher, dispatcher.Module},
 		{ConfigDispatchers, configdispatchers.Module},
 		{Groups, groups.Module},
 		{Admin, admin.Module},         // loads dispatchers.json; serves /mmmq/dispatchers
@@ -128,37 +129,30 @@ func Modules() fx.Option {
 	return fx.Options(main, ready)
 }
 
-// Sections returns the configuration sections of the plugins in Modules
-// (mmmq.metrics, mmmq.ui, mmmq.lineproto and mmmq.jetstream), in a new slice, less those of modules
-// that edits (Without or Replace, as passed to New) take out. A binary that
-// loads the configuration before building the application passes them, plus
-// those of the plugins it adds, in config.LoadOptions.Sections, so that it
-// reads the same keys as app.New loading inside the graph:
+// Sections returns the configuration sections of the application that
+// New(opts...) builds: every section that its modules (the default ones,
+// less those that Without and Replace among opts take out, plus the
+// modules in opts) register with config.ProvideSection, found with
+// config.FindSections, sorted by key. It is the one list of sections: Main
+// loads with it, config.Module (which loads inside the application) reads
+// the same registrations, and a binary that loads the configuration itself
+// passes it in config.LoadOptions.Sections with the options it gives New:
 //
-//	drop := app.Without(app.LineProto)
-//	cfg, err := config.Load(config.LoadOptions{Sections: append(app.Sections(drop), profiling.ConfigSection)})
-//	a := app.New(config.Supply(cfg), drop, profiling.Module)
+//	opts := []fx.Option{app.Without(app.LineProto), profiling.Module}
+//	cfg, err := config.Load(config.LoadOptions{Sections: app.Sections(opts...)})
+//	a := app.New(append(opts, config.Supply(cfg))...)
 //
 // A section loaded for a module the application does not contain, with a
 // value other than its default, makes the application fail naming the key.
-func Sections(edits ...fx.Option) []config.Section {
-	bySection := []struct {
-		module string
-		sec    config.Section
-	}{{Metrics, metrics.ConfigSection}, {UI, ui.ConfigSection}, {LineProto, lineproto.ConfigSection}, {JetStream, jetstream.ConfigSection}}
-	var out []config.Section
-	for _, m := range bySection {
-		kept := true
-		for _, o := range edits {
-			if e, ok := o.(*edit); ok && e.name == m.module {
-				kept = false
-			}
-		}
-		if kept {
-			out = append(out, m.sec)
-		}
+// When opts cannot be assembled (a module's fx.Error, two providers of one
+// type), Sections returns nil and New(opts...) reports the error.
+func Sections(opts ...fx.Option) []config.Section {
+	secs, err := config.FindSections(Options(opts...))
+	if err != nil {
+		return nil
 	}
-	return out
+	slices.SortFunc(secs, func(a, b config.Section) int { return strings.Compare(a.Key(), b.Key()) })
+	return secs
 }
 
 // ModuleNames lists the names of the default modules in start order.

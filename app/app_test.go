@@ -102,8 +102,9 @@ func testConfig(t *testing.T, root string) *config.Config {
 	cfg.Server.Port = 0
 	cfg.Server.Host = "127.0.0.1"
 	cfg.MMMQ.Broker.Storage.RootDir = root
-	cfg.MMMQ.Broker.Dispatch.BackoffInitial = 10 * time.Millisecond
-	cfg.MMMQ.Broker.Dispatch.BackoffMax = 50 * time.Millisecond
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) {
+		d.BackoffInitial, d.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
+	})
 	return cfg
 }
 

@@ -12,14 +12,18 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 	"github.com/mmmq/mmmq/plugins/metrics"
 	"github.com/mmmq/mmmq/plugins/profiling"
 )
 
-// stockSections are the sections of every stock plugin (those of mmmq serve).
+// stockSections are the sections of every stock module and plugin (those
+// of mmmq serve: app.Sections() and profiling's).
 func stockSections() []config.Section {
-	return append(app.Sections(), lineproto.ConfigSection, profiling.ConfigSection)
+	return append(app.Sections(), profiling.ConfigSection)
 }
 
 // TestStockPluginKeysMatchSections: the loader's list of stock plugin keys
@@ -34,7 +38,7 @@ func TestStockPluginKeysMatchSections(t *testing.T) {
 	got := map[string]any{}
 	for _, k := range config.StockPluginKeys() {
 		got[k.Key] = k.Default
-		assert.Contains(t, k.Plugin, "github.com/mmmq/mmmq/plugins/", k.Key)
+		assert.Regexp(t, `^github\.com/mmmq/mmmq/(plugins|modules)/`, k.Plugin, k.Key)
 	}
 	assert.Equal(t, want, got)
 	assert.Equal(t, "github.com/mmmq/mmmq/plugins/lineproto", pluginOf(t, "mmmq.lineproto.addr"))
@@ -81,6 +85,30 @@ func TestCommittedYAMLEqualsSectionDefaults(t *testing.T) {
 	assert.Equal(t, lineproto.ConfigSection.Default(), config.SectionValue(cfg, lineproto.ConfigSection))
 	assert.Equal(t, metrics.ConfigSection.Default(), config.SectionValue(cfg, metrics.ConfigSection))
 	assert.Equal(t, profiling.ConfigSection.Default(), config.SectionValue(cfg, profiling.ConfigSection))
+	assert.Equal(t, dispatcher.ConfigSection.Default(), config.SectionValue(cfg, dispatcher.ConfigSection))
+	assert.Equal(t, groups.ConfigSection.Default(), config.SectionValue(cfg, groups.ConfigSection))
+	assert.Equal(t, topicqueue.DedupSection.Default(), config.SectionValue(cfg, topicqueue.DedupSection))
+}
+
+// An unknown key fails startup with its full name, from the file and from
+// the environment: under mmmq.broker where no section owns it, and under a
+// section-owned subtree (mmmq.broker.dispatch, modules/dispatcher's).
+func TestUnknownBrokerKeysNameThemselves(t *testing.T) {
+	for _, tc := range []struct{ yaml, env, want string }{
+		{"mmmq: {broker: {dispatchr: {timeout: 1s}}}", "", `config: unknown key "mmmq.broker.dispatchr.timeout"`},
+		{"mmmq: {broker: {dispatch: {timout: 1s}}}", "", `config: unknown key "mmmq.broker.dispatch.timout"`},
+		{"", "MMMQ_BROKER_DISPATCHR_TIMEOUT=1s", "MMMQ_BROKER_DISPATCHR_TIMEOUT"},
+		{"", "MMMQ_BROKER_DISPATCH_TIMOUT=1s", "MMMQ_BROKER_DISPATCH_TIMOUT"},
+	} {
+		var env []string
+		if tc.env != "" {
+			env = []string{tc.env}
+		}
+		_, err := loadStock(t, tc.yaml, env...)
+		require.Error(t, err, tc.want)
+		assert.ErrorIs(t, err, config.ErrUnknownKey, tc.want)
+		assert.Contains(t, err.Error(), tc.want)
+	}
 }
 
 func loadStock(t *testing.T, body string, env ...string) (*config.Config, error) {

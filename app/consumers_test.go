@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 )
@@ -375,7 +376,7 @@ func TestShutdownBoundedWithHangingConsumerAndLongPoll(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Dispatch.Timeout = 30 * time.Second
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.Timeout = 30 * time.Second })
 	a, base := startBroker(t, cfg, provideDispatcher(dispatcher.New("hang", hostOfURL(t, hang.URL), dispatcher.MustPattern("lp.*"))))
 	st, out := publishAt(t, base, "lp.t", map[string]any{"n": 0}, "")
 	require.Equal(t, 200, st, out)

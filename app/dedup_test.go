@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +27,7 @@ func postID(t *testing.T, base, topic, id string, content any) (int, map[string]
 func TestIdempotentPublishEndToEnd(t *testing.T) {
 	root := t.TempDir()
 	cfg := testConfig(t, root)
-	require.Equal(t, 2*time.Minute, cfg.MMMQ.Broker.Dedup.Window, "the default window")
+	require.Equal(t, 2*time.Minute, config.SectionValue(cfg, topicqueue.DedupSection).Window, "the default window")
 	a, base := startBroker(t, cfg)
 	st, first := postID(t, base, "orders", "order-1", map[string]int{"n": 1})
 	require.Equal(t, 200, st, "%v", first)

@@ -33,14 +33,13 @@ const StartTimeout = 5 * time.Minute
 // environment).
 const NoConfigFile = "none, built-in defaults"
 
-// MainOption configures Main. Build them with WithModules, WithSections,
+// MainOption configures Main. Build them with WithModules,
 // WithConfigPath, WithArgs, WithName, WithVersion, WithOutput and
 // WithContext.
 type MainOption func(*mainSettings)
 
 type mainSettings struct {
 	modules     []fx.Option
-	sections    []config.Section
 	configPath  string
 	args        []string
 	argsSet     bool
@@ -59,18 +58,6 @@ type mainSettings struct {
 // fx.Decorate overrides. Several WithModules add up, in order.
 func WithModules(opts ...fx.Option) MainOption {
 	return func(s *mainSettings) { s.modules = append(s.modules, opts...) }
-}
-
-// WithSections adds configuration sections (mmmq.<name>, see
-// config.Section) that Main does not find in the modules: Main already
-// loads the configuration with the section of every module given with
-// WithModules that registers one with config.ProvideSection (and those of
-// the default modules kept, less the ones Without and Replace take out), so
-// a plugin module that carries its section needs no WithSections. A
-// section given here that no module reads must keep its defaults (else
-// startup fails naming the key).
-func WithSections(secs ...config.Section) MainOption {
-	return func(s *mainSettings) { s.sections = append(s.sections, secs...) }
 }
 
 // WithConfigPath names the YAML configuration file the binary's author
@@ -132,7 +119,7 @@ func WithContext(ctx context.Context) MainOption {
 //
 // where orders.Module is a plugin module; one with a configuration section
 // of its own includes config.ProvideSection(ConfigSection), and Main loads
-// the configuration with that section (see WithSections).
+// the configuration with that section (see Sections).
 //
 // The first argument names the command (package app/cli): serve (the
 // default, also when the first argument is a flag), config check, verify,
@@ -175,14 +162,12 @@ func Main(opts ...MainOption) int {
 
 // findSections returns the configuration sections of the application's
 // modules (the default ones kept and those of WithModules, found with
-// config.FindSections), plus those of WithSections. When the modules
-// cannot even be assembled, it keeps the error for serve to report and
-// returns the sections it knows without them.
+// config.FindSections, as Sections does). When the modules cannot even be
+// assembled, it keeps the error for serve to report and returns none.
 func (s *mainSettings) findSections() []config.Section {
-	secs := Sections(s.modules...)
 	found, err := config.FindSections(Options(s.modules...))
 	s.sectionsErr = err
-	return append(append(secs, found...), s.sections...)
+	return found
 }
 
 // serve is the serve command: it runs the broker until it is stopped and

@@ -26,6 +26,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
 )
@@ -657,7 +658,7 @@ func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
 	}))
 	defer nack.Close()
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Dispatch.MaxResends = 0
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.MaxResends = 0 })
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	c := newAPIClient(t, base)

@@ -20,9 +20,7 @@ import (
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
-	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
 // hookOrder builds the default application with opts, starts and stops it,
@@ -156,7 +154,7 @@ func TestLoadedSectionsMustMatchTheApp(t *testing.T) {
 	require.ErrorIs(t, err, config.ErrPluginMissing)
 	require.NoError(t, app.New(fx.NopLogger, config.Supply(cfg)).Err(), "the same config with the line protocol")
 
-	cfg, err = config.Load(config.LoadOptions{Path: "-none-", Environ: env[:2], Sections: []config.Section{metrics.ConfigSection, jetstream.ConfigSection}})
+	cfg, err = config.Load(config.LoadOptions{Path: "-none-", Environ: env[:2], Sections: app.Sections(app.Without(app.LineProto))})
 	require.NoError(t, err)
 	err = app.New(fx.NopLogger, config.Supply(cfg)).Err()
 	require.ErrorContains(t, err, "config: mmmq.lineproto is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections")

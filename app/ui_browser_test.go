@@ -32,8 +32,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -230,9 +232,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	// billing stays in backoff while the test looks; the group's session
 	// outlives the test.
-	cfg.MMMQ.Broker.Dispatch.BackoffInitial = time.Minute
-	cfg.MMMQ.Broker.Dispatch.BackoffMax = time.Minute
-	cfg.MMMQ.Broker.Groups.LeaseTimeout = 5 * time.Minute
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.BackoffInitial, d.BackoffMax = time.Minute, time.Minute })
+	config.EditSection(cfg, groups.ConfigSection, func(g *groups.Config) { g.LeaseTimeout = 5 * time.Minute })
 	var mgr *dispatcher.Manager
 	a, base := startBroker(t, cfg,
 		fx.Decorate(func(vfs.FS) vfs.FS { return fsys }),

@@ -32,7 +32,7 @@ func startBroker(t *testing.T) string {
 	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
 	cfg.Server.Host = "127.0.0.1"
 	cfg.Logging.Level = "warn"
-	cfg.MMMQ.Broker.Groups.LeaseTimeout = testLease
+	config.EditSection(cfg, groups.ConfigSection, func(g *groups.Config) { g.LeaseTimeout = testLease })
 	var srv *httpapi.Server
 	build := func(extra ...fx.Option) *fx.App {
 		return app.New(append([]fx.Option{

@@ -23,7 +23,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 )
@@ -35,7 +34,7 @@ var ErrReadOnly = contract.NewError(contract.CodeReadOnly, "admin: dispatcher is
 // Options configures an Admin.
 type Options struct {
 	// Defaults are mmmq.broker.dispatch, the per-dispatcher defaults.
-	Defaults config.DispatchConfig
+	Defaults dispatcher.Config
 	// AllowedHosts are mmmq.admin.allowed-hosts (empty: any host).
 	AllowedHosts []string
 	// GroupTaken reports whether a consumer group uses name (a dispatcher

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -73,7 +72,7 @@ func TestDecodeSpec(t *testing.T) {
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 20000}}}, "batch"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 2}, CloudEvents: true}}, "cloudevents"},
 	} {
-		if _, err := tc.s.build(config.Default().MMMQ.Broker.Dispatch); err == nil || !strings.Contains(err.Error(), tc.says) ||
+		if _, err := tc.s.build(dispatcher.ConfigSection.Default()); err == nil || !strings.Contains(err.Error(), tc.says) ||
 			contract.Classify(err).Status != 400 {
 			t.Errorf("%+v: %v, want a 400 saying %q", tc.s, err, tc.says)
 		}
@@ -90,7 +89,7 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // included; what the API shows (specOf) is the same but for the secrets
 // and header values, which it redacts.
 func TestSpecRoundTrip(t *testing.T) {
-	defaults := config.Default().MMMQ.Broker.Dispatch
+	defaults := dispatcher.ConfigSection.Default()
 	in := Spec{Settings: dispatcher.Settings{Name: "d", Host: "https://h:8443", Patterns: []string{"a.**", "b.*"}, Path: "/in", Timeout: dispatcher.Duration(3 * time.Second),
 		Commit: dispatcher.CommitSettings{Policy: dispatcher.Interval, Interval: dispatcher.Duration(time.Second), MaxCount: 50}, Start: "latest",
 		DeadLetter: ptr("dl.d"), AckMode: "status", MaxAbnormalAttempts: 5, MaxAbnormalDuration: dispatcher.Duration(time.Minute),
@@ -146,7 +145,7 @@ func TestSpecRoundTrip(t *testing.T) {
 // case of its name, takes new values as given, and refuses (400 naming the
 // field) a redacted form that stands for nothing, and any in a create.
 func TestResolveRedacted(t *testing.T) {
-	defaults := config.Default().MMMQ.Broker.Dispatch
+	defaults := dispatcher.ConfigSection.Default()
 	other, _ := webhooks.NewSecret()
 	cur, err := Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{other, testSecret},
 		Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}}.build(defaults)

@@ -20,8 +20,9 @@ type Params struct {
 	Set     *dispatcher.Set
 	// Store keeps the api dispatchers: the *Store of dispatchers.json,
 	// unless a shared storage backend decorates it.
-	Store    SpecStore
-	Dispatch config.DispatchConfig
+	Store SpecStore
+	// Dispatch is mmmq.broker.dispatch (dispatcher.Module).
+	Dispatch dispatcher.Config
 	Admin    config.AdminConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry

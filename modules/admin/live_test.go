@@ -16,7 +16,6 @@ import (
 	"github.com/gorilla/mux"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
@@ -63,7 +62,7 @@ func startAdminWith(t *testing.T, reg *topicqueue.Registry, store SpecStore, ds 
 	if err := m.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a := New(m, set, store, Options{Defaults: config.Default().MMMQ.Broker.Dispatch, Logger: log})
+	a := New(m, set, store, Options{Defaults: dispatcher.ConfigSection.Default(), Logger: log})
 	if err := a.Start(); err != nil {
 		m.Stop(context.Background())
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/webhooks"
@@ -158,7 +157,7 @@ func jsonKind(goKind string) string {
 
 // build validates s and returns its Dispatcher, labelled as created
 // through the API. Errors are 400s naming the field ("patterns[1]: ...").
-func (s Spec) build(defaults config.DispatchConfig) (*dispatcher.Dispatcher, error) {
+func (s Spec) build(defaults dispatcher.Config) (*dispatcher.Dispatcher, error) {
 	if s.Name == "" {
 		return nil, contract.BadRequest(`invalid dispatcher: field "name" is required`)
 	}

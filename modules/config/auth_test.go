@@ -125,5 +125,6 @@ func Supplied(cfg *Config) *Config { c := *cfg; return &c }
 func plain(cfg *Config) *Config {
 	c := *cfg
 	c.loadedWith = nil
+	c.sections = nil // compared with SectionValue
 	return &c
 }

@@ -229,37 +229,13 @@ type BrokerConfig struct {
 	Storage StorageConfig `koanf:"storage"`
 	// Segment sizes the segment files (key "mmmq.broker.segment").
 	Segment SegmentConfig `koanf:"segment"`
-	// Dispatch holds the defaults for every push dispatcher (key "mmmq.broker.dispatch").
-	Dispatch DispatchConfig `koanf:"dispatch"`
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
-	// Groups configures pull consumer groups (key "mmmq.broker.groups").
-	Groups GroupsConfig `koanf:"groups"`
 	// Memory bounds the memory of requests in flight (key "mmmq.broker.memory").
 	Memory MemoryConfig `koanf:"memory"`
 	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
 	Retention RetentionConfig `koanf:"retention"`
-	// Dedup is the idempotent-publish window (key "mmmq.broker.dedup").
-	Dedup DedupConfig `koanf:"dedup"`
-}
-
-// DedupConfig is the idempotent-publish window (key "mmmq.broker.dedup"):
-// a message whose producer-supplied id was already published to the same
-// topic within Window is not stored again; its publish answers the first
-// message's offset with "duplicate": true (NATS JetStream's duplicate
-// window on Nats-Msg-Id). Ids the broker generates are never deduplicated.
-type DedupConfig struct {
-	// Window is how long an id is remembered after its publish. 0 turns
-	// deduplication off. Default 2m.
-	Window time.Duration `koanf:"window"`
-	// MaxIDs caps the ids remembered per topic; over it the oldest are
-	// forgotten first (and no longer deduplicated). Default 100000.
-	MaxIDs int `koanf:"max-ids"`
-	// MaxBytes caps the memory of the remembered ids of all topics
-	// together, in bytes; over it the oldest ids of any topic are
-	// forgotten first. Default 67108864 (64 MiB).
-	MaxBytes int64 `koanf:"max-bytes"`
 }
 
 // RetentionConfig says how long topics keep their messages (key
@@ -411,28 +387,6 @@ type SegmentConfig struct {
 	MaxRecordBytes int64 `koanf:"max-record-bytes"`
 }
 
-// DispatchConfig holds the push delivery defaults shared by all dispatchers
-// (key "mmmq.broker.dispatch").
-type DispatchConfig struct {
-	// Timeout bounds one delivery attempt. Default 30s.
-	Timeout time.Duration `koanf:"timeout"`
-	// MaxResends is how many times a NACKed message is sent again before it
-	// is logged, committed and skipped; 0 or more (0: one attempt, no
-	// resend). Default 3 (4 attempts).
-	MaxResends int `koanf:"max-resends"`
-	// BackoffInitial is the first wait after an abnormal response; it doubles
-	// per failure up to BackoffMax. Default 1s.
-	BackoffInitial time.Duration `koanf:"backoff-initial"`
-	// BackoffMax caps the exponential backoff; at least BackoffInitial. Default 60s.
-	BackoffMax time.Duration `koanf:"backoff-max"`
-	// MaxResponseBytes is how much of a consumer's response body is read, in
-	// bytes; at least 64. Default 65536.
-	MaxResponseBytes int64 `koanf:"max-response-bytes"`
-	// Path is the default request path appended to a dispatcher's host;
-	// must start with "/". Default "/mmmq/messages".
-	Path string `koanf:"path"`
-}
-
 // CommitPolicy says when a dispatcher fsyncs its checkpoint
 // (key "mmmq.broker.dispatchers[i].commit.policy"). It is the one enum of
 // this concept: dispatcher.CommitMode is an alias of it. The empty value
@@ -563,15 +517,6 @@ type CommitConfig struct {
 	MaxCount int `koanf:"max-count"`
 }
 
-// GroupsConfig configures pull consumer groups (key "mmmq.broker.groups").
-type GroupsConfig struct {
-	// LeaseTimeout is how long fetched, unacknowledged messages stay leased to
-	// a consumer before they are offered again. Default 30s.
-	LeaseTimeout time.Duration `koanf:"lease-timeout"`
-	// MaxFetch caps the messages returned by one fetch; at least 1. Default 1000.
-	MaxFetch int `koanf:"max-fetch"`
-}
-
 // MemoryConfig bounds the broker's memory for requests in flight
 // (key "mmmq.broker.memory").
 type MemoryConfig struct {
@@ -632,18 +577,6 @@ func Default() *Config {
 					MaxBytes:       64 << 20,
 					MaxRecordBytes: 1 << 20,
 				},
-				Dispatch: DispatchConfig{
-					Timeout:          30 * time.Second,
-					MaxResends:       3,
-					BackoffInitial:   time.Second,
-					BackoffMax:       60 * time.Second,
-					MaxResponseBytes: 64 << 10,
-					Path:             "/mmmq/messages",
-				},
-				Groups: GroupsConfig{
-					LeaseTimeout: 30 * time.Second,
-					MaxFetch:     1000,
-				},
 				Memory: MemoryConfig{
 					MaxInflightBytes: 256 << 20,
 				},
@@ -651,29 +584,28 @@ func Default() *Config {
 					CheckInterval: time.Minute,
 					GroupIdle:     24 * time.Hour,
 				},
-				Dedup: DedupConfig{
-					Window:   2 * time.Minute,
-					MaxIDs:   100000,
-					MaxBytes: 64 << 20,
-				},
 			},
 		},
 	}
 }
 
 // Normalize fills the per-dispatcher defaults in place: an empty Path takes
-// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout,
-// an empty commit policy becomes "every-message", a zero commit interval 1s and
-// a zero commit max-count 1000. Load calls it; call it on a hand-built Config.
+// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout
+// (the values of the section owning those keys that c holds, else their
+// stock defaults, see [StockPluginKeys]), an empty commit policy becomes
+// "every-message", a zero commit interval 1s and a zero commit max-count
+// 1000. Load calls it; call it on a hand-built Config.
 func (c *Config) Normalize() {
 	b := &c.MMMQ.Broker
+	path, _ := c.lookup(dispatchPathKey).(string)
+	timeout, _ := c.lookup(dispatchTimeoutKey).(time.Duration)
 	for i := range b.Dispatchers {
 		d := &b.Dispatchers[i]
 		if d.Path == "" {
-			d.Path = b.Dispatch.Path
+			d.Path = path
 		}
 		if d.Timeout == 0 {
-			d.Timeout = b.Dispatch.Timeout
+			d.Timeout = timeout
 		}
 		if d.Commit.Policy == "" {
 			d.Commit.Policy = CommitEveryMessage

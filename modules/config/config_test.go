@@ -28,7 +28,7 @@ func load(t *testing.T, body string, env ...string) (*Config, error) {
 	if env == nil {
 		env = []string{}
 	}
-	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env})
+	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{dispatchSection}})
 }
 
 func TestDefaultValidates(t *testing.T) {
@@ -108,7 +108,6 @@ mmmq:
 	want.MMMQ.Broker.Storage.RootDir = "/var/lib/mmmq"
 	want.MMMQ.Broker.Storage.OnCorruption = OnCorruptionQuarantine
 	want.MMMQ.Broker.Segment = SegmentConfig{MaxBytes: 2048, MaxRecordBytes: 1024}
-	want.MMMQ.Broker.Dispatch.Path = "/in"
 	want.MMMQ.Broker.Dispatchers = []DispatcherConfig{
 		{
 			Name: "order-dispatcher", Host: "http://localhost:8081",
@@ -123,6 +122,7 @@ mmmq:
 		},
 	}
 	assert.Equal(t, want, plain(cfg))
+	assert.Equal(t, "/in", SectionValue(cfg, dispatchSection).Path)
 }
 
 func TestYAMLNullSectionKeepsDefaults(t *testing.T) {
@@ -301,13 +301,6 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"segment small", "mmmq: {broker: {segment: {max-bytes: 1023}}}", "mmmq.broker.segment.max-bytes"},
 		{"record small", "mmmq: {broker: {segment: {max-record-bytes: 63}}}", "mmmq.broker.segment.max-record-bytes"},
 		{"record over segment", "mmmq: {broker: {segment: {max-bytes: 2048, max-record-bytes: 4096}}}", "mmmq.broker.segment.max-record-bytes"},
-		{"dispatch timeout", "mmmq: {broker: {dispatch: {timeout: 0s}}}", "mmmq.broker.dispatch.timeout"},
-		{"max-resends", "mmmq: {broker: {dispatch: {max-resends: -1}}}", "mmmq.broker.dispatch.max-resends"},
-		{"backoff order", "mmmq: {broker: {dispatch: {backoff-initial: 2m}}}", "mmmq.broker.dispatch.backoff-max"},
-		{"response bytes", "mmmq: {broker: {dispatch: {max-response-bytes: 1}}}", "mmmq.broker.dispatch.max-response-bytes"},
-		{"dispatch path", "mmmq: {broker: {dispatch: {path: messages}}}", "mmmq.broker.dispatch.path"},
-		{"lease", "mmmq: {broker: {groups: {lease-timeout: 0s}}}", "mmmq.broker.groups.lease-timeout"},
-		{"max-fetch", "mmmq: {broker: {groups: {max-fetch: 0}}}", "mmmq.broker.groups.max-fetch"},
 		{"inflight negative", "mmmq: {broker: {memory: {max-inflight-bytes: -1}}}", "mmmq.broker.memory.max-inflight-bytes"},
 		{"inflight under a record", "mmmq: {broker: {memory: {max-inflight-bytes: 1048575}}}", "mmmq.broker.memory.max-inflight-bytes"},
 		{"inflight under a smaller record", "mmmq: {broker: {segment: {max-record-bytes: 4096}, memory: {max-inflight-bytes: 4095}}}", "mmmq.broker.memory.max-inflight-bytes"},
@@ -564,19 +557,4 @@ mmmq:
       topics: [{pattern: "metrics.**", max-age: 1h}, {pattern: "**", max-age: 2h}]
 `)
 	require.NoError(t, err, "valid patterns")
-}
-
-// TestDedupConfig: mmmq.broker.dedup defaults, an override from the
-// environment, and invalid values refused naming the key (a negative
-// window says that 0 turns deduplication off).
-func TestDedupConfig(t *testing.T) {
-	cfg, err := load(t, "", "MMMQ_BROKER_DEDUP_WINDOW=30s")
-	require.NoError(t, err)
-	assert.Equal(t, DedupConfig{Window: 30 * time.Second, MaxIDs: 100000, MaxBytes: 64 << 20}, cfg.MMMQ.Broker.Dedup)
-	assert.Equal(t, cfg.MMMQ.Broker.Dedup, SectionsOf(cfg).Dedup)
-	_, err = load(t, "mmmq:\n  broker:\n    dedup:\n      window: -1s\n      max-ids: 0\n      max-bytes: 1000\n")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `mmmq.broker.dedup.window: must be a duration >= 0 such as "168h" (0 = off)`)
-	assert.Contains(t, err.Error(), "mmmq.broker.dedup.max-ids")
-	assert.Contains(t, err.Error(), "mmmq.broker.dedup.max-bytes")
 }

@@ -19,20 +19,21 @@
 //
 // [Module] provides *Config and, through [ModuleSections], each module's
 // section as its own value ([ServerConfig], [LoggingConfig], [StorageConfig],
-// [SegmentConfig], [DispatchConfig], [DispatchersConfig], [GroupsConfig]).
+// [SegmentConfig], [DispatchersConfig], ...).
 // Each module maps its section(s) to its Options with one function (for
 // example topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
 //
-// # Plugin sections
+// # Sections
 //
-// A plugin owns the keys under "mmmq.<name>": it declares them with
-// [NewSection] (a struct with koanf tags, its defaults, its validation), and
-// its module includes [ProvideSection], which registers the section with
-// [Module] and provides the decoded value. An application that loads the
-// configuration before building the Fx graph passes the sections of the
-// plugins it contains in [LoadOptions].Sections; [SectionValue] reads a
-// section out of a *Config. Sections follow the same environment rule and
-// the same strictness as the core keys.
+// A module or plugin owns the keys under "mmmq.<path>": it declares them
+// with [NewSection] (a struct with koanf tags, its defaults, its
+// validation; path may be nested, "broker.dispatch"), and its module
+// includes [ProvideSection], which registers the section with [Module] and
+// provides the decoded value. An application that loads the configuration
+// before building the Fx graph finds the sections of its modules with
+// [FindSections] (app.Sections) and passes them in [LoadOptions].Sections;
+// [SectionValue] reads a section out of a *Config. Sections follow the
+// same environment rule and the same strictness as the core keys.
 //
 // The keys of the stock plugins (lineproto, metrics, profiling; see
 // [StockPluginKeys]) are known even when the binary lacks the plugin, so one

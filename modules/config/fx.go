@@ -13,8 +13,7 @@ import (
 
 // Module provides *Config and, through [ModuleSections], each module's
 // section as its own value (ServerConfig, LoggingConfig, StorageConfig,
-// SegmentConfig, DispatchConfig, DispatchersConfig, GroupsConfig,
-// MemoryConfig), so a
+// SegmentConfig, DispatchersConfig, MemoryConfig, ...), so a
 // module's constructor takes only the section(s) it reads. *Config is built
 // from the LoadOptions value in the container, which the application
 // supplies with one of (never both; Fx then fails with "already provided"):
@@ -70,22 +69,15 @@ type ModuleSections struct {
 	Storage StorageConfig
 	// Segment is "mmmq.broker.segment" (topicqueue, httpapi, lineproto).
 	Segment SegmentConfig
-	// Dispatch is "mmmq.broker.dispatch" (dispatcher).
-	Dispatch DispatchConfig
 	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
 	// (configdispatchers); the slice is a copy.
 	Dispatchers DispatchersConfig
-	// Groups is "mmmq.broker.groups" (groups).
-	Groups GroupsConfig
 	// Memory is "mmmq.broker.memory" (topicqueue, which provides the
 	// in-flight budget).
 	Memory MemoryConfig
 	// Retention is "mmmq.broker.retention" (retention); the topics list
 	// is a copy.
 	Retention RetentionConfig
-	// Dedup is "mmmq.broker.dedup" (topicqueue, which provides the
-	// idempotent-publish window).
-	Dedup DedupConfig
 	// Admin is "mmmq.admin" (admin); the host list is a copy.
 	Admin AdminConfig
 	// Auth is "mmmq.auth" (auth); the token list is a copy.
@@ -108,12 +100,9 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Logging:     cfg.Logging,
 		Storage:     b.Storage,
 		Segment:     b.Segment,
-		Dispatch:    b.Dispatch,
 		Dispatchers: cloneDispatchers(b.Dispatchers),
-		Groups:      b.Groups,
 		Memory:      b.Memory,
 		Retention:   cloneRetention(b.Retention),
-		Dedup:       b.Dedup,
 		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
 		Auth:        CloneAuth(cfg.MMMQ.Auth),
 		Node:        NodeConfig{Name: cfg.MMMQ.NodeName},
@@ -146,9 +135,11 @@ func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
 // ProvideSection returns an option that registers sec with Module (through
 // a value group, so that a Module that loads the configuration reads sec's
 // keys) and provides sec's value of type T (see [SectionValue]) to the
-// graph. A plugin module includes it; app.Main, which loads before
-// building the graph, finds it there ([FindSections]); a binary that calls
-// Load itself lists sec in LoadOptions.Sections.
+// graph. The module that reads sec includes it (dispatcher.Module for
+// mmmq.broker.dispatch, a plugin's module for its own); app.Main and
+// app.Sections, which load before building the graph, find it there
+// ([FindSections]), so a binary that calls Load itself passes
+// app.Sections(its options) in LoadOptions.Sections.
 // Two ProvideSection of one T fail with Fx's "already provided".
 func ProvideSection[T any](sec *SectionOf[T]) fx.Option {
 	return fx.Options(
@@ -215,7 +206,7 @@ func (c *Config) checkSections(registered []Section) error {
 	for _, s := range registered {
 		reg[s.Name()] = true
 		if _, ok := c.sections[s.Name()]; !ok {
-			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Main finds the sections of the modules given with app.WithModules; one registered otherwise goes in app.WithSections)", s.Key())
+			return fmt.Errorf("config: %s is read by a module of this application, but the configuration was loaded without that section: add it to config.LoadOptions.Sections (app.Sections, or config.FindSections, of the application's options lists every section its modules register)", s.Key())
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.sections)) {

@@ -59,6 +59,11 @@ const (
 	dispatchersKey     = "mmmq.broker.dispatchers"
 	retentionTopicsKey = "mmmq.broker.retention.topics"
 	authTokensKey      = "mmmq.auth.tokens"
+	// dispatchPathKey and dispatchTimeoutKey are what a dispatcher of
+	// dispatchersKey without its own path or timeout inherits (the section
+	// of modules/dispatcher).
+	dispatchPathKey    = "mmmq.broker.dispatch.path"
+	dispatchTimeoutKey = "mmmq.broker.dispatch.timeout"
 	// authPermissionsKey is the list inside each token entry, as
 	// listSchemas names it: the list's key, "[]", the element's key.
 	authPermissionsKey = authTokensKey + "[].permissions"
@@ -154,20 +159,27 @@ func envTable(s schema) (map[string]leaf, error) {
 func loadSchema(secs []Section, absent []PluginKey) schema {
 	s := schema{leaves: maps.Clone(configSchema.leaves), sections: maps.Clone(configSchema.sections)}
 	for _, sec := range secs {
-		s.sections[sec.Key()] = true
+		s.addParents(sec.Key() + ".")
 		s.walk(sec.typ(), sec.Key()+".")
 	}
 	for _, p := range absent {
-		// Every level above the key is a section: mmmq.jetstream and, for
-		// mmmq.jetstream.tls.ca-file, mmmq.jetstream.tls.
-		for i := len("mmmq."); i < len(p.Key); i++ {
-			if p.Key[i] == '.' {
-				s.sections[p.Key[:i]] = true
-			}
-		}
+		s.addParents(p.Key)
 		s.leaves[p.Key] = leaf{key: p.Key, typ: reflect.TypeOf(p.Default)}
 	}
 	return s
+}
+
+// addParents makes every level of key above its last segment a mapping of
+// s: for mmmq.jetstream.tls.ca-file, mmmq.jetstream and mmmq.jetstream.tls;
+// for a section mmmq.broker.dispatch ("mmmq.broker.dispatch." given),
+// mmmq.broker (already core) and mmmq.broker.dispatch. A key under such a
+// mapping that nothing owns is then an unknown key by its full name.
+func (s schema) addParents(key string) {
+	for i := len("mmmq."); i < len(key); i++ {
+		if key[i] == '.' {
+			s.sections[key[:i]] = true
+		}
+	}
 }
 
 // Keys returns every scalar key of the core configuration and of the given

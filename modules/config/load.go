@@ -117,7 +117,7 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	warns, perrs := checkAbsentPlugins(k, absent, fromEnv)
 	errs = append(errs, perrs...)
 	for _, p := range absent {
-		k.Delete("mmmq." + p.section())
+		k.Delete(p.Key) // and the mappings it leaves empty
 	}
 	if err := decode(k, cfg, ""); err != nil {
 		errs = append(errs, err)

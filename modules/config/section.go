@@ -7,18 +7,23 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/knadh/koanf/v2"
 )
 
-// Section is a plugin's configuration section: the keys under
-// "mmmq.<name>", with their defaults, validation and environment overrides
-// (same rule as every key: MMMQ_<NAME>_<KEY>). Build one with [NewSection];
-// register it with the loader through [LoadOptions].Sections (when the
-// configuration is loaded before the Fx graph) or [ProvideSection] (when
-// config.Module loads it). Only this package implements Section.
+// Section is a module's or a plugin's configuration section: the keys under
+// "mmmq.<path>", with their defaults, validation and environment overrides
+// (same rule as every key: MMMQ_<PATH>_<KEY>, e.g.
+// MMMQ_BROKER_DISPATCH_BACKOFF_MAX for mmmq.broker.dispatch.backoff-max).
+// Build one with [NewSection]; the module that reads it registers it with
+// [ProvideSection], and the loader gets it from there (config.Module when it
+// loads; [FindSections] for a binary that loads before building the
+// application). Only this package implements Section.
 type Section interface {
-	// Name is the section's name, e.g. "lineproto".
+	// Name is the section's path under "mmmq.", e.g. "lineproto" or
+	// "broker.dispatch".
 	Name() string
 	// Key is the section's full key, "mmmq." + Name().
 	Key() string
@@ -39,11 +44,12 @@ type sectionValue struct {
 	loaded bool // decoded by Load (not set with SetSectionValue)
 }
 
-// sectionNameRE is the allowed section name: one lower-case key segment.
-var sectionNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+// sectionNameRE is the allowed section path: one or more lower-case key
+// segments joined by ".".
+var sectionNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}(\.[a-z][a-z0-9-]{0,62})*$`)
 
 // SectionOf is a [Section] whose decoded value has type T. T is a struct
-// whose koanf tags are the keys under mmmq.<name>, like [StorageConfig]:
+// whose koanf tags are the keys under mmmq.<path>, like [ServerConfig]:
 // fields are strings, booleans, integers, time.Duration, nested structs of
 // those, or slices (file only, default nil).
 type SectionOf[T any] struct {
@@ -52,23 +58,30 @@ type SectionOf[T any] struct {
 	validate func(*T) error
 }
 
-// NewSection returns the section "mmmq."+name with the given defaults and
-// validation. validate (may be nil) gets the decoded value after the file and
-// the environment were applied and returns nil or the problems found; it
-// should build them with [InvalidValue] (or [CheckListenAddr],
-// [CheckIntRange]) naming the full key, e.g. "mmmq.lineproto.addr", and join
-// several with errors.Join. An error that is not a [*KeyError] is reported
-// under the section's key. validate must not keep or modify the value.
+// NewSection returns the section "mmmq."+path with the given defaults and
+// validation. path is one key segment ("lineproto") or several joined by
+// "." ("broker.dispatch": the section owns the subtree mmmq.broker.dispatch
+// inside the core mapping mmmq.broker, whose other keys stay unknown unless
+// a section or a core field owns them). validate (may be nil) gets the
+// decoded value after the file and the environment were applied and
+// returns nil or the problems found; it should build them with
+// [InvalidValue] (or [CheckListenAddr], [CheckIntRange]) naming the full
+// key, e.g. "mmmq.lineproto.addr", and join several with errors.Join. An
+// error that is not a [*KeyError] is reported under the section's key.
+// validate must not keep or modify the value.
 //
 // NewSection panics (a programming error, at package initialisation) when
-// name does not match ^[a-z][a-z0-9-]{0,62}$, when name is "broker" (a core
-// section), when T is not a struct, or when a slice or map default is not nil.
-func NewSection[T any](name string, defaults T, validate func(*T) error) *SectionOf[T] {
+// path does not match ^[a-z][a-z0-9-]{0,62}(\.[a-z][a-z0-9-]{0,62})*$,
+// when mmmq.<path> is a core key or mapping ("broker"), lies under a core
+// key, or holds one, when T is not a struct, or when a slice or map default
+// is not nil.
+func NewSection[T any](path string, defaults T, validate func(*T) error) *SectionOf[T] {
+	name := path
 	if !sectionNameRE.MatchString(name) {
-		panic(fmt.Sprintf("config: NewSection: name %q does not match %s", name, sectionNameRE))
+		panic(fmt.Sprintf("config: NewSection: path %q does not match %s", name, sectionNameRE))
 	}
-	if configSchema.sections["mmmq."+name] || configSchema.leaves["mmmq."+name].key != "" {
-		panic(fmt.Sprintf("config: NewSection: mmmq.%s is a core key", name))
+	if err := coreOverlap("mmmq." + name); err != "" {
+		panic(fmt.Sprintf("config: NewSection: mmmq.%s %s", name, err))
 	}
 	t := reflect.TypeFor[T]()
 	if t.Kind() != reflect.Struct {
@@ -76,6 +89,25 @@ func NewSection[T any](name string, defaults T, validate func(*T) error) *Sectio
 	}
 	checkNilCollections(reflect.ValueOf(defaults), name)
 	return &SectionOf[T]{name: name, defaults: defaults, validate: validate}
+}
+
+// coreOverlap says how key overlaps the core schema ("" when it does not):
+// it is a core key or mapping, lies under a core key, or holds one.
+func coreOverlap(key string) string {
+	if configSchema.sections[key] || configSchema.leaves[key].key != "" {
+		return "is a core key"
+	}
+	for i := range len(key) {
+		if key[i] == '.' && configSchema.leaves[key[:i]].key != "" {
+			return "lies under the core key " + key[:i]
+		}
+	}
+	for k := range configSchema.leaves {
+		if strings.HasPrefix(k, key+".") {
+			return "holds the core key " + k
+		}
+	}
+	return ""
 }
 
 func checkNilCollections(v reflect.Value, name string) {
@@ -92,7 +124,8 @@ func checkNilCollections(v reflect.Value, name string) {
 	}
 }
 
-// Name returns the section's name, e.g. "lineproto".
+// Name returns the section's path under "mmmq.", e.g. "lineproto" or
+// "broker.dispatch".
 func (s *SectionOf[T]) Name() string { return s.name }
 
 // Key returns "mmmq." + the section's name.
@@ -178,6 +211,16 @@ func SectionValue[T any](cfg *Config, sec *SectionOf[T]) T {
 	return sec.defaults
 }
 
+// EditSection sets the value of sec in cfg to its current value (see
+// [SectionValue]) changed by edit, for a Config built in code (tests):
+//
+//	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.MaxResends = 0 })
+func EditSection[T any](cfg *Config, sec *SectionOf[T], edit func(*T)) {
+	v := SectionValue(cfg, sec)
+	edit(&v)
+	SetSectionValue(cfg, sec, v)
+}
+
 // SetSectionValue stores v as the value of sec in cfg, for a Config built in
 // code (tests, embedding applications). It is not validated here: [Supply]
 // and [Config.Validate] check it with sec's validation.
@@ -215,6 +258,11 @@ func uniqueSections(in []Section) ([]Section, error) {
 			}
 			continue
 		}
+		for _, o := range out {
+			if strings.HasPrefix(s.Key(), o.Key()+".") || strings.HasPrefix(o.Key(), s.Key()+".") {
+				return nil, fmt.Errorf("config: sections %s and %s overlap: one key belongs to one section", o.Key(), s.Key())
+			}
+		}
 		byName[s.Name()] = s
 		out = append(out, s)
 	}
@@ -243,4 +291,69 @@ func CheckIntRange(key string, n, lo, hi int64) error {
 	var v validator
 	v.intRange(key, n, lo, hi)
 	return errors.Join(v.errs...)
+}
+
+// CheckPositive returns nil when d > 0, else a [*KeyError] naming key
+// ("must be a duration > 0 such as \"30s\"").
+func CheckPositive(key string, d time.Duration) error {
+	var v validator
+	v.positive(key, d)
+	return errors.Join(v.errs...)
+}
+
+// CheckNonNegative returns nil when d >= 0, else a [*KeyError] naming key;
+// zero says what 0 means for the key ("off", "keep forever").
+func CheckNonNegative(key string, d time.Duration, zero string) error {
+	var v validator
+	v.nonNegative(key, d, zero)
+	return errors.Join(v.errs...)
+}
+
+// CheckPath returns nil when p is a request path (starts with "/", no
+// query, fragment or spaces), else a [*KeyError] naming key.
+func CheckPath(key, p string) error {
+	var v validator
+	v.path(key, p)
+	return errors.Join(v.errs...)
+}
+
+// lookup returns the value of the scalar key (in full): from the section
+// owning it that c holds, else the key's stock default (see
+// [StockPluginKeys]; a Config built by Default holds no section), else the
+// core field; nil when no such key is known.
+func (c *Config) lookup(key string) any {
+	for _, sv := range c.sections {
+		if rest, ok := strings.CutPrefix(key, sv.sec.Key()+"."); ok {
+			return fieldAt(reflect.ValueOf(sv.value), rest)
+		}
+	}
+	for _, p := range stockPluginKeys {
+		if p.Key == key {
+			return p.Default
+		}
+	}
+	if key, ok := strings.CutPrefix(key, "mmmq."); ok {
+		return fieldAt(reflect.ValueOf(c.MMMQ), key)
+	}
+	return fieldAt(reflect.ValueOf(*c), key)
+}
+
+// fieldAt returns the field of the struct v at the koanf key rel
+// ("tls.ca-file"), nil when there is none.
+func fieldAt(v reflect.Value, rel string) any {
+	name, rest, nested := strings.Cut(rel, ".")
+	for i := range v.NumField() {
+		if v.Type().Field(i).Tag.Get("koanf") != name {
+			continue
+		}
+		f := v.Field(i)
+		switch {
+		case nested && f.Kind() == reflect.Struct:
+			return fieldAt(f, rest)
+		case !nested && f.Kind() != reflect.Struct:
+			return f.Interface()
+		}
+		return nil
+	}
+	return nil
 }

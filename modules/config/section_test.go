@@ -199,19 +199,15 @@ func TestModuleProvidesSections(t *testing.T) {
 		lg   LoggingConfig
 		st   StorageConfig
 		seg  SegmentConfig
-		dsp  DispatchConfig
 		dsps DispatchersConfig
-		grp  GroupsConfig
 	)
-	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &st, &seg, &dsp, &dsps, &grp))
+	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &st, &seg, &dsps))
 	defer app.RequireStart().RequireStop()
 	def := Default().MMMQ.Broker
 	assert.Equal(t, 9125, srv.Port)
 	assert.Equal(t, Default().Logging, lg)
 	assert.Equal(t, def.Storage, st)
 	assert.Equal(t, def.Segment, seg)
-	assert.Equal(t, def.Dispatch, dsp)
-	assert.Equal(t, def.Groups, grp)
 	require.Len(t, dsps, 1)
 	assert.Equal(t, "/mmmq/messages", dsps[0].Path, "normalized")
 }

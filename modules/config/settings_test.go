@@ -27,7 +27,7 @@ mmmq:
   widget:
     size: 20
 `)
-	eff, err := LoadEffective(LoadOptions{Path: path, PathExplicit: true, Sections: []Section{widgetSection},
+	eff, err := LoadEffective(LoadOptions{Path: path, PathExplicit: true, Sections: []Section{widgetSection, dispatchSection},
 		Environ: []string{"MMMQ_LOGGING_LEVEL=debug", "MMMQ_BROKER_DISPATCH_TIMEOUT=5s", "MMMQ_WIDGET_DEEP_ON=true", "MMMQ_SERVICE_HOST=10.0.0.1"}})
 	require.NoError(t, err)
 	assert.Equal(t, path, eff.File)

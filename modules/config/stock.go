@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,29 +11,40 @@ import (
 	"github.com/knadh/koanf/v2"
 )
 
-// PluginKey is one key of a stock plugin (one shipped in this repository's
-// plugins/ directory), known to the loader even when the binary does not
-// contain the plugin, so that configs/mmmq.yaml works for a custom binary.
+// PluginKey is one key of a stock plugin or module (one shipped in this
+// repository's plugins/ or modules/ directory whose package owns the
+// section, e.g. mmmq.broker.dispatch of modules/dispatcher), known to the
+// loader even when the binary does not contain it, so that
+// configs/mmmq.yaml works for a custom binary (one built with
+// app.Without(app.Dispatcher), say).
 type PluginKey struct {
 	// Key is the full key, e.g. "mmmq.profiling.addr".
 	Key string
-	// Plugin is the import path of the plugin that reads it.
+	// Plugin is the import path of the plugin or module that reads it.
 	Plugin string
 	// Default is the documented default, typed as the plugin's field
 	// (string, bool, int64, time.Duration).
 	Default any
 }
 
-// section returns the section name of the key ("profiling").
-func (p PluginKey) section() string {
-	rest := strings.TrimPrefix(p.Key, "mmmq.")
-	name, _, _ := strings.Cut(rest, ".")
-	return name
-}
+// in says whether the key belongs to sec (lies under sec's key).
+func (p PluginKey) in(sec Section) bool { return strings.HasPrefix(p.Key, sec.Key()+".") }
 
-// stockPluginKeys is the one list of the stock plugins' keys and documented
-// defaults. A test in package app checks it against the plugins' sections.
+// stockPluginKeys is the one list of the stock plugins' and modules' section
+// keys and documented defaults. A test in package app checks it against
+// their sections.
 var stockPluginKeys = []PluginKey{
+	{Key: "mmmq.broker.dispatch.timeout", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 30 * time.Second},
+	{Key: "mmmq.broker.dispatch.max-resends", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 3},
+	{Key: "mmmq.broker.dispatch.backoff-initial", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: time.Second},
+	{Key: "mmmq.broker.dispatch.backoff-max", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 60 * time.Second},
+	{Key: "mmmq.broker.dispatch.max-response-bytes", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: int64(64 << 10)},
+	{Key: "mmmq.broker.dispatch.path", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: "/mmmq/messages"},
+	{Key: "mmmq.broker.groups.lease-timeout", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 30 * time.Second},
+	{Key: "mmmq.broker.groups.max-fetch", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 1000},
+	{Key: "mmmq.broker.dedup.window", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 2 * time.Minute},
+	{Key: "mmmq.broker.dedup.max-ids", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 100000},
+	{Key: "mmmq.broker.dedup.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(64 << 20)},
 	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
 	{Key: "mmmq.jetstream.replicas", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: int64(3)},
 	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
@@ -57,7 +69,8 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.profiling.addr", Plugin: "github.com/mmmq/mmmq/plugins/profiling", Default: ""},
 }
 
-// StockPluginKeys returns the keys of the stock plugins (jetstream,
+// StockPluginKeys returns the keys of the sections of the stock modules
+// (dispatcher, groups, topicqueue's dedup) and plugins (jetstream,
 // lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping
@@ -70,13 +83,9 @@ func StockPluginKeys() []PluginKey {
 
 // absentStockKeys returns the stock keys whose plugin section is not among secs.
 func absentStockKeys(secs []Section) []PluginKey {
-	have := map[string]bool{}
-	for _, s := range secs {
-		have[s.Name()] = true
-	}
 	var out []PluginKey
 	for _, p := range stockPluginKeys {
-		if !have[p.section()] {
+		if !slices.ContainsFunc(secs, p.in) {
 			out = append(out, p)
 		}
 	}

@@ -68,31 +68,25 @@ func (c *Config) Validate() error {
 	}
 	v.intRange("mmmq.broker.segment.max-record-bytes", b.Segment.MaxRecordBytes, 64, recordMax)
 
-	d := b.Dispatch
-	v.positive("mmmq.broker.dispatch.timeout", d.Timeout)
-	v.intRange("mmmq.broker.dispatch.max-resends", int64(d.MaxResends), 0, math.MaxInt32)
-	v.positive("mmmq.broker.dispatch.backoff-initial", d.BackoffInitial)
-	v.positive("mmmq.broker.dispatch.backoff-max", d.BackoffMax)
-	if d.BackoffInitial > 0 && d.BackoffMax > 0 && d.BackoffMax < d.BackoffInitial {
-		v.add(invalid("mmmq.broker.dispatch.backoff-max", "must be at least backoff-initial (%s); got %s", d.BackoffInitial, d.BackoffMax))
+	// The sections first, so that a dispatcher's inherited path or timeout
+	// already reported under mmmq.broker.dispatch is not reported again;
+	// their problems are listed after the core keys'.
+	secErrs := c.validateSections()
+	for _, e := range secErrs {
+		v.mark(e)
 	}
-	v.intRange("mmmq.broker.dispatch.max-response-bytes", d.MaxResponseBytes, 64, math.MaxInt32)
-	v.path("mmmq.broker.dispatch.path", d.Path)
-
 	seen := map[string]int{}
+	def := inherited{path: c.lookup(dispatchPathKey), timeout: c.lookup(dispatchTimeoutKey)}
 	for i, dc := range b.Dispatchers {
-		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, d, seen, i)
+		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, def, seen, i)
 	}
 
 	v.retention(b.Retention)
-	v.dedup(b.Dedup)
 
-	v.positive("mmmq.broker.groups.lease-timeout", b.Groups.LeaseTimeout)
-	v.intRange("mmmq.broker.groups.max-fetch", int64(b.Groups.MaxFetch), 1, math.MaxInt32)
 	v.memory(b)
 	v.auth(c.MMMQ.Auth)
 
-	v.errs = append(v.errs, c.validateSections()...)
+	v.errs = append(v.errs, secErrs...)
 	return errors.Join(v.errs...)
 }
 
@@ -163,13 +157,6 @@ func (v *validator) serverTLS(t ServerTLSConfig) {
 	}
 }
 
-// dedup checks mmmq.broker.dedup.
-func (v *validator) dedup(d DedupConfig) {
-	v.nonNegative("mmmq.broker.dedup.window", d.Window, "off")
-	v.intRange("mmmq.broker.dedup.max-ids", int64(d.MaxIDs), 1, math.MaxInt32)
-	v.intRange("mmmq.broker.dedup.max-bytes", d.MaxBytes, 1<<20, math.MaxInt64)
-}
-
 // memory checks mmmq.broker.memory: one message of the largest size must
 // fit, or it could never be fetched; an invalid max-record-bytes is the
 // one cause reported.
@@ -195,6 +182,11 @@ type validator struct {
 
 func (v *validator) add(err error) {
 	v.errs = append(v.errs, err)
+	v.mark(err)
+}
+
+// mark remembers the key of err, a *KeyError, as failed.
+func (v *validator) mark(err error) {
 	var ke *KeyError
 	if errors.As(err, &ke) {
 		if v.bad == nil {
@@ -300,10 +292,14 @@ func (v *validator) path(key, p string) {
 	}
 }
 
-// dispatcher checks one dispatcher; def is mmmq.broker.dispatch, whose path
-// and timeout a dispatcher inherits (see Normalize): an inherited value that
-// is already reported under mmmq.broker.dispatch is not reported again.
-func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfig, seen map[string]int, i int) {
+// inherited are the values of mmmq.broker.dispatch.path and .timeout.
+type inherited struct{ path, timeout any }
+
+// dispatcher checks one dispatcher; def holds mmmq.broker.dispatch's path
+// and timeout, which a dispatcher inherits (see Normalize): an inherited
+// value that is already reported under mmmq.broker.dispatch is not
+// reported again.
+func (v *validator) dispatcher(key string, d DispatcherConfig, def inherited, seen map[string]int, i int) {
 	if !dispatcherNameRE.MatchString(d.Name) {
 		v.add(invalid(key+".name", "must match %s; got %q", dispatcherNameRE, d.Name))
 	} else if j, dup := seen[d.Name]; dup {
@@ -323,13 +319,13 @@ func (v *validator) dispatcher(key string, d DispatcherConfig, def DispatchConfi
 	inheritsBad := func(own, inherited any, defKey string) bool {
 		return own == inherited && v.failed(defKey)
 	}
-	if d.Path != "" && !inheritsBad(d.Path, def.Path, "mmmq.broker.dispatch.path") {
+	if d.Path != "" && !inheritsBad(d.Path, def.path, dispatchPathKey) {
 		v.path(key+".path", d.Path)
 	}
 	if d.Start != "" && d.Start != "earliest" && d.Start != "latest" {
 		v.add(invalid(key+".start", "must be \"earliest\" or \"latest\"; got %q", d.Start))
 	}
-	if d.Timeout < 0 && !inheritsBad(d.Timeout, def.Timeout, "mmmq.broker.dispatch.timeout") {
+	if d.Timeout < 0 && !inheritsBad(d.Timeout, def.timeout, dispatchTimeoutKey) {
 		v.add(invalid(key+".timeout", "must be a duration > 0 such as \"30s\" (or absent); got %s", d.Timeout))
 	}
 	switch d.Commit.Policy {

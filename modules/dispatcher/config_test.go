@@ -3,26 +3,24 @@ package dispatcher
 import (
 	"reflect"
 	"testing"
-
-	"github.com/mmmq/mmmq/modules/config"
 )
 
 func TestOptionsFromConfigDefaults(t *testing.T) {
-	got := OptionsFromConfig(config.Default().MMMQ.Broker.Dispatch).WithDefaults()
+	got := OptionsFromConfig(ConfigSection.Default()).WithDefaults()
 	got.resendsSet = false // marks max-resends as given (0 would mean no resend)
 	if want := (Options{}).WithDefaults(); !reflect.DeepEqual(got, want) {
-		t.Errorf("from config.Default() = %+v, want the zero-value defaults %+v", got, want)
+		t.Errorf("from ConfigSection.Default() = %+v, want the zero-value defaults %+v", got, want)
 	}
 }
 
 // Every key of mmmq.broker.dispatch reaches Options: each field of
-// config.DispatchConfig is changed on its own (found by reflection, so a key
+// Config is changed on its own (found by reflection, so a key
 // added later is covered) and the Options must change with it; a key the
 // mapping forgets leaves them equal and fails by name.
 func TestOptionsFromConfigEveryKey(t *testing.T) {
-	base := config.Default().MMMQ.Broker.Dispatch
+	base := ConfigSection.Default()
 	want := OptionsFromConfig(base)
-	typ := reflect.TypeFor[config.DispatchConfig]()
+	typ := reflect.TypeFor[Config]()
 	for i := range typ.NumField() {
 		d := base
 		f := reflect.ValueOf(&d).Elem().Field(i)
@@ -45,7 +43,7 @@ func TestOptionsFromConfigEveryKey(t *testing.T) {
 // max-resends: 0 means one attempt, through every WithDefaults on the way
 // (NewManager applies it again).
 func TestOptionsFromConfigZeroResends(t *testing.T) {
-	d := config.Default().MMMQ.Broker.Dispatch
+	d := ConfigSection.Default()
 	d.MaxResends = 0
 	o := OptionsFromConfig(d)
 	if o.MaxResends != 0 || o.WithDefaults().MaxResends != 0 || o.WithDefaults().WithDefaults().MaxResends != 0 {

@@ -149,8 +149,9 @@ func (s Settings) Config() config.DispatcherConfig {
 // config.Normalize fills a YAML entry's: path and timeout from def
 // (mmmq.broker.dispatch), commit policy every-message, interval 1s,
 // max-count 1000.
-func (s Settings) WithDefaults(def config.DispatchConfig) Settings {
-	cfg := config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatch: def, Dispatchers: config.DispatchersConfig{s.Config()}}}}
+func (s Settings) WithDefaults(def Config) Settings {
+	cfg := &config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatchers: config.DispatchersConfig{s.Config()}}}}
+	config.SetSectionValue(cfg, ConfigSection, def)
 	cfg.Normalize()
 	return SettingsFromConfig(cfg.MMMQ.Broker.Dispatchers[0])
 }

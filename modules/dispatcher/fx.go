@@ -7,23 +7,30 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Module wires the dispatcher set, the default HTTP sender and the Manager:
+// Module wires the configuration section mmmq.broker.dispatch, the
+// dispatcher set, the default HTTP sender and the Manager:
 //
-//	provides *Set (from the `group:"dispatchers"` value group, see Provide),
+//	registers ConfigSection (config.ProvideSection)
+//	provides Config (mmmq.broker.dispatch), Options (OptionsFromSections;
+//	         change them with fx.Decorate),
+//	         *Set (from the `group:"dispatchers"` value group, see Provide),
 //	         Sender (an *HTTPSender; replace it with fx.Decorate or fx.Replace),
 //	         *Manager
-//	needs    *topicqueue.Registry (adapted to Source by RegistrySource) or a
-//	         Source supplied instead (tests), *zap.Logger, and optionally
-//	         Options (defaults when absent)
+//	needs    *config.Config and config.NodeConfig (config.Module),
+//	         *topicqueue.Registry (adapted to Source by RegistrySource) or a
+//	         Source supplied instead (tests), *zap.Logger
 //
 // The Manager starts on app start and stops on app stop; list this module
 // after the one owning the topics, so its workers stop before the topics
 // close.
 var Module = fx.Module("dispatcher",
+	config.ProvideSection(ConfigSection),
+	fx.Provide(OptionsFromSections),
 	fx.Provide(NewSet),
 	fx.Provide(fx.Annotate(newHTTPSenderFx, fx.As(new(Sender)))),
 	fx.Provide(newManagerFx),
@@ -34,8 +41,8 @@ var Module = fx.Module("dispatcher",
 type SenderParams struct {
 	fx.In
 
-	// Options tunes the sender; absent means all defaults.
-	Options Options `optional:"true"`
+	// Options tunes the sender (Module provides them from mmmq.broker.dispatch).
+	Options Options
 }
 
 func newHTTPSenderFx(p SenderParams) *HTTPSender { return NewHTTPSender(p.Options) }
@@ -52,8 +59,8 @@ type ManagerParams struct {
 	Registry *topicqueue.Registry `optional:"true"`
 	// Sender is provided by this module (*HTTPSender) unless replaced.
 	Sender Sender
-	// Options tunes the manager; absent means all defaults.
-	Options Options `optional:"true"`
+	// Options tunes the manager (Module provides them from mmmq.broker.dispatch).
+	Options Options
 	// Log is the application's logger (not provided here).
 	Log *zap.Logger
 }

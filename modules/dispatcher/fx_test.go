@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 	"go.uber.org/zap"
@@ -16,8 +17,9 @@ func fxBase(t *testing.T, src Source) fx.Option {
 	return fx.Options(
 		Module,
 		fx.Provide(func() Source { return src }),
+		config.Module, config.Supply(config.Default()),
 		fx.Supply(zaptest.NewLogger(t)),
-		fx.Supply(testOptions()),
+		fx.Decorate(func(Options) Options { return testOptions() }),
 	)
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
@@ -27,7 +26,7 @@ func hostName() string {
 
 // Options tunes the Manager and the HTTPSender. The zero value means "all
 // defaults"; WithDefaults fills zero fields. The defaults of the fields that
-// are configuration keys (mmmq.broker.dispatch.*) are config.Default()'s;
+// are configuration keys (mmmq.broker.dispatch.*) are ConfigSection's;
 // OptionsFromConfig maps that section to Options.
 type Options struct {
 	// MaxResends is how many times a NACKed message is sent again before the
@@ -86,7 +85,7 @@ type Hooks struct {
 
 // dispatchDefaults are the defaults of mmmq.broker.dispatch, the zero-value
 // defaults of Options.
-var dispatchDefaults = config.Default().MMMQ.Broker.Dispatch
+var dispatchDefaults = ConfigSection.Default()
 
 // DefaultBatchSize is the default of Options.BatchSize (not a configuration key).
 const DefaultBatchSize = 256

@@ -10,20 +10,19 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // Defaults of Options that are configuration keys, taken from the
-// configuration's defaults (one place for them: config.Default).
+// section's defaults (one place for them: ConfigSection).
 var (
 	// defaultLeaseTimeout is the lease of a session without fetch or ack
 	// (mmmq.broker.groups.lease-timeout, 30 s).
-	defaultLeaseTimeout = config.Default().MMMQ.Broker.Groups.LeaseTimeout
+	defaultLeaseTimeout = ConfigSection.Default().LeaseTimeout
 	// defaultMaxFetch caps the entries of one fetch
 	// (mmmq.broker.groups.max-fetch, 1000).
-	defaultMaxFetch = config.Default().MMMQ.Broker.Groups.MaxFetch
+	defaultMaxFetch = ConfigSection.Default().MaxFetch
 )
 
 // Defaults of Options that are not configuration keys.

@@ -14,8 +14,8 @@ import (
 type Params struct {
 	fx.In
 
-	// Groups is mmmq.broker.groups (config.Module).
-	Groups   config.GroupsConfig
+	// Groups is mmmq.broker.groups (ConfigSection, registered by Module).
+	Groups   Config
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	// Dispatchers, when present, reserve their names: a group may not use
@@ -28,7 +28,7 @@ type Params struct {
 
 // OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout and
 // MaxFetch; the other fields keep their defaults.
-func OptionsFromConfig(g config.GroupsConfig) Options {
+func OptionsFromConfig(g Config) Options {
 	return Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch}
 }
 
@@ -75,12 +75,16 @@ func registerLifecycle(lc fx.Lifecycle, c *Coordinator) {
 	lc.Append(fx.StartStopHook(c.Start, c.Stop))
 }
 
-// Module provides the consumer-group *Coordinator (janitor started and
-// stopped with the app) and contributes its HTTP routes (*Route) to the
-// routes value group (contract.ProvideRoute). It needs the topic registry,
-// the config and the logger; *dispatcher.Set is optional. The line protocol
-// plugin (plugins/lineproto) uses the same *Coordinator.
+// Module registers the configuration section mmmq.broker.groups
+// (ConfigSection, provided as Config), provides the consumer-group
+// *Coordinator (janitor started and stopped with the app) and contributes
+// its HTTP routes (*Route) to the routes value group
+// (contract.ProvideRoute). It needs the topic registry, *config.Config and
+// the "server" section (config.Module) and the logger; *dispatcher.Set is
+// optional. The line protocol plugin (plugins/lineproto) uses the same
+// *Coordinator.
 var Module = fx.Module("groups",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),
 	contract.ProvideRoute(NewRouteFromConfig),
 	fx.Invoke(registerLifecycle),

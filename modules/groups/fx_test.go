@@ -49,7 +49,7 @@ func TestFxModule(t *testing.T) {
 	if _, ok := routes.Routes[0].(*Route); !ok {
 		t.Fatalf("route is %T", routes.Routes[0])
 	}
-	if c.LeaseTimeout() != cfg.MMMQ.Broker.Groups.LeaseTimeout || c.MaxFetch() != cfg.MMMQ.Broker.Groups.MaxFetch {
+	if g := config.SectionValue(cfg, ConfigSection); c.LeaseTimeout() != g.LeaseTimeout || c.MaxFetch() != g.MaxFetch {
 		t.Fatalf("options not from config: %s %d", c.LeaseTimeout(), c.MaxFetch())
 	}
 	if _, err := reg.GetOrCreate("t"); err != nil {

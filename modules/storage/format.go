@@ -6,8 +6,6 @@ import (
 	"hash/crc32"
 
 	"github.com/mmmq/mmmq/modules/contract"
-
-	"github.com/mmmq/mmmq/modules/config"
 )
 
 // Entry layout in a segment file (on-disk format, do not change):
@@ -74,15 +72,20 @@ const (
 // fsynced data).
 const DamageWindow = (MaxGroupBytes + DamageAlign - 1) / DamageAlign * DamageAlign
 
-// Defaults of Options, taken from the configuration's defaults (one place
-// for them: config.Default).
-var (
-	// defaultMaxRecordBytes is the default cap on one message JSON, in
+// Defaults of Options, the one place they are written: the configuration's
+// defaults (mmmq.broker.segment, config.Default and configs/mmmq.yaml) are
+// checked against them by a test of package topicqueue.
+const (
+	// DefaultMaxRecordBytes is the default cap on one message JSON, in
 	// bytes (mmmq.broker.segment.max-record-bytes, 1 MiB).
-	defaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
-	// defaultSegmentMaxBytes is the default rotation threshold, in bytes
+	DefaultMaxRecordBytes = 1 << 20
+	// DefaultSegmentMaxBytes is the default rotation threshold, in bytes
 	// (mmmq.broker.segment.max-bytes, 64 MiB).
-	defaultSegmentMaxBytes = config.Default().MMMQ.Broker.Segment.MaxBytes
+	DefaultSegmentMaxBytes int64 = 64 << 20
+
+	// The names the engine and its tests use.
+	defaultMaxRecordBytes  = DefaultMaxRecordBytes
+	defaultSegmentMaxBytes = DefaultSegmentMaxBytes
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -182,7 +182,7 @@ func NewFromConfig(p RegistryParams) *Registry {
 // NewDedupFromConfig is the broker's idempotent-publish window from
 // mmmq.broker.dedup (see package dedup); nil, deduplication off, when its
 // window is 0.
-func NewDedupFromConfig(d config.DedupConfig, log *zap.Logger) *dedup.Tracker {
+func NewDedupFromConfig(d DedupConfig, log *zap.Logger) *dedup.Tracker {
 	return dedup.New(dedup.Options{Window: d.Window, MaxIDs: d.MaxIDs, MaxBytes: d.MaxBytes, Logger: log.Named("dedup")})
 }
 
@@ -232,6 +232,7 @@ func registerLifecycle(p lifecycleParams) {
 // mine }) or fx.Replace) and the *Registry over it, and ties the backend's
 // lock and the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
+	config.ProvideSection(DedupSection), // mmmq.broker.dedup, provided as DedupConfig
 	fx.Provide(NewBudgetFromConfig, NewDedupFromConfig, NewSpaceGuardFromConfig, NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

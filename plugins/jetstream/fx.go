@@ -26,9 +26,9 @@ type FactoryParams struct {
 	// Node is mmmq.node-name (config.Module): it names this broker in the
 	// leases it holds.
 	Node config.NodeConfig
-	// Dedup is mmmq.broker.dedup (config.Module): its window is the
+	// Dedup is mmmq.broker.dedup (topicqueue.Module): its window is the
 	// streams' duplicate window across brokers.
-	Dedup config.DedupConfig
+	Dedup topicqueue.DedupConfig
 	// Budget is the in-flight memory budget (topicqueue.Module): ACCEPTED
 	// appends hold their bytes until acknowledged.
 	Budget    *contract.Budget `optional:"true"`

@@ -23,6 +23,7 @@ import (
 	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/ui"
@@ -43,8 +44,7 @@ func testConfig(t *testing.T) *config.Config {
 	cfg.Server.Host = "127.0.0.1"
 	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
 	// A consumer that is down leaves its dispatcher in backoff for seconds.
-	cfg.MMMQ.Broker.Dispatch.BackoffInitial = 5 * time.Second
-	cfg.MMMQ.Broker.Dispatch.BackoffMax = 10 * time.Second
+	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.BackoffInitial, d.BackoffMax = 5*time.Second, 10*time.Second })
 	return cfg
 }
 
