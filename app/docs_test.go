@@ -293,10 +293,16 @@ func TestMarkdownLinksResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for n, l := range markdownLines(string(b)) {
+		lines := markdownLines(string(b))
+		for n, l := range lines {
 			var targets []string
-			for _, m := range mdLink.FindAllStringSubmatch(l, -1) {
-				targets = append(targets, m[1])
+			// A link's text may wrap onto the next line: look at this line
+			// and the next, and take the links that start on this one.
+			joined := l + " " + lines[n+1]
+			for _, m := range mdLink.FindAllStringSubmatchIndex(joined, -1) {
+				if m[0] < len(l) {
+					targets = append(targets, joined[m[2]:m[3]])
+				}
 			}
 			if m := mdRefDef.FindStringSubmatch(l); m != nil {
 				targets = append(targets, m[1])

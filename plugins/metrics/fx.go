@@ -21,9 +21,8 @@ type Config struct {
 }
 
 // ConfigSection registers Config under mmmq.metrics. Module includes it
-// (config.ProvideSection); a binary that loads its configuration before
-// building the Fx graph lists it in config.LoadOptions.Sections (app.Sections
-// does). A value that is not a boolean is an error naming mmmq.metrics.enabled.
+// (config.ProvideSection), where app.Sections finds it. A value that is not
+// a boolean is an error naming mmmq.metrics.enabled.
 var ConfigSection = config.NewSection("metrics", Config{Enabled: true}, nil)
 
 // Result is what the plugin contributes: the storage observer and, when

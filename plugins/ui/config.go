@@ -34,7 +34,7 @@ const (
 )
 
 // ConfigSection registers Config under mmmq.ui. Module includes it
-// (config.ProvideSection); app.Sections lists it. Out-of-range values are
+// (config.ProvideSection), where app.Sections finds it. Out-of-range values are
 // errors naming the key (e.g. mmmq.ui.topics-per-page).
 var ConfigSection = config.NewSection("ui",
 	Config{Enabled: true, Refresh: DefaultRefresh, TopicsPerPage: DefaultTopicsPerPage, Messages: DefaultMessages},
