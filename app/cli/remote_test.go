@@ -20,6 +20,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 )
@@ -545,7 +546,7 @@ const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // storedFile is the broker's dispatchers.json.
 func (b *cliBroker) storedFile() string {
 	b.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(b.root, admin.FileName))
+	raw, err := os.ReadFile(filepath.Join(b.root, contract.DispatchersFile))
 	if err != nil {
 		b.t.Fatal(err)
 	}

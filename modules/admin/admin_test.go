@@ -256,18 +256,18 @@ func TestStore(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Name != "a" || !got[0].Paused {
 		t.Fatalf("load: %+v %v", got, err)
 	}
-	fi, err := os.Stat(filepath.Join(dir, FileName))
+	fi, err := os.Stat(filepath.Join(dir, contract.DispatchersFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("mode %v %v, want 0600", fi.Mode(), err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, FileName+".tmp")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, contract.DispatchersFile+".tmp")); !os.IsNotExist(err) {
 		t.Fatalf("temporary file left: %v", err)
 	}
 	for content, says := range map[string]string{
 		`{"version":1,"dispatchers":[`: "is not valid",
 		`{"version":2}`:                "version 2, want 1",
 	} {
-		if err := os.WriteFile(filepath.Join(dir, FileName), []byte(content), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, contract.DispatchersFile), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Load(); err == nil || !strings.Contains(err.Error(), says) || !strings.Contains(err.Error(), s.Path()) {

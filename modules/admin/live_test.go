@@ -132,7 +132,7 @@ func (l *liveAdmin) publish(topic string, n int) {
 // fileText is dispatchers.json.
 func (l *liveAdmin) fileText() string {
 	l.t.Helper()
-	b, err := os.ReadFile(filepath.Join(l.dir, FileName))
+	b, err := os.ReadFile(filepath.Join(l.dir, contract.DispatchersFile))
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestSecretsNeverShownButKept(t *testing.T) {
 	if strings.Contains(file, RedactedValue) || strings.Contains(file, "fingerprint") {
 		t.Fatalf("dispatchers.json holds a redacted form:\n%s", file)
 	}
-	if fi, err := os.Stat(filepath.Join(dir, FileName)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(filepath.Join(dir, contract.DispatchersFile)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("dispatchers.json mode %v, %v; want 0600", fi.Mode(), err)
 	}
 

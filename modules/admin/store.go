@@ -11,10 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
-// FileName is the file, in the data root, that holds the dispatchers
-// created through the admin API (the newest Java mmmq's dispatchers.json).
-const FileName = "dispatchers.json"
-
 // fileMode is dispatchers.json's mode: consumer addresses, signing
 // secrets and push header values (an Authorization header) are for the
 // broker's user only.
@@ -74,7 +70,7 @@ type Store struct {
 
 // NewStore returns the Store of dir/dispatchers.json on fsys.
 func NewStore(fsys vfs.FS, dir string) *Store {
-	return &Store{fs: fsys, dir: dir, path: filepath.Join(dir, FileName)}
+	return &Store{fs: fsys, dir: dir, path: filepath.Join(dir, contract.DispatchersFile)}
 }
 
 // Path is the file's path.

@@ -37,8 +37,18 @@ func ValidateTopic(name string) error {
 	if segStart == len(name) {
 		return fmt.Errorf("topic name %s ends with '.'", quote(name))
 	}
+	if name == DispatchersFile || name == DispatchersFile+".tmp" {
+		return fmt.Errorf("topic name %s is reserved: the data root keeps the dispatchers created through the admin API in %s, beside the topics' directories", quote(name), DispatchersFile)
+	}
 	return nil
 }
+
+// DispatchersFile is the file, in the local backend's data root, that holds
+// the dispatchers created through the admin API (the newest Java mmmq's
+// dispatchers.json; written through DispatchersFile+".tmp"). The topics'
+// directories share that root, so ValidateTopic refuses both names as
+// topic names, on every backend (one rule above the seam).
+const DispatchersFile = "dispatchers.json"
 
 func quote(s string) string {
 	if len(s) > 64 {

@@ -6,7 +6,7 @@ import (
 )
 
 func TestValidateName(t *testing.T) {
-	for _, ok := range []string{"a", "order.created", "A-b_9.x", strings.Repeat("a", 249), "a.b.c.d"} {
+	for _, ok := range []string{"a", "order.created", "A-b_9.x", strings.Repeat("a", 249), "a.b.c.d", "dispatchers", "dispatchers.json.x", "x.dispatchers.json"} {
 		if err := ValidateTopic(ok); err != nil {
 			t.Errorf("ValidateTopic(%q) = %v", ok, err)
 		}
@@ -24,6 +24,8 @@ func TestValidateName(t *testing.T) {
 		"*":                      `invalid character '*' at byte 0`,
 		"a b":                    `invalid character ' ' at byte 1`,
 		strings.Repeat("a", 250): "250 bytes, the maximum is 249",
+		"dispatchers.json":       "is reserved",
+		"dispatchers.json.tmp":   "is reserved",
 	}
 	for in, want := range bad {
 		err := ValidateTopic(in)
