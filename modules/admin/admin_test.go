@@ -293,3 +293,17 @@ func TestParseTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreRefusesADirectory: a directory where dispatchers.json belongs
+// (a topic of that name from before the name was reserved) is an error
+// that says what it is and what to do, not "is a directory".
+func TestStoreRefusesADirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, contract.DispatchersFile, "checkpoints"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewStore(vfs.OS{}, dir).Load()
+	if err == nil || !strings.Contains(err.Error(), "is a directory (1 entries), not the dispatchers file") || !strings.Contains(err.Error(), "Move it out of the data root") {
+		t.Fatalf("Load over a directory: %v", err)
+	}
+}

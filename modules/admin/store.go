@@ -80,6 +80,9 @@ func (s *Store) Path() string { return s.path }
 // An unreadable or invalid file is an error naming the file and the
 // problem: the broker must not start and silently drop dispatchers.
 func (s *Store) Load() ([]Spec, error) {
+	if ents, derr := s.fs.List(s.path); derr == nil {
+		return nil, fmt.Errorf("%s is a directory (%d entries), not the dispatchers file: a topic of that name, published before the name was reserved? Move it out of the data root", s.path, len(ents))
+	}
 	f, err := s.fs.Open(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
