@@ -101,7 +101,7 @@ func testConfig(t *testing.T, root string) *config.Config {
 	cfg := config.Default()
 	cfg.Server.Port = 0
 	cfg.Server.Host = "127.0.0.1"
-	cfg.MMMQ.Broker.Storage.RootDir = root
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = root })
 	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) {
 		d.BackoffInitial, d.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
 	})

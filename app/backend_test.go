@@ -57,7 +57,7 @@ var backends = []backendCase{
 		jc := jetstream.ConfigSection.Default()
 		jc.Servers = startNATS(t)
 		jc.Replicas = 1
-		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
+		config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.Backend = topicqueue.BackendJetStream })
 		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
 		b, err := jetstream.Connect(jc, 1<<20, nil, nil)
 		require.NoError(t, err)
@@ -231,7 +231,7 @@ func TestJetStreamRetryThroughAnotherBrokerIsDuplicate(t *testing.T) {
 		cfg := testConfig(t, t.TempDir())
 		jc := jetstream.ConfigSection.Default()
 		jc.Servers, jc.Replicas = url, 1
-		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
+		config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.Backend = topicqueue.BackendJetStream })
 		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
 		a, base := startBroker(t, cfg)
 		defer a.RequireStop()

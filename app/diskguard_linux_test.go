@@ -28,6 +28,7 @@ import (
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/storage/vfs/vfstest"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
@@ -55,8 +56,8 @@ func (c *guardClock) Advance(d time.Duration) {
 // everything the configuration gave it.
 func withGuardClock(cfg *config.Config, clock *guardClock) fx.Option {
 	return fx.Decorate(func(fsys vfs.FS, log *zap.Logger) *storage.SpaceGuard {
-		return storage.NewSpaceGuard(storage.SpaceGuardOptions{FS: fsys, Dir: cfg.MMMQ.Broker.Storage.RootDir,
-			MinFree: cfg.MMMQ.Broker.Storage.MinFreeBytes, Now: clock.Now, Logger: log})
+		return storage.NewSpaceGuard(storage.SpaceGuardOptions{FS: fsys, Dir: config.SectionValue(cfg, topicqueue.StorageSection).RootDir,
+			MinFree: config.SectionValue(cfg, topicqueue.StorageSection).MinFreeBytes, Now: clock.Now, Logger: log})
 	})
 }
 
@@ -73,9 +74,11 @@ func TestDiskGuard507OnRealTmpfs(t *testing.T) {
 	filler := filepath.Join(mnt, "filler") // an operator's file, removed later
 	require.NoError(t, os.WriteFile(filler, make([]byte, 2<<20), 0o644))
 	cfg := testConfig(t, filepath.Join(mnt, "data"))
-	cfg.MMMQ.Broker.Storage.MinFreeBytes = 2 << 20
-	cfg.MMMQ.Broker.Segment.MaxBytes = 256 << 10
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 64 << 10
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MinFreeBytes = 2 << 20 })
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) {
+		seg.MaxBytes = 256 << 10
+		seg.MaxRecordBytes = 64 << 10
+	})
 	lpAddr := freeAddr(t)
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: lpAddr, MaxLineBytes: lineproto.ConfigSection.Default().MaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	clock := &guardClock{t: time.Unix(1_700_000_000, 0)}
@@ -216,7 +219,7 @@ func scrape(t *testing.T, base string) string {
 func TestDiskGuardLargerThanFilesystemWarnsAtStartup(t *testing.T) {
 	mnt := vfstest.MountTmpfs(t, 8<<20)
 	cfg := testConfig(t, filepath.Join(mnt, "data"))
-	require.Equal(t, int64(storage.DefaultMinFreeBytes), cfg.MMMQ.Broker.Storage.MinFreeBytes)
+	require.Equal(t, int64(storage.DefaultMinFreeBytes), config.SectionValue(cfg, topicqueue.StorageSection).MinFreeBytes)
 	core, logs := observer.New(zapcore.WarnLevel)
 	a, _ := startBroker(t, cfg, fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) }))
 	defer a.RequireStop()

@@ -24,11 +24,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // memRoot is the data root on a MemFS.
@@ -320,7 +322,7 @@ func TestDiskFullFailsTopicThenRecovers(t *testing.T) {
 			cfg := testConfig(t, memRoot)
 			// The disk guard off: this test is about a write that meets
 			// a full disk (TestDiskGuard507OnRealTmpfs: the guard).
-			cfg.MMMQ.Broker.Storage.MinFreeBytes = 0
+			config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MinFreeBytes = 0 })
 			a, base := startBroker(t, cfg, onMem(mem))
 			const topic, other = "full.disk", "full.other"
 			msg := func(i int) map[string]any { return map[string]any{"n": i, "pad": content} }

@@ -26,6 +26,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // hostOf is the host:port of a base URL.
@@ -350,7 +351,7 @@ func testOversizedBodies(t *testing.T, m hostileMode) {
 	const max = 64 << 10
 	e := startHostile(t, m, func(c *config.Config) {
 		c.Server.MaxBodyBytes = max
-		c.MMMQ.Broker.Segment.MaxRecordBytes = max + 1024
+		config.EditSection(c, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) { seg.MaxRecordBytes = max + 1024 })
 	})
 	base := e.base
 	prefix := `{"topic":"big.topic","content":"`
@@ -460,7 +461,9 @@ func testOversizedBodies(t *testing.T, m hostileMode) {
 // record is over mmmq.broker.segment.max-record-bytes is 413 TOO_LARGE and
 // stores nothing, alone or in a batch.
 func TestRecordTooLarge413(t *testing.T) {
-	base, _, _ := hostileBroker(t, func(c *config.Config) { c.MMMQ.Broker.Segment.MaxRecordBytes = 1024 })
+	base, _, _ := hostileBroker(t, func(c *config.Config) {
+		config.EditSection(c, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) { seg.MaxRecordBytes = 1024 })
+	})
 	body := `{"topic":"rec.big","content":"` + strings.Repeat("a", 2048) + `"}`
 	st, out := postJSON(t, base+"/messages", []byte(body))
 	requireNACK(t, st, out, http.StatusRequestEntityTooLarge, contract.CodeTooLarge)
@@ -639,7 +642,9 @@ func testSlowloris(t *testing.T, m hostileMode) {
 // it; existing topics keep working.
 func TestTooManyTopics503(t *testing.T) {
 	const max = 5
-	base, root, _ := hostileBroker(t, func(c *config.Config) { c.MMMQ.Broker.Storage.MaxTopics = max })
+	base, root, _ := hostileBroker(t, func(c *config.Config) {
+		config.EditSection(c, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MaxTopics = max })
+	})
 	for i := range max {
 		st, out := publishAt(t, base, fmt.Sprintf("cap.t%d", i), map[string]any{"n": 0}, "")
 		require.Equal(t, 200, st, out)

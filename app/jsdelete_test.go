@@ -8,6 +8,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/jetstream"
 )
 
@@ -24,7 +25,7 @@ func TestJetStreamDeletionSeenByTheOtherNode(t *testing.T) {
 		cfg := testConfig(t, t.TempDir())
 		jc := jetstream.ConfigSection.Default()
 		jc.Servers, jc.Replicas = nats, 1
-		cfg.MMMQ.Broker.Storage.Backend = config.BackendJetStream
+		config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.Backend = topicqueue.BackendJetStream })
 		config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
 		a, base := startBroker(t, cfg, provideDispatcher(dispatcher.New("d", cons.host(t), dispatcher.MustPattern("gen.**"))))
 		t.Cleanup(a.RequireStop)

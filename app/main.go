@@ -22,6 +22,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/logging"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // StartTimeout bounds the start of the application built by Main (startup
@@ -270,9 +271,10 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 	if err != nil {
 		return nil, err
 	}
-	dataDir, err := filepath.Abs(cfg.MMMQ.Broker.Storage.RootDir)
+	st := config.SectionValue(cfg, topicqueue.StorageSection)
+	dataDir, err := filepath.Abs(st.RootDir)
 	if err != nil {
-		return nil, fmt.Errorf("mmmq.broker.storage.root-dir %q: %w", cfg.MMMQ.Broker.Storage.RootDir, err)
+		return nil, fmt.Errorf("mmmq.broker.storage.root-dir %q: %w", st.RootDir, err)
 	}
 	// Fx's events go to the broker's logger once it exists, less those
 	// carrying an error: Main reports a failed build, start or stop on one
@@ -283,7 +285,6 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 	all = append(all,
 		fx.Invoke(func(log *zap.Logger) {
 			events.start(logging.NewFxLogger(log))
-			st := cfg.MMMQ.Broker.Storage
 			log.Named("app").Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir),
 				zap.String("index-sync", st.IndexSync), zap.Duration("index-sync-interval", st.IndexSyncInterval))
 		}),

@@ -20,6 +20,7 @@ import (
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
@@ -181,7 +182,7 @@ func TestOverlappingRoutesRefused(t *testing.T) {
 // back at 0 once the replies holding it are written.
 func TestMetricsShowTheInflightBudget(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Memory.MaxInflightBytes = 8 << 20
+	config.EditSection(cfg, topicqueue.MemorySection, func(m *topicqueue.MemoryConfig) { m.MaxInflightBytes = 8 << 20 })
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	st, _ := publish(t, base, "b.t", 1)
@@ -203,7 +204,7 @@ func TestMetricsShowTheInflightBudget(t *testing.T) {
 // and has evicted.
 func TestMetricsShowTheSegmentCache(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Storage.MaxOpenSegments = 2
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MaxOpenSegments = 2 })
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	for _, topic := range []string{"c.a", "c.b", "c.c"} {

@@ -13,10 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // reopen posts /topics/{topic}/reopen and decodes the JSON answer.
@@ -59,7 +61,7 @@ func TestReopenFailedTopic(t *testing.T) {
 			mem := vfs.NewMem()
 			cons := newConsumer(t)
 			cfg := testConfig(t, memRoot)
-			cfg.MMMQ.Broker.Storage.MinFreeBytes = 0 // the write itself meets the full disk
+			config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MinFreeBytes = 0 }) // the write itself meets the full disk
 			a, base := startBroker(t, cfg, onMem(mem),
 				provideDispatcher(dispatcher.New("re-dispatcher", cons.host(t), dispatcher.MustPattern("re.orders"))))
 			defer a.RequireStop()

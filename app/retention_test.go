@@ -25,6 +25,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // topicDirBytes is the size of the .mmm and .idx files of a topic dir.
@@ -58,8 +59,10 @@ func TestRetentionEndToEnd(t *testing.T) {
 
 	root := t.TempDir()
 	cfg := testConfig(t, root)
-	cfg.MMMQ.Broker.Segment.MaxBytes = segMax
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 1024
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) {
+		seg.MaxBytes = segMax
+		seg.MaxRecordBytes = 1024
+	})
 	cfg.MMMQ.Broker.Retention.MaxBytes = maxBytes
 	cfg.MMMQ.Broker.Retention.CheckInterval = time.Hour // passes are run by the test
 	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
@@ -137,7 +140,7 @@ func TestRetentionJetStreamEndToEnd(t *testing.T) {
 
 	cfg := testConfig(t, t.TempDir())
 	_, _ = backends[1].setup(t, cfg) // jetstream
-	require.Equal(t, config.BackendJetStream, cfg.MMMQ.Broker.Storage.Backend)
+	require.Equal(t, topicqueue.BackendJetStream, config.SectionValue(cfg, topicqueue.StorageSection).Backend)
 	cfg.MMMQ.Broker.Retention.MaxBytes = 16384
 	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
 	core, logs := observer.New(zapcore.WarnLevel)

@@ -38,6 +38,7 @@ import (
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // xssContent is a message content that runs script if the page does not
@@ -320,7 +321,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	assert.Equal(t, "2", dd("dispatchers"))
 	assert.Equal(t, "1", dd("groups"))
 	assert.Equal(t, "1", dd("failed-topics"))
-	assert.Contains(t, dd("data-dir"), cfg.MMMQ.Broker.Storage.RootDir)
+	assert.Contains(t, dd("data-dir"), config.SectionValue(cfg, topicqueue.StorageSection).RootDir)
 	assert.Regexp(t, `\d`, dd("disk-free"))
 	// The rate needs two samples at least a second apart: "—" until then.
 	rate := eventually(t, ctx, ui, `#overview dd[data-k="publish-rate"]`,

@@ -21,6 +21,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/modules/webhooks"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
@@ -96,7 +97,7 @@ func configCheck(args []string) int {
 	}
 	// What serve checks against this process's open-file limit, too.
 	limit, _ := contract.OpenFileLimit()
-	if err := storage.CheckMaxOpenSegments(eff.Config.MMMQ.Broker.Storage.MaxOpenSegments, limit); err != nil {
+	if err := storage.CheckMaxOpenSegments(config.SectionValue(eff.Config, topicqueue.StorageSection).MaxOpenSegments, limit); err != nil {
 		fmt.Fprintln(os.Stderr, prog+": startup failed:", err)
 		return 1
 	}
@@ -118,7 +119,7 @@ func configCheck(args []string) int {
 		return 1
 	}
 	var notes []string
-	if n := eff.Config.MMMQ.Broker.Storage.MaxOpenSegments; n <= 0 {
+	if n := config.SectionValue(eff.Config, topicqueue.StorageSection).MaxOpenSegments; n <= 0 {
 		notes = append(notes, fmt.Sprintf("mmmq.broker.storage.max-open-segments 0 means %d here (a quarter of the open-file limit %d)",
 			storage.AutoMaxOpenSegments(limit), limit))
 	}

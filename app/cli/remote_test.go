@@ -23,6 +23,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // cliBroker is a broker started in this process for the tests of the
@@ -48,7 +49,7 @@ func startCLIBroker(t *testing.T, mods ...func(*config.Config)) *cliBroker {
 	cfg.Server.Port = 0
 	cfg.Server.Host = "127.0.0.1"
 	cfg.Logging.Level = "error"
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	cfg.MMMQ.Broker.Dispatchers = config.DispatchersConfig{{Name: "from-file", Host: cons.URL, Patterns: []string{"file.only"}}}
 	for _, m := range mods {
 		m(cfg)
@@ -57,7 +58,7 @@ func startCLIBroker(t *testing.T, mods ...func(*config.Config)) *cliBroker {
 	a := fxtest.New(t, appOptions(config.Supply(cfg), fx.Populate(&srv)))
 	a.RequireStart()
 	t.Cleanup(a.RequireStop)
-	return &cliBroker{t: t, base: "http://" + srv.Addr(), root: cfg.MMMQ.Broker.Storage.RootDir, consumer: cons.URL}
+	return &cliBroker{t: t, base: "http://" + srv.Addr(), root: config.SectionValue(cfg, topicqueue.StorageSection).RootDir, consumer: cons.URL}
 }
 
 // cli runs `mmmq args... --server <broker>` in-process.

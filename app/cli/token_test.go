@@ -12,6 +12,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // TestTokenNew: the printed digest is the SHA-256 of the printed token,
@@ -42,7 +43,7 @@ func TestTokenNew(t *testing.T) {
 
 	cfg := config.Default()
 	cfg.Server.Port, cfg.Server.Host, cfg.Logging.Level = 0, "127.0.0.1", "error"
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "cli", TokenSHA256: digest,
 		Permissions: []config.AuthPermissionConfig{{Actions: []string{"read"}}}}}
 	var srv *httpapi.Server

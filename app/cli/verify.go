@@ -26,17 +26,18 @@ func rootDir(root, cfgPath string) (string, config.Config, error) {
 		return "", config.Config{}, err
 	}
 	if root == "" {
-		if b := cfg.MMMQ.Broker.Storage.Backend; b != "" && b != config.BackendLocal {
+		st := config.SectionValue(cfg, topicqueue.StorageSection)
+		if b := st.Backend; b != "" && b != topicqueue.BackendLocal {
 			return "", config.Config{}, fmt.Errorf("mmmq.broker.storage.backend is %q: verify and dump read the local segmented log only "+
 				"(the %s servers check their own streams); give --root DIR to read a local data directory", b, b)
 		}
-		root = cfg.MMMQ.Broker.Storage.RootDir
+		root = st.RootDir
 	}
 	return root, *cfg, nil
 }
 
 func storageOptions(cfg config.Config) storage.Options {
-	return topicqueue.StorageOptionsFromConfig(cfg.MMMQ.Broker.Segment)
+	return topicqueue.StorageOptionsFromConfig(config.SectionValue(&cfg, topicqueue.SegmentSection))
 }
 
 func verify(args []string) int {

@@ -16,6 +16,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 const (
@@ -29,7 +30,7 @@ const (
 func startBroker(t *testing.T) string {
 	t.Helper()
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	cfg.Server.Host = "127.0.0.1"
 	cfg.Logging.Level = "warn"
 	config.EditSection(cfg, groups.ConfigSection, func(g *groups.Config) { g.LeaseTimeout = testLease })

@@ -33,7 +33,7 @@ type Params struct {
 
 // NewStoreFromConfig is the Store of <mmmq.broker.storage.root-dir>/dispatchers.json
 // on the graph's filesystem. Crash tests decorate it (Store.BeforeRename).
-func NewStoreFromConfig(st config.StorageConfig, fsys vfs.FS) *Store {
+func NewStoreFromConfig(st topicqueue.StorageConfig, fsys vfs.FS) *Store {
 	return NewStore(fsys, st.RootDir)
 }
 

@@ -22,7 +22,7 @@ import (
 // adminApp is the part of the application the admin module sits in.
 func adminApp(t *testing.T, root string, out ...any) *fx.App {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = root
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = root })
 	return fx.New(fx.NopLogger,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),

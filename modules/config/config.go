@@ -223,17 +223,15 @@ type AuthPermissionConfig struct {
 	Groups []string `koanf:"groups"`
 }
 
-// BrokerConfig configures storage, dispatch and consumer groups (key "mmmq.broker").
+// BrokerConfig holds the broker's core keys (key "mmmq.broker"). The other
+// keys under it are sections of the modules that read them (see
+// [Section]): mmmq.broker.storage, .segment, .memory and .dedup of
+// modules/topicqueue, .dispatch of modules/dispatcher, .groups of
+// modules/groups.
 type BrokerConfig struct {
-	// Storage is the on-disk log (key "mmmq.broker.storage").
-	Storage StorageConfig `koanf:"storage"`
-	// Segment sizes the segment files (key "mmmq.broker.segment").
-	Segment SegmentConfig `koanf:"segment"`
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
-	// Memory bounds the memory of requests in flight (key "mmmq.broker.memory").
-	Memory MemoryConfig `koanf:"memory"`
 	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
 	Retention RetentionConfig `koanf:"retention"`
 }
@@ -300,91 +298,6 @@ type RetentionTopicConfig struct {
 	// MaxBytes replaces mmmq.broker.retention.max-bytes for these topics
 	// (0 = unlimited); nil inherits it.
 	MaxBytes *int64 `koanf:"max-bytes"`
-}
-
-// OnCorruption says what startup does with a topic whose files are corrupt
-// (key "mmmq.broker.storage.on-corruption"). It is the one enum of this
-// concept.
-type OnCorruption string
-
-// Values accepted by mmmq.broker.storage.on-corruption.
-const (
-	// OnCorruptionFail refuses to start the broker.
-	OnCorruptionFail OnCorruption = "fail"
-	// OnCorruptionQuarantine refuses only the corrupt topic (files left
-	// untouched, error logged) and serves the others.
-	OnCorruptionQuarantine OnCorruption = "quarantine"
-)
-
-// StorageConfig configures the on-disk log (key "mmmq.broker.storage").
-type StorageConfig struct {
-	// Backend is where topics are stored: "local" (the default: one
-	// directory per topic under RootDir, segment and offset-index files)
-	// or "jetstream" (one replicated NATS JetStream stream per topic, the
-	// plugin plugins/jetstream and its section mmmq.jetstream; several
-	// broker nodes may share it). The local-only keys index-sync and
-	// index-sync-interval must keep their defaults with "jetstream", and
-	// mmmq.broker.retention.keep-unconsumed must stay false.
-	Backend string `koanf:"backend"`
-	// RootDir is the directory holding one sub-directory per topic. Default "./data".
-	RootDir string `koanf:"root-dir"`
-	// OnCorruption is "fail" (refuse to start) or "quarantine" (refuse only
-	// the corrupt topic). Default "fail".
-	OnCorruption OnCorruption `koanf:"on-corruption"`
-	// MaxTopics caps the number of topics (open topic directories); at least 1.
-	// Default 10000.
-	MaxTopics int `koanf:"max-topics"`
-
-	// MaxOpenSegments caps the segments, active or sealed, whose .mmm and
-	// .idx files are open at once, across all topics (the storage segment
-	// cache): 2 file descriptors each. An idle topic holds none. More busy
-	// topics than this still work, reopening their files per group commit
-	// (slower; mmmq_segment_cache_opens_total climbs). Default 0 =
-	// automatic: a quarter of the open-file limit, 1 to 4096 (1024 → 256,
-	// 20000 → 4096). A value whose descriptors exceed half of the limit
-	// stops startup, naming the limit.
-	MaxOpenSegments int `koanf:"max-open-segments"`
-
-	// MinFreeBytes is the disk guard: while the filesystem of RootDir has
-	// fewer bytes free than this (statfs: available to non-root),
-	// publishes are refused with 507 NO_SPACE and Retry-After, before the
-	// disk is actually full, and accepted again once space is freed (no
-	// restart). 0 turns the guard off. Default 268435456 (256 MiB).
-	MinFreeBytes int64 `koanf:"min-free-bytes"`
-
-	// IndexSync is when a topic's offset index is fsynced: "commit" (the
-	// default, the original Java mmmq's order: in every group commit,
-	// after the segment's fsync and before the answer; two fsyncs per group
-	// commit) or "lazy" (one fsync per group commit, the segment's; the
-	// index is fsynced before a segment is sealed, at close and every
-	// IndexSyncInterval, and startup recovery indexes again from the
-	// segment what a power loss took from it). Both keep every DURABLE
-	// acknowledgement through a power loss; lazy answers sooner, and a
-	// restart after a power loss may walk up to an interval of segment
-	// bytes per topic. A data directory may switch between the two at any
-	// restart.
-	IndexSync string `koanf:"index-sync"`
-	// IndexSyncInterval is the longest a lazily written index stays
-	// unsynced; 1ms to 1h. Only index-sync lazy uses it. Default 1s.
-	IndexSyncInterval time.Duration `koanf:"index-sync-interval"`
-}
-
-// Storage backends (mmmq.broker.storage.backend).
-const (
-	// BackendLocal is the segmented log on local disk (the default).
-	BackendLocal = "local"
-	// BackendJetStream is a NATS JetStream cluster (plugins/jetstream).
-	BackendJetStream = "jetstream"
-)
-
-// SegmentConfig sizes segment files (key "mmmq.broker.segment").
-type SegmentConfig struct {
-	// MaxBytes is the segment size, in bytes, at or above which the next
-	// append starts a new segment; at least 1024. Default 67108864 (64 MiB).
-	MaxBytes int64 `koanf:"max-bytes"`
-	// MaxRecordBytes is the largest stored message JSON, in bytes; between 64
-	// and MaxBytes. Default 1048576 (1 MiB).
-	MaxRecordBytes int64 `koanf:"max-record-bytes"`
 }
 
 // CommitPolicy says when a dispatcher fsyncs its checkpoint
@@ -517,20 +430,6 @@ type CommitConfig struct {
 	MaxCount int `koanf:"max-count"`
 }
 
-// MemoryConfig bounds the broker's memory for requests in flight
-// (key "mmmq.broker.memory").
-type MemoryConfig struct {
-	// MaxInflightBytes is one broker-wide budget, in bytes, shared by the
-	// messages of fetch replies being sent (HTTP and line protocol),
-	// read-back pages being sent and ACCEPTED publishes waiting for the
-	// storage writer. Work over it is refused with 503 OVERLOADED
-	// (Retry-After) / ERR OVERLOADED, or a fetch or page returns fewer
-	// messages. 0 means unlimited; otherwise at least
-	// mmmq.broker.segment.max-record-bytes, so one message always fits.
-	// Default 268435456 (256 MiB).
-	MaxInflightBytes int64 `koanf:"max-inflight-bytes"`
-}
-
 // Per-dispatcher defaults filled in by Normalize.
 const (
 	defaultCommitInterval = time.Second
@@ -560,26 +459,6 @@ func Default() *Config {
 		MMMQ: MMMQConfig{
 			Auth: AuthConfig{ProtectMetrics: true},
 			Broker: BrokerConfig{
-				Storage: StorageConfig{
-					Backend:      BackendLocal,
-					RootDir:      "./data",
-					OnCorruption: OnCorruptionFail,
-					MaxTopics:    10000,
-
-					MaxOpenSegments: 0,
-
-					MinFreeBytes: 256 << 20,
-
-					IndexSync:         "commit",
-					IndexSyncInterval: time.Second,
-				},
-				Segment: SegmentConfig{
-					MaxBytes:       64 << 20,
-					MaxRecordBytes: 1 << 20,
-				},
-				Memory: MemoryConfig{
-					MaxInflightBytes: 256 << 20,
-				},
 				Retention: RetentionConfig{
 					CheckInterval: time.Minute,
 					GroupIdle:     24 * time.Hour,

@@ -28,7 +28,7 @@ func load(t *testing.T, body string, env ...string) (*Config, error) {
 	if env == nil {
 		env = []string{}
 	}
-	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{dispatchSection}})
+	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{dispatchSection, storageSection}})
 }
 
 func TestDefaultValidates(t *testing.T) {
@@ -77,12 +77,6 @@ logging:
   format: console
 mmmq:
   broker:
-    storage:
-      root-dir: /var/lib/mmmq
-      on-corruption: quarantine
-    segment:
-      max-bytes: 2048
-      max-record-bytes: 1024
     dispatch:
       path: /in
     dispatchers:
@@ -105,9 +99,6 @@ mmmq:
 	want.Server.Port = 9090
 	want.Server.ReadTimeout = 90 * time.Second
 	want.Logging.Format = FormatConsole
-	want.MMMQ.Broker.Storage.RootDir = "/var/lib/mmmq"
-	want.MMMQ.Broker.Storage.OnCorruption = OnCorruptionQuarantine
-	want.MMMQ.Broker.Segment = SegmentConfig{MaxBytes: 2048, MaxRecordBytes: 1024}
 	want.MMMQ.Broker.Dispatchers = []DispatcherConfig{
 		{
 			Name: "order-dispatcher", Host: "http://localhost:8081",
@@ -141,26 +132,20 @@ func TestEnvOverridesYAML(t *testing.T) {
 	cfg, err := load(t, `
 server:
   port: 9090
-mmmq:
-  broker:
-    storage:
-      root-dir: /from/yaml
+  host: yaml.example
 `,
 		"MMMQ_SERVER_PORT=7070",
-		"MMMQ_BROKER_STORAGE_ROOT_DIR=/from/env",
 		"MMMQ_LOGGING_LEVEL=debug",
 		"MMMQ_SERVER_IDLE_TIMEOUT=2m",
 		"MMMQ_SERVER_HOST=",
-		"MMMQ_BROKER_SEGMENT_MAX_RECORD_BYTES=4096",
 		"UNRELATED=1",
 		"MMMQ_CONFIG=", // empty: unset
 	)
 	require.NoError(t, err)
 	assert.Equal(t, 7070, cfg.Server.Port)
-	assert.Equal(t, "/from/env", cfg.MMMQ.Broker.Storage.RootDir)
+	assert.Equal(t, "", cfg.Server.Host, "an empty variable sets the empty string")
 	assert.Equal(t, "debug", cfg.Logging.Level)
 	assert.Equal(t, 2*time.Minute, cfg.Server.IdleTimeout)
-	assert.Equal(t, int64(4096), cfg.MMMQ.Broker.Segment.MaxRecordBytes)
 }
 
 func TestEnvRuleCoversEveryKey(t *testing.T) {
@@ -252,7 +237,7 @@ func TestInvalidEnvValueNamesVarAndKey(t *testing.T) {
 	for _, kv := range []string{
 		"MMMQ_SERVER_PORT=http",
 		"MMMQ_SERVER_READ_TIMEOUT=30",
-		"MMMQ_BROKER_STORAGE_MAX_TOPICS=many",
+		"MMMQ_SERVER_MAX_CONNECTIONS=many",
 	} {
 		_, err := load(t, "", kv)
 		require.Error(t, err, kv)
@@ -284,28 +269,10 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"body small", "server: {max-body-bytes: 10}", "server.max-body-bytes"},
 		{"level", "logging: {level: loud}", "logging.level"},
 		{"format", "logging: {format: xml}", "logging.format"},
-		{"root empty", "mmmq: {broker: {storage: {root-dir: ''}}}", "mmmq.broker.storage.root-dir"},
-		{"on-corruption", "mmmq: {broker: {storage: {on-corruption: ignore}}}", "mmmq.broker.storage.on-corruption"},
-		{"max-topics", "mmmq: {broker: {storage: {max-topics: 0}}}", "mmmq.broker.storage.max-topics"},
-		{"max-open-segments", "mmmq: {broker: {storage: {max-open-segments: -1}}}", "mmmq.broker.storage.max-open-segments"},
-		{"min-free-bytes", "mmmq: {broker: {storage: {min-free-bytes: -1}}}", "mmmq.broker.storage.min-free-bytes"},
-		{"index-sync", "mmmq: {broker: {storage: {index-sync: always}}}", "mmmq.broker.storage.index-sync"},
-		{"backend", "mmmq: {broker: {storage: {backend: s3}}}", "mmmq.broker.storage.backend"},
-		{"index-sync with jetstream", "mmmq: {broker: {storage: {backend: jetstream, index-sync: lazy}}}", "mmmq.broker.storage.index-sync"},
-		{"index-sync-interval with jetstream", "mmmq: {broker: {storage: {backend: jetstream, index-sync-interval: 5s}}}", "mmmq.broker.storage.index-sync-interval"},
 		{"keep-unconsumed with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {keep-unconsumed: true}}}", "mmmq.broker.retention.keep-unconsumed"},
 		{"max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {max-age: 50ms}}}", "mmmq.broker.retention.max-age"},
 		{"override max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {topics: [{pattern: a, max-age: 1ms}]}}}", "mmmq.broker.retention.topics[0].max-age"},
-		{"index-sync-interval zero", "mmmq: {broker: {storage: {index-sync-interval: 0s}}}", "mmmq.broker.storage.index-sync-interval"},
-		{"index-sync-interval long", "mmmq: {broker: {storage: {index-sync-interval: 2h}}}", "mmmq.broker.storage.index-sync-interval"},
-		{"segment small", "mmmq: {broker: {segment: {max-bytes: 1023}}}", "mmmq.broker.segment.max-bytes"},
-		{"record small", "mmmq: {broker: {segment: {max-record-bytes: 63}}}", "mmmq.broker.segment.max-record-bytes"},
-		{"record over segment", "mmmq: {broker: {segment: {max-bytes: 2048, max-record-bytes: 4096}}}", "mmmq.broker.segment.max-record-bytes"},
-		{"inflight negative", "mmmq: {broker: {memory: {max-inflight-bytes: -1}}}", "mmmq.broker.memory.max-inflight-bytes"},
-		{"inflight under a record", "mmmq: {broker: {memory: {max-inflight-bytes: 1048575}}}", "mmmq.broker.memory.max-inflight-bytes"},
-		{"inflight under a smaller record", "mmmq: {broker: {segment: {max-record-bytes: 4096}, memory: {max-inflight-bytes: 4095}}}", "mmmq.broker.memory.max-inflight-bytes"},
 		{"port fraction", "server: {port: 80.5}", "server.port"},
-		{"max-topics fraction", "mmmq: {broker: {storage: {max-topics: 10.25}}}", "mmmq.broker.storage.max-topics"},
 		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},
 		{"dispatcher not a map", "mmmq: {broker: {dispatchers: [x]}}", "mmmq.broker.dispatchers[0]"},
 		{"dispatcher name", dispatcherYAML("name: .hidden"), "mmmq.broker.dispatchers[0].name"},
@@ -427,13 +394,12 @@ func TestLoadReadsDefaultPathWhenPresent(t *testing.T) {
 
 // TestInvalidKeyReportsFirstCauseOnly: a key whose allowed range or value is
 // derived from another key is not also reported when that key is invalid
-// (segment.max-record-bytes against max-bytes; a dispatcher's inherited
+// (a dispatcher's inherited
 // path and timeout against mmmq.broker.dispatch).
 func TestInvalidKeyReportsFirstCauseOnly(t *testing.T) {
 	tests := []struct {
 		name, yaml, key string
 	}{
-		{"segment max-bytes", "mmmq: {broker: {segment: {max-bytes: 12}}}", "mmmq.broker.segment.max-bytes"},
 		{"inherited dispatch path", "mmmq: {broker: {dispatch: {path: messages}, dispatchers: [{name: d, host: 'http://h:1', patterns: [x]}]}}", "mmmq.broker.dispatch.path"},
 		{"inherited dispatch timeout", "mmmq: {broker: {dispatch: {timeout: -1s}, dispatchers: [{name: d, host: 'http://h:1', patterns: [x]}]}}", "mmmq.broker.dispatch.timeout"},
 	}
@@ -446,12 +412,6 @@ func TestInvalidKeyReportsFirstCauseOnly(t *testing.T) {
 			assert.Contains(t, errs[0].Error(), "config: "+tt.key+":")
 		})
 	}
-
-	// A max-record-bytes wrong on its own is still reported beside it.
-	_, err := load(t, "mmmq: {broker: {segment: {max-bytes: 12, max-record-bytes: 10}}}")
-	require.Error(t, err)
-	assert.Len(t, flatten(err), 2, "%v", err)
-	assert.Contains(t, err.Error(), "config: mmmq.broker.segment.max-record-bytes: must be between 64 and ")
 }
 
 // TestRetentionKeys: the retention section loads from the file (the topics

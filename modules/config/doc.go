@@ -17,17 +17,19 @@
 //
 // # Module sections
 //
-// [Module] provides *Config and, through [ModuleSections], each module's
-// section as its own value ([ServerConfig], [LoggingConfig], [StorageConfig],
-// [SegmentConfig], [DispatchersConfig], ...).
-// Each module maps its section(s) to its Options with one function (for
-// example topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
+// [Module] provides *Config and, through [ModuleSections], each core
+// section as its own value ([ServerConfig], [LoggingConfig],
+// [DispatchersConfig], ...); a module's own section (topicqueue.StorageConfig,
+// dispatcher.Config, ...) is provided by its [ProvideSection]. Each module
+// maps its section(s) to its Options with one function (for example
+// topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
 //
 // # Sections
 //
 // A module or plugin owns the keys under "mmmq.<path>": it declares them
 // with [NewSection] (a struct with koanf tags, its defaults, its
-// validation; path may be nested, "broker.dispatch"), and its module
+// validation, and a cross check against other keys when it needs one,
+// [SectionOf.WithCrossCheck]; path may be nested, "broker.dispatch"), and its module
 // includes [ProvideSection], which registers the section with [Module] and
 // provides the decoded value. An application that loads the configuration
 // before building the Fx graph finds the sections of its modules with
@@ -35,8 +37,8 @@
 // [SectionValue] reads a section out of a *Config. Sections follow the
 // same environment rule and the same strictness as the core keys.
 //
-// The keys of the stock plugins (lineproto, metrics, profiling; see
-// [StockPluginKeys]) are known even when the binary lacks the plugin, so one
+// The keys of the stock plugins and modules (lineproto, metrics, profiling,
+// topicqueue's storage, ...; see [StockPluginKeys]) are known even when the binary lacks the plugin, so one
 // configs/mmmq.yaml serves every binary: such a key at its documented
 // default only adds a [Warning] to Config.Warnings; another value is an
 // error wrapping [ErrPluginMissing], naming the key and the plugin.

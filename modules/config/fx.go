@@ -12,9 +12,10 @@ import (
 )
 
 // Module provides *Config and, through [ModuleSections], each module's
-// section as its own value (ServerConfig, LoggingConfig, StorageConfig,
-// SegmentConfig, DispatchersConfig, MemoryConfig, ...), so a
-// module's constructor takes only the section(s) it reads. *Config is built
+// core section as its own value (ServerConfig, LoggingConfig,
+// DispatchersConfig, ...), so a module's constructor takes only the
+// section(s) it reads; a module's own section is provided by its
+// [ProvideSection]. *Config is built
 // from the LoadOptions value in the container, which the application
 // supplies with one of (never both; Fx then fails with "already provided"):
 //
@@ -65,16 +66,9 @@ type ModuleSections struct {
 	Server ServerConfig
 	// Logging is the "logging" section (logging).
 	Logging LoggingConfig
-	// Storage is "mmmq.broker.storage" (topicqueue, recovery).
-	Storage StorageConfig
-	// Segment is "mmmq.broker.segment" (topicqueue, httpapi, lineproto).
-	Segment SegmentConfig
 	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
 	// (configdispatchers); the slice is a copy.
 	Dispatchers DispatchersConfig
-	// Memory is "mmmq.broker.memory" (topicqueue, which provides the
-	// in-flight budget).
-	Memory MemoryConfig
 	// Retention is "mmmq.broker.retention" (retention); the topics list
 	// is a copy.
 	Retention RetentionConfig
@@ -98,10 +92,7 @@ func SectionsOf(cfg *Config) ModuleSections {
 	return ModuleSections{
 		Server:      cfg.Server,
 		Logging:     cfg.Logging,
-		Storage:     b.Storage,
-		Segment:     b.Segment,
 		Dispatchers: cloneDispatchers(b.Dispatchers),
-		Memory:      b.Memory,
 		Retention:   cloneRetention(b.Retention),
 		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
 		Auth:        CloneAuth(cfg.MMMQ.Auth),

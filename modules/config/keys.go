@@ -64,6 +64,12 @@ const (
 	// of modules/dispatcher).
 	dispatchPathKey    = "mmmq.broker.dispatch.path"
 	dispatchTimeoutKey = "mmmq.broker.dispatch.timeout"
+	// storageBackendKey names the storage backend (the section
+	// mmmq.broker.storage of modules/topicqueue); with backendJetStream,
+	// its value for NATS JetStream, retention can do less (see
+	// validator.jetStreamRetention).
+	storageBackendKey = "mmmq.broker.storage.backend"
+	backendJetStream  = "jetstream"
 	// authPermissionsKey is the list inside each token entry, as
 	// listSchemas names it: the list's key, "[]", the element's key.
 	authPermissionsKey = authTokensKey + "[].permissions"

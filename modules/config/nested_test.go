@@ -54,7 +54,7 @@ func TestNestedSectionDefaultsAndEnv(t *testing.T) {
 	cfg, err = loadNested(t, `
 mmmq:
   broker:
-    segment: {max-bytes: 4194304}
+    dispatchers: [{name: d, host: "http://h:1", patterns: [a]}]
     gadget:
       every: 3s
       tls: {ca-file: /ca.pem}
@@ -65,7 +65,7 @@ mmmq:
 	g := SectionValue(cfg, gadgetSection)
 	assert.Equal(t, 3*time.Second, g.Every)
 	assert.Equal(t, "/env.pem", g.TLS.CAFile, "the environment wins")
-	assert.Equal(t, int64(4194304), cfg.MMMQ.Broker.Segment.MaxBytes, "the core keys of the same mapping still decode")
+	assert.Equal(t, "d", cfg.MMMQ.Broker.Dispatchers[0].Name, "the core keys of the same mapping still decode")
 	assert.Equal(t, "x", SectionValue(cfg, ordersIn).Host)
 	assert.Equal(t, "y", SectionValue(cfg, ordersOut).Host)
 }

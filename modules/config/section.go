@@ -29,12 +29,14 @@ type Section interface {
 	Key() string
 	// Defaults maps each scalar key of the section, in full
 	// ("mmmq.lineproto.addr"), to its default value, typed as its field
-	// (string, bool, int64, time.Duration...). A new map on each call.
+	// (string, bool, int64, time.Duration...; a string type of the
+	// module's own, an enum, as a plain string). A new map on each call.
 	Defaults() map[string]any
 
 	typ() reflect.Type
 	decode(k *koanf.Koanf) (any, error)
 	check(v any) error
+	checkAcross(v any, w View) error
 }
 
 // sectionValue is one decoded section held by a Config.
@@ -56,6 +58,7 @@ type SectionOf[T any] struct {
 	name     string
 	defaults T
 	validate func(*T) error
+	across   func(*T, View) error
 }
 
 // NewSection returns the section "mmmq."+path with the given defaults and
@@ -155,10 +158,58 @@ func collectDefaults(v reflect.Value, prefix string, out map[string]any) {
 			collectDefaults(f, prefix+tag+".", out)
 		case reflect.Slice, reflect.Map:
 		default:
-			out[prefix+tag] = f.Interface()
+			out[prefix+tag] = plainValue(f)
 		}
 	}
 }
+
+// plainValue is f's value, a field of a string type of its own (an enum
+// such as topicqueue.OnCorruption) as a plain string, so that a key's
+// value has the same type whether a section holds it or the stock list
+// ([StockPluginKeys], which cannot name the module's types) does.
+func plainValue(f reflect.Value) any {
+	if f.Kind() == reflect.String && f.Type() != reflect.TypeFor[string]() {
+		return f.String()
+	}
+	return f.Interface()
+}
+
+// WithCrossCheck returns a copy of s that also runs across, a check of
+// the section against other keys (core or of other sections), e.g.
+// mmmq.broker.memory.max-inflight-bytes against
+// mmmq.broker.segment.max-record-bytes. across runs after every section's
+// own validation and the core checks, so that [View.Failed] knows which
+// keys already have a problem; it returns nil or the problems found, built
+// as validate's are (a problem that is not a [*KeyError] is reported under
+// the section's key). It must not keep or modify the value. Call it once,
+// where the section is declared:
+//
+//	var MemorySection = config.NewSection("broker.memory", MemoryConfig{...}, nil).WithCrossCheck(checkMemory)
+func (s *SectionOf[T]) WithCrossCheck(across func(*T, View) error) *SectionOf[T] {
+	c := *s
+	c.across = across
+	return &c
+}
+
+// View is the read-only view of the whole configuration that a cross
+// check (see [SectionOf.WithCrossCheck]) gets.
+type View struct {
+	c *Config
+	v *validator
+}
+
+// Value returns the value of the scalar key (in full, e.g.
+// "mmmq.broker.segment.max-record-bytes"), typed as its field (string,
+// bool, int, int64, time.Duration...): the value of the section owning it
+// when the Config holds that section, else the key's stock default (see
+// [StockPluginKeys]), else the core field; nil when no such key is known.
+func (w View) Value(key string) any { return w.c.lookup(key) }
+
+// Failed reports whether key (in full) already has a problem, found by
+// its own section's validation or the core checks: a check whose bound
+// comes from key is then skipped, so that only the first cause is
+// reported.
+func (w View) Failed(key string) bool { return w.v.failed(key) }
 
 func (s *SectionOf[T]) typ() reflect.Type { return reflect.TypeFor[T]() }
 
@@ -182,7 +233,21 @@ func (s *SectionOf[T]) check(v any) error {
 	if !ok {
 		return invalid(s.Key(), "holds %T, want %s", v, reflect.TypeFor[T]())
 	}
-	err := s.validate(&t)
+	return s.underKey(s.validate(&t))
+}
+
+// checkAcross runs the cross check (see WithCrossCheck), like check.
+func (s *SectionOf[T]) checkAcross(v any, w View) error {
+	t, ok := v.(T)
+	if s.across == nil || !ok {
+		return nil // a wrong type is check's to report
+	}
+	return s.underKey(s.across(&t, w))
+}
+
+// underKey reports the problems of err that are not a *KeyError under the
+// section's key.
+func (s *SectionOf[T]) underKey(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -231,13 +296,36 @@ func SetSectionValue[T any](cfg *Config, sec *SectionOf[T], v T) {
 	cfg.sections[sec.name] = sectionValue{sec: sec, value: v}
 }
 
-// validateSections checks every held section, in name order.
-func (c *Config) validateSections() []error {
+// validateSections checks every held section with its own validation, in
+// name order, marking the keys with a problem in v, and returns the
+// problems.
+func (c *Config) validateSections(v *validator) []error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(c.sections)) {
 		sv := c.sections[name]
 		if err := sv.sec.check(sv.value); err != nil {
-			errs = append(errs, flatten(err)...)
+			for _, e := range flatten(err) {
+				v.mark(e)
+				errs = append(errs, e)
+			}
+		}
+	}
+	return errs
+}
+
+// crossCheckSections runs the cross checks of the held sections (see
+// SectionOf.WithCrossCheck), in name order, after every other check, and
+// returns their problems (marked in v).
+func (c *Config) crossCheckSections(v *validator) []error {
+	var errs []error
+	w := View{c: c, v: v}
+	for _, name := range slices.Sorted(maps.Keys(c.sections)) {
+		sv := c.sections[name]
+		if err := sv.sec.checkAcross(sv.value, w); err != nil {
+			for _, e := range flatten(err) {
+				v.mark(e)
+				errs = append(errs, e)
+			}
 		}
 	}
 	return errs
@@ -351,7 +439,7 @@ func fieldAt(v reflect.Value, rel string) any {
 		case nested && f.Kind() == reflect.Struct:
 			return fieldAt(f, rest)
 		case !nested && f.Kind() != reflect.Struct:
-			return f.Interface()
+			return plainValue(f)
 		}
 		return nil
 	}

@@ -137,11 +137,11 @@ func TestSectionRegistrationErrors(t *testing.T) {
 
 	// A section whose variable collides with a core key's.
 	type clash struct {
-		RootDir string `koanf:"root-dir"`
+		CertFile string `koanf:"cert-file"`
 	}
-	_, err = Load(LoadOptions{Environ: []string{}, Sections: []Section{NewSection("broker-storage", clash{RootDir: "x"}, nil)}})
+	_, err = Load(LoadOptions{Environ: []string{}, Sections: []Section{NewSection("server-tls", clash{CertFile: "x"}, nil)}})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "share variable MMMQ_BROKER_STORAGE_ROOT_DIR")
+	assert.Contains(t, err.Error(), "share variable MMMQ_SERVER_TLS_CERT_FILE")
 
 	assert.Panics(t, func() { NewSection("broker", widgetConfig{}, nil) })
 	assert.Panics(t, func() { NewSection("Bad.Name", widgetConfig{}, nil) })
@@ -197,17 +197,14 @@ func TestModuleProvidesSections(t *testing.T) {
 	var (
 		srv  ServerConfig
 		lg   LoggingConfig
-		st   StorageConfig
-		seg  SegmentConfig
+		ret  RetentionConfig
 		dsps DispatchersConfig
 	)
-	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &st, &seg, &dsps))
+	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &ret, &dsps))
 	defer app.RequireStart().RequireStop()
-	def := Default().MMMQ.Broker
 	assert.Equal(t, 9125, srv.Port)
 	assert.Equal(t, Default().Logging, lg)
-	assert.Equal(t, def.Storage, st)
-	assert.Equal(t, def.Segment, seg)
+	assert.Equal(t, Default().MMMQ.Broker.Retention, ret)
 	require.Len(t, dsps, 1)
 	assert.Equal(t, "/mmmq/messages", dsps[0].Path, "normalized")
 }

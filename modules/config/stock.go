@@ -42,6 +42,17 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.dispatch.path", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: "/mmmq/messages"},
 	{Key: "mmmq.broker.groups.lease-timeout", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 30 * time.Second},
 	{Key: "mmmq.broker.groups.max-fetch", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 1000},
+	{Key: "mmmq.broker.storage.backend", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "local"},
+	{Key: "mmmq.broker.storage.root-dir", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "./data"},
+	{Key: "mmmq.broker.storage.on-corruption", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "fail"},
+	{Key: "mmmq.broker.storage.max-topics", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 10000},
+	{Key: "mmmq.broker.storage.max-open-segments", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 0},
+	{Key: "mmmq.broker.storage.min-free-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(256 << 20)},
+	{Key: "mmmq.broker.storage.index-sync", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "commit"},
+	{Key: "mmmq.broker.storage.index-sync-interval", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: time.Second},
+	{Key: "mmmq.broker.segment.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(64 << 20)},
+	{Key: "mmmq.broker.segment.max-record-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(1 << 20)},
+	{Key: "mmmq.broker.memory.max-inflight-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(256 << 20)},
 	{Key: "mmmq.broker.dedup.window", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 2 * time.Minute},
 	{Key: "mmmq.broker.dedup.max-ids", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 100000},
 	{Key: "mmmq.broker.dedup.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(64 << 20)},
@@ -70,7 +81,7 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, topicqueue's dedup) and plugins (jetstream,
+// (dispatcher, groups, topicqueue's storage, segment, memory and dedup) and plugins (jetstream,
 // lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping

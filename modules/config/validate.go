@@ -20,17 +20,14 @@ import (
 // name (checkpoints/<name>.checkpoint), hence no "/" and no leading ".".
 var dispatcherNameRE = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$`)
 
-// maxRecordLimit is the largest record the entry format can frame: the
-// int32 length field counts the 4 CRC bytes plus the JSON.
-const maxRecordLimit = math.MaxInt32 - 4
-
-// Validate checks every value, the plugin sections held included (with
-// their own validation), and returns all problems joined with errors.Join,
-// each a [*KeyError] naming its key and what is allowed. Only the first
-// cause is reported: a key whose bound comes from an invalid key
-// (segment.max-record-bytes from segment.max-bytes) is then checked against
-// its own limits only, and a dispatcher's path or timeout inherited from an
-// invalid mmmq.broker.dispatch key is not reported again. It
+// Validate checks every value, the sections held included (with their own
+// validation and cross checks; a section not held is at its defaults),
+// and returns all problems joined with errors.Join, each a [*KeyError]
+// naming its key and what is allowed. Only the first cause is reported: a
+// key whose bound comes from an invalid key (a section's cross check sees
+// it with [View.Failed]) is then checked against its own limits only, and a
+// dispatcher's path or timeout inherited from an invalid
+// mmmq.broker.dispatch key is not reported again. It
 // expects a normalized Config (see [Config.Normalize]) but accepts the zero
 // "inherit" values of dispatcher path, timeout and commit settings.
 func (c *Config) Validate() error {
@@ -57,24 +54,11 @@ func (c *Config) Validate() error {
 	}
 
 	b := c.MMMQ.Broker
-	v.storage(b.Storage, b.Retention)
-
-	v.intRange("mmmq.broker.segment.max-bytes", b.Segment.MaxBytes, 1024, math.MaxInt64)
-	// max-record-bytes is bounded by max-bytes; an invalid max-bytes is the
-	// one cause reported, max-record-bytes then only checked on its own.
-	recordMax := int64(maxRecordLimit)
-	if !v.failed("mmmq.broker.segment.max-bytes") {
-		recordMax = min(b.Segment.MaxBytes, maxRecordLimit)
-	}
-	v.intRange("mmmq.broker.segment.max-record-bytes", b.Segment.MaxRecordBytes, 64, recordMax)
-
 	// The sections first, so that a dispatcher's inherited path or timeout
 	// already reported under mmmq.broker.dispatch is not reported again;
-	// their problems are listed after the core keys'.
-	secErrs := c.validateSections()
-	for _, e := range secErrs {
-		v.mark(e)
-	}
+	// their problems are listed after the core keys'. Their cross checks
+	// last, when every other problem is known.
+	secErrs := c.validateSections(&v)
 	seen := map[string]int{}
 	def := inherited{path: c.lookup(dispatchPathKey), timeout: c.lookup(dispatchTimeoutKey)}
 	for i, dc := range b.Dispatchers {
@@ -82,10 +66,13 @@ func (c *Config) Validate() error {
 	}
 
 	v.retention(b.Retention)
+	if backend, _ := c.lookup(storageBackendKey).(string); backend == backendJetStream {
+		v.jetStreamRetention(b.Retention)
+	}
 
-	v.memory(b)
 	v.auth(c.MMMQ.Auth)
 
+	secErrs = append(secErrs, c.crossCheckSections(&v)...)
 	v.errs = append(v.errs, secErrs...)
 	return errors.Join(v.errs...)
 }
@@ -93,44 +80,6 @@ func (c *Config) Validate() error {
 // serverTLS checks server.tls: the files come in pairs, a client CA only
 // with a client-auth that uses it, and the reverse. Whether the files can be
 // read is checked when the listeners are built (package servertls).
-// storage checks mmmq.broker.storage, and what mmmq.broker.retention
-// cannot do with its backend.
-func (v *validator) storage(s StorageConfig, r RetentionConfig) {
-	if strings.TrimSpace(s.RootDir) == "" {
-		v.add(invalid("mmmq.broker.storage.root-dir", "must not be empty"))
-	}
-	switch s.OnCorruption {
-	case OnCorruptionFail, OnCorruptionQuarantine:
-	default:
-		v.add(invalid("mmmq.broker.storage.on-corruption", "must be %q or %q; got %q", OnCorruptionFail, OnCorruptionQuarantine, s.OnCorruption))
-	}
-	v.intRange("mmmq.broker.storage.max-topics", int64(s.MaxTopics), 1, math.MaxInt32)
-	v.intRange("mmmq.broker.storage.max-open-segments", int64(s.MaxOpenSegments), 0, math.MaxInt32)
-	v.intRange("mmmq.broker.storage.min-free-bytes", s.MinFreeBytes, 0, math.MaxInt64)
-	switch s.IndexSync {
-	case "commit", "lazy":
-	default:
-		v.add(invalid("mmmq.broker.storage.index-sync", "must be %q or %q; got %q", "commit", "lazy", s.IndexSync))
-	}
-	if d := s.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
-		v.add(invalid("mmmq.broker.storage.index-sync-interval", "must be between 1ms and 1h; got %s", d))
-	}
-	switch s.Backend {
-	case BackendLocal:
-	case BackendJetStream:
-		// The offset index is the local log's: JetStream has none to sync.
-		if s.IndexSync != "commit" {
-			v.add(invalid("mmmq.broker.storage.index-sync", "applies to the local backend only; remove it with backend %q (got %q)", BackendJetStream, s.IndexSync))
-		}
-		if s.IndexSyncInterval != time.Second {
-			v.add(invalid("mmmq.broker.storage.index-sync-interval", "applies to the local backend only; remove it with backend %q (got %s)", BackendJetStream, s.IndexSyncInterval))
-		}
-		v.jetStreamRetention(r)
-	default:
-		v.add(invalid("mmmq.broker.storage.backend", "must be %q or %q; got %q", BackendLocal, BackendJetStream, s.Backend))
-	}
-}
-
 func (v *validator) serverTLS(t ServerTLSConfig) {
 	const k = "server.tls."
 	switch {
@@ -154,21 +103,6 @@ func (v *validator) serverTLS(t ServerTLSConfig) {
 		}
 	default:
 		v.add(invalid(k+"client-auth", "must be %q, %q or %q; got %q", ClientAuthNone, ClientAuthVerifyIfGiven, ClientAuthRequire, t.ClientAuth))
-	}
-}
-
-// memory checks mmmq.broker.memory: one message of the largest size must
-// fit, or it could never be fetched; an invalid max-record-bytes is the
-// one cause reported.
-func (v *validator) memory(b BrokerConfig) {
-	if m := b.Memory.MaxInflightBytes; m != 0 {
-		lo := int64(64)
-		if !v.failed("mmmq.broker.segment.max-record-bytes") {
-			lo = b.Segment.MaxRecordBytes
-		}
-		if m < lo {
-			v.add(invalid("mmmq.broker.memory.max-inflight-bytes", "must be 0 (unlimited) or at least mmmq.broker.segment.max-record-bytes (%d); got %d", lo, m))
-		}
 	}
 }
 
@@ -229,11 +163,11 @@ func (v *validator) positive(key string, d time.Duration) {
 // keep-unconsumed) and which it refuses below 100ms of age.
 func (v *validator) jetStreamRetention(r RetentionConfig) {
 	if r.KeepUnconsumed {
-		v.add(invalid("mmmq.broker.retention.keep-unconsumed", "applies to the local backend only: with backend %q the streams' limits drop messages without knowing the readers' checkpoints; remove it", BackendJetStream))
+		v.add(invalid("mmmq.broker.retention.keep-unconsumed", "applies to the local backend only: with backend %q the streams' limits drop messages without knowing the readers' checkpoints; remove it", backendJetStream))
 	}
 	age := func(key string, d time.Duration) {
 		if d > 0 && d < 100*time.Millisecond {
-			v.add(invalid(key, "must be 0 or at least 100ms with backend %q (JetStream's least max age); got %s", BackendJetStream, d))
+			v.add(invalid(key, "must be 0 or at least 100ms with backend %q (JetStream's least max age); got %s", backendJetStream, d))
 		}
 	}
 	age("mmmq.broker.retention.max-age", r.MaxAge)

@@ -17,7 +17,7 @@ import (
 
 func TestFxModule(t *testing.T) {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	set, err := dispatcher.SetOf(dispatcher.New("order-dispatcher",
 		dispatcher.Host{Protocol: dispatcher.HTTP, Address: "localhost", Port: 8081}, dispatcher.MustPattern("**")))
 	if err != nil {
@@ -40,7 +40,7 @@ func TestFxModule(t *testing.T) {
 	)
 	app.RequireStart()
 	defer app.RequireStop()
-	if c.opts.Budget == nil || c.opts.Budget != budget || budget.Max() != cfg.MMMQ.Broker.Memory.MaxInflightBytes {
+	if c.opts.Budget == nil || c.opts.Budget != budget || budget.Max() != config.SectionValue(cfg, topicqueue.MemorySection).MaxInflightBytes {
 		t.Fatalf("coordinator budget %p (max %d), want the graph's %p", c.opts.Budget, c.opts.Budget.Max(), budget)
 	}
 	if len(routes.Routes) != 1 {

@@ -19,8 +19,8 @@ type Params struct {
 	fx.In
 	// Server is the "server" section (config.Module).
 	Server config.ServerConfig
-	// Segment is mmmq.broker.segment, for max-record-bytes (config.Module).
-	Segment  config.SegmentConfig
+	// Segment is mmmq.broker.segment, for max-record-bytes (topicqueue.SegmentSection).
+	Segment  topicqueue.SegmentConfig
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	Ready    *recovery.Readiness
@@ -40,7 +40,7 @@ type Params struct {
 // OptionsFromConfig maps the "server" section and
 // mmmq.broker.segment.max-record-bytes to Options: Addr is "host:port",
 // durations and sizes are copied (bytes).
-func OptionsFromConfig(c config.ServerConfig, seg config.SegmentConfig) Options {
+func OptionsFromConfig(c config.ServerConfig, seg topicqueue.SegmentConfig) Options {
 	return Options{
 		Addr:              fmt.Sprintf("%s:%d", c.Host, c.Port),
 		ReadHeaderTimeout: c.ReadHeaderTimeout,

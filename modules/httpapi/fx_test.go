@@ -31,8 +31,8 @@ func (pingRoute) Register(r *mux.Router) {
 func TestFxModule(t *testing.T) {
 	cfg := config.Default()
 	cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 4096
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) { seg.MaxRecordBytes = 4096 })
 	var srv *Server
 	app := fxtest.New(t,
 		config.Module, config.Supply(cfg),
@@ -76,7 +76,7 @@ func TestFxModule(t *testing.T) {
 func TestFxModuleRouteOverlap(t *testing.T) {
 	cfg := config.Default()
 	cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	app := fx.New(fx.NopLogger,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),

@@ -221,7 +221,7 @@ func (twiceRoute) Register(r *mux.Router) {
 func TestOptionsFromConfig(t *testing.T) {
 	c := config.ServerConfig{Host: "127.0.0.1", Port: 8181, ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second,
 		WriteTimeout: 3 * time.Second, IdleTimeout: 4 * time.Second, ShutdownTimeout: 5 * time.Second, MaxBodyBytes: 4096}
-	got := OptionsFromConfig(c, config.SegmentConfig{MaxBytes: 1 << 20, MaxRecordBytes: 2048})
+	got := OptionsFromConfig(c, topicqueue.SegmentConfig{MaxBytes: 1 << 20, MaxRecordBytes: 2048})
 	want := Options{Addr: "127.0.0.1:8181", ReadHeaderTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 3 * time.Second,
 		IdleTimeout: 4 * time.Second, ShutdownTimeout: 5 * time.Second, MaxBodyBytes: 4096, MaxRecordBytes: 2048}
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {

@@ -6,7 +6,6 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -26,7 +25,7 @@ var Module = fx.Module("recovery",
 var Ready = fx.Module("ready", fx.Invoke(registerReady))
 
 // register takes mmmq.broker.storage for its on-corruption policy.
-func register(lc fx.Lifecycle, reg *topicqueue.Registry, st config.StorageConfig, log *zap.Logger) {
+func register(lc fx.Lifecycle, reg *topicqueue.Registry, st topicqueue.StorageConfig, log *zap.Logger) {
 	lc.Append(fx.StartHook(func(context.Context) error {
 		_, err := reg.OpenAll(st.OnCorruption, log.Named("recovery"))
 		return err

@@ -22,11 +22,13 @@ const root = "/srv/mmmq/data"
 
 // broker is the part of the application recovery sits in: the registry on
 // fsys, recovery.Module and recovery.Ready, as app.Modules lists them.
-func broker(t *testing.T, fsys vfs.FS, policy config.OnCorruption, out ...any) *fx.App {
+func broker(t *testing.T, fsys vfs.FS, policy topicqueue.OnCorruption, out ...any) *fx.App {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = root
-	cfg.MMMQ.Broker.Storage.MinFreeBytes = 0
-	cfg.MMMQ.Broker.Storage.OnCorruption = policy
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) {
+		st.RootDir = root
+		st.MinFreeBytes = 0
+		st.OnCorruption = policy
+	})
 	return fx.New(fx.NopLogger,
 		config.Module, config.Supply(cfg),
 		fx.Supply(zaptest.NewLogger(t)),
@@ -45,7 +47,7 @@ func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 	mem := vfs.NewMem()
 	var reg *topicqueue.Registry
 	var ready *recovery.Readiness
-	app := broker(t, mem, config.OnCorruptionFail, &reg, &ready)
+	app := broker(t, mem, topicqueue.OnCorruptionFail, &reg, &ready)
 	require.NoError(t, app.Err())
 	require.False(t, ready.Ready(), "ready before start")
 	require.NoError(t, app.Start(context.Background()))
@@ -57,7 +59,7 @@ func TestFreshRootSurvivesPowerLoss(t *testing.T) {
 	require.False(t, ready.Ready(), "not ready once stopping began")
 
 	crashed := mem.Crash(vfs.CrashOptions{})
-	app = broker(t, crashed, config.OnCorruptionFail, &reg, &ready)
+	app = broker(t, crashed, topicqueue.OnCorruptionFail, &reg, &ready)
 	require.NoError(t, app.Start(context.Background()))
 	q, ok := reg.Get("orders")
 	require.True(t, ok, "the acknowledged topic was opened at start")
@@ -79,14 +81,14 @@ func TestCorruptTopicPolicy(t *testing.T) {
 	require.NoError(t, mem.WriteFile(root+"/bad/0000000000000000001.idx", nil, true))
 	require.NoError(t, mem.WriteFile(root+"/bad/0000000000000000001.mmm", nil, true))
 
-	app := broker(t, mem, config.OnCorruptionFail)
+	app := broker(t, mem, topicqueue.OnCorruptionFail)
 	err := app.Start(context.Background())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "bad")
 
 	var reg *topicqueue.Registry
 	var ready *recovery.Readiness
-	app = broker(t, mem, config.OnCorruptionQuarantine, &reg, &ready)
+	app = broker(t, mem, topicqueue.OnCorruptionQuarantine, &reg, &ready)
 	require.NoError(t, app.Start(context.Background()))
 	assert.True(t, ready.Ready())
 	assert.Contains(t, reg.Quarantined(), "bad")
@@ -97,7 +99,7 @@ func TestCorruptTopicPolicy(t *testing.T) {
 func TestFxModule(t *testing.T) {
 	var ready *recovery.Readiness
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	app := fxtest.New(t, config.Module, config.Supply(cfg), fx.Supply(zaptest.NewLogger(t)),
 		storage.Module, topicqueue.Module, recovery.Module, recovery.Ready, fx.Populate(&ready))
 	app.RequireStart()

@@ -16,10 +16,10 @@ type Params struct {
 	fx.In
 	// Config is mmmq.broker.retention (config.Module).
 	Config config.RetentionConfig
-	// Storage is mmmq.broker.storage (config.Module): with a backend
+	// Storage is mmmq.broker.storage (topicqueue.StorageSection): with a backend
 	// other than local ("jetstream") the backend applies the policies
 	// itself and the Retainer runs no loop. Zero = local.
-	Storage  config.StorageConfig
+	Storage  topicqueue.StorageConfig
 	Registry *topicqueue.Registry
 	Logger   *zap.Logger
 	// Dispatchers and Groups hold data under keep-unconsumed; an
@@ -38,7 +38,7 @@ func NewFromConfig(p Params) (*Retainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b := p.Storage.Backend; b != "" && b != config.BackendLocal {
+	if b := p.Storage.Backend; b != "" && b != topicqueue.BackendLocal {
 		o.Default, o.Rules = contract.RetentionPolicy{}, nil
 	}
 	o.Dispatchers = p.Dispatchers

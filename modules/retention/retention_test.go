@@ -262,9 +262,11 @@ func TestKeepUnconsumed(t *testing.T) {
 // pattern fails startup naming the key.
 func TestFxModuleRunsLoop(t *testing.T) {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
-	cfg.MMMQ.Broker.Segment.MaxBytes = 1024
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 1024
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) {
+		seg.MaxBytes = 1024
+		seg.MaxRecordBytes = 1024
+	})
 	cfg.MMMQ.Broker.Retention.MaxBytes = 1
 	cfg.MMMQ.Broker.Retention.CheckInterval = time.Millisecond
 	var r *Retainer
@@ -385,7 +387,7 @@ func TestDeleteWhileRetentionRuns(t *testing.T) {
 	}
 	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: e.fs, Logger: zaptest.NewLogger(t), SegmentMaxBytes: 512}})
 	defer reg.Close()
-	if rep, err := reg.OpenAll(config.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
+	if rep, err := reg.OpenAll(topicqueue.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
 		t.Fatalf("recovery after the churn: %v (%+v)", err, rep)
 	}
 	q, ok := reg.Get("churn")
@@ -408,7 +410,7 @@ func TestJetStreamBackendRunsNoLoop(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	rc := config.RetentionConfig{MaxAge: time.Hour, MaxBytes: 1 << 20, CheckInterval: time.Millisecond,
 		Topics: config.RetentionTopicsConfig{{Pattern: "a.**", MaxBytes: ptr64(1)}}}
-	js := config.StorageConfig{Backend: config.BackendJetStream}
+	js := topicqueue.StorageConfig{Backend: topicqueue.BackendJetStream}
 	r, err := NewFromConfig(Params{Config: rc, Storage: js, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
@@ -421,7 +423,7 @@ func TestJetStreamBackendRunsNoLoop(t *testing.T) {
 	if r.stop != nil || logs.Len() != 0 {
 		t.Fatalf("loop started or logged: %v", logs.All())
 	}
-	local, err := NewFromConfig(Params{Config: rc, Storage: config.StorageConfig{Backend: config.BackendLocal}, Logger: zap.NewNop()})
+	local, err := NewFromConfig(Params{Config: rc, Storage: topicqueue.StorageConfig{Backend: topicqueue.BackendLocal}, Logger: zap.NewNop()})
 	if err != nil || !local.Enabled() {
 		t.Fatalf("local: enabled %v, %v", local.Enabled(), err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
 )
@@ -46,7 +45,7 @@ func BenchmarkDedupRebuild(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				reg := New(Options{Root: root, Dedup: tr()})
-				if _, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+				if _, err := reg.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 					b.Fatal(err)
 				}
 				m := Message{ID: "producer-1-0"}

@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -57,7 +56,7 @@ func recoverImage(t testing.TB, fsys vfs.FS) *topicImage {
 	t.Helper()
 	reg := New(Options{Root: delRoot, Storage: storage.Options{FS: fsys}})
 	defer reg.Close()
-	if _, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+	if _, err := reg.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 		t.Fatalf("recovery refused the data after a crash during deletion: %v", err)
 	}
 	ents, err := fsys.List(delRoot)
@@ -490,7 +489,7 @@ func TestDeleteQuarantinedAndFailedDeletion(t *testing.T) {
 	}
 	reg = New(Options{Root: delRoot, Storage: storage.Options{FS: fsys}})
 	defer reg.Close()
-	if _, err := reg.OpenAll(config.OnCorruptionQuarantine, zap.NewNop()); err != nil {
+	if _, err := reg.OpenAll(OnCorruptionQuarantine, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := reg.Quarantined()["t"]; !ok {

@@ -17,10 +17,10 @@ import (
 // Params are the default backend's dependencies in the Fx graph.
 type Params struct {
 	fx.In
-	// Storage is mmmq.broker.storage (config.Module).
-	Storage config.StorageConfig
-	// Segment is mmmq.broker.segment (config.Module).
-	Segment config.SegmentConfig
+	// Storage is mmmq.broker.storage (StorageSection).
+	Storage StorageConfig
+	// Segment is mmmq.broker.segment (SegmentSection).
+	Segment SegmentConfig
 	Logger  *zap.Logger
 	FS      vfs.FS
 	// Observer receives fsync and batch measurements (metrics plugin).
@@ -67,8 +67,8 @@ const BackendFactoryTag = `group:"storage-backends"`
 // RegistryParams are the registry's dependencies in the Fx graph.
 type RegistryParams struct {
 	fx.In
-	Storage config.StorageConfig
-	Segment config.SegmentConfig
+	Storage StorageConfig
+	Segment SegmentConfig
 	Logger  *zap.Logger
 	FS      vfs.FS
 	// Backend opens the topics: Module provides the LocalBackend
@@ -85,7 +85,7 @@ type RegistryParams struct {
 // config validation let through is "commit" or "lazy"). FS, Logger, Observer, Hooks and SegmentCache of Storage
 // are left for the caller (LocalBackend makes the one cache its topics
 // share).
-func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Options {
+func OptionsFromConfig(st StorageConfig, seg SegmentConfig) Options {
 	o := Options{
 		Root:      st.RootDir,
 		MaxTopics: st.MaxTopics,
@@ -101,7 +101,7 @@ func OptionsFromConfig(st config.StorageConfig, seg config.SegmentConfig) Option
 // options: SegmentMaxBytes and MaxRecordBytes (bytes); the other fields are
 // zero. It is the one config -> storage.Options mapping (the registry and
 // mmmq verify/dump use it).
-func StorageOptionsFromConfig(seg config.SegmentConfig) storage.Options {
+func StorageOptionsFromConfig(seg SegmentConfig) storage.Options {
 	return storage.Options{
 		SegmentMaxBytes: seg.MaxBytes,
 		MaxRecordBytes:  int(seg.MaxRecordBytes),
@@ -113,7 +113,7 @@ func StorageOptionsFromConfig(seg config.SegmentConfig) storage.Options {
 // counted). The storage logs (ACCEPTED appends), the consumer-group
 // coordinator (fetch replies, HTTP and line protocol) and the HTTP server
 // (read-back pages) all draw from this one value.
-func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
+func NewBudgetFromConfig(m MemoryConfig) *contract.Budget {
 	return contract.NewBudget(m.MaxInflightBytes)
 }
 
@@ -124,8 +124,8 @@ func NewBudgetFromConfig(m config.MemoryConfig) *contract.Budget {
 // or when the backend is not "local" (the messages are not on this disk).
 // Tests replace it with fx.Decorate(func(*storage.SpaceGuard)
 // *storage.SpaceGuard { return mine }) (a fake clock, another minimum).
-func NewSpaceGuardFromConfig(st config.StorageConfig, fsys vfs.FS, log *zap.Logger) *storage.SpaceGuard {
-	if st.Backend != "" && st.Backend != config.BackendLocal {
+func NewSpaceGuardFromConfig(st StorageConfig, fsys vfs.FS, log *zap.Logger) *storage.SpaceGuard {
+	if st.Backend != "" && st.Backend != BackendLocal {
 		return nil
 	}
 	return storage.NewSpaceGuard(storage.SpaceGuardOptions{
@@ -142,7 +142,7 @@ func NewSpaceGuardFromConfig(st config.StorageConfig, fsys vfs.FS, log *zap.Logg
 // the process's open-file limit (storage.CheckMaxOpenSegments), no factory
 // of the name, or the factory's error.
 func NewBackendFromConfig(p Params) (Backend, error) {
-	if p.Storage.Backend != "" && p.Storage.Backend != config.BackendLocal {
+	if p.Storage.Backend != "" && p.Storage.Backend != BackendLocal {
 		for _, f := range p.Factories {
 			if f.Name == p.Storage.Backend {
 				return f.New()
@@ -224,7 +224,9 @@ func registerLifecycle(p lifecycleParams) {
 	})
 }
 
-// Module provides the broker's in-flight memory budget (*contract.Budget,
+// Module registers the sections mmmq.broker.storage, .segment, .memory and
+// .dedup (StorageSection, SegmentSection, MemorySection, DedupSection) and
+// provides their values, the broker's in-flight memory budget (*contract.Budget,
 // NewBudgetFromConfig), the idempotent-publish window (*dedup.Tracker,
 // NewDedupFromConfig; nil when off), the disk guard (*storage.SpaceGuard,
 // NewSpaceGuardFromConfig; nil when off), the Backend (the local segmented log; replace it
@@ -232,7 +234,10 @@ func registerLifecycle(p lifecycleParams) {
 // mine }) or fx.Replace) and the *Registry over it, and ties the backend's
 // lock and the topics' logs to the application's start and stop.
 var Module = fx.Module("topicqueue",
-	config.ProvideSection(DedupSection), // mmmq.broker.dedup, provided as DedupConfig
+	config.ProvideSection(StorageSection), // mmmq.broker.storage, provided as StorageConfig
+	config.ProvideSection(SegmentSection), // mmmq.broker.segment, provided as SegmentConfig
+	config.ProvideSection(MemorySection),  // mmmq.broker.memory, provided as MemoryConfig
+	config.ProvideSection(DedupSection),   // mmmq.broker.dedup, provided as DedupConfig
 	fx.Provide(NewBudgetFromConfig, NewDedupFromConfig, NewSpaceGuardFromConfig, NewBackendFromConfig, NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

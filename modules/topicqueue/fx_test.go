@@ -25,11 +25,15 @@ import (
 // releases the lock on stop.
 func TestFxModule(t *testing.T) {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = "/data"
-	cfg.MMMQ.Broker.Storage.MinFreeBytes = 0
-	cfg.MMMQ.Broker.Segment.MaxBytes = 1 << 10
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 1 << 10
-	cfg.MMMQ.Broker.Memory.MaxInflightBytes = 12345
+	config.EditSection(cfg, StorageSection, func(st *StorageConfig) {
+		st.RootDir = "/data"
+		st.MinFreeBytes = 0
+	})
+	config.EditSection(cfg, SegmentSection, func(seg *SegmentConfig) {
+		seg.MaxBytes = 1 << 10
+		seg.MaxRecordBytes = 1 << 10
+	})
+	config.EditSection(cfg, MemorySection, func(m *MemoryConfig) { m.MaxInflightBytes = 12345 })
 	mem := vfs.NewMem()
 	var (
 		reg    *Registry

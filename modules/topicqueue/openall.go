@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 )
@@ -28,10 +27,10 @@ type Report struct {
 // original mmmq scans its data root and makes one TopicQueue per topic
 // directory, each segment trimmed to its offset index). A topic refused as
 // corrupt stops it with an error naming the topic, file, byte position and
-// offset when policy is config.OnCorruptionFail (the default: the log-queue
+// offset when policy is OnCorruptionFail (the default: the log-queue
 // study refuses to start rather than skip records that may have been
 // acknowledged), or is quarantined (Quarantined; publishing to it fails
-// with ErrQuarantined) under config.OnCorruptionQuarantine. A directory
+// with ErrQuarantined) under OnCorruptionQuarantine. A directory
 // under a topic name that holds neither a segment nor the incarnation id
 // but other entries (storage.Open) is refused the same way, untouched; one
 // holding only what an interrupted creation leaves is removed.
@@ -39,7 +38,7 @@ type Report struct {
 // refused topic and a summary. On a backend shared by several broker nodes
 // (a contract.TopicWatcher) it then follows the topics other nodes create and
 // delete, until Close.
-func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report, error) {
+func (r *Registry) OpenAll(policy OnCorruption, log *zap.Logger) (Report, error) {
 	start := time.Now()
 	rep := Report{Quarantined: map[string]error{}}
 	if d, ok := r.opts.Backend.(contract.TopicDeleter); ok {
@@ -68,7 +67,7 @@ func (r *Registry) OpenAll(policy config.OnCorruption, log *zap.Logger) (Report,
 		switch {
 		case errors.As(err, &ce):
 			log.Error("topic refused: corruption found by startup recovery; files left untouched", corruptionFields(ce, policy)...)
-			if policy != config.OnCorruptionQuarantine {
+			if policy != OnCorruptionQuarantine {
 				return rep, fmt.Errorf("recovery: %w (run `mmmq verify` for a full report; set mmmq.broker.storage.on-corruption: quarantine to serve the other topics)", ce)
 			}
 			r.Quarantine(name, ce)
@@ -141,7 +140,7 @@ func (r *Registry) RecoveryCuts() RecoveryCuts {
 
 // corruptionFields are the log fields of a refused topic: pos and offset
 // only when they apply (not -1).
-func corruptionFields(ce *contract.CorruptionError, policy config.OnCorruption) []zap.Field {
+func corruptionFields(ce *contract.CorruptionError, policy OnCorruption) []zap.Field {
 	f := []zap.Field{zap.String("topic", ce.Topic), zap.String("file", ce.File)}
 	if ce.Pos >= 0 {
 		f = append(f, zap.Int64("pos", ce.Pos))

@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -38,7 +37,7 @@ func TestStartupSyncsWhatAKilledProcessLeft(t *testing.T) {
 	opts.FS = killed
 	reg2 := New(Options{Root: "/data", Storage: opts})
 	defer reg2.Close()
-	if _, err := reg2.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+	if _, err := reg2.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	q, err := reg2.Open("t")
@@ -53,7 +52,7 @@ func TestStartupSyncsWhatAKilledProcessLeft(t *testing.T) {
 	}
 	reg3 := New(Options{Root: "/data", Storage: storage.Options{FS: killed.Crash(vfs.CrashOptions{})}})
 	defer reg3.Close()
-	if _, err := reg3.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+	if _, err := reg3.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 		t.Fatalf("after the restart and a power loss: %v", err)
 	}
 	q3, err := reg3.Open("t")
@@ -113,7 +112,7 @@ func TestUntrustedSyncFSFsyncsEachTopic(t *testing.T) {
 		opts.Hooks = nil
 		opts.FS = lyingSyncFS{MemFS: killed, untrusted: untrusted}
 		reg2 := New(Options{Root: "/data", Storage: opts})
-		if _, err := reg2.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+		if _, err := reg2.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 			t.Fatal(err)
 		}
 		q, err := reg2.Open("t")
@@ -124,7 +123,7 @@ func TestUntrustedSyncFSFsyncsEachTopic(t *testing.T) {
 		reg2.Close()
 		reg3 := New(Options{Root: "/data", Storage: storage.Options{FS: crashed}})
 		defer reg3.Close()
-		if _, err := reg3.OpenAll(config.OnCorruptionFail, zap.NewNop()); err != nil {
+		if _, err := reg3.OpenAll(OnCorruptionFail, zap.NewNop()); err != nil {
 			return -1, err
 		}
 		q3, err := reg3.Open("t")

@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -66,7 +65,7 @@ func TestStartupRemovesUnfinishedTopic(t *testing.T) {
 	})
 	reg = New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
 	defer reg.Close()
-	rep, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop())
+	rep, err := reg.OpenAll(OnCorruptionFail, zap.NewNop())
 	if err != nil {
 		t.Fatalf("startup on a full disk with a leftover directory: %v", err)
 	}
@@ -158,7 +157,7 @@ func TestStartupLeavesForeignDirectoriesAlone(t *testing.T) {
 
 	reg = New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
 	defer reg.Close()
-	rep, err := reg.OpenAll(config.OnCorruptionQuarantine, zap.NewNop())
+	rep, err := reg.OpenAll(OnCorruptionQuarantine, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +195,7 @@ func TestStartupForeignDirectoryFailsUntouched(t *testing.T) {
 	}
 	reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
 	defer reg.Close()
-	_, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop())
+	_, err := reg.OpenAll(OnCorruptionFail, zap.NewNop())
 	if err == nil || !strings.Contains(err.Error(), `topic "backup"`) || !strings.Contains(err.Error(), "readme.txt") {
 		t.Fatalf("startup: %v, want a refusal naming backup and readme.txt", err)
 	}
@@ -246,7 +245,7 @@ func TestStartupRemovesEveryInterruptedCreationState(t *testing.T) {
 			}
 			reg := New(Options{Root: "/data", Storage: storage.Options{FS: fsys}})
 			defer reg.Close()
-			rep, err := reg.OpenAll(config.OnCorruptionFail, zap.NewNop())
+			rep, err := reg.OpenAll(OnCorruptionFail, zap.NewNop())
 			if err != nil || rep.Topics != 0 {
 				t.Fatalf("startup: %+v, %v", rep, err)
 			}

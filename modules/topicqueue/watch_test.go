@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -80,7 +79,7 @@ func TestWatchOpensTopicsCreatedElsewhere(t *testing.T) {
 		mu.Unlock()
 	})
 	defer cancel()
-	if _, err := reg.OpenAll(config.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
+	if _, err := reg.OpenAll(topicqueue.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	b.createElsewhere(t, "made.on.b")
@@ -124,7 +123,7 @@ func TestWatchForgetsTopicsDeletedElsewhere(t *testing.T) {
 		mu.Unlock()
 	})
 	defer cancel()
-	if _, err := reg.OpenAll(config.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
+	if _, err := reg.OpenAll(topicqueue.OnCorruptionFail, zaptest.NewLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	b.createElsewhere(t, "gone.on.b")

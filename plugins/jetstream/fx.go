@@ -15,8 +15,8 @@ type FactoryParams struct {
 	fx.In
 	// Config is mmmq.jetstream (ConfigSection, provided by Module).
 	Config Config
-	// Segment is mmmq.broker.segment (config.Module): max-record-bytes.
-	Segment config.SegmentConfig
+	// Segment is mmmq.broker.segment (topicqueue.SegmentSection): max-record-bytes.
+	Segment topicqueue.SegmentConfig
 	// Retention is mmmq.broker.retention (config.Module): each topic's
 	// policy (max-age, max-bytes, the first matching override of topics)
 	// becomes its stream's MaxAge and MaxBytes, which JetStream enforces
@@ -37,7 +37,7 @@ type FactoryParams struct {
 }
 
 // NewFactory is the topicqueue.BackendFactory named "jetstream"
-// (config.BackendJetStream). Its New connects (Connect) when
+// (topicqueue.BackendJetStream). Its New connects (Connect) when
 // mmmq.broker.storage.backend selects it, while the registry is built, and
 // appends a stop hook that closes the connection; that hook is appended
 // before the registry's own, so on stop it runs after the registry closed
@@ -49,7 +49,7 @@ type FactoryParams struct {
 // the key), or Connect's.
 func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 	return topicqueue.BackendFactory{
-		Name: config.BackendJetStream,
+		Name: topicqueue.BackendJetStream,
 		New: func() (topicqueue.Backend, error) {
 			log := p.Logger.Named("jetstream")
 			ro, err := retention.OptionsFromConfig(p.Retention)

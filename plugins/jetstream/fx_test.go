@@ -20,12 +20,14 @@ import (
 func TestModuleSelectsBackend(t *testing.T) {
 	s := jstest.Start(t, "", nil)
 
-	for _, backend := range []string{config.BackendLocal, config.BackendJetStream} {
+	for _, backend := range []string{topicqueue.BackendLocal, topicqueue.BackendJetStream} {
 		t.Run(backend, func(t *testing.T) {
 			cfg := config.Default()
 			cfg.Server.Host, cfg.Server.Port = "127.0.0.1", 0
-			cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
-			cfg.MMMQ.Broker.Storage.Backend = backend
+			config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) {
+				st.RootDir = t.TempDir()
+				st.Backend = backend
+			})
 			jc := jetstream.ConfigSection.Default()
 			jc.Servers, jc.Replicas = s.ClientURL(), 1
 			config.SetSectionValue(cfg, jetstream.ConfigSection, jc)
@@ -33,9 +35,9 @@ func TestModuleSelectsBackend(t *testing.T) {
 			a := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&reg)))
 			a.RequireStart()
 			jb, isJS := reg.Backend().(*jetstream.Backend)
-			assert.Equal(t, backend == config.BackendJetStream, isJS)
+			assert.Equal(t, backend == topicqueue.BackendJetStream, isJS)
 			_, isLocal := reg.Backend().(*topicqueue.LocalBackend)
-			assert.Equal(t, backend == config.BackendLocal, isLocal)
+			assert.Equal(t, backend == topicqueue.BackendLocal, isLocal)
 			a.RequireStop()
 			if isJS {
 				assert.True(t, jb.Conn().IsClosed(), "the connection is closed on stop")

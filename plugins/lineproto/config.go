@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // Config is the plugin's configuration section, key "mmmq.lineproto"
@@ -47,7 +48,7 @@ var ConfigSection = config.NewSection("lineproto",
 // OptionsFromConfig maps the section and mmmq.broker.segment.max-record-bytes
 // to Options (Addr, MaxLineBytes, MaxPipeline, MaxRecordBytes; the other
 // fields keep their defaults, Logger and Budget included).
-func OptionsFromConfig(c Config, seg config.SegmentConfig) Options {
+func OptionsFromConfig(c Config, seg topicqueue.SegmentConfig) Options {
 	return Options{
 		Addr:           c.Addr,
 		MaxLineBytes:   int(c.MaxLineBytes),

@@ -18,8 +18,8 @@ type Params struct {
 
 	// Config is mmmq.lineproto (ConfigSection, provided by Module).
 	Config Config
-	// Segment is mmmq.broker.segment (config.Module).
-	Segment config.SegmentConfig
+	// Segment is mmmq.broker.segment (topicqueue.SegmentSection).
+	Segment topicqueue.SegmentConfig
 	// Server is the "server" section (config.Module): its server.tls
 	// certificates serve the line protocol too.
 	Server   config.ServerConfig

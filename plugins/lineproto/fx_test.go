@@ -23,7 +23,7 @@ import (
 
 func fxApp(t *testing.T, addr string, srv **Server) *fxtest.App {
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	config.SetSectionValue(cfg, ConfigSection, Config{Addr: addr, MaxLineBytes: DefaultMaxLineBytes, MaxPipeline: DefaultMaxPipeline})
 	return fxtest.New(t,
 		config.Module, config.Supply(cfg),
@@ -106,7 +106,7 @@ func TestFxPubIDDeduplicates(t *testing.T) {
 func TestFxAuth(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	cfg := config.Default()
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	config.SetSectionValue(cfg, ConfigSection, Config{Addr: "127.0.0.1:0", MaxLineBytes: DefaultMaxLineBytes, MaxPipeline: DefaultMaxPipeline})
 	fl := &fakeLimiter{conns: map[string]int{}, publish: 0, retry: time.Second}
 	var srv *Server

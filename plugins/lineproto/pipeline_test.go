@@ -19,6 +19,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // contentsOf reads topic back from its first offset: the "n" member of
@@ -459,7 +460,7 @@ func TestPipelineConfig(t *testing.T) {
 			t.Fatalf("max-pipeline %d: %v", v, err)
 		}
 	}
-	if o := OptionsFromConfig(Config{MaxPipeline: 7}, config.SegmentConfig{}); o.MaxPipeline != 7 {
+	if o := OptionsFromConfig(Config{MaxPipeline: 7}, topicqueue.SegmentConfig{}); o.MaxPipeline != 7 {
 		t.Fatalf("OptionsFromConfig: MaxPipeline %d", o.MaxPipeline)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/servertls"
@@ -52,7 +51,7 @@ const (
 
 // defaultMaxRecordBytes caps a PUB payload when Options.MaxRecordBytes is
 // 0: the default of mmmq.broker.segment.max-record-bytes (1 MiB).
-var defaultMaxRecordBytes = int(config.Default().MMMQ.Broker.Segment.MaxRecordBytes)
+var defaultMaxRecordBytes = int(topicqueue.SegmentSection.Default().MaxRecordBytes)
 
 // Options configures a Server. The zero value of every field but Addr
 // means its default.

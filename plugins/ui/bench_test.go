@@ -41,7 +41,7 @@ func BenchmarkStatusPage10kTopics(b *testing.B) {
 	cfg := config.Default()
 	cfg.Server.Port = 0
 	cfg.Server.Host = "127.0.0.1"
-	cfg.MMMQ.Broker.Storage.RootDir = b.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = b.TempDir() })
 	var srv *httpapi.Server
 	var reg *topicqueue.Registry
 	var adm *admin.Admin

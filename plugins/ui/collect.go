@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/admin"
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // maxGroupRows caps the consumer-group table.
@@ -103,7 +103,7 @@ func (u *UI) collect(r *http.Request) *collected {
 		row := topicRow{Name: q.Name(), Start: st.StartOffset, Next: st.NextOffset, Bytes: st.Bytes, Segments: st.Segments, Failed: st.Failed}
 		if c.windowSec > 0 {
 			prev, ok := old.next[row.Name]
-			if !ok && u.o.Storage.Backend != config.BackendJetStream {
+			if !ok && u.o.Storage.Backend != topicqueue.BackendJetStream {
 				// Created since the oldest sample (the sampler starts after
 				// startup recovery opened the stored topics): all of it is
 				// new. A topic found on a shared backend may not be.

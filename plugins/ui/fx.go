@@ -17,7 +17,7 @@ type Params struct {
 	fx.In
 
 	Config    Config
-	Storage   config.StorageConfig
+	Storage   topicqueue.StorageConfig
 	Registry  *topicqueue.Registry
 	Logger    *zap.Logger
 	Lifecycle fx.Lifecycle

@@ -45,7 +45,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/admin"
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -68,7 +67,7 @@ type Options struct {
 	Config Config
 	// Storage is mmmq.broker.storage: the data directory (root-dir) or
 	// backend jetstream, and the disk guard's min-free-bytes.
-	Storage  config.StorageConfig
+	Storage  topicqueue.StorageConfig
 	Registry *topicqueue.Registry
 	// Admin is the admin module (dispatchers); nil: no dispatchers shown.
 	Admin *admin.Admin

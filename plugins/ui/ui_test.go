@@ -42,7 +42,7 @@ func testConfig(t *testing.T) *config.Config {
 	cfg := config.Default()
 	cfg.Server.Port = 0
 	cfg.Server.Host = "127.0.0.1"
-	cfg.MMMQ.Broker.Storage.RootDir = t.TempDir()
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
 	// A consumer that is down leaves its dispatcher in backoff for seconds.
 	config.EditSection(cfg, dispatcher.ConfigSection, func(d *dispatcher.Config) { d.BackoffInitial, d.BackoffMax = 5*time.Second, 10*time.Second })
 	return cfg
@@ -219,8 +219,10 @@ func TestTopicsPaging(t *testing.T) {
 // stop at the first segment's end and show older ones).
 func TestTopicPageShowsTheNewest(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.MMMQ.Broker.Segment.MaxBytes = 4096
-	cfg.MMMQ.Broker.Segment.MaxRecordBytes = 2048
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) {
+		seg.MaxBytes = 4096
+		seg.MaxRecordBytes = 2048
+	})
 	b := startBroker(t, cfg)
 	for i := range 26 {
 		b.publish(map[string]any{"topic": "seg.t", "content": strings.Repeat(fmt.Sprint(i%10), 400)})

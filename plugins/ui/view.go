@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // maxDispatcherRows caps the topic rows of one dispatcher (those with the
@@ -80,7 +80,7 @@ func (u *UI) overview(c *collected, groups int) *overviewData {
 	o := &overviewData{Version: contract.Version, Uptime: age(c.now.Sub(u.started)), Topics: len(c.rows),
 		Dispatchers: len(c.dispatchers), DispatchersHidden: c.dispHidden, Groups: groups, Failed: c.failed, PublishRate: "—", FsyncsPerMessage: "—"}
 	st := u.o.Storage
-	if st.Backend == config.BackendJetStream {
+	if st.Backend == topicqueue.BackendJetStream {
 		o.DataDir = "JetStream: " + redactServers(u.o.JetStreamServers)
 		o.DiskFree = "—"
 	} else {
