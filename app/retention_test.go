@@ -63,8 +63,10 @@ func TestRetentionEndToEnd(t *testing.T) {
 		seg.MaxBytes = segMax
 		seg.MaxRecordBytes = 1024
 	})
-	cfg.MMMQ.Broker.Retention.MaxBytes = maxBytes
-	cfg.MMMQ.Broker.Retention.CheckInterval = time.Hour // passes are run by the test
+	config.EditSection(cfg, retention.ConfigSection, func(r *retention.Config) {
+		r.MaxBytes = maxBytes
+		r.CheckInterval = time.Hour // passes are run by the test
+	})
 	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
 	core, logs := observer.New(zapcore.WarnLevel)
 	var r *retention.Retainer
@@ -141,7 +143,7 @@ func TestRetentionJetStreamEndToEnd(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	_, _ = backends[1].setup(t, cfg) // jetstream
 	require.Equal(t, topicqueue.BackendJetStream, config.SectionValue(cfg, topicqueue.StorageSection).Backend)
-	cfg.MMMQ.Broker.Retention.MaxBytes = 16384
+	config.EditSection(cfg, retention.ConfigSection, func(r *retention.Config) { r.MaxBytes = 16384 })
 	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
 	core, logs := observer.New(zapcore.WarnLevel)
 	a, base := startBroker(t, cfg,

@@ -227,77 +227,11 @@ type AuthPermissionConfig struct {
 // keys under it are sections of the modules that read them (see
 // [Section]): mmmq.broker.storage, .segment, .memory and .dedup of
 // modules/topicqueue, .dispatch of modules/dispatcher, .groups of
-// modules/groups.
+// modules/groups, .retention of modules/retention.
 type BrokerConfig struct {
 	// Dispatchers are the push dispatchers declared in the file; not settable
 	// from the environment. Default none.
 	Dispatchers DispatchersConfig `koanf:"dispatchers"`
-	// Retention deletes old segments by age and size (key "mmmq.broker.retention").
-	Retention RetentionConfig `koanf:"retention"`
-}
-
-// RetentionConfig says how long topics keep their messages (key
-// "mmmq.broker.retention"). Retention deletes whole sealed segments from
-// the head of a topic, never the active one, so a topic keeps up to one
-// segment (mmmq.broker.segment.max-bytes) more than its limits. The
-// defaults keep everything, as the original Java mmmq does.
-//
-// With mmmq.broker.storage.backend "jetstream" a topic's max-age and
-// max-bytes (the first matching override's, as here) are its stream's
-// MaxAge and MaxBytes, which JetStream enforces continuously, dropping
-// the oldest messages one by one (max-bytes then counts the stream's
-// stored bytes); check-interval and group-idle do not apply, and
-// keep-unconsumed is refused. Every broker sharing the streams must
-// have the same retention: the last to open a topic sets its limits.
-type RetentionConfig struct {
-	// MaxAge: a segment is deleted once the newest message in it is older
-	// than this (its stored timestamp). 0 keeps messages forever. With
-	// backend "jetstream" 0 or at least 100ms. Default 0.
-	MaxAge time.Duration `koanf:"max-age"`
-	// MaxBytes: per topic, the oldest segments are deleted while its .mmm
-	// and .idx files hold more than this many bytes. 0 is unlimited.
-	// Default 0.
-	MaxBytes int64 `koanf:"max-bytes"`
-	// CheckInterval is how often every topic is checked (local backend
-	// only). Default 1m.
-	CheckInterval time.Duration `koanf:"check-interval"`
-	// Topics are per-pattern overrides of max-age and max-bytes (a limit an
-	// override leaves out is inherited from these keys); the first
-	// pattern matching a topic wins (dispatcher pattern rules: "*" one
-	// segment, "**" any number), so the same pattern twice is refused.
-	// File only. Default none.
-	Topics RetentionTopicsConfig `koanf:"topics"`
-	// KeepUnconsumed keeps every segment that a configured dispatcher, or
-	// a consumer group that committed or fetched within GroupIdle, has not
-	// read past. Only groups used since the broker started count: after a
-	// restart a group holds nothing until a consumer fetches or commits
-	// again. Checkpoints of dispatchers no longer configured hold nothing.
-	// Local backend only: refused with backend "jetstream". Default false.
-	KeepUnconsumed bool `koanf:"keep-unconsumed"`
-	// GroupIdle: a consumer group that has neither committed nor fetched
-	// for this long no longer holds data under keep-unconsumed (local
-	// backend only). Default 24h.
-	GroupIdle time.Duration `koanf:"group-idle"`
-}
-
-// RetentionTopicsConfig is the list of per-pattern retention overrides
-// (key "mmmq.broker.retention.topics"). Default empty.
-type RetentionTopicsConfig []RetentionTopicConfig
-
-// RetentionTopicConfig overrides retention for the topics matching Pattern
-// (list key "mmmq.broker.retention.topics"). A limit the entry leaves out
-// is inherited from mmmq.broker.retention (as Kafka's topic-level
-// retention settings fall back to the broker's); 0 given explicitly means
-// forever / unlimited for these topics.
-type RetentionTopicConfig struct {
-	// Pattern is a topic pattern with the dispatcher rules. Required.
-	Pattern string `koanf:"pattern"`
-	// MaxAge replaces mmmq.broker.retention.max-age for these topics
-	// (0 = forever); nil inherits it.
-	MaxAge *time.Duration `koanf:"max-age"`
-	// MaxBytes replaces mmmq.broker.retention.max-bytes for these topics
-	// (0 = unlimited); nil inherits it.
-	MaxBytes *int64 `koanf:"max-bytes"`
 }
 
 // CommitPolicy says when a dispatcher fsyncs its checkpoint
@@ -458,12 +392,6 @@ func Default() *Config {
 		},
 		MMMQ: MMMQConfig{
 			Auth: AuthConfig{ProtectMetrics: true},
-			Broker: BrokerConfig{
-				Retention: RetentionConfig{
-					CheckInterval: time.Minute,
-					GroupIdle:     24 * time.Hour,
-				},
-			},
 		},
 	}
 }

@@ -28,7 +28,7 @@ func load(t *testing.T, body string, env ...string) (*Config, error) {
 	if env == nil {
 		env = []string{}
 	}
-	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{dispatchSection, storageSection}})
+	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{dispatchSection}})
 }
 
 func TestDefaultValidates(t *testing.T) {
@@ -269,9 +269,6 @@ func TestInvalidValuesNameKey(t *testing.T) {
 		{"body small", "server: {max-body-bytes: 10}", "server.max-body-bytes"},
 		{"level", "logging: {level: loud}", "logging.level"},
 		{"format", "logging: {format: xml}", "logging.format"},
-		{"keep-unconsumed with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {keep-unconsumed: true}}}", "mmmq.broker.retention.keep-unconsumed"},
-		{"max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {max-age: 50ms}}}", "mmmq.broker.retention.max-age"},
-		{"override max-age under 100ms with jetstream", "mmmq: {broker: {storage: {backend: jetstream}, retention: {topics: [{pattern: a, max-age: 1ms}]}}}", "mmmq.broker.retention.topics[0].max-age"},
 		{"port fraction", "server: {port: 80.5}", "server.port"},
 		{"dispatchers not a list", "mmmq: {broker: {dispatchers: x}}", "mmmq.broker.dispatchers"},
 		{"dispatcher not a map", "mmmq: {broker: {dispatchers: [x]}}", "mmmq.broker.dispatchers[0]"},
@@ -414,75 +411,10 @@ func TestInvalidKeyReportsFirstCauseOnly(t *testing.T) {
 	}
 }
 
-// TestRetentionKeys: the retention section loads from the file (the topics
-// list included) and from the environment; unknown keys in a topics
-// element and invalid values name their key; the list is file-only.
-func TestRetentionKeys(t *testing.T) {
-	cfg, err := load(t, `
-mmmq:
-  broker:
-    retention:
-      max-bytes: 40960
-      check-interval: 5s
-      keep-unconsumed: true
-      topics:
-        - pattern: "metrics.**"
-          max-age: 2s
-`, "MMMQ_BROKER_RETENTION_MAX_AGE=168h")
-	require.NoError(t, err)
-	r := cfg.MMMQ.Broker.Retention
-	metricsMaxAge := 2 * time.Second // max-bytes left out: nil, inherited
-	assert.Equal(t, RetentionConfig{MaxAge: 168 * time.Hour, MaxBytes: 40960, CheckInterval: 5 * time.Second,
-		Topics: RetentionTopicsConfig{{Pattern: "metrics.**", MaxAge: &metricsMaxAge}}, KeepUnconsumed: true, GroupIdle: 24 * time.Hour}, r)
-	assert.Equal(t, r, SectionsOf(cfg).Retention)
-
-	_, err = load(t, "mmmq:\n  broker:\n    retention:\n      topics:\n        - pattern: x\n          max-ages: 1s\n")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "mmmq.broker.retention.topics[0].max-ages")
-
-	_, err = load(t, "mmmq:\n  broker:\n    retention:\n      topics:\n        - max-age: 1s\n      max-bytes: -1\n      check-interval: 0s\n")
-	require.Error(t, err)
-	for _, key := range []string{"mmmq.broker.retention.topics[0].pattern", "mmmq.broker.retention.max-bytes", "mmmq.broker.retention.check-interval"} {
-		assert.Contains(t, err.Error(), key)
-	}
-
-	_, err = load(t, "", "MMMQ_BROKER_RETENTION_MAX_AGE=-1s")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "mmmq.broker.retention.max-age")
-
-	_, err = load(t, "", "MMMQ_BROKER_RETENTION_TOPICS=x")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "can only be set in the YAML file")
-}
-
-// With backend jetstream, retention limits are accepted (check-interval
-// and group-idle too: they do not apply, and are no error), but
-// keep-unconsumed is refused, naming the key and why.
-func TestRetentionWithJetStream(t *testing.T) {
-	_, err := load(t, `
-mmmq:
-  broker:
-    storage: {backend: jetstream}
-    retention:
-      max-age: 168h
-      max-bytes: 40960
-      check-interval: 5s
-      group-idle: 1h
-      topics: [{pattern: "metrics.**", max-age: 100ms}]
-`)
-	require.NoError(t, err)
-
-	_, err = load(t, "mmmq: {broker: {storage: {backend: jetstream}, retention: {keep-unconsumed: true}}}")
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "mmmq.broker.retention.keep-unconsumed")
-	assert.Contains(t, err.Error(), "checkpoints")
-}
-
 // TestPatternsValidatedAsServeDoes: a topic pattern serve would refuse (a
-// dispatcher's or a retention override's) fails validation, naming its key
-// and saying why with the parser's own words, so `mmmq config check` never
-// says OK for a configuration serve refuses; a retention pattern given
-// twice is refused, naming both overrides.
+// dispatcher's) fails validation, naming its key and saying why with the
+// parser's own words, so `mmmq config check` never says OK for a
+// configuration serve refuses (retention's overrides: package retention).
 func TestPatternsValidatedAsServeDoes(t *testing.T) {
 	for _, p := range []string{"a..b", "a.b*", "***", "/etc", "a b", ".", "*a", "a.", "ä"} {
 		t.Run(p, func(t *testing.T) {
@@ -490,31 +422,12 @@ func TestPatternsValidatedAsServeDoes(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, ErrInvalidValue)
 			assert.Contains(t, err.Error(), fmt.Sprintf("config: mmmq.broker.dispatchers[0].patterns[1]: invalid topic pattern %q: ", p))
-
-			_, err = load(t, fmt.Sprintf("mmmq: {broker: {retention: {topics: [{pattern: %q, max-age: 1h}]}}}", p))
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), fmt.Sprintf("config: mmmq.broker.retention.topics[0].pattern: invalid topic pattern %q: ", p))
 		})
 	}
 	_, err := load(t, `
 mmmq:
   broker:
-    retention:
-      topics:
-        - {pattern: "metrics.**", max-age: 1h}
-        - {pattern: "logs.*", max-age: 2h}
-        - {pattern: "metrics.**", max-age: 3h}
-`)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `config: mmmq.broker.retention.topics[2].pattern: duplicate pattern "metrics.**" (also mmmq.broker.retention.topics[0].pattern)`)
-	assert.NotContains(t, err.Error(), "topics[1]")
-
-	_, err = load(t, `
-mmmq:
-  broker:
     dispatchers: [{name: d, host: "http://h:1", patterns: ["order.**", "*", "a.**.b"]}]
-    retention:
-      topics: [{pattern: "metrics.**", max-age: 1h}, {pattern: "**", max-age: 2h}]
 `)
 	require.NoError(t, err, "valid patterns")
 }

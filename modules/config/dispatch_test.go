@@ -37,12 +37,3 @@ var dispatchSection = NewSection("broker.dispatch", testDispatch{
 	}
 	return errors.Join(errs...)
 })
-
-// testStorage stands in, in this package's tests, for the backend key of
-// the section mmmq.broker.storage of modules/topicqueue (which this
-// package cannot import either): what retention's jetstream checks read.
-type testStorage struct {
-	Backend string `koanf:"backend"`
-}
-
-var storageSection = NewSection("broker.storage", testStorage{Backend: "local"}, nil)

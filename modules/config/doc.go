@@ -58,8 +58,10 @@
 // (the commands that talk to a running broker) and MMMQ_LAZYFS and
 // MMMQ_LONG (the project's crash tests) are skipped. Any other MMMQ_ variable that
 // matches no key (core or registered section) is an error naming the
-// variable, except a Kubernetes service link (below). The list
-// mmmq.broker.dispatchers cannot be set from the environment; use the file.
+// variable, except a Kubernetes service link (below). The lists of
+// mappings (mmmq.broker.dispatchers, a section's such as
+// mmmq.broker.retention.topics) cannot be set from the environment; use
+// the file.
 // Values are parsed as the key's type: integers in base 10, booleans as
 // accepted by strconv.ParseBool, durations in Go syntax ("30s", "1m30s").
 //

@@ -69,9 +69,6 @@ type ModuleSections struct {
 	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
 	// (configdispatchers); the slice is a copy.
 	Dispatchers DispatchersConfig
-	// Retention is "mmmq.broker.retention" (retention); the topics list
-	// is a copy.
-	Retention RetentionConfig
 	// Admin is "mmmq.admin" (admin); the host list is a copy.
 	Admin AdminConfig
 	// Auth is "mmmq.auth" (auth); the token list is a copy.
@@ -93,7 +90,6 @@ func SectionsOf(cfg *Config) ModuleSections {
 		Server:      cfg.Server,
 		Logging:     cfg.Logging,
 		Dispatchers: cloneDispatchers(b.Dispatchers),
-		Retention:   cloneRetention(b.Retention),
 		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
 		Auth:        CloneAuth(cfg.MMMQ.Auth),
 		Node:        NodeConfig{Name: cfg.MMMQ.NodeName},
@@ -114,11 +110,6 @@ func CloneAuth(a AuthConfig) AuthConfig {
 		a.Tokens[i].Permissions = ps
 	}
 	return a
-}
-
-func cloneRetention(r RetentionConfig) RetentionConfig {
-	r.Topics = slices.Clone(r.Topics)
-	return r
 }
 
 func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
@@ -151,7 +142,6 @@ func Supply(cfg *Config) fx.Option {
 	}
 	c := *cfg
 	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
-	c.MMMQ.Broker.Retention = cloneRetention(cfg.MMMQ.Broker.Retention)
 	c.MMMQ.Auth = CloneAuth(cfg.MMMQ.Auth)
 	c.Warnings = slices.Clone(cfg.Warnings)
 	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)

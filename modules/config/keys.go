@@ -49,41 +49,34 @@ func (s schema) walk(t reflect.Type, prefix string) {
 var (
 	configSchema     = newSchema(reflect.TypeFor[Config]())
 	dispatcherSchema = newSchema(reflect.TypeFor[DispatcherConfig]())
-	retentionSchema  = newSchema(reflect.TypeFor[RetentionTopicConfig]())
 	authTokenSchema  = newSchema(reflect.TypeFor[AuthTokenConfig]())
 	authPermSchema   = newSchema(reflect.TypeFor[AuthPermissionConfig]())
 )
 
 // The list-valued keys (file only).
 const (
-	dispatchersKey     = "mmmq.broker.dispatchers"
-	retentionTopicsKey = "mmmq.broker.retention.topics"
-	authTokensKey      = "mmmq.auth.tokens"
+	dispatchersKey = "mmmq.broker.dispatchers"
+	authTokensKey  = "mmmq.auth.tokens"
 	// dispatchPathKey and dispatchTimeoutKey are what a dispatcher of
 	// dispatchersKey without its own path or timeout inherits (the section
 	// of modules/dispatcher).
 	dispatchPathKey    = "mmmq.broker.dispatch.path"
 	dispatchTimeoutKey = "mmmq.broker.dispatch.timeout"
-	// storageBackendKey names the storage backend (the section
-	// mmmq.broker.storage of modules/topicqueue); with backendJetStream,
-	// its value for NATS JetStream, retention can do less (see
-	// validator.jetStreamRetention).
-	storageBackendKey = "mmmq.broker.storage.backend"
-	backendJetStream  = "jetstream"
 	// authPermissionsKey is the list inside each token entry, as
 	// listSchemas names it: the list's key, "[]", the element's key.
 	authPermissionsKey = authTokensKey + "[].permissions"
 )
 
-// listSchemas are the key sets of one element of each list-valued key, and
-// what an element must be, for the error. A list inside a list's elements
-// is named "<list>[].<key>".
+// listSchemas are the key sets of one element of each core list-valued
+// key, and what an element must be, for the error. A list inside a list's
+// elements is named "<list>[].<key>". A section's list of structs needs no
+// entry: its element schema is derived from the element type (see
+// elementSchema).
 var listSchemas = map[string]struct {
 	schema schema
 	want   string
 }{
 	dispatchersKey:     {dispatcherSchema, "a mapping with name, host and patterns"},
-	retentionTopicsKey: {retentionSchema, "a mapping with pattern, max-age and max-bytes"},
 	authTokensKey:      {authTokenSchema, "a mapping with name, one of token-sha256, token-file or client-cn, and permissions"},
 	authPermissionsKey: {authPermSchema, "a mapping with actions, topics and groups"},
 }
@@ -196,6 +189,49 @@ func Keys(sections ...Section) []string {
 	var out []string
 	for key, l := range s.leaves {
 		if l.typ.Kind() != reflect.Slice {
+			out = append(out, key)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// elementSchema returns the key set of one element of the list key l
+// (listKey as listSchemas names it) and what an element must be: the
+// listSchemas entry of a core list, else, for a list of structs (a
+// section's, such as mmmq.broker.retention.topics), the element type's
+// keys ("a mapping with pattern, max-age and max-bytes"). ok is false for
+// a list of scalars.
+func elementSchema(listKey string, l leaf) (s schema, want string, ok bool) {
+	if ls, ok := listSchemas[listKey]; ok {
+		return ls.schema, ls.want, true
+	}
+	if l.typ.Kind() != reflect.Slice || l.typ.Elem().Kind() != reflect.Struct {
+		return schema{}, "", false
+	}
+	et := l.typ.Elem()
+	var keys []string
+	for f := range et.Fields() {
+		if tag := f.Tag.Get("koanf"); tag != "" && tag != "-" {
+			keys = append(keys, tag)
+		}
+	}
+	want = "a mapping"
+	switch n := len(keys); {
+	case n == 1:
+		want += " with " + keys[0]
+	case n > 1:
+		want += " with " + strings.Join(keys[:n-1], ", ") + " and " + keys[n-1]
+	}
+	return newSchema(et), want, true
+}
+
+// sectionLists are the list keys of the sections in s (the keys of s that
+// are lists and not core keys): file only, like the core lists.
+func sectionLists(s schema) []string {
+	var out []string
+	for key, l := range s.leaves {
+		if _, core := configSchema.leaves[key]; !core && l.typ.Kind() == reflect.Slice {
 			out = append(out, key)
 		}
 	}

@@ -92,7 +92,7 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 		}
 	}
 
-	envMap, fromEnv, ignored, err := envOverrides(env, envTab)
+	envMap, fromEnv, ignored, err := envOverrides(env, envTab, sectionLists(ls))
 	if err != nil {
 		return nil, origin, err
 	}
@@ -238,8 +238,8 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 	for _, name := range names {
 		v := m[name]
 		r, full := rel+name, shown+name
-		if _, ok := s.leaves[r]; ok {
-			ls, isList := listSchemas[list+r]
+		if l, ok := s.leaves[r]; ok {
+			elem, want, isList := elementSchema(list+r, l)
 			if !isList {
 				continue // the decoder checks the value's type
 			}
@@ -250,10 +250,10 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 			for i, el := range elems {
 				em, ok := el.(map[string]any)
 				if !ok {
-					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be %s", ls.want))
+					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be %s", want))
 					continue
 				}
-				walkKeys(ls.schema, em, "", fmt.Sprintf("%s[%d].", full, i), list+r+"[].", errs)
+				walkKeys(elem, em, "", fmt.Sprintf("%s[%d].", full, i), list+r+"[].", errs)
 			}
 			continue
 		}
@@ -323,10 +323,11 @@ func knownPrefix(envTab map[string]leaf, name string) bool {
 
 // envOverrides turns the MMMQ_ variables into a flat key -> value map with
 // values already of the key's type, and remembers which variable set which
-// key. envTab maps each known variable to its key. Kubernetes service links
+// key. envTab maps each known variable to its key; lists are the sections'
+// list keys (file only, as the core lists). Kubernetes service links
 // that name no key are skipped and returned in ignored, sorted; one naming
 // a key with a <proto>://<IP>:<port> value is an error naming the Service.
-func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string]any, fromEnv map[string]string, ignored []string, err error) {
+func envOverrides(env map[string]string, envTab map[string]leaf, lists []string) (out map[string]any, fromEnv map[string]string, ignored []string, err error) {
 	names := make([]string, 0, len(env))
 	for name := range env {
 		names = append(names, name)
@@ -351,8 +352,8 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 			switch {
 			case name == EnvVar(dispatchersKey) || strings.HasPrefix(name, EnvVar(dispatchersKey)+"_"):
 				problem = "mmmq.broker.dispatchers can only be set in the YAML file"
-			case name == EnvVar(retentionTopicsKey) || strings.HasPrefix(name, EnvVar(retentionTopicsKey)+"_"):
-				problem = "mmmq.broker.retention.topics can only be set in the YAML file"
+			case fileOnlyList(lists, name) != "":
+				problem = fileOnlyList(lists, name) + " can only be set in the YAML file"
 			case name == EnvVar(authTokensKey) || strings.HasPrefix(name, EnvVar(authTokensKey)+"_"):
 				problem = "mmmq.auth.tokens can only be set in the YAML file"
 			case serviceLinkNamed(name):
@@ -379,6 +380,17 @@ func envOverrides(env map[string]string, envTab map[string]leaf) (out map[string
 		fromEnv[l.key] = name
 	}
 	return out, fromEnv, ignored, errors.Join(errs...)
+}
+
+// fileOnlyList returns the list key among lists whose variable name is,
+// or starts ("MMMQ_BROKER_RETENTION_TOPICS_0_PATTERN"), or "".
+func fileOnlyList(lists []string, name string) string {
+	for _, key := range lists {
+		if v := EnvVar(key); name == v || strings.HasPrefix(name, v+"_") {
+			return key
+		}
+	}
+	return ""
 }
 
 func parseEnvValue(t reflect.Type, s string) (any, error) {

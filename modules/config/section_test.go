@@ -197,14 +197,12 @@ func TestModuleProvidesSections(t *testing.T) {
 	var (
 		srv  ServerConfig
 		lg   LoggingConfig
-		ret  RetentionConfig
 		dsps DispatchersConfig
 	)
-	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &ret, &dsps))
+	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &dsps))
 	defer app.RequireStart().RequireStop()
 	assert.Equal(t, 9125, srv.Port)
 	assert.Equal(t, Default().Logging, lg)
-	assert.Equal(t, Default().MMMQ.Broker.Retention, ret)
 	require.Len(t, dsps, 1)
 	assert.Equal(t, "/mmmq/messages", dsps[0].Path, "normalized")
 }
@@ -282,4 +280,48 @@ func TestCheckHelpers(t *testing.T) {
 	require.NoError(t, CheckIntRange("k", 5, 1, math.MaxInt64))
 	assert.EqualError(t, CheckIntRange("k", 0, 1, math.MaxInt64), "config: k: must be at least 1; got 0")
 	assert.EqualError(t, InvalidValue("mmmq.x.y", "bad %d", 3), "config: mmmq.x.y: bad 3")
+}
+
+// shelfSection has a list of structs, with a list inside its elements.
+type shelfItem struct {
+	Name  string         `koanf:"name"`
+	Every *time.Duration `koanf:"every"`
+	Tags  []shelfTag     `koanf:"tags"`
+}
+
+type shelfTag struct {
+	Key string `koanf:"key"`
+}
+
+var shelfSection = NewSection("broker.shelf", struct {
+	Limit int         `koanf:"limit"`
+	Items []shelfItem `koanf:"items"`
+}{Limit: 1}, nil)
+
+// A section's list of structs is checked as the core lists are: unknown
+// keys inside its elements, nested lists included, name their full key; an
+// element that is not a mapping says what it must be (the element's keys);
+// the list is file only, and its variable says so.
+func TestSectionListOfStructs(t *testing.T) {
+	load := func(body string, env ...string) (*Config, error) {
+		return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: env, Sections: []Section{shelfSection}})
+	}
+	cfg, err := load("mmmq: {broker: {shelf: {items: [{name: a, every: 2s, tags: [{key: k}]}]}}}")
+	require.NoError(t, err)
+	two := 2 * time.Second
+	assert.Equal(t, []shelfItem{{Name: "a", Every: &two, Tags: []shelfTag{{Key: "k"}}}}, SectionValue(cfg, shelfSection).Items)
+
+	_, err = load("mmmq: {broker: {shelf: {items: [{name: a, evry: 2s}, {name: b, tags: [{key: k, kye: x}]}]}}}")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown key "mmmq.broker.shelf.items[0].evry"`)
+	assert.Contains(t, err.Error(), `unknown key "mmmq.broker.shelf.items[1].tags[0].kye"`)
+
+	_, err = load("mmmq: {broker: {shelf: {items: [x]}}}")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "config: mmmq.broker.shelf.items[0]: must be a mapping with name, every and tags")
+
+	_, err = load("", "MMMQ_BROKER_SHELF_ITEMS_0_NAME=a")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "mmmq.broker.shelf.items can only be set in the YAML file")
+	assert.NotContains(t, Keys(shelfSection), "mmmq.broker.shelf.items")
 }

@@ -56,6 +56,11 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.dedup.window", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 2 * time.Minute},
 	{Key: "mmmq.broker.dedup.max-ids", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: 100000},
 	{Key: "mmmq.broker.dedup.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(64 << 20)},
+	{Key: "mmmq.broker.retention.max-age", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: time.Duration(0)},
+	{Key: "mmmq.broker.retention.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: int64(0)},
+	{Key: "mmmq.broker.retention.check-interval", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: time.Minute},
+	{Key: "mmmq.broker.retention.keep-unconsumed", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: false},
+	{Key: "mmmq.broker.retention.group-idle", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: 24 * time.Hour},
 	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
 	{Key: "mmmq.jetstream.replicas", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: int64(3)},
 	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
@@ -81,7 +86,7 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, topicqueue's storage, segment, memory and dedup) and plugins (jetstream,
+// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention) and plugins (jetstream,
 // lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping

@@ -65,11 +65,6 @@ func (c *Config) Validate() error {
 		v.dispatcher(fmt.Sprintf("%s[%d]", dispatchersKey, i), dc, def, seen, i)
 	}
 
-	v.retention(b.Retention)
-	if backend, _ := c.lookup(storageBackendKey).(string); backend == backendJetStream {
-		v.jetStreamRetention(b.Retention)
-	}
-
 	v.auth(c.MMMQ.Auth)
 
 	secErrs = append(secErrs, c.crossCheckSections(&v)...)
@@ -154,55 +149,6 @@ func (v *validator) nonNegative(key string, d time.Duration, zero string) {
 func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.add(invalid(key, "must be a duration > 0 such as \"30s\"; got %s", d))
-	}
-}
-
-// jetStreamRetention checks what the JetStream backend cannot do with
-// mmmq.broker.retention: its limits are the streams' MaxAge and MaxBytes,
-// which JetStream enforces without knowing mmmq's checkpoints (so no
-// keep-unconsumed) and which it refuses below 100ms of age.
-func (v *validator) jetStreamRetention(r RetentionConfig) {
-	if r.KeepUnconsumed {
-		v.add(invalid("mmmq.broker.retention.keep-unconsumed", "applies to the local backend only: with backend %q the streams' limits drop messages without knowing the readers' checkpoints; remove it", backendJetStream))
-	}
-	age := func(key string, d time.Duration) {
-		if d > 0 && d < 100*time.Millisecond {
-			v.add(invalid(key, "must be 0 or at least 100ms with backend %q (JetStream's least max age); got %s", backendJetStream, d))
-		}
-	}
-	age("mmmq.broker.retention.max-age", r.MaxAge)
-	for i, tc := range r.Topics {
-		if tc.MaxAge != nil {
-			age(fmt.Sprintf("%s[%d].max-age", retentionTopicsKey, i), *tc.MaxAge)
-		}
-	}
-}
-
-// retention checks mmmq.broker.retention. Two overrides with the same
-// pattern are refused: the first one that matches a topic wins, so the
-// second could never apply.
-func (v *validator) retention(r RetentionConfig) {
-	v.nonNegative("mmmq.broker.retention.max-age", r.MaxAge, "keep forever")
-	v.intRange("mmmq.broker.retention.max-bytes", r.MaxBytes, 0, math.MaxInt64)
-	v.positive("mmmq.broker.retention.check-interval", r.CheckInterval)
-	v.positive("mmmq.broker.retention.group-idle", r.GroupIdle)
-	first := map[string]int{} // pattern -> index of its first override
-	for i, tc := range r.Topics {
-		key := fmt.Sprintf("%s[%d]", retentionTopicsKey, i)
-		if v.pattern(key+".pattern", tc.Pattern) {
-			if j, dup := first[tc.Pattern]; dup {
-				v.add(invalid(key+".pattern", "duplicate pattern %q (also %s[%d].pattern): the first override that matches a topic wins, so this one would never apply",
-					tc.Pattern, retentionTopicsKey, j))
-			} else {
-				first[tc.Pattern] = i
-			}
-		}
-		if tc.MaxAge != nil {
-			v.nonNegative(key+".max-age", *tc.MaxAge, "keep forever")
-		}
-		if tc.MaxBytes != nil {
-			v.intRange(key+".max-bytes", *tc.MaxBytes, 0, math.MaxInt64)
-		}
 	}
 }
 

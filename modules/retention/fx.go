@@ -14,8 +14,8 @@ import (
 // Params are the Retainer's dependencies in the Fx graph.
 type Params struct {
 	fx.In
-	// Config is mmmq.broker.retention (config.Module).
-	Config config.RetentionConfig
+	// Config is mmmq.broker.retention (ConfigSection).
+	Config Config
 	// Storage is mmmq.broker.storage (topicqueue.StorageSection): with a backend
 	// other than local ("jetstream") the backend applies the policies
 	// itself and the Retainer runs no loop. Zero = local.
@@ -56,10 +56,12 @@ func registerLifecycle(lc fx.Lifecycle, r *Retainer) {
 	lc.Append(fx.StartStopHook(r.Start, r.Stop))
 }
 
-// Module provides the *Retainer and runs its check loop between start and
-// stop. It needs the config, the logger and the topic registry;
+// Module registers the section mmmq.broker.retention (ConfigSection) and
+// provides its value, provides the *Retainer and runs its check loop
+// between start and stop. It needs the config, the logger and the topic registry;
 // *dispatcher.Set and *groups.Coordinator are optional.
 var Module = fx.Module("retention",
+	config.ProvideSection(ConfigSection), // mmmq.broker.retention, provided as Config
 	fx.Provide(NewFromConfig),
 	fx.Invoke(registerLifecycle),
 )

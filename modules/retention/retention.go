@@ -21,7 +21,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -77,7 +76,7 @@ type Options struct {
 // OptionsFromConfig maps mmmq.broker.retention to Options (Dispatchers,
 // Groups, Now and Logger are left to the caller). An invalid pattern
 // fails, naming its key.
-func OptionsFromConfig(c config.RetentionConfig) (Options, error) {
+func OptionsFromConfig(c Config) (Options, error) {
 	o := Options{
 		Default:        contract.RetentionPolicy{MaxAge: c.MaxAge, MaxBytes: c.MaxBytes},
 		CheckInterval:  c.CheckInterval,

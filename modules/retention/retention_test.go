@@ -164,7 +164,7 @@ func TestByAgeWithClock(t *testing.T) {
 func TestRulesFirstMatchWins(t *testing.T) {
 	e := newEnv(t, 512)
 	hour, zero, one := time.Hour, int64(0), int64(1)
-	o, err := OptionsFromConfig(config.RetentionConfig{MaxBytes: 1, Topics: config.RetentionTopicsConfig{
+	o, err := OptionsFromConfig(Config{MaxBytes: 1, Topics: TopicsConfig{
 		{Pattern: "metrics.keep", MaxBytes: &zero}, // unlimited; max-age inherited: 0, forever
 		{Pattern: "metrics.**", MaxAge: &hour},     // max-bytes inherited: 1
 		{Pattern: "metrics.keep", MaxBytes: &one},  // never reached
@@ -192,13 +192,13 @@ func TestRulesFirstMatchWins(t *testing.T) {
 			t.Errorf("%s: start offset %d, want deletion %v", topic, q.StartOffset(), deleted)
 		}
 	}
-	if o, _ := OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{{Pattern: "x", MaxBytes: &one}}}); !New(e.reg, o).Enabled() {
+	if o, _ := OptionsFromConfig(Config{Topics: TopicsConfig{{Pattern: "x", MaxBytes: &one}}}); !New(e.reg, o).Enabled() {
 		t.Error("a rule with a limit enables retention")
 	}
 	if New(e.reg, Options{}).Enabled() {
 		t.Error("the default configuration deletes nothing")
 	}
-	_, err = OptionsFromConfig(config.RetentionConfig{Topics: config.RetentionTopicsConfig{{Pattern: "a..b"}}})
+	_, err = OptionsFromConfig(Config{Topics: TopicsConfig{{Pattern: "a..b"}}})
 	if err == nil || !strings.Contains(err.Error(), "mmmq.broker.retention.topics[0].pattern") {
 		t.Fatalf("invalid pattern: %v", err)
 	}
@@ -267,8 +267,10 @@ func TestFxModuleRunsLoop(t *testing.T) {
 		seg.MaxBytes = 1024
 		seg.MaxRecordBytes = 1024
 	})
-	cfg.MMMQ.Broker.Retention.MaxBytes = 1
-	cfg.MMMQ.Broker.Retention.CheckInterval = time.Millisecond
+	config.EditSection(cfg, ConfigSection, func(r *Config) {
+		r.MaxBytes = 1
+		r.CheckInterval = time.Millisecond
+	})
 	var r *Retainer
 	var reg *topicqueue.Registry
 	app := fxtest.New(t,
@@ -297,7 +299,7 @@ func TestFxModuleRunsLoop(t *testing.T) {
 		t.Fatalf("the loop deleted nothing: %+v", r.Totals())
 	}
 
-	cfg.MMMQ.Broker.Retention.Topics = config.RetentionTopicsConfig{{Pattern: "a.***"}}
+	config.EditSection(cfg, ConfigSection, func(r *Config) { r.Topics = TopicsConfig{{Pattern: "a.***"}} })
 	bad := fx.New(fx.NopLogger, config.Module, config.Supply(cfg), fx.Supply(zaptest.NewLogger(t)), storage.Module, topicqueue.Module, Module, fx.Populate(&r))
 	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), "mmmq.broker.retention.topics[0].pattern") {
 		t.Fatalf("invalid pattern: %v", err)
@@ -408,8 +410,8 @@ func TestDeleteWhileRetentionRuns(t *testing.T) {
 // logs nothing, but still refuses an invalid pattern.
 func TestJetStreamBackendRunsNoLoop(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
-	rc := config.RetentionConfig{MaxAge: time.Hour, MaxBytes: 1 << 20, CheckInterval: time.Millisecond,
-		Topics: config.RetentionTopicsConfig{{Pattern: "a.**", MaxBytes: ptr64(1)}}}
+	rc := Config{MaxAge: time.Hour, MaxBytes: 1 << 20, CheckInterval: time.Millisecond,
+		Topics: TopicsConfig{{Pattern: "a.**", MaxBytes: ptr64(1)}}}
 	js := topicqueue.StorageConfig{Backend: topicqueue.BackendJetStream}
 	r, err := NewFromConfig(Params{Config: rc, Storage: js, Logger: zap.New(core)})
 	if err != nil {

@@ -17,12 +17,13 @@ type FactoryParams struct {
 	Config Config
 	// Segment is mmmq.broker.segment (topicqueue.SegmentSection): max-record-bytes.
 	Segment topicqueue.SegmentConfig
-	// Retention is mmmq.broker.retention (config.Module): each topic's
-	// policy (max-age, max-bytes, the first matching override of topics)
-	// becomes its stream's MaxAge and MaxBytes, which JetStream enforces
-	// continuously (check-interval and group-idle do not apply;
-	// keep-unconsumed is refused by config validation).
-	Retention config.RetentionConfig
+	// Retention is mmmq.broker.retention (retention.ConfigSection): each
+	// topic's policy (max-age, max-bytes, the first matching override of
+	// topics) becomes its stream's MaxAge and MaxBytes, which JetStream
+	// enforces continuously (check-interval and group-idle do not apply;
+	// keep-unconsumed is refused by config validation). Zero, keep
+	// everything, in an application without retention.Module.
+	Retention retention.Config `optional:"true"`
 	// Node is mmmq.node-name (config.Module): it names this broker in the
 	// leases it holds.
 	Node config.NodeConfig

@@ -10,13 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/retention"
 )
 
 // withRetention sets b's retention policies from r, as NewFactory does.
-func withRetention(t *testing.T, b *Backend, r config.RetentionConfig) {
+func withRetention(t *testing.T, b *Backend, r retention.Config) {
 	t.Helper()
 	ro, err := retention.OptionsFromConfig(r)
 	require.NoError(t, err)
@@ -44,9 +43,9 @@ func ptr[T any](v T) *T { return &v }
 func TestStreamLimitsFromRetention(t *testing.T) {
 	b := connect(t, startServer(t))
 	b.opts.DedupWindow = 2 * time.Minute
-	withRetention(t, b, config.RetentionConfig{
+	withRetention(t, b, retention.Config{
 		MaxAge: 24 * time.Hour, MaxBytes: 1 << 20,
-		Topics: config.RetentionTopicsConfig{
+		Topics: retention.TopicsConfig{
 			{Pattern: "metrics.**", MaxAge: ptr(time.Minute)},
 			{Pattern: "audit.*", MaxAge: ptr(time.Duration(0)), MaxBytes: ptr(int64(0))},
 			{Pattern: "metrics.cpu", MaxBytes: ptr(int64(4096))}, // never: metrics.** matches first
@@ -94,7 +93,7 @@ func TestReopenUpdatesLimits(t *testing.T) {
 	assert.EqualValues(t, -1, c.MaxBytes)
 	assert.Zero(t, c.MaxAge)
 
-	withRetention(t, b, config.RetentionConfig{MaxAge: time.Hour, MaxBytes: 1 << 20})
+	withRetention(t, b, retention.Config{MaxAge: time.Hour, MaxBytes: 1 << 20})
 	l = open(t, b, "orders")
 	assert.Equal(t, inc, l.Incarnation())
 	info := streamInfo(t, b, "orders")
@@ -117,7 +116,7 @@ func TestReopenUpdatesLimits(t *testing.T) {
 	assert.Equal(t, time.Hour, streamInfo(t, b, "orders").Config.MaxAge)
 
 	// Back to unlimited.
-	withRetention(t, b, config.RetentionConfig{})
+	withRetention(t, b, retention.Config{})
 	open(t, b, "orders")
 	info = streamInfo(t, b, "orders")
 	assert.Zero(t, info.Config.MaxAge)
@@ -131,7 +130,7 @@ func TestReopenUpdatesLimits(t *testing.T) {
 // appends keep contiguous offsets.
 func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 	b := connect(t, startServer(t))
-	withRetention(t, b, config.RetentionConfig{MaxBytes: 4096})
+	withRetention(t, b, retention.Config{MaxBytes: 4096})
 	l := open(t, b, "small")
 	require.True(t, l.limited)
 	l.limited = false // no background refresh: this test checks the reads'
@@ -198,7 +197,7 @@ func TestHeadDroppedIsOffsetExpired(t *testing.T) {
 // background, at most once per startRefresh, without waiting for it.
 func TestStartOffsetRefreshedInBackground(t *testing.T) {
 	b := connect(t, startServer(t))
-	withRetention(t, b, config.RetentionConfig{MaxBytes: 2048})
+	withRetention(t, b, retention.Config{MaxBytes: 2048})
 	l := open(t, b, "bg")
 	for i := range 40 {
 		_, err := l.Append(context.Background(), fmt.Appendf(nil, `{"n":%d,"pad":"%0200d"}`, i, 0), contract.Durable)
@@ -212,7 +211,7 @@ func TestStartOffsetRefreshedInBackground(t *testing.T) {
 	require.Eventually(t, func() bool { return l.StartOffset() == start }, 5*time.Second, 10*time.Millisecond)
 
 	// A stream without limits never refreshes in the background.
-	withRetention(t, b, config.RetentionConfig{})
+	withRetention(t, b, retention.Config{})
 	u := open(t, b, "unlimited")
 	assert.False(t, u.limited)
 }
