@@ -18,6 +18,7 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
 
 // call sends method url with body and returns the status and decoded JSON.
@@ -53,7 +54,7 @@ func TestAdminDispatchersEndToEnd(t *testing.T) {
 	root := t.TempDir()
 	c := newConsumer(t)
 	cfg := testConfig(t, root)
-	cfg.MMMQ.Broker.Dispatchers = config.DispatchersConfig{{Name: "from-file", Host: c.srv.URL, Patterns: []string{"file.only"}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "from-file", Host: c.srv.URL, Patterns: []string{"file.only"}}})
 	a, base := startBroker(t, cfg)
 	publish(t, base, "a.one", 1)
 

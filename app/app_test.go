@@ -26,6 +26,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
@@ -219,9 +220,9 @@ func TestDuplicateDispatcherNamesFailStartup(t *testing.T) {
 func TestConfigDispatchersDeliver(t *testing.T) {
 	cons := newConsumer(t)
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{
 		Name: "yaml-dispatcher", Host: cons.srv.URL, Patterns: []string{"payment.*"},
-	}}
+	}})
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	st, _ := publish(t, base, "payment.captured", map[string]any{"amount": 10})
@@ -279,7 +280,7 @@ func TestSecondBrokerOnSameRootRefused(t *testing.T) {
 func TestMetricsEndpoint(t *testing.T) {
 	cons := newConsumer(t)
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "m-dispatcher", Host: cons.srv.URL, Patterns: []string{"m.*"}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "m-dispatcher", Host: cons.srv.URL, Patterns: []string{"m.*"}}})
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	for i := 0; i < 3; i++ {

@@ -29,6 +29,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/httpapi"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
 
 // The OpenAPI document (modules/httpapi/openapi.yaml, served at
@@ -517,7 +518,7 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 func TestOpenAPIValidatesDispatcherExchanges(t *testing.T) {
 	cons := newConsumer(t)
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Broker.Dispatchers = config.DispatchersConfig{{Name: "from-file", Host: cons.srv.URL, Patterns: []string{"file.only"}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "from-file", Host: cons.srv.URL, Patterns: []string{"file.only"}}})
 	a, base := startBroker(t, cfg)
 	defer a.RequireStop()
 	c := newAPIClient(t, base)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
 
 // The README Quickstart runs `make run CONFIG=configs/example-dispatchers.yaml`:
@@ -19,8 +20,9 @@ func TestExampleDispatchersYAML(t *testing.T) {
 	cfg, err := config.Load(config.LoadOptions{Path: filepath.Join("..", "configs", "example-dispatchers.yaml"),
 		PathExplicit: true, Environ: []string{}, Sections: stockSections()})
 	require.NoError(t, err)
-	require.Len(t, cfg.MMMQ.Broker.Dispatchers, 1)
-	d := cfg.MMMQ.Broker.Dispatchers[0]
+	ds := config.SectionValue(cfg, configdispatchers.Section)
+	require.Len(t, ds, 1)
+	d := ds[0]
 	assert.Equal(t, "order-dispatcher", d.Name)
 	assert.Equal(t, "http://localhost:8081", d.Host)
 	assert.Equal(t, []string{"order.**", "payment.*"}, d.Patterns)

@@ -26,6 +26,7 @@ import (
 	"github.com/mmmq/mmmq/modules/retention"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
 
 // topicDirBytes is the size of the .mmm and .idx files of a topic dir.
@@ -67,7 +68,7 @@ func TestRetentionEndToEnd(t *testing.T) {
 		r.MaxBytes = maxBytes
 		r.CheckInterval = time.Hour // passes are run by the test
 	})
-	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}})
 	core, logs := observer.New(zapcore.WarnLevel)
 	var r *retention.Retainer
 	a, base := startBroker(t, cfg, fx.Populate(&r),
@@ -144,7 +145,7 @@ func TestRetentionJetStreamEndToEnd(t *testing.T) {
 	_, _ = backends[1].setup(t, cfg) // jetstream
 	require.Equal(t, topicqueue.BackendJetStream, config.SectionValue(cfg, topicqueue.StorageSection).Backend)
 	config.EditSection(cfg, retention.ConfigSection, func(r *retention.Config) { r.MaxBytes = 16384 })
-	cfg.MMMQ.Broker.Dispatchers = []config.DispatcherConfig{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "lagging", Host: cons.URL, Patterns: []string{topic}}})
 	core, logs := observer.New(zapcore.WarnLevel)
 	a, base := startBroker(t, cfg,
 		fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) }))

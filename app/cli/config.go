@@ -104,7 +104,7 @@ func configCheck(args []string) int {
 	// What serve's configdispatchers plugin builds: ack-mode, headers,
 	// signing secrets, the dead-letter topic and the other delivery
 	// settings are checked there, not by config.Load.
-	if _, err := configdispatchers.Build(eff.Config.MMMQ.Broker.Dispatchers); err != nil {
+	if _, err := configdispatchers.Build(config.SectionValue(eff.Config, configdispatchers.Section)); err != nil {
 		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}

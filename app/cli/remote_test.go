@@ -24,6 +24,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/configdispatchers"
 )
 
 // cliBroker is a broker started in this process for the tests of the
@@ -50,7 +51,7 @@ func startCLIBroker(t *testing.T, mods ...func(*config.Config)) *cliBroker {
 	cfg.Server.Host = "127.0.0.1"
 	cfg.Logging.Level = "error"
 	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
-	cfg.MMMQ.Broker.Dispatchers = config.DispatchersConfig{{Name: "from-file", Host: cons.URL, Patterns: []string{"file.only"}}}
+	config.SetSectionValue(cfg, configdispatchers.Section, configdispatchers.Entries{{Name: "from-file", Host: cons.URL, Patterns: []string{"file.only"}}})
 	for _, m := range mods {
 		m(cfg)
 	}

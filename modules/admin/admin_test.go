@@ -59,6 +59,10 @@ func TestDecodeSpec(t *testing.T) {
 		{Spec{Settings: dispatcher.Settings{Host: "http://h:1", Patterns: []string{"a"}}}, `"name" is required`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1"}}, `"patterns" needs at least one`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h", Patterns: []string{"a"}}}, "host"},
+		// The rules of a YAML entry, the same words, named by the field.
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1/", Patterns: []string{"a"}}}, `invalid dispatcher: host: must be scheme://address:port with scheme http or https and no path`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Start: "now"}}, `invalid dispatcher: start: must be "earliest" or "latest"; got "now"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, TLS: dispatcher.TLSSettings{CAFile: "/ca"}}}, `invalid dispatcher: tls: applies to an https host only`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a", "b..c"}}}, "patterns[1]"},
 		{Spec{Settings: dispatcher.Settings{Name: "../x", Host: "http://h:1", Patterns: []string{"a"}}}, "name"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("a..b")}}, "dead-letter"},

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/webhooks"
@@ -164,11 +165,34 @@ func (s Spec) build(defaults dispatcher.Config) (*dispatcher.Dispatcher, error) 
 	if len(s.Patterns) == 0 {
 		return nil, contract.BadRequest(`invalid dispatcher: field "patterns" needs at least one topic pattern`)
 	}
+	if err := s.Validate(specKey); err != nil {
+		return nil, contract.BadRequest("invalid dispatcher: %s", fieldProblems(err))
+	}
 	d, err := dispatcher.FromSettings(s.WithDefaults(defaults), "dispatcher "+s.Name, dispatcher.SourceAPI)
 	if err != nil {
 		return nil, contract.BadRequest("invalid dispatcher: %v", err)
 	}
 	return d, nil
+}
+
+// specKey is the entry key given to dispatcher.Settings.Validate; the
+// API's errors name the field without it.
+const specKey = "dispatcher"
+
+// fieldProblems writes the problems Validate found as "<field>: <problem>"
+// ("patterns[0]: invalid topic pattern ..."), "; " between them: the same
+// rules as a YAML entry's, named by the body's field.
+func fieldProblems(err error) string {
+	var out []string
+	for _, e := range config.Problems(err) {
+		var ke *config.KeyError
+		if errors.As(e, &ke) {
+			out = append(out, strings.TrimPrefix(ke.Key, specKey+".")+": "+ke.Problem)
+			continue
+		}
+		out = append(out, e.Error())
+	}
+	return strings.Join(out, "; ")
 }
 
 // specOf describes d as the API shows it: signing secrets in their

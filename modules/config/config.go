@@ -223,152 +223,13 @@ type AuthPermissionConfig struct {
 	Groups []string `koanf:"groups"`
 }
 
-// BrokerConfig holds the broker's core keys (key "mmmq.broker"). The other
-// keys under it are sections of the modules that read them (see
+// BrokerConfig is the mapping "mmmq.broker". It holds no core key: every
+// key under it belongs to the section of the module that reads it (see
 // [Section]): mmmq.broker.storage, .segment, .memory and .dedup of
-// modules/topicqueue, .dispatch of modules/dispatcher, .groups of
-// modules/groups, .retention of modules/retention.
-type BrokerConfig struct {
-	// Dispatchers are the push dispatchers declared in the file; not settable
-	// from the environment. Default none.
-	Dispatchers DispatchersConfig `koanf:"dispatchers"`
-}
-
-// CommitPolicy says when a dispatcher fsyncs its checkpoint
-// (key "mmmq.broker.dispatchers[i].commit.policy"). It is the one enum of
-// this concept: dispatcher.CommitMode is an alias of it. The empty value
-// means CommitEveryMessage.
-type CommitPolicy string
-
-// Values accepted by commit.policy.
-const (
-	// CommitEveryMessage commits (fsyncs) the checkpoint after every ACK.
-	CommitEveryMessage CommitPolicy = "every-message"
-	// CommitInterval commits after Interval or MaxCount messages, whichever
-	// comes first; a crash may redeliver up to that many.
-	CommitInterval CommitPolicy = "interval"
-)
-
-// DispatchersConfig is the list of push dispatchers declared in the file
-// (key "mmmq.broker.dispatchers"), normalized by Load. Default empty.
-type DispatchersConfig []DispatcherConfig
-
-// DispatcherConfig declares one push dispatcher in the file
-// (list key "mmmq.broker.dispatchers").
-type DispatcherConfig struct {
-	// Name identifies the dispatcher and its checkpoint file; matches
-	// ^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}$, unique. Required.
-	Name string `koanf:"name"`
-	// Host is the consumer base URL, scheme://address:port only (http or
-	// https, no path, query or fragment), e.g. "http://localhost:8081". Required.
-	Host string `koanf:"host"`
-	// Patterns are the topic patterns delivered ("order.**", "payment.*");
-	// at least one. Their syntax is checked by package dispatcher. Required.
-	Patterns []string `koanf:"patterns"`
-	// Path is the request path; "" means mmmq.broker.dispatch.path. Default "".
-	Path string `koanf:"path"`
-	// Timeout bounds one attempt; 0 means mmmq.broker.dispatch.timeout. Default 0.
-	Timeout time.Duration `koanf:"timeout"`
-	// Commit is the checkpoint commit policy.
-	Commit CommitConfig `koanf:"commit"`
-	// Start is where the dispatcher begins on a topic it has no checkpoint
-	// for: "earliest" (every stored message, as the original Java mmmq
-	// does) or "latest" (on the topics that exist when it starts, only
-	// messages published from then on). Default "" = earliest.
-	Start string `koanf:"start"`
-	// DeadLetter is the topic a message goes to once its NACK resends are
-	// exhausted (and, with a max-abnormal limit, once it is reached); absent
-	// means "dead-letter.<name>"; "" logs and skips the message instead (the
-	// original Java mmmq's rule). Default absent.
-	DeadLetter *string `koanf:"dead-letter"`
-	// AckMode is "body" (a 2xx with {"acknowledgement":"ACK"|"NACK"}, the
-	// original contract) or "status" (any 2xx is an ACK; a 4xx other than
-	// 408/409/425/429 a NACK; the rest abnormal). Default "" = body.
-	AckMode string `koanf:"ack-mode"`
-	// MaxAbnormalAttempts dead-letters a message after this many abnormal
-	// answers; 0 retries for ever (the original rule). Default 0.
-	MaxAbnormalAttempts int `koanf:"max-abnormal-attempts"`
-	// MaxAbnormalDuration dead-letters a message still answered abnormally
-	// this long after its first abnormal answer; 0 means never. Default 0.
-	MaxAbnormalDuration time.Duration `koanf:"max-abnormal-duration"`
-	// BackoffJitter draws each backoff wait uniformly from (0, delay]
-	// ("full jitter"); false keeps the exact 1 s, 2 s, 4 s ... series. Default false.
-	BackoffJitter bool `koanf:"backoff-jitter"`
-	// SigningSecrets sign every push (Standard Webhooks webhook-id,
-	// webhook-timestamp, webhook-signature), one "whsec_<base64>" per key;
-	// several for rotation. Default none (unsigned).
-	SigningSecrets []string `koanf:"signing-secrets"`
-	// Headers are added to every push (e.g. Authorization). Default none.
-	Headers map[string]string `koanf:"headers"`
-	// CloudEvents renders pushes as CloudEvents 1.0 in binary mode (ce-*
-	// headers, the content as body). Default false.
-	CloudEvents bool `koanf:"cloudevents"`
-	// MaxInFlight is the most pushes of one topic outstanding at once,
-	// 1..1024; above 1 a consumer may see messages out of order (commits stay
-	// in order). Default 0 = 1.
-	MaxInFlight int `koanf:"max-in-flight"`
-	// Batch groups messages into one push. Default off.
-	Batch BatchConfig `koanf:"batch"`
-	// TLS is how the dispatcher's HTTPS connections are made: a private
-	// CA, a client certificate (mutual TLS), a server name. Only with an
-	// https host. Default off (system roots, no client certificate).
-	TLS DispatcherTLSConfig `koanf:"tls"`
-}
-
-// DispatcherTLSConfig configures one dispatcher's TLS client (key
-// "mmmq.broker.dispatchers[i].tls"). The files are read when the
-// dispatcher is built (startup, or its creation through the admin API).
-type DispatcherTLSConfig struct {
-	// CAFile holds the PEM certificates of the CAs the consumer's
-	// certificate is verified against, instead of the system roots.
-	// Default "".
-	CAFile string `koanf:"ca-file"`
-	// CertFile is the client certificate chain, PEM, for consumers that
-	// require mutual TLS. Needs KeyFile. Default "".
-	CertFile string `koanf:"cert-file"`
-	// KeyFile is the private key of CertFile, PEM. Default "".
-	KeyFile string `koanf:"key-file"`
-	// ServerName is the name the consumer's certificate must carry, when
-	// it is not the host's address. Default "".
-	ServerName string `koanf:"server-name"`
-	// InsecureSkipVerify accepts any consumer certificate (no
-	// verification at all; a warning naming the dispatcher is logged when
-	// it starts). For tests only. Default false.
-	InsecureSkipVerify bool `koanf:"insecure-skip-verify"`
-}
-
-// Enabled reports whether any TLS setting is given.
-func (t DispatcherTLSConfig) Enabled() bool { return t != DispatcherTLSConfig{} }
-
-// BatchConfig groups a dispatcher's messages into one push (a JSON array).
-type BatchConfig struct {
-	// MaxMessages is the most messages per push, 1..10000; 0 turns batches
-	// off. Default 0.
-	MaxMessages int `koanf:"max-messages"`
-	// MaxBytes caps the stored-message bytes of one push; 0 means 1 MiB.
-	// Default 0.
-	MaxBytes int64 `koanf:"max-bytes"`
-	// MaxWait is how long to wait for a batch to fill; 0 sends at once.
-	// Default 0.
-	MaxWait time.Duration `koanf:"max-wait"`
-}
-
-// CommitConfig configures checkpoint commits of one dispatcher.
-type CommitConfig struct {
-	// Policy is "every-message" or "interval". Default "every-message".
-	Policy CommitPolicy `koanf:"policy"`
-	// Interval is the longest time between commits under "interval". Default 1s.
-	Interval time.Duration `koanf:"interval"`
-	// MaxCount is the most messages between commits under "interval"; at
-	// least 1. Default 1000.
-	MaxCount int `koanf:"max-count"`
-}
-
-// Per-dispatcher defaults filled in by Normalize.
-const (
-	defaultCommitInterval = time.Second
-	defaultCommitMaxCount = 1000
-)
+// modules/topicqueue, .dispatch of modules/dispatcher, .dispatchers (a list
+// section) of plugins/configdispatchers, .groups of modules/groups,
+// .retention of modules/retention.
+type BrokerConfig struct{}
 
 // Default returns the built-in defaults of the core keys, the one place
 // they are written (plugin sections carry theirs, see [NewSection]); it
@@ -396,32 +257,15 @@ func Default() *Config {
 	}
 }
 
-// Normalize fills the per-dispatcher defaults in place: an empty Path takes
-// mmmq.broker.dispatch.path, a zero Timeout takes mmmq.broker.dispatch.timeout
-// (the values of the section owning those keys that c holds, else their
-// stock defaults, see [StockPluginKeys]), an empty commit policy becomes
-// "every-message", a zero commit interval 1s and a zero commit max-count
-// 1000. Load calls it; call it on a hand-built Config.
+// Normalize fills, in place, what a list section takes from its element
+// defaults and from other keys (see [NewListSection] and
+// [SectionOf.WithInherited]: a dispatcher of mmmq.broker.dispatchers
+// without a path takes mmmq.broker.dispatch.path). Load calls it; call it
+// on a hand-built Config.
 func (c *Config) Normalize() {
-	b := &c.MMMQ.Broker
-	path, _ := c.lookup(dispatchPathKey).(string)
-	timeout, _ := c.lookup(dispatchTimeoutKey).(time.Duration)
-	for i := range b.Dispatchers {
-		d := &b.Dispatchers[i]
-		if d.Path == "" {
-			d.Path = path
-		}
-		if d.Timeout == 0 {
-			d.Timeout = timeout
-		}
-		if d.Commit.Policy == "" {
-			d.Commit.Policy = CommitEveryMessage
-		}
-		if d.Commit.Interval == 0 {
-			d.Commit.Interval = defaultCommitInterval
-		}
-		if d.Commit.MaxCount == 0 {
-			d.Commit.MaxCount = defaultCommitMaxCount
-		}
+	w := View{c: c}
+	for name, sv := range c.sections {
+		sv.value = sv.sec.normalize(sv.value, w)
+		c.sections[name] = sv
 	}
 }

@@ -37,3 +37,45 @@ var dispatchSection = NewSection("broker.dispatch", testDispatch{
 	}
 	return errors.Join(errs...)
 })
+
+// testDispatcher stands in for one element of the list section of
+// plugins/configdispatchers (mmmq.broker.dispatchers, whose elements are
+// dispatcher.Settings): some of its keys, none of its checks (those are
+// the plugin's tests). Its duration type is one of its own, as
+// dispatcher.Duration is.
+type testDispatcher struct {
+	Name     string            `koanf:"name"`
+	Host     string            `koanf:"host"`
+	Patterns []string          `koanf:"patterns"`
+	Path     string            `koanf:"path"`
+	Timeout  testDuration      `koanf:"timeout"`
+	Headers  map[string]string `koanf:"headers"`
+	Commit   struct {
+		Policy   string       `koanf:"policy"`
+		Interval testDuration `koanf:"interval"`
+		MaxCount int          `koanf:"max-count"`
+	} `koanf:"commit"`
+	TLS struct {
+		CAFile string `koanf:"ca-file"`
+	} `koanf:"tls"`
+}
+
+// testDuration is a duration type of a module's own (dispatcher.Duration).
+type testDuration time.Duration
+
+// UnmarshalText makes it one for the loader (the loader parses it itself).
+func (d *testDuration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = testDuration(v)
+	return err
+}
+
+// testDispatchers is the list section; element defaults as the real one's
+// (commit every-message, 1s, 1000), path and timeout inherited from
+// mmmq.broker.dispatch.
+var testDispatchers = func() *SectionOf[[]testDispatcher] {
+	var elem testDispatcher
+	elem.Commit.Policy, elem.Commit.Interval, elem.Commit.MaxCount = "every-message", testDuration(time.Second), 1000
+	return NewListSection[[]testDispatcher]("broker.dispatchers", "a mapping with name, host and patterns", elem, nil).
+		WithInherited(map[string]string{"path": "mmmq.broker.dispatch.path", "timeout": "mmmq.broker.dispatch.timeout"})
+}()

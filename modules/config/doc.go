@@ -19,8 +19,9 @@
 //
 // [Module] provides *Config and, through [ModuleSections], each core
 // section as its own value ([ServerConfig], [LoggingConfig],
-// [DispatchersConfig], ...); a module's own section (topicqueue.StorageConfig,
-// dispatcher.Config, ...) is provided by its [ProvideSection]. Each module
+// [AuthConfig], ...); a module's own section (topicqueue.StorageConfig,
+// dispatcher.Config, the list configdispatchers.Entries, ...) is provided
+// by its [ProvideSection]. Each module
 // maps its section(s) to its Options with one function (for example
 // topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).
 //
@@ -29,7 +30,10 @@
 // A module or plugin owns the keys under "mmmq.<path>": it declares them
 // with [NewSection] (a struct with koanf tags, its defaults, its
 // validation, and a cross check against other keys when it needs one,
-// [SectionOf.WithCrossCheck]; path may be nested, "broker.dispatch"), and its module
+// [SectionOf.WithCrossCheck]; path may be nested, "broker.dispatch"), or
+// with [NewListSection] when the key holds a list of mappings
+// (mmmq.broker.dispatchers: element defaults, fields inherited from other
+// keys with [SectionOf.WithInherited]), and its module
 // includes [ProvideSection], which registers the section with [Module] and
 // provides the decoded value. An application that loads the configuration
 // before building the Fx graph finds the sections of its modules with

@@ -13,7 +13,7 @@ import (
 
 // Module provides *Config and, through [ModuleSections], each module's
 // core section as its own value (ServerConfig, LoggingConfig,
-// DispatchersConfig, ...), so a module's constructor takes only the
+// AuthConfig, ...), so a module's constructor takes only the
 // section(s) it reads; a module's own section is provided by its
 // [ProvideSection]. *Config is built
 // from the LoadOptions value in the container, which the application
@@ -66,9 +66,6 @@ type ModuleSections struct {
 	Server ServerConfig
 	// Logging is the "logging" section (logging).
 	Logging LoggingConfig
-	// Dispatchers is the normalized "mmmq.broker.dispatchers" list
-	// (configdispatchers); the slice is a copy.
-	Dispatchers DispatchersConfig
 	// Admin is "mmmq.admin" (admin); the host list is a copy.
 	Admin AdminConfig
 	// Auth is "mmmq.auth" (auth); the token list is a copy.
@@ -83,16 +80,14 @@ type NodeConfig struct {
 	Name string
 }
 
-// SectionsOf returns cfg's module sections, the dispatcher list copied.
+// SectionsOf returns cfg's module sections, the lists copied.
 func SectionsOf(cfg *Config) ModuleSections {
-	b := cfg.MMMQ.Broker
 	return ModuleSections{
-		Server:      cfg.Server,
-		Logging:     cfg.Logging,
-		Dispatchers: cloneDispatchers(b.Dispatchers),
-		Admin:       AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
-		Auth:        CloneAuth(cfg.MMMQ.Auth),
-		Node:        NodeConfig{Name: cfg.MMMQ.NodeName},
+		Server:  cfg.Server,
+		Logging: cfg.Logging,
+		Admin:   AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
+		Auth:    CloneAuth(cfg.MMMQ.Auth),
+		Node:    NodeConfig{Name: cfg.MMMQ.NodeName},
 	}
 }
 
@@ -141,7 +136,6 @@ func Supply(cfg *Config) fx.Option {
 		return fx.Error(errors.New("config: Supply(nil)"))
 	}
 	c := *cfg
-	c.MMMQ.Broker.Dispatchers = cloneDispatchers(cfg.MMMQ.Broker.Dispatchers)
 	c.MMMQ.Auth = CloneAuth(cfg.MMMQ.Auth)
 	c.Warnings = slices.Clone(cfg.Warnings)
 	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)
@@ -151,21 +145,6 @@ func Supply(cfg *Config) fx.Option {
 		return fx.Error(err)
 	}
 	return fx.Supply(LoadOptions{supplied: &c})
-}
-
-func cloneDispatchers(ds DispatchersConfig) DispatchersConfig {
-	out := slices.Clone(ds)
-	for i := range out {
-		d := &out[i]
-		d.Patterns = slices.Clone(d.Patterns)
-		d.SigningSecrets = slices.Clone(d.SigningSecrets)
-		d.Headers = maps.Clone(d.Headers)
-		if d.DeadLetter != nil {
-			dl := *d.DeadLetter
-			d.DeadLetter = &dl
-		}
-	}
-	return out
 }
 
 // checkSections compares the sections of a Config built by Load with those

@@ -27,13 +27,13 @@ func TestModuleLoadsFromSuppliedOptions(t *testing.T) {
 func TestModuleSupply(t *testing.T) {
 	in := Default()
 	in.Server.Port = 9124
-	in.MMMQ.Broker.Dispatchers = []DispatcherConfig{{Name: "d", Host: "http://h:1", Patterns: []string{"a.*"}}}
+	SetSectionValue(in, testDispatchers, []testDispatcher{{Name: "d", Host: "http://h:1", Patterns: []string{"a.*"}}})
 	var cfg *Config
 	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&cfg))
 	defer app.RequireStart().RequireStop()
 	assert.Equal(t, 9124, cfg.Server.Port)
-	assert.Equal(t, "/mmmq/messages", cfg.MMMQ.Broker.Dispatchers[0].Path, "normalized")
-	assert.Empty(t, in.MMMQ.Broker.Dispatchers[0].Path, "caller's config untouched")
+	assert.Equal(t, "/mmmq/messages", SectionValue(cfg, testDispatchers)[0].Path, "normalized")
+	assert.Empty(t, SectionValue(in, testDispatchers)[0].Path, "caller's config untouched")
 }
 
 func TestModuleSupplyInvalidFails(t *testing.T) {

@@ -15,6 +15,8 @@ var durationType = reflect.TypeFor[time.Duration]()
 type leaf struct {
 	key string
 	typ reflect.Type
+	// want is what an element must be, for a list section's key.
+	want string
 }
 
 // schema is the key set of a struct type, derived from its koanf tags.
@@ -45,23 +47,19 @@ func (s schema) walk(t reflect.Type, prefix string) {
 	}
 }
 
-// Key sets of Config and of one element of mmmq.broker.dispatchers.
+// Key sets of Config and of one element of mmmq.auth.tokens.
 var (
-	configSchema     = newSchema(reflect.TypeFor[Config]())
-	dispatcherSchema = newSchema(reflect.TypeFor[DispatcherConfig]())
-	authTokenSchema  = newSchema(reflect.TypeFor[AuthTokenConfig]())
-	authPermSchema   = newSchema(reflect.TypeFor[AuthPermissionConfig]())
+	configSchema    = newSchema(reflect.TypeFor[Config]())
+	authTokenSchema = newSchema(reflect.TypeFor[AuthTokenConfig]())
+	authPermSchema  = newSchema(reflect.TypeFor[AuthPermissionConfig]())
 )
 
 // The list-valued keys (file only).
 const (
+	// dispatchersKey is the list section of plugins/configdispatchers,
+	// named here for the environment's hint when the binary lacks it.
 	dispatchersKey = "mmmq.broker.dispatchers"
 	authTokensKey  = "mmmq.auth.tokens"
-	// dispatchPathKey and dispatchTimeoutKey are what a dispatcher of
-	// dispatchersKey without its own path or timeout inherits (the section
-	// of modules/dispatcher).
-	dispatchPathKey    = "mmmq.broker.dispatch.path"
-	dispatchTimeoutKey = "mmmq.broker.dispatch.timeout"
 	// authPermissionsKey is the list inside each token entry, as
 	// listSchemas names it: the list's key, "[]", the element's key.
 	authPermissionsKey = authTokensKey + "[].permissions"
@@ -76,7 +74,6 @@ var listSchemas = map[string]struct {
 	schema schema
 	want   string
 }{
-	dispatchersKey:     {dispatcherSchema, "a mapping with name, host and patterns"},
 	authTokensKey:      {authTokenSchema, "a mapping with name, one of token-sha256, token-file or client-cn, and permissions"},
 	authPermissionsKey: {authPermSchema, "a mapping with actions, topics and groups"},
 }
@@ -158,6 +155,11 @@ func envTable(s schema) (map[string]leaf, error) {
 func loadSchema(secs []Section, absent []PluginKey) schema {
 	s := schema{leaves: maps.Clone(configSchema.leaves), sections: maps.Clone(configSchema.sections)}
 	for _, sec := range secs {
+		if want := sec.listWant(); want != "" {
+			s.addParents(sec.Key())
+			s.leaves[sec.Key()] = leaf{key: sec.Key(), typ: sec.typ(), want: want}
+			continue
+		}
 		s.addParents(sec.Key() + ".")
 		s.walk(sec.typ(), sec.Key()+".")
 	}
@@ -182,8 +184,9 @@ func (s schema) addParents(key string) {
 }
 
 // Keys returns every scalar key of the core configuration and of the given
-// sections, sorted; each is settable through [EnvVar](key). The list
-// mmmq.broker.dispatchers (and any list in a section) is not included.
+// sections, sorted; each is settable through [EnvVar](key). Lists
+// (mmmq.auth.tokens, a list section such as mmmq.broker.dispatchers, a
+// list inside a section) are not included.
 func Keys(sections ...Section) []string {
 	s := loadSchema(sections, nil)
 	var out []string
@@ -198,10 +201,11 @@ func Keys(sections ...Section) []string {
 
 // elementSchema returns the key set of one element of the list key l
 // (listKey as listSchemas names it) and what an element must be: the
-// listSchemas entry of a core list, else, for a list of structs (a
-// section's, such as mmmq.broker.retention.topics), the element type's
-// keys ("a mapping with pattern, max-age and max-bytes"). ok is false for
-// a list of scalars.
+// listSchemas entry of a core list, else, for a list of structs (a list
+// section's, or a list inside a section such as
+// mmmq.broker.retention.topics), the element type's keys and the list
+// section's description, or one derived from the keys ("a mapping with
+// pattern, max-age and max-bytes"). ok is false for a list of scalars.
 func elementSchema(listKey string, l leaf) (s schema, want string, ok bool) {
 	if ls, ok := listSchemas[listKey]; ok {
 		return ls.schema, ls.want, true
@@ -210,6 +214,9 @@ func elementSchema(listKey string, l leaf) (s schema, want string, ok bool) {
 		return schema{}, "", false
 	}
 	et := l.typ.Elem()
+	if l.want != "" {
+		return newSchema(et), l.want, true
+	}
 	var keys []string
 	for f := range et.Fields() {
 		if tag := f.Tag.Get("koanf"); tag != "" && tag != "-" {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -103,9 +104,10 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	cfg := Default()
 	var errs []error
 	for _, sec := range secs {
-		v, err := sec.decode(k.Cut(sec.Key()))
+		v, err := sec.decode(k)
 		if err != nil {
 			errs = append(errs, err)
+			k.Delete(sec.Key()) // reported; not again as an unknown key
 			continue
 		}
 		if cfg.sections == nil {
@@ -424,13 +426,19 @@ func parseEnvValue(t reflect.Type, s string) (any, error) {
 // unit. prefix is put before the keys named in errors ("mmmq.lineproto." for
 // a section's sub-tree, "" for the whole configuration).
 func decode(k *koanf.Koanf, out any, prefix string) error {
+	return decodeAt(k, "", out, prefix)
+}
+
+// decodeAt is decode of the value at path ("" for all of k): a list
+// section's list, whose element keys are named prefix + "[i].key".
+func decodeAt(k *koanf.Koanf, path string, out any, prefix string) error {
 	dc := mapstructure.DecoderConfig{
 		TagName:          "koanf",
 		ErrorUnused:      true,
 		WeaklyTypedInput: false,
 		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, integerHook),
 	}
-	err := k.UnmarshalWithConf("", out, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
+	err := k.UnmarshalWithConf(path, out, koanf.UnmarshalConf{Tag: "koanf", DecoderConfig: &dc})
 	if err == nil {
 		return nil
 	}
@@ -473,8 +481,10 @@ func integerHook(from, to reflect.Type, data any) (any, error) {
 
 // durationHook parses Go duration strings ("30s", "1m30s") and refuses
 // numbers, which would otherwise decode as nanoseconds ("timeout: 30" = 30ns).
+// It serves time.Duration and a duration type of a module's own (an int64
+// type whose pointer has UnmarshalText, such as dispatcher.Duration).
 func durationHook(from, to reflect.Type, data any) (any, error) {
-	if to != durationType || from == durationType {
+	if !isDuration(to) || from == to {
 		return data, nil
 	}
 	switch from.Kind() {
@@ -483,13 +493,31 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("must be a duration with a unit such as \"30s\"; got %q", data)
 		}
-		return d, nil
+		return reflect.ValueOf(d).Convert(to).Interface(), nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
 		return nil, fmt.Errorf("must be a duration with a unit such as \"30s\"; got bare number %v", data)
 	}
 	return data, nil
+}
+
+// isDuration says whether t is time.Duration or an int64 type whose
+// pointer is an encoding.TextUnmarshaler (a module's own duration type).
+func isDuration(t reflect.Type) bool {
+	return t == durationType || t.Kind() == reflect.Int64 && reflect.PointerTo(t).Implements(textUnmarshalerType)
+}
+
+var textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// Problems returns the problems of err, a validation error of this package
+// or of a section's check: the leaves of its errors.Join tree, each
+// usually a [*KeyError]; nil for a nil err.
+func Problems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	return flatten(err)
 }
 
 // flatten expands errors.Join trees into their leaves.

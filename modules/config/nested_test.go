@@ -34,7 +34,7 @@ var (
 func loadNested(t *testing.T, body string, env ...string) (*Config, error) {
 	t.Helper()
 	return Load(LoadOptions{Path: writeYAML(t, body), PathExplicit: true, Environ: append([]string{}, env...),
-		Sections: []Section{dispatchSection, gadgetSection, ordersIn, ordersOut}})
+		Sections: []Section{dispatchSection, testDispatchers, gadgetSection, ordersIn, ordersOut}})
 }
 
 // A nested section: its key, defaults by full key, environment variables
@@ -65,7 +65,7 @@ mmmq:
 	g := SectionValue(cfg, gadgetSection)
 	assert.Equal(t, 3*time.Second, g.Every)
 	assert.Equal(t, "/env.pem", g.TLS.CAFile, "the environment wins")
-	assert.Equal(t, "d", cfg.MMMQ.Broker.Dispatchers[0].Name, "the core keys of the same mapping still decode")
+	assert.Equal(t, "d", SectionValue(cfg, testDispatchers)[0].Name, "a list section in the same mapping still decodes")
 	assert.Equal(t, "x", SectionValue(cfg, ordersIn).Host)
 	assert.Equal(t, "y", SectionValue(cfg, ordersOut).Host)
 }
@@ -120,7 +120,7 @@ func TestNestedSectionPathsRefused(t *testing.T) {
 	type x struct {
 		A int `koanf:"a"`
 	}
-	for _, path := range []string{"broker", "node-name", "node-name.x", "broker.dispatchers", "Broker.x", "broker..x", "broker.x."} {
+	for _, path := range []string{"broker", "node-name", "node-name.x", "auth.tokens", "Broker.x", "broker..x", "broker.x."} {
 		assert.Panics(t, func() { NewSection(path, x{}, nil) }, path)
 	}
 	outer := NewSection("orders", x{}, nil)

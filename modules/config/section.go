@@ -34,7 +34,14 @@ type Section interface {
 	Defaults() map[string]any
 
 	typ() reflect.Type
+	// listWant is what one element of a list section must be ("a mapping
+	// with name, host and patterns"), "" for a section of keys.
+	listWant() string
+	// inheritedFrom maps an element field of a list section ("path") to
+	// the key whose value it takes when absent (see WithInherited).
+	inheritedFrom() map[string]string
 	decode(k *koanf.Koanf) (any, error)
+	normalize(v any, w View) any
 	check(v any) error
 	checkAcross(v any, w View) error
 }
@@ -59,6 +66,13 @@ type SectionOf[T any] struct {
 	defaults T
 	validate func(*T) error
 	across   func(*T, View) error
+
+	// A list section (NewListSection): what an element must be, the
+	// element defaults that fill an element's zero fields, and the fields
+	// inherited from other keys.
+	want     string
+	elem     reflect.Value
+	inherits map[string]string
 }
 
 // NewSection returns the section "mmmq."+path with the given defaults and
@@ -92,6 +106,52 @@ func NewSection[T any](path string, defaults T, validate func(*T) error) *Sectio
 	}
 	checkNilCollections(reflect.ValueOf(defaults), name)
 	return &SectionOf[T]{name: name, defaults: defaults, validate: validate}
+}
+
+// NewListSection returns the section "mmmq."+path whose value is a list of
+// mappings, L a slice of the struct E, such as mmmq.broker.dispatchers (a
+// list of dispatcher.Settings). Like every list it is set in the file only
+// (an environment variable naming it is refused, naming the key); its
+// default is the empty list. Each element is checked against E's koanf
+// keys (an unknown key is named in full, "mmmq.broker.dispatchers[0].hots";
+// an element that is not a mapping is refused as "must be "+want), then
+// decoded, and its zero fields, nested structs field by field, take the
+// value of the same field of elem (the element defaults: a dispatcher's
+// commit.max-count 1000). validate is as [NewSection]'s, given the whole
+// list; it should name an element's keys in full
+// ("mmmq.broker.dispatchers[1].name").
+//
+// NewListSection panics as NewSection does, and when E is not a struct.
+func NewListSection[L ~[]E, E any](path, want string, elem E, validate func(*L) error) *SectionOf[L] {
+	if !sectionNameRE.MatchString(path) {
+		panic(fmt.Sprintf("config: NewListSection: path %q does not match %s", path, sectionNameRE))
+	}
+	if err := coreOverlap("mmmq." + path); err != "" {
+		panic(fmt.Sprintf("config: NewListSection: mmmq.%s %s", path, err))
+	}
+	if et := reflect.TypeFor[E](); et.Kind() != reflect.Struct {
+		panic(fmt.Sprintf("config: NewListSection(%q): element %s is not a struct", path, et))
+	}
+	if want == "" {
+		panic(fmt.Sprintf("config: NewListSection(%q): say what an element must be", path))
+	}
+	return &SectionOf[L]{name: path, validate: validate, want: want, elem: reflect.ValueOf(elem)}
+}
+
+// WithInherited returns a copy of the list section s in which an element
+// field (a koanf key of the element, "path") that is absent or zero takes
+// the value of another key, named in full ("mmmq.broker.dispatch.path"),
+// when the configuration is normalized; mmmq config check shows that key
+// as the field's source. The field and the key must have the same type.
+// Call it once, where the section is declared. It panics when s is not a
+// list section.
+func (s *SectionOf[T]) WithInherited(fields map[string]string) *SectionOf[T] {
+	if s.want == "" {
+		panic(fmt.Sprintf("config: WithInherited: %s is not a list section", s.Key()))
+	}
+	c := *s
+	c.inherits = maps.Clone(fields)
+	return &c
 }
 
 // coreOverlap says how key overlaps the core schema ("" when it does not):
@@ -138,9 +198,14 @@ func (s *SectionOf[T]) Key() string { return "mmmq." + s.name }
 func (s *SectionOf[T]) Default() T { return s.defaults }
 
 // Defaults maps each scalar key of the section, in full, to its default
-// value, typed as its field. Slices (file-only keys) are left out.
+// value, typed as its field. Slices (file-only keys) are left out; a list
+// section gives its own key with the value []any(nil).
 func (s *SectionOf[T]) Defaults() map[string]any {
 	out := map[string]any{}
+	if s.want != "" {
+		out[s.Key()] = []any(nil)
+		return out
+	}
 	collectDefaults(reflect.ValueOf(s.defaults), s.Key()+".", out)
 	return out
 }
@@ -209,18 +274,82 @@ func (w View) Value(key string) any { return w.c.lookup(key) }
 // its own section's validation or the core checks: a check whose bound
 // comes from key is then skipped, so that only the first cause is
 // reported.
-func (w View) Failed(key string) bool { return w.v.failed(key) }
+func (w View) Failed(key string) bool { return w.v != nil && w.v.failed(key) }
 
 func (s *SectionOf[T]) typ() reflect.Type { return reflect.TypeFor[T]() }
 
-// decode unmarshals k (the sub-tree under Key, keys relative) onto a copy of
-// the defaults, strictly as the core keys are.
+func (s *SectionOf[T]) listWant() string { return s.want }
+
+func (s *SectionOf[T]) inheritedFrom() map[string]string { return s.inherits }
+
+// decode unmarshals the section's sub-tree of k (the whole configuration)
+// onto a copy of the defaults, strictly as the core keys are; a list
+// section's list onto an empty list.
 func (s *SectionOf[T]) decode(k *koanf.Koanf) (any, error) {
 	v := s.defaults
-	if err := decode(k, &v, s.Key()+"."); err != nil {
+	if s.want != "" {
+		if !k.Exists(s.Key()) || k.Get(s.Key()) == nil {
+			return v, nil
+		}
+		if err := decodeAt(k, s.Key(), &v, s.Key()); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	if err := decode(k.Cut(s.Key()), &v, s.Key()+"."); err != nil {
 		return nil, err
 	}
 	return v, nil
+}
+
+// normalize returns v with a list section's element defaults and
+// inherited fields filled (see NewListSection and WithInherited); the list
+// is a copy. A section of keys is returned as it is.
+func (s *SectionOf[T]) normalize(v any, w View) any {
+	t, ok := v.(T)
+	if !ok || s.want == "" || reflect.ValueOf(t).Len() == 0 {
+		return v
+	}
+	src := reflect.ValueOf(t)
+	out := reflect.MakeSlice(src.Type(), src.Len(), src.Len())
+	reflect.Copy(out, src)
+	for i := range out.Len() {
+		el := out.Index(i)
+		fillZero(el, s.elem)
+		for field, from := range s.inherits {
+			f := fieldByKey(el, field)
+			val := w.Value(from)
+			if f.IsValid() && f.IsZero() && val != nil && reflect.TypeOf(val).ConvertibleTo(f.Type()) {
+				f.Set(reflect.ValueOf(val).Convert(f.Type()))
+			}
+		}
+	}
+	return out.Interface()
+}
+
+// fillZero sets every zero field of dst (nested structs field by field)
+// to the same field of def.
+func fillZero(dst, def reflect.Value) {
+	for i := range dst.NumField() {
+		f := dst.Field(i)
+		switch {
+		case f.Kind() == reflect.Struct:
+			fillZero(f, def.Field(i))
+		case f.IsZero() && !def.Field(i).IsZero():
+			f.Set(def.Field(i))
+		}
+	}
+}
+
+// fieldByKey returns the field of the struct v whose koanf tag is key,
+// the zero Value when there is none.
+func fieldByKey(v reflect.Value, key string) reflect.Value {
+	for i := range v.NumField() {
+		if v.Type().Field(i).Tag.Get("koanf") == key {
+			return v.Field(i)
+		}
+	}
+	return reflect.Value{}
 }
 
 // check runs validate; problems that are not a *KeyError are reported under

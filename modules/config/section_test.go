@@ -193,18 +193,18 @@ func TestProvideSectionLoadsInsideGraph(t *testing.T) {
 func TestModuleProvidesSections(t *testing.T) {
 	in := Default()
 	in.Server.Port = 9125
-	in.MMMQ.Broker.Dispatchers = DispatchersConfig{{Name: "d", Host: "http://h:1", Patterns: []string{"a.*"}}}
+	SetSectionValue(in, testDispatchers, []testDispatcher{{Name: "d", Host: "http://h:1", Patterns: []string{"a.*"}}})
 	var (
 		srv  ServerConfig
 		lg   LoggingConfig
-		dsps DispatchersConfig
+		dsps []testDispatcher
 	)
-	app := fxtest.New(t, fx.NopLogger, Module, Supply(in), fx.Populate(&srv, &lg, &dsps))
+	app := fxtest.New(t, fx.NopLogger, Module, ProvideSection(testDispatchers), Supply(in), fx.Populate(&srv, &lg, &dsps))
 	defer app.RequireStart().RequireStop()
 	assert.Equal(t, 9125, srv.Port)
 	assert.Equal(t, Default().Logging, lg)
 	require.Len(t, dsps, 1)
-	assert.Equal(t, "/mmmq/messages", dsps[0].Path, "normalized")
+	assert.Equal(t, "/mmmq/messages", dsps[0].Path, "a list section, normalized")
 }
 
 func TestAbsentStockPluginKeys(t *testing.T) {

@@ -52,6 +52,9 @@ type origins struct {
 	file     string            // the YAML file read; "" when none
 	fileKeys map[string]bool   // keys present in the file, list elements as "key[i].field"
 	fromEnv  map[string]string // key -> the variable that set it
+	// inherits maps a list section's key to its inherited element fields
+	// (field -> the key it takes its value from, see WithInherited).
+	inherits map[string]map[string]string
 }
 
 // Effective is a loaded configuration with the source of each value.
@@ -65,9 +68,10 @@ type Effective struct {
 	// in the order of the Config fields (as in configs/mmmq.yaml), then
 	// the plugin sections given to Load, in name order. A non-empty list
 	// of mappings (mmmq.broker.dispatchers) is given element by element;
-	// its fields absent from the file are defaults, except a dispatcher's
-	// path and timeout, which take the source of mmmq.broker.dispatch.path
-	// and .timeout they were inherited from. Keys of absent stock plugins
+	// its fields absent from the file are defaults, except fields
+	// inherited from another key (a dispatcher's path and timeout), which
+	// take the source of the key they were inherited from
+	// (mmmq.broker.dispatch.path and .timeout). Keys of absent stock plugins
 	// are not settings (see Config.Warnings).
 	Settings []Setting
 }
@@ -81,12 +85,35 @@ func LoadEffective(opts LoadOptions) (*Effective, error) {
 		return nil, err
 	}
 	e := &Effective{Config: cfg, File: origin.file}
+	origin.inherits = map[string]map[string]string{}
+	for _, sv := range cfg.sections {
+		if in := sv.sec.inheritedFrom(); in != nil {
+			origin.inherits[sv.sec.Key()] = in
+		}
+	}
 	origin.settings(reflect.ValueOf(*cfg), "", &e.Settings)
 	for _, name := range slices.Sorted(maps.Keys(cfg.sections)) {
 		sv := cfg.sections[name]
+		if sv.sec.listWant() != "" {
+			origin.list(reflect.ValueOf(sv.value), sv.sec.Key(), &e.Settings)
+			continue
+		}
 		origin.settings(reflect.ValueOf(sv.value), sv.sec.Key()+".", &e.Settings)
 	}
 	return e, nil
+}
+
+// list adds the settings of the list of mappings v at key: element by
+// element, or the key itself when the list is empty.
+func (o origins) list(v reflect.Value, key string, out *[]Setting) {
+	if v.Len() == 0 {
+		kind, from := o.source(key)
+		*out = append(*out, Setting{Key: key, Value: v.Interface(), Kind: kind, From: from})
+		return
+	}
+	for j := range v.Len() {
+		o.settings(v.Index(j), fmt.Sprintf("%s[%d].", key, j), out)
+	}
 }
 
 func (o origins) settings(v reflect.Value, prefix string, out *[]Setting) {
@@ -101,9 +128,7 @@ func (o origins) settings(v reflect.Value, prefix string, out *[]Setting) {
 		case f.Kind() == reflect.Struct:
 			o.settings(f, key+".", out)
 		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct && f.Len() > 0:
-			for j := range f.Len() {
-				o.settings(f.Index(j), fmt.Sprintf("%s[%d].", key, j), out)
-			}
+			o.list(f, key, out)
 		default:
 			kind, from := o.source(key)
 			*out = append(*out, Setting{Key: key, Value: f.Interface(), Kind: kind, From: from})
@@ -111,16 +136,9 @@ func (o origins) settings(v reflect.Value, prefix string, out *[]Setting) {
 	}
 }
 
-// dispatcherInherits maps the dispatcher fields that Normalize fills from
-// mmmq.broker.dispatch to that key.
-var dispatcherInherits = map[string]string{
-	"path":    "mmmq.broker.dispatch.path",
-	"timeout": "mmmq.broker.dispatch.timeout",
-}
-
 // source says where key's value came from: the environment wins over the
-// file; a dispatcher's path or timeout absent from the file has the source
-// of the key it inherits.
+// file; an inherited field of a list section's element (a dispatcher's
+// path) absent from the file has the source of the key it inherits.
 func (o origins) source(key string) (SourceKind, string) {
 	if name, ok := o.fromEnv[key]; ok {
 		return SourceEnv, name
@@ -128,10 +146,12 @@ func (o origins) source(key string) (SourceKind, string) {
 	if o.fileKeys[key] {
 		return SourceFile, o.file
 	}
-	if rest, ok := strings.CutPrefix(key, dispatchersKey+"["); ok {
-		_, field, _ := strings.Cut(rest, "].")
-		if from, ok := dispatcherInherits[field]; ok {
-			return o.source(from)
+	for list, fields := range o.inherits {
+		if rest, ok := strings.CutPrefix(key, list+"["); ok {
+			_, field, _ := strings.Cut(rest, "].")
+			if from, ok := fields[field]; ok {
+				return o.source(from)
+			}
 		}
 	}
 	return SourceDefault, ""

@@ -27,7 +27,7 @@ mmmq:
   widget:
     size: 20
 `)
-	eff, err := LoadEffective(LoadOptions{Path: path, PathExplicit: true, Sections: []Section{widgetSection, dispatchSection},
+	eff, err := LoadEffective(LoadOptions{Path: path, PathExplicit: true, Sections: []Section{widgetSection, dispatchSection, testDispatchers},
 		Environ: []string{"MMMQ_LOGGING_LEVEL=debug", "MMMQ_BROKER_DISPATCH_TIMEOUT=5s", "MMMQ_WIDGET_DEEP_ON=true", "MMMQ_SERVICE_HOST=10.0.0.1"}})
 	require.NoError(t, err)
 	assert.Equal(t, path, eff.File)
@@ -53,11 +53,11 @@ mmmq:
 		{"mmmq.broker.dispatch.timeout", 5 * time.Second, SourceEnv, "MMMQ_BROKER_DISPATCH_TIMEOUT"},
 		{"mmmq.broker.dispatchers[0].name", "d", SourceFile, path},
 		{"mmmq.broker.dispatchers[0].patterns", []string{"order.**"}, SourceFile, path},
-		{"mmmq.broker.dispatchers[0].commit.policy", CommitInterval, SourceFile, path},
+		{"mmmq.broker.dispatchers[0].commit.policy", "interval", SourceFile, path},
 		{"mmmq.broker.dispatchers[0].commit.max-count", 1000, SourceDefault, "default"},
 		// Inherited from mmmq.broker.dispatch: that key's source.
 		{"mmmq.broker.dispatchers[0].path", "/in", SourceFile, path},
-		{"mmmq.broker.dispatchers[0].timeout", 5 * time.Second, SourceEnv, "MMMQ_BROKER_DISPATCH_TIMEOUT"},
+		{"mmmq.broker.dispatchers[0].timeout", testDuration(5 * time.Second), SourceEnv, "MMMQ_BROKER_DISPATCH_TIMEOUT"},
 		{"mmmq.widget.size", 20, SourceFile, path},
 		{"mmmq.widget.deep.on", true, SourceEnv, "MMMQ_WIDGET_DEEP_ON"},
 		{"mmmq.widget.every", time.Second, SourceDefault, "default"},
@@ -82,14 +82,14 @@ mmmq:
 	assert.NotContains(t, got, "mmmq.broker.dispatchers", "a non-empty list is shown by element")
 
 	// Without a file, everything is a default; an empty list is one setting.
-	eff, err = LoadEffective(LoadOptions{Path: filepath.Join(t.TempDir(), "absent.yaml"), Environ: []string{}})
+	eff, err = LoadEffective(LoadOptions{Path: filepath.Join(t.TempDir(), "absent.yaml"), Environ: []string{}, Sections: []Section{testDispatchers}})
 	require.NoError(t, err)
 	assert.Equal(t, "", eff.File)
 	assert.Equal(t, Default(), plain(eff.Config))
 	for _, s := range eff.Settings {
 		assert.Equal(t, SourceDefault, s.Kind, s.Key)
 	}
-	assert.Contains(t, eff.Settings, Setting{Key: "mmmq.broker.dispatchers", Value: DispatchersConfig(nil), Kind: SourceDefault})
+	assert.Contains(t, eff.Settings, Setting{Key: "mmmq.broker.dispatchers", Value: []testDispatcher(nil), Kind: SourceDefault})
 
 	// Load's errors, unchanged.
 	_, err = LoadEffective(LoadOptions{Environ: []string{"MMMQ_SERVER_PROT=1"}, Path: "absent.yaml"})

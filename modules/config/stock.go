@@ -23,12 +23,16 @@ type PluginKey struct {
 	// Plugin is the import path of the plugin or module that reads it.
 	Plugin string
 	// Default is the documented default, typed as the plugin's field
-	// (string, bool, int64, time.Duration).
+	// (string, bool, int64, time.Duration); []any(nil), the empty list,
+	// for a list section.
 	Default any
 }
 
-// in says whether the key belongs to sec (lies under sec's key).
-func (p PluginKey) in(sec Section) bool { return strings.HasPrefix(p.Key, sec.Key()+".") }
+// in says whether the key belongs to sec (lies under sec's key, or is a
+// list section's own key).
+func (p PluginKey) in(sec Section) bool {
+	return strings.HasPrefix(p.Key, sec.Key()+".") || p.Key == sec.Key()
+}
 
 // stockPluginKeys is the one list of the stock plugins' and modules' section
 // keys and documented defaults. A test in package app checks it against
@@ -40,6 +44,7 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.dispatch.backoff-max", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: 60 * time.Second},
 	{Key: "mmmq.broker.dispatch.max-response-bytes", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: int64(64 << 10)},
 	{Key: "mmmq.broker.dispatch.path", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: "/mmmq/messages"},
+	{Key: dispatchersKey, Plugin: "github.com/mmmq/mmmq/plugins/configdispatchers", Default: []any(nil)},
 	{Key: "mmmq.broker.groups.lease-timeout", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 30 * time.Second},
 	{Key: "mmmq.broker.groups.max-fetch", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 1000},
 	{Key: "mmmq.broker.storage.backend", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "local"},
@@ -86,8 +91,8 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention) and plugins (jetstream,
-// lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
+// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention) and plugins
+// (configdispatchers, jetstream, lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping
 // [ErrPluginMissing] that names the key and the plugin.
@@ -141,7 +146,7 @@ func checkAbsentPlugins(k *koanf.Koanf, absent []PluginKey, fromEnv map[string]s
 			continue
 		}
 		raw := k.Get(p.Key)
-		if raw == nil || sameValue(raw, p.Default) {
+		if l, isList := raw.([]any); raw == nil || isList && len(l) == 0 || sameValue(raw, p.Default) {
 			warns = append(warns, Warning{Key: p.Key, Var: fromEnv[p.Key], Plugin: p.Plugin})
 			continue
 		}

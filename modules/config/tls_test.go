@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,26 +35,5 @@ func TestServerTLSInvalidNamesKey(t *testing.T) {
 			assert.ErrorIs(t, err, ErrInvalidValue)
 			assert.Contains(t, err.Error(), "config: "+tc.key+": "+tc.problem)
 		})
-	}
-}
-
-func TestDispatcherTLSKeys(t *testing.T) {
-	const entry = "mmmq: {broker: {dispatchers: [{name: d, host: %s, patterns: [a], tls: %s}]}}"
-	cfg, err := load(t, fmt.Sprintf(entry, "https://h:1", "{ca-file: /ca, cert-file: /c, key-file: /k, server-name: b, insecure-skip-verify: true}"))
-	require.NoError(t, err)
-	assert.Equal(t, DispatcherTLSConfig{CAFile: "/ca", CertFile: "/c", KeyFile: "/k", ServerName: "b", InsecureSkipVerify: true}, cfg.MMMQ.Broker.Dispatchers[0].TLS)
-	for _, tc := range []struct{ host, tls, key, problem string }{
-		{"http://h:1", "{ca-file: /ca}", "mmmq.broker.dispatchers[0].tls", `applies to an https host only; host is "http://h:1"`},
-		{"https://h:1", "{cert-file: /c}", "mmmq.broker.dispatchers[0].tls.key-file", "must be set when tls.cert-file is set"},
-		{"https://h:1", "{key-file: /k}", "mmmq.broker.dispatchers[0].tls.cert-file", "must be set when tls.key-file is set"},
-		{"https://h:1", "{ca: /ca}", "", `unknown key "mmmq.broker.dispatchers[0].tls.ca"`},
-	} {
-		_, err := load(t, fmt.Sprintf(entry, tc.host, tc.tls))
-		require.Error(t, err, tc.tls)
-		want := "config: " + tc.key + ": " + tc.problem
-		if tc.key == "" {
-			want = tc.problem
-		}
-		assert.Contains(t, err.Error(), want)
 	}
 }

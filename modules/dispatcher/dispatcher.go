@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
@@ -100,22 +99,20 @@ func ParseHost(s string) (Host, error) {
 }
 
 // CommitMode says when a worker commits its checkpoint: the value of a
-// dispatcher's commit.policy key. It is an alias of config.CommitPolicy,
-// which owns this enum (a string: "every-message", "interval"); the empty
-// value means EveryMessage. (It was a uint8 with a String method; its values
-// now print as their names without one.)
-type CommitMode = config.CommitPolicy
+// dispatcher's commit.policy key, "every-message" or "interval"; the empty
+// value means EveryMessage.
+type CommitMode string
 
 const (
 	// EveryMessage commits (write + fsync) after every message, before the
 	// next is sent. The default.
-	EveryMessage = config.CommitEveryMessage
+	EveryMessage CommitMode = "every-message"
 	// Interval commits at most once per CommitPolicy.Interval or once every
 	// CommitPolicy.MaxCount messages, and always before the worker waits
 	// (no more data, or a backoff) and when it stops. A crash redelivers at
 	// most the messages finished since the last commit: delivery stays
 	// at-least-once, only the number of duplicates grows.
-	Interval = config.CommitInterval
+	Interval CommitMode = "interval"
 )
 
 // CommitPolicy is when a dispatcher's workers commit. The zero value is

@@ -7,23 +7,22 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // Settings is one dispatcher as data: the shape of a mmmq.broker.dispatchers
 // entry (koanf tags, the YAML keys), of the admin API's body and of an entry
 // of <root>/dispatchers.json (JSON tags, the same kebab-case names, durations
-// as Go duration strings such as "30s"). The admin Spec is Settings plus
-// "paused"; the YAML entry (config.DispatcherConfig) has the same keys and is
-// converted with SettingsFromConfig. Build a Dispatcher with FromSettings;
-// describe one with (*Dispatcher).Settings.
+// as Go duration strings such as "30s"). The YAML list is the list section
+// of plugins/configdispatchers, whose elements are Settings; the admin Spec
+// is Settings plus "paused". Check one with Validate; build a Dispatcher
+// with FromSettings; describe one with (*Dispatcher).Settings.
 //
 // Adding a key: add the field here (with both tags and a comment giving the
-// default), to config.DispatcherConfig (the YAML decoder cannot import this
-// package), read it in FromSettings and Dispatcher.Settings, and document it
-// in configs/mmmq.yaml and the OpenAPI document; TestSettingsShapes fails
-// until every shape has it.
+// default), check it in Validate, read it in FromSettings and
+// Dispatcher.Settings, and document it in configs/mmmq.yaml, the OpenAPI
+// document and a CLI flag; TestSettingsShapes and the shape tests of the
+// CLI and the OpenAPI document fail until every shape has it.
 //
 //	{"name":"orders","host":"http://localhost:8081","patterns":["order.**"],
 //	 "path":"/mmmq/messages","timeout":"30s",
@@ -105,6 +104,9 @@ type BatchSettings struct {
 // JSON and read from one in JSON and text (YAML, environment).
 type Duration time.Duration
 
+// String writes d as a Go duration string ("30s").
+func (d Duration) String() string { return time.Duration(d).String() }
+
 // MarshalJSON writes d as a string, e.g. "30s".
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
@@ -128,57 +130,33 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// SettingsFromConfig converts a mmmq.broker.dispatchers entry to Settings,
-// key by key (the two types have the same keys; the slices and maps are
-// shared, not copied).
-func SettingsFromConfig(dc config.DispatcherConfig) Settings {
-	var s Settings
-	copyKeys(reflect.ValueOf(&s).Elem(), reflect.ValueOf(dc))
-	return s
-}
+// DefaultSettings are the element defaults of a dispatcher's settings:
+// the values its zero fields take (commit policy every-message, interval
+// 1s, max-count 1000), besides path and timeout, which come from
+// mmmq.broker.dispatch (see WithDefaults).
+var DefaultSettings = Settings{Commit: CommitSettings{Policy: EveryMessage, Interval: Duration(time.Second), MaxCount: 1000}}
 
-// Config converts s to a mmmq.broker.dispatchers entry, key by key (the
-// reverse of SettingsFromConfig).
-func (s Settings) Config() config.DispatcherConfig {
-	var dc config.DispatcherConfig
-	copyKeys(reflect.ValueOf(&dc).Elem(), reflect.ValueOf(s))
-	return dc
-}
-
-// WithDefaults returns s with the per-dispatcher defaults filled as
-// config.Normalize fills a YAML entry's: path and timeout from def
-// (mmmq.broker.dispatch), commit policy every-message, interval 1s,
-// max-count 1000.
+// WithDefaults returns s with its zero fields filled as a YAML entry's
+// are when the configuration is loaded: path and timeout from def
+// (mmmq.broker.dispatch), the commit settings from DefaultSettings.
 func (s Settings) WithDefaults(def Config) Settings {
-	cfg := &config.Config{MMMQ: config.MMMQConfig{Broker: config.BrokerConfig{Dispatchers: config.DispatchersConfig{s.Config()}}}}
-	config.SetSectionValue(cfg, ConfigSection, def)
-	cfg.Normalize()
-	return SettingsFromConfig(cfg.MMMQ.Broker.Dispatchers[0])
-}
-
-// copyKeys sets each koanf-tagged field of dst from the field of src with
-// the same tag, converting the type (time.Duration to Duration, string to
-// AckMode, ...), nested structs key by key. A key missing from src, or a
-// type that does not convert, panics: the two types are out of step, a
-// programming error TestSettingsShapes reports first.
-func copyKeys(dst, src reflect.Value) {
-	byKey := map[string]reflect.Value{}
-	for i := range src.NumField() {
-		byKey[src.Type().Field(i).Tag.Get("koanf")] = src.Field(i)
+	if s.Path == "" {
+		s.Path = def.Path
 	}
-	for i := range dst.NumField() {
-		key := dst.Type().Field(i).Tag.Get("koanf")
-		from, ok := byKey[key]
-		if !ok {
-			panic(fmt.Sprintf("dispatcher: %s has no key %q of %s", src.Type(), key, dst.Type()))
-		}
-		to := dst.Field(i)
-		if to.Kind() == reflect.Struct {
-			copyKeys(to, from)
-			continue
-		}
-		to.Set(from.Convert(to.Type()))
+	if s.Timeout == 0 {
+		s.Timeout = Duration(def.Timeout)
 	}
+	c, d := &s.Commit, DefaultSettings.Commit
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	if c.Interval == 0 {
+		c.Interval = d.Interval
+	}
+	if c.MaxCount == 0 {
+		c.MaxCount = d.MaxCount
+	}
+	return s
 }
 
 // FromSettings builds the Dispatcher s describes, labelled with source (see

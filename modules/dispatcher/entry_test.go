@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,17 +91,29 @@ func TestSettingsRoundTripEveryKey(t *testing.T) {
 	}
 }
 
-// The YAML entry (config.DispatcherConfig) has exactly the keys of
-// Settings, and SettingsFromConfig and Config carry every one of them.
-func TestSettingsConfigEveryKey(t *testing.T) {
-	var cfgKeys []string
-	leaves(reflect.ValueOf(config.DispatcherConfig{}), "", func(k string, _ reflect.Value) { cfgKeys = append(cfgKeys, k) })
-	if !reflect.DeepEqual(cfgKeys, SettingsKeys()) {
-		t.Fatalf("config.DispatcherConfig keys\n %v\nSettings keys\n %v", cfgKeys, SettingsKeys())
-	}
+// Every key of Settings is read from a YAML entry of a list section of
+// Settings (as mmmq.broker.dispatchers is, in plugins/configdispatchers):
+// the JSON a Settings value writes, which is YAML too, loads back as the
+// same value, durations as strings included.
+func TestSettingsYAMLEveryKey(t *testing.T) {
+	sec := config.NewListSection[[]Settings]("broker.dispatchers", "a dispatcher", DefaultSettings, nil)
 	for _, in := range []Settings{fullSettings(), withBatch()} {
-		if back := SettingsFromConfig(in.Config()); !reflect.DeepEqual(back, in) {
-			t.Errorf("through config.DispatcherConfig:\n got %+v\nwant %+v", back, in)
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "mmmq.yaml")
+		if err := os.WriteFile(path, []byte("mmmq:\n  broker:\n    dispatchers:\n      - "+string(b)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(config.LoadOptions{Path: path, PathExplicit: true, Environ: []string{},
+			Sections: []config.Section{sec, ConfigSection}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := config.SectionValue(cfg, sec)
+		if len(got) != 1 || !reflect.DeepEqual(got[0], in) {
+			t.Errorf("from YAML %s:\n got %+v\nwant %+v", b, got, in)
 		}
 	}
 }

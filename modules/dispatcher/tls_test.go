@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/servertls/tlstest"
 )
 
@@ -126,12 +125,12 @@ func TestTLSSettingsErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
-	// FromConfig prefixes the key of the entry.
-	dc := config.DispatcherConfig{Name: "d", Host: "https://localhost:8443", Patterns: []string{"a"},
-		TLS: config.DispatcherTLSConfig{CAFile: "/nonexistent/ca.pem"}}
-	if _, err := FromSettings(SettingsFromConfig(dc), "mmmq.broker.dispatchers[0]", "config"); err == nil ||
+	// FromSettings prefixes the key of the entry.
+	s := Settings{Name: "d", Host: "https://localhost:8443", Patterns: []string{"a"},
+		TLS: TLSSettings{CAFile: "/nonexistent/ca.pem"}}
+	if _, err := FromSettings(s, "mmmq.broker.dispatchers[0]", "config"); err == nil ||
 		!strings.Contains(err.Error(), "mmmq.broker.dispatchers[0]: ") || !strings.Contains(err.Error(), "tls.ca-file: open /nonexistent/ca.pem") {
-		t.Fatalf("FromConfig = %v", err)
+		t.Fatalf("FromSettings = %v", err)
 	}
 	if err := New("d", https, MustPattern("a")).WithTLS(good).Validate(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,120 @@
+package dispatcher
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// Validate checks s as data, without reading its TLS files: the rules a
+// dispatcher's settings must meet wherever they come from (a YAML entry,
+// the admin API, dispatchers.json). key names the entry in the errors,
+// e.g. "mmmq.broker.dispatchers[0]"; each problem is a *config.KeyError
+// for key + "." + the field ("mmmq.broker.dispatchers[0].host: must be
+// scheme://address:port ..."), all of them joined with errors.Join. Zero
+// fields are allowed (they take their defaults, see WithDefaults).
+// FromSettings checks the rest when it builds the dispatcher (the files,
+// the delivery limits).
+func (s Settings) Validate(key string) error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, config.InvalidValue(key+"."+field, format, args...))
+	}
+	if contract.ValidCheckpointName(s.Name) != nil {
+		bad("name", `must be 1-200 characters of [A-Za-z0-9_.-], not starting with "." (it names the checkpoint files); got %q`, s.Name)
+	}
+	if err := checkHostURL(s.Host); err != nil {
+		bad("host", `must be scheme://address:port with scheme http or https and no path, query or fragment (e.g. "http://localhost:8081"): %v`, err)
+	}
+	if len(s.Patterns) == 0 {
+		bad("patterns", "must list at least one topic pattern")
+	}
+	for j, p := range s.Patterns {
+		switch err := contract.ValidatePattern(p); {
+		case strings.TrimSpace(p) == "":
+			bad(fmt.Sprintf("patterns[%d]", j), "must not be empty")
+		case err != nil:
+			bad(fmt.Sprintf("patterns[%d]", j), "%v", err)
+		}
+	}
+	if s.Path != "" {
+		if err := config.CheckPath(key+".path", s.Path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.Timeout < 0 {
+		bad("timeout", `must be a duration > 0 such as "30s" (or absent); got %s`, s.Timeout)
+	}
+	if s.Start != "" && s.Start != StartEarliest && s.Start != StartLatest {
+		bad("start", "must be %q or %q; got %q", StartEarliest, StartLatest, s.Start)
+	}
+	switch s.Commit.Policy {
+	case "", EveryMessage, Interval:
+	default:
+		bad("commit.policy", "must be %q or %q; got %q", EveryMessage, Interval, s.Commit.Policy)
+	}
+	if s.Commit.Interval < 0 {
+		bad("commit.interval", `must be a duration > 0 such as "1s"; got %s`, s.Commit.Interval)
+	}
+	if s.Commit.MaxCount < 0 {
+		bad("commit.max-count", "must be at least 1; got %d", s.Commit.MaxCount)
+	}
+	errs = append(errs, s.validateTLS(key)...)
+	return errors.Join(errs...)
+}
+
+// validateTLS checks the tls entry: only with an https host, the client
+// certificate and its key together. Whether the files can be read is
+// checked when the dispatcher is built.
+func (s Settings) validateTLS(key string) []error {
+	t := s.TLS
+	if t.IsZero() {
+		return nil
+	}
+	var errs []error
+	if u, err := url.Parse(s.Host); err == nil && u.Scheme == "http" {
+		errs = append(errs, config.InvalidValue(key+".tls", "applies to an https host only; host is %q", s.Host))
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		errs = append(errs, config.InvalidValue(key+".tls.key-file", "must be set when tls.cert-file is set (the client certificate's private key, PEM)"))
+	case t.CertFile == "" && t.KeyFile != "":
+		errs = append(errs, config.InvalidValue(key+".tls.cert-file", "must be set when tls.key-file is set (the client certificate chain, PEM)"))
+	}
+	return errs
+}
+
+// checkHostURL accepts exactly scheme://address:port with scheme http or
+// https, a port of 1..65535, and nothing after it (not even "/").
+func checkHostURL(h string) error {
+	if h == "" {
+		return errors.New("missing")
+	}
+	u, err := url.Parse(h)
+	if err != nil {
+		return fmt.Errorf("got %q", h)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("scheme %q in %q", u.Scheme, h)
+	case u.Opaque != "" || u.User != nil:
+		return fmt.Errorf("got %q", h)
+	case u.Hostname() == "":
+		return fmt.Errorf("no address in %q", h)
+	case u.Port() == "":
+		return fmt.Errorf("no port in %q", h)
+	case u.Path != "" || u.RawPath != "":
+		return fmt.Errorf("path %q in %q", u.Path, h)
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fmt.Errorf("query or fragment in %q", h)
+	}
+	if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q in %q is not 1..65535", u.Port(), h)
+	}
+	return nil
+}
