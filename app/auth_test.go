@@ -48,14 +48,14 @@ type authBroker struct {
 // tokenSet makes one token per entry name; the config gets their digests.
 type tokenSet map[string]string
 
-func (ts tokenSet) entry(name string, perms ...config.AuthPermissionConfig) config.AuthTokenConfig {
+func (ts tokenSet) entry(name string, perms ...auth.PermissionConfig) auth.TokenConfig {
 	tok, digest := auth.NewToken()
 	ts[name] = tok
-	return config.AuthTokenConfig{Name: name, TokenSHA256: digest, Permissions: perms}
+	return auth.TokenConfig{Name: name, TokenSHA256: digest, Permissions: perms}
 }
 
-func allow(actions []contract.Action, topics, groups []string) config.AuthPermissionConfig {
-	p := config.AuthPermissionConfig{Topics: topics, Groups: groups}
+func allow(actions []contract.Action, topics, groups []string) auth.PermissionConfig {
+	p := auth.PermissionConfig{Topics: topics, Groups: groups}
 	for _, a := range actions {
 		p.Actions = append(p.Actions, string(a))
 	}
@@ -163,7 +163,7 @@ func authRoutes(session *string) []routeCase {
 // and a "no-<action>" entry (every other action).
 func authConfig(t *testing.T, ts tokenSet) *config.Config {
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Auth.Tokens = append(cfg.MMMQ.Auth.Tokens, ts.entry("all", allow(contract.Actions, nil, nil)))
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) { a.Tokens = append(a.Tokens, ts.entry("all", allow(contract.Actions, nil, nil))) })
 	for _, a := range contract.Actions {
 		var others []contract.Action
 		for _, o := range contract.Actions {
@@ -171,9 +171,11 @@ func authConfig(t *testing.T, ts tokenSet) *config.Config {
 				others = append(others, o)
 			}
 		}
-		cfg.MMMQ.Auth.Tokens = append(cfg.MMMQ.Auth.Tokens,
-			ts.entry("only-"+string(a), allow([]contract.Action{a}, nil, nil)),
-			ts.entry("no-"+string(a), allow(others, nil, nil)))
+		config.EditSection(cfg, auth.ConfigSection, func(c *auth.Config) {
+			c.Tokens = append(c.Tokens,
+				ts.entry("only-"+string(a), allow([]contract.Action{a}, nil, nil)),
+				ts.entry("no-"+string(a), allow(others, nil, nil)))
+		})
 	}
 	return cfg
 }
@@ -301,12 +303,14 @@ func (b *authBroker) assertNoToken(ts tokenSet) {
 func TestPermissionsPatternsGlobsBatchListing(t *testing.T) {
 	ts := tokenSet{}
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{
-		ts.entry("all", allow(contract.Actions, nil, nil)),
-		ts.entry("billing",
-			allow([]contract.Action{contract.ActionPublish, contract.ActionRead}, []string{"order.**", "payment.*"}, nil),
-			allow([]contract.Action{contract.ActionConsume}, []string{"order.**"}, []string{"billing-*"})),
-	}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{
+			ts.entry("all", allow(contract.Actions, nil, nil)),
+			ts.entry("billing",
+				allow([]contract.Action{contract.ActionPublish, contract.ActionRead}, []string{"order.**", "payment.*"}, nil),
+				allow([]contract.Action{contract.ActionConsume}, []string{"order.**"}, []string{"billing-*"})),
+		}
+	})
 	b := startAuthBroker(t, cfg)
 	for _, topic := range []string{"order.a", "payment.card", "other.x"} {
 		st, _, out := b.do("POST", "/messages", ts["all"], fmt.Sprintf(`{"topic":%q,"content":0}`, topic))
@@ -396,7 +400,7 @@ func TestLimitsAnswer429(t *testing.T) {
 	one.MaxConcurrentRequests = 1
 	slow := ts.entry("slow", allow(contract.Actions, nil, nil))
 	slow.PublishRate, slow.PublishBurst = 0.5, 2
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{one, slow}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) { a.Tokens = []auth.TokenConfig{one, slow} })
 	b := startAuthBroker(t, cfg)
 
 	// A long poll holds "one"'s only slot.

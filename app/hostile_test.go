@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/httpapi"
@@ -152,7 +153,9 @@ func startHostile(t *testing.T, m hostileMode, tune func(c *config.Config)) *hos
 	cfg := testConfig(t, e.root)
 	if m.auth {
 		ts := tokenSet{}
-		cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{ts.entry("hostile", allow(contract.Actions, nil, nil))}
+		config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+			a.Tokens = []auth.TokenConfig{ts.entry("hostile", allow(contract.Actions, nil, nil))}
+		})
 		e.token = ts["hostile"]
 	}
 	if tune != nil {

@@ -50,13 +50,15 @@ func startSecureBroker(t *testing.T) *secureBroker {
 	cfg.Server.TLS.ClientCAFile = ca.WriteCA(t, dir, "clients.pem")
 	cfg.Server.TLS.ClientAuth = config.ClientAuthVerifyIfGiven
 	ts := tokenSet{}
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{
-		ts.entry("all", allow(contract.Actions, nil, nil)),
-		ts.entry("reader", allow([]contract.Action{contract.ActionRead}, nil, nil)),
-		{Name: "billing", ClientCN: "billing", Permissions: []config.AuthPermissionConfig{
-			allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil),
-		}},
-	}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{
+			ts.entry("all", allow(contract.Actions, nil, nil)),
+			ts.entry("reader", allow([]contract.Action{contract.ActionRead}, nil, nil)),
+			{Name: "billing", ClientCN: "billing", Permissions: []auth.PermissionConfig{
+				allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil),
+			}},
+		}
+	})
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	var lp *lineproto.Server
 	b := startAuthBroker(t, cfg, fx.Populate(&lp))
@@ -186,9 +188,11 @@ func (c *lineClient) closed() {
 func TestE2ELineProtocolRealAuth(t *testing.T) {
 	ts := tokenSet{}
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{
-		ts.entry("orders", allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil)),
-	}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{
+			ts.entry("orders", allow([]contract.Action{contract.ActionPublish}, []string{"order.**"}, nil)),
+		}
+	})
 	config.SetSectionValue(cfg, lineproto.ConfigSection, lineproto.Config{Addr: "127.0.0.1:0", MaxLineBytes: lineproto.DefaultMaxLineBytes, MaxPipeline: lineproto.DefaultMaxPipeline})
 	var lp *lineproto.Server
 	b := startAuthBroker(t, cfg, fx.Populate(&lp))
@@ -246,9 +250,11 @@ func TestE2ETokenFileRotationKeepsConnections(t *testing.T) {
 	fresh, _ := auth.NewToken()
 	require.NoError(t, os.WriteFile(tokFile, []byte(old+"\n"), 0o600))
 	cfg := testConfig(t, t.TempDir())
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "billing", TokenFile: tokFile, Permissions: []config.AuthPermissionConfig{
-		allow([]contract.Action{contract.ActionPublish, contract.ActionRead}, []string{"order.**"}, nil),
-	}}}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{{Name: "billing", TokenFile: tokFile, Permissions: []auth.PermissionConfig{
+			allow([]contract.Action{contract.ActionPublish, contract.ActionRead}, []string{"order.**"}, nil),
+		}}}
+	})
 	var store *auth.Store
 	b := startAuthBroker(t, cfg, fx.Populate(&store))
 

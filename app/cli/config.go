@@ -110,7 +110,7 @@ func configCheck(args []string) int {
 	}
 	// The files serve reads at startup: token files and the TLS
 	// certificates, keys and client CAs.
-	if _, err := auth.New(eff.Config.MMMQ.Auth, nil, nil); err != nil {
+	if _, err := auth.New(config.SectionValue(eff.Config, auth.ConfigSection), nil, nil); err != nil {
 		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
 		return 1
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/mmmq/mmmq/modules/admin"
+	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -675,8 +676,10 @@ func TestRemoteCommandsSendTheToken(t *testing.T) {
 	const token = "mmmq_cli-test-token"
 	sum := sha256.Sum256([]byte(token))
 	b := startCLIBroker(t, func(c *config.Config) {
-		c.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "ops", TokenSHA256: hex.EncodeToString(sum[:]),
-			Permissions: []config.AuthPermissionConfig{{Actions: []string{"admin", "read"}}}}}
+		config.EditSection(c, auth.ConfigSection, func(a *auth.Config) {
+			a.Tokens = []auth.TokenConfig{{Name: "ops", TokenSHA256: hex.EncodeToString(sum[:]),
+				Permissions: []auth.PermissionConfig{{Actions: []string{"admin", "read"}}}}}
+		})
 	})
 	b.fails("mmmq: 401 UNAUTHORIZED", "dispatchers", "list")
 	file := filepath.Join(t.TempDir(), "token")

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -44,8 +45,10 @@ func TestTokenNew(t *testing.T) {
 	cfg := config.Default()
 	cfg.Server.Port, cfg.Server.Host, cfg.Logging.Level = 0, "127.0.0.1", "error"
 	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = t.TempDir() })
-	cfg.MMMQ.Auth.Tokens = config.AuthTokensConfig{{Name: "cli", TokenSHA256: digest,
-		Permissions: []config.AuthPermissionConfig{{Actions: []string{"read"}}}}}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{{Name: "cli", TokenSHA256: digest,
+			Permissions: []auth.PermissionConfig{{Actions: []string{"read"}}}}}
+	})
 	var srv *httpapi.Server
 	a := fxtest.New(t, appOptions(config.Supply(cfg), fx.Populate(&srv)))
 	a.RequireStart()

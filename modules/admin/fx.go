@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"slices"
+
 	"go.uber.org/fx"
 	"go.uber.org/zap"
 
@@ -23,7 +25,8 @@ type Params struct {
 	Store SpecStore
 	// Dispatch is mmmq.broker.dispatch (dispatcher.Module).
 	Dispatch dispatcher.Config
-	Admin    config.AdminConfig
+	// Admin is mmmq.admin (ConfigSection, registered by Module).
+	Admin    Config
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
 	// Groups, when present, reserve their names: a dispatcher may not take
@@ -50,7 +53,7 @@ func NewSpecStore(file *Store, reg *topicqueue.Registry) (SpecStore, error) {
 // NewFromConfig builds the Admin from mmmq.broker.dispatch (defaults of
 // new dispatchers) and mmmq.admin.
 func NewFromConfig(p Params) *Admin {
-	opts := Options{Defaults: p.Dispatch, AllowedHosts: p.Admin.AllowedHosts, Logger: p.Logger.Named("admin")}
+	opts := Options{Defaults: p.Dispatch, AllowedHosts: slices.Clone(p.Admin.AllowedHosts), Logger: p.Logger.Named("admin")}
 	if c := p.Groups; c != nil {
 		reg := p.Registry
 		opts.GroupTaken = func(name string) bool {
@@ -72,6 +75,7 @@ func NewFromConfig(p Params) *Admin {
 // recovery and the dispatcher manager, which start before it: list it
 // after dispatcher.Module).
 var Module = fx.Module("admin",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(NewStoreFromConfig, NewFromConfig, NewSpecStore),
 	contract.ProvideRoute(NewRoute),
 	fx.Invoke(registerLifecycle),

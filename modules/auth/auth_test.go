@@ -13,19 +13,18 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/reload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func perm(actions []string, topics, groups []string) config.AuthPermissionConfig {
-	return config.AuthPermissionConfig{Actions: actions, Topics: topics, Groups: groups}
+func perm(actions []string, topics, groups []string) PermissionConfig {
+	return PermissionConfig{Actions: actions, Topics: topics, Groups: groups}
 }
 
 func TestPermissions(t *testing.T) {
-	p, err := newPrincipal("k", config.AuthTokenConfig{Name: "billing", Permissions: []config.AuthPermissionConfig{
+	p, err := newPrincipal("k", TokenConfig{Name: "billing", Permissions: []PermissionConfig{
 		perm([]string{"publish", "read"}, []string{"order.**", "payment.*"}, nil),
 		perm([]string{"consume"}, []string{"order.**"}, []string{"billing-*", "audit"}),
 		perm([]string{"metrics"}, []string{"nothing"}, nil),
@@ -61,7 +60,7 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("Can(%s, %q, %q) = %v, want %v", tt.action, tt.topic, tt.group, got, tt.want)
 		}
 	}
-	all, _ := newPrincipal("k", config.AuthTokenConfig{Name: "all", Permissions: []config.AuthPermissionConfig{perm([]string{"read"}, nil, nil)}})
+	all, _ := newPrincipal("k", TokenConfig{Name: "all", Permissions: []PermissionConfig{perm([]string{"read"}, nil, nil)}})
 	if !all.Can(contract.ActionRead, "x.y.z", "") || all.Can(contract.ActionPublish, "x", "") {
 		t.Error("topics default to ** and actions are only those listed")
 	}
@@ -91,7 +90,7 @@ func TestAuthenticate(t *testing.T) {
 	if tok2 == tok {
 		t.Fatal("two NewToken calls gave the same token")
 	}
-	s, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{
+	s, err := New(Config{Tokens: []TokenConfig{
 		{Name: "a", TokenSHA256: Digest("other")},
 		{Name: "b", TokenSHA256: digest},
 		{Name: "c", ClientCN: "svc"},
@@ -116,7 +115,7 @@ func TestAuthenticate(t *testing.T) {
 	if _, err := s.AuthenticateCert("b"); !errors.Is(err, contract.ErrUnauthorized) {
 		t.Error("a name is not a common name")
 	}
-	off, _ := New(config.AuthConfig{}, nil, nil)
+	off, _ := New(Config{}, nil, nil)
 	if off.Enabled() {
 		t.Error("enabled without tokens")
 	}
@@ -145,7 +144,7 @@ func TestTokenFileReload(t *testing.T) {
 	first, second, third := "mmmq_first-token", "mmmq_second-token-x", "mmmq_third-token-xyz"
 	write(first)
 	core, logs := observer.New(zap.DebugLevel)
-	s, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "billing", TokenFile: path}}}, nil, zap.New(core))
+	s, err := New(Config{Tokens: []TokenConfig{{Name: "billing", TokenFile: path}}}, nil, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,14 +200,14 @@ func TestTokenFileReload(t *testing.T) {
 		}
 	}
 
-	if _, err := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "x", TokenFile: filepath.Join(dir, "absent")}}}, nil, nil); err == nil ||
+	if _, err := New(Config{Tokens: []TokenConfig{{Name: "x", TokenFile: filepath.Join(dir, "absent")}}}, nil, nil); err == nil ||
 		!strings.Contains(err.Error(), "mmmq.auth.tokens[0].token-file") {
 		t.Errorf("missing token file: %v", err)
 	}
 }
 
 func TestPollingStartsAndStops(t *testing.T) {
-	s, _ := New(config.AuthConfig{}, nil, nil)
+	s, _ := New(Config{}, nil, nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +217,10 @@ func TestPollingStartsAndStops(t *testing.T) {
 }
 
 func TestReloadReadsTheSource(t *testing.T) {
-	next := config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "new", TokenSHA256: Digest("n")}}}
+	next := Config{Tokens: []TokenConfig{{Name: "new", TokenSHA256: Digest("n")}}}
 	var srcErr error
-	s, _ := New(config.AuthConfig{Tokens: config.AuthTokensConfig{{Name: "old", TokenSHA256: Digest("o")}}},
-		func() (config.AuthConfig, bool, error) { return next, true, srcErr }, nil)
+	s, _ := New(Config{Tokens: []TokenConfig{{Name: "old", TokenSHA256: Digest("o")}}},
+		func() (Config, bool, error) { return next, true, srcErr }, nil)
 	if err := s.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -315,9 +314,9 @@ func TestSameTokenInTwoEntriesRefused(t *testing.T) {
 	if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a := config.AuthConfig{Tokens: config.AuthTokensConfig{
-		{Name: "billing", TokenSHA256: digest, Permissions: []config.AuthPermissionConfig{perm([]string{"publish"}, nil, nil)}},
-		{Name: "ops", TokenFile: file, Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, nil, nil)}},
+	a := Config{Tokens: []TokenConfig{
+		{Name: "billing", TokenSHA256: digest, Permissions: []PermissionConfig{perm([]string{"publish"}, nil, nil)}},
+		{Name: "ops", TokenFile: file, Permissions: []PermissionConfig{perm([]string{"admin"}, nil, nil)}},
 	}}
 	_, err := New(a, nil, zap.NewNop())
 	if err == nil || !strings.Contains(err.Error(), "mmmq.auth.tokens[1].token-file: the same token as mmmq.auth.tokens[0].token-sha256") {
@@ -331,13 +330,13 @@ func TestSameTokenInTwoEntriesRefused(t *testing.T) {
 // Admin limited to some topics may delete and reopen those, but not use
 // the dispatcher API (topic ""), which could push any topic anywhere.
 func TestTopicScopedAdminHasNoDispatcherAPI(t *testing.T) {
-	scoped, err := newPrincipal("k", config.AuthTokenConfig{Name: "sa", TokenSHA256: strings.Repeat("a", 64),
-		Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, []string{"order.**"}, nil)}})
+	scoped, err := newPrincipal("k", TokenConfig{Name: "sa", TokenSHA256: strings.Repeat("a", 64),
+		Permissions: []PermissionConfig{perm([]string{"admin"}, []string{"order.**"}, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := newPrincipal("k", config.AuthTokenConfig{Name: "ops", TokenSHA256: strings.Repeat("b", 64),
-		Permissions: []config.AuthPermissionConfig{perm([]string{"admin"}, nil, nil)}})
+	all, err := newPrincipal("k", TokenConfig{Name: "ops", TokenSHA256: strings.Repeat("b", 64),
+		Permissions: []PermissionConfig{perm([]string{"admin"}, nil, nil)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 type Params struct {
 	fx.In
 
-	// Auth is mmmq.auth (config.Module).
-	Auth config.AuthConfig
+	// Auth is mmmq.auth (ConfigSection, registered by Module).
+	Auth Config
 	// Config is what Reload re-loads mmmq.auth from (Config.Reload).
 	Config *config.Config `optional:"true"`
 	Log    *zap.Logger
@@ -33,7 +33,8 @@ type Result struct {
 //
 //	provides *Store, contract.Authenticator (the Store), contract.Limiter,
 //	         and the Store as a member of the reloaders value group
-//	needs    config.AuthConfig, *zap.Logger (optionally *config.Config)
+//	registers ConfigSection (mmmq.auth; config.ProvideSection)
+//	needs    *config.Config (config.Module), *zap.Logger
 //
 // On SIGHUP (the reload module) the Store re-loads the configuration file
 // as at startup and applies its mmmq.auth (other keys need a restart),
@@ -41,6 +42,7 @@ type Result struct {
 // PollInterval while the application runs. An unreadable token file at
 // startup fails the application, naming its key.
 var Module = fx.Module("auth",
+	config.ProvideSection(ConfigSection),
 	fx.Provide(provide),
 	fx.Invoke(register),
 )
@@ -49,12 +51,12 @@ func provide(p Params) (Result, error) {
 	var src Source
 	if p.Config != nil {
 		cfg := p.Config
-		src = func() (config.AuthConfig, bool, error) {
+		src = func() (Config, bool, error) {
 			fresh, ok, err := cfg.Reload()
 			if err != nil || !ok {
-				return config.AuthConfig{}, ok, err
+				return Config{}, ok, err
 			}
-			return fresh.MMMQ.Auth, true, nil
+			return config.SectionValue(fresh, ConfigSection), true, nil
 		}
 	}
 	s, err := New(p.Auth, src, p.Log.Named("auth"))

@@ -3,7 +3,6 @@ package auth
 import (
 	"fmt"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
@@ -110,7 +109,7 @@ func Glob(pattern, name string) bool {
 
 // newPrincipal builds entry i (key names it in errors) of mmmq.auth.tokens;
 // the configuration was validated, so errors here are defensive.
-func newPrincipal(key string, t config.AuthTokenConfig) (*principal, error) {
+func newPrincipal(key string, t TokenConfig) (*principal, error) {
 	p := &principal{name: t.Name, limits: contract.Limits{
 		MaxConcurrentRequests: t.MaxConcurrentRequests,
 		MaxConnections:        t.MaxConnections,

@@ -24,7 +24,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
@@ -35,7 +34,7 @@ const PollInterval = 2 * time.Second
 // Source returns the current mmmq.auth section for a reload: ok is false
 // when there is nothing to re-read (the configuration was not loaded from
 // a file), and the Store then keeps its list and only re-reads token files.
-type Source func() (a config.AuthConfig, ok bool, err error)
+type Source func() (a Config, ok bool, err error)
 
 // Store is the token entries of mmmq.auth.tokens: a contract.Authenticator
 // and a contract.Reloader ("auth tokens"). Safe for concurrent use; a
@@ -46,7 +45,7 @@ type Store struct {
 	source Source
 
 	mu  sync.Mutex // serialises reloads; guards cfg and badFiles
-	cfg config.AuthConfig
+	cfg Config
 	// badFiles is the token files' stamps when they last failed to load,
 	// so that a broken file is reported once, not every poll.
 	badFiles string
@@ -80,11 +79,11 @@ type fileStamp struct {
 // New builds the store from a (validated) mmmq.auth section, reading the
 // token files; an unreadable or empty token file is an error naming its
 // key. source (may be nil) is what Reload re-reads; nil log discards logs.
-func New(a config.AuthConfig, source Source, log *zap.Logger) (*Store, error) {
+func New(a Config, source Source, log *zap.Logger) (*Store, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Store{log: log, source: source, cfg: config.CloneAuth(a)}
+	s := &Store{log: log, source: source, cfg: a.Clone()}
 	st, err := build(s.cfg)
 	if err != nil {
 		return nil, err
@@ -99,7 +98,7 @@ func New(a config.AuthConfig, source Source, log *zap.Logger) (*Store, error) {
 }
 
 // build reads a into a state.
-func build(a config.AuthConfig) (*state, error) {
+func build(a Config) (*state, error) {
 	st := &state{certs: map[string]*principal{}, files: map[string]fileStamp{}, open: len(a.Tokens) == 0, protectMetrics: a.ProtectMetrics}
 	owner := map[[sha256.Size]byte]string{} // digest -> the key that holds it
 	add := func(key string, e tokenEntry) error {
@@ -221,14 +220,14 @@ func (s *Store) Reload(context.Context) error {
 			return fmt.Errorf("re-read mmmq.auth: %w", err)
 		}
 		if ok {
-			a = config.CloneAuth(fresh)
+			a = fresh.Clone()
 		}
 	}
 	return s.apply(a)
 }
 
 // apply builds a and, if that works, makes it current; s.mu is held.
-func (s *Store) apply(a config.AuthConfig) error {
+func (s *Store) apply(a Config) error {
 	st, err := build(a)
 	if err != nil {
 		return err

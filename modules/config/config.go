@@ -135,92 +135,16 @@ type LoggingConfig struct {
 	Format LogFormat `koanf:"format"`
 }
 
-// MMMQConfig holds the broker (key "mmmq"). The plugins' keys
-// (mmmq.lineproto, mmmq.metrics, mmmq.profiling, or a custom plugin's) are
-// sections registered by the plugins, see [Section].
+// MMMQConfig holds the broker (key "mmmq"). The other keys under it
+// (mmmq.admin of modules/admin, mmmq.auth of modules/auth, mmmq.lineproto,
+// mmmq.metrics, mmmq.profiling, or a custom plugin's) are sections
+// registered by the modules and plugins that read them, see [Section].
 type MMMQConfig struct {
 	// Broker is the core broker (key "mmmq.broker").
 	Broker BrokerConfig `koanf:"broker"`
-	// Admin configures the admin API (key "mmmq.admin").
-	Admin AdminConfig `koanf:"admin"`
-	// Auth is authentication and authorization (key "mmmq.auth").
-	Auth AuthConfig `koanf:"auth"`
 	// NodeName names this broker in CloudEvents pushes (ce-source
 	// "mmmq://<node-name>/<topic>"); "" means the host name. Default "".
 	NodeName string `koanf:"node-name"`
-}
-
-// AdminConfig configures the admin API (key "mmmq.admin").
-type AdminConfig struct {
-	// AllowedHosts limits where dispatchers created through the admin API
-	// may push: each entry is a pattern of the consumer's host name or IP
-	// address, or of "host:port", compared label by label (the parts
-	// between dots) with "*" matching any run of characters within one
-	// label ("*.svc.cluster.local", "10.0.0.*", "billing:8081"). Empty
-	// (the default) allows any host. File only.
-	AllowedHosts []string `koanf:"allowed-hosts"`
-}
-
-// AuthConfig is authentication and authorization (key "mmmq.auth"): with
-// at least one token entry, every request but /healthz, /readyz and
-// /openapi.yaml needs a bearer token (or a verified client certificate)
-// of an entry, and may do only what its permissions allow.
-type AuthConfig struct {
-	// Tokens are the principals: each a name, one credential (token-sha256,
-	// token-file or client-cn), permissions and limits. Empty (the
-	// default) turns authentication off. File only.
-	Tokens AuthTokensConfig `koanf:"tokens"`
-	// ProtectMetrics makes GET /metrics need the metrics action; false
-	// leaves /metrics open to anyone (for a scraper without a token), like
-	// /healthz. Only matters with tokens. Default true.
-	ProtectMetrics bool `koanf:"protect-metrics"`
-}
-
-// AuthTokensConfig is the list of token entries (key "mmmq.auth.tokens").
-type AuthTokensConfig []AuthTokenConfig
-
-// AuthTokenConfig is one principal (list key "mmmq.auth.tokens"). Exactly
-// one of TokenSHA256, TokenFile and ClientCN is set.
-type AuthTokenConfig struct {
-	// Name names the principal in logs and errors (never a secret);
-	// [A-Za-z0-9_.-], 1..200 bytes, unique. Required.
-	Name string `koanf:"name"`
-	// TokenSHA256 is the lowercase hex SHA-256 of the bearer token (64
-	// characters); `mmmq token new` prints one.
-	TokenSHA256 string `koanf:"token-sha256"`
-	// TokenFile is a file holding the bearer token itself (surrounding
-	// whitespace trimmed), re-read when it changes and on SIGHUP.
-	TokenFile string `koanf:"token-file"`
-	// ClientCN is the subject common name of a verified client certificate
-	// (mutual TLS) that authenticates as this entry; no secret.
-	ClientCN string `koanf:"client-cn"`
-	// Permissions are what the entry may do; none means nothing.
-	Permissions []AuthPermissionConfig `koanf:"permissions"`
-	// MaxConcurrentRequests caps the entry's HTTP requests in progress
-	// (more get 429 RATE_LIMITED); 0 = no limit. Default 0.
-	MaxConcurrentRequests int `koanf:"max-concurrent-requests"`
-	// MaxConnections caps the entry's line-protocol connections; 0 = no
-	// limit. Default 0.
-	MaxConnections int `koanf:"max-connections"`
-	// PublishRate is messages per second (a token bucket, HTTP and line
-	// protocol together); 0 = no limit. Default 0.
-	PublishRate float64 `koanf:"publish-rate"`
-	// PublishBurst is the bucket's size; 0 = max(1, publish-rate). Default 0.
-	PublishBurst int `koanf:"publish-burst"`
-}
-
-// AuthPermissionConfig grants actions on topics (and, for consume, as
-// consumer groups) (list key "mmmq.auth.tokens[i].permissions").
-type AuthPermissionConfig struct {
-	// Actions are publish, consume, read, admin and metrics; at least one.
-	Actions []string `koanf:"actions"`
-	// Topics are topic patterns with the dispatcher rules ("order.**");
-	// empty means ["**"] (every topic). Actions without a topic (metrics,
-	// the dispatcher API) are granted whatever the topics.
-	Topics []string `koanf:"topics"`
-	// Groups are consumer-group name globs ("*" any run of characters)
-	// for consume; empty means ["*"].
-	Groups []string `koanf:"groups"`
 }
 
 // BrokerConfig is the mapping "mmmq.broker". It holds no core key: every
@@ -250,9 +174,6 @@ func Default() *Config {
 		Logging: LoggingConfig{
 			Level:  "info",
 			Format: FormatJSON,
-		},
-		MMMQ: MMMQConfig{
-			Auth: AuthConfig{ProtectMetrics: true},
 		},
 	}
 }

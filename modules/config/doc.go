@@ -19,8 +19,8 @@
 //
 // [Module] provides *Config and, through [ModuleSections], each core
 // section as its own value ([ServerConfig], [LoggingConfig],
-// [AuthConfig], ...); a module's own section (topicqueue.StorageConfig,
-// dispatcher.Config, the list configdispatchers.Entries, ...) is provided
+// [NodeConfig]); a module's own section (topicqueue.StorageConfig,
+// dispatcher.Config, auth.Config, the list configdispatchers.Entries, ...) is provided
 // by its [ProvideSection]. Each module
 // maps its section(s) to its Options with one function (for example
 // topicqueue.OptionsFromConfig, dispatcher.OptionsFromConfig).

@@ -13,7 +13,7 @@ import (
 
 // Module provides *Config and, through [ModuleSections], each module's
 // core section as its own value (ServerConfig, LoggingConfig,
-// AuthConfig, ...), so a module's constructor takes only the
+// NodeConfig), so a module's constructor takes only the
 // section(s) it reads; a module's own section is provided by its
 // [ProvideSection]. *Config is built
 // from the LoadOptions value in the container, which the application
@@ -66,10 +66,6 @@ type ModuleSections struct {
 	Server ServerConfig
 	// Logging is the "logging" section (logging).
 	Logging LoggingConfig
-	// Admin is "mmmq.admin" (admin); the host list is a copy.
-	Admin AdminConfig
-	// Auth is "mmmq.auth" (auth); the token list is a copy.
-	Auth AuthConfig
 	// Node is this broker's identity ("mmmq.node-name"; dispatcher).
 	Node NodeConfig
 }
@@ -85,26 +81,8 @@ func SectionsOf(cfg *Config) ModuleSections {
 	return ModuleSections{
 		Server:  cfg.Server,
 		Logging: cfg.Logging,
-		Admin:   AdminConfig{AllowedHosts: slices.Clone(cfg.MMMQ.Admin.AllowedHosts)},
-		Auth:    CloneAuth(cfg.MMMQ.Auth),
 		Node:    NodeConfig{Name: cfg.MMMQ.NodeName},
 	}
-}
-
-// CloneAuth returns a deep copy of a (the token list and each
-// permission's lists).
-func CloneAuth(a AuthConfig) AuthConfig {
-	a.Tokens = slices.Clone(a.Tokens)
-	for i := range a.Tokens {
-		ps := slices.Clone(a.Tokens[i].Permissions)
-		for j := range ps {
-			ps[j].Actions = slices.Clone(ps[j].Actions)
-			ps[j].Topics = slices.Clone(ps[j].Topics)
-			ps[j].Groups = slices.Clone(ps[j].Groups)
-		}
-		a.Tokens[i].Permissions = ps
-	}
-	return a
 }
 
 func provideSections(cfg *Config) ModuleSections { return SectionsOf(cfg) }
@@ -136,7 +114,6 @@ func Supply(cfg *Config) fx.Option {
 		return fx.Error(errors.New("config: Supply(nil)"))
 	}
 	c := *cfg
-	c.MMMQ.Auth = CloneAuth(cfg.MMMQ.Auth)
 	c.Warnings = slices.Clone(cfg.Warnings)
 	c.IgnoredVars = slices.Clone(cfg.IgnoredVars)
 	c.sections = maps.Clone(cfg.sections)

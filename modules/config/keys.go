@@ -43,40 +43,19 @@ func (s schema) walk(t reflect.Type, prefix string) {
 			s.walk(f.Type, key+".")
 			continue
 		}
-		s.leaves[key] = leaf{key: key, typ: f.Type}
+		s.leaves[key] = leaf{key: key, typ: f.Type, want: f.Tag.Get("element")}
 	}
 }
 
-// Key sets of Config and of one element of mmmq.auth.tokens.
-var (
-	configSchema    = newSchema(reflect.TypeFor[Config]())
-	authTokenSchema = newSchema(reflect.TypeFor[AuthTokenConfig]())
-	authPermSchema  = newSchema(reflect.TypeFor[AuthPermissionConfig]())
-)
+// configSchema is the key set of Config, the core keys.
+var configSchema = newSchema(reflect.TypeFor[Config]())
 
-// The list-valued keys (file only).
+// Two list keys of stock sections, named here for the environment's hint
+// (file only) when the binary lacks the section.
 const (
-	// dispatchersKey is the list section of plugins/configdispatchers,
-	// named here for the environment's hint when the binary lacks it.
-	dispatchersKey = "mmmq.broker.dispatchers"
-	authTokensKey  = "mmmq.auth.tokens"
-	// authPermissionsKey is the list inside each token entry, as
-	// listSchemas names it: the list's key, "[]", the element's key.
-	authPermissionsKey = authTokensKey + "[].permissions"
+	dispatchersKey = "mmmq.broker.dispatchers" // plugins/configdispatchers
+	authTokensKey  = "mmmq.auth.tokens"        // modules/auth
 )
-
-// listSchemas are the key sets of one element of each core list-valued
-// key, and what an element must be, for the error. A list inside a list's
-// elements is named "<list>[].<key>". A section's list of structs needs no
-// entry: its element schema is derived from the element type (see
-// elementSchema).
-var listSchemas = map[string]struct {
-	schema schema
-	want   string
-}{
-	authTokensKey:      {authTokenSchema, "a mapping with name, one of token-sha256, token-file or client-cn, and permissions"},
-	authPermissionsKey: {authPermSchema, "a mapping with actions, topics and groups"},
-}
 
 // envPrefix starts every variable of the environment rule.
 const envPrefix = "MMMQ_"
@@ -199,17 +178,14 @@ func Keys(sections ...Section) []string {
 	return out
 }
 
-// elementSchema returns the key set of one element of the list key l
-// (listKey as listSchemas names it) and what an element must be: the
-// listSchemas entry of a core list, else, for a list of structs (a list
-// section's, or a list inside a section such as
-// mmmq.broker.retention.topics), the element type's keys and the list
-// section's description, or one derived from the keys ("a mapping with
-// pattern, max-age and max-bytes"). ok is false for a list of scalars.
-func elementSchema(listKey string, l leaf) (s schema, want string, ok bool) {
-	if ls, ok := listSchemas[listKey]; ok {
-		return ls.schema, ls.want, true
-	}
+// elementSchema returns the key set of one element of the list key l and
+// what an element must be: for a list of structs (a list section's, or a
+// list field of a section such as mmmq.broker.retention.topics or
+// mmmq.auth.tokens), the element type's keys and the list section's
+// description or the field's `element:"..."` tag, else one derived from
+// the keys ("a mapping with pattern, max-age and max-bytes"). ok is false
+// for a list of scalars.
+func elementSchema(l leaf) (s schema, want string, ok bool) {
 	if l.typ.Kind() != reflect.Slice || l.typ.Elem().Kind() != reflect.Struct {
 		return schema{}, "", false
 	}

@@ -82,7 +82,7 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 
 	k := koanf.New(".")
 	if path != "" {
-		read, err := loadFile(k, path, explicit, ls)
+		read, err := loadFile(k, path, explicit, ls, secs)
 		if err != nil {
 			return nil, origin, err
 		}
@@ -120,6 +120,7 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	errs = append(errs, perrs...)
 	for _, p := range absent {
 		k.Delete(p.Key) // and the mappings it leaves empty
+		deleteNullParents(k, p.Key)
 	}
 	if err := decode(k, cfg, ""); err != nil {
 		errs = append(errs, err)
@@ -136,6 +137,17 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 		return nil, origin, attributeVars(err, fromEnv)
 	}
 	return cfg, origin, nil
+}
+
+// deleteNullParents deletes each mapping above key (below "mmmq.") that
+// the file gave without a value ("admin:" with its keys commented out): it
+// belongs to an absent stock section, whose keys were just removed.
+func deleteNullParents(k *koanf.Koanf, key string) {
+	for i := len(key) - 1; i > len("mmmq."); i-- {
+		if key[i] == '.' && k.Exists(key[:i]) && k.Get(key[:i]) == nil {
+			k.Delete(key[:i])
+		}
+	}
 }
 
 // reloadOptions are opts for Config.Reload: the file that was read is
@@ -177,8 +189,10 @@ func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
 }
 
 // loadFile merges the file at path into k; read is false when a missing
-// file that was not named explicitly was skipped.
-func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, err error) {
+// file that was not named explicitly was skipped. The keys are checked
+// against s, and each section's file check (see SectionOf.WithFileCheck)
+// sees its mapping as written.
+func loadFile(k *koanf.Koanf, path string, explicit bool, s schema, secs []Section) (read bool, err error) {
 	if _, err := os.Stat(path); err != nil {
 		if !explicit && errors.Is(err, fs.ErrNotExist) {
 			return false, nil
@@ -192,6 +206,15 @@ func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, 
 	if err := checkKeys(fk.Raw(), s); err != nil {
 		return false, err // each error names its full key
 	}
+	var errs []error
+	for _, sec := range secs {
+		if m, ok := fk.Get(sec.Key()).(map[string]any); ok {
+			errs = append(errs, sec.fileCheck(m))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
 	return true, k.Merge(fk)
 }
 
@@ -199,39 +222,13 @@ func loadFile(k *koanf.Koanf, path string, explicit bool, s schema) (read bool, 
 // name, and sections given a scalar.
 func checkKeys(raw map[string]any, s schema) error {
 	var errs []error
-	walkKeys(s, raw, "", "", "", &errs)
-	checkEmptyGrants(raw, &errs)
+	walkKeys(s, raw, "", "", false, &errs)
 	return errors.Join(errs...)
 }
 
-// checkEmptyGrants refuses an explicit empty topics or groups list in a
-// permission of mmmq.auth.tokens: an omitted list means every topic
-// (group), and the decoded value of an empty one cannot be told from it,
-// so "topics: []" would grant everything instead of nothing.
-func checkEmptyGrants(raw map[string]any, errs *[]error) {
-	mmmq, _ := raw["mmmq"].(map[string]any)
-	auth, _ := mmmq["auth"].(map[string]any)
-	tokens, _ := auth["tokens"].([]any)
-	for i, t := range tokens {
-		tm, _ := t.(map[string]any)
-		perms, _ := tm["permissions"].([]any)
-		for j, p := range perms {
-			pm, _ := p.(map[string]any)
-			for _, k := range []string{"topics", "groups"} {
-				v, ok := pm[k]
-				if l, isList := v.([]any); ok && (v == nil || isList && len(l) == 0) {
-					*errs = append(*errs, invalid(fmt.Sprintf("mmmq.auth.tokens[%d].permissions[%d].%s", i, j, k),
-						"is empty: list at least one, or leave the key out for all"))
-				}
-			}
-		}
-	}
-}
-
 // walkKeys checks m against s. rel is the key relative to s, shown is the
-// full key used in messages, list is the listSchemas prefix of s's keys
-// ("" at the top, "<list>[]." inside a list's elements).
-func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error) {
+// full key used in messages; inList says m is inside a list's element.
+func walkKeys(s schema, m map[string]any, rel, shown string, inList bool, errs *[]error) {
 	names := make([]string, 0, len(m))
 	for name := range m {
 		names = append(names, name)
@@ -241,7 +238,7 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 		v := m[name]
 		r, full := rel+name, shown+name
 		if l, ok := s.leaves[r]; ok {
-			elem, want, isList := elementSchema(list+r, l)
+			elem, want, isList := elementSchema(l)
 			if !isList {
 				continue // the decoder checks the value's type
 			}
@@ -255,14 +252,14 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 					*errs = append(*errs, invalid(fmt.Sprintf("%s[%d]", full, i), "must be %s", want))
 					continue
 				}
-				walkKeys(elem, em, "", fmt.Sprintf("%s[%d].", full, i), list+r+"[].", errs)
+				walkKeys(elem, em, "", fmt.Sprintf("%s[%d].", full, i), true, errs)
 			}
 			continue
 		}
 		if !s.sections[r] {
 			n := len(*errs)
 			unknownLeaves(v, full, errs)
-			if rel == "mmmq." && list == "" {
+			if rel == "mmmq." && !inList {
 				for _, e := range (*errs)[n:] {
 					if ke, ok := e.(*KeyError); ok {
 						ke.Problem = noSectionHint("mmmq." + name)
@@ -275,7 +272,7 @@ func walkKeys(s schema, m map[string]any, rel, shown, list string, errs *[]error
 		case nil:
 			// "server:" with nothing under it: keep the defaults.
 		case map[string]any:
-			walkKeys(s, sub, r+".", full+".", list, errs)
+			walkKeys(s, sub, r+".", full+".", inList, errs)
 		default:
 			*errs = append(*errs, invalid(full, "must be a mapping, got %T", v))
 		}

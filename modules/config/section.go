@@ -41,6 +41,7 @@ type Section interface {
 	// the key whose value it takes when absent (see WithInherited).
 	inheritedFrom() map[string]string
 	decode(k *koanf.Koanf) (any, error)
+	fileCheck(raw map[string]any) error
 	normalize(v any, w View) any
 	check(v any) error
 	checkAcross(v any, w View) error
@@ -66,6 +67,7 @@ type SectionOf[T any] struct {
 	defaults T
 	validate func(*T) error
 	across   func(*T, View) error
+	file     func(map[string]any) error
 
 	// A list section (NewListSection): what an element must be, the
 	// element defaults that fill an element's zero fields, and the fields
@@ -197,9 +199,9 @@ func (s *SectionOf[T]) Key() string { return "mmmq." + s.name }
 // Default returns a copy of the section's defaults.
 func (s *SectionOf[T]) Default() T { return s.defaults }
 
-// Defaults maps each scalar key of the section, in full, to its default
-// value, typed as its field. Slices (file-only keys) are left out; a list
-// section gives its own key with the value []any(nil).
+// Defaults maps each key of the section, in full, to its default value,
+// typed as its field; a list (a file-only key, empty by default: a slice
+// field, or a list section's own key) has the value []any(nil).
 func (s *SectionOf[T]) Defaults() map[string]any {
 	out := map[string]any{}
 	if s.want != "" {
@@ -221,7 +223,9 @@ func collectDefaults(v reflect.Value, prefix string, out map[string]any) {
 		switch f.Kind() {
 		case reflect.Struct:
 			collectDefaults(f, prefix+tag+".", out)
-		case reflect.Slice, reflect.Map:
+		case reflect.Slice:
+			out[prefix+tag] = []any(nil)
+		case reflect.Map:
 		default:
 			out[prefix+tag] = plainValue(f)
 		}
@@ -254,6 +258,27 @@ func (s *SectionOf[T]) WithCrossCheck(across func(*T, View) error) *SectionOf[T]
 	c := *s
 	c.across = across
 	return &c
+}
+
+// WithFileCheck returns a copy of s that also runs file, a check of the
+// section's mapping as the file wrote it (raw YAML values, before
+// decoding), for what decoding cannot tell apart: mmmq.auth refuses an
+// explicit empty "topics: []", which would decode like an omitted list
+// and grant every topic. file gets the mapping at the section's key when
+// the file has one and returns nil or the problems found, built as
+// validate's are; they stop the load before decoding. Call it once, where
+// the section is declared.
+func (s *SectionOf[T]) WithFileCheck(file func(raw map[string]any) error) *SectionOf[T] {
+	c := *s
+	c.file = file
+	return &c
+}
+
+func (s *SectionOf[T]) fileCheck(raw map[string]any) error {
+	if s.file == nil {
+		return nil
+	}
+	return s.underKey(s.file(raw))
 }
 
 // View is the read-only view of the whole configuration that a cross

@@ -66,6 +66,10 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.retention.check-interval", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: time.Minute},
 	{Key: "mmmq.broker.retention.keep-unconsumed", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: false},
 	{Key: "mmmq.broker.retention.group-idle", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: 24 * time.Hour},
+	{Key: "mmmq.broker.retention.topics", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: []any(nil)},
+	{Key: "mmmq.admin.allowed-hosts", Plugin: "github.com/mmmq/mmmq/modules/admin", Default: []any(nil)},
+	{Key: authTokensKey, Plugin: "github.com/mmmq/mmmq/modules/auth", Default: []any(nil)},
+	{Key: "mmmq.auth.protect-metrics", Plugin: "github.com/mmmq/mmmq/modules/auth", Default: true},
 	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
 	{Key: "mmmq.jetstream.replicas", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: int64(3)},
 	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
@@ -91,7 +95,7 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention) and plugins
+// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention, admin, auth) and plugins
 // (configdispatchers, jetstream, lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping

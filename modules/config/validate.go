@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-
-	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Validate checks every value, the sections held included (with their own
@@ -50,7 +48,6 @@ func (c *Config) Validate() error {
 	// reported under mmmq.broker.dispatch is not reported again); their
 	// problems are listed after the core keys'.
 	secErrs := c.validateSections(&v)
-	v.auth(c.MMMQ.Auth)
 
 	secErrs = append(secErrs, c.crossCheckSections(&v)...)
 	v.errs = append(v.errs, secErrs...)
@@ -135,20 +132,6 @@ func (v *validator) positive(key string, d time.Duration) {
 	if d <= 0 {
 		v.add(invalid(key, "must be a duration > 0 such as \"30s\"; got %s", d))
 	}
-}
-
-// pattern checks a topic pattern with the parser serve uses
-// (contract.ValidatePattern) and reports whether it is valid.
-func (v *validator) pattern(key, p string) bool {
-	if strings.TrimSpace(p) == "" {
-		v.add(invalid(key, "must not be empty"))
-		return false
-	}
-	if err := contract.ValidatePattern(p); err != nil {
-		v.add(invalid(key, "%v", err))
-		return false
-	}
-	return true
 }
 
 func (v *validator) path(key, p string) {

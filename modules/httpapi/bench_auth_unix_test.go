@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/auth"
-	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -42,9 +41,9 @@ import (
 func BenchmarkAuthCPU(b *testing.B) {
 	token, digest := auth.NewToken()
 	wrong, _ := auth.NewToken()
-	store, err := auth.New(config.AuthConfig{Tokens: config.AuthTokensConfig{{
+	store, err := auth.New(auth.Config{Tokens: []auth.TokenConfig{{
 		Name: "bench", TokenSHA256: digest,
-		Permissions: []config.AuthPermissionConfig{{Actions: []string{string(contract.ActionPublish), string(contract.ActionRead)}}},
+		Permissions: []auth.PermissionConfig{{Actions: []string{string(contract.ActionPublish), string(contract.ActionRead)}}},
 	}}}, nil, zap.NewNop())
 	if err != nil {
 		b.Fatal(err)

@@ -32,9 +32,6 @@ type Params struct {
 	// (app.Without(app.Auth)) there is no authentication.
 	Authenticator contract.Authenticator `optional:"true"`
 	Limiter       contract.Limiter       `optional:"true"`
-	// Auth is mmmq.auth, for protect-metrics when the Authenticator does
-	// not say it itself.
-	Auth config.AuthConfig `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -73,12 +70,11 @@ func NewFromConfig(p Params) (*Server, error) {
 
 // authOptions is the server's AuthOptions from the graph: the audit log is
 // the logger named "audit"; /metrics is open when the Authenticator's
-// ProtectMetrics (reloaded with the tokens) or else mmmq.auth.protect-metrics
-// says so.
+// ProtectMetrics (mmmq.auth.protect-metrics, reloaded with the tokens)
+// says so; an Authenticator without that method protects it.
 func authOptions(p Params) AuthOptions {
 	a := AuthOptions{Authenticator: p.Authenticator, Limiter: p.Limiter, Audit: contract.AuditLogger(p.Logger)}
-	protect := p.Auth.ProtectMetrics
-	a.MetricsOpen = func() bool { return !protect }
+	a.MetricsOpen = func() bool { return false }
 	if pm, ok := p.Authenticator.(interface{ ProtectMetrics() bool }); ok {
 		a.MetricsOpen = func() bool { return !pm.ProtectMetrics() }
 	}

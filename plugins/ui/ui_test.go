@@ -363,10 +363,12 @@ func TestAuth(t *testing.T) {
 	cfg := testConfig(t)
 	all, allDigest := auth.NewToken()
 	reader, readerDigest := auth.NewToken()
-	cfg.MMMQ.Auth.Tokens = []config.AuthTokenConfig{
-		{Name: "all", TokenSHA256: allDigest, Permissions: []config.AuthPermissionConfig{{Actions: []string{"publish", "consume", "read", "admin", "metrics"}}}},
-		{Name: "reader", TokenSHA256: readerDigest, Permissions: []config.AuthPermissionConfig{{Actions: []string{"read"}, Topics: []string{"public.*"}}}},
-	}
+	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
+		a.Tokens = []auth.TokenConfig{
+			{Name: "all", TokenSHA256: allDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"publish", "consume", "read", "admin", "metrics"}}}},
+			{Name: "reader", TokenSHA256: readerDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"read"}, Topics: []string{"public.*"}}}},
+		}
+	})
 	b := startBroker(t, cfg)
 	bearer := "Bearer " + all
 	b.publish(map[string]any{"topic": "public.a", "content": 1}, "Authorization", bearer)

@@ -1,7 +1,6 @@
-package config
+package auth
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,7 +8,19 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/mmmq/mmmq/modules/config"
 )
+
+// load reads body as the configuration file of a binary with this
+// module, with the given environment.
+func load(t *testing.T, body string, env ...string) (*config.Config, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "mmmq.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: append([]string{}, env...),
+		Sections: []config.Section{ConfigSection}})
+}
 
 const authDigest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
@@ -35,19 +46,18 @@ mmmq:
         client-cn: svc.example
 `)
 	require.NoError(t, err)
-	a := cfg.MMMQ.Auth
+	a := config.SectionValue(cfg, ConfigSection)
 	assert.False(t, a.ProtectMetrics)
 	require.Len(t, a.Tokens, 3)
-	assert.Equal(t, AuthTokenConfig{Name: "billing", TokenSHA256: authDigest, MaxConcurrentRequests: 4, PublishRate: 2.5, PublishBurst: 10,
-		Permissions: []AuthPermissionConfig{{Actions: []string{"publish", "consume"}, Topics: []string{"order.**"}, Groups: []string{"billing-*"}}}}, a.Tokens[0])
+	assert.Equal(t, TokenConfig{Name: "billing", TokenSHA256: authDigest, MaxConcurrentRequests: 4, PublishRate: 2.5, PublishBurst: 10,
+		Permissions: []PermissionConfig{{Actions: []string{"publish", "consume"}, Topics: []string{"order.**"}, Groups: []string{"billing-*"}}}}, a.Tokens[0])
 	assert.Equal(t, "/run/secrets/ops", a.Tokens[1].TokenFile)
 	assert.Equal(t, "svc.example", a.Tokens[2].ClientCN)
-	assert.Equal(t, a, SectionsOf(cfg).Auth)
-	assert.True(t, Default().MMMQ.Auth.ProtectMetrics)
+	assert.True(t, ConfigSection.Default().ProtectMetrics)
 
 	on, err := load(t, "", "MMMQ_AUTH_PROTECT_METRICS=false")
 	require.NoError(t, err)
-	assert.False(t, on.MMMQ.Auth.ProtectMetrics)
+	assert.False(t, config.SectionValue(on, ConfigSection).ProtectMetrics)
 }
 
 func TestAuthErrorsNameKeys(t *testing.T) {
@@ -81,50 +91,4 @@ func TestAuthErrorsNameKeys(t *testing.T) {
 	_, err := load(t, "", "MMMQ_AUTH_TOKENS=x")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "mmmq.auth.tokens can only be set in the YAML file")
-}
-
-func TestReloadRereadsTheFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "mmmq.yaml")
-	write := func(name string) {
-		body := "mmmq:\n  auth:\n    tokens: [{name: " + name + ", client-cn: x}]\n"
-		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
-	}
-	write("first")
-	cfg, err := Load(LoadOptions{Path: path, PathExplicit: true, Environ: []string{}})
-	require.NoError(t, err)
-	write("second")
-	again, ok, err := Supplied(cfg).Reload()
-	require.NoError(t, err)
-	require.True(t, ok)
-	assert.Equal(t, "second", again.MMMQ.Auth.Tokens[0].Name)
-	assert.Equal(t, "first", cfg.MMMQ.Auth.Tokens[0].Name, "the loaded Config is not changed")
-
-	require.NoError(t, os.WriteFile(path, []byte("mmmq:\n  auth:\n    tokens: [{name: x}]\n"), 0o600))
-	_, ok, err = cfg.Reload()
-	assert.True(t, ok)
-	assert.Error(t, err)
-
-	require.NoError(t, os.Remove(path))
-	cfg, err = Load(LoadOptions{Path: writeYAML(t, "mmmq:\n  auth:\n    tokens: [{name: x, client-cn: x}]\n"), Environ: []string{}})
-	require.NoError(t, err)
-	require.NoError(t, os.Remove(cfg.loadedWith.Path))
-	_, ok, err = cfg.Reload()
-	assert.True(t, ok)
-	assert.ErrorIs(t, err, fs.ErrNotExist, "a file read at startup and gone at reload is an error, not the defaults (auth off)")
-
-	_, ok, err = Default().Reload()
-	assert.False(t, ok)
-	assert.NoError(t, err)
-}
-
-// Supplied is the Config config.Supply would hand the application.
-func Supplied(cfg *Config) *Config { c := *cfg; return &c }
-
-// plain is cfg without what Load remembers for Reload, to compare a loaded
-// Config with one built in code.
-func plain(cfg *Config) *Config {
-	c := *cfg
-	c.loadedWith = nil
-	c.sections = nil // compared with SectionValue
-	return &c
 }
