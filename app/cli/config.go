@@ -184,18 +184,24 @@ var overrideLimit = regexp.MustCompile(`^mmmq\.broker\.retention\.topics\[\d+\]\
 // shown as the default topic. The submatch is the dispatcher's key.
 var deadLetterKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\])\.dead-letter$`)
 
-// secretKey matches the dispatcher keys whose values are secrets.
-var secretKey = regexp.MustCompile(`^mmmq\.broker\.dispatchers\[\d+\]\.(signing-secrets|headers)$`)
+// secretKey matches the keys whose values are secrets: a dispatcher's
+// signing secrets and headers, the JetStream password and token.
+var secretKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\]\.(signing-secrets|headers)|mmmq\.jetstream\.(password|token))$`)
 
 // redact returns the value of key to print: a dispatcher's signing secrets
 // in their redacted form (webhooks.Secret's String, with the fingerprint of
-// the key), its headers with every value admin.RedactedValue; any other
-// key's value as it is.
+// the key), its headers with every value admin.RedactedValue, a password
+// or token as admin.RedactedValue when set; any other key's value as it is.
 func redact(key string, v any) any {
 	if !secretKey.MatchString(key) {
 		return v
 	}
 	switch x := v.(type) {
+	case string:
+		if x == "" {
+			return x
+		}
+		return admin.RedactedValue
 	case []string:
 		out := make([]string, len(x))
 		for i, s := range x {

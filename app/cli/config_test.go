@@ -198,13 +198,13 @@ func dispatcherConfig(t *testing.T, extra string) string {
 // nothing on stdout.
 func TestConfigCheckBuildsDispatchers(t *testing.T) {
 	for name, tc := range map[string]struct{ extra, says string }{
-		"ack-mode":      {"        ack-mode: maybe\n", `mmmq.broker.dispatchers[0]: dispatcher "d": ack-mode "maybe": want "body" or "status"`},
-		"header":        {"        headers: {Content-Type: text/plain}\n", `headers: "Content-Type" is set by the broker`},
-		"header value":  {"        headers: {X-A: \"a\\u0001\"}\n", `headers: the value of "X-A" holds control characters`},
+		"ack-mode":      {"        ack-mode: maybe\n", `mmmq.broker.dispatchers[0].ack-mode: must be "body" or "status"; got "maybe"`},
+		"header":        {"        headers: {Content-Type: text/plain}\n", `mmmq.broker.dispatchers[0].headers: "Content-Type" is set by the broker`},
+		"header value":  {"        headers: {X-A: \"a\\u0001\"}\n", `mmmq.broker.dispatchers[0].headers: the value of "X-A" holds control characters`},
 		"secret":        {"        signing-secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_dG9vc2hvcnQ=\"]\n", "mmmq.broker.dispatchers[0].signing-secrets[1]: "},
-		"dead-letter":   {"        dead-letter: \"a..b\"\n", `dispatcher "d": dead-letter: `},
-		"max-in-flight": {"        max-in-flight: 5000\n", "max-in-flight 5000 outside 1..1024"},
-		"batch":         {"        cloudevents: true\n        batch: {max-messages: 10}\n", "cloudevents cannot be combined with batch"},
+		"dead-letter":   {"        dead-letter: \"a..b\"\n", `mmmq.broker.dispatchers[0].dead-letter: topic name "a..b" has an empty segment`},
+		"max-in-flight": {"        max-in-flight: 5000\n", "mmmq.broker.dispatchers[0].max-in-flight: must be 1..1024 (0 = 1); got 5000"},
+		"batch":         {"        cloudevents: true\n        batch: {max-messages: 10}\n", "mmmq.broker.dispatchers[0].cloudevents: cannot be combined with batch"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := dispatcherConfig(t, tc.extra)
@@ -277,5 +277,32 @@ func TestConfigCheckReadsTokenAndTLSFiles(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying %q", code, out, errOut, tc.says)
 			}
 		})
+	}
+}
+
+// The JetStream credentials are redacted too; unset, they show as "".
+func TestConfigCheckRedactsCredentials(t *testing.T) {
+	cfg := writeConfig(t, "server: {port: 0, host: 127.0.0.1}\nmmmq:\n  broker:\n    storage: {root-dir: \""+t.TempDir()+"\"}\n"+
+		"  jetstream: {user: u, password: hunter2}\n")
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	if strings.Contains(out, "hunter2") {
+		t.Errorf("config check prints the password:\n%s", out)
+	}
+	for key, want := range map[string]string{
+		"mmmq.jetstream.password": `"(redacted)" ` + cfg,
+		"mmmq.jetstream.token":    `"" default`,
+	} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key+" ") {
+				line = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		if line != key+" "+want {
+			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
+		}
 	}
 }

@@ -56,8 +56,8 @@ func TestDecodeSpec(t *testing.T) {
 		s    Spec
 		says string
 	}{
-		{Spec{Settings: dispatcher.Settings{Host: "http://h:1", Patterns: []string{"a"}}}, `"name" is required`},
-		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1"}}, `"patterns" needs at least one`},
+		{Spec{Settings: dispatcher.Settings{Host: "http://h:1", Patterns: []string{"a"}}}, `invalid dispatcher: name: is required`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1"}}, `invalid dispatcher: patterns: must list at least one topic pattern`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h", Patterns: []string{"a"}}}, "host"},
 		// The rules of a YAML entry, the same words, named by the field.
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1/", Patterns: []string{"a"}}}, `invalid dispatcher: host: must be scheme://address:port with scheme http or https and no path`},
@@ -66,13 +66,13 @@ func TestDecodeSpec(t *testing.T) {
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a", "b..c"}}}, "patterns[1]"},
 		{Spec{Settings: dispatcher.Settings{Name: "../x", Host: "http://h:1", Patterns: []string{"a"}}}, "name"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, DeadLetter: ptr("a..b")}}, "dead-letter"},
-		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, AckMode: "maybe"}}, `ack-mode "maybe"`},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, AckMode: "maybe"}}, `invalid dispatcher: ack-mode: must be "body" or "status"; got "maybe"`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxAbnormalAttempts: -1}}, "max-abnormal-attempts"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{testSecret, "whsec_short"}}}, "signing-secrets[1]"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"Content-Type": "x"}}}, `headers: "Content-Type"`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"bad name": "x"}}}, `headers: "bad name"`},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Headers: map[string]string{"X-A": "a\nb"}}}, `headers: the value of "X-A"`},
-		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxInFlight: 2000}}, "max-in-flight 2000"},
+		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, MaxInFlight: 2000}}, "invalid dispatcher: max-in-flight: must be 1..1024 (0 = 1); got 2000"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 20000}}}, "batch"},
 		{Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, Batch: dispatcher.BatchSettings{MaxMessages: 2}, CloudEvents: true}}, "cloudevents"},
 	} {
@@ -309,5 +309,20 @@ func TestStoreRefusesADirectory(t *testing.T) {
 	_, err := NewStore(vfs.OS{}, dir).Load()
 	if err == nil || !strings.Contains(err.Error(), "is a directory (1 entries), not the dispatchers file") || !strings.Contains(err.Error(), "Move it out of the data root") {
 		t.Fatalf("Load over a directory: %v", err)
+	}
+}
+
+// mmmq.admin.allowed-hosts refuses entries that could never match.
+func TestAllowedHostsChecked(t *testing.T) {
+	for _, ok := range []string{"*.svc.cluster.local", "10.0.0.*", "billing:8081", "billing:*", "::1", "[::1]:8081"} {
+		if err := validateConfig(&Config{AllowedHosts: []string{ok}}); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"http://x:80/", "x/y", "a..b", "", "x:0", "x:http", "[::1]", "[nope]:1"} {
+		err := validateConfig(&Config{AllowedHosts: []string{"ok", bad}})
+		if err == nil || !strings.Contains(err.Error(), "config: mmmq.admin.allowed-hosts[1]: must be a host pattern") {
+			t.Errorf("%q: %v, want the entry named", bad, err)
+		}
 	}
 }

@@ -159,12 +159,6 @@ func jsonKind(goKind string) string {
 // build validates s and returns its Dispatcher, labelled as created
 // through the API. Errors are 400s naming the field ("patterns[1]: ...").
 func (s Spec) build(defaults dispatcher.Config) (*dispatcher.Dispatcher, error) {
-	if s.Name == "" {
-		return nil, contract.BadRequest(`invalid dispatcher: field "name" is required`)
-	}
-	if len(s.Patterns) == 0 {
-		return nil, contract.BadRequest(`invalid dispatcher: field "patterns" needs at least one topic pattern`)
-	}
 	if err := s.Validate(specKey); err != nil {
 		return nil, contract.BadRequest("invalid dispatcher: %s", fieldProblems(err))
 	}

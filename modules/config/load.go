@@ -445,7 +445,11 @@ func decodeAt(k *koanf.Koanf, path string, out any, prefix string) error {
 		if errors.As(e, &de) {
 			var ue *mapstructure.UnconvertibleTypeError
 			if errors.As(de, &ue) {
-				errs = append(errs, invalid(prefix+de.Name(), "must be of type %s; got %T %#v", ue.Expected.Type(), ue.Value, ue.Value))
+				errs = append(errs, invalid(prefix+de.Name(), "must be %s; got %s", typeWords(ue.Expected.Type()), valueWords(ue.Value)))
+				continue
+			}
+			if msg := de.Unwrap().Error(); strings.HasPrefix(msg, "source data must be an array or slice") {
+				errs = append(errs, invalid(prefix+de.Name(), "must be a list (in brackets, or one \"- \" line per element); got %s", strings.TrimPrefix(msg, "source data must be an array or slice, got ")))
 				continue
 			}
 			errs = append(errs, invalid(prefix+de.Name(), "%v", de.Unwrap()))
@@ -454,6 +458,41 @@ func decodeAt(k *koanf.Koanf, path string, out any, prefix string) error {
 		errs = append(errs, fmt.Errorf("config: decode: %w", e))
 	}
 	return errors.Join(errs...)
+}
+
+// typeWords names what a value of t is in the file's terms: "a string",
+// "a whole number", "a list", "a mapping", ...
+func typeWords(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		return "a list of " + strings.TrimPrefix(typeWords(t.Elem()), "a ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return "of type " + t.String()
+}
+
+// valueWords shows a file value: a scalar as it is, a list or mapping by
+// its shape.
+func valueWords(v any) string {
+	switch x := v.(type) {
+	case []any:
+		return fmt.Sprintf("a list of %d", len(x))
+	case map[string]any:
+		return "a mapping"
+	case string:
+		return fmt.Sprintf("%q", x)
+	}
+	return fmt.Sprintf("%v", v)
 }
 
 // integerHook refuses a fraction where a whole number is wanted

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,6 +234,7 @@ mmmq:
 		{"mmmq: {metrics: {enabled: false}}", "", "mmmq.metrics.enabled", "plugins/metrics"},
 		{"mmmq: {metrics: {enabled: yes please}}", "", "mmmq.metrics.enabled", "plugins/metrics"},
 		{"", "MMMQ_LINEPROTO_ADDR=:7000", "mmmq.lineproto.addr", "plugins/lineproto"},
+		{"mmmq: {auth: {protect-metrics: false}}", "", "mmmq.auth.protect-metrics", "modules/auth"},
 	} {
 		env := []string{}
 		if tc.env != "" {
@@ -242,8 +244,18 @@ mmmq:
 		require.Error(t, err, tc.key)
 		assert.ErrorIs(t, err, ErrPluginMissing)
 		assert.ErrorIs(t, err, ErrUnknownKey)
-		assert.Contains(t, err.Error(), "config: "+tc.key+": is read by plugin github.com/mmmq/mmmq/"+tc.plugin+", which this binary does not contain")
+		kind, _, _ := strings.Cut(tc.plugin, "s/")
+		assert.Contains(t, err.Error(), "config: "+tc.key+": is read by "+kind+" github.com/mmmq/mmmq/"+tc.plugin+", which this binary does not contain")
 	}
+
+	// A credential, and a list's entries (which may hold one), are never
+	// shown.
+	_, err = load(t, "mmmq: {jetstream: {password: hunter2}, auth: {tokens: [{name: a, token-file: /s3cret}]}}")
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hunter2")
+	assert.NotContains(t, err.Error(), "s3cret")
+	assert.Contains(t, err.Error(), "(got a value, not shown)")
+	assert.Contains(t, err.Error(), "config: mmmq.auth.tokens: is read by module github.com/mmmq/mmmq/modules/auth, which this binary does not contain; remove the key or set it to its default [] (got a list of 1)")
 
 	// An unknown key under a stock plugin's prefix stays unknown.
 	_, err = load(t, "mmmq: {lineproto: {adr: x}}")

@@ -36,14 +36,25 @@ type Setting struct {
 	// From is the file path for SourceFile, the variable name for
 	// SourceEnv, "" for SourceDefault.
 	From string
+	// Inherited is the key the value was taken from, for a field of a list
+	// element the file left out ("mmmq.broker.dispatch.path" for a
+	// dispatcher's path; see SectionOf.WithInherited); Kind and From are
+	// then that key's. "" otherwise.
+	Inherited string
 }
 
-// Source returns "default", the file path, or the environment variable name.
+// Source returns "default", the file path, or the environment variable
+// name; for an inherited value, the key it came from and that key's
+// source: "mmmq.broker.dispatch.timeout (MMMQ_BROKER_DISPATCH_TIMEOUT)".
 func (s Setting) Source() string {
+	src := s.From
 	if s.Kind == SourceDefault {
-		return "default"
+		src = "default"
 	}
-	return s.From
+	if s.Inherited != "" {
+		return s.Inherited + " (" + src + ")"
+	}
+	return src
 }
 
 // origins records where Load found the values; the zero value says every
@@ -131,7 +142,7 @@ func (o origins) settings(v reflect.Value, prefix string, out *[]Setting) {
 			o.list(f, key, out)
 		default:
 			kind, from := o.source(key)
-			*out = append(*out, Setting{Key: key, Value: f.Interface(), Kind: kind, From: from})
+			*out = append(*out, Setting{Key: key, Value: f.Interface(), Kind: kind, From: from, Inherited: o.inheritedFrom(key)})
 		}
 	}
 }
@@ -146,15 +157,26 @@ func (o origins) source(key string) (SourceKind, string) {
 	if o.fileKeys[key] {
 		return SourceFile, o.file
 	}
+	if from := o.inheritedFrom(key); from != "" {
+		return o.source(from)
+	}
+	return SourceDefault, ""
+}
+
+// inheritedFrom is the key whose value the list element field key
+// ("mmmq.broker.dispatchers[0].path") took, "" when the field is set in
+// the environment or the file, or inherits nothing.
+func (o origins) inheritedFrom(key string) string {
+	if _, ok := o.fromEnv[key]; ok || o.fileKeys[key] {
+		return ""
+	}
 	for list, fields := range o.inherits {
 		if rest, ok := strings.CutPrefix(key, list+"["); ok {
 			_, field, _ := strings.Cut(rest, "].")
-			if from, ok := fields[field]; ok {
-				return o.source(from)
-			}
+			return fields[field]
 		}
 	}
-	return SourceDefault, ""
+	return ""
 }
 
 // fileKeys adds to out every key present in raw (a file's nested mapping):

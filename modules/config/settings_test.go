@@ -56,8 +56,8 @@ mmmq:
 		{"mmmq.broker.dispatchers[0].commit.policy", "interval", SourceFile, path},
 		{"mmmq.broker.dispatchers[0].commit.max-count", 1000, SourceDefault, "default"},
 		// Inherited from mmmq.broker.dispatch: that key's source.
-		{"mmmq.broker.dispatchers[0].path", "/in", SourceFile, path},
-		{"mmmq.broker.dispatchers[0].timeout", testDuration(5 * time.Second), SourceEnv, "MMMQ_BROKER_DISPATCH_TIMEOUT"},
+		{"mmmq.broker.dispatchers[0].path", "/in", SourceFile, "mmmq.broker.dispatch.path (" + path + ")"},
+		{"mmmq.broker.dispatchers[0].timeout", testDuration(5 * time.Second), SourceEnv, "mmmq.broker.dispatch.timeout (MMMQ_BROKER_DISPATCH_TIMEOUT)"},
 		{"mmmq.widget.size", 20, SourceFile, path},
 		{"mmmq.widget.deep.on", true, SourceEnv, "MMMQ_WIDGET_DEEP_ON"},
 		{"mmmq.widget.every", time.Second, SourceDefault, "default"},

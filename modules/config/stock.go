@@ -24,8 +24,19 @@ type PluginKey struct {
 	Plugin string
 	// Default is the documented default, typed as the plugin's field
 	// (string, bool, int64, time.Duration); []any(nil), the empty list,
-	// for a list section.
+	// for a list.
 	Default any
+	// Secret says the value is a credential (a password, a token): an
+	// error never shows it.
+	Secret bool
+}
+
+// kind is "module" or "plugin", as the package's folder says.
+func (p PluginKey) kind() string {
+	if strings.Contains(p.Plugin, "/modules/") {
+		return "module"
+	}
+	return "plugin"
 }
 
 // in says whether the key belongs to sec (lies under sec's key, or is a
@@ -75,8 +86,8 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.jetstream.stream-prefix", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "mmmq"},
 	{Key: "mmmq.jetstream.creds-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
 	{Key: "mmmq.jetstream.user", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
-	{Key: "mmmq.jetstream.password", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
-	{Key: "mmmq.jetstream.token", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
+	{Key: "mmmq.jetstream.password", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "", Secret: true},
+	{Key: "mmmq.jetstream.token", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "", Secret: true},
 	{Key: "mmmq.jetstream.tls.ca-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
 	{Key: "mmmq.jetstream.tls.cert-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
 	{Key: "mmmq.jetstream.tls.key-file", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: ""},
@@ -124,7 +135,7 @@ type Warning struct {
 	Key string
 	// Var is the environment variable that set it, or "" for the file.
 	Var string
-	// Plugin is the import path of the plugin that would read it.
+	// Plugin is the import path of the plugin or module that would read it.
 	Plugin string
 }
 
@@ -132,8 +143,8 @@ type Warning struct {
 // does not contain plugin github.com/mmmq/mmmq/plugins/profiling, which reads
 // it (the value is its default)`, with " (from MMMQ_...)" when set by a variable.
 func (w Warning) String() string {
-	s := "config: " + w.Key + " is ignored: this binary does not contain plugin " +
-		w.Plugin + ", which reads it (the value is its default)"
+	s := "config: " + w.Key + " is ignored: this binary does not contain " +
+		PluginKey{Plugin: w.Plugin}.kind() + " " + w.Plugin + ", which reads it (the value is its default)"
 	if w.Var != "" {
 		s += " (from " + w.Var + ")"
 	}
@@ -154,10 +165,17 @@ func checkAbsentPlugins(k *koanf.Koanf, absent []PluginKey, fromEnv map[string]s
 			warns = append(warns, Warning{Key: p.Key, Var: fromEnv[p.Key], Plugin: p.Plugin})
 			continue
 		}
+		got := showValue(raw)
+		switch l, isList := raw.([]any); {
+		case isList:
+			got = fmt.Sprintf("a list of %d", len(l)) // entries may hold secrets
+		case p.Secret:
+			got = "a value, not shown"
+		}
 		errs = append(errs, &KeyError{
 			Key: p.Key, Var: fromEnv[p.Key], kind: ErrPluginMissing,
-			Problem: fmt.Sprintf("is read by plugin %s, which this binary does not contain; "+
-				"remove the key or set it to its default %s (got %s)", p.Plugin, showValue(p.Default), showValue(raw)),
+			Problem: fmt.Sprintf("is read by %s %s, which this binary does not contain; "+
+				"remove the key or set it to its default %s (got %s)", p.kind(), p.Plugin, showValue(p.Default), got),
 		})
 	}
 	return warns, errs

@@ -177,6 +177,35 @@ func FromSettings(s Settings, key, source string) (*Dispatcher, error) {
 		pats = append(pats, pat)
 	}
 	d := New(s.Name, host, pats...).WithSource(source)
+	secrets, err := s.secrets()
+	if err != nil {
+		return nil, fmt.Errorf("%s.%w", key, err)
+	}
+	d = s.apply(d, secrets).WithTLS(s.TLS)
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return d, nil
+}
+
+// secrets parses the signing secrets; the error names the first bad one
+// ("signing-secrets[1]: ...").
+func (s Settings) secrets() ([]webhooks.Secret, error) {
+	out := make([]webhooks.Secret, 0, len(s.SigningSecrets))
+	for j, v := range s.SigningSecrets {
+		sec, err := webhooks.ParseSecret(v)
+		if err != nil {
+			return nil, fmt.Errorf("signing-secrets[%d]: %w", j, err)
+		}
+		out = append(out, sec)
+	}
+	return out, nil
+}
+
+// apply returns d with every setting of s but host, patterns and TLS:
+// path, timeout, commit policy, start and the delivery settings (secrets
+// already parsed).
+func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 	if s.Path != "" {
 		d = d.WithPath(s.Path)
 	}
@@ -191,27 +220,14 @@ func FromSettings(s Settings, key, source string) (*Dispatcher, error) {
 	if s.DeadLetter != nil {
 		d = d.WithDeadLetter(*s.DeadLetter)
 	}
-	secrets := make([]webhooks.Secret, 0, len(s.SigningSecrets))
-	for j, v := range s.SigningSecrets {
-		sec, err := webhooks.ParseSecret(v)
-		if err != nil {
-			return nil, fmt.Errorf("%s.signing-secrets[%d]: %w", key, j, err)
-		}
-		secrets = append(secrets, sec)
-	}
-	d = d.WithAckMode(s.AckMode).
+	return d.WithAckMode(s.AckMode).
 		WithAbnormalLimit(AbnormalLimit{MaxAttempts: s.MaxAbnormalAttempts, MaxDuration: time.Duration(s.MaxAbnormalDuration)}).
 		WithBackoffJitter(s.BackoffJitter).
 		WithSigningSecrets(secrets...).
 		WithHeaders(s.Headers).
 		WithCloudEvents(s.CloudEvents).
 		WithMaxInFlight(s.MaxInFlight).
-		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}).
-		WithTLS(s.TLS)
-	if err := d.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	return d, nil
+		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)})
 }
 
 // Settings describes d with its effective values: the default path,

@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -255,73 +254,85 @@ func validHeaderName(name string) bool {
 	return true
 }
 
-// validateDelivery reports the problems of the delivery settings.
+// fieldProblem is one problem of a dispatcher's delivery settings: the
+// Settings key it is about ("max-in-flight", "headers",
+// "batch.max-messages") and what is wrong. Dispatcher.Validate prints it as
+// "field: problem"; Settings.Validate names the field under its entry's key.
+type fieldProblem struct{ field, problem string }
+
+func (p fieldProblem) Error() string { return p.field + ": " + p.problem }
+
+// validateDelivery reports the problems of the delivery settings, each a
+// fieldProblem, then those of the TLS client (validateTLS).
 func (d *Dispatcher) validateDelivery() []error {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fieldProblem{field, fmt.Sprintf(format, args...)})
+	}
 	if dl := d.DeadLetter(); dl != "" {
 		if err := contract.ValidateTopic(dl); err != nil {
 			if d.dl.deadLetterSet {
-				errs = append(errs, fmt.Errorf("dead-letter: %w", err))
+				bad("dead-letter", "%v", err)
 			} else {
-				errs = append(errs, fmt.Errorf("the default dead-letter topic %q is not a valid topic name (%v): set dead-letter to a topic, or to \"\" to log and skip", dl, err))
+				bad("dead-letter", "the default dead-letter topic %q is not a valid topic name (%v): set dead-letter to a topic, or to \"\" to log and skip", dl, err)
 			}
 		}
 	}
 	switch d.dl.ackMode {
 	case "", AckBody, AckStatus:
 	default:
-		errs = append(errs, fmt.Errorf("ack-mode %q: want %q or %q", d.dl.ackMode, AckBody, AckStatus))
+		bad("ack-mode", "must be %q or %q; got %q", AckBody, AckStatus, d.dl.ackMode)
 	}
 	if d.dl.abnormal.MaxAttempts < 0 {
-		errs = append(errs, fmt.Errorf("max-abnormal-attempts %d: must not be negative", d.dl.abnormal.MaxAttempts))
+		bad("max-abnormal-attempts", "must be >= 0 (0 = retry for ever); got %d", d.dl.abnormal.MaxAttempts)
 	}
 	if d.dl.abnormal.MaxDuration < 0 {
-		errs = append(errs, fmt.Errorf("max-abnormal-duration %s: must not be negative", d.dl.abnormal.MaxDuration))
+		bad("max-abnormal-duration", "must be a duration >= 0 (0 = never); got %s", d.dl.abnormal.MaxDuration)
 	}
 	if d.dl.abnormal.Enabled() && d.DeadLetter() == "" {
-		errs = append(errs, errors.New("max-abnormal-attempts and max-abnormal-duration need a dead-letter topic: with dead letters off, every message would be dropped while the consumer is down"))
+		bad("dead-letter", "is off, but max-abnormal-attempts and max-abnormal-duration need a dead-letter topic: with dead letters off, every message would be dropped while the consumer is down")
 	}
 	seenHeader := map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(d.dl.headers)) {
 		if prev, dup := seenHeader[strings.ToLower(name)]; dup {
-			errs = append(errs, fmt.Errorf("headers: %q and %q are the same header", prev, name))
+			bad("headers", "%q and %q are the same header", prev, name)
 			continue
 		}
 		seenHeader[strings.ToLower(name)] = name
 		switch {
 		case !validHeaderName(name):
-			errs = append(errs, fmt.Errorf("headers: %q is not a valid header name", name))
+			bad("headers", "%q is not a valid header name", name)
 		case reservedHeader(name):
-			errs = append(errs, fmt.Errorf("headers: %q is set by the broker and cannot be overridden", name))
+			bad("headers", "%q is set by the broker and cannot be overridden", name)
 		case !contract.ValidHeaderValue(d.dl.headers[name]):
-			errs = append(errs, fmt.Errorf("headers: the value of %q holds control characters", name))
+			bad("headers", "the value of %q holds control characters", name)
 		}
 	}
 	if n := d.dl.maxInFlight; n < 0 || n > MaxInFlightLimit {
-		errs = append(errs, fmt.Errorf("max-in-flight %d outside 1..%d", n, MaxInFlightLimit))
+		bad("max-in-flight", "must be 1..%d (0 = 1); got %d", MaxInFlightLimit, n)
 	}
 	seenSecret := map[string]bool{}
 	for i, s := range d.dl.secrets {
 		if seenSecret[s.Fingerprint()] {
-			errs = append(errs, fmt.Errorf("signing-secrets[%d]: the same secret is given twice", i))
+			bad(fmt.Sprintf("signing-secrets[%d]", i), "the same secret is given twice")
 		}
 		seenSecret[s.Fingerprint()] = true
 	}
 	b := d.dl.batch
 	if b.MaxMessages < 0 || b.MaxMessages > MaxBatchMessages {
-		errs = append(errs, fmt.Errorf("batch.max-messages %d: must be 0 (off) .. %d", b.MaxMessages, MaxBatchMessages))
+		bad("batch.max-messages", "must be 0 (off) .. %d; got %d", MaxBatchMessages, b.MaxMessages)
 	}
 	if b.MaxBytes < 0 {
-		errs = append(errs, fmt.Errorf("batch.max-bytes %d: must not be negative", b.MaxBytes))
+		bad("batch.max-bytes", "must be >= 0 (0 = 1 MiB); got %d", b.MaxBytes)
 	}
 	if b.MaxWait < 0 {
-		errs = append(errs, fmt.Errorf("batch.max-wait %s: must not be negative", b.MaxWait))
+		bad("batch.max-wait", "must be a duration >= 0; got %s", b.MaxWait)
 	}
 	if b.MaxMessages == 0 && (b.MaxBytes != 0 || b.MaxWait != 0) {
-		errs = append(errs, errors.New("batch: max-bytes and max-wait need max-messages (batches are off without it)"))
+		bad("batch", "max-bytes and max-wait need max-messages (batches are off without it)")
 	}
 	if b.MaxMessages > 0 && d.dl.cloudEvents {
-		errs = append(errs, errors.New("cloudevents cannot be combined with batch (a binary-mode CloudEvent is one message)"))
+		bad("cloudevents", "cannot be combined with batch (a binary-mode CloudEvent is one message)")
 	}
 	return append(errs, d.validateTLS()...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // Validate checks s as data, without reading its TLS files: the rules a
@@ -18,14 +19,16 @@ import (
 // for key + "." + the field ("mmmq.broker.dispatchers[0].host: must be
 // scheme://address:port ..."), all of them joined with errors.Join. Zero
 // fields are allowed (they take their defaults, see WithDefaults).
-// FromSettings checks the rest when it builds the dispatcher (the files,
-// the delivery limits).
+// FromSettings checks the rest when it builds the dispatcher (the TLS
+// files).
 func (s Settings) Validate(key string) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, config.InvalidValue(key+"."+field, format, args...))
 	}
-	if contract.ValidCheckpointName(s.Name) != nil {
+	if s.Name == "" {
+		bad("name", `is required: 1-200 characters of [A-Za-z0-9_.-], not starting with "." (it names the checkpoint files)`)
+	} else if contract.ValidCheckpointName(s.Name) != nil {
 		bad("name", `must be 1-200 characters of [A-Za-z0-9_.-], not starting with "." (it names the checkpoint files); got %q`, s.Name)
 	}
 	if err := checkHostURL(s.Host); err != nil {
@@ -48,7 +51,7 @@ func (s Settings) Validate(key string) error {
 		}
 	}
 	if s.Timeout < 0 {
-		bad("timeout", `must be a duration > 0 such as "30s" (or absent); got %s`, s.Timeout)
+		bad("timeout", `must be a duration >= 0 such as "30s" (0 or absent: mmmq.broker.dispatch.timeout); got %s`, s.Timeout)
 	}
 	if s.Start != "" && s.Start != StartEarliest && s.Start != StartLatest {
 		bad("start", "must be %q or %q; got %q", StartEarliest, StartLatest, s.Start)
@@ -65,7 +68,31 @@ func (s Settings) Validate(key string) error {
 		bad("commit.max-count", "must be at least 1; got %d", s.Commit.MaxCount)
 	}
 	errs = append(errs, s.validateTLS(key)...)
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.validateDelivery(key)...)...)
+}
+
+// validateDelivery checks the signing secrets and the delivery settings
+// with the rules Dispatcher.Validate applies (one rule set), each problem
+// named under key.
+func (s Settings) validateDelivery(key string) []error {
+	var errs []error
+	secrets := make([]webhooks.Secret, 0, len(s.SigningSecrets))
+	for j, v := range s.SigningSecrets {
+		sec, err := webhooks.ParseSecret(v)
+		if err != nil {
+			errs = append(errs, config.InvalidValue(fmt.Sprintf("%s.signing-secrets[%d]", key, j), "%v", err))
+			continue
+		}
+		secrets = append(secrets, sec)
+	}
+	d := s.apply(New(s.Name, Host{}), secrets)
+	for _, err := range d.validateDelivery() {
+		var p fieldProblem
+		if errors.As(err, &p) {
+			errs = append(errs, config.InvalidValue(key+"."+p.field, "%s", p.problem))
+		}
+	}
+	return errs
 }
 
 // validateTLS checks the tls entry: only with an https host, the client
