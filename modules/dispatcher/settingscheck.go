@@ -129,7 +129,9 @@ func checkHostURL(h string) error {
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return fmt.Errorf("scheme %q in %q", u.Scheme, h)
-	case u.Opaque != "" || u.User != nil:
+	case u.User != nil:
+		return errors.New("user info (user:password@) is not allowed; send credentials with headers")
+	case u.Opaque != "":
 		return fmt.Errorf("got %q", h)
 	case u.Hostname() == "":
 		return fmt.Errorf("no address in %q", h)
