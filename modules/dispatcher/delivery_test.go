@@ -394,6 +394,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
 		{"999999999999", 24 * time.Hour},
+		// Beyond int64 (2^63 and 10^30 seconds) is still a valid, long
+		// wait, not an absent header (round-3 trial, item 9).
+		{"9223372036854775808", 24 * time.Hour}, {"1000000000000000000000000000000", 24 * time.Hour},
+		{"-9223372036854775809", 0}, {"+5", 0},
 	} {
 		if got := parseRetryAfter(tc.in, now); got != tc.want {
 			t.Errorf("parseRetryAfter(%q) = %s, want %s", tc.in, got, tc.want)

@@ -452,24 +452,44 @@ func abnormal(resp *http.Response, body []byte) *AbnormalError {
 	return e
 }
 
+// maxRetryAfter bounds a Retry-After before the worker caps it at
+// backoff-max.
+const maxRetryAfter = 24 * time.Hour
+
 // parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
-// (RFC 9110 10.2.3). It returns 0 for an empty, negative, past or
+// (RFC 9110 10.2.3). delay-seconds is any run of digits, however long
+// ("10^30" is valid): more than a day is a day, so that the worker's cap
+// at backoff-max applies. It returns 0 for an empty, negative, past or
 // unreadable value.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
+	if digits(v) {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil: // beyond int64: a valid, very long wait
+			return maxRetryAfter
+		case secs <= 0:
 			return 0
 		}
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+		return time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
 	}
 	return 0
+}
+
+// digits reports whether s is one or more ASCII digits.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // parseAnswer reads a normal answer: a JSON object (whitespace and other
