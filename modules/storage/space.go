@@ -28,9 +28,17 @@ const (
 type LowSpaceError struct {
 	Free    int64 // bytes available at the last sample
 	MinFree int64 // mmmq.broker.storage.min-free-bytes
+	// Request is the bytes of the refused append when it alone would have
+	// taken the free space under MinFree (one large batch while Free was
+	// still above it); 0 when Free itself was under MinFree.
+	Request int64
 }
 
 func (e *LowSpaceError) Error() string {
+	if e.Request > 0 && e.Free >= e.MinFree {
+		return fmt.Sprintf("storage: this request needs %d bytes; with %d bytes free on the data filesystem it would leave %d, under mmmq.broker.storage.min-free-bytes (%d): send it in smaller parts, or free space (retention or an operator); nothing was stored",
+			e.Request, e.Free, e.Free-e.Request, e.MinFree)
+	}
 	return fmt.Sprintf("storage: %d bytes free on the data filesystem, under mmmq.broker.storage.min-free-bytes (%d): publishes are refused until space is freed (retention or an operator); nothing was stored",
 		e.Free, e.MinFree)
 }
@@ -181,8 +189,12 @@ func (g *SpaceGuard) Admit(n int64) error {
 		// A request larger than the slack (one big batch) is measured
 		// against what it would leave, not only against what is free now:
 		// it must not take the disk under MinFree by itself.
-		if f := g.free.Load(); g.low.Load() || (f >= 0 && f-n < g.minFree) { // -1: never measured
+		if g.low.Load() {
 			return g.refuse()
+		}
+		if f := g.free.Load(); f >= 0 && f-n < g.minFree { // -1: never measured
+			g.refused.Add(1)
+			return &LowSpaceError{Free: f, MinFree: g.minFree, Request: n}
 		}
 		// The sample did not see these bytes written: they count
 		// towards the next one.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -308,6 +309,11 @@ func TestSpaceGuardMeasuresBigRequestsAgainstWhatTheyLeave(t *testing.T) {
 	var lse *LowSpaceError
 	if err := g.Admit(2500); !errors.As(err, &lse) {
 		t.Fatalf("a 2500-byte request with 3000 free and a 1000 minimum: %v, want refused", err)
+	}
+	// The answer gives the real reason with the three numbers, not "free
+	// space is under the minimum" (3000 free is not; round-3 item 14).
+	if want := "storage: this request needs 2500 bytes; with 3000 bytes free on the data filesystem it would leave 500, under mmmq.broker.storage.min-free-bytes (1000)"; !strings.HasPrefix(lse.Error(), want) {
+		t.Errorf("error %q, want it to start %q", lse.Error(), want)
 	}
 	if err := g.Admit(100); err != nil {
 		t.Fatalf("a small request after it: %v", err)
