@@ -39,6 +39,9 @@ type Config struct {
 	// loadedWith are the options of the Load that built the Config (nil
 	// for Default or a hand-built one); see [Config.Reload].
 	loadedWith *LoadOptions
+	// set are the keys the file or the environment gave (see View.IsSet);
+	// nil for a Config built in code.
+	set map[string]bool
 }
 
 // ServerConfig configures the HTTP server (key "server").

@@ -132,6 +132,13 @@ func loadOrigins(opts LoadOptions) (*Config, origins, error) {
 	cfg.IgnoredVars = ignored
 	cfg.loadedWith = reloadOptions(opts, origin.file)
 	origin.fromEnv = fromEnv
+	cfg.set = map[string]bool{}
+	for key := range origin.fileKeys {
+		cfg.set[key] = true
+	}
+	for key := range fromEnv {
+		cfg.set[key] = true
+	}
 	cfg.Normalize()
 	if err := cfg.Validate(); err != nil {
 		return nil, origin, attributeVars(err, fromEnv)

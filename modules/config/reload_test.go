@@ -52,6 +52,7 @@ func Supplied(cfg *Config) *Config { c := *cfg; return &c }
 func plain(cfg *Config) *Config {
 	c := *cfg
 	c.loadedWith = nil
+	c.set = nil
 	c.sections = nil // compared with SectionValue
 	return &c
 }

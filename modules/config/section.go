@@ -68,6 +68,7 @@ type SectionOf[T any] struct {
 	validate func(*T) error
 	across   func(*T, View) error
 	file     func(map[string]any) error
+	norm     func(*T, View)
 
 	// A list section (NewListSection): what an element must be, the
 	// element defaults that fill an element's zero fields, and the fields
@@ -281,6 +282,21 @@ func (s *SectionOf[T]) fileCheck(raw map[string]any) error {
 	return s.underKey(s.file(raw))
 }
 
+// WithNormalize returns a copy of s whose value norm may complete when the
+// configuration is normalized (after decoding, before every check): a
+// default that follows another key, for example. norm gets the decoded
+// value and a read-only View ([View.IsSet] says whether the file or the
+// environment gave a key); it must not keep the value. Call it once,
+// where the section is declared:
+//
+//	// max-record-bytes, when not set, follows a smaller segment size.
+//	var SegmentSection = config.NewSection("broker.segment", SegmentConfig{...}, validate).WithNormalize(fit)
+func (s *SectionOf[T]) WithNormalize(norm func(*T, View)) *SectionOf[T] {
+	c := *s
+	c.norm = norm
+	return &c
+}
+
 // View is the read-only view of the whole configuration that a cross
 // check (see [SectionOf.WithCrossCheck]) gets.
 type View struct {
@@ -300,6 +316,11 @@ func (w View) Value(key string) any { return w.c.lookup(key) }
 // comes from key is then skipped, so that only the first cause is
 // reported.
 func (w View) Failed(key string) bool { return w.v != nil && w.v.failed(key) }
+
+// IsSet reports whether the file or the environment gave key (in full),
+// as opposed to its default. False for every key of a Config built in
+// code (Default, SetSectionValue).
+func (w View) IsSet(key string) bool { return w.c.set[key] }
 
 func (s *SectionOf[T]) typ() reflect.Type { return reflect.TypeFor[T]() }
 
@@ -327,11 +348,15 @@ func (s *SectionOf[T]) decode(k *koanf.Koanf) (any, error) {
 	return v, nil
 }
 
-// normalize returns v with a list section's element defaults and
-// inherited fields filled (see NewListSection and WithInherited); the list
-// is a copy. A section of keys is returned as it is.
+// normalize returns v completed by the section's WithNormalize function,
+// and, for a list section, with its element defaults and inherited fields
+// filled (see NewListSection and WithInherited; the list is a copy).
 func (s *SectionOf[T]) normalize(v any, w View) any {
 	t, ok := v.(T)
+	if ok && s.norm != nil {
+		s.norm(&t, w)
+		v = t
+	}
 	if !ok || s.want == "" || reflect.ValueOf(t).Len() == 0 {
 		return v
 	}

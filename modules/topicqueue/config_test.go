@@ -154,3 +154,27 @@ func TestSegmentAndMemoryReportFirstCauseOnly(t *testing.T) {
 		})
 	}
 }
+
+// A max-record-bytes the user did not set follows a smaller segment size
+// (round-3 item 16: "max-bytes: 4096" alone was refused over
+// max-record-bytes, a key never set); one that is set and does not fit is
+// refused naming both keys; the memory budget sees the fitted value.
+func TestRecordLimitFollowsSegmentSize(t *testing.T) {
+	cfg, err := loadSections(t, "mmmq: {broker: {segment: {max-bytes: 4096}}}")
+	if err != nil {
+		t.Fatalf("only max-bytes set: %v", err)
+	}
+	if got := config.SectionValue(cfg, SegmentSection).MaxRecordBytes; got != 4096 {
+		t.Errorf("max-record-bytes = %d, want 4096 (the segment size)", got)
+	}
+	if cfg, err := loadSections(t, "", "MMMQ_BROKER_SEGMENT_MAX_BYTES=8192"); err != nil || config.SectionValue(cfg, SegmentSection).MaxRecordBytes != 8192 {
+		t.Errorf("max-bytes from the environment: %v", err)
+	}
+	if cfg, err := loadSections(t, "mmmq: {broker: {segment: {max-bytes: 134217728}}}"); err != nil || config.SectionValue(cfg, SegmentSection).MaxRecordBytes != 1<<20 {
+		t.Errorf("a larger segment keeps the 1 MiB default: %v", err)
+	}
+	_, err = loadSections(t, "mmmq: {broker: {segment: {max-bytes: 4096, max-record-bytes: 1048576}}}")
+	if err == nil || !strings.Contains(err.Error(), "config: mmmq.broker.segment.max-record-bytes: must be between 64 and mmmq.broker.segment.max-bytes (4096)") {
+		t.Errorf("an explicit record limit over the segment: %v, want both keys named", err)
+	}
+}

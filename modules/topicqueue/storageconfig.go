@@ -166,14 +166,29 @@ const maxRecordLimit = math.MaxInt32 - 4
 // max-bytes under 1024 or a max-record-bytes outside 64..max-bytes stops
 // startup naming the key; when max-bytes is invalid, max-record-bytes is
 // checked against the entry format's limit only (one cause reported).
+//
+// A max-record-bytes that is not set follows a smaller segment size: with
+// only max-bytes: 4096 given, it is 4096 (the smaller of its 1 MiB default
+// and max-bytes), so the user is not refused over a key they never set.
 var SegmentSection = config.NewSection("broker.segment", SegmentConfig{
 	MaxBytes:       storage.DefaultSegmentMaxBytes,
 	MaxRecordBytes: storage.DefaultMaxRecordBytes,
-}, validateSegment)
+}, validateSegment).WithNormalize(fitRecordToSegment)
+
+// fitRecordToSegment lowers an unset max-record-bytes to a valid
+// max-bytes below it.
+func fitRecordToSegment(s *SegmentConfig, w config.View) {
+	if !w.IsSet("mmmq.broker.segment.max-record-bytes") && s.MaxBytes >= 1024 {
+		s.MaxRecordBytes = min(s.MaxRecordBytes, s.MaxBytes)
+	}
+}
 
 func validateSegment(s *SegmentConfig) error {
 	const k = "mmmq.broker.segment."
 	bytesErr := config.CheckIntRange(k+"max-bytes", s.MaxBytes, 1024, math.MaxInt64)
+	if bytesErr == nil && s.MaxRecordBytes > s.MaxBytes && s.MaxBytes <= maxRecordLimit {
+		return config.InvalidValue(k+"max-record-bytes", "must be between 64 and mmmq.broker.segment.max-bytes (%d): one message must fit in a segment; got %d", s.MaxBytes, s.MaxRecordBytes)
+	}
 	recordMax := int64(maxRecordLimit)
 	if bytesErr == nil {
 		recordMax = min(s.MaxBytes, maxRecordLimit)
