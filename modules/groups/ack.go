@@ -18,10 +18,11 @@ import (
 //     nothing is committed;
 //   - offset+1 <= the committed offset (including any negative offset): a
 //     no-op returning the current committed offset, which never moves back;
-//   - offset below the topic's log start offset (retention deleted it; the
-//     session's fetches continued from the start offset): the start offset
-//     is committed, never less, so the committed offset and the lag stay
-//     meaningful — nothing readable is skipped by it;
+//   - offset below the topic's log start offset (retention deleted it,
+//     and perhaps everything the session was delivered after it): the
+//     start offset is committed, never less, so the committed offset and
+//     the lag stay meaningful — nothing readable is skipped by it — and
+//     the session's next fetch starts there;
 //   - a session that does not hold the group (expired, released, unknown):
 //     ErrSessionExpired, so a stale consumer can never commit.
 //
@@ -48,9 +49,10 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 	if offset < committed { // offset+1 <= committed, without overflow
 		return committed, nil
 	}
-	// Retention may have deleted offset and what follows it: commit at
-	// least the log start offset (at most what was delivered).
-	next := max(offset+1, min(g.topic.StartOffset(), l.next))
+	// Retention may have deleted offset and what follows it, even past
+	// what this session was delivered: commit at least the log start
+	// offset (nothing readable lies below it), and deliver on from there.
+	next := max(offset+1, g.topic.StartOffset())
 	if next <= committed {
 		return committed, nil
 	}
@@ -65,6 +67,7 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 	}
 	g.active.Store(time.Now().UnixNano())
 	l.expires = time.Now().Add(c.opts.LeaseTimeout)
+	l.next = max(l.next, next)
 	return next, nil
 }
 

@@ -295,3 +295,45 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 		t.Fatalf("ack 5: %d %s", r.status, r.raw)
 	}
 }
+
+// Retention that deletes past what a session was delivered: an ack of a
+// delivered, now deleted offset commits the start offset (it committed
+// offset+1, below the start: round-3 item 6), and the session goes on from
+// there.
+func TestHTTPAckAfterRetentionPassedTheSession(t *testing.T) {
+	log := zaptest.NewLogger(t)
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
+	c := New(reg, Options{Logger: log})
+	t.Cleanup(func() {
+		_ = c.Stop(context.Background())
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(testTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 7; i++ {
+		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, log, NewRoute(c, RouteOptions{})).Handler())
+	t.Cleanup(ts.Close)
+	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	r := do(t, "POST", base+"/fetch?max=2", "", "")
+	s := r.session
+	if r.status != 200 || fmt.Sprint(r.offsets()) != "[0 1]" {
+		t.Fatalf("first fetch: %d %s", r.status, r.raw)
+	}
+	if res, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 5); err != nil || res.StartOffset != 5 {
+		t.Fatalf("retention: %+v %v", res, err)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 1}`); r.status != 200 || r.body["committed"] != 5.0 {
+		t.Fatalf("ack of delivered, deleted offset 1: %d %s, want committed 5 (the start offset)", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?max=10", s, ""); r.status != 200 || fmt.Sprint(r.offsets()) != "[5 6]" {
+		t.Fatalf("fetch after it: %d %s", r.status, r.raw)
+	}
+}
