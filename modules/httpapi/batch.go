@@ -195,8 +195,19 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 	}
 	done := make([]chan outcome, len(groups))
 	slots := make(chan struct{}, batchParallelTopics)
+	// Topics are created in parallel, but which new topics fit under
+	// max-topics follows batch order: the first that fit are created, the
+	// later ones are refused without trying.
+	room := s.reg.Room()
 	for gi, g := range groups {
 		done[gi] = make(chan outcome, 1)
+		if _, exists := s.reg.Get(g.topic); !exists {
+			if room == 0 {
+				done[gi] <- outcome{err: fmt.Errorf("publish to topic %s: %w: the batch's earlier new topics took the room left (mmmq.broker.storage.max-topics)", g.topic, topicqueue.ErrTooManyTopics)}
+				continue
+			}
+			room--
+		}
 		go func() {
 			select {
 			case slots <- struct{}{}:

@@ -216,6 +216,33 @@ func TestBatchPartialStorageFailure(t *testing.T) {
 	}
 }
 
+// Under max-topics, the new topics of a batch that fit are its first ones,
+// in batch order, though topics are created in parallel (round-3 item 11:
+// which ones were created depended on scheduling).
+func TestBatchCreatesTopicsInBatchOrder(t *testing.T) {
+	for round := range 20 {
+		a := newAPI(t, Options{}, topicqueue.Options{MaxTopics: 3})
+		var b strings.Builder
+		b.WriteString("[")
+		for i := range 8 {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"topic":"new.t%d","content":%d}`, i, i)
+		}
+		b.WriteString("]")
+		rec := a.call(http.MethodPost, "/messages/batch", "", b.String())
+		var resp BatchResponse
+		decodeJSON(t, rec, &resp)
+		if got := fmt.Sprint(offsetsOf(resp.Results)); got != "[0 0 0 -1 -1 -1 -1 -1]" {
+			t.Fatalf("round %d: offsets %s, want the first three topics created", round, got)
+		}
+		if r := resp.Results[5]; r.Status != http.StatusServiceUnavailable || !strings.Contains(r.Error, "max-topics") {
+			t.Fatalf("round %d: refused result = %+v, want 503 naming max-topics", round, r)
+		}
+	}
+}
+
 // When storage stores none of a batch's messages, the error says so: no
 // talk of other messages with offsets.
 func TestBatchWholeStorageFailure(t *testing.T) {

@@ -130,6 +130,15 @@ func (r *Registry) GetOrCreate(name string) (*TopicQueue, error) {
 	return r.open(name, true)
 }
 
+// Room is how many more topics may be created now under
+// mmmq.broker.storage.max-topics (topics open or being opened count), at
+// least 0. Concurrent creations may take it: GetOrCreate still decides.
+func (r *Registry) Room() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return max(r.opts.MaxTopics-len(r.topics)-len(r.opening), 0)
+}
+
 // Open opens the existing topic name (startup recovery) and registers it.
 // A corruption error of the backend is returned as is.
 func (r *Registry) Open(name string) (*TopicQueue, error) {
