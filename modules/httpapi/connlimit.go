@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -53,14 +54,29 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse writes the 503 answer without reading the request (a client that
-// already sent one reads the answer first) and closes the connection.
+// refuse writes the 503 answer, then half-closes the connection and reads
+// what the client sent (at most refuseDrainBytes, for at most
+// refuseLinger) before closing it: closing with unread data makes the
+// kernel send a reset, which can destroy the answer before a client that
+// sent its whole request reads it (as net/http does for its own errors).
 func (l *limitListener) refuse(c net.Conn) {
 	defer c.Close()
 	body := fmt.Sprintf(refusedBody, l.max)
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_ = c.SetDeadline(time.Now().Add(refuseLinger))
+	if _, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(body), body); err != nil {
+		return
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, refuseDrainBytes))
 }
+
+// How long and how much a refused connection is read after its answer.
+const (
+	refuseLinger     = time.Second
+	refuseDrainBytes = 1 << 20
+)
 
 // countedConn gives its place back to the listener when closed (once).
 type countedConn struct {
@@ -72,4 +88,16 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.l.open.Add(-1) })
 	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection when the wrapped one can (a
+// *net.TCPConn). net/http looks for it before closing a connection whose
+// request it refused (431, 400, 413): it half-closes, waits a moment, then
+// closes, so the client reads the answer instead of a reset. Without it
+// here the wrapper would hide the TCP connection's.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zaptest"
 
@@ -80,6 +84,91 @@ func TestAutoMaxConns(t *testing.T) {
 	for limit, want := range map[uint64]int{0: 1024, 20: 16, 256: 64, 20000: 5000} {
 		if got := AutoMaxConns(limit); got != want {
 			t.Errorf("AutoMaxConns(%d) = %d, want %d", limit, got, want)
+		}
+	}
+}
+
+// rawExchange sends req whole on a new connection to addr, then reads the
+// answer's status line (round-3 item 8: the client must read the answer,
+// not a reset, after it sent everything).
+func rawExchange(t *testing.T, addr string, parts ...string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	for i, p := range parts {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond) // a client still sending when the server answers
+		}
+		if _, err := io.WriteString(c, p); err != nil {
+			return "write: " + err.Error()
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the server answer and close first
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "read: " + err.Error()
+	}
+	return strings.TrimSpace(line)
+}
+
+// Behind the connection cap, requests net/http refuses itself still get
+// their answer: an oversized header or URL 431, a malformed request 400,
+// each after the client sent all of it. The cap's wrapper used to hide the
+// TCP connection's CloseWrite, so net/http closed at once and the client
+// got a reset instead.
+func TestRefusedRequestsAreAnsweredBehindTheCap(t *testing.T) {
+	s := New(Options{Addr: "127.0.0.1:0", MaxConns: 64}, nil, nil, zaptest.NewLogger(t))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	big := strings.Repeat("a", 70<<10)
+	// Each request is sent in two parts, the second after the server has
+	// answered: a client still sending, as a browser or curl with a large
+	// request is.
+	for name, tc := range map[string]struct{ req, rest, want string }{
+		"header": {"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + big, "more\r\n\r\n", "HTTP/1.1 431"},
+		"url":    {"GET /healthz?q=" + strings.Repeat("b", 100<<10), " HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 431"},
+		"bad":    {"NOT A REQUEST\r\nHost: x\r\n\r\n", big, "HTTP/1.1 400"},
+	} {
+		for i := range 5 {
+			if got := rawExchange(t, s.Addr(), tc.req, tc.rest); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("%s, try %d: %q, want %q", name, i, got, tc.want)
+			}
+		}
+	}
+}
+
+// A connection over the cap whose client is still sending its request (a
+// large body) when the 503 is written reads the 503 instead of a reset:
+// the refusal reads what follows before closing.
+func TestCapRefusalIsReadAfterAWholeRequest(t *testing.T) {
+	s := New(Options{Addr: "127.0.0.1:0", MaxConns: 1}, nil, nil, zaptest.NewLogger(t))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	hold, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.Addr()+"/healthz", nil)
+	if err := req.Write(hold); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := http.ReadResponse(bufio.NewReader(hold), req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("held connection: %v %v", resp, err)
+	}
+	body := strings.Repeat("c", 200<<10)
+	for i := range 5 {
+		got := rawExchange(t, s.Addr(), fmt.Sprintf("POST /messages HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body)), body)
+		if !strings.HasPrefix(got, "HTTP/1.1 503") {
+			t.Fatalf("try %d: %q, want the 503", i, got)
 		}
 	}
 }
