@@ -51,6 +51,7 @@ type mainSettings struct {
 	stdout      io.Writer
 	stderr      io.Writer
 	ctx         context.Context
+	log         *zap.Logger // the broker's logger "app", once built
 }
 
 // WithModules adds opts to the application exactly as New takes them:
@@ -285,7 +286,8 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 	all = append(all,
 		fx.Invoke(func(log *zap.Logger) {
 			events.start(logging.NewFxLogger(log))
-			log.Named("app").Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir),
+			s.log = log.Named("app")
+			s.log.Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir),
 				zap.String("index-sync", st.IndexSync), zap.Duration("index-sync-interval", st.IndexSyncInterval))
 		}),
 		// Last, so that it wins over logging.Module's.
@@ -299,17 +301,30 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 // shutdown or the settings' context, then stops a within StopTimeout: 0, or
 // 1 with one line when the stop failed.
 func (s *mainSettings) runUntilStopped(a *fx.App, sig <-chan os.Signal) int {
+	var why string
 	select {
-	case <-sig:
-	case <-a.Done():
+	case sg := <-sig:
+		why = "signal " + sg.String()
+	case sd := <-a.Done():
+		why = "signal " + sd.String()
 	case <-s.ctx.Done():
+		why = "context done"
 	}
+	log := s.log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	log.Info("stopping", zap.String("reason", why), zap.Duration("stop-timeout", StopTimeout))
+	began := time.Now()
 	stopCtx, cancel := context.WithTimeout(context.Background(), StopTimeout)
 	defer cancel()
 	if err := a.Stop(stopCtx); err != nil {
+		log.Error("stop failed", zap.Error(err), zap.Duration("took", time.Since(began)))
 		fmt.Fprintf(s.stderr, "%s: stop: %s\n", s.name, cli.OneLine(err))
 		return 1
 	}
+	log.Info("stopped", zap.Duration("took", time.Since(began)))
+	_ = logging.Sync(log)
 	return 0
 }
 

@@ -170,8 +170,17 @@ func TestCleanRun(t *testing.T) {
 		t.Fatalf("the broker exited before listening (%v)", cmd.Wait())
 	}
 	drained := make(chan struct{})
+	var after []string // the messages after the listener's line
+	var stopReason string
 	go func() { // keep draining, so the broker never blocks on its log
 		for sc.Scan() {
+			var r struct{ Msg, Reason string }
+			if json.Unmarshal(sc.Bytes(), &r) == nil {
+				after = append(after, r.Msg)
+				if r.Msg == "stopping" {
+					stopReason = r.Reason
+				}
+			}
 		}
 		close(drained)
 	}()
@@ -201,5 +210,10 @@ func TestCleanRun(t *testing.T) {
 	<-drained
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("after SIGTERM: %v, want exit 0", err)
+	}
+	// The log says that the signal arrived and that the stop finished
+	// (round-3 item 18: nothing said either).
+	if stopReason != "signal terminated" || len(after) == 0 || after[len(after)-1] != "stopped" {
+		t.Errorf("stop lines: reason %q, messages after the listener %q; want \"stopping\" (signal terminated) first and \"stopped\" last", stopReason, after)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
 
 	"github.com/mmmq/mmmq/modules/config"
 )
@@ -20,14 +21,22 @@ import (
 // NewFromConfig returns a logger writing to stderr at c.Level (section
 // "logging"): one JSON object per line for format "json" (keys ts, level,
 // logger, caller, msg, stacktrace; RFC 3339 time), or human-readable lines
-// with colored levels and local time for "console". DPanic and above carry a
-// stack trace. No sampling: every entry is written. It fails on an unknown
-// level or format. Module provides the logger with it.
+// with local time for "console", their levels colored only when stderr is
+// a terminal and NO_COLOR is unset (no escape codes in files and pipes).
+// DPanic and above carry a stack trace. No sampling: every entry is
+// written. It fails on an unknown level or format. Module provides the
+// logger with it.
 func NewFromConfig(c config.LoggingConfig) (*zap.Logger, error) {
-	return newLogger(c, zapcore.Lock(os.Stderr))
+	return newLogger(c, zapcore.Lock(os.Stderr), colorFor(os.Stderr, os.Getenv("NO_COLOR")))
 }
 
-func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer) (*zap.Logger, error) {
+// colorFor says whether console lines written to f are colored: f is a
+// terminal and noColor (the NO_COLOR convention) is empty.
+func colorFor(f *os.File, noColor string) bool {
+	return noColor == "" && term.IsTerminal(int(f.Fd()))
+}
+
+func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer, color bool) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(c.Level)
 	if err != nil {
 		return nil, fmt.Errorf("logging: level: %w", err)
@@ -41,7 +50,10 @@ func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer) (*zap.Logger, er
 		enc = zapcore.NewJSONEncoder(ec)
 	case config.FormatConsole:
 		ec := zap.NewDevelopmentEncoderConfig()
-		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		if color {
+			ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
 		ec.EncodeTime = zapcore.TimeEncoderOfLayout("2006-01-02 15:04:05.000")
 		enc = zapcore.NewConsoleEncoder(ec)
 	default:

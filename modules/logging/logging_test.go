@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,7 +29,7 @@ func (*buffer) Sync() error { return nil }
 func TestNewJSON(t *testing.T) {
 	cfg := config.Default()
 	var buf buffer
-	l, err := newLogger(cfg.Logging, &buf)
+	l, err := newLogger(cfg.Logging, &buf, false)
 	require.NoError(t, err)
 	l.Debug("hidden")
 	l.Info("published", zap.String("topic", "order.created"), zap.Int64("offset", 17))
@@ -49,11 +50,16 @@ func TestNewConsole(t *testing.T) {
 	cfg.Logging.Format = config.FormatConsole
 	cfg.Logging.Level = "debug"
 	var buf buffer
-	l, err := newLogger(cfg.Logging, &buf)
+	l, err := newLogger(cfg.Logging, &buf, true)
 	require.NoError(t, err)
 	l.Debug("hello", zap.String("topic", "t"))
 	out := buf.String()
 	assert.Contains(t, out, "\x1b[", "colored level")
+	var plain buffer
+	l, err = newLogger(cfg.Logging, &plain, false)
+	require.NoError(t, err)
+	l.Debug("hello")
+	assert.NotContains(t, plain.String(), "\x1b[", "no color codes off a terminal")
 	assert.Contains(t, out, "DEBUG")
 	assert.Contains(t, out, "hello")
 	assert.NotEqual(t, '{', out[0], "not JSON")
@@ -115,4 +121,27 @@ func TestModuleBuildsFromConfig(t *testing.T) {
 	require.NotNil(t, l)
 	assert.False(t, l.Core().Enabled(zapcore.InfoLevel))
 	assert.True(t, l.Core().Enabled(zapcore.WarnLevel))
+}
+
+// Color only on a terminal and without NO_COLOR: a file or pipe gets none
+// (round-3 item 18: escape codes ended up in log files).
+func TestColorOnlyOnATerminal(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	require.NoError(t, err)
+	defer f.Close()
+	assert.False(t, colorFor(f, ""), "a file")
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	assert.False(t, colorFor(w, ""), "a pipe")
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		assert.True(t, colorFor(tty, ""), "a terminal")
+		assert.False(t, colorFor(tty, "1"), "a terminal with NO_COLOR")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	defer null.Close()
+	assert.False(t, colorFor(null, ""), "a character device that is not a terminal")
 }
