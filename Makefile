@@ -17,7 +17,8 @@ build: ## build bin/mmmq
 run: build ## start the broker (console logs) with CONFIG=FILE, else MMMQ_CONFIG, else configs/mmmq.yaml: ./data, port 8080
 	MMMQ_LOGGING_FORMAT=$${MMMQ_LOGGING_FORMAT:-console} ./$(BIN) serve$(if $(CONFIG), --config $(CONFIG))
 
-test: ## go vet, staticcheck, all tests with the race detector, plus short fuzz runs
+test: ## check the prerequisites (.ci/prereq.sh), go vet, staticcheck, all tests with the race detector, plus short fuzz runs
+	@bash .ci/prereq.sh
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
