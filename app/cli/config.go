@@ -155,6 +155,7 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 			// Absent: the default topic, named after the dispatcher.
 			v = strconv.Quote(dispatcher.DeadLetterPrefix + strings.Trim(values[m[1]+".name"], `"`))
 		}
+		v = effectiveZero(s.Key, v)
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, v, s.Source())
 	}
 	if err := tw.Flush(); err != nil {
@@ -175,6 +176,31 @@ func printEffective(w io.Writer, eff *config.Effective, notes []string) error {
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
+
+// zeroMeans are the keys whose zero value stands for another one, and
+// what config check shows instead: the value in effect (a permission
+// without topics grants every topic, "**").
+var zeroMeans = []struct {
+	key        *regexp.Regexp
+	zero, mean string
+}{
+	{regexp.MustCompile(`^mmmq\.auth\.tokens\[\d+\]\.permissions\[\d+\]\.topics$`), "[]", `["**"]`},
+	{regexp.MustCompile(`^mmmq\.auth\.tokens\[\d+\]\.permissions\[\d+\]\.groups$`), "[]", `["*"]`},
+	{regexp.MustCompile(`^mmmq\.broker\.dispatchers\[\d+\]\.max-in-flight$`), "0", "1"},
+	{regexp.MustCompile(`^mmmq\.broker\.dispatchers\[\d+\]\.ack-mode$`), `""`, strconv.Quote(string(dispatcher.AckBody))},
+	{regexp.MustCompile(`^mmmq\.broker\.dispatchers\[\d+\]\.start$`), `""`, strconv.Quote(dispatcher.StartEarliest)},
+}
+
+// effectiveZero returns v, or, for a key of zeroMeans at its zero value,
+// the value in effect.
+func effectiveZero(key, v string) string {
+	for _, z := range zeroMeans {
+		if v == z.zero && z.key.MatchString(key) {
+			return z.mean
+		}
+	}
+	return v
+}
 
 // overrideLimit matches a retention override's limit key; a limit the
 // override leaves out is shown with the broker-wide value it inherits.

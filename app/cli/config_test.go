@@ -243,7 +243,9 @@ func TestConfigCheckRedactsSecrets(t *testing.T) {
 		"mmmq.broker.dispatchers[0].signing-secrets": "[\"whsec_\u2026(redacted, fingerprint f74e1720)\"] " + cfg,
 		"mmmq.broker.dispatchers[0].headers":         `{Authorization: "(redacted)", X-Team: "(redacted)"} ` + cfg,
 		"mmmq.broker.dispatchers[0].dead-letter":     `"dead-letter.d" default`,
-		"mmmq.broker.dispatchers[0].ack-mode":        `"" default`,
+		"mmmq.broker.dispatchers[0].ack-mode":        `"body" default`,
+		"mmmq.broker.dispatchers[0].start":           `"earliest" default`,
+		"mmmq.broker.dispatchers[0].max-in-flight":   `1 default`,
 	} {
 		line := ""
 		for _, l := range strings.Split(out, "\n") {
@@ -294,6 +296,34 @@ func TestConfigCheckRedactsCredentials(t *testing.T) {
 	for key, want := range map[string]string{
 		"mmmq.jetstream.password": `"(redacted)" ` + cfg,
 		"mmmq.jetstream.token":    `"" default`,
+	} {
+		line := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, key+" ") {
+				line = strings.Join(strings.Fields(l), " ")
+			}
+		}
+		if line != key+" "+want {
+			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
+		}
+	}
+}
+
+// A value whose zero stands for another is shown as the value in effect
+// (round-3 item 15: a permission without topics printed "[]" though it
+// grants every topic).
+func TestConfigCheckShowsEffectiveValues(t *testing.T) {
+	cfg := writeConfig(t, "server: {port: 0, host: 127.0.0.1}\nmmmq:\n  broker:\n    storage: {root-dir: \""+t.TempDir()+"\"}\n"+
+		"  auth:\n    tokens:\n      - {name: ops, token-sha256: "+strings.Repeat("a", 64)+", permissions: [{actions: [read]}, {actions: [consume], topics: [\"a.*\"], groups: [g]}]}\n")
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	for key, want := range map[string]string{
+		"mmmq.auth.tokens[0].permissions[0].topics": `["**"] default`,
+		"mmmq.auth.tokens[0].permissions[0].groups": `["*"] default`,
+		"mmmq.auth.tokens[0].permissions[1].topics": `["a.*"] ` + cfg,
+		"mmmq.auth.tokens[0].permissions[1].groups": `["g"] ` + cfg,
 	} {
 		line := ""
 		for _, l := range strings.Split(out, "\n") {
