@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -174,6 +175,8 @@ func TestStatusPage(t *testing.T) {
 	}
 	assert.Regexp(t, `data-topic="pay.done">\s*<td class="dispatcher">.*</td>\s*<td class="topic">pay.done</td>\s*<td class="state bad">backoff <span class="next-retry">next retry in \d+s</span></td>`, page)
 	assert.Regexp(t, `<td class="lease num">\d+s</td>`, page)
+	// The last error says how long ago it was (round-3 item 19).
+	assert.Regexp(t, `data-topic="pay.done">(?s:.*?)<td class="error">\d+s ago: [^<]+</td>`, page)
 	assert.NotContains(t, page, `class="resume"`, "no resume button for a running dispatcher")
 	assert.NotContains(t, page, "<style", "no inline style")
 	assert.Equal(t, 1, strings.Count(page, "<script"), "one script, no inline one")
@@ -473,4 +476,16 @@ func TestFailedTopics(t *testing.T) {
 	_, page := b.do(http.MethodGet, "/ui/", "")
 	assert.Contains(t, page, `<dd data-k="failed-topics" class="num bad">1</dd>`)
 	assert.Contains(t, page, `<ul id="failed-topics"><li class="bad"><span class="name">broken.t</span>: <span class="cause">quarantined: corrupt entry at &lt;offset 7&gt;</span></li></ul>`)
+}
+
+// The data directory is shown absolute, though root-dir is relative
+// (round-3 item 19: "./data" says nothing on a page).
+func TestStatusPageDataDirIsAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	cfg := testConfig(t)
+	config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.RootDir = "data" })
+	b := startBroker(t, cfg)
+	_, page := b.do(http.MethodGet, "/ui/", "")
+	assert.Contains(t, page, `<dd data-k="data-dir">`+filepath.Join(dir, "data")+`</dd>`)
 }

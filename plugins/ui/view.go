@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"math"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +86,9 @@ func (u *UI) overview(c *collected, groups int) *overviewData {
 		o.DiskFree = "—"
 	} else {
 		o.DataDir = st.RootDir
+		if abs, err := filepath.Abs(st.RootDir); err == nil {
+			o.DataDir = abs // a relative root-dir says nothing to the reader of the page
+		}
 		o.DiskFree, o.DiskBad = diskFree(st.RootDir, st.MinFreeBytes)
 	}
 	if c.windowSec > 0 {
@@ -142,6 +146,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 				continue
 			}
 			row := dispatcherRow{Topic: t.Topic, State: t.State, Lag: t.Lag, Error: t.LastError, Dead: t.DeadLettered, Oldest: "—"}
+			if t.LastError != "" && t.LastErrorAt != nil {
+				row.Error = age(c.now.Sub(*t.LastErrorAt)) + " ago: " + t.LastError
+			}
 			if t.OldestUnackedAgeSeconds > 0 {
 				row.Oldest = age(time.Duration(t.OldestUnackedAgeSeconds * float64(time.Second)))
 			}
