@@ -247,13 +247,7 @@ func TestConfigCheckRedactsSecrets(t *testing.T) {
 		"mmmq.broker.dispatchers[0].start":           `"earliest" default`,
 		"mmmq.broker.dispatchers[0].max-in-flight":   `1 default`,
 	} {
-		line := ""
-		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, key+" ") {
-				line = strings.Join(strings.Fields(l), " ")
-			}
-		}
-		if line != key+" "+want {
+		if line := settingLine(out, key); line != key+" "+want {
 			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
 		}
 	}
@@ -297,13 +291,7 @@ func TestConfigCheckRedactsCredentials(t *testing.T) {
 		"mmmq.jetstream.password": `"(redacted)" ` + cfg,
 		"mmmq.jetstream.token":    `"" default`,
 	} {
-		line := ""
-		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, key+" ") {
-				line = strings.Join(strings.Fields(l), " ")
-			}
-		}
-		if line != key+" "+want {
+		if line := settingLine(out, key); line != key+" "+want {
 			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
 		}
 	}
@@ -325,14 +313,19 @@ func TestConfigCheckShowsEffectiveValues(t *testing.T) {
 		"mmmq.auth.tokens[0].permissions[1].topics": `["a.*"] ` + cfg,
 		"mmmq.auth.tokens[0].permissions[1].groups": `["g"] ` + cfg,
 	} {
-		line := ""
-		for _, l := range strings.Split(out, "\n") {
-			if strings.HasPrefix(l, key+" ") {
-				line = strings.Join(strings.Fields(l), " ")
-			}
-		}
-		if line != key+" "+want {
+		if line := settingLine(out, key); line != key+" "+want {
 			t.Errorf("line of %s: %q, want %q", key, line, key+" "+want)
 		}
 	}
+}
+
+// settingLine is config check's line of key, its fields joined by one
+// space; "" when there is none.
+func settingLine(out, key string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, key+" ") {
+			return strings.Join(strings.Fields(l), " ")
+		}
+	}
+	return ""
 }

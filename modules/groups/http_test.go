@@ -220,11 +220,9 @@ func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
 	}
 }
 
-// A group whose committed offset is below the topic's start offset
-// (retention deleted what it had not read) is delivered from the start
-// offset on, with the count in RetentionSkipped; asking for a deleted
-// offset with from= is 410 OFFSET_EXPIRED with startOffset.
-func TestHTTPFetchBelowStartOffset(t *testing.T) {
+// retentionFixture is a topic of 7 entries, one per segment (retention can
+// delete any prefix), its coordinator, and the URL of its group "g".
+func retentionFixture(t *testing.T) (*Coordinator, *topicqueue.TopicQueue, string) {
 	log := zaptest.NewLogger(t)
 	// One entry per segment: retention can delete any prefix.
 	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
@@ -247,6 +245,15 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, log, NewRoute(c, RouteOptions{})).Handler())
 	t.Cleanup(ts.Close)
 	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	return c, q, base
+}
+
+// A group whose committed offset is below the topic's start offset
+// (retention deleted what it had not read) is delivered from the start
+// offset on, with the count in RetentionSkipped; asking for a deleted
+// offset with from= is 410 OFFSET_EXPIRED with startOffset.
+func TestHTTPFetchBelowStartOffset(t *testing.T) {
+	c, q, base := retentionFixture(t)
 	r := do(t, "POST", base+"/fetch?max=2", "", "")
 	s := r.session
 	if r.status != 200 || fmt.Sprint(r.offsets()) != "[0 1]" {
@@ -301,27 +308,7 @@ func TestHTTPFetchBelowStartOffset(t *testing.T) {
 // offset+1, below the start: round-3 item 6), and the session goes on from
 // there.
 func TestHTTPAckAfterRetentionPassedTheSession(t *testing.T) {
-	log := zaptest.NewLogger(t)
-	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
-	c := New(reg, Options{Logger: log})
-	t.Cleanup(func() {
-		_ = c.Stop(context.Background())
-		if err := reg.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	q, err := reg.GetOrCreate(testTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 7; i++ {
-		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, log, NewRoute(c, RouteOptions{})).Handler())
-	t.Cleanup(ts.Close)
-	base := ts.URL + "/topics/" + testTopic + "/groups/g"
+	_, q, base := retentionFixture(t)
 	r := do(t, "POST", base+"/fetch?max=2", "", "")
 	s := r.session
 	if r.status != 200 || fmt.Sprint(r.offsets()) != "[0 1]" {
