@@ -678,7 +678,7 @@ func TestRemoteCommandsSendTheToken(t *testing.T) {
 	b := startCLIBroker(t, func(c *config.Config) {
 		config.EditSection(c, auth.ConfigSection, func(a *auth.Config) {
 			a.Tokens = []auth.TokenConfig{{Name: "ops", TokenSHA256: hex.EncodeToString(sum[:]),
-				Permissions: []auth.PermissionConfig{{Actions: []string{"admin", "read"}}}}}
+				Permissions: []auth.PermissionConfig{{Actions: []string{"admin", "read", "publish"}}}}}
 		})
 	})
 	b.fails("mmmq: 401 UNAUTHORIZED", "dispatchers", "list")
@@ -690,6 +690,20 @@ func TestRemoteCommandsSendTheToken(t *testing.T) {
 	t.Setenv(config.EnvTokenVar, token)
 	requireLines(t, "list with $MMMQ_TOKEN", b.ok("dispatchers", "list"), "from-file")
 	b.ok("topics", "list")
+	// Without the consume action, topics get shows the topic and says the
+	// groups were left out (round-3 item 17: it failed whole).
+	req, _ := http.NewRequest(http.MethodPost, b.base+"/messages", strings.NewReader(`{"topic":"seen.only","content":1}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("publish: %v %v", resp, err)
+	}
+	requireLines(t, "topics get without consume", b.ok("topics", "get", "seen.only"),
+		"name: seen.only", "next-offset: 1", "groups: not shown (403 FORBIDDEN: ")
+	var both map[string]any
+	if err := json.Unmarshal([]byte(b.ok("topics", "get", "seen.only", "--json")), &both); err != nil || both["topic"] == nil ||
+		!strings.HasPrefix(fmt.Sprint(both["groupsHidden"]), "403 FORBIDDEN") {
+		t.Errorf("topics get --json without consume: %v %v", both, err)
+	}
 	t.Setenv(config.EnvTokenVar, "wrong")
 	b.fails("mmmq: 401 UNAUTHORIZED", "topics", "list")
 	if code, _, errOut := b.cli("dispatchers", "list", "--token-file", filepath.Join(t.TempDir(), "missing")); code != 2 ||

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/groups"
@@ -21,7 +23,8 @@ func topics(args []string) int {
 				about: "--json prints the answer of GET /topics."},
 			{name: "get", synopsis: "NAME [flags]", run: topicsGet,
 				brief: "Show one topic and its consumer groups (committed offset, lag, held).",
-				about: "--json prints {\"topic\": <its row of GET /topics>, \"groups\": <GET /topics/NAME/groups>}."},
+				about: "--json prints {\"topic\": <its row of GET /topics>, \"groups\": <GET /topics/NAME/groups>}. " +
+					"The groups need the consume action: without it they are left out, saying why (\"groupsHidden\" in --json)."},
 		}}
 	return g.run(args)
 }
@@ -83,15 +86,22 @@ func topicsGet(r *remote, args []string) int {
 	if reason, ok := list.Quarantined[name]; ok && row == nil {
 		return fail(fmt.Errorf("topic %s is quarantined: %s", name, reason))
 	}
+	// The groups need the consume action: a token without it still sees
+	// the topic, and is told what was left out and why.
+	var hidden string
 	graw, err := c.do(http.MethodGet, "/topics/"+url.PathEscape(name)+"/groups", nil)
+	if be := (*brokerError)(nil); errors.As(err, &be) && be.Status == http.StatusForbidden {
+		hidden, graw, err = fmt.Sprintf("%d %s: %s", be.Status, be.Code, be.Msg), nil, nil
+	}
 	if err != nil {
 		return fail(err)
 	}
 	if r.asJSON {
 		both, err := json.Marshal(struct {
-			Topic  json.RawMessage `json:"topic"`
-			Groups json.RawMessage `json:"groups"`
-		}{row, graw})
+			Topic        json.RawMessage `json:"topic"`
+			Groups       json.RawMessage `json:"groups"`
+			GroupsHidden string          `json:"groupsHidden,omitempty"`
+		}{row, graw, hidden})
 		if err != nil {
 			return fail(err)
 		}
@@ -103,6 +113,9 @@ func topicsGet(r *remote, args []string) int {
 		if err := c.decode(row, &ti); err != nil {
 			return fail(err)
 		}
+	}
+	if hidden != "" {
+		return show(strings.TrimSuffix(topicText(name, row != nil, ti, gl), "groups: none\n") + "groups: not shown (" + hidden + ")\n")
 	}
 	if err := c.decode(graw, &gl); err != nil {
 		return fail(err)
