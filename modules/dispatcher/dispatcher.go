@@ -78,8 +78,8 @@ func ParseHost(s string) (Host, error) {
 		return Host{}, fmt.Errorf("parse host %q: missing scheme, want scheme://address:port", s)
 	case u.Opaque != "" || u.Host == "":
 		return Host{}, fmt.Errorf("parse host %q: want scheme://address:port", s)
-	case u.User != nil:
-		return Host{}, fmt.Errorf("parse host %q: user info is not allowed", s)
+	case u.User != nil: // the message must not repeat a password
+		return Host{}, fmt.Errorf("parse host %q: user info (user:password@) is not allowed; send credentials with headers", u.Redacted())
 	case u.Path != "" && u.Path != "/":
 		return Host{}, fmt.Errorf("parse host %q: path %q is not allowed (set the dispatcher's path instead)", s, u.Path)
 	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":

@@ -175,3 +175,24 @@ func TestDurationJSON(t *testing.T) {
 		t.Errorf("marshal: %s", b)
 	}
 }
+
+// A host with user info is refused without repeating the password, by the
+// Go API (ParseHost) and by the data forms (Validate), which share one
+// host rule; the data forms also refuse the trailing "/" ParseHost takes.
+func TestHostRuleIsShared(t *testing.T) {
+	const h = "http://u:s3cret@localhost:8081"
+	if _, err := ParseHost(h); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "user info") {
+		t.Errorf("ParseHost: %v", err)
+	}
+	s := Settings{Name: "d", Host: h, Patterns: []string{"a"}}
+	if err := s.Validate("k"); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "k.host: ") {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, err := ParseHost("http://localhost:8081/"); err != nil {
+		t.Errorf("ParseHost with a trailing /: %v", err)
+	}
+	s.Host = "http://localhost:8081/"
+	if err := s.Validate("k"); err == nil || !strings.Contains(err.Error(), `path "/"`) {
+		t.Errorf("Validate with a trailing /: %v", err)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/mmmq/mmmq/modules/config"
@@ -116,34 +115,18 @@ func (s Settings) validateTLS(key string) []error {
 	return errs
 }
 
-// checkHostURL accepts exactly scheme://address:port with scheme http or
-// https, a port of 1..65535, and nothing after it (not even "/").
+// checkHostURL is ParseHost's rule (the one the Go API uses) plus what the
+// data forms add: exactly scheme://address:port, nothing after it, not even
+// the "/" ParseHost tolerates.
 func checkHostURL(h string) error {
 	if h == "" {
 		return errors.New("missing")
 	}
-	u, err := url.Parse(h)
-	if err != nil {
-		return fmt.Errorf("got %q", h)
+	if _, err := ParseHost(h); err != nil {
+		return err
 	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("scheme %q in %q", u.Scheme, h)
-	case u.User != nil:
-		return errors.New("user info (user:password@) is not allowed; send credentials with headers")
-	case u.Opaque != "":
-		return fmt.Errorf("got %q", h)
-	case u.Hostname() == "":
-		return fmt.Errorf("no address in %q", h)
-	case u.Port() == "":
-		return fmt.Errorf("no port in %q", h)
-	case u.Path != "" || u.RawPath != "":
-		return fmt.Errorf("path %q in %q", u.Path, h)
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return fmt.Errorf("query or fragment in %q", h)
-	}
-	if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("port %q in %q is not 1..65535", u.Port(), h)
+	if strings.HasSuffix(h, "/") {
+		return fmt.Errorf("path \"/\" in %q", h)
 	}
 	return nil
 }
