@@ -1,8 +1,6 @@
 package auth
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,16 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 )
 
 // load reads body as the configuration file of a binary with this
 // module, with the given environment.
 func load(t *testing.T, body string, env ...string) (*config.Config, error) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "mmmq.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
-	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: append([]string{}, env...),
-		Sections: []config.Section{ConfigSection}})
+	return configtest.Load(t, body, env, ConfigSection)
 }
 
 const authDigest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"

@@ -2,14 +2,13 @@ package dispatcher
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 )
 
 // fullSettings sets every key of Settings to a valid value that is not its
@@ -102,12 +101,7 @@ func TestSettingsYAMLEveryKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(t.TempDir(), "mmmq.yaml")
-		if err := os.WriteFile(path, []byte("mmmq:\n  broker:\n    dispatchers:\n      - "+string(b)+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(config.LoadOptions{Path: path, PathExplicit: true, Environ: []string{},
-			Sections: []config.Section{sec, ConfigSection}})
+		cfg, err := configtest.Load(t, "mmmq:\n  broker:\n    dispatchers:\n      - "+string(b)+"\n", nil, sec, ConfigSection)
 		if err != nil {
 			t.Fatal(err)
 		}

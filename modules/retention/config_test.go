@@ -2,8 +2,6 @@ package retention
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -19,10 +18,7 @@ import (
 // only.
 func loadConfig(t *testing.T, body string, env ...string) (*config.Config, error) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "mmmq.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
-	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: append([]string{}, env...),
-		Sections: []config.Section{ConfigSection, topicqueue.StorageSection}})
+	return configtest.Load(t, body, env, ConfigSection, topicqueue.StorageSection)
 }
 
 // TestConfigSection: the section loads from the file (the topics list

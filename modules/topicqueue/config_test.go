@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 )
 
 // TestDedupSection: mmmq.broker.dedup defaults, an override from the
@@ -44,12 +45,7 @@ func TestDedupSection(t *testing.T) {
 // environment env only).
 func loadSections(t *testing.T, body string, env ...string) (*config.Config, error) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "mmmq.yaml")
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: append([]string{}, env...),
-		Sections: []config.Section{StorageSection, SegmentSection, MemorySection, DedupSection}})
+	return configtest.Load(t, body, env, StorageSection, SegmentSection, MemorySection, DedupSection)
 }
 
 // TestStorageSegmentMemorySections: the file and the environment set

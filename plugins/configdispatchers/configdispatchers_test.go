@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
@@ -21,10 +22,7 @@ import (
 // inherit from), with an empty environment.
 func load(t *testing.T, body string) (*config.Config, error) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "mmmq.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
-	return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: []string{},
-		Sections: []config.Section{Section, dispatcher.ConfigSection}})
+	return configtest.Load(t, body, nil, Section, dispatcher.ConfigSection)
 }
 
 // entryYAML is one valid dispatcher with field overridden.

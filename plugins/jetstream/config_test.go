@@ -1,8 +1,6 @@
 package jetstream
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,16 +8,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 )
 
 func load(t *testing.T, yaml string, env ...string) (Config, error) {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "mmmq.yaml")
-	require.NoError(t, os.WriteFile(p, []byte(yaml), 0o600))
-	if env == nil {
-		env = []string{}
-	}
-	cfg, err := config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: env, Sections: []config.Section{ConfigSection}})
+	cfg, err := configtest.Load(t, yaml, env, ConfigSection)
 	if err != nil {
 		return Config{}, err
 	}
