@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,4 +141,94 @@ func TestClusterReplicas3(t *testing.T) {
 		}, 10*time.Second, 100*time.Millisecond)
 		assert.Equal(t, string(msg(i)), string(p))
 	}
+}
+
+// The same producer id published through two brokers at the same moment
+// (each connected to another server of a three-replica cluster): while the
+// first copy is still being replicated, JetStream refuses the second with
+// "duplicate message id is in process" (409, error 10158). The broker
+// waits and sends it again, so that both answers are the local backend's:
+// one stored copy, and the other answered as a duplicate of its offset;
+// never an error. Both the asynchronous path (the registry's, for
+// publishes with ids) and the synchronous Append are checked.
+func TestClusterConcurrentDuplicateIDWaits(t *testing.T) {
+	servers := startCluster(t)
+	cfg := func(s *server.Server) Config {
+		c := testConfig(s)
+		c.Replicas = 3
+		c.RequestTimeout = 10 * time.Second
+		return c
+	}
+	var a *Backend
+	require.Eventually(t, func() bool {
+		var err error
+		a, err = Connect(cfg(servers[0]), 1<<16, nil, nil)
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond)
+	t.Cleanup(func() { _ = a.Close() })
+	b := connectWith(t, cfg(servers[1]))
+	a.opts.DedupWindow, b.opts.DedupWindow = 2*time.Minute, 2*time.Minute
+	la, lb := open(t, a, "dup.race"), open(t, b, "dup.race")
+
+	type answer struct {
+		first int64
+		dup   bool
+		err   error
+	}
+	const ids = 300
+	answers := make(chan [2]answer, ids)
+	for i := 0; i < ids; i++ {
+		p := []byte(fmt.Sprintf(`{"topic":{"name":"dup.race"},"content":%d,"id":"race-%d","timestamp":1}`, i, i))
+		var got [2]answer
+		done := make(chan struct{}, 2)
+		for j, l := range []*Log{la, lb} {
+			require.NoError(t, l.AppendBatchNotifyDuplicate([][]byte{p}, contract.Durable, func(first int64, dup bool, err error) {
+				got[j] = answer{first, dup, err}
+				done <- struct{}{}
+			}))
+		}
+		go func() { <-done; <-done; answers <- got }()
+	}
+	conflicts := 0
+	for i := 0; i < ids; i++ {
+		var got [2]answer
+		select {
+		case got = <-answers:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d ids answered", i, ids)
+		}
+		for _, g := range got {
+			if g.err != nil {
+				conflicts++
+				t.Errorf("an append failed: %v", g.err)
+			}
+		}
+		if got[0].err == nil && got[1].err == nil {
+			require.Equal(t, got[0].first, got[1].first, "both copies answer one offset: %+v", got)
+			require.True(t, got[0].dup != got[1].dup, "exactly one copy is the duplicate: %+v", got)
+		}
+	}
+	require.Zero(t, conflicts)
+	require.EqualValues(t, ids, la.HighWatermark(), "one stored copy per id")
+
+	// Append (a request per message) the same way.
+	var wg sync.WaitGroup
+	offs := make([][2]int64, 50)
+	for i := range offs {
+		p := []byte(fmt.Sprintf(`{"topic":{"name":"dup.race"},"content":%d,"id":"sync-%d","timestamp":1}`, i, i))
+		for j, l := range []*Log{la, lb} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				off, err := l.Append(context.Background(), p, contract.Durable)
+				assert.NoError(t, err)
+				offs[i][j] = off
+			}()
+		}
+	}
+	wg.Wait()
+	for i, o := range offs {
+		require.Equal(t, o[0], o[1], "sync-%d: both copies answer one offset", i)
+	}
+	require.EqualValues(t, ids+len(offs), la.HighWatermark())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,32 @@ const (
 	codeBatchesInflight      = 10210 // JSAtomicPublishTooManyInflight
 	codeReplicasUnsupported  = 10074 // JSStreamReplicasNotSupportedErr
 	codeNoPeers              = 10005 // JSClusterNoPeersErrF ("no suitable peers for placement")
+	// codeDuplicateInProcess (JSStreamDuplicateMessageConflict, 409,
+	// "duplicate message id is in process"): a message with the same
+	// Nats-Msg-Id is being replicated and has no sequence yet, typically
+	// the same producer id published through another broker at the same
+	// moment. Its outcome is not known yet: Log waits and sends again
+	// (retryDuplicate) rather than answering with this error.
+	codeDuplicateInProcess = 10158
+)
+
+// errDuplicateInProcess is what codeDuplicateInProcess becomes once
+// waiting for the other copy ran out (Log.retryDuplicate): its outcome is
+// unknown, as after a timeout. In words of ours, not NATS's.
+var errDuplicateInProcess = fmt.Errorf("%w: a message with the same id published through another broker at the same moment is still being stored; its outcome did not come in time", ErrTimeout)
+
+// inProcess reports whether err is a refusal for codeDuplicateInProcess,
+// as the client reports it or as classify made it.
+func inProcess(err error) bool {
+	return apiErrorCode(err) == codeDuplicateInProcess || errors.Is(err, errDuplicateInProcess)
+}
+
+// duplicateWait is the first wait before a message refused with
+// codeDuplicateInProcess is sent again; it doubles up to
+// duplicateWaitMax, until the append's request timeout.
+const (
+	duplicateWait    = 5 * time.Millisecond
+	duplicateWaitMax = 200 * time.Millisecond
 )
 
 // apiErrorCode is the JetStream API error code err carries (an answer's
@@ -106,6 +133,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrBatchTooLarge, err)
 	case code == codeBatchesInflight:
 		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case code == codeDuplicateInProcess:
+		return errDuplicateInProcess
 	case code == codeInsufficientResource, code == codeAccountResources, code == codeStorageResources:
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, nats.ErrReconnectBufExceeded):

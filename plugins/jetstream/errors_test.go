@@ -24,6 +24,7 @@ func TestClassify(t *testing.T) {
 		{&apiError{Code: 503, ErrCode: codeInsufficientResource}, contract.CodeNoSpace},
 		{&apiError{Code: 400, ErrCode: codeAccountResources}, contract.CodeNoSpace},
 		{&apiError{Code: 500, ErrCode: 10176}, contract.CodeUnavailable},
+		{&apiError{Code: 409, ErrCode: codeDuplicateInProcess, Description: "duplicate message id is in process"}, contract.CodeTimeout},
 		{nats.ErrMaxPayload, contract.CodeTooLarge},
 		{nats.ErrTimeout, contract.CodeTimeout},
 		{context.DeadlineExceeded, contract.CodeTimeout},
@@ -34,4 +35,9 @@ func TestClassify(t *testing.T) {
 	} {
 		assert.Equal(t, tc.code, contract.Classify(classify(tc.err)).Code, tc.err.Error())
 	}
+	// NATS's words for an id being stored through another broker never
+	// reach a producer.
+	in := classify(&apiError{Code: 409, ErrCode: codeDuplicateInProcess, Description: "duplicate message id is in process"})
+	assert.NotContains(t, in.Error(), "in process")
+	assert.True(t, inProcess(in))
 }

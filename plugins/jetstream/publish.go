@@ -90,13 +90,20 @@ func (l *Log) AppendBatch(ctx context.Context, payloads [][]byte, level contract
 			return -1, fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
 		}
 	}
-	resp, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
-	if err != nil {
-		return -1, fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
-	}
-	last, err := parseAck(resp.Data, len(msgs))
-	if err != nil {
-		return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
+	var last int64
+	for wait := time.Duration(0); ; {
+		resp, err := l.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+		if err != nil {
+			return -1, fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
+		}
+		if last, err = parseAck(resp.Data, len(msgs)); err == nil {
+			break
+		}
+		// The same id through another broker, not stored yet: wait for
+		// its outcome, then this copy is answered as its duplicate.
+		if wait = nextDuplicateWait(wait); !inProcess(err) || !sleepCtx(ctx, wait) {
+			return -1, fmt.Errorf("append to topic %s: %w", l.topic, err)
+		}
 	}
 	l.advance(last)
 	return last - int64(len(msgs)), nil
@@ -207,6 +214,57 @@ type pendingAsync struct {
 	fn       func(first int64, err error) // AppendBatchNotify's; may be nil
 	// dupFn is AppendBatchNotifyDuplicate's (then fn is nil).
 	dupFn func(first int64, duplicate bool, err error)
+	// deadline ends the waits for a copy with the same id (retryDuplicate):
+	// the first send plus the request timeout. wait is the last wait.
+	deadline time.Time
+	wait     time.Duration
+}
+
+// nextDuplicateWait is the wait after wait before sending again a message
+// refused while a copy with its id is stored (codeDuplicateInProcess):
+// duplicateWait, doubling up to duplicateWaitMax.
+func nextDuplicateWait(wait time.Duration) time.Duration {
+	return min(max(2*wait, duplicateWait), duplicateWaitMax)
+}
+
+// sleepCtx waits d; false when ctx ends first (or would, its deadline
+// falling within d).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retryDuplicate sends m again after a wait when it was refused because a
+// message with its id is being stored (typically the same producer id
+// through another broker at the same moment) and its append has time
+// left: the answer is then that copy's offset, as a duplicate, or, if that
+// copy failed, this one's. False (the error is the append's outcome) when
+// m has no pending append or its time is up.
+func (l *Log) retryDuplicate(m *nats.Msg) bool {
+	v, ok := l.notifies.Load(m)
+	if !ok {
+		return false
+	}
+	pa := v.(*pendingAsync)
+	pa.wait = nextDuplicateWait(pa.wait)
+	if time.Now().Add(pa.wait).After(pa.deadline) {
+		return false
+	}
+	time.AfterFunc(pa.wait, func() {
+		if _, err := l.ajs.PublishMsgAsync(m); err != nil {
+			l.asyncDone(m, -1, false, fmt.Errorf("append to topic %s: %w", l.topic, classify(err)))
+		}
+	})
+	return true
 }
 
 // sendAsync sends payloads, the last message (the only one of a single
@@ -220,6 +278,7 @@ func (l *Log) sendAsync(payloads [][]byte, level contract.AckLevel, pa *pendingA
 		pa = &pendingAsync{}
 	}
 	pa.n = int64(len(payloads))
+	pa.deadline = time.Now().Add(l.opts.RequestTimeout)
 	if level == contract.Accepted {
 		for _, p := range payloads {
 			pa.budgeted += int64(len(p))
@@ -294,6 +353,9 @@ func (l *Log) newAsyncPublisher(timeout time.Duration) (jetstream.JetStream, err
 			l.asyncDone(m, int64(ack.Sequence), ack.Duplicate, nil)
 		}),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+			if inProcess(err) && l.retryDuplicate(m) {
+				return
+			}
 			err = fmt.Errorf("append to topic %s: %w", l.topic, classify(err))
 			if !l.asyncDone(m, -1, false, err) && l.opts.Logger != nil {
 				l.opts.Logger.Warn("an accepted append may not be stored", zap.String("topic", l.topic), zap.Error(err))
