@@ -3,6 +3,15 @@
 //
 // Field keys are kebab-case ("topic", "offset", "dispatcher-name"); choosing
 // them is the caller's job.
+//
+// Repeated warnings are counted, not written one per event: a line (same
+// logger, level and message; the fields may differ) at warn or error level
+// is written at most RepeatBurst (5) times per RepeatWindow (10 s); the
+// rest are written as one entry at the window's end, the last one's fields
+// plus "repeated" (how many were not written) and "within" ("10s"), and at
+// stop. During a failover "publish failed" is then a handful of lines a
+// node instead of thousands. Info and debug lines, and every line of the
+// audit logger, are all written.
 package logging
 
 import (
@@ -23,9 +32,12 @@ import (
 // logger, caller, msg, stacktrace; RFC 3339 time), or human-readable lines
 // with local time for "console", their levels colored only when stderr is
 // a terminal and NO_COLOR is unset (no escape codes in files and pipes).
-// DPanic and above carry a stack trace. No sampling: every entry is
-// written. It fails on an unknown level or format. Module provides the
-// logger with it.
+// DPanic and above carry a stack trace. Info and Debug entries are all
+// written; a warning or error line (same logger, level and message)
+// repeated more than RepeatBurst times within RepeatWindow is written as
+// one more entry with "repeated": n when the window ends (see repeatCore;
+// audit lines are never limited). It fails on an unknown level or format.
+// Module provides the logger with it.
 func NewFromConfig(c config.LoggingConfig) (*zap.Logger, error) {
 	return newLogger(c, zapcore.Lock(os.Stderr), colorFor(os.Stderr, os.Getenv("NO_COLOR")))
 }
@@ -59,7 +71,7 @@ func newLogger(c config.LoggingConfig, out zapcore.WriteSyncer, color bool) (*za
 	default:
 		return nil, fmt.Errorf("logging: unknown format %q (want %q or %q)", c.Format, config.FormatJSON, config.FormatConsole)
 	}
-	core := zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(level))
+	core := newRepeatCore(zapcore.NewCore(enc, out, zap.NewAtomicLevelAt(level)))
 	return zap.New(core,
 		zap.AddCaller(),
 		// Stack traces only for DPanic and above: an operational error (a
