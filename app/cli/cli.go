@@ -128,6 +128,10 @@ func Run(p Program, args []string) int {
 			fmt.Fprintf(stdout, "usage: %s version\n", prog)
 			return 0
 		}
+		if len(args) > 0 {
+			fmt.Fprintf(stderr, "%s version: takes no arguments, got %q\n", prog, args[0])
+			return 2
+		}
 		fmt.Fprintln(stdout, prog, version)
 		return 0
 	case "help":

@@ -392,6 +392,37 @@ func TestHelpGoesToStdout(t *testing.T) {
 	}
 }
 
+// A bad flag or argument exits 2 with the error, the synopsis and how to
+// get help: three lines on stderr, not the flag table (which buried the
+// error), nothing on stdout; "version" takes no arguments (it printed the
+// version and exited 0 for "version --bogus").
+func TestUsageErrorsAreShort(t *testing.T) {
+	for _, args := range [][]string{
+		{"version", "--bogus"}, {"verify", "--bogus"}, {"dump", "--bogus"},
+		{"topics", "list", "--bogus"}, {"dispatchers", "seek", "x", "--bogus"},
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldErr := os.Stderr
+		os.Stderr = w
+		code, out := capture(t, args...)
+		os.Stderr = oldErr
+		w.Close()
+		b, _ := io.ReadAll(r)
+		stderr := strings.TrimSpace(string(b))
+		lines := strings.Split(stderr, "\n")
+		if code != 2 || out != "" || len(lines) > 3 || !strings.Contains(stderr, "bogus") {
+			t.Errorf("mmmq %s: exit %d, stdout %q, stderr (%d lines) %q; want 2, nothing on stdout, at most 3 lines naming the bad argument",
+				strings.Join(args, " "), code, out, len(lines), stderr)
+		}
+		if len(args) > 0 && args[0] != "version" && !strings.Contains(stderr, "--help' for the flags") {
+			t.Errorf("mmmq %s: stderr %q does not say how to get help", strings.Join(args, " "), stderr)
+		}
+	}
+}
+
 // Flags after the data directory apply ("verify DIR --repair" repairs DIR),
 // and an argument nobody reads is a usage error, never silently ignored: a
 // verify that checked another directory would give false assurance.

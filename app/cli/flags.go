@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 
@@ -11,9 +12,10 @@ import (
 
 // ParseFlags parses args with fs and says whether the caller goes on: a
 // request for help (-h, -help, --help) prints fs's usage on stdout and
-// returns (0, false); a bad flag prints the flag package's message and the
-// usage on stderr and returns (2, false); otherwise (0, true). fs must have
-// been created with flag.ContinueOnError; its output is set to stderr.
+// returns (0, false); a bad flag prints the flag package's message, the
+// usage's synopsis line and one line naming the help flag (not the whole
+// flag table, which buries the error) on stderr and returns (2, false); otherwise (0, true). fs must have been
+// created with flag.ContinueOnError; its output is set to stderr.
 func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	var buf strings.Builder
 	fs.SetOutput(&buf)
@@ -24,7 +26,16 @@ func ParseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code
 		io.WriteString(stdout, buf.String())
 		return 0, false
 	case err != nil:
-		io.WriteString(stderr, buf.String())
+		msg, rest, _ := strings.Cut(buf.String(), "\n")
+		if msg == "" {
+			msg = err.Error()
+		}
+		// The synopsis ("usage: ..."), not the flag table.
+		synopsis, _, _ := strings.Cut(strings.TrimSpace(rest), "\n")
+		if strings.HasPrefix(strings.ToLower(synopsis), "usage") {
+			msg += "\n" + synopsis
+		}
+		fmt.Fprintf(stderr, "%s\nrun '%s --help' for the flags\n", msg, helpName(fs.Name()))
 		return 2, false
 	}
 	return 0, true
@@ -71,4 +82,16 @@ func OneLine(err error) string {
 		parts = append(parts, root.Error())
 	}
 	return strings.ReplaceAll(strings.Join(parts, "; "), "\n", " ")
+}
+
+// helpName is the command line that shows a flag set's usage: the program
+// name, then the command (the flag set's name, when it is not the program's).
+func helpName(name string) string {
+	if name == "" || name == prog || strings.HasPrefix(name, prog+" ") {
+		if name == "" {
+			return prog
+		}
+		return name
+	}
+	return prog + " " + name
 }
