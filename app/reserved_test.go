@@ -1,8 +1,6 @@
 package app_test
 
 import (
-	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/httpapi"
 	"github.com/mmmq/mmmq/plugins/lineproto"
 )
 
@@ -63,20 +60,8 @@ func TestPermissionDeadLetterTopicsNeedANamingPattern(t *testing.T) {
 	st, _, out = b.do("GET", "/mmmq/dispatchers", all, "")
 	assert.Equal(t, 200, st, "the ** admin keeps the dispatcher API: %s", out)
 
-	listed := func(token string) []string {
-		st, _, out := b.do("GET", "/topics", token, "")
-		require.Equal(t, 200, st, out)
-		var l struct{ Topics []httpapi.TopicInfo }
-		require.NoError(t, json.Unmarshal([]byte(out), &l))
-		var names []string
-		for _, ti := range l.Topics {
-			names = append(names, ti.Name)
-		}
-		slices.Sort(names)
-		return names
-	}
-	assert.Equal(t, []string{"order.new"}, listed(all))
-	assert.Equal(t, []string{"dead-letter.billing", "order.new"}, listed(dl))
+	assert.Equal(t, []string{"order.new"}, b.listedTopics(all))
+	assert.Equal(t, []string{"dead-letter.billing", "order.new"}, b.listedTopics(dl))
 
 	// The line protocol makes the same check.
 	c := dialLine(t, lp.Addr(), nil)
