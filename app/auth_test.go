@@ -110,6 +110,21 @@ func (b *authBroker) doWith(c *http.Client, method, path, token, body string, hd
 	return resp.StatusCode, resp.Header, string(out)
 }
 
+// listedTopics is the names GET /topics shows token, sorted.
+func (b *authBroker) listedTopics(token string) []string {
+	b.t.Helper()
+	st, _, out := b.do("GET", "/topics", token, "")
+	require.Equal(b.t, 200, st, out)
+	var listing struct{ Topics []httpapi.TopicInfo }
+	require.NoError(b.t, json.Unmarshal([]byte(out), &listing))
+	var names []string
+	for _, ti := range listing.Topics {
+		names = append(names, ti.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // routeCase is one route of the table: how to call it, the action it
 // needs ("" for an open route) and the status with that action.
 type routeCase struct {
@@ -354,16 +369,7 @@ func TestPermissionsPatternsGlobsBatchListing(t *testing.T) {
 	assert.Contains(t, out, `"highWatermark":1`, "nothing of the refused batch was stored")
 
 	// The listing shows only the readable topics.
-	st, _, out = b.do("GET", "/topics", bill, "")
-	require.Equal(t, 200, st, out)
-	var listing struct{ Topics []httpapi.TopicInfo }
-	require.NoError(t, json.Unmarshal([]byte(out), &listing))
-	var names []string
-	for _, ti := range listing.Topics {
-		names = append(names, ti.Name)
-	}
-	slices.Sort(names)
-	assert.Equal(t, []string{"order.a", "order.eu.new", "payment.card"}, names)
+	assert.Equal(t, []string{"order.a", "order.eu.new", "payment.card"}, b.listedTopics(bill))
 
 	// The audit log: refusals with principal, action, topic and remote
 	// address; admin actions with their outcome.

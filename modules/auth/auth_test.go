@@ -353,3 +353,79 @@ func TestTopicScopedAdminHasNoDispatcherAPI(t *testing.T) {
 		}
 	}
 }
+
+// Dead-letter topics are reserved: a "**" token (the default topics) does
+// not reach them for any action, admin included; one naming
+// "dead-letter" does. The dispatcher API (admin, topic "") still only
+// needs "**", so an all-topics admin keeps redrive.
+func TestReservedTopicsNeedANamingPattern(t *testing.T) {
+	all, err := newPrincipal("k", TokenConfig{Name: "all", Permissions: []PermissionConfig{
+		perm([]string{"publish", "read", "consume", "admin"}, nil, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := newPrincipal("k", TokenConfig{Name: "named", Permissions: []PermissionConfig{
+		perm([]string{"publish", "read", "consume", "admin"}, []string{"**", "dead-letter.**"}, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []contract.Action{contract.ActionPublish, contract.ActionRead, contract.ActionConsume, contract.ActionAdmin} {
+		if all.Can(a, "dead-letter.billing", "") || all.Can(a, "dead-letter.billing", "g") {
+			t.Errorf("a ** token may %s on dead-letter.billing", a)
+		}
+		if !all.Can(a, "order.new", "") || !all.Can(a, "dead-letterx", "") {
+			t.Errorf("a ** token may not %s on an ordinary topic", a)
+		}
+		if !named.Can(a, "dead-letter.billing", "") {
+			t.Errorf("a dead-letter.** token may not %s on dead-letter.billing", a)
+		}
+	}
+	if !all.Can(contract.ActionAdmin, "", "") {
+		t.Error("an admin ** token lost the dispatcher API (redrive)")
+	}
+}
+
+// At startup one warning names each token the reserved-topic rule took
+// something from, and none the others.
+func TestStartupWarnsTokensThatLostDeadLetters(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	tok := func(name string, perms ...PermissionConfig) TokenConfig {
+		return TokenConfig{Name: name, TokenSHA256: Digest(name), Permissions: perms}
+	}
+	_, err := New(Config{Tokens: []TokenConfig{
+		tok("reader", perm([]string{"read"}, nil, nil)),
+		tok("sloppy", perm([]string{"publish"}, []string{"*.billing", "order.**"}, nil)),
+		tok("kept", perm([]string{"read"}, []string{"**"}, nil), perm([]string{"read"}, []string{"dead-letter.**"}, nil)),
+		tok("orders", perm([]string{"read", "publish"}, []string{"order.**"}, nil)),
+		tok("metrics", perm([]string{"metrics"}, nil, nil)),
+		tok("redriver", perm([]string{"admin"}, nil, nil)),
+	}}, nil, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned []string
+	for _, e := range logs.FilterMessageSnippet("no longer reaches reserved topics").All() {
+		warned = append(warned, e.ContextMap()["token"].(string))
+		lost := strings.Join(stringsOf(e.ContextMap()["lost"]), ";")
+		if !strings.Contains(lost, "dead-letter.**") {
+			t.Errorf("warning %v does not name the topics", e.ContextMap())
+		}
+	}
+	if want := "reader,sloppy,redriver"; strings.Join(warned, ",") != want {
+		t.Errorf("warned tokens = %v, want %s", warned, want)
+	}
+}
+
+func stringsOf(v any) []string {
+	switch x := v.(type) {
+	case []string:
+		return x
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, e.(string))
+		}
+		return out
+	}
+	return nil
+}

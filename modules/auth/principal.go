@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/mmmq/mmmq/modules/contract"
 )
@@ -25,6 +26,10 @@ func (p *principal) Name() string            { return p.name }
 func (p *principal) Limits() contract.Limits { return p.limits }
 
 // Can reports whether one permission grants action on topic as group. An
+// action on a topic is granted by a permission one of whose patterns
+// reaches it under the reserved-prefix rule (contract.Pattern.Reaches: a
+// topic under dead-letter. needs a pattern naming dead-letter), whatever
+// the action, admin included. An
 // action without a topic (topic "": metrics, the dispatcher API) is
 // granted by any permission listing it, except admin: the dispatcher API
 // can push any topic to any host, so it needs admin on every topic (a
@@ -71,9 +76,12 @@ func (pm *permission) allTopics() bool {
 	return false
 }
 
+// matchAnyPattern reports whether one of ps reaches topic under the
+// reserved-prefix rule (contract.Pattern.Reaches): "**" does not reach
+// dead-letter topics, "dead-letter.**" does.
 func matchAnyPattern(ps []contract.Pattern, topic string) bool {
 	for _, p := range ps {
-		if p.Match(topic) {
+		if p.Reaches(topic) {
 			return true
 		}
 	}
@@ -138,4 +146,41 @@ func newPrincipal(key string, t TokenConfig) (*principal, error) {
 		p.perms = append(p.perms, pm)
 	}
 	return p, nil
+}
+
+// topicActions are the actions whose permissions name topics.
+var topicActions = []contract.Action{contract.ActionPublish, contract.ActionRead, contract.ActionConsume, contract.ActionAdmin}
+
+// reservedLosses says what the reserved-prefix rule took from p: for each
+// reserved prefix and each action on topics, the patterns that match
+// topics under the prefix when the rule is ignored (contract.Pattern.
+// MatchesUnder: "**", "*.billing") but reach none of them under it, unless
+// a permission of p grants that action on the whole prefix
+// (prefix + "**"), groups aside. Empty when p lost nothing.
+func (p *principal) reservedLosses() []string {
+	var out []string
+	for _, prefix := range contract.ReservedPrefixes() {
+		for _, a := range topicActions {
+			var cut []string
+			whole := false
+			for i := range p.perms {
+				pm := &p.perms[i]
+				if !pm.actions[a] {
+					continue
+				}
+				for _, pat := range pm.topics {
+					switch {
+					case pat.String() == prefix+"**":
+						whole = true
+					case !pat.Names(prefix) && pat.MatchesUnder(prefix):
+						cut = append(cut, fmt.Sprintf("%q", pat.String()))
+					}
+				}
+			}
+			if len(cut) > 0 && !whole {
+				out = append(out, fmt.Sprintf("%s on %s** (patterns %s)", a, prefix, strings.Join(cut, ", ")))
+			}
+		}
+	}
+	return out
 }

@@ -57,9 +57,11 @@ type Store struct {
 
 // state is one immutable generation of the entries.
 type state struct {
-	tokens []tokenEntry
-	certs  map[string]*principal // client-cn → principal
-	open   bool                  // no entries: authentication off
+	// principals are every entry's, in the configuration's order.
+	principals []*principal
+	tokens     []tokenEntry
+	certs      map[string]*principal // client-cn → principal
+	open       bool                  // no entries: authentication off
 	// protectMetrics is mmmq.auth.protect-metrics.
 	protectMetrics bool
 	// files are the token files read, with what they looked like.
@@ -93,8 +95,22 @@ func New(a Config, source Source, log *zap.Logger) (*Store, error) {
 		log.Info("authentication off: no mmmq.auth.tokens; every request is allowed")
 	} else {
 		log.Info("authentication on", zap.Int("entries", len(a.Tokens)))
+		warnReservedLosses(log, st)
 	}
 	return s, nil
+}
+
+// warnReservedLosses logs one warning per entry whose permissions reached
+// dead-letter topics (a reserved prefix) before the reserved-topic rule and
+// do not now: "**" no longer covers them (see the README's "Reserved
+// topics and dead letters").
+func warnReservedLosses(log *zap.Logger, st *state) {
+	for _, p := range st.principals {
+		if lost := p.reservedLosses(); len(lost) > 0 {
+			log.Warn("token no longer reaches reserved topics: patterns such as \"**\" do not cover dead-letter.* topics; add \"dead-letter.**\" to its topics to keep that access",
+				zap.String("token", p.name), zap.Strings("lost", lost))
+		}
+	}
 }
 
 // build reads a into a state.
@@ -117,6 +133,7 @@ func build(a Config) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
+		st.principals = append(st.principals, p)
 		switch {
 		case t.ClientCN != "":
 			st.certs[t.ClientCN] = p

@@ -19,7 +19,11 @@
 //     ([ErrClosed], [ErrOutOfRange], [ErrRecordTooLarge], [ErrEmptyRecord],
 //     [ErrQueueFull], [CorruptionError], [ValidCheckpointName],
 //     [MinPayloadBytes], [RetentionPolicy]) and the optional capabilities a
-//     backend may have (capabilities.go).
+//     backend may have (capabilities.go);
+//   - the topic patterns ([Pattern]) and the reserved topic prefixes
+//     ([ReservedPrefixes], [Pattern.Reaches]): a pattern reaches a topic
+//     under a reserved prefix only when it names the prefix (README.md,
+//     "Reserved topics").
 //
 // The stored message keeps the original Java mmmq's shape so the data stays
 // readable by both, plus mmmq's own fields:

@@ -53,6 +53,16 @@ const (
 	// letter with its content would exceed the record size limit: it then
 	// carries null, and the content is only in the original topic.
 	HeaderDLContentOmitted = "mmmq-dl-content-omitted"
+	// HeaderDLPrevious is set on a dead letter made from a dead letter
+	// (a dispatcher watching dead-letter.** gave up on one):
+	// "<dead-letter topic>/<offset>" of the dead letter it was made from,
+	// which still holds that earlier dispatcher's mmmq-dl-* headers. Its
+	// mmmq-dl-topic, -offset and -original-id stay those of the first
+	// dead letter: the original message.
+	HeaderDLPrevious = "mmmq-dl-previous"
+	// HeaderDLHops is how many times the message was dead-lettered, in
+	// decimal, set from the second time on (absent means 1).
+	HeaderDLHops = "mmmq-dl-hops"
 	// HeaderRedrivenFrom is set on a redriven message:
 	// "<dead-letter topic>/<offset>".
 	HeaderRedrivenFrom = "mmmq-redriven-from"
@@ -160,20 +170,32 @@ func parseStored(b []byte) storedParts {
 	return p
 }
 
-// deadLetter returns the stored JSON of m's dead letter in dlTopic (content
-// null when omitContent).
+// deadLetter returns the stored JSON of m, read from topic, as a dead
+// letter in dlTopic (content null when omitContent). When m is itself a
+// dead letter (chainedFrom), the new one keeps its original topic, offset
+// and id and points back to it (HeaderDLPrevious, HeaderDLHops), so that
+// redrive goes to the original topic and nothing of the first dead letter
+// is lost: it stays where it is, with its own headers.
 func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent bool) []byte {
 	p := parseStored(m.e.Payload)
-	h := make(map[string]string, len(p.Headers)+9)
+	h := make(map[string]string, len(p.Headers)+11)
 	for k, v := range p.Headers {
 		h[k] = v
 	}
-	h[HeaderDLTopic] = topic
-	h[HeaderDLOffset] = strconv.FormatInt(m.e.Offset, 10)
+	if hops, ok := chainedFrom(topic, p.Headers); ok {
+		// The earlier dispatcher's per-attempt headers are at
+		// HeaderDLPrevious; this dead letter carries this one's.
+		delete(h, HeaderDLLastError)
+		h[HeaderDLPrevious] = topic + "/" + strconv.FormatInt(m.e.Offset, 10)
+		h[HeaderDLHops] = strconv.Itoa(hops + 1)
+	} else {
+		h[HeaderDLTopic] = topic
+		h[HeaderDLOffset] = strconv.FormatInt(m.e.Offset, 10)
+		h[HeaderDLOriginalID] = p.ID
+	}
 	h[HeaderDLAttempts] = strconv.Itoa(m.attempts)
 	h[HeaderDLReason] = reason
 	h[HeaderDLLastStatus] = strconv.Itoa(m.lastStatus)
-	h[HeaderDLOriginalID] = p.ID
 	h[HeaderDLDispatcher] = dispatcher
 	if m.lastErr != "" {
 		// The consumer controls part of this text (a 3xx's Location, a
@@ -192,6 +214,25 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 		panic(fmt.Sprintf("dispatcher: encode dead letter: %v", err))
 	}
 	return b
+}
+
+// chainedFrom reports whether a message read from topic with headers h is
+// a dead letter, and how many times it was dead-lettered: topic is under
+// DeadLetterPrefix (reserved: only tokens naming it may publish there) and
+// h names a valid original topic and offset. A message of a dead-letter
+// topic without them (published there by hand) is dead-lettered as any.
+func chainedFrom(topic string, h map[string]string) (hops int, ok bool) {
+	if contract.ReservedPrefix(topic) != DeadLetterPrefix || contract.ValidateTopic(h[HeaderDLTopic]) != nil {
+		return 0, false
+	}
+	if off, err := strconv.ParseInt(h[HeaderDLOffset], 10, 64); err != nil || off < 0 {
+		return 0, false
+	}
+	hops, err := strconv.Atoi(h[HeaderDLHops])
+	if err != nil || hops < 1 {
+		hops = 1
+	}
+	return hops, true
 }
 
 // truncateUTF8 cuts s to at most n bytes on a rune boundary.

@@ -251,22 +251,19 @@ func (d *Dispatcher) Timeout() time.Duration { return d.timeout }
 // CommitPolicy is the commit policy (zero value: EveryMessage).
 func (d *Dispatcher) CommitPolicy() CommitPolicy { return d.commit }
 
-// Matches reports whether topic matches any of the dispatcher's patterns.
-// A topic under DeadLetterPrefix matches only a pattern whose first segment
-// is literally "dead-letter": "**" or "*.x" never deliver dead letters, so
-// a dead letter cannot loop back to the consumer that refused it. For the
-// same reason a dispatcher never matches its own dead-letter topic (a custom
+// Matches reports whether topic matches any of the dispatcher's patterns
+// under the reserved-prefix rule (contract.Pattern.Reaches): a topic under
+// DeadLetterPrefix matches only a pattern whose first segment is literally
+// "dead-letter", so "**" or "*.x" never deliver dead letters and a dead
+// letter cannot loop back to the consumer that refused it. For the same
+// reason a dispatcher never matches its own dead-letter topic (a custom
 // one under its patterns, or dead-letter.<name> for "dead-letter.**").
 func (d *Dispatcher) Matches(topic string) bool {
 	if dl := d.DeadLetter(); dl != "" && topic == dl {
 		return false
 	}
-	dead := strings.HasPrefix(topic, DeadLetterPrefix)
 	for _, p := range d.patterns {
-		if dead && !strings.HasPrefix(p.String(), DeadLetterPrefix) {
-			continue
-		}
-		if p.Match(topic) {
+		if p.Reaches(topic) {
 			return true
 		}
 	}

@@ -28,10 +28,11 @@ const (
 )
 
 // DeadLetterPrefix starts every dead-letter topic: a dispatcher's default
-// dead-letter topic is DeadLetterPrefix + its name. Dispatcher patterns
-// never match topics under it unless their first segment is literally
-// "dead-letter" (so "**" does not loop dead letters back to a consumer).
-const DeadLetterPrefix = "dead-letter."
+// dead-letter topic is DeadLetterPrefix + its name. It is
+// contract.DeadLetterPrefix, a reserved prefix: patterns reach topics
+// under it only when they name it (contract.Pattern.Reaches), so "**"
+// does not loop dead letters back to a consumer.
+const DeadLetterPrefix = contract.DeadLetterPrefix
 
 // AbnormalLimit bounds the abnormal answers (connection errors, timeouts,
 // 5xx, ...) one message may get before it is dead-lettered. The zero value

@@ -41,7 +41,10 @@ type Config struct {
 	// override leaves out is inherited from these keys); the first
 	// pattern matching a topic wins (dispatcher pattern rules: "*" one
 	// segment, "**" any number), so the same pattern twice is refused.
-	// File only. Default none.
+	// Dead-letter topics (dead-letter.*) are kept whole: MaxAge and
+	// MaxBytes apply to them only through an override whose pattern
+	// starts with "dead-letter" (the reserved-topic rule of
+	// contract.Pattern.Reaches). File only. Default none.
 	Topics TopicsConfig `koanf:"topics"`
 	// KeepUnconsumed keeps every segment that a configured dispatcher, or
 	// a consumer group that committed or fetched within GroupIdle, has not

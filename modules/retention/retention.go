@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,15 +105,42 @@ func OptionsFromConfig(c Config) (Options, error) {
 	return o, errors.Join(errs...)
 }
 
-// PolicyFor is the policy of topic: the first matching rule's, else the
-// default.
+// PolicyFor is the policy of topic: the first rule whose pattern reaches
+// it under the reserved-prefix rule (contract.Pattern.Reaches), else the
+// default; but a topic under a reserved prefix (dead-letter.*) that no
+// rule names is kept whole: the default does not apply to it, only an
+// override whose pattern starts with the prefix (dead-letter.**) does.
 func (o Options) PolicyFor(topic string) contract.RetentionPolicy {
 	for _, r := range o.Rules {
-		if r.Pattern.Match(topic) {
+		if r.Pattern.Reaches(topic) {
 			return r.Policy
 		}
 	}
+	if contract.ReservedPrefix(topic) != "" {
+		return contract.RetentionPolicy{}
+	}
 	return o.Default
+}
+
+// ReservedRules says, for each reserved prefix, which retention applies
+// to the topics under it: "kept" when no override names the prefix, else
+// the patterns of the overrides that do, in order (what startup logs).
+func (o Options) ReservedRules() []zap.Field {
+	var fs []zap.Field
+	for _, prefix := range contract.ReservedPrefixes() {
+		var named []string
+		for _, r := range o.Rules {
+			if r.Pattern.Names(prefix) {
+				named = append(named, r.Pattern.String())
+			}
+		}
+		what := "kept: max-age and max-bytes do not apply, no override names them"
+		if len(named) > 0 {
+			what = "the overrides " + strings.Join(named, ", ") + " where they match; the others kept"
+		}
+		fs = append(fs, zap.String("retention-of-"+prefix+"**", what))
+	}
+	return fs
 }
 
 // Result is what one pass did, summed over the topics.
@@ -138,6 +167,9 @@ type Retainer struct {
 	// cpErrs counts, per topic, the passes skipped because a reader's
 	// checkpoint could not be read (CheckpointErrors). Guarded by mu.
 	cpErrs map[string]uint64
+	// warnedAt is, per topic under a reserved prefix, the power of two
+	// its size last crossed with a warning (watchReserved). Guarded by mu.
+	warnedAt map[string]int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -157,7 +189,7 @@ func New(reg *topicqueue.Registry, opts Options) *Retainer {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Retainer{reg: reg, opts: opts, log: opts.Logger, cpErrs: map[string]uint64{}}
+	return &Retainer{reg: reg, opts: opts, log: opts.Logger, cpErrs: map[string]uint64{}, warnedAt: map[string]int64{}}
 }
 
 // Enabled reports whether any policy can delete anything; a Retainer that
@@ -205,6 +237,9 @@ func (r *Retainer) Pass() Result {
 	var res Result
 	for _, q := range r.reg.List() {
 		p := r.opts.PolicyFor(q.Name())
+		if contract.ReservedPrefix(q.Name()) != "" {
+			r.watchReserved(q, p)
+		}
 		if !p.Enabled() {
 			continue
 		}
@@ -245,6 +280,35 @@ func (r *Retainer) Pass() Result {
 	return res
 }
 
+// WarnFromBytes is the smallest size of a dead-letter topic (a topic
+// under a reserved prefix) that a pass warns about; it warns again at
+// every power of two above it.
+const WarnFromBytes = 1 << 20
+
+// watchReserved warns when q, a topic under a reserved prefix, has grown
+// past the next power of two (WarnFromBytes at least) since its last
+// warning: such topics are kept by default, so their size only grows
+// until someone redrives, deletes or gives them an override. r.mu is held.
+func (r *Retainer) watchReserved(q *topicqueue.TopicQueue, p contract.RetentionPolicy) {
+	size := q.Stats().Bytes
+	mark := int64(0)
+	if size >= WarnFromBytes {
+		mark = 1 << (bits.Len64(uint64(size)) - 1) // the power of two at or below size
+	}
+	was, seen := r.warnedAt[q.Name()]
+	r.warnedAt[q.Name()] = mark
+	if mark == 0 || (seen && mark <= was) {
+		return
+	}
+	kept := "kept whole (no retention override names it)"
+	if p.Enabled() {
+		kept = "under a retention override"
+	}
+	r.log.Warn("dead-letter topic growing: redrive or delete what it holds, or give it a retention override",
+		zap.String("topic", q.Name()), zap.Int64("bytes", size), zap.Int64("crossed-bytes", mark),
+		zap.Int64("messages", q.HighWatermark()-q.StartOffset()), zap.String("retention", kept))
+}
+
 // keepFrom is the lowest offset of q that a configured dispatcher or a
 // recently active consumer group has not read yet (contract.KeepAll when
 // none holds anything). The error, when a dispatcher's checkpoint cannot
@@ -281,9 +345,9 @@ func (r *Retainer) Start() {
 		return
 	}
 	r.stop, r.done = make(chan struct{}), make(chan struct{})
-	r.log.Info("retention started", zap.Duration("check-interval", r.opts.CheckInterval),
+	r.log.Info("retention started", append([]zap.Field{zap.Duration("check-interval", r.opts.CheckInterval),
 		zap.Duration("max-age", r.opts.Default.MaxAge), zap.Int64("max-bytes", r.opts.Default.MaxBytes),
-		zap.Int("rules", len(r.opts.Rules)), zap.Bool("keep-unconsumed", r.opts.KeepUnconsumed))
+		zap.Int("rules", len(r.opts.Rules)), zap.Bool("keep-unconsumed", r.opts.KeepUnconsumed)}, r.opts.ReservedRules()...)...)
 	go func() {
 		defer close(r.done)
 		t := time.NewTicker(r.opts.CheckInterval)

@@ -65,8 +65,9 @@ func NewFactory(p FactoryParams) topicqueue.BackendFactory {
 			b.opts.DedupWindow = p.Dedup.Window
 			b.opts.Retention = ro.PolicyFor
 			if r := p.Retention; r.MaxAge > 0 || r.MaxBytes > 0 || len(r.Topics) > 0 {
-				log.Info("retention applied as the streams' MaxAge and MaxBytes",
-					zap.Duration("max-age", r.MaxAge), zap.Int64("max-bytes", r.MaxBytes), zap.Int("overrides", len(r.Topics)))
+				log.Info("retention applied as the streams' MaxAge and MaxBytes", append([]zap.Field{
+					zap.Duration("max-age", r.MaxAge), zap.Int64("max-bytes", r.MaxBytes), zap.Int("overrides", len(r.Topics))},
+					ro.ReservedRules()...)...)
 			}
 			p.Lifecycle.Append(fx.StopHook(b.Close))
 			return b, nil

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -85,5 +86,28 @@ func TestDeadLetteredSeries(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %q in:\n%s", missing, s)
 		}
+	}
+}
+
+// TestDeadLetterBytesSeries: mmmq_dead_letter_bytes is the sum of the
+// dead-letter topics' bytes, ordinary topics left out.
+func TestDeadLetterBytesSeries(t *testing.T) {
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
+	defer reg.Close()
+	var want int64
+	for _, topic := range []string{"dead-letter.a", "dead-letter.b", "order.new"} {
+		if _, _, err := reg.Publish(context.Background(), topic, [][]byte{[]byte(`{"topic":{"name":"` + topic + `"},"content":1}`)}, contract.Durable); err != nil {
+			t.Fatal(err)
+		}
+		if q, ok := reg.Get(topic); ok && strings.HasPrefix(topic, "dead-letter.") {
+			want += q.Stats().Bytes
+		}
+	}
+	m := New()
+	m.WatchTopics(reg)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if line := fmt.Sprintf("mmmq_dead_letter_bytes %d\n", want); want == 0 || !strings.Contains(rec.Body.String(), line) {
+		t.Errorf("scrape lacks %q (want > 0):\n%s", line, rec.Body.String())
 	}
 }

@@ -103,6 +103,7 @@ var (
 	topicSegments = prometheus.NewDesc("mmmq_topic_segments", "Segments of the topic.", []string{"topic"}, nil)
 	topicFailed   = prometheus.NewDesc("mmmq_topic_failed", "1 when the topic's log failed (write or fsync error) and refuses writes.", []string{"topic"}, nil)
 	quarantined   = prometheus.NewDesc("mmmq_topics_quarantined", "Topics refused by startup recovery and excluded.", nil, nil)
+	deadBytes     = prometheus.NewDesc("mmmq_dead_letter_bytes", "Bytes in the segment files of the dead-letter topics (dead-letter.*), which retention keeps unless an override names them.", nil, nil)
 
 	recReindexed = prometheus.NewDesc("mmmq_recovery_reindexed_entries_total",
 		"Entries startup recovery indexed again from the last segment of a topic (valid in the segment, missing from its offset index).", nil, nil)
@@ -123,6 +124,7 @@ func (c topicCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- topicSegments
 	ch <- topicFailed
 	ch <- quarantined
+	ch <- deadBytes
 	ch <- recReindexed
 	ch <- recCutIndex
 	ch <- recCutValid
@@ -130,8 +132,12 @@ func (c topicCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
+	var dead int64
 	for _, q := range c.reg.List() {
 		st := q.Stats()
+		if contract.ReservedPrefix(st.Topic) == contract.DeadLetterPrefix {
+			dead += st.Bytes
+		}
 		ch <- prometheus.MustNewConstMetric(topicNext, prometheus.GaugeValue, float64(st.NextOffset), st.Topic)
 		ch <- prometheus.MustNewConstMetric(topicBytes, prometheus.GaugeValue, float64(st.Bytes), st.Topic)
 		ch <- prometheus.MustNewConstMetric(topicSegments, prometheus.GaugeValue, float64(st.Segments), st.Topic)
@@ -142,6 +148,7 @@ func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(topicFailed, prometheus.GaugeValue, failed, st.Topic)
 	}
 	ch <- prometheus.MustNewConstMetric(quarantined, prometheus.GaugeValue, float64(len(c.reg.Quarantined())))
+	ch <- prometheus.MustNewConstMetric(deadBytes, prometheus.GaugeValue, float64(dead))
 	cuts := c.reg.RecoveryCuts()
 	ch <- prometheus.MustNewConstMetric(recReindexed, prometheus.CounterValue, float64(cuts.ReindexedEntries))
 	ch <- prometheus.MustNewConstMetric(recCutIndex, prometheus.CounterValue, float64(cuts.CutIndexEntries))
