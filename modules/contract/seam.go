@@ -135,7 +135,11 @@ type RetentionResult struct {
 
 // NewIncarnation returns a fresh random topic incarnation id: 32 lower-case
 // hex digits (128 bits from crypto/rand).
-func NewIncarnation() string {
+func NewIncarnation() string { return randomID() }
+
+// randomID is 128 bits from crypto/rand as 32 lower-case hex digits: a
+// topic's incarnation id, a broker's instance id.
+func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go 1.24+ panics instead)
 	return hex.EncodeToString(b[:])

@@ -32,6 +32,9 @@ type Params struct {
 	// (app.Without(app.Auth)) there is no authentication.
 	Authenticator contract.Authenticator `optional:"true"`
 	Limiter       contract.Limiter       `optional:"true"`
+	// Instance is this broker (config.Module): publishes carrying its
+	// instance id are refused (508 LOOP).
+	Instance *contract.Instance `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -64,6 +67,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	}
 	opts.TLS = certs
 	opts.Auth = authOptions(p)
+	opts.Instance = p.Instance
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }

@@ -78,6 +78,11 @@ type Options struct {
 	// Auth is authentication, authorization and the audit log (see
 	// AuthOptions); the zero value: off.
 	Auth AuthOptions
+	// Instance is this broker (config.Module provides it): a publish whose
+	// mmmq-instance-id header is its id was pushed by one of its own
+	// dispatchers and is refused with 508 LOOP, nothing stored; Start
+	// records the port it binds. Nil: no such check.
+	Instance *contract.Instance
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -268,6 +273,9 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && s.opts.Instance != nil {
+		s.opts.Instance.AddPort(tcp.Port) // server.port 0: the port bound
+	}
 	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()), zap.Int("max-connections", s.opts.MaxConns),
 		zap.Bool("tls", s.opts.TLS != nil))
 	ln = &limitListener{Listener: ln, max: s.opts.MaxConns}
@@ -424,6 +432,16 @@ func queryValue(raw, key string) string {
 // level and the body (a pooled buffer the caller returns with putBuf). On
 // failure it has answered and returns ok=false.
 func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl contract.AckLevel, bp *[]byte, ok bool) {
+	if inst := s.opts.Instance; inst != nil && r.Header.Get(contract.HeaderInstanceID) == inst.ID() {
+		// Pushed by one of this broker's dispatchers: refused before the
+		// body is read, so nothing is stored and the dispatcher backs off.
+		err := contract.ErrLoop
+		if d := r.Header.Get("mmmq-consumer-id"); d != "" {
+			err = fmt.Errorf("%w (dispatcher %q)", err, d)
+		}
+		s.fail(w, err)
+		return 0, nil, false
+	}
 	lvl, err := ackLevel(r)
 	if err == nil {
 		bp, err = s.readBody(w, r)
