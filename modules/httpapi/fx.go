@@ -35,6 +35,9 @@ type Params struct {
 	// Instance is this broker (config.Module): publishes carrying its
 	// instance id are refused (508 LOOP).
 	Instance *contract.Instance `optional:"true"`
+	// Holds is retention's (modules/retention): which reader holds a
+	// topic's retention back; without it GET /topics never says.
+	Holds contract.RetentionHolds `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -68,6 +71,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	opts.TLS = certs
 	opts.Auth = authOptions(p)
 	opts.Instance = p.Instance
+	opts.Holds = p.Holds
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }

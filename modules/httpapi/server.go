@@ -83,6 +83,10 @@ type Options struct {
 	// dispatchers and is refused with 508 LOOP, nothing stored; Start
 	// records the port it binds. Nil: no such check.
 	Instance *contract.Instance
+	// Holds says which reader holds a topic's retention back
+	// (keep-unconsumed; modules/retention): GET /topics shows it as
+	// retentionHeldBy. Nil: never shown.
+	Holds contract.RetentionHolds
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -545,6 +549,11 @@ type TopicInfo struct {
 	// created, different once it is deleted and created again (offsets then
 	// start at 0 again). Empty when the storage backend has none.
 	Incarnation string `json:"incarnation,omitempty"`
+	// RetentionHeldBy is the reader (dispatcher or consumer group) that
+	// kept segments retention's policy found due at its last pass
+	// (keep-unconsumed): the one furthest behind, with its committed offset
+	// and the bytes kept. Absent when nothing is held back.
+	RetentionHeldBy *contract.RetentionHold `json:"retentionHeldBy,omitempty"`
 }
 
 func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
@@ -562,8 +571,14 @@ func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
 			continue // the listing shows only the topics the principal may read
 		}
 		st := q.Stats()
-		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
-			Incarnation: q.Incarnation()})
+		ti := TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
+			Incarnation: q.Incarnation()}
+		if s.opts.Holds != nil {
+			if h, ok := s.opts.Holds.RetentionHold(st.Topic); ok {
+				ti.RetentionHeldBy = &h
+			}
+		}
+		out.Topics = append(out.Topics, ti)
 	}
 	if qs := s.reg.Quarantined(); len(qs) > 0 {
 		out.Quarantined = map[string]string{}
