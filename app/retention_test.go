@@ -259,3 +259,75 @@ func expiredStart(t *testing.T, base, topic string) int64 {
 	assert.Equal(t, "OFFSET_EXPIRED", body.Code)
 	return body.StartOffset
 }
+
+// TestRetentionHeldByAnAPIDispatcher: under keep-unconsumed a dispatcher
+// created through the admin API counts as a reader like one from the file:
+// stuck at offset 0 (its consumer is down), it keeps its topic whole, also
+// after a restart (loaded from dispatchers.json), and GET /topics and
+// /metrics name it as what holds retention back; once it is deleted the
+// next pass deletes, and nothing holds the topic any more.
+func TestRetentionHeldByAnAPIDispatcher(t *testing.T) {
+	const topic = "held.t"
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }))
+	t.Cleanup(down.Close)
+	root := t.TempDir()
+	cfg := testConfig(t, root)
+	config.EditSection(cfg, topicqueue.SegmentSection, func(seg *topicqueue.SegmentConfig) {
+		seg.MaxBytes = 4096
+		seg.MaxRecordBytes = 1024
+	})
+	config.EditSection(cfg, retention.ConfigSection, func(r *retention.Config) {
+		r.MaxBytes = 8192
+		r.KeepUnconsumed = true
+		r.CheckInterval = time.Hour // passes are run by the test
+	})
+	topicRow := func(base string) map[string]any {
+		t.Helper()
+		_, body := call(t, "GET", base+"/topics", "")
+		for _, x := range body["topics"].([]any) {
+			if row := x.(map[string]any); row["name"] == topic {
+				return row
+			}
+		}
+		t.Fatalf("no topic %s in GET /topics: %v", topic, body)
+		return nil
+	}
+	wantHeld := func(base string) {
+		t.Helper()
+		row := topicRow(base)
+		assert.EqualValues(t, 0, row["startOffset"], "the API dispatcher at offset 0 did not hold the topic")
+		held, _ := row["retentionHeldBy"].(map[string]any)
+		require.NotNil(t, held, "GET /topics does not say what holds retention back: %v", row)
+		assert.Equal(t, "dispatcher", held["kind"])
+		assert.Equal(t, "stuck", held["name"])
+		assert.EqualValues(t, 0, held["committed"])
+		assert.Greater(t, held["heldBytes"], 0.0)
+		resp, err := http.Get(base + "/metrics")
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Contains(t, string(raw), `mmmq_retention_holder{kind="dispatcher",reader="stuck",topic="held.t"} 1`)
+		assert.Regexp(t, `mmmq_retention_held_bytes\{topic="held.t"\} [1-9]`, string(raw))
+	}
+
+	var r *retention.Retainer
+	a, base := startBroker(t, cfg, fx.Populate(&r))
+	st, body := call(t, "POST", base+"/mmmq/dispatchers", fmt.Sprintf(`{"name":"stuck","host":%q,"patterns":[%q]}`, down.URL, topic))
+	require.Equal(t, 201, st, "%v", body)
+	publishN(t, base, topic, 400)
+	r.Pass()
+	wantHeld(base)
+	a.RequireStop()
+
+	a, base = startBroker(t, cfg, fx.Populate(&r))
+	defer a.RequireStop()
+	r.Pass()
+	wantHeld(base) // across the restart: loaded from dispatchers.json
+
+	st, body = call(t, "DELETE", base+"/mmmq/dispatchers/stuck", "")
+	require.Equal(t, 200, st, "%v", body)
+	r.Pass()
+	row := topicRow(base)
+	assert.Greater(t, row["startOffset"], 0.0, "nothing deleted once the dispatcher is gone")
+	assert.Nil(t, row["retentionHeldBy"])
+}

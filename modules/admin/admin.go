@@ -37,6 +37,9 @@ type Options struct {
 	Defaults dispatcher.Config
 	// AllowedHosts are mmmq.admin.allowed-hosts (empty: any host).
 	AllowedHosts []string
+	// Self refuses a host that is this broker itself (400 naming host);
+	// nil: not checked.
+	Self *dispatcher.Self
 	// GroupTaken reports whether a consumer group uses name (a dispatcher
 	// may not take a group's name); nil: none does.
 	GroupTaken func(name string) bool
@@ -92,6 +95,12 @@ func (a *Admin) Start() error {
 			// operator's), and said loudly.
 			a.log.Warn("a stored dispatcher pushes to a host mmmq.admin.allowed-hosts does not allow; change or delete it",
 				zap.String("dispatcher", d.Name()), zap.String("host", d.Host().String()), zap.Strings("allowed-hosts", a.opts.AllowedHosts))
+		}
+		if err := a.opts.Self.Check(d.Host()); err != nil {
+			// Stored before the rule, or under another server.port: kept
+			// (its pushes are refused with 508 LOOP, so it backs off).
+			a.log.Warn("a stored dispatcher pushes to this broker itself; change or delete it",
+				zap.String("dispatcher", d.Name()), zap.Error(err))
 		}
 		// Restored, not created: its start was decided when it was
 		// created; a paused one never delivers before the pause applies.
@@ -278,11 +287,15 @@ func (a *Admin) writable(name string) error {
 	return nil
 }
 
-// check validates s and its host against mmmq.admin.allowed-hosts.
+// check validates s, and its host against mmmq.admin.allowed-hosts and
+// the broker's own addresses.
 func (a *Admin) check(s Spec) (*dispatcher.Dispatcher, error) {
 	d, err := s.build(a.opts.Defaults)
 	if err != nil {
 		return nil, err
+	}
+	if err := a.opts.Self.Check(d.Host()); err != nil {
+		return nil, contract.BadRequest("invalid dispatcher: host: %v", err)
 	}
 	if !a.hostAllowed(d.Host()) {
 		return nil, contract.BadRequest("invalid dispatcher: host %s is not allowed by mmmq.admin.allowed-hosts %v", d.Host(), a.opts.AllowedHosts)

@@ -29,6 +29,9 @@ type Params struct {
 	Admin    Config
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
+	// Self is the broker's own addresses (dispatcher.Module): a dispatcher
+	// may not push to the broker itself.
+	Self *dispatcher.Self `optional:"true"`
 	// Groups, when present, reserve their names: a dispatcher may not take
 	// the name of a consumer group in use.
 	Groups *groups.Coordinator `optional:"true"`
@@ -53,7 +56,7 @@ func NewSpecStore(file *Store, reg *topicqueue.Registry) (SpecStore, error) {
 // NewFromConfig builds the Admin from mmmq.broker.dispatch (defaults of
 // new dispatchers) and mmmq.admin.
 func NewFromConfig(p Params) *Admin {
-	opts := Options{Defaults: p.Dispatch, AllowedHosts: slices.Clone(p.Admin.AllowedHosts), Logger: p.Logger.Named("admin")}
+	opts := Options{Defaults: p.Dispatch, AllowedHosts: slices.Clone(p.Admin.AllowedHosts), Self: p.Self, Logger: p.Logger.Named("admin")}
 	if c := p.Groups; c != nil {
 		reg := p.Registry
 		opts.GroupTaken = func(name string) bool {

@@ -9,13 +9,18 @@ import (
 	"strings"
 
 	"go.uber.org/fx"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Module provides *Config and, through [ModuleSections], each module's
 // core section as its own value (ServerConfig, LoggingConfig,
 // NodeConfig), so a module's constructor takes only the
 // section(s) it reads; a module's own section is provided by its
-// [ProvideSection]. *Config is built
+// [ProvideSection]. It also provides this broker's *contract.Instance
+// (a random instance id made when the application is built, and
+// server.port), which the dispatchers' pushes carry and the HTTP API
+// checks publishes against. *Config is built
 // from the LoadOptions value in the container, which the application
 // supplies with one of (never both; Fx then fails with "already provided"):
 //
@@ -32,7 +37,11 @@ import (
 // module of the application reads holds only its defaults (else the
 // application fails naming the key: it was set for a module the binary
 // dropped).
-var Module = fx.Module("config", fx.Provide(provide, provideSections))
+var Module = fx.Module("config", fx.Provide(provide, provideSections, newInstance))
+
+// newInstance is this broker's instance: a fresh id, and server.port as a
+// listen port (the HTTP API adds the port it bound when that is 0).
+func newInstance(s ServerConfig) *contract.Instance { return contract.NewInstance(s.Port) }
 
 // sectionsGroup is the value group of the sections registered by ProvideSection.
 const sectionsGroup = `group:"config.sections"`

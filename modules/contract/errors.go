@@ -37,6 +37,7 @@ const (
 	CodeTooManyGroups  = "TOO_MANY_GROUPS"    // 503: the consumer-group cap reached
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
 	CodeUnavailable    = "UNAVAILABLE"        // 503: storage failed, shutting down, queue full
+	CodeLoop           = "LOOP"               // 508: a publish pushed by one of this broker's own dispatchers (mmmq-instance-id); nothing was stored
 )
 
 // NoSpaceRetryAfter is the Retry-After value (seconds) of a NO_SPACE HTTP
@@ -80,6 +81,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeTopicBusy},
 	{http.StatusConflict, CodeTopicNotFailed},
 	{http.StatusConflict, CodeConflict},
+	{http.StatusLoopDetected, CodeLoop},
 	{http.StatusServiceUnavailable, CodeTopicFailed},
 	{http.StatusInsufficientStorage, CodeNoSpace},
 	{http.StatusServiceUnavailable, CodeOverloaded},

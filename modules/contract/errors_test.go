@@ -58,6 +58,7 @@ func TestClassify(t *testing.T) {
 		{"invalid name inside a busy group error", errors.Join(groups.ErrGroupBusy, topicqueue.ErrInvalidName), 400, contract.CodeBadRequest},
 		{"offset expired", fmt.Errorf("fetch: %w", &contract.OffsetExpiredError{Topic: "t", Offset: 0, StartOffset: 1024}), 410, contract.CodeOffsetExpired},
 		{"offset expired sentinel", contract.ErrOffsetExpired, 410, contract.CodeOffsetExpired},
+		{"push loop", fmt.Errorf("%w (dispatcher \"d\")", contract.ErrLoop), 508, contract.CodeLoop},
 		{"unknown error", errors.New("boom"), 503, contract.CodeUnavailable},
 	}
 	for _, tt := range tests {

@@ -131,11 +131,36 @@ type RetentionResult struct {
 	Entries     int64 // offsets deleted (StartOffset moved by this much)
 	Bytes       int64 // .mmm and .idx bytes deleted
 	StartOffset int64 // the log start offset afterwards
+	// HeldBytes are the .mmm and .idx bytes of the sealed segments the
+	// policy found due but keepFrom kept (a reader has not read past
+	// them); 0 when the readers held nothing back.
+	HeldBytes int64
+}
+
+// RetentionHold is the reader that held a topic's retention back at the
+// last pass (mmmq.broker.retention.keep-unconsumed): the policy found
+// HeldBytes of sealed segments due, and this reader, the one furthest
+// behind, had not read them. GET /topics shows it as "retentionHeldBy".
+type RetentionHold struct {
+	Kind      string `json:"kind"`      // "dispatcher" or "group"
+	Name      string `json:"name"`      // the dispatcher's or the group's name
+	Committed int64  `json:"committed"` // its committed offset: retention deletes nothing from it on
+	HeldBytes int64  `json:"heldBytes"` // .mmm + .idx bytes the policy would have deleted
+}
+
+// RetentionHolds says which reader holds a topic's retention back
+// (modules/retention's Retainer); false when none does.
+type RetentionHolds interface {
+	RetentionHold(topic string) (RetentionHold, bool)
 }
 
 // NewIncarnation returns a fresh random topic incarnation id: 32 lower-case
 // hex digits (128 bits from crypto/rand).
-func NewIncarnation() string {
+func NewIncarnation() string { return randomID() }
+
+// randomID is 128 bits from crypto/rand as 32 lower-case hex digits: a
+// topic's incarnation id, a broker's instance id.
+func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go 1.24+ panics instead)
 	return hex.EncodeToString(b[:])

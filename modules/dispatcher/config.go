@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Config holds the push delivery defaults shared by all dispatchers: the
@@ -81,9 +82,13 @@ func OptionsFromConfig(d Config) Options {
 }
 
 // OptionsFromSections is OptionsFromConfig(d) with NodeName set from
-// mmmq.node-name ("" keeps the host name). Module provides Options with it.
-func OptionsFromSections(d Config, n config.NodeConfig) Options {
+// mmmq.node-name ("" keeps the host name) and InstanceID from inst (nil:
+// none). Module provides Options with it.
+func OptionsFromSections(d Config, n config.NodeConfig, inst *contract.Instance) Options {
 	o := OptionsFromConfig(d)
 	o.NodeName = n.Name
+	if inst != nil {
+		o.InstanceID = inst.ID()
+	}
 	return o
 }

@@ -20,8 +20,12 @@ import (
 //	         change them with fx.Decorate),
 //	         *Set (from the `group:"dispatchers"` value group, see Provide),
 //	         Sender (an *HTTPSender; replace it with fx.Decorate or fx.Replace),
-//	         *Manager
-//	needs    *config.Config and config.NodeConfig (config.Module),
+//	         *Manager, *Self (the broker's own addresses; admin checks
+//	         API-created hosts with it)
+//	checks   that no dispatcher of the file or Go code pushes to the
+//	         broker itself (Self; a startup error naming the key)
+//	needs    *config.Config, config.NodeConfig, config.ServerConfig and
+//	         *contract.Instance (config.Module),
 //	         *topicqueue.Registry (adapted to Source by RegistrySource) or a
 //	         Source supplied instead (tests), *zap.Logger
 //
@@ -34,6 +38,8 @@ var Module = fx.Module("dispatcher",
 	fx.Provide(NewSet),
 	fx.Provide(fx.Annotate(newHTTPSenderFx, fx.As(new(Sender)))),
 	fx.Provide(newManagerFx),
+	fx.Provide(newSelfFx),
+	fx.Invoke(checkOwnHosts),
 	fx.Invoke(registerLifecycle),
 )
 

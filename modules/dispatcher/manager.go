@@ -61,6 +61,12 @@ type Options struct {
 	// "mmmq://<NodeName>/<topic>"). Default the host name ("localhost" when
 	// it cannot be read).
 	NodeName string
+	// InstanceID is this broker's instance id (contract.Instance), sent on
+	// every push as mmmq-instance-id: the HTTP API of the broker that made
+	// it refuses such a publish (508 LOOP), so a dispatcher pointed at its
+	// own broker backs off instead of publishing every message again.
+	// Module sets it; "" (the default) sends no such header.
+	InstanceID string
 	// Hooks are test-only crash-injection points; nil in production. Only
 	// the crash-test build of app/mmmq (-tags crashpoints) sets them. A
 	// pointer keeps Options comparable.

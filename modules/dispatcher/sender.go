@@ -130,6 +130,10 @@ func (e *AbnormalError) Error() string {
 const (
 	// HeaderConsumerID carries the dispatcher name.
 	HeaderConsumerID = "mmmq-consumer-id"
+	// HeaderInstanceID carries the pushing broker's instance id
+	// (Options.InstanceID): a broker refuses a publish carrying its own
+	// (508 LOOP); omitted when empty.
+	HeaderInstanceID = contract.HeaderInstanceID
 	// HeaderTopic carries the topic name.
 	HeaderTopic = "mmmq-topic"
 	// HeaderTopicIncarnation carries the topic's incarnation id (32 hex
@@ -177,11 +181,12 @@ type HTTPSender struct {
 	defaultPath string
 	userAgent   string
 	nodeName    string
+	instanceID  string
 	now         func() time.Time
 }
 
 // NewHTTPSender returns an HTTPSender using opts.DefaultTimeout,
-// opts.MaxResponseBytes, opts.DefaultPath, opts.UserAgent and opts.NodeName
+// opts.MaxResponseBytes, opts.DefaultPath, opts.UserAgent, opts.NodeName and opts.InstanceID
 // (zero fields take the defaults, see Options). Its transport keeps up to
 // 64 idle connections per consumer host (enough for max-in-flight pushes of
 // several topics), dials with a 10 s timeout and reads at most 64 KiB of
@@ -212,6 +217,7 @@ func NewHTTPSender(opts Options) *HTTPSender {
 		defaultPath: opts.DefaultPath,
 		userAgent:   opts.UserAgent,
 		nodeName:    opts.NodeName,
+		instanceID:  opts.InstanceID,
 		now:         time.Now,
 	}
 }
@@ -296,6 +302,9 @@ func (s *HTTPSender) setHeaders(h http.Header, p Push) {
 	}
 	h["Content-Type"] = []string{"application/json"}
 	h[HeaderConsumerID] = []string{d.Name()}
+	if s.instanceID != "" {
+		h[HeaderInstanceID] = []string{s.instanceID}
+	}
 	h[HeaderTopic] = []string{first.Topic}
 	if first.Incarnation != "" && contract.ValidHeaderValue(first.Incarnation) {
 		h[HeaderTopicIncarnation] = []string{first.Incarnation}

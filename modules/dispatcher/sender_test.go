@@ -72,7 +72,7 @@ func (rt *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error)
 }
 
 func TestHTTPSenderRequestShape(t *testing.T) {
-	s := NewHTTPSender(Options{})
+	s := NewHTTPSender(Options{InstanceID: "0123456789abcdef0123456789abcdef"})
 	rt := &recordingTransport{}
 	s.client.Transport = rt
 	body := []byte(`{"topic":{"name":"order.created"},"content":1,"id":"abc"}`)
@@ -89,6 +89,7 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 	want := map[string]string{
 		"Content-Type":     "application/json",
 		"mmmq-consumer-id": "order-dispatcher",
+		"mmmq-instance-id": "0123456789abcdef0123456789abcdef",
 		"mmmq-topic":       "order.created",
 		"mmmq-offset":      "17",
 		"mmmq-attempt":     "2",

@@ -348,18 +348,24 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 // broker started count: a group's checkpoint on disk holds nothing until a
 // consumer uses the group again.
 func (c *Coordinator) Holding(topic string, since time.Time) (int64, bool) {
+	_, off, ok := c.HoldingGroup(topic, since)
+	return off, ok
+}
+
+// HoldingGroup is Holding with the name of the group at that offset (the
+// first by name when several are).
+func (c *Coordinator) HoldingGroup(topic string, since time.Time) (group string, offset int64, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	low, ok := int64(0), false
 	for k, g := range c.groups {
 		if k.topic != topic || g.active.Load() < since.UnixNano() {
 			continue
 		}
-		if off := g.cp.Offset(); !ok || off < low {
-			low, ok = off, true
+		if off := g.cp.Offset(); !ok || off < offset || off == offset && k.group < group {
+			group, offset, ok = k.group, off, true
 		}
 	}
-	return low, ok
+	return group, offset, ok
 }
 
 // CheckpointError returns the error of the latest failed open of the

@@ -33,6 +33,15 @@ func TestHoldingCountsFetchesAndCommits(t *testing.T) {
 	if off, ok := e.c.Holding(testTopic, since); !ok || off != 2 {
 		t.Fatalf("after a commit: holding %d, %v; want offset 2 held", off, ok)
 	}
+	// HoldingGroup names it: the group furthest behind (first by name on a tie).
+	e.acquire("a-behind")
+	if name, off, ok := e.c.HoldingGroup(testTopic, since); !ok || name != "a-behind" || off != 0 {
+		t.Fatalf("HoldingGroup = %q %d %v, want a-behind at 0", name, off, ok)
+	}
+	e.acquire("0-also-behind")
+	if name, _, _ := e.c.HoldingGroup(testTopic, since); name != "0-also-behind" {
+		t.Fatalf("HoldingGroup = %q on a tie at 0, want the first by name", name)
+	}
 
 	// A restart: the committed group is on disk but unused since, so it
 	// holds nothing until a consumer uses it again.

@@ -32,6 +32,12 @@ type Params struct {
 	// (app.Without(app.Auth)) there is no authentication.
 	Authenticator contract.Authenticator `optional:"true"`
 	Limiter       contract.Limiter       `optional:"true"`
+	// Instance is this broker (config.Module): publishes carrying its
+	// instance id are refused (508 LOOP).
+	Instance *contract.Instance `optional:"true"`
+	// Holds is retention's (modules/retention): which reader holds a
+	// topic's retention back; without it GET /topics never says.
+	Holds contract.RetentionHolds `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -64,6 +70,8 @@ func NewFromConfig(p Params) (*Server, error) {
 	}
 	opts.TLS = certs
 	opts.Auth = authOptions(p)
+	opts.Instance = p.Instance
+	opts.Holds = p.Holds
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }

@@ -78,6 +78,15 @@ type Options struct {
 	// Auth is authentication, authorization and the audit log (see
 	// AuthOptions); the zero value: off.
 	Auth AuthOptions
+	// Instance is this broker (config.Module provides it): a publish whose
+	// mmmq-instance-id header is its id was pushed by one of its own
+	// dispatchers and is refused with 508 LOOP, nothing stored; Start
+	// records the port it binds. Nil: no such check.
+	Instance *contract.Instance
+	// Holds says which reader holds a topic's retention back
+	// (keep-unconsumed; modules/retention): GET /topics shows it as
+	// retentionHeldBy. Nil: never shown.
+	Holds contract.RetentionHolds
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -268,6 +277,9 @@ func (s *Server) Start(context.Context) error {
 		return fmt.Errorf("http: listen on %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && s.opts.Instance != nil {
+		s.opts.Instance.AddPort(tcp.Port) // server.port 0: the port bound
+	}
 	s.log.Info("http api listening", zap.String("addr", ln.Addr().String()), zap.Int("max-connections", s.opts.MaxConns),
 		zap.Bool("tls", s.opts.TLS != nil))
 	ln = &limitListener{Listener: ln, max: s.opts.MaxConns}
@@ -424,6 +436,16 @@ func queryValue(raw, key string) string {
 // level and the body (a pooled buffer the caller returns with putBuf). On
 // failure it has answered and returns ok=false.
 func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl contract.AckLevel, bp *[]byte, ok bool) {
+	if inst := s.opts.Instance; inst != nil && r.Header.Get(contract.HeaderInstanceID) == inst.ID() {
+		// Pushed by one of this broker's dispatchers: refused before the
+		// body is read, so nothing is stored and the dispatcher backs off.
+		err := contract.ErrLoop
+		if d := r.Header.Get("mmmq-consumer-id"); d != "" {
+			err = fmt.Errorf("%w (dispatcher %q)", err, d)
+		}
+		s.fail(w, err)
+		return 0, nil, false
+	}
 	lvl, err := ackLevel(r)
 	if err == nil {
 		bp, err = s.readBody(w, r)
@@ -527,6 +549,11 @@ type TopicInfo struct {
 	// created, different once it is deleted and created again (offsets then
 	// start at 0 again). Empty when the storage backend has none.
 	Incarnation string `json:"incarnation,omitempty"`
+	// RetentionHeldBy is the reader (dispatcher or consumer group) that
+	// kept segments retention's policy found due at its last pass
+	// (keep-unconsumed): the one furthest behind, with its committed offset
+	// and the bytes kept. Absent when nothing is held back.
+	RetentionHeldBy *contract.RetentionHold `json:"retentionHeldBy,omitempty"`
 }
 
 func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
@@ -544,8 +571,14 @@ func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
 			continue // the listing shows only the topics the principal may read
 		}
 		st := q.Stats()
-		out.Topics = append(out.Topics, TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
-			Incarnation: q.Incarnation()})
+		ti := TopicInfo{Name: st.Topic, NextOffset: st.NextOffset, StartOffset: st.StartOffset, Segments: st.Segments, Bytes: st.Bytes, Failed: st.Failed,
+			Incarnation: q.Incarnation()}
+		if s.opts.Holds != nil {
+			if h, ok := s.opts.Holds.RetentionHold(st.Topic); ok {
+				ti.RetentionHeldBy = &h
+			}
+		}
+		out.Topics = append(out.Topics, ti)
 	}
 	if qs := s.reg.Quarantined(); len(qs) > 0 {
 		out.Quarantined = map[string]string{}

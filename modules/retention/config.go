@@ -46,11 +46,12 @@ type Config struct {
 	// starts with "dead-letter" (the reserved-topic rule of
 	// contract.Pattern.Reaches). File only. Default none.
 	Topics TopicsConfig `koanf:"topics"`
-	// KeepUnconsumed keeps every segment that a configured dispatcher, or
-	// a consumer group that committed or fetched within GroupIdle, has not
-	// read past. Only groups used since the broker started count: after a
-	// restart a group holds nothing until a consumer fetches or commits
-	// again. Checkpoints of dispatchers no longer configured hold nothing.
+	// KeepUnconsumed keeps every segment that a dispatcher (from the file,
+	// Go code or the admin API), or a consumer group that committed or
+	// fetched within GroupIdle, has not read past. Only groups used since
+	// the broker started count: after a restart a group holds nothing
+	// until a consumer fetches or commits again. Checkpoints of
+	// dispatchers that no longer exist hold nothing.
 	// Local backend only: refused with backend "jetstream". Default false.
 	KeepUnconsumed bool `koanf:"keep-unconsumed"`
 	// GroupIdle: a consumer group that has neither committed nor fetched

@@ -57,11 +57,13 @@ func registerLifecycle(lc fx.Lifecycle, r *Retainer) {
 }
 
 // Module registers the section mmmq.broker.retention (ConfigSection) and
-// provides its value, provides the *Retainer and runs its check loop
+// provides its value, provides the *Retainer (also as the
+// contract.RetentionHolds the HTTP API shows) and runs its check loop
 // between start and stop. It needs the config, the logger and the topic registry;
 // *dispatcher.Set and *groups.Coordinator are optional.
 var Module = fx.Module("retention",
 	config.ProvideSection(ConfigSection), // mmmq.broker.retention, provided as Config
 	fx.Provide(NewFromConfig),
+	fx.Provide(func(r *Retainer) contract.RetentionHolds { return r }), // GET /topics' retentionHeldBy
 	fx.Invoke(registerLifecycle),
 )

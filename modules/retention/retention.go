@@ -6,10 +6,13 @@
 // OFFSET_EXPIRED, and dispatchers and consumer groups behind it continue
 // from it (modules/dispatcher, modules/groups).
 //
-// With keep-unconsumed, a segment is kept while a configured dispatcher,
-// or a consumer group that committed or fetched within group-idle (only
-// groups used since the broker started count), has not read past it — the "retain unacknowledged messages" rule of
-// Google Pub/Sub. It works without Fx; fx.go wires it into the application.
+// With keep-unconsumed, a segment is kept while a dispatcher (from the
+// file, Go code or the admin API: every dispatcher of the live set), or a
+// consumer group that committed or fetched within group-idle (only groups
+// used since the broker started count), has not read past it — the
+// "retain unacknowledged messages" rule of Google Pub/Sub — and the reader
+// furthest behind is reported as the topic's holder (RetentionHold). It
+// works without Fx; fx.go wires it into the application.
 package retention
 
 import (
@@ -19,6 +22,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -38,9 +42,10 @@ type Rule struct {
 // GroupHolder says from which offset the consumer groups of a topic still
 // need its data (*groups.Coordinator implements it).
 type GroupHolder interface {
-	// Holding is the lowest committed offset among the groups opened,
-	// fetched or committed at or after since; false when there is none.
-	Holding(topic string, since time.Time) (int64, bool)
+	// HoldingGroup is the lowest committed offset among the groups
+	// opened, fetched or committed at or after since, and the name of the
+	// group at it; false when there is none.
+	HoldingGroup(topic string, since time.Time) (group string, offset int64, ok bool)
 	// CheckpointError is the error of a group of topic that a consumer
 	// tried to use at or after since and whose checkpoint could not be
 	// read (opened), nil when there is none: such a group's position is
@@ -62,8 +67,9 @@ type Options struct {
 	// GroupIdle: a group that has neither fetched nor committed for longer
 	// than this holds nothing; default 24h.
 	GroupIdle time.Duration
-	// Dispatchers are the configured dispatchers (keep-unconsumed); nil
-	// for none. Checkpoints of dispatchers not in the set hold nothing.
+	// Dispatchers are the broker's dispatchers, the admin API's included
+	// (keep-unconsumed; the live set, read at every pass); nil for none.
+	// Checkpoints of dispatchers not in the set hold nothing.
 	Dispatchers *dispatcher.Set
 	// Groups is the consumer-group coordinator (keep-unconsumed); nil for
 	// none.
@@ -170,6 +176,9 @@ type Retainer struct {
 	// warnedAt is, per topic under a reserved prefix, the power of two
 	// its size last crossed with a warning (watchReserved). Guarded by mu.
 	warnedAt map[string]int64
+	// holds are, per topic, the reader that held its retention back at
+	// the last pass (RetentionHold); replaced by every pass.
+	holds atomic.Pointer[map[string]contract.RetentionHold]
 
 	stop chan struct{}
 	done chan struct{}
@@ -190,6 +199,26 @@ func New(reg *topicqueue.Registry, opts Options) *Retainer {
 		opts.Logger = zap.NewNop()
 	}
 	return &Retainer{reg: reg, opts: opts, log: opts.Logger, cpErrs: map[string]uint64{}, warnedAt: map[string]int64{}}
+}
+
+// RetentionHold implements contract.RetentionHolds: the reader, the one
+// furthest behind, that kept segments of topic the policy found due at the
+// last pass (keep-unconsumed), and how many bytes; false when none did.
+func (r *Retainer) RetentionHold(topic string) (contract.RetentionHold, bool) {
+	if m := r.holds.Load(); m != nil {
+		h, ok := (*m)[topic]
+		return h, ok
+	}
+	return contract.RetentionHold{}, false
+}
+
+// Holds returns RetentionHold of every held topic, by topic (a copy; for
+// metrics).
+func (r *Retainer) Holds() map[string]contract.RetentionHold {
+	if m := r.holds.Load(); m != nil {
+		return maps.Clone(*m)
+	}
+	return nil
 }
 
 // Enabled reports whether any policy can delete anything; a Retainer that
@@ -235,6 +264,8 @@ func (r *Retainer) Pass() Result {
 	defer r.mu.Unlock()
 	now := r.opts.Now()
 	var res Result
+	holds := map[string]contract.RetentionHold{}
+	defer r.holds.Store(&holds)
 	for _, q := range r.reg.List() {
 		p := r.opts.PolicyFor(q.Name())
 		if contract.ReservedPrefix(q.Name()) != "" {
@@ -247,18 +278,25 @@ func (r *Retainer) Pass() Result {
 		if !ok {
 			continue
 		}
-		keep := contract.KeepAll
+		keep, holder := contract.KeepAll, contract.RetentionHold{}
 		if r.opts.KeepUnconsumed {
 			var err error
-			if keep, err = r.keepFrom(q, now); err != nil {
+			if holder, err = r.keepFrom(q, now); err != nil {
 				res.Unreadable++
 				r.cpErrs[q.Name()]++
 				r.log.Error("retention: cannot read a reader's checkpoint; keeping the topic whole (retried at the next check)",
 					zap.String("topic", q.Name()), zap.Error(err))
 				continue
 			}
+			if holder.Kind != "" {
+				keep = holder.Committed
+			}
 		}
 		tr, err := lg.ApplyRetention(p, now, keep)
+		if tr.HeldBytes > 0 && holder.Kind != "" {
+			holder.HeldBytes = tr.HeldBytes
+			holds[q.Name()] = holder
+		}
 		if tr.Segments > 0 {
 			res.Topics++
 			res.Segments += tr.Segments
@@ -309,33 +347,36 @@ func (r *Retainer) watchReserved(q *topicqueue.TopicQueue, p contract.RetentionP
 		zap.Int64("messages", q.HighWatermark()-q.StartOffset()), zap.String("retention", kept))
 }
 
-// keepFrom is the lowest offset of q that a configured dispatcher or a
-// recently active consumer group has not read yet (contract.KeepAll when
-// none holds anything). The error, when a dispatcher's checkpoint cannot
-// be read or a recently used group's could not be, names the reader:
-// its progress is unknown, and the caller keeps everything rather than
-// guess.
-func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) (int64, error) {
-	keep := contract.KeepAll
+// keepFrom is the reader of q furthest behind: the dispatcher (any of the
+// set, API-created ones too) or recently active consumer group with the
+// lowest committed offset, from which q's data must be kept (a zero Kind
+// when none holds anything; on a tie the dispatcher, first by name). The
+// error, when a dispatcher's checkpoint cannot be read or a recently used
+// group's could not be, names the reader: its progress is unknown, and
+// the caller keeps everything rather than guess.
+func (r *Retainer) keepFrom(q *topicqueue.TopicQueue, now time.Time) (contract.RetentionHold, error) {
+	var h contract.RetentionHold
 	if r.opts.Dispatchers != nil {
 		for _, d := range r.opts.Dispatchers.Matching(q.Name()) {
 			cp, err := q.Checkpoint(d.Name())
 			if err != nil {
-				return 0, fmt.Errorf("dispatcher %s: %w", d.Name(), err)
+				return h, fmt.Errorf("dispatcher %s: %w", d.Name(), err)
 			}
-			keep = min(keep, cp.Offset())
+			if h.Kind == "" || cp.Offset() < h.Committed {
+				h = contract.RetentionHold{Kind: "dispatcher", Name: d.Name(), Committed: cp.Offset()}
+			}
 		}
 	}
 	if g := r.opts.Groups; g != nil {
 		since := now.Add(-r.opts.GroupIdle)
 		if err := g.CheckpointError(q.Name(), since); err != nil {
-			return 0, fmt.Errorf("consumer group: %w", err)
+			return h, fmt.Errorf("consumer group: %w", err)
 		}
-		if off, ok := g.Holding(q.Name(), since); ok {
-			keep = min(keep, off)
+		if name, off, ok := g.HoldingGroup(q.Name(), since); ok && (h.Kind == "" || off < h.Committed) {
+			h = contract.RetentionHold{Kind: "group", Name: name, Committed: off}
 		}
 	}
-	return keep, nil
+	return h, nil
 }
 
 // Start launches the loop that runs a pass every CheckInterval (none when

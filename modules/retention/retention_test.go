@@ -210,29 +210,32 @@ type fakeGroups struct {
 	active time.Time
 }
 
-func (f fakeGroups) Holding(topic string, since time.Time) (int64, bool) {
-	return f.offset, !f.active.Before(since)
+func (f fakeGroups) HoldingGroup(topic string, since time.Time) (string, int64, bool) {
+	return "billing", f.offset, !f.active.Before(since)
 }
 
 func (f fakeGroups) CheckpointError(string, time.Time) error { return nil }
 
 // TestKeepUnconsumed: a configured dispatcher's checkpoint and a recently
 // active group hold the segments they have not read; the checkpoint of a
-// dispatcher no longer configured and an idle group hold nothing.
+// dispatcher no longer configured and an idle group hold nothing. The
+// reader furthest behind is the topic's RetentionHold, with the bytes it
+// kept; none when nothing is held.
 func TestKeepUnconsumed(t *testing.T) {
 	now := time.Now()
 	tests := []struct {
 		name      string
 		configure bool // "d" is in the dispatcher set
 		groups    GroupHolder
-		wantMax   int64 // start offset at most (0: no bound)
-		wantMin   int64 // and at least
+		wantMax   int64  // start offset at most (0: no bound)
+		wantMin   int64  // and at least
+		holder    string // "kind name@committed" of RetentionHold, "" for none
 	}{
-		{name: "configured dispatcher at 25 holds", configure: true, wantMax: 25, wantMin: 1},
+		{name: "configured dispatcher at 25 holds", configure: true, wantMax: 25, wantMin: 1, holder: "dispatcher d@25"},
 		{name: "unconfigured dispatcher holds nothing", wantMin: 50},
-		{name: "active group at 10 holds", groups: fakeGroups{offset: 10, active: now.Add(-time.Hour)}, wantMax: 10, wantMin: 1},
+		{name: "active group at 10 holds", groups: fakeGroups{offset: 10, active: now.Add(-time.Hour)}, wantMax: 10, wantMin: 1, holder: "group billing@10"},
 		{name: "idle group holds nothing", groups: fakeGroups{offset: 10, active: now.Add(-25 * time.Hour)}, wantMin: 50},
-		{name: "the lower of both", configure: true, groups: fakeGroups{offset: 10, active: now}, wantMax: 10, wantMin: 1},
+		{name: "the lower of both", configure: true, groups: fakeGroups{offset: 10, active: now}, wantMax: 10, wantMin: 1, holder: "group billing@10"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,9 +252,21 @@ func TestKeepUnconsumed(t *testing.T) {
 				}
 				o.Dispatchers = set
 			}
-			New(e.reg, o).Pass()
+			r := New(e.reg, o)
+			r.Pass()
 			if s := q.StartOffset(); s < tc.wantMin || (tc.wantMax > 0 && s > tc.wantMax) {
 				t.Fatalf("start offset %d, want in [%d, %d]", s, tc.wantMin, tc.wantMax)
+			}
+			h, held := r.RetentionHold("held")
+			got := ""
+			if held {
+				got = fmt.Sprintf("%s %s@%d", h.Kind, h.Name, h.Committed)
+				if h.HeldBytes <= 0 {
+					t.Errorf("held, but HeldBytes %d", h.HeldBytes)
+				}
+			}
+			if got != tc.holder || (len(r.Holds()) == 1) != held {
+				t.Errorf("RetentionHold = %q (Holds %v), want %q", got, r.Holds(), tc.holder)
 			}
 		})
 	}

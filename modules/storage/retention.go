@@ -43,7 +43,8 @@ type retentionState struct {
 // ApplyRetention deletes, oldest first, the head segments that policy p
 // says are due at time now, stopping at the first one that is not due, at
 // the active segment (never deleted), and at the segment holding keepFrom
-// (the lowest offset a reader still needs; contract.KeepAll for none). It is safe to
+// (the lowest offset a reader still needs; contract.KeepAll for none); the
+// due segments keepFrom kept are counted in the result's HeldBytes. It is safe to
 // call concurrently with appends and reads; calls are serialised. A read
 // of a deleted offset fails with contract.ErrOffsetExpired (wrapped in a
 // *contract.OffsetExpiredError), also when it raced with the deletion.
@@ -75,7 +76,7 @@ func (l *Log) ApplyRetention(p contract.RetentionPolicy, now time.Time, keepFrom
 	total := l.diskBytes(segs)
 	for i := 0; i+1 < len(segs); i++ { // segs[len-1] is the active segment
 		s, next := segs[i], segs[i+1].base
-		if next > keepFrom || l.closed.Load() {
+		if l.closed.Load() {
 			break
 		}
 		segBytes := s.size + s.count*IndexEntrySize
@@ -85,6 +86,13 @@ func (l *Log) ApplyRetention(p contract.RetentionPolicy, now time.Time, keepFrom
 		}
 		if !due {
 			break
+		}
+		if next > keepFrom {
+			// Due, but a reader has not read past it: kept, and counted,
+			// as is every later segment the policy finds due.
+			res.HeldBytes += segBytes
+			total -= segBytes
+			continue
 		}
 		if err := l.deleteHead(s); err != nil {
 			res.StartOffset = l.StartOffset()

@@ -157,13 +157,16 @@ func TestRetentionKeepFrom(t *testing.T) {
 		mustAppend(t, l, stamped(i, 0))
 	}
 	p := contract.RetentionPolicy{MaxBytes: 1}
-	if res, err := l.ApplyRetention(p, time.Now(), 25); err != nil || res.StartOffset != 20 {
-		t.Fatalf("keepFrom 25: %+v %v", res, err)
+	seg := 10 * (entry + IndexEntrySize) // a sealed segment's .mmm + .idx
+	// HeldBytes: the due segments keepFrom kept (20-29 and 30-39; 40-49 is
+	// the active one, never due).
+	if res, err := l.ApplyRetention(p, time.Now(), 25); err != nil || res.StartOffset != 20 || res.HeldBytes != 2*seg {
+		t.Fatalf("keepFrom 25: %+v %v, want start 20, held %d", res, err, 2*seg)
 	}
-	if res, err := l.ApplyRetention(p, time.Now(), 30); err != nil || res.StartOffset != 30 {
-		t.Fatalf("keepFrom 30 (a segment base): %+v %v", res, err)
+	if res, err := l.ApplyRetention(p, time.Now(), 30); err != nil || res.StartOffset != 30 || res.HeldBytes != seg {
+		t.Fatalf("keepFrom 30 (a segment base): %+v %v, want held %d", res, err, seg)
 	}
-	if res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll); err != nil || res.StartOffset != 40 {
+	if res, err := l.ApplyRetention(p, time.Now(), contract.KeepAll); err != nil || res.StartOffset != 40 || res.HeldBytes != 0 {
 		t.Fatalf("contract.KeepAll: %+v %v", res, err)
 	}
 	// Nothing to do: no policy.

@@ -72,6 +72,7 @@ func watch(p watchParams) {
 	if r := p.Retainer; r != nil {
 		rs.Totals = func() (int, int64, int64) { t := r.Totals(); return t.Segments, t.Entries, t.Bytes }
 		rs.CheckpointErrors = r.CheckpointErrors
+		rs.Holds = r.Holds
 	}
 	p.Metrics.WatchRetention(rs)
 	p.Metrics.WatchDedup(p.Dedup)

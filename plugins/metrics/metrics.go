@@ -311,6 +311,9 @@ type RetentionSource struct {
 	// whole because a reader's checkpoint could not be read
 	// (retention.Retainer.CheckpointErrors); nil for none.
 	CheckpointErrors func() map[string]uint64
+	// Holds is, per topic, the reader that held retention back at the
+	// last pass (retention.Retainer.Holds); nil for none.
+	Holds func() map[string]contract.RetentionHold
 }
 
 var retentionSkipped = prometheus.NewDesc("mmmq_retention_skipped_total",
@@ -321,14 +324,30 @@ var retentionCheckpointErrors = prometheus.NewDesc("mmmq_retention_checkpoint_er
 	"Retention passes that kept a topic whole, deleting nothing of it, because the checkpoint of a dispatcher or consumer group reading it could not be read (keep-unconsumed; the error is logged).",
 	[]string{"topic"}, nil)
 
+var retentionHeldBytes = prometheus.NewDesc("mmmq_retention_held_bytes",
+	"Bytes of sealed segments retention's policy found due at its last pass but kept because a reader had not read them (keep-unconsumed); the reader is mmmq_retention_holder.",
+	[]string{"topic"}, nil)
+
+var retentionHolder = prometheus.NewDesc("mmmq_retention_holder",
+	"1 for the reader (kind dispatcher or group) furthest behind that held a topic's retention back at the last pass (keep-unconsumed); its committed offset is GET /topics' retentionHeldBy.",
+	[]string{"topic", "kind", "reader"}, nil)
+
 type retentionCollector struct{ s RetentionSource }
 
 func (c retentionCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- retentionSkipped
 	ch <- retentionCheckpointErrors
+	ch <- retentionHeldBytes
+	ch <- retentionHolder
 }
 
 func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.s.Holds != nil {
+		for topic, h := range c.s.Holds() {
+			ch <- prometheus.MustNewConstMetric(retentionHeldBytes, prometheus.GaugeValue, float64(h.HeldBytes), topic)
+			ch <- prometheus.MustNewConstMetric(retentionHolder, prometheus.GaugeValue, 1, topic, h.Kind, h.Name)
+		}
+	}
 	if c.s.CheckpointErrors != nil {
 		for topic, n := range c.s.CheckpointErrors() {
 			ch <- prometheus.MustNewConstMetric(retentionCheckpointErrors, prometheus.CounterValue, float64(n), topic)
@@ -348,6 +367,8 @@ func (c retentionCollector) Collect(ch chan<- prometheus.Metric) {
 //	mmmq_retention_skipped_total{kind="dispatcher"|"group"}  messages deleted before read
 //	mmmq_retention_checkpoint_errors_total{topic}            passes that kept the topic whole:
 //	                                                         a reader's checkpoint unreadable
+//	mmmq_retention_held_bytes{topic}                        due bytes kept for a reader (keep-unconsumed)
+//	mmmq_retention_holder{topic,kind,reader}                1 for the reader furthest behind holding them
 //	mmmq_retention_deleted_segments_total                    segments deleted
 //	mmmq_retention_deleted_messages_total                    messages deleted
 //	mmmq_retention_deleted_bytes_total                       .mmm + .idx bytes deleted
