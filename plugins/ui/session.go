@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -34,31 +35,56 @@ type session struct {
 // authOn reports whether authentication is on now.
 func (u *UI) authOn() bool { return u.o.Authenticator != nil && u.o.Authenticator.Enabled() }
 
+// name is the session's principal for the audit log: "anonymous" with
+// authentication off.
+func (s session) name() string {
+	if s.principal == nil {
+		return "anonymous"
+	}
+	return s.principal.Name()
+}
+
+// Why session refuses a request; the texts are the audit lines' reasons.
+var (
+	errNoCredentials = errors.New("no credentials")
+	errMalformed     = errors.New("an Authorization header that is not Bearer <token>")
+	errUnknownToken  = errors.New("an unknown token")
+)
+
 // session finds r's session: with authentication off everyone is "anon";
 // else an Authorization: Bearer header, or else the cookie, must hold a
-// known token.
-func (u *UI) session(r *http.Request) (session, bool) {
+// known token (errNoCredentials, errMalformed or errUnknownToken
+// otherwise).
+func (u *UI) session(r *http.Request) (session, error) {
 	if !u.authOn() {
-		return session{id: "anon"}, true
+		return session{id: "anon"}, nil
 	}
 	var tok string
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, t, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return session{}, false
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(t) == "" {
+			return session{}, errMalformed
 		}
 		tok = strings.TrimSpace(t)
 	} else if c, err := r.Cookie(cookieName); err == nil {
 		tok = c.Value
 	}
 	if tok == "" {
-		return session{}, false
+		return session{}, errNoCredentials
 	}
 	p, err := u.o.Authenticator.Authenticate(tok)
-	if err != nil {
-		return session{}, false
+	if err != nil || p == nil {
+		return session{}, errUnknownToken
 	}
-	return session{id: tok, principal: p}, true
+	return session{id: tok, principal: p}, nil
+}
+
+// refuse answers status (a refusal: 403) with a plain page saying msg and
+// writes its audit line: principal (of s, "" when there is none yet),
+// action and topic ("" when none).
+func (u *UI) refuse(w http.ResponseWriter, r *http.Request, principal string, status int, action contract.Action, topic, msg string) {
+	contract.AuditRefused(u.o.Audit, r, principal, status, action, topic, msg)
+	u.fail(w, r, status, msg)
 }
 
 // csrf is the CSRF token of session id: hex HMAC-SHA256 under the
@@ -97,11 +123,11 @@ func (u *UI) checkPost(w http.ResponseWriter, r *http.Request, s session) bool {
 		return false
 	}
 	if !sameOrigin(r) {
-		u.fail(w, r, http.StatusForbidden, "Refused: the form was posted from another origin.")
+		u.refuse(w, r, s.name(), http.StatusForbidden, "", "", "Refused: the form was posted from another origin.")
 		return false
 	}
 	if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(u.csrf(s.id))) {
-		u.fail(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or stale; reload the page and try again.")
+		u.refuse(w, r, s.name(), http.StatusForbidden, "", "", "Refused: the form's CSRF token is missing or stale; reload the page and try again.")
 		return false
 	}
 	return true
@@ -131,7 +157,7 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !sameOrigin(r) {
-		u.fail(w, r, http.StatusForbidden, "Refused: the form was posted from another origin.")
+		u.refuse(w, r, "", http.StatusForbidden, "", "", "Refused: the form was posted from another origin.")
 		return
 	}
 	if !u.authOn() {
@@ -139,14 +165,14 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(u.csrf(loginSession))) {
-		u.fail(w, r, http.StatusForbidden, "Refused: the form's CSRF token is missing or stale; reload the page and try again.")
+		u.refuse(w, r, "", http.StatusForbidden, "", "", "Refused: the form's CSRF token is missing or stale; reload the page and try again.")
 		return
 	}
 	tok := strings.TrimSpace(r.PostForm.Get("token"))
 	p, err := u.o.Authenticator.Authenticate(tok)
-	if tok == "" || err != nil {
-		u.audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "ui login with an unknown token"),
-			zap.String("remote", r.RemoteAddr))
+	if tok == "" || err != nil || p == nil {
+		contract.WaitAuthFailure(r.Context(), u.o.AuthFailureDelay)
+		contract.AuditRefused(u.o.Audit, r, "", http.StatusUnauthorized, "", "", "login with an unknown token")
 		u.render(w, http.StatusUnauthorized, &pageData{Title: "Log in", CSRF: u.csrf(loginSession), Login: &loginData{Error: "Unknown token."}})
 		return
 	}
@@ -159,7 +185,7 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 // handleLogout is POST /ui/logout: clears the cookie, back to the login.
 func (u *UI) handleLogout(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
-		u.fail(w, r, http.StatusForbidden, "Refused: the form was posted from another origin.")
+		u.refuse(w, r, "", http.StatusForbidden, "", "", "Refused: the form was posted from another origin.")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true,
