@@ -39,9 +39,9 @@ type messageRow struct {
 
 // base is the page data every page of session s starts from.
 func (u *UI) base(r *http.Request, s session, title string) *pageData {
-	d := &pageData{Title: title, RefreshMS: u.o.Config.Refresh.Milliseconds(), CSRF: u.csrf(s.id), Admin: isAdmin(r), AuthOn: u.authOn()}
+	d := &pageData{Title: title, RefreshMS: u.o.Config.Refresh.Milliseconds(), CSRF: u.csrf(s.key()), Admin: isAdmin(r), AuthOn: u.authOn()}
 	if id := r.URL.Query().Get("flash"); id != "" {
-		if f, ok := u.flash.take(id, s.id, time.Now()); ok {
+		if f, ok := u.flash.take(id, s.key(), time.Now()); ok {
 			d.Flash, d.FlashBad = f.text, f.bad
 		}
 	}
@@ -233,7 +233,7 @@ func (u *UI) handleAction(kind string) func(http.ResponseWriter, *http.Request, 
 		if err != nil {
 			msg = fmt.Sprintf("%s %s: %v", kind, name, err)
 		}
-		id := u.flash.put(s.id, msg, err != nil, time.Now())
+		id := u.flash.put(s.key(), msg, err != nil, time.Now())
 		http.Redirect(w, r, "/ui/?flash="+id, http.StatusSeeOther)
 	}
 }

@@ -21,8 +21,11 @@
 // Authorization: Bearer header, and redirects (303) to /ui/login without
 // one. Topics the principal may not read are left out; the pause, resume
 // and seek forms need the admin permission (403 otherwise). Every
-// state-changing POST carries a csrf field, an HMAC of the session under a
-// per-process random key, and a foreign Origin header is refused (403).
+// state-changing POST carries a csrf field, an HMAC under a per-process
+// random key of the session and the visitor cookie mmmq_ui_csrf (random,
+// set by the first page: HttpOnly, SameSite=Strict, Secure over TLS), and
+// must name the page's own scheme and host in Origin or, without Origin,
+// in Referer (403 otherwise, with authentication off too).
 //
 // Audit: refusals (a wrong login, an unknown or malformed token: 401; a
 // forbidden post or topic, a failed Origin or CSRF check: 403) and the
@@ -249,7 +252,7 @@ func securityHeaders(w http.ResponseWriter, page bool) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "same-origin") // not no-referrer: with it Chromium posts forms with "Origin: null", which sameOrigin refuses
+	h.Set("Referrer-Policy", "same-origin") // not no-referrer: with it Chromium posts forms with "Origin: null", which originProblem refuses
 	if page {
 		h.Set("Cache-Control", "no-store")
 	}
@@ -282,6 +285,9 @@ func (u *UI) page(h func(http.ResponseWriter, *http.Request, session)) http.Hand
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
 		}
+		// A page sets the visitor cookie its forms' CSRF token is bound
+		// to; a post without one is refused by checkPost.
+		s.visitor = visitor(w, r, r.Method != http.MethodPost)
 		if s.principal != nil {
 			r = r.WithContext(contract.WithPrincipal(r.Context(), s.principal))
 		}

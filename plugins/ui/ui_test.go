@@ -43,6 +43,7 @@ type broker struct {
 	reg   *topicqueue.Registry
 	c     *http.Client // b.visitor(): does not follow redirects, keeps cookies
 	logs  *observer.ObservedLogs
+	h     http.Handler // the server's handler, for requests without a network (TLS)
 }
 
 func testConfig(t *testing.T) *config.Config {
@@ -66,6 +67,7 @@ func startBroker(t *testing.T, cfg *config.Config) *broker {
 	ta.RequireStart()
 	t.Cleanup(ta.RequireStop)
 	b.base = "http://" + srv.Addr()
+	b.h = srv.Handler()
 	return b
 }
 
