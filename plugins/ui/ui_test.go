@@ -26,7 +26,6 @@ import (
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
-	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -400,21 +399,9 @@ func TestCSRF(t *testing.T) {
 // without admin sees no buttons and its POSTs are 403; topics it may not
 // read are not shown.
 func TestAuth(t *testing.T) {
-	holding, _ := consumers(t)
-	cfg := testConfig(t)
-	all, allDigest := auth.NewToken()
-	reader, readerDigest := auth.NewToken()
-	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
-		a.Tokens = []auth.TokenConfig{
-			{Name: "all", TokenSHA256: allDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"publish", "consume", "read", "admin", "metrics"}}}},
-			{Name: "reader", TokenSHA256: readerDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"read"}, Topics: []string{"public.*"}}}},
-		}
-	})
-	b := startBroker(t, cfg)
+	b, all, reader := authBroker(t)
 	bearer := "Bearer " + all
 	b.publish(map[string]any{"topic": "public.a", "content": 1}, "Authorization", bearer)
-	b.publish(map[string]any{"topic": "secret.b", "content": 1}, "Authorization", bearer)
-	b.createDispatcher("d1", holding, "public.*", "Authorization", bearer)
 	resp, out := b.do(http.MethodPost, "/topics/public.a/groups/gpub/fetch?max=1", "", "Authorization", bearer)
 	require.Equal(t, 200, resp.StatusCode, out)
 
