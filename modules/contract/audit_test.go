@@ -1,7 +1,9 @@
 package contract
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -20,5 +22,20 @@ func TestAuditLoggerIsSampled(t *testing.T) {
 	}
 	if logs.FilterMessage("admin action").Len() != 1 || logs.All()[0].LoggerName != "audit" {
 		t.Errorf("admin action missing or logger not named audit: %+v", logs.All()[0])
+	}
+}
+
+func TestWaitAuthFailure(t *testing.T) {
+	start := time.Now()
+	WaitAuthFailure(context.Background(), 20*time.Millisecond)
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Errorf("waited %v, want 20ms", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start = time.Now()
+	WaitAuthFailure(ctx, time.Hour)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waited %v after the context ended", d)
 	}
 }

@@ -69,8 +69,7 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 		}
 		p, err := authenticate(a.Authenticator, r)
 		if err != nil {
-			a.Audit.Info("request refused", zap.Int("status", http.StatusUnauthorized), zap.String("reason", "missing or unknown credentials"),
-				zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
+			contract.AuditRefused(a.Audit, r, "", http.StatusUnauthorized, "", "", "missing or unknown credentials")
 			if r.ContentLength != 0 {
 				refuseBeforeBody(w, err)
 				return
@@ -91,9 +90,7 @@ func withAuth(a AuthOptions, next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(contract.WithPrincipal(r.Context(), rp)))
 		if rp.admin.Load() {
-			a.Audit.Info("admin action", zap.String("principal", p.Name()), zap.String("action", string(contract.ActionAdmin)),
-				zap.String("target", r.Method+" "+r.URL.Path), zap.Int("status", sw.code()), zap.String("outcome", outcome(sw.code())),
-				zap.String("remote", r.RemoteAddr))
+			contract.AuditAdmin(a.Audit, r, p.Name(), sw.code())
 		}
 	})
 }
@@ -143,18 +140,9 @@ func authenticate(a contract.Authenticator, r *http.Request) (contract.Principal
 	return nil, contract.ErrUnauthorized
 }
 
-func outcome(status int) string {
-	if status < 400 {
-		return "ok"
-	}
-	return "failed"
-}
-
 // refused writes the audit line of a refused request.
 func refused(audit *zap.Logger, r *http.Request, principal string, status int, action contract.Action, topic string, err error) {
-	audit.Info("request refused", zap.Int("status", status), zap.String("principal", principal), zap.String("action", string(action)),
-		zap.String("topic", topic), zap.String("method", r.Method), zap.String("path", r.URL.Path),
-		zap.String("remote", r.RemoteAddr), zap.String("reason", err.Error()))
+	contract.AuditRefused(audit, r, principal, status, action, topic, err.Error())
 }
 
 // requestPrincipal is the principal of one authenticated request as the

@@ -22,7 +22,7 @@ const (
 	// DefaultAuthFailureDelay is how long a refused AUTH (or client
 	// certificate) waits before its ERR UNAUTHORIZED, so that guessing
 	// tokens costs the guesser time and a connection slot.
-	DefaultAuthFailureDelay = 200 * time.Millisecond
+	DefaultAuthFailureDelay = contract.AuthFailureDelay
 )
 
 // authState is a connection's authentication (see the package
@@ -200,12 +200,7 @@ func (c *conn) peerCommonName() (string, bool) {
 
 // failureDelay waits Options.AuthFailureDelay (less when the server stops).
 func (c *conn) failureDelay() {
-	t := time.NewTimer(c.s.opts.AuthFailureDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-c.s.ctx.Done():
-	}
+	contract.WaitAuthFailure(c.s.ctx, c.s.opts.AuthFailureDelay)
 }
 
 // allowed reports whether the connection's principal may do action on

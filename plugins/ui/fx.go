@@ -49,7 +49,7 @@ func NewFromConfig(p Params) (Result, error) {
 	u, err := New(Options{
 		Config: p.Config, Storage: p.Storage, Registry: p.Registry, Admin: p.Admin, Groups: p.Groups,
 		Authenticator: p.Authenticator, JetStreamServers: p.JetStream.Servers,
-		Logger: p.Logger.Named("ui"),
+		Logger: p.Logger.Named("ui"), Audit: contract.AuditLogger(p.Logger),
 	})
 	if err != nil {
 		return Result{}, err

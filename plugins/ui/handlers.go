@@ -39,9 +39,9 @@ type messageRow struct {
 
 // base is the page data every page of session s starts from.
 func (u *UI) base(r *http.Request, s session, title string) *pageData {
-	d := &pageData{Title: title, RefreshMS: u.o.Config.Refresh.Milliseconds(), CSRF: u.csrf(s.id), Admin: isAdmin(r), AuthOn: u.authOn()}
+	d := &pageData{Title: title, RefreshMS: u.o.Config.Refresh.Milliseconds(), CSRF: u.csrf(s.key()), Admin: isAdmin(r), AuthOn: u.authOn()}
 	if id := r.URL.Query().Get("flash"); id != "" {
-		if f, ok := u.flash.take(id, s.id, time.Now()); ok {
+		if f, ok := u.flash.take(id, s.key(), time.Now()); ok {
 			d.Flash, d.FlashBad = f.text, f.bad
 		}
 	}
@@ -87,7 +87,7 @@ func (u *UI) handleTopic(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	if err := contract.Authorize(r.Context(), contract.ActionRead, name, ""); err != nil {
-		u.fail(w, r, http.StatusForbidden, "Forbidden: you may not read this topic.")
+		u.refuse(w, r, s.name(), http.StatusForbidden, contract.ActionRead, name, "Forbidden: you may not read this topic.")
 		return
 	}
 	q, ok := u.o.Registry.Get(name)
@@ -204,7 +204,7 @@ func (u *UI) handleAction(kind string) func(http.ResponseWriter, *http.Request, 
 			return
 		}
 		if !isAdmin(r) {
-			u.fail(w, r, http.StatusForbidden, "Forbidden: administering dispatchers needs the admin permission.")
+			u.refuse(w, r, s.name(), http.StatusForbidden, contract.ActionAdmin, "", "Forbidden: administering dispatchers needs the admin permission.")
 			return
 		}
 		if u.o.Admin == nil {
@@ -223,25 +223,19 @@ func (u *UI) handleAction(kind string) func(http.ResponseWriter, *http.Request, 
 			_, err = u.o.Admin.SetPaused(name, kind == "pause")
 			msg = fmt.Sprintf("Dispatcher %s %sd.", name, kind)
 		}
-		who := "anonymous"
-		if s.principal != nil {
-			who = s.principal.Name()
+		// The status the admin API would have answered: the page answers
+		// 303 either way, with the outcome in the flash.
+		status := http.StatusOK
+		if err != nil {
+			status = contract.Classify(err).Status
 		}
-		u.audit.Info("admin action", zap.String("principal", who), zap.String("action", string(contract.ActionAdmin)),
-			zap.String("target", "ui "+kind+" "+name), zap.String("outcome", outcomeOf(err)), zap.String("remote", r.RemoteAddr))
+		contract.AuditAdmin(u.o.Audit, r, s.name(), status)
 		if err != nil {
 			msg = fmt.Sprintf("%s %s: %v", kind, name, err)
 		}
-		id := u.flash.put(s.id, msg, err != nil, time.Now())
+		id := u.flash.put(s.key(), msg, err != nil, time.Now())
 		http.Redirect(w, r, "/ui/?flash="+id, http.StatusSeeOther)
 	}
-}
-
-func outcomeOf(err error) string {
-	if err != nil {
-		return "failed"
-	}
-	return "ok"
 }
 
 // seekTarget turns the form's "to" into the admin API's: an offset stays a

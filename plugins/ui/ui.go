@@ -21,8 +21,18 @@
 // Authorization: Bearer header, and redirects (303) to /ui/login without
 // one. Topics the principal may not read are left out; the pause, resume
 // and seek forms need the admin permission (403 otherwise). Every
-// state-changing POST carries a csrf field, an HMAC of the session under a
-// per-process random key, and a foreign Origin header is refused (403).
+// state-changing POST carries a csrf field, an HMAC under a per-process
+// random key of the session and the visitor cookie mmmq_ui_csrf (random,
+// set by the first page: HttpOnly, SameSite=Strict, Secure over TLS), and
+// must name the page's own scheme and host in Origin or, without Origin,
+// in Referer (403 otherwise, with authentication off too).
+//
+// Audit: refusals (a wrong login, an unknown or malformed token: 401; a
+// forbidden post or topic, a failed Origin or CSRF check: 403) and the
+// admin actions are written on Options.Audit (the logger named "audit")
+// with contract.AuditRefused and contract.AuditAdmin, as the HTTP API
+// writes them. A wrong login or an unknown token waits
+// Options.AuthFailureDelay (contract.WaitAuthFailure: that request only).
 //
 // The DOM the pages render (ids, classes, data attributes) is a contract
 // the browser test relies on; see the templates.
@@ -32,6 +42,7 @@ import (
 	"context"
 	"crypto/rand"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -80,6 +91,15 @@ type Options struct {
 	// user information when the backend is jetstream.
 	JetStreamServers string
 	Logger           *zap.Logger
+	// Audit is the audit log: refused requests and admin actions, written
+	// with contract.AuditRefused and contract.AuditAdmin as the HTTP API
+	// writes them; default contract.AuditLogger(Logger) (Module passes
+	// the application's logger named "audit", as the HTTP API gets).
+	Audit *zap.Logger
+	// AuthFailureDelay is how long a refused credential (a wrong login, an
+	// unknown bearer token or cookie) waits before its answer; default
+	// contract.AuthFailureDelay.
+	AuthFailureDelay time.Duration
 	// SampleEvery is the sampler's period (rates, lag sparklines);
 	// default 10s.
 	SampleEvery time.Duration
@@ -94,7 +114,6 @@ type UI struct {
 	key     []byte // CSRF HMAC key, random per process
 	started time.Time
 	s       *sampler
-	audit   *zap.Logger
 	flash   flashes // form posts' outcomes, shown once
 }
 
@@ -120,6 +139,12 @@ func New(o Options) (*UI, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.Audit == nil {
+		o.Audit = contract.AuditLogger(o.Logger)
+	}
+	if o.AuthFailureDelay <= 0 {
+		o.AuthFailureDelay = contract.AuthFailureDelay
+	}
 	t, err := template.New("ui").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("ui: parse templates: %w", err)
@@ -127,7 +152,7 @@ func New(o Options) (*UI, error) {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	sub, _ := fs.Sub(staticFS, "static")
-	u := &UI{o: o, tmpl: t, key: key, started: time.Now(), audit: contract.AuditLogger(o.Logger),
+	u := &UI{o: o, tmpl: t, key: key, started: time.Now(),
 		static: http.StripPrefix("/ui/static/", http.FileServerFS(sub))}
 	u.s = newSampler(o.Registry, o.Admin, o.SampleEvery)
 	return u, nil
@@ -227,7 +252,7 @@ func securityHeaders(w http.ResponseWriter, page bool) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "same-origin") // not no-referrer: with it Chromium posts forms with "Origin: null", which sameOrigin refuses
+	h.Set("Referrer-Policy", "same-origin") // not no-referrer: with it Chromium posts forms with "Origin: null", which originProblem refuses
 	if page {
 		h.Set("Cache-Control", "no-store")
 	}
@@ -247,11 +272,22 @@ func (u *UI) open(h http.HandlerFunc) http.HandlerFunc {
 func (u *UI) page(h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w, true)
-		s, ok := u.session(r)
-		if !ok {
+		s, err := u.session(r)
+		if err != nil {
+			// A first visit (a GET without credentials) is no refusal; an
+			// unknown token waits as a wrong login does.
+			if !errors.Is(err, errNoCredentials) || r.Method == http.MethodPost {
+				if errors.Is(err, errUnknownToken) {
+					contract.WaitAuthFailure(r.Context(), u.o.AuthFailureDelay)
+				}
+				contract.AuditRefused(u.o.Audit, r, "", http.StatusUnauthorized, "", "", err.Error()+" (sent to the login)")
+			}
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
 		}
+		// A page sets the visitor cookie its forms' CSRF token is bound
+		// to; a post without one is refused by checkPost.
+		s.visitor = visitor(w, r, r.Method != http.MethodPost)
 		if s.principal != nil {
 			r = r.WithContext(contract.WithPrincipal(r.Context(), s.principal))
 		}

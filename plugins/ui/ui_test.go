@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
@@ -18,10 +20,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/app"
 	"github.com/mmmq/mmmq/modules/admin"
-	"github.com/mmmq/mmmq/modules/auth"
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -36,7 +40,9 @@ type broker struct {
 	base  string
 	admin *admin.Admin
 	reg   *topicqueue.Registry
-	c     *http.Client // does not follow redirects
+	c     *http.Client // b.visitor(): does not follow redirects, keeps cookies
+	logs  *observer.ObservedLogs
+	h     http.Handler // the server's handler, for requests without a network (TLS)
 }
 
 func testConfig(t *testing.T) *config.Config {
@@ -52,26 +58,57 @@ func testConfig(t *testing.T) *config.Config {
 func startBroker(t *testing.T, cfg *config.Config) *broker {
 	t.Helper()
 	var srv *httpapi.Server
-	b := &broker{t: t, c: &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	ta := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv, &b.admin, &b.reg)))
+	core, logs := observer.New(zapcore.DebugLevel)
+	b := &broker{t: t, logs: logs}
+	b.c = b.visitor(nil)
+	ta := fxtest.New(t, app.Options(config.Supply(cfg), fx.Populate(&srv, &b.admin, &b.reg),
+		fx.Decorate(func(l *zap.Logger) *zap.Logger { return zap.New(zapcore.NewTee(l.Core(), core)) })))
 	ta.RequireStart()
 	t.Cleanup(ta.RequireStop)
 	b.base = "http://" + srv.Addr()
+	b.h = srv.Handler()
 	return b
 }
 
-// do sends a request; hdr are name, value pairs ("Cookie", ...).
+// visitor is a client as a browser is one: it keeps its cookies and does
+// not follow redirects; local, when set, is the address it connects from.
+func (b *broker) visitor(local net.IP) *http.Client {
+	jar, err := cookiejar.New(nil)
+	require.NoError(b.t, err)
+	tr := &http.Transport{}
+	if local != nil {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}
+		tr.DialContext = d.DialContext
+	}
+	b.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Jar: jar, Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// do sends a request through b.c; hdr are name, value pairs ("Cookie",
+// ...). A post under /ui/ carries the form's Content-Type and, as a
+// browser's does, "Origin: <the broker>" unless hdr names an Origin
+// ("" for none).
 func (b *broker) do(method, path, body string, hdr ...string) (*http.Response, string) {
+	b.t.Helper()
+	return b.doWith(b.c, method, path, body, hdr...)
+}
+
+// doWith is do through the client c (another visitor).
+func (b *broker) doWith(c *http.Client, method, path, body string, hdr ...string) (*http.Response, string) {
 	b.t.Helper()
 	req, err := http.NewRequest(method, b.base+path, strings.NewReader(body))
 	require.NoError(b.t, err)
 	if method == http.MethodPost && strings.HasPrefix(path, "/ui/") {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", b.base)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+		}
 	}
-	resp, err := b.c.Do(req)
+	resp, err := c.Do(req)
 	require.NoError(b.t, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
@@ -362,21 +399,9 @@ func TestCSRF(t *testing.T) {
 // without admin sees no buttons and its POSTs are 403; topics it may not
 // read are not shown.
 func TestAuth(t *testing.T) {
-	holding, _ := consumers(t)
-	cfg := testConfig(t)
-	all, allDigest := auth.NewToken()
-	reader, readerDigest := auth.NewToken()
-	config.EditSection(cfg, auth.ConfigSection, func(a *auth.Config) {
-		a.Tokens = []auth.TokenConfig{
-			{Name: "all", TokenSHA256: allDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"publish", "consume", "read", "admin", "metrics"}}}},
-			{Name: "reader", TokenSHA256: readerDigest, Permissions: []auth.PermissionConfig{{Actions: []string{"read"}, Topics: []string{"public.*"}}}},
-		}
-	})
-	b := startBroker(t, cfg)
+	b, all, reader := authBroker(t)
 	bearer := "Bearer " + all
 	b.publish(map[string]any{"topic": "public.a", "content": 1}, "Authorization", bearer)
-	b.publish(map[string]any{"topic": "secret.b", "content": 1}, "Authorization", bearer)
-	b.createDispatcher("d1", holding, "public.*", "Authorization", bearer)
 	resp, out := b.do(http.MethodPost, "/topics/public.a/groups/gpub/fetch?max=1", "", "Authorization", bearer)
 	require.Equal(t, 200, resp.StatusCode, out)
 
