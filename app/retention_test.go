@@ -308,6 +308,11 @@ func TestRetentionHeldByAnAPIDispatcher(t *testing.T) {
 		resp.Body.Close()
 		assert.Contains(t, string(raw), `mmmq_retention_holder{kind="dispatcher",reader="stuck",topic="held.t"} 1`)
 		assert.Regexp(t, `mmmq_retention_held_bytes\{topic="held.t"\} [1-9]`, string(raw))
+		// The status page names it too, in the topic list and on the
+		// topic's own page (round-3 item 5).
+		for _, page := range []string{"/ui/", "/ui/topics/" + topic} {
+			assert.Regexp(t, `<td class="readers">stuck: lag \d+ <span class="held" [^>]*>holds retention: dispatcher stuck at offset 0, [0-9.]+ (KiB|B) kept</span></td>`, uiPage(t, base+page), page)
+		}
 	}
 
 	var r *retention.Retainer
@@ -330,4 +335,17 @@ func TestRetentionHeldByAnAPIDispatcher(t *testing.T) {
 	row := topicRow(base)
 	assert.Greater(t, row["startOffset"], 0.0, "nothing deleted once the dispatcher is gone")
 	assert.Nil(t, row["retentionHeldBy"])
+	assert.NotContains(t, uiPage(t, base+"/ui/"), `class="held"`)
+}
+
+// uiPage is the status page at url (auth off: no login).
+func uiPage(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", url, raw)
+	return string(raw)
 }

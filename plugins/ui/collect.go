@@ -26,6 +26,9 @@ type topicRow struct {
 	Readers            []reader
 	rateKnown          bool
 	Failed             string // the log's failure, "" when healthy
+	// HeldBy is the reader that held the topic's retention back at the
+	// last retention pass (keep-unconsumed), nil when none did.
+	HeldBy *contract.RetentionHold
 }
 
 // reader is a dispatcher or group reading a topic, with its lag.
@@ -201,6 +204,11 @@ func (u *UI) withReaders(c *collected, row topicRow) topicRow {
 		row.Readers = append(row.Readers, reader{Name: g.Group, Lag: g.Lag})
 	}
 	row.Lag = c.lag[row.Name]
+	if u.o.Holds != nil {
+		if h, ok := u.o.Holds.RetentionHold(row.Name); ok {
+			row.HeldBy = &h
+		}
+	}
 	return row
 }
 

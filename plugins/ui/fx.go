@@ -28,6 +28,9 @@ type Params struct {
 	Groups        *groups.Coordinator    `optional:"true"`
 	Authenticator contract.Authenticator `optional:"true"`
 	JetStream     jetstream.Config       `optional:"true"`
+	// Holds is retention's (modules/retention): which reader holds a
+	// topic's retention back, shown in the topic tables.
+	Holds contract.RetentionHolds `optional:"true"`
 }
 
 // Result is the /ui/ route (nil when mmmq.ui.enabled is false) and the
@@ -48,7 +51,7 @@ func NewFromConfig(p Params) (Result, error) {
 	}
 	u, err := New(Options{
 		Config: p.Config, Storage: p.Storage, Registry: p.Registry, Admin: p.Admin, Groups: p.Groups,
-		Authenticator: p.Authenticator, JetStreamServers: p.JetStream.Servers,
+		Authenticator: p.Authenticator, JetStreamServers: p.JetStream.Servers, Holds: p.Holds,
 		Logger: p.Logger.Named("ui"), Audit: contract.AuditLogger(p.Logger),
 	})
 	if err != nil {

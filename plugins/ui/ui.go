@@ -90,7 +90,11 @@ type Options struct {
 	// JetStreamServers is mmmq.jetstream.servers, shown without any
 	// user information when the backend is jetstream.
 	JetStreamServers string
-	Logger           *zap.Logger
+	// Holds says which reader holds a topic's retention back
+	// (mmmq.broker.retention.keep-unconsumed), shown beside the topic's
+	// readers; nil: nothing shown.
+	Holds  contract.RetentionHolds
+	Logger *zap.Logger
 	// Audit is the audit log: refused requests and admin actions, written
 	// with contract.AuditRefused and contract.AuditAdmin as the HTTP API
 	// writes them; default contract.AuditLogger(Logger) (Module passes
