@@ -21,21 +21,44 @@ import (
 // capture runs the CLI in-process and returns its exit code and stdout.
 func capture(t *testing.T, args ...string) (int, string) {
 	t.Helper()
+	code, out, _ := captureAll(t, args...)
+	return code, out
+}
+
+// captureAll runs the CLI in-process and returns its exit code, stdout
+// and stderr (both read while it runs, so a long output cannot block it).
+func captureAll(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	oldOut, oldErr := os.Stdout, os.Stderr
+	outR, outW := pipe(t)
+	errR, errW := pipe(t)
+	os.Stdout, os.Stderr = outW, errW
+	outC, errC := readAllAsync(outR), readAllAsync(errR)
+	code = run(args)
+	os.Stdout, os.Stderr = oldOut, oldErr
+	outW.Close()
+	errW.Close()
+	return code, <-outC, <-errC
+}
+
+func pipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan string)
+	return r, w
+}
+
+// readAllAsync reads r to its end in a goroutine and sends what it read.
+func readAllAsync(r *os.File) <-chan string {
+	done := make(chan string, 1)
 	go func() {
+		defer r.Close()
 		b, _ := io.ReadAll(r)
 		done <- string(b)
 	}()
-	code := run(args)
-	os.Stdout = old
-	w.Close()
-	return code, <-done
+	return done
 }
 
 // fixture writes topic "t" with n messages under a new root.
@@ -339,16 +362,7 @@ func TestDump(t *testing.T) {
 func TestServeStartupFailureExits1(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(cfg, []byte("server:\n  prot: 1\n"), 0o644)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	oldErr := os.Stderr
-	os.Stderr = w
-	code, _ := capture(t, "serve", "--config", cfg)
-	os.Stderr = oldErr
-	w.Close()
-	stderr, _ := io.ReadAll(r)
+	code, _, stderr := captureAll(t, "serve", "--config", cfg)
 	if code != 1 {
 		t.Fatalf("unknown key: exit %d, want 1", code)
 	}
@@ -375,16 +389,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 		{"dispatchers", "--help"}, {"dispatchers", "help"}, {"dispatchers", "seek", "--help"}, {"dispatchers", "create", "-h"},
 		{"topics", "--help"}, {"topics", "get", "--help"},
 	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldErr := os.Stderr
-		os.Stderr = w
-		code, out := capture(t, args...)
-		os.Stderr = oldErr
-		w.Close()
-		stderr, _ := io.ReadAll(r)
+		code, out, stderr := captureAll(t, args...)
 		if code != 0 || !strings.Contains(out, "usage") || len(stderr) != 0 {
 			t.Errorf("mmmq %s: exit %d, stdout %q, stderr %q; want 0, the usage on stdout, nothing on stderr",
 				strings.Join(args, " "), code, out, stderr)
@@ -401,17 +406,8 @@ func TestUsageErrorsAreShort(t *testing.T) {
 		{"version", "--bogus"}, {"verify", "--bogus"}, {"dump", "--bogus"},
 		{"topics", "list", "--bogus"}, {"dispatchers", "seek", "x", "--bogus"},
 	} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		oldErr := os.Stderr
-		os.Stderr = w
-		code, out := capture(t, args...)
-		os.Stderr = oldErr
-		w.Close()
-		b, _ := io.ReadAll(r)
-		stderr := strings.TrimSpace(string(b))
+		code, out, stderr := captureAll(t, args...)
+		stderr = strings.TrimSpace(stderr)
 		lines := strings.Split(stderr, "\n")
 		if code != 2 || out != "" || len(lines) > 3 || !strings.Contains(stderr, "bogus") {
 			t.Errorf("mmmq %s: exit %d, stdout %q, stderr (%d lines) %q; want 2, nothing on stdout, at most 3 lines naming the bad argument",

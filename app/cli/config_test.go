@@ -1,32 +1,11 @@
 package cli
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-// captureAll runs the CLI in-process and returns its exit code, stdout and stderr.
-func captureAll(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	done := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- string(b)
-	}()
-	code, stdout = capture(t, args...)
-	os.Stderr = old
-	w.Close()
-	return code, stdout, <-done
-}
 
 // writeConfig writes body to a new YAML file and returns its path.
 func writeConfig(t *testing.T, body string) string {
