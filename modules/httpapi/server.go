@@ -401,7 +401,13 @@ type PublishResponse struct {
 }
 
 func ackLevel(r *http.Request) (contract.AckLevel, error) {
-	v := queryValue(r.URL.RawQuery, "ack")
+	v, n := queryValue(r.URL.RawQuery, "ack")
+	if n > 1 {
+		// ?ack=accepted&ack=durable: which one the client meant is not
+		// ours to guess (the first, as url.Values.Get takes, could claim
+		// less than it wanted).
+		return 0, contract.BadRequest("query parameter ack: given %d times; give it once", n)
+	}
 	lvl, err := contract.ParseAckLevel(v)
 	if err != nil {
 		return 0, contract.BadRequest("query parameter ack: %v", err)
@@ -410,26 +416,30 @@ func ackLevel(r *http.Request) (contract.AckLevel, error) {
 }
 
 // queryValue is url.Values.Get(key) of a raw query without building the
-// map: the first value of key. A query with escapes ('%', '+'), a ';' or
-// more than 1 KiB (url.ParseQuery refuses over 10000 parameters) takes the
-// url.ParseQuery path, so the result is the same in every case.
-func queryValue(raw, key string) string {
+// map: the first value of key, and how many times key is given (0 when
+// absent). A query with escapes ('%', '+'), a ';' or more than 1 KiB
+// (url.ParseQuery refuses over 10000 parameters) takes the url.ParseQuery
+// path, so the result is the same in every case.
+func queryValue(raw, key string) (first string, n int) {
 	if raw == "" {
-		return ""
+		return "", 0
 	}
 	if len(raw) > 1024 || strings.ContainsAny(raw, "%+;") {
 		q, _ := url.ParseQuery(raw)
-		return q.Get(key)
+		return q.Get(key), len(q[key])
 	}
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
 		k, v, _ := strings.Cut(pair, "=")
 		if k == key {
-			return v
+			if n == 0 {
+				first = v
+			}
+			n++
 		}
 	}
-	return ""
+	return first, n
 }
 
 // publishRequest reads what every publish route starts with: the ?ack=

@@ -162,6 +162,11 @@ func TestPublishBodyErrors(t *testing.T) {
 	body := `{"topic":"body.t","content":"` + strings.Repeat("x", 200) + `"}`
 	wantNACK(t, a.call(http.MethodPost, "/messages", "", body), http.StatusRequestEntityTooLarge, contract.CodeTooLarge, "max-record-bytes")
 	wantNACK(t, a.call(http.MethodPost, "/messages?ack=maybe", "", `{"topic":"body.t","content":1}`), http.StatusBadRequest, contract.CodeBadRequest, "ack")
+	// Given twice, the level is ambiguous: refused, not the first taken.
+	for _, q := range []string{"?ack=accepted&ack=durable", "?ack=durable&ack=durable", "?ack=written&ack=d%75rable"} {
+		wantNACK(t, a.call(http.MethodPost, "/messages"+q, "", `{"topic":"body.t","content":1}`), http.StatusBadRequest, contract.CodeBadRequest, "given 2 times")
+		wantNACK(t, a.call(http.MethodPost, "/messages/batch"+q, "", `[{"topic":"body.t","content":1}]`), http.StatusBadRequest, contract.CodeBadRequest, "given 2 times")
+	}
 	a.noTopics()
 }
 
