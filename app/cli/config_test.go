@@ -248,7 +248,7 @@ func TestConfigCheckReadsTokenAndTLSFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			code, out, errOut := captureAll(t, "config", "check", "--config", path)
-			if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: "+tc.says) {
+			if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: config: "+tc.says) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying %q", code, out, errOut, tc.says)
 			}
 		})

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -413,6 +414,27 @@ func TestStartupWarnsTokensThatLostDeadLetters(t *testing.T) {
 	}
 	if want := "reader,sloppy,redriver"; strings.Join(warned, ",") != want {
 		t.Errorf("warned tokens = %v, want %s", warned, want)
+	}
+}
+
+// A token without permissions is valid but refused everything: startup
+// warns about it, naming its key, and about no other.
+func TestStartupWarnsTokensWithoutPermissions(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	_, err := New(Config{Tokens: []TokenConfig{
+		{Name: "ops", TokenSHA256: Digest("ops"), Permissions: []PermissionConfig{perm([]string{"admin"}, nil, nil)}},
+		{Name: "empty", TokenSHA256: Digest("empty"), Permissions: []PermissionConfig{}},
+		{Name: "none", TokenSHA256: Digest("none")},
+	}}, nil, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned []string
+	for _, e := range logs.FilterMessageSnippet("token has no permissions").All() {
+		warned = append(warned, fmt.Sprint(e.ContextMap()["token"], "@", e.ContextMap()["key"]))
+	}
+	if want := "empty@mmmq.auth.tokens[1].permissions,none@mmmq.auth.tokens[2].permissions"; strings.Join(warned, ",") != want {
+		t.Errorf("warned = %v, want %s", warned, want)
 	}
 }
 

@@ -96,6 +96,7 @@ func New(a Config, source Source, log *zap.Logger) (*Store, error) {
 	} else {
 		log.Info("authentication on", zap.Int("entries", len(a.Tokens)))
 		warnReservedLosses(log, st)
+		warnNoPermissions(log, a)
 	}
 	return s, nil
 }
@@ -113,6 +114,18 @@ func warnReservedLosses(log *zap.Logger, st *state) {
 	}
 }
 
+// warnNoPermissions logs one warning per entry without permissions
+// (`permissions: []` or none): valid, but every request it makes is
+// refused with 403, which is rarely what was meant.
+func warnNoPermissions(log *zap.Logger, a Config) {
+	for i, t := range a.Tokens {
+		if len(t.Permissions) == 0 {
+			log.Warn("token has no permissions: every request it makes is refused (403); give it permissions or remove it",
+				zap.String("token", t.Name), zap.String("key", fmt.Sprintf("mmmq.auth.tokens[%d].permissions", i)))
+		}
+	}
+}
+
 // build reads a into a state.
 func build(a Config) (*state, error) {
 	st := &state{certs: map[string]*principal{}, files: map[string]fileStamp{}, open: len(a.Tokens) == 0, protectMetrics: a.ProtectMetrics}
@@ -121,7 +134,7 @@ func build(a Config) (*state, error) {
 		if prev, dup := owner[e.digest]; dup {
 			// Two entries with one token could not be told apart: the
 			// token would silently become whichever matched last.
-			return fmt.Errorf("%s: the same token as %s (a token file holding another entry's token?); every entry needs its own token", key, prev)
+			return fmt.Errorf("config: %s: the same token as %s (a token file holding another entry's token?); every entry needs its own token", key, prev)
 		}
 		owner[e.digest] = key
 		st.tokens = append(st.tokens, e)
@@ -140,7 +153,7 @@ func build(a Config) (*state, error) {
 		case t.TokenFile != "":
 			d, stamp, err := readTokenFile(t.TokenFile)
 			if err != nil {
-				return nil, fmt.Errorf("%s.token-file: %w", key, err)
+				return nil, fmt.Errorf("config: %s.token-file: %w", key, err)
 			}
 			st.files[t.TokenFile] = stamp
 			if err := add(key+".token-file", tokenEntry{digest: d, p: p}); err != nil {
@@ -149,7 +162,7 @@ func build(a Config) (*state, error) {
 		default:
 			b, err := hex.DecodeString(t.TokenSHA256)
 			if err != nil || len(b) != sha256.Size {
-				return nil, fmt.Errorf("%s.token-sha256: not 64 hex characters", key)
+				return nil, fmt.Errorf("config: %s.token-sha256: not 64 hex characters", key)
 			}
 			e := tokenEntry{p: p}
 			copy(e.digest[:], b)

@@ -102,7 +102,7 @@ func load(c config.ServerTLSConfig) (*state, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("server.tls.cert-file %s and server.tls.key-file %s: %w", c.CertFile, c.KeyFile, err)
+		return nil, fmt.Errorf("config: server.tls.cert-file %s and server.tls.key-file %s: %w", c.CertFile, c.KeyFile, err)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if c.ClientCAFile != "" {
@@ -116,7 +116,7 @@ func load(c config.ServerTLSConfig) (*state, error) {
 	return &state{cert: &cert, cfg: cfg}, nil
 }
 
-func keyErr(key string, err error) error { return fmt.Errorf("%s: %w", key, err) }
+func keyErr(key string, err error) error { return fmt.Errorf("config: %s: %w", key, err) }
 
 // clientAuth maps server.tls.client-auth to crypto/tls.
 func clientAuth(a config.ClientAuth) tls.ClientAuthType {
