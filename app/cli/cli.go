@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/mmmq/mmmq/app/loadgen"
@@ -103,6 +104,12 @@ func Run(p Program, args []string) int {
 		cmd, args = "help", args[1:]
 	case len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-':
 		cmd, args = args[0], args[1:]
+	default:
+		// "mmmq --server URL dispatchers list": the remote commands'
+		// common flags may come before the command too.
+		if lead, rest := leadingRemoteFlags(args); len(lead) > 0 && len(rest) > 0 && (rest[0] == "dispatchers" || rest[0] == "topics") {
+			cmd, args = rest[0], slices.Concat(lead, rest[1:]) // a copy: lead and rest share args
+		}
 	}
 	switch cmd {
 	case "serve":

@@ -61,7 +61,12 @@ func (g *group) run(args []string) int {
 		g.usage(os.Stderr)
 		return 2
 	case strings.HasPrefix(args[0], "-"):
-		fmt.Fprintf(os.Stderr, prog+" %s: want the subcommand before the flags; got %q\n", g.name, args[0])
+		// The flags every subcommand takes may come first
+		// ("dispatchers --server URL list"): moved behind the subcommand.
+		if lead, rest := leadingRemoteFlags(args); len(lead) > 0 && len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			return g.run(append(append([]string{rest[0]}, lead...), rest[1:]...))
+		}
+		fmt.Fprintf(os.Stderr, prog+" %s: want the subcommand before its flags (only --server, --json, --request-timeout and --token-file may come first); got %q\n", g.name, args[0])
 		g.usage(os.Stderr)
 		return 2
 	}
@@ -74,6 +79,33 @@ func (g *group) run(args []string) int {
 	fmt.Fprintf(os.Stderr, prog+" %s: unknown subcommand %q\n", g.name, args[0])
 	g.usage(os.Stderr)
 	return 2
+}
+
+// remoteFlags are the flags every remote subcommand takes (newRemote),
+// true for those that take a value.
+var remoteFlags = map[string]bool{"server": true, "json": false, "request-timeout": true, "token-file": true}
+
+// leadingRemoteFlags splits args into the remote flags at its start
+// (-f, --f, --f=v, or --f v for a flag with a value) and the rest, which
+// begins at the first argument that is not one of them.
+func leadingRemoteFlags(args []string) (lead, rest []string) {
+	i := 0
+	for i < len(args) {
+		a := args[i]
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		takesValue, known := remoteFlags[name]
+		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" || !known {
+			break
+		}
+		i++
+		if takesValue && !hasValue {
+			if i == len(args) {
+				return nil, args // a value is missing: leave it to the flag parser
+			}
+			i++
+		}
+	}
+	return args[:i], args[i:]
 }
 
 // usage lists the group's subcommands on w.

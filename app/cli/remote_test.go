@@ -457,6 +457,35 @@ func TestRemoteServerFromEnvironment(t *testing.T) {
 	}
 }
 
+// The flags every remote subcommand takes may also come before the
+// subcommand or before the command (a trial user typed
+// "mmmq --server URL dispatchers list" and got serve's usage); any other
+// flag there is still a usage error.
+func TestRemoteFlagsBeforeTheSubcommand(t *testing.T) {
+	b := startCLIBroker(t)
+	t.Setenv("MMMQ_SERVER", "http://127.0.0.1:1") // used only if --server were lost
+	for _, args := range [][]string{
+		{"dispatchers", "--server", b.base, "list"},
+		{"--server", b.base, "dispatchers", "list"},
+		{"--server=" + b.base, "--json", "dispatchers", "list"},
+		{"dispatchers", "--json", "--request-timeout", "5s", "--server", b.base, "get", "from-file"},
+		{"--server", b.base, "topics", "list"},
+	} {
+		if code, out, errOut := captureAll(t, args...); code != 0 || out == "" || errOut != "" {
+			t.Errorf("mmmq %s: exit %d, stdout %q, stderr %q; want 0 and the answer", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	for _, args := range [][]string{
+		{"dispatchers", "--bogus", "list"},
+		{"dispatchers", "--server"},
+		{"--server", b.base, "verify"},
+	} {
+		if code, _, errOut := captureAll(t, args...); code != 2 || errOut == "" {
+			t.Errorf("mmmq %s: exit %d, stderr %q; want 2 and the usage", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
+
 // Bad usage is exit 2 with the problem and the subcommand's usage on
 // stderr, before any request (the server here would fail every one).
 func TestRemoteCommandUsage(t *testing.T) {
@@ -470,7 +499,7 @@ func TestRemoteCommandUsage(t *testing.T) {
 	}{
 		{[]string{"dispatchers"}, "usage: mmmq dispatchers <subcommand>", "missing subcommand"},
 		{[]string{"dispatchers", "frob"}, "usage: mmmq dispatchers <subcommand>", `unknown subcommand "frob"`},
-		{[]string{"dispatchers", "--json", "list"}, "usage: mmmq dispatchers <subcommand>", `want the subcommand before the flags; got "--json"`},
+		{[]string{"dispatchers", "--bogus", "list"}, "usage: mmmq dispatchers <subcommand>", `want the subcommand before its flags (only --server, --json, --request-timeout and --token-file may come first); got "--bogus"`},
 		{[]string{"topics", "frob"}, "usage: mmmq topics <subcommand>", `unknown subcommand "frob"`},
 		{[]string{"dispatchers", "get"}, "usage: mmmq dispatchers get NAME", "missing NAME"},
 		{[]string{"dispatchers", "get", "a", "b"}, "usage: mmmq dispatchers get NAME", `unexpected argument "b"`},
