@@ -62,6 +62,7 @@ type benchConfig struct {
 	jsonOut      bool
 	progress     bool
 	listen       string
+	dir          string // disk modes: the directory (filesystem) measured
 	serverPID    int
 	urlSet       bool   // -url given explicitly (plain: drive that server; line: read the broker's fsync count there)
 	addr         string // line, redis: TCP address
@@ -153,6 +154,8 @@ func Main(args []string) int {
 		err = servePlain(ctx, cfg.listen)
 	case "deliver":
 		res, err = runDeliver(ctx, cfg)
+	case diskAppend, diskOverwrite:
+		res, err = runDisk(ctx, cfg)
 	}
 	if res != nil {
 		if cfg.jsonOut {
@@ -181,7 +184,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool)
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	defineFlags(fs, &cfg)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|line|redis|jetstream|plain|plain-server|deliver] [flags]
+		fmt.Fprint(fs.Output(), `usage: mmmq bench [-mode publish|line|redis|jetstream|plain|plain-server|deliver|disk-append|disk-overwrite] [flags]
 
   mmmq bench -url http://127.0.0.1:8080 -c 32 -duration 10s -ack durable
   mmmq bench -mode line -addr 127.0.0.1:7070 -c 32 -depth 16 -ack durable
@@ -192,6 +195,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (benchConfig, int, bool)
   mmmq bench -mode plain-server -listen 127.0.0.1:18090 &
   mmmq bench -mode plain -url http://127.0.0.1:18090 -c 32   # ceiling, separate process
   mmmq bench -c 4 -batch 1000 -count 1000000         # batch publish
+  mmmq bench -mode disk-append -c 1 -dir ./data -duration 5s     # the disk alone: append + fsync
+  mmmq bench -mode disk-overwrite -c 1 -dir ./data -duration 5s  # overwrite preallocated + fdatasync
   mmmq bench -mode deliver -count 100000 -consumer-addr 127.0.0.1:18081
       (the broker needs a dispatcher with host http://127.0.0.1:18081 and
        patterns ["mmmq-bench.**"])
@@ -237,7 +242,14 @@ flags:
 		fmt.Fprintf(stderr, "mmmq bench: unexpected argument %q\n", fs.Arg(0))
 		return cfg, 2, false
 	}
-	fs.Visit(func(f *flag.Flag) { cfg.urlSet = cfg.urlSet || f.Name == "url" })
+	cSet := false
+	fs.Visit(func(f *flag.Flag) {
+		cfg.urlSet = cfg.urlSet || f.Name == "url"
+		cSet = cSet || f.Name == "c"
+	})
+	if isDisk(cfg.mode) && !cSet {
+		cfg.producers = 1 // one writer: -c's default of 8 is the broker modes'
+	}
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(stderr, "mmmq bench:", err)
 		return cfg, 2, false
@@ -247,7 +259,7 @@ flags:
 
 // defineFlags declares the flags of mmmq bench on fs, into cfg.
 func defineFlags(fs *flag.FlagSet, cfg *benchConfig) {
-	fs.StringVar(&cfg.mode, "mode", "publish", "publish (HTTP POST /messages) | line (PUB over the line protocol at -addr) | redis (XADD to the Redis server at -addr) | jetstream (synchronous JetStream publish to the NATS servers at -addr) | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer)")
+	fs.StringVar(&cfg.mode, "mode", "publish", "publish (HTTP POST /messages) | line (PUB over the line protocol at -addr) | redis (XADD to the Redis server at -addr) | jetstream (synchronous JetStream publish to the NATS servers at -addr) | plain (answer-only handler: the HTTP ceiling; in-process unless -url is given) | plain-server (serve that handler on -listen until stopped) | deliver (end-to-end to a local consumer) | disk-append (append -size bytes + fsync, one writer, in -dir: no broker, the filesystem's floor) | disk-overwrite (overwrite preallocated zeros + fdatasync, likewise)")
 	fs.StringVar(&cfg.url, "url", "http://127.0.0.1:8080", "broker base URL (publish, deliver); plain: a plain-server's URL; line: read the broker's fsync count there (only when given)")
 	fs.StringVar(&cfg.addr, "addr", "", "line, redis: TCP host:port of the broker's line protocol (mmmq.lineproto.addr; default 127.0.0.1:7070) or of the Redis server (default 127.0.0.1:6379); jetstream: comma-separated nats:// URLs of the NATS servers (default nats://127.0.0.1:4222)")
 	fs.IntVar(&cfg.depth, "depth", 1, "line, redis: requests outstanding per connection, 1..4096 (a sliding window: a new request is written for every reply read)")
@@ -270,6 +282,7 @@ func defineFlags(fs *flag.FlagSet, cfg *benchConfig) {
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print one JSON result line instead of text")
 	fs.BoolVar(&cfg.progress, "progress", true, "print progress to stderr every second")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:18090", "plain-server: listen address")
+	fs.StringVar(&cfg.dir, "dir", ".", "disk-append, disk-overwrite: a directory on the filesystem to measure (the broker's data directory's); a scratch file is written there and removed")
 	fs.IntVar(&cfg.serverPID, "server-pid", 0, "publish, line, redis, plain -url: report this local server process's CPU time per message over the measured window (Linux)")
 }
 
@@ -304,9 +317,12 @@ func notice(cfg benchConfig) string {
 
 func (c *benchConfig) validate() error {
 	switch c.mode {
-	case "publish", "line", "redis", "jetstream", "plain", "plain-server", "deliver":
+	case "publish", "line", "redis", "jetstream", "plain", "plain-server", "deliver", diskAppend, diskOverwrite:
 	default:
-		return fmt.Errorf("-mode %q: want publish, line, redis, jetstream, plain, plain-server or deliver", c.mode)
+		return fmt.Errorf("-mode %q: want publish, line, redis, jetstream, plain, plain-server, deliver, disk-append or disk-overwrite", c.mode)
+	}
+	if err := c.validateDisk(); err != nil {
+		return err
 	}
 	if c.serverPID < 0 {
 		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
@@ -1049,7 +1065,9 @@ func printResult(w io.Writer, r *benchResult) {
 		if r.FsyncsPerMsg != nil {
 			fmt.Fprintf(w, "fsyncs/message %.4f (%s)\n", *r.FsyncsPerMsg, r.FsyncSource)
 		}
-		if r.ServerCPUUsPerMsg != nil {
+		if r.ServerCPUUsPerMsg != nil && isDisk(r.Mode) {
+			fmt.Fprintf(w, "CPU %.1f µs/operation (user+system of this process: the write and sync calls)\n", *r.ServerCPUUsPerMsg)
+		} else if r.ServerCPUUsPerMsg != nil {
 			fmt.Fprintf(w, "server CPU %.1f µs/message (user+system of the -server-pid process)\n", *r.ServerCPUUsPerMsg)
 		}
 	}

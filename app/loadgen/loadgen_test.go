@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -863,5 +864,43 @@ func TestWireModesStopAtDeadlineWhenServerGone(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the run did not end at -duration: the producers went on reconnecting")
+	}
+}
+
+// The disk modes write -count durable operations to a scratch file in -dir,
+// report them, and leave the directory as they found it; one writer only,
+// and -dir must be a directory.
+func TestDiskModes(t *testing.T) {
+	for _, mode := range []string{diskAppend, diskOverwrite} {
+		dir := t.TempDir()
+		cfg, code, ok := parseArgs([]string{"-mode", mode, "-dir", dir, "-count", "40", "-size", "300"}, io.Discard, io.Discard)
+		if !ok {
+			t.Fatalf("%s: parseArgs exit %d", mode, code)
+		}
+		if cfg.producers != 1 {
+			t.Errorf("%s: -c defaults to %d, want 1", mode, cfg.producers)
+		}
+		res, err := runDisk(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if res.Messages != 40 || res.MsgsPerSec <= 0 || res.P50Ms <= 0 || res.Mode != mode {
+			t.Errorf("%s: result %+v, want 40 measured operations", mode, res)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("%s: left %v in -dir", mode, left)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o600)
+	for _, args := range [][]string{
+		{"-mode", diskAppend, "-c", "2"},
+		{"-mode", diskOverwrite, "-dir", file},
+		{"-mode", diskOverwrite, "-dir", filepath.Join(file, "nope")},
+		{"-mode", diskAppend, "-size", "0"},
+	} {
+		if got := Main(args); got != 2 {
+			t.Errorf("Main(%q) = %d, want 2", args, got)
+		}
 	}
 }
