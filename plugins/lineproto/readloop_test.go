@@ -307,3 +307,26 @@ func (e *testEnv) stats(t *testing.T, topic string) storage.Stats {
 	}
 	return q.Stats()
 }
+
+// TestReadLoopRefusedRunAnsweredLineByLine: a run of PUBs of one read to
+// one topic is one append; when the log refuses it as a whole (here one
+// stored message is over the log's record limit, though its payload is
+// within the protocol's), each line is handed out again alone and gets its
+// own answer: the over-long one ERR TOO_LARGE, the others their offsets.
+func TestReadLoopRefusedRunAnsweredLineByLine(t *testing.T) {
+	e := start(t, Options{MaxLineBytes: 8192, MaxRecordBytes: 4096}, groups.Options{}) // the log's limit: 4096
+	c := e.dial(t)
+	big := `PUB rr DURABLE "` + strings.Repeat("x", 4050) + `"`
+	burst := big + "\n" + `PUB rr DURABLE {"n":1}` + "\n" + `PUB rr DURABLE {"n":2}` + "\n"
+	if _, err := c.nc.Write([]byte(burst)); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"ERR TOO_LARGE ", "OK 0 DURABLE", "OK 1 DURABLE"} {
+		if got := c.read(); !strings.HasPrefix(got, want) {
+			t.Fatalf("reply %d %q, want %q", i, got, want)
+		}
+	}
+	if got := strings.Join(e.contentsOf(t, "rr"), ","); got != "1,2" {
+		t.Fatalf("topic holds %s", got)
+	}
+}
