@@ -422,9 +422,9 @@ func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
 // publish serves PUB (withID false: the broker generates the id, never
 // deduplicated) and PUBID (withID true: the producer's id, deduplicated
 // within mmmq.broker.dedup.window). It checks the line (a refusal is
-// answered in the line's place and stores nothing), then hands the
-// message to its topic's writer without waiting (submit); the replier
-// answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
+// answered in the line's place and stores nothing), then adds the
+// message to the read's batch (join), which is handed to the topic's
+// writer without waiting at the end of the read; the flusher answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
 // " DUPLICATE" when the id was already published to the topic within the
 // window (nothing stored; the offset is the first message's).
 func (c *conn) publish(rest []byte, withID bool) {
