@@ -2,7 +2,10 @@
 # grid.sh — sourced by .bench/run.sh: the same-run comparison grids.
 #
 #   line  PUB DURABLE over mmmq's line protocol, for each index-sync mode
-#         (BENCH_INDEX_SYNC), beside Redis XADD (appendfsync always), at
+#         (BENCH_INDEX_SYNC) and, with BENCH_LINE_BASE=<mmmq binary>, that
+#         baseline build as one more system (its own broker, the first
+#         index-sync mode, the same load generator: before and after a
+#         change in one run), beside Redis XADD (appendfsync always), at
 #         BENCH_LINE_C connections x BENCH_DEPTHS pipelining depths; all
 #         driven by `mmmq bench` (-mode line / -mode redis: one client loop,
 #         same connections, same depth, same message).
@@ -93,8 +96,15 @@ line_run() {
 		record line redis "$round" "mmmq bench -mode redis" "$RSS_MIB" "$r"
 		return
 	fi
-	index_sync_env "$sys"
-	LINE=1 start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
+	if [ "$sys" = base ]; then
+		# The baseline build (BENCH_LINE_BASE) serves, with the first
+		# index-sync mode; the load generator stays this build's.
+		index_sync_env "${INDEX_SYNC%% *}"
+		SERVE_BIN=$LINE_BASE LINE=1 start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
+	else
+		index_sync_env "$sys"
+		LINE=1 start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
+	fi
 	before=$(scrape "$BROKER_URL")
 	r=$("$MMMQ" bench -mode line -addr "$LINE_ADDR" -server-pid "$BROKER_PID" -c "$c" -depth "$d" -size "$SIZE" -ack durable \
 		-duration "$LDUR" -warmup "$LWARM" -progress=false -json 2>>"$TMP/bench.log") || true
@@ -238,6 +248,7 @@ grids() {
 		for ((r = 1; r <= ROUNDS; r++)); do
 			for c in $LINE_CS; do
 				for d in $DEPTHS; do
+					if [ -n "$LINE_BASE" ]; then line_run base "$c" "$d" "$r"; fi
 					for s in $INDEX_SYNC; do line_run "$s" "$c" "$d" "$r"; done
 					if [ "$REDIS_OK" = 1 ]; then line_run redis "$c" "$d" "$r"; fi
 				done
@@ -266,7 +277,7 @@ grid_rows() {
 	jq -c -s --argjson syncs "$(jq -nc --arg s "$INDEX_SYNC" '$s | split(" ") | map(select(. != ""))')" '
 		def key: "\(.grid)/\(.producers)/\(.depth // 0)";
 		def order: ({line: 0, http: 1}[.grid]) * 1e9 + (.producers // 0) * 1e5 + (.depth // 0) * 10
-			+ (.system as $s | if $s == "plain" then 0 elif $s == "redis" then 9 else 1 + ($syncs | index($s)) end);
+			+ (.system as $s | if $s == "plain" or $s == "base" then 0 elif $s == "redis" then 9 else 1 + ($syncs | index($s)) end);
 		map(select(.system != null and .grid != null))
 		| group_by([.grid, .system, .producers, (.depth // 0)])
 		| map((sort_by(.msgsPerSec // 0)) as $s | $s[(($s | length) - 1) / 2 | floor]
@@ -276,7 +287,9 @@ grid_rows() {
 			else "\((.msgsPerSec / $ref[key] * 100 | round) / 100)× \(if .grid == "line" then "Redis" else "ceiling" end)" end)})
 		| sort_by(order)[]
 		| . + {scenario: (if .grid == "line" then
-				(if .system == "redis" then "Redis XADD, appendfsync always" else "line PUB DURABLE, index-sync \(.system)" end)
+				(if .system == "redis" then "Redis XADD, appendfsync always"
+				elif .system == "base" then "line PUB DURABLE, baseline build (BENCH_LINE_BASE), index-sync \($syncs[0])"
+				else "line PUB DURABLE, index-sync \(.system)" end)
 			else
 				(if .system == "plain" then "plain net/http handler, own process (HTTP ceiling)" else "HTTP POST /messages DURABLE, index-sync \(.system)" end)
 			end),

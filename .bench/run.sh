@@ -35,6 +35,9 @@
 #                          (mmmq.broker.storage.index-sync; a mode the broker does
 #                          not know makes it refuse to start, and the bench fails)
 #   BENCH_LINE_C="1 8 32 128"  connections of the line grid (quick: 1 32 128)
+#   BENCH_LINE_BASE=path   an mmmq binary (say, built from main) run in the line grid as one
+#                          more system, interleaved with this build and Redis: before/after
+#                          in one run (BENCH_PARTS=line BENCH_DEPTHS=1 for the depth-1 rows only)
 #   BENCH_DEPTHS="1 16"    pipelining depths of the line grid (requests outstanding per connection)
 #   BENCH_HTTP_C="1 8 32 128"  connections of the HTTP grid (quick: 1 32 128)
 #   BENCH_ROUNDS=3         interleaved rounds per grid cell (the table shows the median)
@@ -107,6 +110,8 @@ PARTS=${BENCH_PARTS:-"line http cluster go sweep batch deliver replay startup"}
 INDEX_SYNC=${BENCH_INDEX_SYNC:-"commit lazy"}
 LINE_CS=${BENCH_LINE_C:-$GRID_CS}
 DEPTHS=${BENCH_DEPTHS:-"1 16"}
+LINE_BASE=${BENCH_LINE_BASE:-}
+if [ -n "$LINE_BASE" ] && [ ! -x "$LINE_BASE" ]; then echo "bench: BENCH_LINE_BASE=$LINE_BASE: not an executable" >&2; exit 2; fi
 HTTP_CS=${BENCH_HTTP_C:-$GRID_CS}
 ROUNDS=${BENCH_ROUNDS:-3}
 PEERS=${BENCH_PEERS:-1}
@@ -202,7 +207,7 @@ start_broker_once() {
 	BROKER_URL=http://127.0.0.1:$port
 	t0=$(date +%s%N)
 	env MMMQ_SERVER_HOST=127.0.0.1 MMMQ_SERVER_PORT="$port" MMMQ_BROKER_STORAGE_ROOT_DIR="$data" "${extra[@]}" \
-		"$MMMQ" serve --config "$cfg" >>"$TMP/broker.log" 2>&1 &
+		"${SERVE_BIN:-$MMMQ}" serve --config "$cfg" >>"$TMP/broker.log" 2>&1 &
 	BROKER_PID=$!
 	for ((i = 0; i < 6000; i++)); do
 		if [ "$(curl -s -o /dev/null -w '%{http_code}' "$BROKER_URL/readyz" 2>/dev/null)" = 200 ] &&

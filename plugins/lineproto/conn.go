@@ -28,26 +28,51 @@ var errLineTooLong = errors.New("lineproto: line too long")
 type groupKey struct{ topic, group string }
 
 // conn is one client connection: request lines in order, one reply per
-// request, in the same order. PUB and PUBID are pipelined (pipeline.go):
-// this goroutine, the reader, reads on while their replies are written by
-// the replier. It is a consumer session: it holds the groups it fetched
-// until it closes.
+// request, in the same order. Its reader (serve) reads and serves the
+// lines; PUB and PUBID are pipelined (pipeline.go): their replies are
+// written by the flusher while the reader reads on. It is a consumer
+// session: it holds the groups it fetched until it closes.
 type conn struct {
-	s        *Server
-	nc       net.Conn
-	r        *bufio.Reader
-	w        *bufio.Writer // the reader's only after a drain (pipeline.go)
-	out      replyWriter   // where replyf writes: w, or cur's reply
-	cur      *slot         // the slot of the pipelined line being served
-	line     []byte
-	enc      []byte              // the stored message of the PUB being served
-	topic    string              // the last PUB's topic, valid: reused while it repeats
-	sessions map[groupKey]string // groups this connection holds
-	log      *zap.Logger
-	auth     authState
-	pipe     pipeline
+	s   *Server
+	nc  net.Conn
+	w   *bufio.Writer // the reader's, for barrier replies, only after a drain (pipeline.go)
+	out replyWriter   // where replyf writes: w, or cur's reply
+	cur *slot         // the slot of the pipelined line being served
+	// rbuf is the read buffer; rbuf[rstart:rend] is what was read and not
+	// yet served: after serveLines, at most one incomplete line.
+	rbuf         []byte
+	rstart, rend int
+	// shortReads counts consecutive reads that filled less than half of
+	// rbuf (shrink).
+	shortReads int
+	topic      string              // the last PUB's topic, valid: reused while it repeats
+	sessions   map[groupKey]string // groups this connection holds
+	log        *zap.Logger
+	auth       authState
+	pipe       pipeline
 }
 
+// Read buffer sizes (the shape of nats-server's client read loop).
+const (
+	// minReadBytes is the read buffer of a new connection, and the
+	// smallest it shrinks to.
+	minReadBytes = 512
+	// maxReadBytes is the largest the read buffer grows to while reads
+	// fill it (many short lines at once); only a line longer than it
+	// grows it further, up to MaxLineBytes+3, and the buffer goes back to
+	// minReadBytes once that line is served.
+	maxReadBytes = 64 << 10
+	// shrinkAfterReads: after this many consecutive reads that filled
+	// less than half of the buffer, it is halved.
+	shrinkAfterReads = 4
+)
+
+// serve is the connection's read loop: one read of whatever has arrived
+// (at most the free part of the read buffer), then every complete line in
+// it is served in order, then the read's PUBs are handed to their topics'
+// writers at once and the flusher is woken for the replies that are ready
+// (pipeline.go). A line is served only once its "\n" has arrived; what
+// follows the last one waits for the next read.
 func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.remove(c)
@@ -55,30 +80,135 @@ func (c *conn) serve() {
 	defer c.releaseAuth()
 	defer c.releaseAll()
 	defer c.stopPipeline() // first: every queued line is answered
-	go c.replier()
+	go c.flusher()
+	c.rbuf = make([]byte, minReadBytes)
 	for {
 		// Deadline first, then the checks: Stop sets closing, and the
-		// replier broken, before they set an immediate deadline, so one of
-		// the two always ends an idle read.
+		// flusher broken, before they set an immediate deadline, so one
+		// of the two always ends an idle read.
 		_ = c.nc.SetReadDeadline(time.Now().Add(c.readTimeout()))
 		if c.s.closing.Load() || c.pipe.broken.Load() {
 			return
 		}
-		line, err := c.readLine()
+		free, err := c.makeRoom()
+		var n int
+		if err == nil {
+			n, err = c.nc.Read(c.rbuf[c.rend:])
+			c.rend += n
+		}
+		if !c.serveLines() {
+			return
+		}
+		c.endRead()
+		if err == nil && c.rend-c.rstart > c.lineLimit() {
+			err = errLineTooLong // an incomplete line is already too long
+		}
 		if err != nil {
 			c.readFailed(err)
 			return
 		}
+		c.resize(n, free)
+	}
+}
+
+// makeRoom makes sure the read buffer has free space after rbuf[:rend]
+// and returns how much. The buffer is full only when one incomplete line
+// fills it (serveLines moved it to the front): it then grows for that
+// line, doubling, up to the line limit plus one byte, the first byte
+// that makes the line too long. errLineTooLong when it is already there.
+func (c *conn) makeRoom() (int, error) {
+	if c.rend < len(c.rbuf) {
+		return len(c.rbuf) - c.rend, nil
+	}
+	limit := c.lineLimit() + 1
+	if len(c.rbuf) >= limit {
+		return 0, errLineTooLong
+	}
+	c.setBuffer(min(2*len(c.rbuf), limit))
+	return len(c.rbuf) - c.rend, nil
+}
+
+// setBuffer replaces the read buffer with one of size bytes holding what
+// is not served yet (at most size bytes of it).
+func (c *conn) setBuffer(size int) {
+	b := make([]byte, size)
+	c.rend = copy(b, c.rbuf[c.rstart:c.rend])
+	c.rbuf, c.rstart = b, 0
+}
+
+// resize adapts the read buffer after a read of n bytes into free bytes:
+// a read that filled it doubles it up to maxReadBytes (more lines are
+// waiting), a buffer that grew past maxReadBytes for a long line goes
+// back to minReadBytes once that line is served, and shrinkAfterReads
+// reads in a row that filled less than half of it halve it.
+func (c *conn) resize(n, free int) {
+	size, held := len(c.rbuf), c.rend-c.rstart
+	switch {
+	case size > maxReadBytes:
+		if held <= minReadBytes/2 {
+			c.setBuffer(minReadBytes)
+		}
+		c.shortReads = 0
+	case n == free && size < maxReadBytes:
+		c.setBuffer(2 * size)
+		c.shortReads = 0
+	case n < size/2 && size > minReadBytes:
+		c.shortReads++
+		if c.shortReads >= shrinkAfterReads && held <= size/4 {
+			c.setBuffer(size / 2)
+			c.shortReads = 0
+		}
+	default:
+		c.shortReads = 0
+	}
+}
+
+// serveLines serves every complete line in the read buffer, in order, and
+// moves what is left (an incomplete line) to the front. false: the
+// connection is over (a line closed it, a line was too long, a reply
+// could not be written, or the server is stopping: the lines after are
+// not served).
+func (c *conn) serveLines() bool {
+	for c.rstart < c.rend {
+		buf := c.rbuf[c.rstart:c.rend]
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		limit := c.lineLimit()
+		line := trimCR(buf[:i])
+		if i+1 > limit || len(line) > limit-2 {
+			c.readFailed(errLineTooLong)
+			return false
+		}
+		c.rstart += i + 1
+		if c.s.closing.Load() || c.pipe.broken.Load() {
+			return false
+		}
 		if !c.request(line) {
-			return
-		}
-		if cap(c.line) > keepLineBytes {
-			c.line = nil
-		}
-		if cap(c.enc) > keepLineBytes {
-			c.enc = nil
+			return false
 		}
 	}
+	switch {
+	case c.rstart == c.rend:
+		c.rstart, c.rend = 0, 0
+	case c.rstart > 0:
+		c.rend = copy(c.rbuf, c.rbuf[c.rstart:c.rend])
+		c.rstart = 0
+	}
+	return true
+}
+
+// endRead ends a read: its PUBs go to their topics' writers, the flusher
+// is woken for the replies that are ready, and the stored messages'
+// buffer is reused (the logs copied them).
+func (c *conn) endRead() {
+	c.handOut()
+	c.pipe.kick()
+	if cap(c.pipe.arena) > keepLineBytes {
+		c.pipe.arena = nil
+	}
+	c.pipe.arena = c.pipe.arena[:0]
 }
 
 // request serves one line. PUB and PUBID are pipelined; any other line is
@@ -108,12 +238,36 @@ func (c *conn) request(line []byte) bool {
 	return true
 }
 
+// pipelined serves a PUB or PUBID line: its reply, whatever it is, is
+// written by the flusher in line order. false: the connection is over.
+func (c *conn) pipelined(line []byte) bool {
+	s := c.takeSlot()
+	if s == nil {
+		return false
+	}
+	c.cur, c.out = s, &s.reply
+	run, closeConn := c.admit(line)
+	if run {
+		c.handle(line)
+	}
+	c.cur, c.out = nil, c.w
+	c.pipe.enqueue(s)
+	if closeConn {
+		if c.drain() {
+			c.closeGracefully()
+		}
+		return false
+	}
+	return true
+}
+
 func isPub(cmd []byte) bool {
 	return bytes.EqualFold(cmd, []byte("PUB")) || bytes.EqualFold(cmd, []byte("PUBID"))
 }
 
-// readFailed ends the connection after readLine failed: an over-long line
-// is answered (after every earlier reply) and the connection closed.
+// readFailed ends the connection after a read failed or a line was too
+// long: an over-long line is answered (after every earlier reply) and the
+// connection closed.
 func (c *conn) readFailed(err error) {
 	if errors.Is(err, errLineTooLong) {
 		if !c.drain() {
@@ -132,7 +286,7 @@ func (c *conn) readFailed(err error) {
 	// connection ends (EOF, half-close, reset, idle timeout, shutdown) may
 	// be a producer killed mid-line, so it is dropped unanswered instead
 	// of being executed truncated.
-	if n := len(c.line); n > 0 {
+	if n := c.rend - c.rstart; n > 0 {
 		c.log.Debug("connection ended inside a request line; the incomplete line is dropped",
 			zap.Int("bytes", n), zap.Error(err))
 	}
@@ -155,43 +309,15 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// readLine returns the next line without its "\n" or "\r\n". It takes
-// whatever has arrived, never waiting for a full buffer, so a line is
-// refused (errLineTooLong) as soon as more than MaxLineBytes+2 bytes of it
-// have arrived, and never more than that is kept. When the connection ends
-// first it returns the read error; c.line then holds the unterminated
-// fragment, which is not a request.
-func (c *conn) readLine() ([]byte, error) {
-	c.line = c.line[:0]
-	limit := c.s.opts.MaxLineBytes + 2
+// lineLimit is the most bytes a line may take with its "\n" or "\r\n":
+// MaxLineBytes+2, or PreAuthMaxLineBytes+2 (at most) before
+// authentication. A line is refused (errLineTooLong) as soon as more than
+// that of it has arrived, and never more than that plus one byte is kept.
+func (c *conn) lineLimit() int {
 	if c.preAuth() {
-		limit = min(PreAuthMaxLineBytes, c.s.opts.MaxLineBytes) + 2
+		return min(PreAuthMaxLineBytes, c.s.opts.MaxLineBytes) + 2
 	}
-	for {
-		if c.r.Buffered() == 0 {
-			if _, err := c.r.Peek(1); err != nil { // one read from the socket
-				return nil, err
-			}
-		}
-		buf, _ := c.r.Peek(c.r.Buffered())
-		n, done := len(buf), false
-		if i := bytes.IndexByte(buf, '\n'); i >= 0 {
-			n, done = i+1, true
-		}
-		if len(c.line)+n > limit {
-			return nil, errLineTooLong
-		}
-		c.line = append(c.line, buf[:n]...)
-		_, _ = c.r.Discard(n)
-		if done {
-			break
-		}
-	}
-	line := c.trimmed()
-	if len(line) > limit-2 {
-		return nil, errLineTooLong
-	}
-	return line, nil
+	return c.s.opts.MaxLineBytes + 2
 }
 
 // PreAuthMaxLineBytes caps a line read before the connection has
@@ -212,13 +338,10 @@ func (c *conn) preAuth() bool {
 	return !hasCert
 }
 
-func (c *conn) trimmed() []byte {
-	l := c.line
-	if n := len(l); n > 0 && l[n-1] == '\n' {
-		l = l[:n-1]
-	}
+// trimCR returns l without a last "\r".
+func trimCR(l []byte) []byte {
 	if n := len(l); n > 0 && l[n-1] == '\r' {
-		l = l[:n-1]
+		return l[:n-1]
 	}
 	return l
 }
@@ -299,9 +422,9 @@ func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
 // publish serves PUB (withID false: the broker generates the id, never
 // deduplicated) and PUBID (withID true: the producer's id, deduplicated
 // within mmmq.broker.dedup.window). It checks the line (a refusal is
-// answered in the line's place and stores nothing), then hands the
-// message to its topic's writer without waiting (submit); the replier
-// answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
+// answered in the line's place and stores nothing), then adds the
+// message to the read's batch (join), which is handed to the topic's
+// writer without waiting at the end of the read; the flusher answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
 // " DUPLICATE" when the id was already published to the topic within the
 // window (nothing stored; the offset is the first message's).
 func (c *conn) publish(rest []byte, withID bool) {
@@ -330,13 +453,50 @@ func (c *conn) publish(rest []byte, withID bool) {
 		return
 	}
 	now := time.Now()
-	stored, err := contract.AppendMessage(c.enc, a.topic, a.payload, id, nil, now)
+	stored, err := c.encode(a.topic, a.payload, id, now)
 	if err != nil {
 		c.replyErr(contract.CodeBadRequest, err)
 		return
 	}
-	c.enc = stored // the log copies it: reused for the next PUB
-	c.submit(a.topic, a.level, topicqueue.Message{Stored: stored, ID: id}, now)
+	c.join(a.topic, a.level, topicqueue.Message{Stored: stored, ID: id}, now)
+}
+
+// encode appends the stored message JSON of a PUB to the read's message
+// buffer (pipeline.arena, reused after each read: the logs copy what they
+// are handed) and returns it.
+func (c *conn) encode(topic string, payload []byte, id string, now time.Time) ([]byte, error) {
+	p := &c.pipe
+	// The envelope adds the topic, the id (escaped at most 6 bytes per
+	// byte), a timestamp and about 100 bytes of names; a guess short of
+	// the mark only costs the message its own allocation.
+	if need := len(payload) + len(topic) + 6*len(id) + 160; cap(p.arena)-len(p.arena) < need {
+		p.arena = make([]byte, 0, max(2*cap(p.arena), 4<<10, 2*need))
+	}
+	n := len(p.arena)
+	stored, err := contract.AppendMessage(p.arena[n:n], topic, payload, id, nil, now)
+	if err != nil {
+		return nil, err
+	}
+	if len(stored) > 0 && cap(p.arena)-n >= len(stored) && &p.arena[:n+1][n] == &stored[0] {
+		p.arena = p.arena[:n+len(stored)]
+	}
+	return stored[:len(stored):len(stored)], nil
+}
+
+// join adds a checked message to the read's batch, its outcome going to
+// the line's slot (c.cur), which the flusher answers in the line's place:
+// at WRITTEN and DURABLE it first takes the stored message's bytes from
+// Options.Budget (reserve), and the publish has Options.PublishTimeout
+// from now to reach its level. The batch is handed out at the end of the
+// read (pipeline.go), before the reader waits for anything.
+func (c *conn) join(topic string, level contract.AckLevel, m topicqueue.Message, now time.Time) {
+	s := c.cur
+	var held int64
+	if level != contract.Accepted { // ACCEPTED bytes: the log takes them from the budget
+		held = c.reserve(int64(len(m.Stored)))
+	}
+	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
+	c.group(topic, level).add(s, m, held)
 }
 
 // pubArgs are the arguments of PUB and PUBID.
@@ -404,37 +564,6 @@ func (c *conn) topicName(b []byte) (string, error) {
 	}
 	c.topic = t
 	return t, nil
-}
-
-// submit hands a checked message to its topic's writer without waiting
-// for level, its outcome going to the line's slot (c.cur), which the
-// replier answers in the line's place. PublishMessagesNotify creates the
-// topic when needed, and anew when it is deleted under this publish; it
-// queues the message before it returns, so one connection's PUBs get
-// offsets in line order. The publish is not bound to the server's context
-// (which only carries the principal): a publish in progress during
-// shutdown still gets its real answer, within Options.PublishTimeout from
-// now.
-func (c *conn) submit(topic string, level contract.AckLevel, m topicqueue.Message, now time.Time) {
-	s, p := c.cur, &c.pipe
-	if level != contract.Accepted { // ACCEPTED bytes: the log takes them from the budget
-		s.held = c.reserve(int64(len(m.Stored)))
-	}
-	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
-	p.pubs.Add(1)
-	ctx := p.timer.arm(c.auth.ctx, c.s.opts.PublishTimeout)
-	msg := [1]topicqueue.Message{m}
-	_, err := c.s.reg.PublishMessagesNotify(ctx, topic, msg[:], level, s.out[:], s.notify)
-	p.timer.disarm()
-	if err == nil {
-		return // s is the publish's and the replier's now
-	}
-	// Refused before anything was queued: s.notify is never called.
-	p.pubs.Add(-1)
-	p.budget.Release(s.held)
-	s.pub, s.held = false, 0
-	err = timedOut(ctx, err)
-	c.replyErr(errCode(err), err)
 }
 
 // validateID checks a PUBID id: 1 to contract.MaxIDBytes bytes of valid

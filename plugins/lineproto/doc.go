@@ -93,13 +93,18 @@
 //   - PUB and PUBID are pipelined. Each line is checked when it is read,
 //     exactly as one sent alone (authentication, permission, publish rate,
 //     sizes, JSON): a refused line stores nothing and its ERR reply takes
-//     its place among the replies. A valid one is handed to its topic's
-//     writer at once, without waiting for its ack level, so the lines in
-//     flight share group commits (one fsync for many) and one connection
-//     can fill them. One connection's PUBs to a topic are queued in line
-//     order and get offsets in line order (between connections there is no
-//     order). The replies are written as the ack levels are reached and
-//     flushed together, once per burst.
+//     its place among the replies. The valid ones of one read (see Read
+//     loop) are handed to their topics' writers together at the end of the
+//     read, without waiting for their ack levels: one append per run of
+//     lines to one topic at one level, so lines that arrive together share
+//     one group commit (one fsync for many) and one connection can fill
+//     it. One connection's PUBs to a topic are queued in line order and get
+//     offsets in line order (between connections there is no order). The
+//     replies are written as the ack levels are reached: every reply that
+//     is ready, in line order, goes out in one write. A run refused as a
+//     whole before anything was queued (a stored message over the log's
+//     record limit, a full queue) is handed out again line by line, so
+//     each line gets the answer it would get alone.
 //   - Every other request (AUTH, FETCH, ACK, STATUS, an unknown command) is
 //     a barrier: it runs once every earlier line is answered, as it would
 //     if sent alone. STATUS counts the PUBs before it; FETCH delivers them
@@ -131,6 +136,32 @@
 //	OK 1 DURABLE
 //	TOPIC t next=2 segments=1 bytes=200 start=0 incarnation=5c1e0a7d9b3f4e21a0c6d2f84b97e310
 //	END 1
+//
+// # Read loop
+//
+// Each connection is served in the shape of nats-server's client read
+// loop: one read takes whatever has arrived into the connection's read
+// buffer, every complete line in it is served in order, the read's PUBs
+// are handed out together (Pipelining), and a second goroutine, the
+// flusher, writes every reply that is ready in one write. A connection
+// therefore costs one read and one write per batch of lines, not per line,
+// and a topic's group commit wakes each connection waiting on it once:
+// the completion of a connection's append wakes its flusher only when it
+// makes the oldest unanswered line ready.
+//
+//   - The read buffer starts at 512 bytes. A read that fills it doubles it,
+//     up to 64 KiB (many short lines at once); four reads in a row that
+//     fill less than half of it halve it again.
+//   - A line longer than the buffer grows it, doubling, up to
+//     max-line-bytes plus its line end; once that line is served the
+//     buffer goes back to 512 bytes, so a connection holds a large buffer
+//     only while a large line is in it.
+//   - The bytes after the last "\n" of a read wait for the next read; a
+//     line split across any number of reads is served once it is complete.
+//   - Barrier replies (FETCH, ACK, STATUS, AUTH, errors of unknown
+//     commands) are written by the reader itself once every earlier reply
+//     is out; a FETCH reply longer than 32 KiB is written while it is
+//     built.
 //
 // # Sessions
 //
@@ -256,9 +287,9 @@
 // # Limits
 //
 //	line length      mmmq.lineproto.max-line-bytes (default 1114112) without the
-//	                 line end; the server reads at most that much of a line, so
-//	                 memory per connection stays bounded; over it: ERR TOO_LARGE,
-//	                 then the connection is closed
+//	                 line end; the server holds at most that much of a line (plus
+//	                 3 bytes), so memory per connection stays bounded; over it:
+//	                 ERR TOO_LARGE, then the connection is closed
 //	payload          mmmq.broker.segment.max-record-bytes (default 1 MiB)
 //	connections      1024 at a time; more get ERR UNAVAILABLE and are closed
 //	idle             a connection without a request for 5 minutes is closed

@@ -3,9 +3,9 @@ package lineproto
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,93 +15,199 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Pipelining (see the package documentation). A connection has two
-// goroutines. The reader (conn.serve) reads and checks the lines in order;
-// a PUB or PUBID takes a slot, is handed to its topic's writer without
-// waiting (topicqueue.Registry.PublishMessagesNotify), and its slot joins
-// the queue; a line refused before that gets its ERR reply in its slot.
-// The replier writes the slots' replies in queue order, waiting for each
-// publish to reach its ack level, and flushes when it would otherwise
-// wait. Any other line is a barrier: the reader waits until the replier
-// has written and flushed every earlier reply (drain), then runs it and
-// writes its reply itself, as before pipelining existed.
+// Pipelining and the reply path (see the package documentation). A
+// connection has two goroutines, in the shape of nats-server's client
+// read loop and its flusher:
+//
+//   - The reader (conn.serve) reads whatever has arrived into
+//     its read buffer and serves every complete line in it, in order. Each
+//     PUB or PUBID takes a slot in the connection's reply queue and, once
+//     checked, joins the read's batch: one pubGroup per run of lines to one
+//     topic at one ack level. A line refused before that gets its ERR
+//     reply in its slot at once. At the end of the read (and before the
+//     reader waits for anything) the batch is handed out: one
+//     PublishMessagesNotify per group, so all the PUBs of one read to one
+//     topic are one append with one completion.
+//   - The flusher (conn.flusher) writes the replies that are ready at the
+//     head of the queue, all of them in one write. It sleeps until the head
+//     becomes ready: a group's completion wakes it only when it made the
+//     head ready and the flusher is asleep, so a topic writer wakes each
+//     waiting connection at most once per group commit, and the reader's
+//     ready replies (ERR lines) wake it once per read.
+//
+// Any other line is a barrier: the reader hands the batch out, waits until
+// the flusher has written every earlier reply (drain), then runs the line
+// and writes its reply itself, through c.w, while the flusher is idle.
 
-// slot is one pipelined line.
+// slot is one pipelined line in the reply queue. Its fields are the
+// reader's until the slot is queued; after that they change under
+// pipeline.mu only, and the flusher reads them once done is set (or, when
+// the deadline passed first, only pub, level and deadline).
 type slot struct {
-	p *pipeline
-	// reply is the reply the reader wrote (an ERR line, or OK AUTH),
-	// when pub is false.
+	// reply is the reply the reader wrote (an ERR line), when pub is false.
 	reply replyBuf
-	// pub: a publish was handed to the log; the replier answers its
-	// outcome (out, err) once done is set.
+	// pub: the line's message joined a pubGroup; its outcome (out, err)
+	// is the reply once done is set.
 	pub      bool
 	level    contract.AckLevel
 	deadline time.Time // the publish is answered ERR TIMEOUT after it
-	held     int64     // bytes taken from Options.Budget until done
-	out      [1]topicqueue.Published
+	out      topicqueue.Published
 	err      error
-	done     atomic.Bool
-	notify   func(error) // complete, bound once
+	done     bool
+	// abandoned: answered ERR TIMEOUT; the slot stays with its group and
+	// is never reused.
+	abandoned bool
 }
 
-// pipeline is a connection's pipelined lines, between its reader and its
-// replier.
+// reset makes s ready for another line.
+func (s *slot) reset() {
+	if cap(s.reply) > 4<<10 {
+		s.reply = nil
+	}
+	s.reply = s.reply[:0]
+	s.pub, s.err, s.done = false, nil, false
+	s.out = topicqueue.Published{}
+}
+
+// pubGroup is one append: consecutive PUB and PUBID lines of one read to
+// one topic at one ack level, in line order (msgs[i] is slots[i]'s
+// message, holds[i] the bytes it took from Options.Budget), handed to the
+// topic's writer by one PublishMessagesNotify and completed by one call of
+// notify.
+type pubGroup struct {
+	p      *pipeline
+	topic  string
+	level  contract.AckLevel
+	slots  []*slot
+	msgs   []topicqueue.Message
+	holds  []int64
+	out    []topicqueue.Published
+	notify func(error) // complete, bound once
+}
+
+func (g *pubGroup) add(s *slot, m topicqueue.Message, held int64) {
+	g.slots = append(g.slots, s)
+	g.msgs = append(g.msgs, m)
+	g.holds = append(g.holds, held)
+}
+
+// reset empties g for reuse.
+func (g *pubGroup) reset() {
+	clear(g.slots)
+	clear(g.msgs)
+	g.slots, g.msgs, g.holds, g.out = g.slots[:0], g.msgs[:0], g.holds[:0], g.out[:0]
+	g.topic = ""
+}
+
+// complete is the group's PublishMessagesNotify callback. It may run on
+// the topic's writer goroutine, so it only records the outcome, gives the
+// budget back, and wakes the flusher (when the head became ready and it
+// sleeps) and the reader (when it waits for room).
+func (g *pubGroup) complete(err error) {
+	p := g.p
+	var held int64
+	for _, h := range g.holds {
+		held += h
+	}
+	p.budget.Release(held)
+	p.mu.Lock()
+	for i, s := range g.slots {
+		s.err = err
+		if err == nil {
+			s.out = g.out[i]
+		}
+		s.done = true
+	}
+	p.pubs -= len(g.slots)
+	wakeFlusher := p.wakeLocked()
+	wakeReader := p.readerWaits
+	p.readerWaits = false
+	g.reset()
+	p.groups = append(p.groups, g)
+	p.mu.Unlock()
+	if wakeFlusher {
+		signal(p.wake)
+	}
+	if wakeReader {
+		signal(p.room)
+	}
+}
+
+// pipeline is a connection's reply queue, between its reader and its
+// flusher.
 type pipeline struct {
-	budget *contract.Budget
-	max    int // Options.MaxPipeline
-	made   int // slots made so far (reader only), at most max
-	// queue holds the lines in order for the replier, and drainMark.
-	queue chan *slot
-	// free holds the slots the replier answered; with the slots in the
-	// queue and in the reader's hands there are at most max.
-	free chan *slot
-	// wake (for the replier) and completed (for the reader waiting for
-	// budget) get a value, if they have none, when a publish completes.
-	wake, completed chan struct{}
-	// drained: the replier reached drainMark, every earlier reply is
-	// flushed and the reader may write.
-	drained chan struct{}
-	// dead is closed, and broken set, when writing a reply failed.
+	budget  *contract.Budget
+	max     int // Options.MaxPipeline
+	timeout time.Duration
+
+	mu sync.Mutex
+	// queue holds the unanswered lines' slots in line order.
+	queue  []*slot
+	free   []*slot     // answered slots, for reuse
+	groups []*pubGroup // completed groups, for reuse
+	// unanswered counts the lines taken and not answered: the slots in
+	// queue and the one the reader is serving; at most max.
+	unanswered int
+	// pubs counts the messages handed to topic writers and not completed.
+	pubs int
+	// flusherAsleep: the flusher waits on wake; whoever makes the head
+	// ready clears it and signals.
+	flusherAsleep bool
+	// writing: the flusher is writing replies it took from queue.
+	writing bool
+	// readerWaits: the reader waits on room (for a slot, or for a
+	// publish to complete to free budget).
+	readerWaits bool
+	drainReq    bool // the reader waits on drained
+	closed      bool // the reader is done: the flusher returns once queue is empty
+	// timerArmed: deadline fires at armedFor, a queued publish's
+	// deadline; the flusher moves it earlier when the head's is earlier.
+	timerArmed bool
+	armedFor   time.Time
+	deadline   *time.Timer
+
+	wake, room chan struct{} // buffered(1)
+	drained    chan struct{} // buffered(1)
+	// dead is closed, and broken set, when writing replies failed.
 	dead   chan struct{}
 	broken atomic.Bool
-	exited chan struct{} // closed when the replier returns
-	// pubs counts the publishes handed to the log and not completed.
-	pubs  atomic.Int64
-	timer pubTimer
-}
+	exited chan struct{} // closed when the flusher returns
+	timer  pubTimer
 
-// drainMark in the queue asks the replier to flush and signal drained.
-var drainMark = new(slot)
+	// The reader's own: the read's groups not yet handed out, in the
+	// order they were started, and the stored messages they point into.
+	pending []*pubGroup
+	arena   []byte
+}
 
 func (p *pipeline) init(o Options) {
-	p.budget, p.max = o.Budget, o.MaxPipeline
-	p.queue = make(chan *slot, o.MaxPipeline+1) // +1: drainMark
-	p.free = make(chan *slot, o.MaxPipeline)
+	p.budget, p.max, p.timeout = o.Budget, o.MaxPipeline, o.PublishTimeout
 	p.wake = make(chan struct{}, 1)
-	p.completed = make(chan struct{}, 1)
-	p.drained = make(chan struct{})
+	p.room = make(chan struct{}, 1)
+	p.drained = make(chan struct{}, 1)
 	p.dead = make(chan struct{})
 	p.exited = make(chan struct{})
+	p.deadline = time.AfterFunc(time.Hour, p.deadlinePassed)
+	p.deadline.Stop()
 }
 
-func (p *pipeline) newSlot() *slot {
-	s := &slot{p: p}
-	s.notify = s.complete
-	return s
+// armLocked sets the deadline timer to fire at t. p.mu is held.
+func (p *pipeline) armLocked(t time.Time) {
+	p.timerArmed, p.armedFor = true, t
+	p.deadline.Reset(time.Until(t))
 }
 
-// complete is the publish's callback (PublishMessagesNotify's done): it
-// may run on the topic's writer goroutine, so it only records the outcome
-// and wakes the replier and the reader. A slot whose publish timed out
-// is no longer the replier's: its late outcome only gives the bytes back.
-func (s *slot) complete(err error) {
-	p := s.p
-	s.err = err
-	p.budget.Release(s.held)
-	p.pubs.Add(-1)
-	s.done.Store(true)
-	signal(p.wake)
-	signal(p.completed)
+// deadlinePassed wakes the flusher to answer ERR TIMEOUT (the deadline
+// timer's function).
+func (p *pipeline) deadlinePassed() {
+	p.mu.Lock()
+	p.timerArmed = false
+	wake := p.flusherAsleep
+	p.flusherAsleep = false
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
+	}
 }
 
 func signal(ch chan struct{}) {
@@ -111,98 +217,266 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// reset makes s ready for another line (the replier, after its reply).
-func (s *slot) reset() {
-	if cap(s.reply) > 4<<10 {
-		s.reply = nil
-	}
-	s.reply = s.reply[:0]
-	s.pub, s.held, s.err = false, 0, nil
-	s.out = [1]topicqueue.Published{}
-	s.done.Store(false)
-}
-
-// takeSlot returns a slot for the next line; it waits while max lines are
-// unanswered (the connection is then not read: TCP pushes back on the
-// client). nil: a reply could not be written, the connection is over.
+// takeSlot returns a slot for the next line; while max lines are
+// unanswered it hands the read's batch out and waits (the connection is
+// then not read: TCP pushes back on the client). nil: a reply could not
+// be written, the connection is over.
 func (c *conn) takeSlot() *slot {
 	p := &c.pipe
-	select {
-	case s := <-p.free:
-		return s
-	default:
+	p.mu.Lock()
+	for p.unanswered >= p.max {
+		if len(p.pending) > 0 {
+			p.mu.Unlock()
+			c.handOut()
+			p.mu.Lock()
+			continue
+		}
+		p.readerWaits = true
+		wake := p.wakeLocked()
+		p.mu.Unlock()
+		if wake {
+			signal(p.wake)
+		}
+		select {
+		case <-p.room:
+		case <-p.dead:
+			return nil
+		}
+		p.mu.Lock()
 	}
-	if p.made < p.max {
-		p.made++
-		return p.newSlot()
+	p.unanswered++
+	var s *slot
+	if n := len(p.free); n > 0 {
+		s = p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+	} else {
+		s = new(slot)
 	}
-	select {
-	case s := <-p.free:
-		return s
-	case <-p.dead:
-		return nil
-	}
+	p.mu.Unlock()
+	return s
 }
 
-// pipelined serves a PUB or PUBID line: its reply, whatever it is, is
-// written by the replier in line order. false: the connection is over.
-func (c *conn) pipelined(line []byte) bool {
-	s := c.takeSlot()
-	if s == nil {
+// enqueue puts the served line's slot at the end of the reply queue: a
+// reply the reader wrote is ready now, a publish when its group completes
+// (or when its group was refused, refuse).
+func (p *pipeline) enqueue(s *slot) {
+	p.mu.Lock()
+	if !s.pub {
+		s.done = true
+	}
+	p.queue = append(p.queue, s)
+	if s.pub && !p.timerArmed {
+		p.armLocked(s.deadline)
+	}
+	p.mu.Unlock()
+}
+
+// wakeLocked reports whether the flusher must be signalled: it sleeps and
+// the head of the queue is ready; it is then marked awake. p.mu is held.
+func (p *pipeline) wakeLocked() bool {
+	if !p.flusherAsleep || len(p.queue) == 0 || !p.queue[0].done {
 		return false
 	}
-	c.cur, c.out = s, &s.reply
-	run, closeConn := c.admit(line)
-	if run {
-		c.handle(line)
-	}
-	c.cur, c.out = nil, c.w
-	c.pipe.queue <- s
-	if closeConn {
-		if c.drain() {
-			c.closeGracefully()
-		}
-		return false
-	}
+	p.flusherAsleep = false
 	return true
 }
 
-// drain waits until every reply queued so far is written and flushed;
-// then the reader may write to c.w until it queues the next slot. false
-// when a reply could not be written.
-func (c *conn) drain() bool {
-	if c.pipe.made == 0 {
-		return true // no line was ever pipelined: the replier never wrote
+// kick wakes the flusher when the head of the queue is ready and it
+// sleeps: once per read for the replies the reader wrote.
+func (p *pipeline) kick() {
+	p.mu.Lock()
+	wake := p.wakeLocked()
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
 	}
-	c.pipe.queue <- drainMark
-	<-c.pipe.drained
-	return !c.pipe.broken.Load()
 }
 
-// stopPipeline ends the replier once it has answered every queued line
-// (each publish gets its real outcome, or ERR TIMEOUT), and releases the
-// publish timer. Run by the reader when the connection ends.
+// group returns the read's open group for topic at level: the last one
+// started for topic when it has that level, else a new one (a topic's
+// groups are handed out in the order they were started, so its lines keep
+// their order).
+func (c *conn) group(topic string, level contract.AckLevel) *pubGroup {
+	p := &c.pipe
+	for i := len(p.pending) - 1; i >= 0; i-- {
+		if g := p.pending[i]; g.topic == topic {
+			if g.level == level {
+				return g
+			}
+			break
+		}
+	}
+	g := c.newGroup(topic, level)
+	p.pending = append(p.pending, g)
+	return g
+}
+
+// handOut hands the read's groups to their topics' writers, in the order
+// they were started.
+func (c *conn) handOut() {
+	p := &c.pipe
+	for i, g := range p.pending {
+		p.pending[i] = nil
+		c.submit(g)
+	}
+	p.pending = p.pending[:0]
+}
+
+// submit hands g to its topic's writer without waiting for its level.
+// PublishMessagesNotify creates the topic when needed, and anew when it is
+// deleted under this publish; it queues the messages before it returns,
+// so one connection's groups to a topic get offsets in hand-out order.
+// The call is bounded by Options.PublishTimeout (creating the topic,
+// waiting for a PUBID's id that another publish is committing), not by
+// the server's context: a publish in progress during shutdown still gets
+// its real answer. A group of several messages that is refused before
+// anything was queued (a stored message over the log's record limit, a
+// full queue) is handed out again one message at a time, so that each
+// line gets its own answer, as if it had been sent alone.
+func (c *conn) submit(g *pubGroup) {
+	p := &c.pipe
+	n := len(g.slots)
+	if cap(g.out) < n {
+		g.out = make([]topicqueue.Published, n)
+	}
+	g.out = g.out[:n]
+	clear(g.out)
+	p.mu.Lock()
+	p.pubs += n
+	p.mu.Unlock()
+	ctx := p.timer.arm(c.auth.ctx, p.timeout)
+	_, err := c.s.reg.PublishMessagesNotify(ctx, g.topic, g.msgs, g.level, g.out, g.notify)
+	p.timer.disarm()
+	if err == nil {
+		return // g is its publish's until complete
+	}
+	// Refused before anything was queued: g.notify is never called.
+	err = timedOut(ctx, err)
+	p.mu.Lock()
+	p.pubs -= n
+	p.mu.Unlock()
+	if n == 1 {
+		p.budget.Release(g.holds[0])
+		c.refuse(g.slots[0], err)
+	} else {
+		for i := range n {
+			one := c.newGroup(g.topic, g.level)
+			one.add(g.slots[i], g.msgs[i], g.holds[i])
+			c.submit(one)
+		}
+	}
+	g.reset()
+	p.mu.Lock()
+	p.groups = append(p.groups, g)
+	p.mu.Unlock()
+}
+
+// newGroup returns an empty group outside the read's batch.
+func (c *conn) newGroup(topic string, level contract.AckLevel) *pubGroup {
+	p := &c.pipe
+	p.mu.Lock()
+	var g *pubGroup
+	if n := len(p.groups); n > 0 {
+		g = p.groups[n-1]
+		p.groups[n-1] = nil
+		p.groups = p.groups[:n-1]
+	}
+	p.mu.Unlock()
+	if g == nil {
+		g = &pubGroup{p: p}
+		g.notify = g.complete
+	}
+	g.topic, g.level = topic, level
+	return g
+}
+
+// refuse answers a queued publish slot with err (its publish was refused).
+func (c *conn) refuse(s *slot, err error) {
+	p := &c.pipe
+	p.mu.Lock()
+	s.reply = appendErr(s.reply[:0], errCode(err), err)
+	s.pub, s.done = false, true
+	wake := p.wakeLocked()
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
+	}
+}
+
+// drain hands the read's batch out and waits until every reply queued so
+// far is written; then the reader may write to c.w until it queues the
+// next slot. false when a reply could not be written.
+func (c *conn) drain() bool {
+	c.handOut()
+	p := &c.pipe
+	p.mu.Lock()
+	if p.unanswered == 0 && !p.writing {
+		p.mu.Unlock()
+		return !p.broken.Load()
+	}
+	p.drainReq = true
+	wake := p.flusherAsleep
+	p.flusherAsleep = false
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
+	}
+	select {
+	case <-p.drained:
+	case <-p.dead:
+	}
+	return !p.broken.Load()
+}
+
+// stopPipeline hands out what the reader still holds and ends the flusher
+// once it has answered every queued line (each publish gets its real
+// outcome, or ERR TIMEOUT); then it releases the timers. Run by the reader
+// when the connection ends.
 func (c *conn) stopPipeline() {
-	close(c.pipe.queue)
-	<-c.pipe.exited
-	c.pipe.timer.release()
+	c.handOut()
+	p := &c.pipe
+	p.mu.Lock()
+	p.closed = true
+	wake := p.flusherAsleep
+	p.flusherAsleep = false
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
+	}
+	<-p.exited
+	p.deadline.Stop()
+	p.timer.release()
 }
 
 // reserve takes n bytes for a publish from Options.Budget and returns
-// what it took. When they do not fit, it waits for a publish of this
-// connection to complete; with none outstanding it takes nothing and the
-// publish goes ahead, as an unpipelined PUB always did.
+// what it took. When they do not fit, it hands the read's batch out and
+// waits for a publish of this connection to complete; with none
+// outstanding it takes nothing and the publish goes ahead, as an
+// unpipelined PUB always did.
 func (c *conn) reserve(n int64) int64 {
 	p := &c.pipe
 	if p.budget == nil {
 		return 0
 	}
 	for !p.budget.TryAcquire(n) {
-		if p.pubs.Load() == 0 {
+		if len(p.pending) > 0 {
+			c.handOut()
+			continue
+		}
+		p.mu.Lock()
+		if p.pubs == 0 {
+			p.mu.Unlock()
 			return 0
 		}
+		p.readerWaits = true
+		wake := p.wakeLocked()
+		p.mu.Unlock()
+		if wake {
+			signal(p.wake)
+		}
 		select {
-		case <-p.completed:
+		case <-p.room:
 		case <-p.dead:
 			return 0
 		case <-c.s.ctx.Done():
@@ -212,120 +486,127 @@ func (c *conn) reserve(n int64) int64 {
 	return n
 }
 
-// replier writes the replies of the queued lines in order (see above).
-func (c *conn) replier() {
+// flusher writes the ready replies at the head of the queue, all of them
+// in one write, until the reader is done and the queue is empty (see
+// above).
+func (c *conn) flusher() {
 	p := &c.pipe
 	defer close(p.exited)
-	r := replierState{c: c, timer: time.NewTimer(time.Hour)}
-	r.timer.Stop()
+	var (
+		batch []*slot
+		wbuf  []byte
+	)
 	for {
-		s, ok := r.next()
-		switch {
-		case !ok:
-			r.flush()
-			return
-		case s == drainMark:
-			r.flush()
-			p.drained <- struct{}{}
-			continue
-		case s.pub && !s.done.Load():
-			r.flush() // the client gets what is ready while we wait
-			if !r.await(s) {
-				// Outcome unknown (as an HTTP publish timing out): the
-				// slot stays with its publish, a new one replaces it.
-				r.begin()
-				c.writeErr(errCode(context.DeadlineExceeded), context.DeadlineExceeded)
-				p.free <- p.newSlot()
+		p.mu.Lock()
+		p.writing = false
+		n := p.readyLocked()
+		if n == 0 {
+			switch {
+			case len(p.queue) == 0 && p.closed:
+				p.mu.Unlock()
+				return
+			case len(p.queue) == 0 && p.drainReq:
+				p.drainReq = false
+				p.mu.Unlock()
+				signal(p.drained)
 				continue
 			}
+			if len(p.queue) > 0 && (!p.timerArmed || p.armedFor.After(p.queue[0].deadline)) {
+				p.armLocked(p.queue[0].deadline)
+			}
+			p.flusherAsleep = true
+			p.mu.Unlock()
+			<-p.wake
+			continue
 		}
-		r.begin()
-		c.writeReply(s)
-		s.reset()
-		p.free <- s
+		batch = append(batch[:0], p.queue[:n]...)
+		rest := copy(p.queue, p.queue[n:])
+		clear(p.queue[rest:])
+		p.queue = p.queue[:rest]
+		p.writing = true
+		p.mu.Unlock()
+
+		wbuf = wbuf[:0]
+		for _, s := range batch {
+			wbuf = appendReply(wbuf, s)
+		}
+		p.mu.Lock()
+		// Answered once their replies are built: while they are written
+		// the reader may take max more lines.
+		p.unanswered -= n
+		for i, s := range batch {
+			if !s.abandoned {
+				s.reset()
+				p.free = append(p.free, s)
+			}
+			batch[i] = nil
+		}
+		wakeReader := p.readerWaits
+		p.readerWaits = false
+		p.mu.Unlock()
+		if wakeReader {
+			signal(p.room)
+		}
+		c.writeReplies(wbuf)
+		if cap(wbuf) > keepLineBytes {
+			wbuf = nil
+		}
 	}
 }
 
-// replierState is the replier's own state.
-type replierState struct {
-	c     *conn
-	timer *time.Timer // one per connection: the oldest publish's deadline
-	dirty bool        // replies written to c.w since the last flush
+// readyLocked returns how many slots at the head of the queue can be
+// answered now: done, or past their deadline (marked abandoned, answered
+// ERR TIMEOUT, outcome unknown as for an HTTP publish timing out).
+// p.mu is held.
+func (p *pipeline) readyLocked() int {
+	var now time.Time
+	n := 0
+	for _, s := range p.queue {
+		if !s.done {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if now.Before(s.deadline) {
+				break
+			}
+			s.abandoned = true
+		}
+		n++
+	}
+	return n
 }
 
-// next returns the next queued line, flushing first when there is none
-// yet (once per burst of replies). ok false: the queue is closed.
-func (r *replierState) next() (*slot, bool) {
-	select {
-	case s, ok := <-r.c.pipe.queue:
-		return s, ok
-	default:
-	}
-	r.flush()
-	s, ok := <-r.c.pipe.queue
-	return s, ok
-}
-
-// begin starts a reply: the first one of a burst sets the write deadline
-// (a burst over the write buffer is written while it is built).
-func (r *replierState) begin() {
-	if !r.dirty {
-		r.dirty = true
-		_ = r.c.nc.SetWriteDeadline(time.Now().Add(r.c.s.opts.WriteTimeout))
-	}
-}
-
-// flush sends the replies written since the last flush. A write that
-// fails ends the connection: the reader stops reading, and the replies
-// still to come are dropped by c.w (its error sticks).
-func (r *replierState) flush() {
-	if !r.dirty {
-		return
-	}
-	r.dirty = false
-	c := r.c
-	if c.pipe.broken.Load() {
+// writeReplies writes b in one write. A write that fails ends the
+// connection: the reader stops reading, and the replies still to come
+// are dropped.
+func (c *conn) writeReplies(b []byte) {
+	p := &c.pipe
+	if p.broken.Load() {
 		return
 	}
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-	if err := c.w.Flush(); err != nil {
+	if _, err := c.nc.Write(b); err != nil {
 		c.log.Debug("connection write failed", zap.Error(err))
-		c.pipe.broken.Store(true)
-		close(c.pipe.dead)
+		p.broken.Store(true)
+		close(p.dead)
 		// Ends the reader's wait for a line; it checks broken after
 		// setting its own deadline (see serve).
 		_ = c.nc.SetReadDeadline(time.Now())
 	}
 }
 
-// await waits until s's publish completes or its deadline passes (false).
-func (r *replierState) await(s *slot) bool {
-	d := time.Until(s.deadline)
-	if d <= 0 {
-		return s.done.Load()
-	}
-	r.timer.Reset(d)
-	defer r.timer.Stop()
-	for !s.done.Load() {
-		select {
-		case <-r.c.pipe.wake:
-		case <-r.timer.C:
-			return s.done.Load()
-		}
-	}
-	return true
-}
-
-// writeReply writes s's reply: the reader's, or its publish's outcome.
-func (c *conn) writeReply(s *slot) {
+// appendReply appends s's reply: the reader's, its publish's outcome, or
+// ERR TIMEOUT for an abandoned slot.
+func appendReply(b []byte, s *slot) []byte {
 	switch {
+	case s.abandoned:
+		return appendErr(b, errCode(context.DeadlineExceeded), context.DeadlineExceeded)
 	case !s.pub:
-		_, _ = c.w.Write(s.reply)
+		return append(b, s.reply...)
 	case s.err != nil:
-		c.writeErr(errCode(s.err), s.err)
-	default:
-		_, _ = c.w.Write(appendOK(c.w.AvailableBuffer(), s.level, s.out[0]))
+		return appendErr(b, errCode(s.err), s.err)
 	}
+	return appendOK(b, s.level, s.out)
 }
 
 // appendOK appends PUB's and PUBID's reply: "OK <offset> <LEVEL>", or
@@ -345,9 +626,10 @@ func appendOK(b []byte, level contract.AckLevel, r topicqueue.Published) []byte 
 	return append(b, '\n')
 }
 
-// writeErr writes "ERR <CODE> <text>" to c.w (the replier).
-func (c *conn) writeErr(code string, err error) {
-	_, _ = fmt.Fprintf(c.w, "ERR %s %s\n", code, oneLine(err.Error()))
+// appendErr appends "ERR <CODE> <text>\n" with text on one line.
+func appendErr(b []byte, code string, err error) []byte {
+	b = append(append(append(b, "ERR "...), code...), ' ')
+	return append(append(b, oneLine(err.Error())...), '\n')
 }
 
 // replyWriter is where the reader writes a reply: c.w, or the slot of a
@@ -379,7 +661,7 @@ func (b *replyBuf) WriteByte(x byte) error {
 // pubTimer bounds the part of a publish that runs on the reader (creating
 // the topic, waiting for a PUBID's id that another publish is committing,
 // a duplicate's wait for its first message) by Options.PublishTimeout:
-// one context and one timer per connection, armed for each PUB, instead
+// one context and one timer per connection, armed for each group, instead
 // of a context and a timer per line.
 type pubTimer struct {
 	parent context.Context // the principal's context it derives from

@@ -41,11 +41,13 @@ const (
 	// unanswered (mmmq.lineproto.max-pipeline).
 	DefaultMaxPipeline = 128
 
-	// readBufferBytes is each connection's read buffer; a longer line is
-	// assembled in a line buffer that never grows past MaxLineBytes.
-	readBufferBytes = 32 << 10
-	// keepLineBytes: a line buffer that grew above this is dropped after use,
-	// so idle connections hold little memory.
+	// writeBufferBytes is the buffer of the replies the reader writes
+	// itself (barriers: FETCH, ACK, STATUS, AUTH); a longer reply is
+	// written while it is built. The read buffer is sized by the read loop
+	// (minReadBytes to maxReadBytes, conn.go).
+	writeBufferBytes = 32 << 10
+	// keepLineBytes: a reply or message buffer that grew above this is
+	// dropped after use, so idle connections hold little memory.
 	keepLineBytes = 64 << 10
 )
 
@@ -332,8 +334,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{
 		s:        s,
 		nc:       nc,
-		r:        bufio.NewReaderSize(nc, readBufferBytes),
-		w:        bufio.NewWriterSize(nc, readBufferBytes),
+		w:        bufio.NewWriterSize(nc, writeBufferBytes),
 		sessions: map[groupKey]string{},
 		log:      s.log.With(zap.String("remote", nc.RemoteAddr().String())),
 		auth:     authState{ctx: context.Background()},
