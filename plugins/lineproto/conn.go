@@ -77,6 +77,7 @@ func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.remove(c)
 	defer c.nc.Close()
+	defer c.lingerOnStop() // after the last reply, before the close
 	defer c.releaseAuth()
 	defer c.releaseAll()
 	defer c.stopPipeline() // first: every queued line is answered
@@ -356,6 +357,27 @@ func (c *conn) closeGracefully() {
 	_ = c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, int64(4*c.s.opts.MaxLineBytes)))
 }
+
+// lingerOnStop is closeGracefully for a connection the server's Stop
+// ends: lines the client sent that were never read (still in the kernel's
+// receive buffer) would make the close a reset, and a reset can destroy
+// the replies already written for stored messages before the client reads
+// them — so it half-closes and discards what is left for at most
+// stopLinger. A connection whose replies failed (broken) is not waited for.
+func (c *conn) lingerOnStop() {
+	if !c.s.closing.Load() || c.pipe.broken.Load() {
+		return
+	}
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(stopLinger))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c.nc, int64(4*c.s.opts.MaxLineBytes)))
+}
+
+// stopLinger is how long a connection ended by Stop reads on after its last
+// reply (lingerOnStop); Stop waits at most that much longer for it.
+const stopLinger = 250 * time.Millisecond
 
 func (c *conn) replyf(format string, args ...any) {
 	_, _ = fmt.Fprintf(c.out, format, args...)
