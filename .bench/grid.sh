@@ -115,6 +115,23 @@ line_run() {
 	record line "$sys" "$round" "mmmq bench -mode line" "$RSS_MIB" "$(with_fsyncs "$r" "$before" "$after")"
 }
 
+# disk_run MODE ROUND: the data filesystem alone beside the line grid's
+# 1-connection depth-1 cell: `mmmq bench -mode disk-append` (append SIZE
+# bytes + fsync, one writer) or disk-overwrite (overwrite preallocated
+# zeros + fdatasync), in a scratch directory under TMP (the bench's data
+# filesystem), for the grid's duration: the floor a durable publish with
+# one request outstanding stands on.
+disk_run() {
+	local mode=$1 round=$2 r
+	say "line grid round $round: $mode (the data filesystem alone)"
+	mkdir -p "$TMP/data-disk"
+	r=$("$MMMQ" bench -mode "$mode" -dir "$TMP/data-disk" -size "$SIZE" -duration "$LDUR" -warmup "$LWARM" \
+		-progress=false -json 2>>"$TMP/bench.log") || true
+	rm -rf "$TMP/data-disk"
+	[ -n "$r" ] || r='{}'
+	record line "$mode" "$round" "mmmq bench -mode $mode" "" "$(jq -c '. + {producers: 1, depth: 1}' <<<"$r")"
+}
+
 # wrk_result WRK_JSON C PID CPU0 CPU1 MODE: the wrk line as a bench
 # result: msgs/s of 2xx responses, errors (connect, read, write, timeout,
 # non-2xx), latencies in ms, the server's CPU per message.
@@ -251,6 +268,10 @@ grids() {
 					if [ -n "$LINE_BASE" ]; then line_run base "$c" "$d" "$r"; fi
 					for s in $INDEX_SYNC; do line_run "$s" "$c" "$d" "$r"; done
 					if [ "$REDIS_OK" = 1 ]; then line_run redis "$c" "$d" "$r"; fi
+					if [ "$c" = 1 ] && [ "$d" = 1 ]; then
+						disk_run disk-append "$r"
+						disk_run disk-overwrite "$r"
+					fi
 				done
 			done
 		done
@@ -277,17 +298,26 @@ grid_rows() {
 	jq -c -s --argjson syncs "$(jq -nc --arg s "$INDEX_SYNC" '$s | split(" ") | map(select(. != ""))')" '
 		def key: "\(.grid)/\(.producers)/\(.depth // 0)";
 		def order: ({line: 0, http: 1}[.grid]) * 1e9 + (.producers // 0) * 1e5 + (.depth // 0) * 10
-			+ (.system as $s | if $s == "plain" or $s == "base" then 0 elif $s == "redis" then 9 else 1 + ($syncs | index($s)) end);
+			+ (.system as $s | if $s == "plain" or $s == "base" then 0 elif $s == "redis" then 9
+				elif $s == "disk-append" then 10 elif $s == "disk-overwrite" then 11 else 1 + ($syncs | index($s)) end);
+		def ref: .system == "redis" or .system == "plain" or (.system | startswith("disk-"));
 		map(select(.system != null and .grid != null))
 		| group_by([.grid, .system, .producers, (.depth // 0)])
 		| map((sort_by(.msgsPerSec // 0)) as $s | $s[(($s | length) - 1) / 2 | floor]
 			+ {rounds: map(.msgsPerSec // 0 | round), allErrors: (map(.errors // 0) | add)})
 		| (map(select(.system == "redis" or .system == "plain")) | map({key: key, value: .msgsPerSec}) | from_entries) as $ref
-		| map(. + {ratio: (if .system == "redis" or .system == "plain" or ($ref[key] // 0) == 0 then null
+		| (map(select(.system == "disk-append")) | map({key: key, value: .msgsPerSec}) | from_entries) as $append
+		| (map(select(.system == "disk-overwrite")) | map({key: key, value: .msgsPerSec}) | from_entries) as $overwrite
+		| map(. + {ratio: (if ref or ($ref[key] // 0) == 0 then null
 			else "\((.msgsPerSec / $ref[key] * 100 | round) / 100)× \(if .grid == "line" then "Redis" else "ceiling" end)" end)})
+		| map(if .grid == "line" and (ref | not) and ($append[key] // 0) > 0 and ($overwrite[key] // 0) > 0 then
+			. + {ratio: ([.ratio // empty, "\((.msgsPerSec / $append[key] * 100 | round) / 100)× disk append+fsync",
+				"\((.msgsPerSec / $overwrite[key] * 100 | round) / 100)× disk overwrite+fdatasync"] | join(", "))} else . end)
 		| sort_by(order)[]
 		| . + {scenario: (if .grid == "line" then
 				(if .system == "redis" then "Redis XADD, appendfsync always"
+				elif .system == "disk-append" then "the data filesystem alone: append \(.size) B + fsync, one writer (no broker)"
+				elif .system == "disk-overwrite" then "the data filesystem alone: overwrite \(.size) B of preallocated zeros + fdatasync, one writer (no broker)"
 				elif .system == "base" then "line PUB DURABLE, baseline build (BENCH_LINE_BASE), index-sync \($syncs[0])"
 				else "line PUB DURABLE, index-sync \(.system)" end)
 			else
