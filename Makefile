@@ -69,9 +69,16 @@ ui-screenshot: ## regenerate plugins/ui/status-page.png (the README shows it): t
 vet:
 	$(GO) vet ./...
 
-lint: ## go vet and staticcheck (pinned by the tool directive in go.mod); zero findings expected
+# Redocly CLI, the OpenAPI linter of make lint (installed by npm into
+# .tmp/redocly/ by .ci/redocly.sh when missing or another version).
+REDOCLY_VERSION := 2.77.0
+
+lint: ## gofmt -l, go vet, staticcheck (pinned in go.mod) and Redocly CLI $(REDOCLY_VERSION) on modules/httpapi/openapi.yaml (installed into .tmp/ by npm; needs node >= 20); zero findings expected
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "make lint: not gofmt-formatted (make fmt):" >&2; echo "$$out" >&2; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	@bash .ci/redocly.sh $(REDOCLY_VERSION)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
