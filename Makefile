@@ -7,7 +7,7 @@ LDFLAGS  := -X github.com/mmmq/mmmq/modules/contract.Version=$(VERSION)
 # Unset, the broker reads $MMMQ_CONFIG if set, else configs/mmmq.yaml.
 CONFIG   ?=
 
-.PHONY: all build run test test-short race fuzz bench crash demo cluster ui-screenshot vet lint fmt clean
+.PHONY: all build run test test-short race fuzz bench crash demo cluster cluster-restart ui-screenshot vet lint fmt clean
 
 all: build
 
@@ -55,8 +55,13 @@ crash: ## long randomized crash and power-loss rounds (storage engine, then the 
 demo: ## broker + two consumers + producer on the 3000 order events; checks delivery
 	./examples/demo/demo.sh
 
-cluster: build ## 3 NATS JetStream nodes + 2 mmmq nodes on loopback (configs/cluster/), in the foreground; Ctrl-C stops them
+cluster: build ## 3 NATS JetStream nodes + 2 mmmq nodes on loopback (configs/cluster/), in the foreground; a node that dies is reported, the others keep running; Ctrl-C stops them
 	GO=$(GO) MMMQ=$${MMMQ:-$(BIN)} bash .cluster/run.sh
+
+# NODE is the node of a running `make cluster` that cluster-restart restarts.
+NODE ?=
+cluster-restart: ## restart one node (dead, or alive: stopped first) of a running `make cluster`: NODE=n1|n2|n3|mmmq-1|mmmq-2 (same CLUSTER_PORT_OFFSET)
+	@bash .cluster/run.sh restart "$(NODE)"
 
 ui-screenshot: ## regenerate plugins/ui/status-page.png (the README shows it): the status page (/ui/) in headless Chromium (apt-get install chromium, or CHROMIUM=path)
 	MMMQ_UI_SCREENSHOT_DIR=$(CURDIR)/plugins/ui $(GO) test -count=1 -run '^TestStatusPageInBrowser$$' -v ./app/
@@ -64,9 +69,16 @@ ui-screenshot: ## regenerate plugins/ui/status-page.png (the README shows it): t
 vet:
 	$(GO) vet ./...
 
-lint: ## go vet and staticcheck (pinned by the tool directive in go.mod); zero findings expected
+# Redocly CLI, the OpenAPI linter of make lint (installed by npm into
+# .tmp/redocly/ by .ci/redocly.sh when missing or another version).
+REDOCLY_VERSION := 2.77.0
+
+lint: ## gofmt -l, go vet, staticcheck (pinned in go.mod) and Redocly CLI $(REDOCLY_VERSION) on modules/httpapi/openapi.yaml (installed into .tmp/ by npm; needs node >= 20); zero findings expected
+	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "make lint: not gofmt-formatted (make fmt):" >&2; echo "$$out" >&2; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	@bash .ci/redocly.sh $(REDOCLY_VERSION)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -119,7 +119,8 @@ func (s *specStore) Save(specs []admin.Spec) error {
 }
 
 // Watch calls fn with the list each time another broker stores a newer
-// revision of it, until stop.
+// revision of it, until stop. stop waits for nothing from NATS; fn is not
+// called once it has returned.
 func (s *specStore) Watch(fn func([]admin.Spec)) (func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := s.kv.Watch(ctx, adminKey, js.UpdatesOnly())
@@ -152,7 +153,15 @@ func (s *specStore) Watch(fn func([]admin.Spec)) (func(), error) {
 		}
 	}()
 	return func() {
-		_ = w.Stop()
+		// Not w.Stop(): it deletes the watch's consumer with a request and
+		// waits for the answer (nats.go's 5 s default), so a broker stopping
+		// while its NATS cluster could not answer (nodes died, no meta
+		// leader) waited those 5 s. Cancelling the watch's context
+		// unsubscribes in nats.go's own goroutine (the updates end at once),
+		// which then sends that delete; Backend.Close, the broker's last
+		// stop hook, ends it if no answer has come by then, and the server
+		// removes a consumer left behind once it has been inactive for its
+		// inactive threshold.
 		cancel()
 		<-done
 	}, nil

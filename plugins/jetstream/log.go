@@ -323,16 +323,27 @@ func (l *Log) Checkpoints() ([]string, error) {
 	return l.cps.list(l.topic)
 }
 
-// Close stops the ordered consumer, wakes every Notify channel, waits up to
-// the request timeout for the acknowledgements of ACCEPTED appends still
-// outstanding (an error says how many did not come: those messages may or
-// may not be stored) and releases the log. Later calls fail with
+// Close stops the ordered consumer (without waiting on a cluster that
+// cannot answer), wakes every Notify channel, waits up to the request
+// timeout for the acknowledgements of ACCEPTED appends still outstanding
+// (an error says how many did not come: those messages may or may not be
+// stored) and releases the log. Later calls fail with
 // contract.ErrClosed; a second Close returns nil.
 func (l *Log) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	l.cons.Stop()
+	// Stop can wait: told of a reconnect or a missed heartbeat, nats.go's
+	// ordered consumer recreates itself holding the lock Stop takes, with
+	// a request of up to 10 s per attempt, which a cluster that lost its
+	// quorum never answers. So Stop runs on its own; once the connection
+	// closes (Backend.Close) that request ends and Stop returns. What the
+	// consumer may still deliver only raises the high watermark.
+	stopped := make(chan struct{})
+	go func() {
+		l.cons.Stop()
+		close(stopped)
+	}()
 	l.mu.Lock()
 	for _, ch := range l.waiters {
 		close(ch)
@@ -350,8 +361,12 @@ func (l *Log) Close() error {
 	}
 	l.ajs.CleanupPublisher()
 	select {
-	case <-l.cons.Closed():
-	case <-ctx.Done():
+	case <-stopped: // stopped at once: wait until it has (as before)
+		select {
+		case <-l.cons.Closed():
+		case <-ctx.Done():
+		}
+	default: // its Stop waits on the cluster: not waited for
 	}
 	// A barrier, not a critical section: a StartOffset that saw the log
 	// open (under refreshMu) has called refreshWG.Add before this Lock is
