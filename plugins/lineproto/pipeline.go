@@ -231,15 +231,7 @@ func (c *conn) takeSlot() *slot {
 			p.mu.Lock()
 			continue
 		}
-		p.readerWaits = true
-		wake := p.wakeLocked()
-		p.mu.Unlock()
-		if wake {
-			signal(p.wake)
-		}
-		select {
-		case <-p.room:
-		case <-p.dead:
+		if !p.waitRoomLocked(nil) {
 			return nil
 		}
 		p.mu.Lock()
@@ -469,21 +461,33 @@ func (c *conn) reserve(n int64) int64 {
 			p.mu.Unlock()
 			return 0
 		}
-		p.readerWaits = true
-		wake := p.wakeLocked()
-		p.mu.Unlock()
-		if wake {
-			signal(p.wake)
-		}
-		select {
-		case <-p.room:
-		case <-p.dead:
-			return 0
-		case <-c.s.ctx.Done():
+		if !p.waitRoomLocked(c.s.ctx.Done()) {
 			return 0
 		}
 	}
 	return n
+}
+
+// waitRoomLocked, called by the reader with p.mu held, waits for a
+// completion to make room: it marks the reader as waiting, wakes the
+// flusher when the head is ready and it sleeps, and unlocks p.mu (it
+// returns with it unlocked). False when the connection died or done (nil:
+// never) closed first.
+func (p *pipeline) waitRoomLocked(done <-chan struct{}) bool {
+	p.readerWaits = true
+	wake := p.wakeLocked()
+	p.mu.Unlock()
+	if wake {
+		signal(p.wake)
+	}
+	select {
+	case <-p.room:
+		return true
+	case <-p.dead:
+		return false
+	case <-done:
+		return false
+	}
 }
 
 // flusher writes the ready replies at the head of the queue, all of them
