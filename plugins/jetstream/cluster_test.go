@@ -65,14 +65,8 @@ func TestClusterReplicas3(t *testing.T) {
 		c.Replicas = 3
 		return c
 	}
-	var a, b *Backend
-	require.Eventually(t, func() bool {
-		var err error
-		a, err = Connect(cfg(servers[0]), 1<<16, nil, nil)
-		return err == nil
-	}, 10*time.Second, 100*time.Millisecond)
-	t.Cleanup(func() { _ = a.Close() })
-	b = connectWith(t, cfg(servers[1]))
+	a := connectCluster(t, cfg(servers[0]))
+	b := connectWith(t, cfg(servers[1]))
 
 	la := open(t, a, "cluster.t")
 	lb := open(t, b, "cluster.t")
@@ -159,13 +153,7 @@ func TestClusterConcurrentDuplicateIDWaits(t *testing.T) {
 		c.RequestTimeout = 10 * time.Second
 		return c
 	}
-	var a *Backend
-	require.Eventually(t, func() bool {
-		var err error
-		a, err = Connect(cfg(servers[0]), 1<<16, nil, nil)
-		return err == nil
-	}, 10*time.Second, 100*time.Millisecond)
-	t.Cleanup(func() { _ = a.Close() })
+	a := connectCluster(t, cfg(servers[0]))
 	b := connectWith(t, cfg(servers[1]))
 	a.opts.DedupWindow, b.opts.DedupWindow = 2*time.Minute, 2*time.Minute
 	la, lb := open(t, a, "dup.race"), open(t, b, "dup.race")

@@ -45,6 +45,25 @@ func testConfig(s *server.Server) Config {
 func connect(t testing.TB, s *server.Server) *Backend { return connectWith(t, testConfig(s)) }
 
 // connectWith is connect with the configuration c.
+// connectCluster is connectWith for a cluster that just formed: it may
+// not place the replicas yet ("no suitable peers"), so Connect is tried
+// again for up to 15 s before the test fails.
+func connectCluster(t testing.TB, c Config) *Backend {
+	t.Helper()
+	var b *Backend
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if b, err = Connect(c, 1<<16, nil, zaptest.NewLogger(t)); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 func connectWith(t testing.TB, c Config) *Backend {
 	t.Helper()
 	b, err := Connect(c, 1<<16, nil, zaptest.NewLogger(t))
