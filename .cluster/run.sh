@@ -7,7 +7,7 @@
 #   mmmq-1 mmmq-2   HTTP 8080 / 8081, line protocol 7070 / 7071
 #                   (configs/cluster/mmmq-<i>.yaml)
 #
-# Data under ./data/cluster/, each process's log in ./data/cluster/logs/.
+# Data under ./data-cluster/, each process's log in ./data-cluster/logs/.
 # Every port must be free before anything starts (else it stops at once,
 # naming the port and its holder); each server must then hold its own ports
 # (checked by process id). A process that fails to start stops them all
@@ -28,7 +28,7 @@
 # prints; it exits 1 when the restart failed or no cluster is running.
 #
 # CLUSTER_PORT_OFFSET=N adds N to every port (configs rewritten under
-# ./data/cluster-N/conf, data under ./data/cluster-N) for a second cluster
+# ./data-cluster-N/conf, data under ./data-cluster-N) for a second cluster
 # beside the first or a machine where the default ports are taken; give the
 # restart the same CLUSTER_PORT_OFFSET.
 set -euo pipefail
@@ -42,10 +42,10 @@ if ! [[ $off =~ ^[0-9]+$ ]] || ((off > 20000)); then
 	exit 2
 fi
 
-data=./data/cluster
+data=./data-cluster
 conf=configs/cluster
 if ((off != 0)); then
-	data=./data/cluster-$off
+	data=./data-cluster-$off
 	conf=$data/conf
 fi
 logs=$data/logs
@@ -128,7 +128,7 @@ if ((off != 0)); then
 	for p in 4222 4223 4224 6222 6223 6224 8222 8223 8224 8080 8081 7070 7071; do
 		subst+=(-e "s/\\b$p\\b/$((p + off))/g")
 	done
-	subst+=(-e "s|\\./data/cluster/|$data/|g")
+	subst+=(-e "s|\\./data-cluster/|$data/|g")
 	for f in nats-1.conf nats-2.conf nats-3.conf mmmq-1.yaml mmmq-2.yaml; do
 		sed "${subst[@]}" "configs/cluster/$f" >"$conf/$f"
 	done
