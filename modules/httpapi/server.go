@@ -401,6 +401,13 @@ type PublishResponse struct {
 }
 
 func ackLevel(r *http.Request) (contract.AckLevel, error) {
+	if r.URL.RawQuery != "" && strings.ContainsAny(r.URL.RawQuery, "%;") {
+		// Go's parser drops a pair it cannot read ("ack=written;x",
+		// "ack=%ZZ") and the level would silently become the default.
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			return 0, contract.BadRequest("query string: %v", err)
+		}
+	}
 	v, n := queryValue(r.URL.RawQuery, "ack")
 	if n > 1 {
 		// ?ack=accepted&ack=durable: which one the client meant is not

@@ -167,6 +167,11 @@ func TestPublishBodyErrors(t *testing.T) {
 		wantNACK(t, a.call(http.MethodPost, "/messages"+q, "", `{"topic":"body.t","content":1}`), http.StatusBadRequest, contract.CodeBadRequest, "given 2 times")
 		wantNACK(t, a.call(http.MethodPost, "/messages/batch"+q, "", `[{"topic":"body.t","content":1}]`), http.StatusBadRequest, contract.CodeBadRequest, "given 2 times")
 	}
+	// A query Go's parser cannot read is refused, not read without its
+	// bad pairs (the level would silently be the default).
+	for _, q := range []string{"?ack=accepted;x", "?ack=written;", "?ack=%ZZ", "?ack=accepted&ack=durable;", "?x=%zz&ack=accepted"} {
+		wantNACK(t, a.call(http.MethodPost, "/messages"+q, "", `{"topic":"body.t","content":1}`), http.StatusBadRequest, contract.CodeBadRequest, "query string")
+	}
 	a.noTopics()
 }
 
