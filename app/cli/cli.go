@@ -107,7 +107,7 @@ func Run(p Program, args []string) int {
 	default:
 		// "mmmq --server URL dispatchers list": the remote commands'
 		// common flags may come before the command too.
-		if lead, rest := leadingRemoteFlags(args); len(lead) > 0 && len(rest) > 0 && (rest[0] == "dispatchers" || rest[0] == "topics") {
+		if lead, rest := leadingRemoteFlags(slices.Clone(args)); len(lead) > 0 && len(rest) > 0 && (rest[0] == "dispatchers" || rest[0] == "topics") {
 			cmd, args = rest[0], slices.Concat(lead, rest[1:]) // a copy: lead and rest share args
 		}
 	}

@@ -484,6 +484,17 @@ func TestRemoteFlagsBeforeTheSubcommand(t *testing.T) {
 			t.Errorf("mmmq %s: exit %d, stderr %q; want 2 and the usage", strings.Join(args, " "), code, errOut)
 		}
 	}
+	// Allowed flags with no subcommand after them: the subcommand is what
+	// is missing (it said the allowed flag was in the wrong place); help
+	// is help.
+	for _, args := range [][]string{{"--json", "dispatchers"}, {"dispatchers", "--json"}, {"--server", b.base, "topics"}} {
+		if code, _, errOut := captureAll(t, args...); code != 2 || !strings.Contains(errOut, "missing subcommand") {
+			t.Errorf("mmmq %s: exit %d, stderr %q; want 2 and \"missing subcommand\"", strings.Join(args, " "), code, errOut)
+		}
+	}
+	if code, out, errOut := captureAll(t, "--server", b.base, "dispatchers", "-h"); code != 0 || !strings.Contains(out, "usage: mmmq dispatchers") || errOut != "" {
+		t.Errorf("mmmq --server URL dispatchers -h: exit %d, stdout %q, stderr %q; want 0 and the usage", code, out, errOut)
+	}
 }
 
 // Bad usage is exit 2 with the problem and the subcommand's usage on
