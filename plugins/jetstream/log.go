@@ -53,8 +53,16 @@ type Log struct {
 	limited     bool
 	refreshing  atomic.Bool
 	refreshedAt atomic.Int64
-	refreshMu   sync.Mutex     // orders a refresh's start with Close
-	refreshWG   sync.WaitGroup // held by a refresh in flight; Close waits
+	refreshMu   sync.Mutex     // orders a refresh's (or resync's) start with Close
+	refreshWG   sync.WaitGroup // held by a refresh or resync in flight; Close waits
+
+	// The resync (resync): while the ordered consumer reports errors or
+	// is found behind, the high watermark is also read from the stream's
+	// state. resyncing: one loop at a time; resyncUntil: when it ends
+	// (Unix ns), pushed on by every error and every time it was behind.
+	resyncing   atomic.Bool
+	resyncUntil atomic.Int64
+	resyncStop  chan struct{} // closed by Close: ends a resync at once
 
 	mu      sync.Mutex
 	waiters map[int64]chan struct{} // Notify channels by offset
@@ -131,6 +139,7 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		str:         str,
 		cps:         cps,
 		waiters:     map[int64]chan struct{}{},
+		resyncStop:  make(chan struct{}),
 		opened:      map[string]contract.Checkpoint{},
 		limited:     info.Config.MaxAge > 0 || info.Config.MaxBytes > 0,
 	}
@@ -146,7 +155,7 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		HeadersOnly:   true,
 	})
 	if err == nil {
-		l.cons, err = cons.Consume(l.onStored)
+		l.cons, err = cons.Consume(l.onStored, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { l.resync(err) }))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open topic %s: consumer: %w", topic, classify(err))
@@ -178,6 +187,80 @@ func (l *Log) onStored(m jetstream.Msg) {
 		return
 	}
 	l.advance(int64(md.Sequence.Stream))
+}
+
+// resyncEvery is how often a resync reads the stream's state, and
+// resyncWindow how long it goes on after the last consumer error or the
+// last time it found the consumer behind.
+var (
+	resyncEvery  = 2 * time.Second
+	resyncWindow = time.Minute
+)
+
+// resync is the ordered consumer's error handler: the consumer (which
+// keeps the high watermark current) recreates itself after a reconnect or
+// a missed heartbeat, and while a cluster regains its quorum that can
+// leave it behind with no further error — a node seen serving a stale
+// end of its topic for a minute, its dispatcher idle at lag 0, while the
+// other node had stored 128 more messages. So for resyncWindow after an
+// error, every resyncEvery, the stream's state is read and the high
+// watermark raised to it; finding the consumer behind (the state ahead of
+// it) pushes the window on and logs a warning. Errors of the consumer
+// itself are logged at Debug (they come in bursts during a failover).
+func (l *Log) resync(err error) {
+	if l.opts.Logger != nil {
+		l.opts.Logger.Debug("topic's message feed reported an error; reading the stream's state for a while", zap.String("topic", l.topic), zap.Error(err))
+	}
+	l.resyncUntil.Store(time.Now().Add(resyncWindow).UnixNano())
+	if !l.resyncing.CompareAndSwap(false, true) {
+		return
+	}
+	l.refreshMu.Lock()
+	defer l.refreshMu.Unlock()
+	if l.closed.Load() {
+		l.resyncing.Store(false)
+		return
+	}
+	l.refreshWG.Add(1)
+	go l.resyncLoop()
+}
+
+func (l *Log) resyncLoop() {
+	defer l.refreshWG.Done()
+	defer l.resyncing.Store(false)
+	t := time.NewTicker(resyncEvery)
+	defer t.Stop()
+	for time.Now().UnixNano() < l.resyncUntil.Load() {
+		select {
+		case <-l.resyncStop:
+			return
+		case <-t.C:
+		}
+		// Close cancels the request: it must not wait on a cluster that
+		// cannot answer.
+		ctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+		go func() {
+			select {
+			case <-l.resyncStop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		info, err := l.str.Info(ctx)
+		cancel()
+		if err != nil {
+			continue // the cluster cannot answer yet: next tick
+		}
+		l.setStart(info.State)
+		if end, cur := int64(info.State.LastSeq), l.hw.Load(); end > cur {
+			l.resyncUntil.Store(time.Now().Add(resyncWindow).UnixNano())
+			if l.opts.Logger != nil {
+				l.opts.Logger.Warn("topic's message feed fell behind the stream; high watermark raised from the stream's state",
+					zap.String("topic", l.topic), zap.Int64("was", cur), zap.Int64("high-watermark", end))
+			}
+			l.advance(end)
+		}
+	}
 }
 
 // advance raises the high watermark to hw (never lowers it) and wakes the
@@ -339,6 +422,9 @@ func (l *Log) Close() error {
 	// quorum never answers. So Stop runs on its own; once the connection
 	// closes (Backend.Close) that request ends and Stop returns. What the
 	// consumer may still deliver only raises the high watermark.
+	l.refreshMu.Lock()
+	close(l.resyncStop) // after closed is set: no resync starts after this
+	l.refreshMu.Unlock()
 	stopped := make(chan struct{})
 	go func() {
 		l.cons.Stop()

@@ -557,3 +557,40 @@ func TestAcceptedBudget(t *testing.T) {
 	_, err = l.Append(context.Background(), make([]byte, 101), contract.Durable)
 	require.NoError(t, err, "DURABLE appends wait instead of holding the budget")
 }
+
+// When the ordered consumer that keeps the high watermark current falls
+// silent after an error (a node seen serving a stale end of its topic for
+// a minute after its cluster regained quorum, its dispatcher idle at lag
+// 0), the error starts a resync: the stream's state is read every
+// resyncEvery and the high watermark raised to it, waking Notify. Without
+// the error nothing is read (the consumer is trusted while it is quiet).
+func TestResyncAfterConsumerErrorCatchesUp(t *testing.T) {
+	every := resyncEvery
+	resyncEvery = 50 * time.Millisecond
+	t.Cleanup(func() { resyncEvery = every })
+	s := startServer(t)
+	a, b := connect(t, s), connect(t, s)
+	la, lb := open(t, a, "resync"), open(t, b, "resync")
+	la.cons.Stop() // the feed of a's log goes silent, as it was seen to
+	<-la.cons.Closed()
+	for i := 0; i < 3; i++ {
+		_, err := lb.Append(context.Background(), msg(i), contract.Durable)
+		require.NoError(t, err)
+	}
+	woken := la.Notify(2)
+	time.Sleep(3 * resyncEvery)
+	require.EqualValues(t, 0, la.HighWatermark(), "the high watermark moved with the consumer stopped and no error")
+
+	la.resync(errors.New("nats: no heartbeat received"))
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Notify(2) not woken after the consumer error; high watermark %d", la.HighWatermark())
+	}
+	assert.EqualValues(t, 3, la.HighWatermark())
+	// Close ends the resync at once and waits for it.
+	start := time.Now()
+	require.NoError(t, la.Close())
+	assert.Less(t, time.Since(start), time.Second)
+	assert.False(t, la.resyncing.Load(), "a resync still runs after Close")
+}
