@@ -22,8 +22,16 @@ func tokenCmd(args []string) int {
 		fmt.Print(named(tokenUsage))
 		return 0
 	}
+	switch {
+	case len(args) == 0:
+		fmt.Fprintf(os.Stderr, "%s token: missing subcommand (new)\n", prog)
+	case args[0] != "new":
+		fmt.Fprintf(os.Stderr, "%s token: unknown subcommand %q (want new)\n", prog, args[0])
+	case len(args) > 1:
+		fmt.Fprintf(os.Stderr, "%s token new: takes no arguments or flags, got %q\n", prog, args[1])
+	}
 	if len(args) != 1 || args[0] != "new" {
-		fmt.Fprint(os.Stderr, named(tokenUsage))
+		fmt.Fprintf(os.Stderr, "usage: %s token new (\"%s token --help\" describes it)\n", prog, prog)
 		return 2
 	}
 	printToken(os.Stdout)

@@ -38,8 +38,13 @@ func TestTokenNew(t *testing.T) {
 	if _, again := capture(t, "token", "new"); strings.Contains(again, tok) {
 		t.Fatal("two runs print the same token")
 	}
-	if code, _ := capture(t, "token"); code != 2 {
-		t.Errorf("mmmq token: exit %d, want 2", code)
+	// A usage error names what was wrong, in two lines on stderr (it
+	// printed only the usage).
+	for args, says := range map[string]string{"": "missing subcommand", "old": `unknown subcommand "old"`, "new --bogus": `got "--bogus"`} {
+		code, out, errOut := captureAll(t, append([]string{"token"}, strings.Fields(args)...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, says) || strings.Count(errOut, "\n") != 2 {
+			t.Errorf("mmmq token %s: exit %d, stdout %q, stderr %q; want 2 and two lines saying %q", args, code, out, errOut, says)
+		}
 	}
 
 	cfg := config.Default()
