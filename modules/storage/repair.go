@@ -33,13 +33,25 @@ type RepairReport struct {
 	// were damaged within DamageWindow of the end of the data, which
 	// recovery cannot tell apart (the residual risk). Their bytes are part
 	// of TruncatedBytes.
-	CutValidEntries int64    `json:"cutValidEntries"`
-	Removed         []string `json:"removed,omitempty"`
+	CutValidEntries int64 `json:"cutValidEntries"`
+	// ZeroTailBytes counts the zero bytes cut from the ends of the last
+	// segment's .mmm and .idx: the tail a broker that preallocates
+	// (mmmq.broker.storage.preallocate) leaves when it does not close
+	// cleanly, or zeros a crash left after the data. They are not part
+	// of TruncatedBytes, CutIndexBytes or CutEntries: no entry was there.
+	ZeroTailBytes int64    `json:"zeroTailBytes,omitempty"`
+	Removed       []string `json:"removed,omitempty"`
 	// InterruptedRetention names the lone file of a first segment that a
 	// crash left half deleted by retention, which repair removes
 	// (finishing the deletion); empty when there is none.
 	InterruptedRetention string   `json:"interruptedRetention,omitempty"`
 	Actions              []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
+	zeroActs             int      // of Actions, those cutting a zero tail
+}
+
+// zeroTail reports whether cutting zero tails is all repair would do.
+func (r RepairReport) zeroTail() bool {
+	return r.ZeroTailBytes > 0 && len(r.Actions) == r.zeroActs
 }
 
 // Clean reports whether repair found nothing to change.
