@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Preallocation (Options.Preallocate, mmmq.broker.storage.preallocate):
@@ -53,6 +55,9 @@ import (
 
 // Defaults of the preallocation settings.
 const (
+	// DefaultPreallocate is mmmq.broker.storage.preallocate's default
+	// (Options.Preallocate's zero value is off): 4 MiB ahead of the writer.
+	DefaultPreallocate = 4 << 20
 	// DefaultPreallocateMaxBytes is the broker-wide cap of preallocated
 	// zero bytes (mmmq.broker.storage.preallocate-max-bytes): 256 MiB,
 	// so 10,000 busy topics never hold more than that of zeros.
@@ -231,9 +236,11 @@ func (l *Log) preIndexData(n int64) bool {
 
 // preAfterCommit is called by the writer after a group commit of seg
 // (files pinned, everything fsynced): when the topic is busy and its
-// zero tail runs short, it starts a chunk that extends both files to
-// Preallocate bytes (and an eighth of that of index) ahead of the data.
-// l.wmu is held.
+// zero tail runs short, it starts a chunk that extends the segment to
+// Preallocate bytes ahead of the data (never past SegmentMaxBytes) and
+// the index to twice the index bytes those would need at the segment's
+// average entry size (4 KiB to an eighth of Preallocate; never past what
+// a full segment of the smallest entries needs). l.wmu is held.
 func (l *Log) preAfterCommit(seg *segment, files *segFiles) {
 	if !l.preallocating() {
 		return
@@ -246,7 +253,11 @@ func (l *Log) preAfterCommit(seg *segment, files *segFiles) {
 		return
 	}
 	ahead := l.opts.Preallocate
-	idxAhead := max(ahead/8, preallocAlign)
+	idxAhead := int64(preallocAlign)
+	if seg.size > 0 {
+		idxAhead = max(idxAhead, min(ahead/8, 2*ahead*seg.count*IndexEntrySize/seg.size))
+	}
+	idxMax := (l.opts.SegmentMaxBytes/(HeaderSize+contract.MinPayloadBytes) + 1) * IndexEntrySize
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.inflight {
@@ -259,7 +270,7 @@ func (l *Log) preAfterCommit(seg *segment, files *segFiles) {
 		mmmTo = max(mmmFrom, min(alignDown(seg.size+ahead), l.opts.SegmentMaxBytes))
 	}
 	if idxFrom-dataIdx < idxAhead/2 {
-		idxTo = max(idxFrom, alignDown(dataIdx+idxAhead))
+		idxTo = max(idxFrom, min(alignDown(dataIdx+idxAhead), idxMax))
 	}
 	n := (mmmTo - mmmFrom) + (idxTo - idxFrom)
 	if n <= 0 || !l.preBudget.take(n) {

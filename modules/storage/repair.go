@@ -103,11 +103,19 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 		last := segs[len(segs)-1]
 		rep.Entries = last.base + last.count
 	}
-	if apply && !rep.Clean() {
+	switch {
+	case !apply || rep.Clean():
+	case rep.zeroTail():
+		// What a preallocating broker that did not close cleanly leaves:
+		// nothing torn, nothing lost.
+		log.Info("recovery cut the zero tail of the active segment (preallocated by a broker that did not close cleanly)",
+			zap.Strings("actions", rep.Actions), zap.Int64("zero-tail-bytes", rep.ZeroTailBytes))
+	default:
 		log.Warn("recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked",
 			zap.Strings("actions", rep.Actions), zap.Int64("cut-entries", rep.CutEntries),
 			zap.Int64("truncated-bytes", rep.TruncatedBytes), zap.Int64("reindexed-entries", rep.ReindexedEntries),
-			zap.Int64("cut-valid-entries", rep.CutValidEntries), zap.Int64("cut-index-bytes", rep.CutIndexBytes))
+			zap.Int64("cut-valid-entries", rep.CutValidEntries), zap.Int64("cut-index-bytes", rep.CutIndexBytes),
+			zap.Int64("zero-tail-bytes", rep.ZeroTailBytes))
 	}
 	return segs, rep, nil
 }

@@ -67,6 +67,9 @@ type brokerConf struct {
 	IndexSyncInterval time.Duration
 	// OnCorruption, when not "", sets mmmq.broker.storage.on-corruption.
 	OnCorruption string
+	// Preallocate, when not nil, sets mmmq.broker.storage.preallocate
+	// (0: off); nil keeps the default (on).
+	Preallocate *int64
 	// NoDiskGuard sets mmmq.broker.storage.min-free-bytes: 0 (the guard
 	// off), for a filesystem whose statfs reports nothing free (LazyFS
 	// implements no statfs: FUSE then answers 0 blocks).
@@ -194,6 +197,9 @@ func brokerYAML(c brokerConf) string {
 	}
 	if c.OnCorruption != "" {
 		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
+	}
+	if c.Preallocate != nil {
+		fmt.Fprintf(&y, "      preallocate: %d\n", *c.Preallocate)
 	}
 	if c.NoDiskGuard {
 		fmt.Fprintf(&y, "      min-free-bytes: 0\n")
