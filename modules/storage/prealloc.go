@@ -430,13 +430,16 @@ func (l *Log) preTimerC() <-chan time.Time {
 	return l.pre.timer.C
 }
 
-// preStop waits for the chunk in flight and stops the timer, when the
-// writer returns.
+// preStop waits for the chunk in flight, stops the timer and gives the
+// budget back, when the writer returns.
 func (l *Log) preStop() {
 	l.pre.wg.Wait()
 	if l.pre.timer != nil {
 		l.pre.timer.Stop()
 	}
+	// A failed log keeps its zero tail on disk (the next start cuts it);
+	// the budget is the running broker's.
+	l.preDropHeld()
 }
 
 // preDropHeld gives back the budget of a zero tail that a cut other than

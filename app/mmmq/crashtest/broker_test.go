@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -184,6 +185,11 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 	}
 }
 
+// brokerPreallocate, when not nil, is the mmmq.broker.storage.preallocate
+// of every broker whose brokerConf.Preallocate is nil (a test that needs
+// the files without preallocation sets it for its run).
+var brokerPreallocate *int64
+
 // brokerYAML is the configuration file of c.
 func brokerYAML(c brokerConf) string {
 	var y strings.Builder
@@ -198,8 +204,8 @@ func brokerYAML(c brokerConf) string {
 	if c.OnCorruption != "" {
 		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
 	}
-	if c.Preallocate != nil {
-		fmt.Fprintf(&y, "      preallocate: %d\n", *c.Preallocate)
+	if p := cmp.Or(c.Preallocate, brokerPreallocate); p != nil {
+		fmt.Fprintf(&y, "      preallocate: %d\n", *p)
 	}
 	if c.NoDiskGuard {
 		fmt.Fprintf(&y, "      min-free-bytes: 0\n")
