@@ -22,7 +22,8 @@ import (
 //   - after a clean stop (SIGTERM) every segment and index file ends
 //     exactly at its last entry, as the original Java mmmq reads them;
 //   - after a kill -9 the active files keep their zero tails, `mmmq
-//     verify` exits 0 and names them; the restart cuts them
+//     verify` exits 0 and names them, `mmmq dump` shows every
+//     acknowledged message; the restart cuts them
 //     (every file ends at its last entry again), every acknowledged
 //     message is served, and `mmmq verify` then reports every topic OK.
 func TestPreallocCleanStopAndKill(t *testing.T) {
@@ -74,6 +75,20 @@ func TestPreallocCleanStopAndKill(t *testing.T) {
 	out, code := mmmqVerify(t, root)
 	if code != 0 || !strings.Contains(out, "cut a zero tail") || !strings.Contains(out, "ZERO_TAIL") && !strings.Contains(out, "TORN_TAIL") {
 		t.Fatalf("mmmq verify after kill -9: exit %d, want 0 naming the zero tails:\n%s", code, out)
+	}
+
+	// dump reads the killed broker's files as the restart will serve them:
+	// every acknowledged message of the topic, none of the zeros.
+	for _, topic := range topics {
+		out, err := exec.Command(binPath, "dump", "--root", root, "--topic", topic).CombinedOutput()
+		if err != nil {
+			t.Fatalf("mmmq dump %s after kill -9: %v\n%s", topic, err, out)
+		}
+		for _, m := range acked {
+			if m.Topic == topic && !strings.Contains(string(out), m.ID) {
+				t.Fatalf("mmmq dump %s after kill -9 lacks acknowledged %s:\n%.2000s", topic, m.ID, out)
+			}
+		}
 	}
 
 	b = startBroker(t, conf)
