@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,4 +399,38 @@ func TestPreallocDiskGuard(t *testing.T) {
 	l2 := openMem(t, fsys, Options{Logger: zap.NewNop()})
 	defer l2.Close()
 	wantAll(t, l2, all)
+}
+
+// TestPreallocZeroTailReadInWindows: a 16 MiB zero tail (a large
+// preallocation left by a kill) is cut at startup with a few large reads,
+// one per 1 MiB window, not a scan byte by byte; the entries before it
+// are all kept.
+func TestPreallocZeroTailReadInWindows(t *testing.T) {
+	fsys := vfs.NewMem()
+	l := openMem(t, fsys, Options{Logger: zap.NewNop()})
+	all := preWrite(t, l, 5, nil)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const tail = 16 << 20
+	appendFile(t, fsys, mmmOf(0), make([]byte, tail))
+	appendFile(t, fsys, idxOf(0), make([]byte, 64<<10))
+	var reads atomic.Int64
+	fsys.SetHook(func(op vfs.Op, _ string) error {
+		if op == vfs.OpRead {
+			reads.Add(1)
+		}
+		return nil
+	})
+	rl := openMem(t, fsys, Options{Logger: zap.NewNop()})
+	fsys.SetHook(nil)
+	defer rl.Close()
+	if r := rl.Repair(); r.ZeroTailBytes != tail+64<<10 || r.TruncatedBytes != 0 || r.CutEntries != 0 {
+		t.Fatalf("repair %+v: want only the %d zero bytes cut", r, tail+64<<10)
+	}
+	wantAll(t, rl, all)
+	if n := reads.Load(); n > tail/scanWindow+16 {
+		t.Fatalf("%d reads to cut a %d-byte zero tail: not a window at a time", n, tail)
+	}
+	t.Logf("%d reads for a %d MiB zero tail", reads.Load(), tail>>20)
 }
