@@ -455,17 +455,17 @@ func TestPowerLossPropertyPrealloc(t *testing.T) {
 func TestPowerLossNegativeControlPrealloc(t *testing.T) {
 	variants := preallocVariants(crashVariants)
 	var total crashCounts
+	damaged := 0
 	byModel := map[string]*crashCounts{}
 	lostIn := func(m string) bool { return byModel[m] != nil && byModel[m].lostDurable > 0 }
 	for r := 0; r < 10*crashRounds() && (r < 2*crashRounds() || !lostIn("prefix") || !lostIn("sectors")); r++ {
 		seed := uint64(950000 + r)
 		v := variants[r%len(variants)]
+		// The deliberate bug leaves unsynced bytes in sealed segments
+		// too: reads and reopens may then meet corruption. Counted, not
+		// failed on; what must happen is a lost acknowledgement.
 		c, violations := crashRoundHooks(seed, v, &Hooks{SkipDatasync: true}, false)
-		for _, s := range violations {
-			if !strings.Contains(s, "reopen after power loss") {
-				t.Errorf("seed %d: %s", seed, s)
-			}
-		}
+		damaged += len(violations)
 		total.add(c)
 		m := faultModel(v)
 		if byModel[m] == nil {
@@ -473,7 +473,7 @@ func TestPowerLossNegativeControlPrealloc(t *testing.T) {
 		}
 		byModel[m].add(c)
 	}
-	t.Logf("SkipDatasync: %d rounds; acked durable %d, lost durable %d, topics refused %d", total.rounds, total.ackedDurable, total.lostDurable, total.refused)
+	t.Logf("SkipDatasync: %d rounds; acked durable %d, lost durable %d, topics refused %d, violations (damaged data) %d", total.rounds, total.ackedDurable, total.lostDurable, total.refused, damaged)
 	for _, m := range []string{"prefix", "sectors"} {
 		c := byModel[m]
 		if c == nil || c.lostDurable == 0 {
