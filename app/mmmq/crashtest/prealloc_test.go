@@ -73,7 +73,7 @@ func TestPreallocCleanStopAndKill(t *testing.T) {
 	// ZERO_TAIL when zeros are all the kill left; TORN_TAIL when a group
 	// commit was also caught between its segment and index writes.
 	out, code := mmmqVerify(t, root)
-	if code != 0 || !strings.Contains(out, "cut a zero tail") || !strings.Contains(out, "ZERO_TAIL") && !strings.Contains(out, "TORN_TAIL") {
+	if code != 0 || !strings.Contains(out, "bytes of zeros after the last entry") || !strings.Contains(out, "ZERO_TAIL") && !strings.Contains(out, "TORN_TAIL") {
 		t.Fatalf("mmmq verify after kill -9: exit %d, want 0 naming the zero tails:\n%s", code, out)
 	}
 
