@@ -288,7 +288,8 @@ func (s *mainSettings) build(cfgFlag string) (*fx.App, error) {
 			events.start(logging.NewFxLogger(log))
 			s.log = log.Named("app")
 			s.log.Info("configuration", zap.String("config-file", file), zap.String("data-dir", dataDir),
-				zap.String("index-sync", st.IndexSync), zap.Duration("index-sync-interval", st.IndexSyncInterval))
+				zap.String("index-sync", st.IndexSync), zap.Duration("index-sync-interval", st.IndexSyncInterval),
+				zap.Int64("preallocate", st.Preallocate))
 		}),
 		// Last, so that it wins over logging.Module's.
 		fx.WithLogger(func() fxevent.Logger { return events }),

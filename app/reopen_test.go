@@ -61,7 +61,10 @@ func TestReopenFailedTopic(t *testing.T) {
 			mem := vfs.NewMem()
 			cons := newConsumer(t)
 			cfg := testConfig(t, memRoot)
-			config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MinFreeBytes = 0 }) // the write itself meets the full disk
+			// The write itself meets the full disk: the guard off, and
+			// preallocation off (a write into preallocated zeros needs no
+			// free space).
+			config.EditSection(cfg, topicqueue.StorageSection, func(st *topicqueue.StorageConfig) { st.MinFreeBytes, st.Preallocate = 0, 0 })
 			a, base := startBroker(t, cfg, onMem(mem),
 				provideDispatcher(dispatcher.New("re-dispatcher", cons.host(t), dispatcher.MustPattern("re.orders"))))
 			defer a.RequireStop()

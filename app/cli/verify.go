@@ -137,7 +137,7 @@ func (v *verifier) topics(topics []string, total int64) int {
 func (v *verifier) repairTopic(rep *storage.TopicReport) error {
 	dir := filepath.Join(v.root, rep.Topic)
 	switch rep.Status {
-	case storage.StatusTornTail, storage.StatusInterruptedRetention, storage.StatusIndexTail:
+	case storage.StatusTornTail, storage.StatusInterruptedRetention, storage.StatusIndexTail, storage.StatusZeroTail:
 		l, err := storage.Open(dir, v.opts)
 		if err == nil {
 			err = l.Close()
@@ -251,8 +251,15 @@ func describe(rep storage.TopicReport) string {
 		if n := rep.Recovery.CutValidEntries; n > 0 {
 			torn = fmt.Sprintf(" (holding %d CRC-valid entries after a hole: a torn group commit)", n)
 		}
-		return fmt.Sprintf("would cut %d index bytes and %d segment bytes%s, and index again %d entries: %s; then %s",
-			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, torn, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
+		zeros := ""
+		if n := rep.Recovery.ZeroTailBytes; n > 0 {
+			zeros = fmt.Sprintf(" (and %d bytes of zeros after the last entry: a preallocated tail)", n)
+		}
+		return fmt.Sprintf("would cut %d index bytes and %d segment bytes%s%s, and index again %d entries: %s; then %s",
+			rep.Recovery.CutIndexBytes, rep.Recovery.TruncatedBytes, torn, zeros, rep.Recovery.ReindexedEntries, strings.Join(rep.Recovery.Actions, "; "), counts)
+	case storage.StatusZeroTail:
+		return fmt.Sprintf("the active segment's files end in %d bytes of zeros after the last entry (preallocated by a broker that did not close cleanly); the broker cuts them at its next start (or "+prog+" verify --repair), no entry is involved; %s",
+			rep.Recovery.ZeroTailBytes, counts)
 	case storage.StatusIndexTail:
 		return fmt.Sprintf("%d valid entries after the offset index's last; the broker indexes them again at its next start (or "+prog+" verify --repair), nothing is cut; %s",
 			rep.Recovery.ReindexedEntries, counts)

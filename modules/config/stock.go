@@ -66,6 +66,8 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.storage.min-free-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(256 << 20)},
 	{Key: "mmmq.broker.storage.index-sync", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "commit"},
 	{Key: "mmmq.broker.storage.index-sync-interval", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: time.Second},
+	{Key: "mmmq.broker.storage.preallocate", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(4 << 20)},
+	{Key: "mmmq.broker.storage.preallocate-max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(256 << 20)},
 	{Key: "mmmq.broker.segment.max-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(64 << 20)},
 	{Key: "mmmq.broker.segment.max-record-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(1 << 20)},
 	{Key: "mmmq.broker.memory.max-inflight-bytes", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: int64(256 << 20)},

@@ -110,16 +110,22 @@ type Entry struct {
 
 // Stats is a point-in-time summary of a log, as GET /topics shows it.
 type Stats struct {
-	Topic         string `json:"name"`
-	NextOffset    int64  `json:"nextOffset"`  // the high watermark
-	StartOffset   int64  `json:"startOffset"` // the log start offset: the first offset still stored
-	Segments      int    `json:"segments"`
-	Bytes         int64  `json:"bytes"`       // bytes in .mmm files
-	Fsyncs        int64  `json:"fsyncs"`      // fsyncs of segment and index files since open
-	IndexFsyncs   int64  `json:"indexFsyncs"` // of which offset index fsyncs
-	Batches       int64  `json:"batches"`     // group commits since open
-	Failed        string `json:"failed,omitempty"`
-	PendingBytes  int64  `json:"pendingBytes"`
-	FirstSegment  int64  `json:"firstSegment"`
-	ActiveSegment int64  `json:"activeSegment"`
+	Topic       string `json:"name"`
+	NextOffset  int64  `json:"nextOffset"`  // the high watermark
+	StartOffset int64  `json:"startOffset"` // the log start offset: the first offset still stored
+	Segments    int    `json:"segments"`
+	Bytes       int64  `json:"bytes"`       // bytes of the entries in .mmm files (data, never preallocated zeros)
+	Fsyncs      int64  `json:"fsyncs"`      // fsyncs of segment and index files since open
+	IndexFsyncs int64  `json:"indexFsyncs"` // of which offset index fsyncs
+	// Datasyncs: of Fsyncs, those made with fdatasync(2) (group commits
+	// into preallocated zeros, mmmq.broker.storage.preallocate).
+	Datasyncs int64 `json:"datasyncs,omitempty"`
+	// PreallocatedBytes: zero bytes the active segment's files hold
+	// ahead of the data now (preallocation; 0 when off).
+	PreallocatedBytes int64  `json:"preallocatedBytes,omitempty"`
+	Batches           int64  `json:"batches"` // group commits since open
+	Failed            string `json:"failed,omitempty"`
+	PendingBytes      int64  `json:"pendingBytes"`
+	FirstSegment      int64  `json:"firstSegment"`
+	ActiveSegment     int64  `json:"activeSegment"`
 }

@@ -47,6 +47,7 @@
 //	                              │ at most MaxGroupBytes per group (one larger entry alone)
 //	                              ├─ write entries to .mmm ........ (hook AfterSegmentWrite)
 //	                              ├─ fsync .mmm .................... (hook AfterSegmentSync)
+//	                              │   (fdatasync when the group lies in preallocated zeros)
 //	                              ├─ write positions to .idx ....... (hook AfterIndexWrite)  → answer WRITTEN
 //	                              ├─ fsync .idx .................... (hook AfterIndexSync; commit mode only)
 //	                              ├─ publish high watermark (atomic store, wake Notify waiters)
@@ -95,6 +96,67 @@
 // best effort, as soon as the log fails, so that a plain restart does not
 // index again bytes whose fsync failed. A restart runs repair too.
 //
+// # Preallocation (prealloc.go, Options.Preallocate)
+//
+// mmmq.broker.storage.preallocate (bytes ahead of the writer; the broker's
+// default 4 MiB, Options' zero value off) keeps written, fsynced zeros
+// ahead of the data in the active segment's two files, so that a group
+// commit overwrites zeros and fdatasync has no size or block allocation
+// to flush (PostgreSQL writes each new WAL file full of zeros; etcd
+// preallocates its WAL files; fallocate alone would leave unwritten
+// extents to convert at the first write):
+//
+//	active .mmm: | entries ............ | zeros (fsynced) ....... |
+//	active .idx: | positions | zeros (fsynced) |
+//	                         ^ data end         ^ file end
+//
+//	sealed, cleanly closed, repaired: | entries | (file end = data end)
+//
+// The rule:
+//
+//   - Only the active files of a running or killed broker carry a zero
+//     tail. A rotation cuts the full segment's .mmm and .idx to their
+//     last entry and fsyncs both before the next segment is created, so a
+//     crash in a rotation never leaves a zero tail on a sealed segment;
+//     recovery does not accept one there (an index ending in zero entries
+//     is refused as before). A clean close and an idle topic
+//     (PreallocateIdle, 10s) cut and fsync the same way. Sealed, cleanly
+//     closed and repaired files end exactly at their last entry, as the
+//     original Java mmmq writes and reads them.
+//   - Zeros are written in chunks (up to Preallocate ahead of the data,
+//     never past SegmentMaxBytes; the index twice what the segment's
+//     average entry needs, 4 KiB to Preallocate/8) by a goroutine of
+//     their own, on descriptors of their own (an fsync error is then
+//     reported to the writer's descriptor too: Linux reports a writeback
+//     error once per open file), and fsynced once. While a chunk is
+//     written the writer's read-write pair is pinned in the segment cache:
+//     never closed or evicted under it. A failed chunk fails the log.
+//   - The writer uses fdatasync for a file only when its whole group lies
+//     below what a completed fsync made part of the file (no size change);
+//     otherwise fsync, as always with preallocation off. It waits for a
+//     chunk only when its group would reach the chunk (it caught up).
+//   - A topic is preallocated only while busy (a group commit within 1s
+//     of the previous), only while the broker-wide PreallocBudget
+//     (mmmq.broker.storage.preallocate-max-bytes, 256 MiB) has room, and
+//     only when the disk guard keeps min-free-bytes free after the chunk:
+//     the guard sees preallocated bytes as used (statfs does), and still
+//     counts every append as new bytes, whether it lands in zeros or not.
+//   - Sizes are the data's: rotation, retention, Stats.Bytes (GET /topics)
+//     and the metrics never count zeros.
+//   - Retention-deleted segments are never recycled: entries carry no
+//     offset, so an old entry in a reused file would pass its CRC.
+//
+// Recovery cuts the last segment's zero tail (RepairReport.ZeroTailBytes;
+// `mmmq verify` says ZERO_TAIL when that is all it would do): the zeros
+// that end the .mmm are found from the file's end backwards, a window at a
+// time with page-sized memory compares, and the damage scan after the
+// first invalid byte E stops where they start (no entry starts in zeros:
+// its length would be 0); trailing zero index entries are cut as the
+// derived-index rule already does with zero entries. The crash-damage rule
+// below is unchanged: the writer still fsyncs (or fdatasyncs) at most
+// MaxGroupBytes of entries per group, and zeros hold no entry, so a
+// CRC-valid entry at E + DamageWindow or beyond is still fsynced data.
+//
 // # Disk guard (space.go)
 //
 // Options.SpaceGuard refuses appends before anything is queued while the
@@ -106,9 +168,10 @@
 // # Rotation
 //
 // Before each entry, if the active segment holds >= SegmentMaxBytes, the
-// buffered group is made durable, then <next>.mmm and <next>.idx are created
-// and the topic directory is fsynced, next = start + entry count of the
-// previous segment.
+// buffered group is made durable (in lazy mode its index fsynced too), a
+// preallocated zero tail is cut from both files and they are fsynced, then
+// <next>.mmm and <next>.idx are created and the topic directory is fsynced,
+// next = start + entry count of the previous segment.
 //
 // # Open files (segcache.go)
 //
@@ -134,7 +197,8 @@
 // Eviction never closes a file under an in-flight read or write (the pin
 // holds it) nor one with unsynced writes: the writer releases its pin only
 // after the group was written and fsynced (a failure there fails the log),
-// and readers open files read-only. A reopen validates nothing (repair did, at Open); a
+// a preallocation chunk holds a pin of its own until its zeros are
+// fsynced, and readers open files read-only. A reopen validates nothing (repair did, at Open); a
 // file missing by then is an I/O error wrapping fs.ErrNotExist, not an
 // empty read. Repair, Verify and Dump hold one segment's files at a time.
 //
@@ -182,6 +246,10 @@
 //	                                closer ones, holes, zeros:
 //	                                a torn group commit, cut at
 //	                                E, valid entries counted
+//	last segment: trailing zero   → cut (ZeroTailBytes; a          planIndexLength,
+//	  index entries (after entry    preallocated tail, or zeros    zeroTailStart,
+//	  0), trailing zero bytes of    a crash left), found from the  planPair
+//	  .mmm after the kept entries   end, never scanned byte by byte
 //	.mmm longer than the end of   → truncate and fsync (a torn     planPair, applySegment
 //	  the last kept entry           tail, never acknowledged)
 //

@@ -54,6 +54,7 @@ type Log struct {
 
 	fsyncs      atomic.Int64
 	indexFsyncs atomic.Int64
+	datasyncs   atomic.Int64 // of fsyncs, those made with fdatasync (preallocation)
 	batches     atomic.Int64
 	// idxTimer fires (lazy mode) IndexSyncInterval after the active
 	// index was first left unsynced; stopped otherwise. Writer-owned.
@@ -64,6 +65,11 @@ type Log struct {
 	incarnation string // the topic's incarnation id (incarnation.go)
 
 	ret retentionState
+
+	// pre is the preallocation state (prealloc.go), preBudget the
+	// broker-wide budget it draws from (Options.Preallocation).
+	pre       preState
+	preBudget *PreallocBudget
 }
 
 // Open opens the log in dir (<root>/<topic>; the topic name is the
@@ -88,6 +94,8 @@ func Open(dir string, opts Options) (*Log, error) {
 		idxTimer:    time.NewTimer(time.Hour),
 	}
 	l.idxTimer.Stop()
+	l.pre.cond = sync.NewCond(&l.pre.mu)
+	l.preBudget = o.Preallocation
 
 	d, err := inspectTopicDir(o.FS, dir)
 	if err != nil {
@@ -278,6 +286,7 @@ func (l *Log) Stats() Stats {
 		Bytes:         l.size.Load(),
 		Fsyncs:        l.fsyncs.Load(),
 		IndexFsyncs:   l.indexFsyncs.Load(),
+		Datasyncs:     l.datasyncs.Load(),
 		Batches:       l.batches.Load(),
 		PendingBytes:  pb,
 		FirstSegment:  segs[0].base,
@@ -286,6 +295,9 @@ func (l *Log) Stats() Stats {
 	if failed != nil {
 		s.Failed = failed.Error()
 	}
+	l.pre.mu.Lock()
+	s.PreallocatedBytes = l.pre.held
+	l.pre.mu.Unlock()
 	return s
 }
 

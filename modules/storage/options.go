@@ -75,6 +75,25 @@ type Options struct {
 	// it only then: without that sync, a killed process's writes may sit
 	// in the page cache. Default false: Open fsyncs them.
 	FilesystemSynced bool
+	// Preallocate is how many bytes of written, fsynced zeros a busy
+	// topic's active segment keeps ahead of its writer
+	// (mmmq.broker.storage.preallocate; its offset index keeps an eighth
+	// of that, at least 4 KiB), so that group commits overwrite zeros and
+	// use fdatasync (see prealloc.go). 0, the default here, is off: the
+	// files hold exactly their entries at every moment, as before.
+	// Sealed, cleanly closed and repaired files end at their last entry
+	// either way.
+	Preallocate int64
+	// Preallocation is the broker-wide budget of preallocated bytes
+	// shared by every topic's log (mmmq.broker.storage.preallocate-max-bytes,
+	// NewPreallocBudget), which also checks the disk guard. Nil with
+	// Preallocate set: Open makes one of DefaultPreallocateMaxBytes for
+	// this log alone, checking SpaceGuard.
+	Preallocation *PreallocBudget
+	// PreallocateIdle is how long a topic without a group commit keeps
+	// its preallocated tail before it is cut and given back to the
+	// budget; default DefaultPreallocateIdle (10s).
+	PreallocateIdle time.Duration
 	// Observer, when set, is told about every fsync and every committed batch
 	// (metrics). It is called from the writer goroutine and must not block.
 	Observer Observer
@@ -120,6 +139,11 @@ type Hooks struct {
 	// variant used as the negative control of the power-loss tests: it must
 	// lose acknowledged data. Never set outside tests.
 	AckBeforeSync bool
+	// SkipDatasync, when true, makes every fdatasync of a group commit
+	// into preallocated zeros return at once without syncing: the
+	// deliberately wrong variant the power-loss tests with preallocation
+	// use as their negative control. Never set outside tests.
+	SkipDatasync bool
 }
 
 // FileKind names the file of an fsync for an Observer.
@@ -199,6 +223,15 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.IndexSyncInterval <= 0 {
 		r.IndexSyncInterval = DefaultIndexSyncInterval
+	}
+	if r.Preallocate < 0 {
+		r.Preallocate = 0
+	}
+	if r.Preallocate > 0 && r.Preallocation == nil {
+		r.Preallocation = NewPreallocBudget(0, r.SpaceGuard)
+	}
+	if r.PreallocateIdle <= 0 {
+		r.PreallocateIdle = DefaultPreallocateIdle
 	}
 	if r.SlowFsync <= 0 {
 		r.SlowFsync = time.Second

@@ -100,6 +100,9 @@ func (l *Log) recoverAt(hw int64) error {
 	// The failed writer's read-write pair is not used again; a reader
 	// still pinning it keeps it until its read ends.
 	l.cache.drop([]*segment{active})
+	// No chunk may write zeros after the cut, which takes the zero tail.
+	l.preWait()
+	l.preDropHeld()
 	// The index first: at no moment does an index entry point past the
 	// data (the order repair relies on).
 	if err := cutFile(l.fs, active.idxPath, w.idxSynced*IndexEntrySize); err != nil {

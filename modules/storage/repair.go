@@ -33,13 +33,25 @@ type RepairReport struct {
 	// were damaged within DamageWindow of the end of the data, which
 	// recovery cannot tell apart (the residual risk). Their bytes are part
 	// of TruncatedBytes.
-	CutValidEntries int64    `json:"cutValidEntries"`
-	Removed         []string `json:"removed,omitempty"`
+	CutValidEntries int64 `json:"cutValidEntries"`
+	// ZeroTailBytes counts the zero bytes cut from the ends of the last
+	// segment's .mmm and .idx: the tail a broker that preallocates
+	// (mmmq.broker.storage.preallocate) leaves when it does not close
+	// cleanly, or zeros a crash left after the data. They are not part
+	// of TruncatedBytes, CutIndexBytes or CutEntries: no entry was there.
+	ZeroTailBytes int64    `json:"zeroTailBytes,omitempty"`
+	Removed       []string `json:"removed,omitempty"`
 	// InterruptedRetention names the lone file of a first segment that a
 	// crash left half deleted by retention, which repair removes
 	// (finishing the deletion); empty when there is none.
 	InterruptedRetention string   `json:"interruptedRetention,omitempty"`
 	Actions              []string `json:"actions,omitempty"` // one line per change, for logs and `mmmq verify`
+	zeroActs             int      // of Actions, those cutting a zero tail
+}
+
+// zeroTail reports whether cutting zero tails is all repair would do.
+func (r RepairReport) zeroTail() bool {
+	return r.ZeroTailBytes > 0 && len(r.Actions) == r.zeroActs
 }
 
 // Clean reports whether repair found nothing to change.
@@ -91,11 +103,19 @@ func repairDir(fsys vfs.FS, dir, topic string, o Options, apply bool) ([]*segmen
 		last := segs[len(segs)-1]
 		rep.Entries = last.base + last.count
 	}
-	if apply && !rep.Clean() {
+	switch {
+	case !apply || rep.Clean():
+	case rep.zeroTail():
+		// What a preallocating broker that did not close cleanly leaves:
+		// nothing torn, nothing lost.
+		log.Info("recovery cut the zero tail of the active segment (preallocated by a broker that did not close cleanly)",
+			zap.Strings("actions", rep.Actions), zap.Int64("zero-tail-bytes", rep.ZeroTailBytes))
+	default:
 		log.Warn("recovery changed the topic: cut what a crash left torn, indexed again what the offset index lacked",
 			zap.Strings("actions", rep.Actions), zap.Int64("cut-entries", rep.CutEntries),
 			zap.Int64("truncated-bytes", rep.TruncatedBytes), zap.Int64("reindexed-entries", rep.ReindexedEntries),
-			zap.Int64("cut-valid-entries", rep.CutValidEntries), zap.Int64("cut-index-bytes", rep.CutIndexBytes))
+			zap.Int64("cut-valid-entries", rep.CutValidEntries), zap.Int64("cut-index-bytes", rep.CutIndexBytes),
+			zap.Int64("zero-tail-bytes", rep.ZeroTailBytes))
 	}
 	return segs, rep, nil
 }

@@ -31,6 +31,9 @@ type segPlan struct {
 	// last segment's CRC-valid entries after its last valid index entry,
 	// see planTail); apply appends them to the index.
 	tail []int64
+	// zeroTail is the number of zero bytes that end the last segment's
+	// .mmm after its kept entries (preallocation), cut with the rest.
+	zeroTail int64
 }
 
 // indexKept is the number of entries kept of the index file as it is.
@@ -177,11 +180,22 @@ func (pl *planner) planPair(p *segPlan, last bool) error {
 		}
 	}
 	p.count = k
-	if p.mmmSize > p.end {
-		pl.rep.TruncatedBytes += p.mmmSize - p.end
-		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry)", filepath.Base(p.mmmPath), p.mmmSize, p.end)
+	if torn := p.mmmSize - p.end - p.zeroTail; torn > 0 {
+		pl.rep.TruncatedBytes += torn
+		pl.act("truncate %s from %d to %d bytes (torn tail after the last valid entry)", filepath.Base(p.mmmPath), p.end+torn, p.end)
+	}
+	if p.zeroTail > 0 {
+		pl.zero(p, p.zeroTail, "cut a zero tail of %d bytes from %s at byte %d (preallocated, or zeros a crash left)",
+			p.zeroTail, filepath.Base(p.mmmPath), p.mmmSize-p.zeroTail)
 	}
 	return nil
+}
+
+// zero records the cut of n zero bytes at the end of one of p's files.
+func (pl *planner) zero(p *segPlan, n int64, format string, args ...any) {
+	pl.rep.ZeroTailBytes += n
+	pl.rep.zeroActs++
+	pl.act(format, args...)
 }
 
 // planIndexLength cuts a torn index entry (a length not a multiple of
@@ -198,7 +212,22 @@ func (pl *planner) planIndexLength(p *segPlan, last bool) (int64, error) {
 	if p.posErr != nil {
 		return 0, p.posErr
 	}
-	return int64(len(p.pos)), nil
+	n := int64(len(p.pos))
+	if last {
+		// Trailing zero entries are a preallocated index tail (or zeros
+		// a crash left): no entry was ever written there. Entry 0 is
+		// kept (position 0 is its valid value) and judged as usual.
+		z := n
+		for z > 1 && p.pos[z-1] == 0 {
+			z--
+		}
+		if z < n {
+			pl.zero(p, (n-z)*IndexEntrySize, "cut a zero tail of %d index entries from %s (preallocated, or zeros a crash left; no entry was written there)",
+				n-z, filepath.Base(p.idxPath))
+			n = z
+		}
+	}
+	return n, nil
 }
 
 // plausiblePrefix is the number of leading index positions that form a

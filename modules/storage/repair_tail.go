@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -80,7 +81,15 @@ func (pl *planner) planTail(p *segPlan, kept, prefix, n int64) (int64, error) {
 			t, filepath.Base(p.mmmPath), p.base+kept)
 	}
 	if at < p.mmmSize {
-		if err := pl.planDamage(p, r, kept, at, firstBad); err != nil {
+		// The zeros that end the file (a preallocated tail) are found
+		// from the end, a window at a time: no entry starts in them,
+		// so the damage scan stops where they start.
+		zs, err := r.zeroTailStart(at)
+		if err != nil {
+			return 0, err
+		}
+		p.zeroTail = p.mmmSize - zs
+		if err := pl.planDamage(p, r, kept, at, firstBad, zs); err != nil {
 			return 0, err
 		}
 	}
@@ -131,15 +140,16 @@ func (pl *planner) planLaterIndex(p *segPlan, r *tailReader, kept, from, n, end 
 }
 
 // planDamage judges the bytes of the last segment from at, the first
-// position where no valid entry starts (why: reason), to the file's end:
+// position where no valid entry starts (why: reason), to zs, where the
+// zeros that end the file start (no entry starts after it):
 // a CRC-valid entry at at+DamageWindow or beyond refuses the topic;
 // closer ones are a torn group commit, counted and cut with the rest.
-func (pl *planner) planDamage(p *segPlan, r *tailReader, kept, at int64, reason string) error {
+func (pl *planner) planDamage(p *segPlan, r *tailReader, kept, at int64, reason string, zs int64) error {
 	const window = DamageWindow
 	offset := p.base + kept + int64(len(p.tail))
 	var cutValid int64
 	for from := at + 1; ; {
-		pos, size, found, err := r.findEntry(from)
+		pos, size, found, err := r.findEntry(from, zs)
 		if err != nil {
 			return err
 		}
@@ -157,7 +167,7 @@ func (pl *planner) planDamage(p *segPlan, r *tailReader, kept, at int64, reason 
 	if cutValid > 0 {
 		pl.rep.CutValidEntries += cutValid
 		pl.act("cut a torn group commit of %s at byte %d (%s): %d bytes, holding %d CRC-valid entries after the damage, within %d bytes of it (not acknowledged, unless acknowledged bytes were damaged there: the residual risk)",
-			filepath.Base(p.mmmPath), at, reason, p.mmmSize-at, cutValid, window)
+			filepath.Base(p.mmmPath), at, reason, max(zs, at)-at, cutValid, window)
 	}
 	return nil
 }
@@ -251,13 +261,14 @@ func (r *tailReader) entry(pos int64) (size int64, reason string, err error) {
 	return EntrySize(plen), "", nil
 }
 
-// findEntry scans the segment from byte from to its end for the first
-// position where a CRC-valid entry starts, and returns it with the entry's
-// size. Runs of zeros are skipped a window at a time, not byte by byte: a
+// findEntry scans the segment from byte from up to (not including) byte
+// limit for the first position where a CRC-valid entry starts, and
+// returns it with the entry's size (which may reach past limit). Runs of
+// zeros are skipped a window at a time, not byte by byte: a
 // valid entry's 4-byte length is never zero, so no entry starts at a
 // position whose next four bytes are all zero.
-func (r *tailReader) findEntry(from int64) (pos, size int64, found bool, err error) {
-	for c := from; c+HeaderSize+contract.MinPayloadBytes <= r.size; {
+func (r *tailReader) findEntry(from, limit int64) (pos, size int64, found bool, err error) {
+	for c := from; c < limit && c+HeaderSize+contract.MinPayloadBytes <= r.size; {
 		b, err := r.window(c)
 		if err != nil {
 			return 0, 0, false, err
@@ -283,6 +294,44 @@ func (r *tailReader) findEntry(from int64) (pos, size int64, found bool, err err
 		c++
 	}
 	return 0, 0, false, nil
+}
+
+// zeroTailStart returns where the run of zero bytes that ends the file
+// starts, at or after from (r.size when the last byte is not zero). It
+// reads from the end backwards a window at a time and compares whole
+// pages against zeros, so a preallocated tail of megabytes costs a few
+// large reads and memory compares, not a byte-by-byte scan.
+func (r *tailReader) zeroTailStart(from int64) (int64, error) {
+	for end := r.size; end > from; {
+		start := max(from, end-scanWindow)
+		b, err := r.fill(start)
+		if err != nil {
+			return 0, err
+		}
+		if i := lastNonZero(b[:end-start]); i >= 0 {
+			return start + int64(i) + 1, nil
+		}
+		end = start
+	}
+	return from, nil
+}
+
+// lastNonZero returns the index of the last non-zero byte of b, or -1.
+func lastNonZero(b []byte) int {
+	const page = 4096
+	end := len(b)
+	for end > 0 {
+		start := max(0, end-page)
+		if !bytes.Equal(b[start:end], zeros[:end-start]) {
+			for i := end - 1; i >= start; i-- {
+				if b[i] != 0 {
+					return i
+				}
+			}
+		}
+		end = start
+	}
+	return -1
 }
 
 // nonZero returns the index of the first non-zero byte of b, or -1.

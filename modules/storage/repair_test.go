@@ -478,6 +478,7 @@ type repairWant struct {
 	truncated     int64
 	reindexed     int64    // entries indexed again from the last segment
 	cutValid      int64    // CRC-valid entries cut with a torn group commit
+	zeroTail      int64    // zero bytes cut from the ends of the last segment's files
 	actions       []string // one substring per expected action, in order
 	removed       []string
 	verify        string // Verify status before opening
@@ -516,14 +517,14 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "zero-padded idx tail",
 			corrupt: corruptZeroPaddedIndexTail,
-			want: repairWant{hw: 23, cutEntries: 2, cutIndexBytes: 16,
-				actions: []string{"cut 2 invalid index entries"}, verify: StatusTornTail},
+			want: repairWant{hw: 23, zeroTail: 16,
+				actions: []string{"cut a zero tail of 2 index entries"}, verify: StatusZeroTail},
 		},
 		{
 			name:    "zero-padded idx tail over synced entries (size reached disk, data did not)",
 			corrupt: corruptZeroPaddedIndexOverEntries,
-			want: repairWant{hw: 25, cutEntries: 2, cutIndexBytes: 16, reindexed: 2,
-				actions: []string{"cut 2 invalid index entries", "index again 2 entries"}, verify: StatusTornTail},
+			want: repairWant{hw: 25, zeroTail: 16, reindexed: 2,
+				actions: []string{"cut a zero tail of 2 index entries", "index again 2 entries"}, verify: StatusTornTail},
 		},
 		{
 			name:    "torn segment tail (bytes beyond the last indexed entry)",
@@ -538,7 +539,7 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "zero-filled segment tail",
 			corrupt: corruptZeroFilledSegmentTail,
-			want:    repairWant{hw: 23, truncated: 100, actions: []string{"truncate"}, verify: StatusTornTail},
+			want:    repairWant{hw: 23, zeroTail: 100, actions: []string{"cut a zero tail of 100 bytes"}, verify: StatusZeroTail},
 		},
 		{
 			name:    "index entry points into the middle of the previous entry (second to last)",
@@ -799,8 +800,8 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "every entry of the last segment torn",
 			corrupt: corruptEveryLastSegmentEntry,
-			want: repairWant{hw: 20, cutEntries: 3, cutIndexBytes: 24, truncated: 3 * fxEntry,
-				actions: []string{"cut torn entry at offset 22", "cut torn entry at offset 21", "cut torn entry at offset 20", "truncate"},
+			want: repairWant{hw: 20, cutEntries: 3, cutIndexBytes: 24, zeroTail: 3 * fxEntry,
+				actions: []string{"cut torn entry at offset 22", "cut torn entry at offset 21", "cut torn entry at offset 20", "cut a zero tail of 144 bytes"},
 				verify:  StatusTornTail},
 		},
 	}
@@ -907,7 +908,7 @@ func checkReport(t *testing.T, l *Log, vr TopicReport, w repairWant) {
 	rep := l.Repair()
 	if l.HighWatermark() != w.hw || rep.Entries != w.hw || rep.CutEntries != w.cutEntries ||
 		rep.CutIndexBytes != w.cutIndexBytes || rep.TruncatedBytes != w.truncated || rep.ReindexedEntries != w.reindexed ||
-		rep.CutValidEntries != w.cutValid {
+		rep.CutValidEntries != w.cutValid || rep.ZeroTailBytes != w.zeroTail {
 		t.Errorf("hw %d, report %+v\nwant hw %d cutEntries %d cutIndexBytes %d truncatedBytes %d reindexed %d cutValid %d",
 			l.HighWatermark(), rep, w.hw, w.cutEntries, w.cutIndexBytes, w.truncated, w.reindexed, w.cutValid)
 	}

@@ -409,6 +409,8 @@ func TestCrashBetweenSegmentUnlinks(t *testing.T) {
 func TestPowerLossPropertyWithRetention(t *testing.T) {
 	lazy := lazyVariants()
 	variants := append(slices.Clone(crashVariants), lazy[1], lazy[len(lazy)-1])
+	// And with preallocation: the sector models and a lazy variant.
+	variants = append(variants, preallocVariants([]crashVariant{crashVariants[4], crashVariants[5], lazy[len(lazy)-1]})...)
 	for vi, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			total := runCrashRounds(t, uint64(500000+vi*100000), v, true)

@@ -203,6 +203,27 @@ func (g *SpaceGuard) Admit(n int64) error {
 	return nil
 }
 
+// allows reports whether n bytes of preallocated zeros (PreallocBudget)
+// may be written: only when the guard is not refusing and the free space
+// measured, less what was admitted since, would stay at or above the
+// minimum after them. The bytes count towards the next sample as an
+// append's do. A nil guard allows everything; a guard that never
+// measured allows nothing.
+func (g *SpaceGuard) allows(n int64) bool {
+	if g == nil {
+		return true
+	}
+	if g.clock() >= g.next.Load() {
+		g.sample()
+	}
+	f := g.free.Load()
+	if g.low.Load() || f < 0 || f-g.since.Load()-n < g.minFree {
+		return false
+	}
+	g.since.Add(n)
+	return true
+}
+
 func (g *SpaceGuard) refuse() error {
 	g.refused.Add(1)
 	return &LowSpaceError{Free: g.free.Load(), MinFree: g.minFree}

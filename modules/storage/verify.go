@@ -24,6 +24,11 @@ const (
 	// open and cuts nothing. The entries are counted and checked.
 	StatusIndexTail = "INDEX_TAIL"
 	StatusCorrupt   = "CORRUPT" // refused: corruption with valid data after it, or a bad old entry
+	// StatusZeroTail: the last segment's files end in zeros after their
+	// last entry, and nothing else needs repair: the preallocated tail
+	// of a broker that did not close cleanly (killed, or a power loss),
+	// which repair cuts on open. Nothing acknowledged is involved.
+	StatusZeroTail = "ZERO_TAIL"
 	// StatusInterruptedRetention: the first segment lost one of its two
 	// files to a retention deletion a crash interrupted; repair (the
 	// broker's next start) removes the other one.
@@ -143,6 +148,8 @@ func repairStatus(rr RepairReport) string {
 		return StatusOK
 	case rr.InterruptedRetention != "" && len(rr.Actions) == 1:
 		return StatusInterruptedRetention
+	case rr.zeroTail():
+		return StatusZeroTail
 	case rr.ReindexedEntries > 0 && len(rr.Actions) == 1:
 		return StatusIndexTail
 	}

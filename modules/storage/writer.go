@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // refusedError is a failure before anything of the batch was written at its
@@ -244,6 +245,7 @@ func (w *writerState) init(l *Log) {
 	w.durable = w.active.size
 	w.idxSynced = w.active.count // repair left the index fsynced
 	w.idxDirty = false
+	l.preReset(w.active) // repair (or Reopen's cut) left no zero tail
 }
 
 // flushLoop is the single writer of the log: it takes everything queued,
@@ -257,12 +259,17 @@ func (l *Log) flushLoop() {
 		select {
 		case <-l.wake:
 			if closing := l.drain(); closing {
-				l.closeErr = l.syncIndexOnClose()
+				l.closeErr = errors.Join(l.syncIndexOnClose(), l.trimOnClose())
+				l.preStop()
 				return
 			}
 		case <-l.idxTimer.C:
 			l.wmu.Lock()
 			l.syncIndexIfDue(true)
+			l.wmu.Unlock()
+		case <-l.preTimerC():
+			l.wmu.Lock()
+			l.preIdle()
 			l.wmu.Unlock()
 		}
 	}
@@ -356,7 +363,8 @@ func (l *Log) syncActiveIndex() error {
 		defer f.unpin()
 		files = f
 	}
-	if err := l.sync(files.idx, w.active.idxPath, FileIndex); err != nil {
+	data := l.preIndexData(w.active.count * IndexEntrySize)
+	if err := l.sync(files.idx, w.active.idxPath, FileIndex, data); err != nil {
 		return err
 	}
 	w.idxSynced, w.idxDirty = w.active.count, false
@@ -380,6 +388,23 @@ func (l *Log) syncIndexOnClose() error {
 	return nil
 }
 
+// trimOnClose cuts the active segment's preallocated tail when the log
+// closes (see preTrim), so that a cleanly closed segment ends at its
+// last entry; its error is Close's.
+func (l *Log) trimOnClose() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.Err() != nil {
+		return nil
+	}
+	if err := l.preTrim(l.w.active, nil); err != nil {
+		l.fail(err)
+		l.cutAfterFailure()
+		return fmt.Errorf("close topic %s: %w", l.topic, err)
+	}
+	return nil
+}
+
 // cutAfterFailure cuts the active segment's files back to their last
 // durable state — the index to the entries its last good fsync covered,
 // the segment to the bytes its last good fsync covered — right after a
@@ -392,6 +417,9 @@ func (l *Log) syncIndexOnClose() error {
 // logged, and Reopen cuts again. l.wmu is held.
 func (l *Log) cutAfterFailure() {
 	w := &l.w
+	// A chunk being written would write zeros after the cut.
+	l.preWait()
+	defer l.preDropHeld() // the cut takes the zero tail too
 	err := cutFile(l.fs, w.active.idxPath, w.idxSynced*IndexEntrySize)
 	if err == nil {
 		err = cutFile(l.fs, w.active.mmmPath, w.durable)
@@ -488,6 +516,11 @@ func (l *Log) commit(batch []*request) error {
 						return err
 					}
 				}
+				// Preallocated zeros go before the next segment
+				// exists: a sealed segment ends at its last entry.
+				if err := l.preTrim(seg, w.files); err != nil {
+					return err
+				}
 				w.files.unpin()
 				w.files = nil
 				base := seg.base + seg.count
@@ -508,6 +541,7 @@ func (l *Log) commit(batch []*request) error {
 				l.log.Info("segment rotated", zap.Int64("segment", ns.base), zap.Int64("previous-bytes", seg.size))
 				seg, w.active, w.files = ns, ns, ns.files.Load()
 				w.durable, w.idxSynced = 0, 0
+				l.preReset(ns)
 				groupPos, groupCount = 0, 0
 				w.wbuf, w.ibuf = w.wbuf[:0], w.ibuf[:0]
 			}
@@ -542,6 +576,9 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 	}
 	h := l.opts.Hooks
 	f := w.files
+	// With preallocation, a group that lies in zeros a completed fsync
+	// made part of the files is made durable with fdatasync.
+	mmmData, idxData := l.preBeforeWrite(pos+int64(len(w.wbuf)), count*IndexEntrySize+int64(len(w.ibuf)))
 	if _, err := f.mmm.WriteAt(w.wbuf, pos); err != nil {
 		return fmt.Errorf("write segment %s: %w", seg.mmmPath, err)
 	}
@@ -561,7 +598,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			}
 		}
 	}
-	if err := l.sync(f.mmm, seg.mmmPath, FileSegment); err != nil {
+	if err := l.sync(f.mmm, seg.mmmPath, FileSegment, mmmData); err != nil {
 		return err
 	}
 	if h != nil && h.AfterSegmentSync != nil {
@@ -582,7 +619,7 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			l.finish(r, nil)
 		}
 	}
-	if err := l.indexStep(seg, f); err != nil {
+	if err := l.indexStep(seg, f, idxData); err != nil {
 		return err
 	}
 	w.durable = seg.size
@@ -606,13 +643,14 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 	if h != nil && h.AfterAnswer != nil {
 		h.AfterAnswer()
 	}
+	l.preAfterCommit(seg, f)
 	return nil
 }
 
 // indexStep is what a group commit does after its index write: commit
 // mode fsyncs the index now; lazy mode marks it unsynced and arms the
 // index timer (see IndexSyncLazy).
-func (l *Log) indexStep(seg *segment, f *segFiles) error {
+func (l *Log) indexStep(seg *segment, f *segFiles, data bool) error {
 	w := &l.w
 	if l.opts.IndexSync == IndexSyncLazy {
 		if !w.idxDirty {
@@ -627,7 +665,7 @@ func (l *Log) indexStep(seg *segment, f *segFiles) error {
 		}
 		return nil
 	}
-	if err := l.sync(f.idx, seg.idxPath, FileIndex); err != nil {
+	if err := l.sync(f.idx, seg.idxPath, FileIndex, data); err != nil {
 		return err
 	}
 	if h := l.opts.Hooks; h != nil && h.AfterIndexSync != nil {
@@ -637,9 +675,20 @@ func (l *Log) indexStep(seg *segment, f *segFiles) error {
 	return nil
 }
 
-func (l *Log) sync(f interface{ Sync() error }, path string, kind FileKind) error {
+// sync makes f durable: with data set, fdatasync(2) (Datasync), used only
+// when nothing written since the last fsync changed f's size (a write
+// into preallocated zeros); otherwise fsync(2).
+func (l *Log) sync(f vfs.File, path string, kind FileKind, data bool) error {
 	start := time.Now()
-	err := f.Sync()
+	var err error
+	if data {
+		if h := l.opts.Hooks; h == nil || !h.SkipDatasync {
+			err = f.Datasync()
+		}
+		l.datasyncs.Add(1)
+	} else {
+		err = f.Sync()
+	}
 	d := time.Since(start)
 	l.fsyncs.Add(1)
 	if kind == FileIndex {

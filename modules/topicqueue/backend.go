@@ -80,6 +80,8 @@ type LocalBackend struct {
 
 	cacheOnce sync.Once
 	cache     *storage.SegmentCache
+	preOnce   sync.Once
+	pre       *storage.PreallocBudget
 	// synced: Topics synced the data filesystem (vfs.FSSyncer), so what a
 	// previous process left in the page cache is durable and Open passes
 	// Storage.FilesystemSynced.
@@ -111,6 +113,11 @@ func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
 	}
 	o := b.Storage
 	o.SegmentCache = b.SegmentCache()
+	if o.Preallocate > 0 && o.Preallocation == nil {
+		// Storage.Preallocation unset: the topics still share one budget.
+		b.preOnce.Do(func() { b.pre = storage.NewPreallocBudget(0, b.Storage.SpaceGuard) })
+		o.Preallocation = b.pre
+	}
 	o.FilesystemSynced = o.FilesystemSynced || b.synced.Load()
 	open := storage.Open
 	if !create { // found on disk: a leftover of a failed creation is removed, not created again

@@ -81,7 +81,7 @@ type RegistryParams struct {
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
 // Options: Root, MaxTopics and Storage (see StorageOptionsFromConfig, plus
-// MaxOpenSegments, IndexSync and IndexSyncInterval; an index-sync the
+// MaxOpenSegments, IndexSync, IndexSyncInterval and Preallocate; an index-sync the
 // config validation let through is "commit" or "lazy"). FS, Logger, Observer, Hooks and SegmentCache of Storage
 // are left for the caller (LocalBackend makes the one cache its topics
 // share).
@@ -94,6 +94,7 @@ func OptionsFromConfig(st StorageConfig, seg SegmentConfig) Options {
 	o.Storage.MaxOpenSegments = st.MaxOpenSegments
 	o.Storage.IndexSync, _ = storage.ParseIndexSync(st.IndexSync)
 	o.Storage.IndexSyncInterval = st.IndexSyncInterval
+	o.Storage.Preallocate = st.Preallocate
 	return o
 }
 
@@ -161,6 +162,10 @@ func NewBackendFromConfig(p Params) (Backend, error) {
 	opts.Storage.Hooks = p.Hooks
 	opts.Storage.Budget = p.Budget
 	opts.Storage.SpaceGuard = p.SpaceGuard
+	if opts.Storage.Preallocate > 0 {
+		// One budget for every topic, checking the disk guard.
+		opts.Storage.Preallocation = storage.NewPreallocBudget(p.Storage.PreallocateMaxBytes, p.SpaceGuard)
+	}
 	b := &LocalBackend{Root: opts.Root, Storage: opts.Storage}
 	p.Logger.Debug("segment cache", zap.Int("max-open-segments", b.SegmentCache().Capacity()), zap.Uint64("open-file-limit", limit))
 	return b, nil

@@ -99,7 +99,7 @@ func (r *Registry) OpenAll(policy OnCorruption, log *zap.Logger) (Report, error)
 		zap.Int("quarantined", len(rep.Quarantined)), zap.Duration("took", rep.Took),
 		zap.Int64("reindexed-entries", cuts.ReindexedEntries), zap.Int64("cut-index-entries", cuts.CutIndexEntries),
 		zap.Int64("cut-valid-entries", cuts.CutValidEntries), zap.Int64("cut-segment-bytes", cuts.CutSegmentBytes),
-		zap.Int64("cut-index-bytes", cuts.CutIndexBytes))
+		zap.Int64("cut-index-bytes", cuts.CutIndexBytes), zap.Int64("zero-tail-bytes", cuts.ZeroTailBytes))
 	return rep, nil
 }
 
@@ -119,6 +119,11 @@ type RecoveryCuts struct {
 	CutValidEntries int64
 	CutSegmentBytes int64 // segment bytes truncated
 	CutIndexBytes   int64 // offset index bytes removed
+	// ZeroTailBytes are zero bytes cut from the ends of last segments'
+	// files: preallocated tails (mmmq.broker.storage.preallocate) of a
+	// broker that did not close cleanly, or zeros a crash left; no entry
+	// was there. Not part of the two counts above.
+	ZeroTailBytes int64
 }
 
 func (c *RecoveryCuts) add(rr storage.RepairReport) {
@@ -128,6 +133,7 @@ func (c *RecoveryCuts) add(rr storage.RepairReport) {
 	c.CutValidEntries += rr.CutValidEntries
 	c.CutSegmentBytes += rr.TruncatedBytes
 	c.CutIndexBytes += rr.CutIndexBytes
+	c.ZeroTailBytes += rr.ZeroTailBytes
 }
 
 // RecoveryCuts returns what startup recovery cut and indexed again, summed

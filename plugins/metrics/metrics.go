@@ -113,6 +113,8 @@ var (
 		"CRC-valid entries startup recovery cut with a torn group commit: after a hole, within one group commit (1 MiB) of it; not acknowledged unless acknowledged bytes were damaged there.", nil, nil)
 	recCutBytes = prometheus.NewDesc("mmmq_recovery_cut_bytes_total",
 		"Bytes startup recovery cut from segment (file=\"segment\") and offset index (file=\"index\") files.", []string{"file"}, nil)
+	recZeroTail = prometheus.NewDesc("mmmq_recovery_zero_tail_bytes_total",
+		"Zero bytes startup recovery cut from the ends of last segments' files (preallocated tails of a broker that did not close cleanly); not part of mmmq_recovery_cut_bytes_total.", nil, nil)
 )
 
 // topicCollector reads the registry at scrape time.
@@ -129,6 +131,7 @@ func (c topicCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- recCutIndex
 	ch <- recCutValid
 	ch <- recCutBytes
+	ch <- recZeroTail
 }
 
 func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
@@ -155,6 +158,7 @@ func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(recCutValid, prometheus.CounterValue, float64(cuts.CutValidEntries))
 	ch <- prometheus.MustNewConstMetric(recCutBytes, prometheus.CounterValue, float64(cuts.CutSegmentBytes), "segment")
 	ch <- prometheus.MustNewConstMetric(recCutBytes, prometheus.CounterValue, float64(cuts.CutIndexBytes), "index")
+	ch <- prometheus.MustNewConstMetric(recZeroTail, prometheus.CounterValue, float64(cuts.ZeroTailBytes))
 }
 
 var (

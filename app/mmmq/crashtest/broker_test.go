@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,6 +68,9 @@ type brokerConf struct {
 	IndexSyncInterval time.Duration
 	// OnCorruption, when not "", sets mmmq.broker.storage.on-corruption.
 	OnCorruption string
+	// Preallocate, when not nil, sets mmmq.broker.storage.preallocate
+	// (0: off); nil keeps the default (on).
+	Preallocate *int64
 	// NoDiskGuard sets mmmq.broker.storage.min-free-bytes: 0 (the guard
 	// off), for a filesystem whose statfs reports nothing free (LazyFS
 	// implements no statfs: FUSE then answers 0 blocks).
@@ -181,6 +185,11 @@ func startBroker(t testing.TB, c brokerConf) *broker {
 	}
 }
 
+// brokerPreallocate, when not nil, is the mmmq.broker.storage.preallocate
+// of every broker whose brokerConf.Preallocate is nil (a test that needs
+// the files without preallocation sets it for its run).
+var brokerPreallocate *int64
+
 // brokerYAML is the configuration file of c.
 func brokerYAML(c brokerConf) string {
 	var y strings.Builder
@@ -194,6 +203,9 @@ func brokerYAML(c brokerConf) string {
 	}
 	if c.OnCorruption != "" {
 		fmt.Fprintf(&y, "      on-corruption: %s\n", c.OnCorruption)
+	}
+	if p := cmp.Or(c.Preallocate, brokerPreallocate); p != nil {
+		fmt.Fprintf(&y, "      preallocate: %d\n", *p)
 	}
 	if c.NoDiskGuard {
 		fmt.Fprintf(&y, "      min-free-bytes: 0\n")

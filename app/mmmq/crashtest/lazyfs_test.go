@@ -150,15 +150,31 @@ func TestLazyFSPowerLoss(t *testing.T) {
 	}
 	for _, m := range rkModes {
 		t.Run(m.Name, func(t *testing.T) {
-			for _, f := range lzFaults {
-				if f == "torn-seq" && m.IndexSync != "lazy" {
-					continue
-				}
-				t.Run(f, func(t *testing.T) { runLazyFS(t, m, f, bin, lib) })
+			for _, pre := range lzPrealloc {
+				t.Run(pre.name, func(t *testing.T) {
+					for _, f := range lzFaults {
+						if f == "torn-seq" && m.IndexSync != "lazy" {
+							continue
+						}
+						t.Run(f, func(t *testing.T) { runLazyFS(t, m, pre, f, bin, lib) })
+					}
+				})
 			}
 		})
 	}
 }
+
+// lzPreallocMode is one setting of mmmq.broker.storage.preallocate the
+// rounds run with: nil keeps the default (on: the active segment and its
+// index carry fsynced zeros ahead of the writer, group commits into them
+// use fdatasync, and a killed broker leaves zero tails that recovery
+// cuts), 0 turns it off.
+type lzPreallocMode struct {
+	name  string
+	bytes *int64
+}
+
+var lzPrealloc = []lzPreallocMode{{name: "prealloc-on"}, {name: "prealloc-off", bytes: new(int64)}}
 
 // TestLazyFSStallIsAPowerLoss proves the harness's way out of a LazyFS
 // stall (lzRun.stall). A process's exit closes its files, and FUSE sends
@@ -280,6 +296,7 @@ func (c lzCount) add(o lzCount) lzCount {
 type lzRun struct {
 	t        *testing.T
 	mode     indexSyncMode
+	pre      lzPreallocMode
 	fault    string
 	bin, lib string
 	fs       *lazyFS
@@ -295,8 +312,8 @@ type lzRun struct {
 	prev map[string][]stored
 }
 
-func runLazyFS(t *testing.T, m indexSyncMode, fault, bin, lib string) {
-	k := &lzRun{t: t, mode: m, fault: fault, bin: bin, lib: lib, seed: uint64(time.Now().UnixNano()),
+func runLazyFS(t *testing.T, m indexSyncMode, pre lzPreallocMode, fault, bin, lib string) {
+	k := &lzRun{t: t, mode: m, pre: pre, fault: fault, bin: bin, lib: lib, seed: uint64(time.Now().UnixNano()),
 		kinds: map[int]string{}, st: lzStats{Cut: map[string]int64{}}}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x6c617a79))
 	k.fresh()
@@ -332,6 +349,7 @@ func (k *lzRun) conf(r int) brokerConf {
 	if k.fault == "torn-seq" {
 		c.IndexSyncInterval = time.Hour // the index written many times between fsyncs
 	}
+	c.Preallocate = k.pre.bytes
 	return c
 }
 
@@ -831,8 +849,8 @@ func (k *lzRun) summary(rounds int, took time.Duration) {
 	for _, key := range keys {
 		cut = append(cut, fmt.Sprintf("%s=%d", key, k.st.Cut[key]))
 	}
-	line := fmt.Sprintf("mode=%s fault=%s rounds=%d power_losses=%d kills=%d acked=%d lost=%d acked_in_refused_topics=%d refused=%d served_then_lost=%d recoveries=%d cut{%s}",
-		k.mode.Name, k.fault, rounds, k.st.PowerLosses, k.st.Kills, c.Acked, c.Lost, c.Unverified, len(k.st.Refusals), len(k.st.ServedLost), k.st.Recoveries, strings.Join(cut, " "))
+	line := fmt.Sprintf("mode=%s %s fault=%s rounds=%d power_losses=%d kills=%d acked=%d lost=%d acked_in_refused_topics=%d refused=%d served_then_lost=%d recoveries=%d cut{%s}",
+		k.mode.Name, k.pre.name, k.fault, rounds, k.st.PowerLosses, k.st.Kills, c.Acked, c.Lost, c.Unverified, len(k.st.Refusals), len(k.st.ServedLost), k.st.Recoveries, strings.Join(cut, " "))
 	if k.fault == "torn-op" || k.fault == "torn-seq" {
 		line += fmt.Sprintf(" fired=%d not_fired=%d", k.st.Fired, k.st.NotFired)
 	}

@@ -26,6 +26,12 @@ const dieTimeout = 10 * time.Second
 // restarts it and compares what happened with what the design promises.
 // The table of rows is logged at the end.
 func TestCrashPoints(t *testing.T) {
+	// The cases read and reshape the segment files as they are without
+	// preallocation (an entry ends the file): they run with it off. The
+	// default (on) is covered by TestCrashRandomKill*, TestLazyFSPowerLoss
+	// (on and off) and TestPreallocCleanStopAndKill.
+	brokerPreallocate = new(int64)
+	defer func() { brokerPreallocate = nil }()
 	var (
 		mu   sync.Mutex
 		rows []pointRow
