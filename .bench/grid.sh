@@ -39,6 +39,18 @@ index_sync_env() { # MODE: sets SYNC_ENV (array of VAR=VALUE)
 	fi
 }
 
+# sync_env_of SYSTEM: SYNC_ENV for an mmmq system of the grids: an
+# index-sync mode, or noprealloc (BENCH_PREALLOC_OFF=1: the first mode with
+# mmmq.broker.storage.preallocate 0).
+sync_env_of() {
+	if [ "$1" = noprealloc ]; then
+		index_sync_env "${INDEX_SYNC%% *}"
+		SYNC_ENV+=("MMMQ_BROKER_STORAGE_PREALLOCATE=0")
+	else
+		index_sync_env "$1"
+	fi
+}
+
 # scrape URL: the broker's write-path counters from /metrics as one JSON
 # object: fsyncs (all), seg and idx (null without a file label), commits
 # (group commits) and entries (entries they wrote); {} when unreadable.
@@ -102,7 +114,7 @@ line_run() {
 		index_sync_env "${INDEX_SYNC%% *}"
 		SERVE_BIN=$LINE_BASE LINE=1 start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
 	else
-		index_sync_env "$sys"
+		sync_env_of "$sys"
 		LINE=1 start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
 	fi
 	before=$(scrape "$BROKER_URL")
@@ -174,7 +186,7 @@ http_run() {
 		record http plain "$round" "$HTTP_LOADGEN" "" "$r"
 		return
 	fi
-	index_sync_env "$sys"
+	sync_env_of "$sys"
 	start_broker "$TMP/data-grid" "$TMP/base.yaml" "${SYNC_ENV[@]}"
 	before=$(scrape "$BROKER_URL")
 	r=$(http_load "$BROKER_URL" "$BROKER_PID" "$c" publish)
@@ -267,6 +279,7 @@ grids() {
 				for d in $DEPTHS; do
 					if [ -n "$LINE_BASE" ]; then line_run base "$c" "$d" "$r"; fi
 					for s in $INDEX_SYNC; do line_run "$s" "$c" "$d" "$r"; done
+					if [ "$PREALLOC_OFF" = 1 ]; then line_run noprealloc "$c" "$d" "$r"; fi
 					if [ "$REDIS_OK" = 1 ]; then line_run redis "$c" "$d" "$r"; fi
 					if [ "$c" = 1 ] && [ "$d" = 1 ]; then
 						disk_run disk-append "$r"
@@ -282,6 +295,7 @@ grids() {
 			for c in $HTTP_CS; do
 				http_run plain "$c" "$r"
 				for s in $INDEX_SYNC; do http_run "$s" "$c" "$r"; done
+				if [ "$PREALLOC_OFF" = 1 ]; then http_run noprealloc "$c" "$r"; fi
 			done
 		done
 		stop_plain
@@ -299,7 +313,7 @@ grid_rows() {
 		def key: "\(.grid)/\(.producers)/\(.depth // 0)";
 		def order: ({line: 0, http: 1}[.grid]) * 1e9 + (.producers // 0) * 1e5 + (.depth // 0) * 10
 			+ (.system as $s | if $s == "plain" or $s == "base" then 0 elif $s == "redis" then 9
-				elif $s == "disk-append" then 10 elif $s == "disk-overwrite" then 11 else 1 + ($syncs | index($s)) end);
+				elif $s == "noprealloc" then 8 elif $s == "disk-append" then 10 elif $s == "disk-overwrite" then 11 else 1 + ($syncs | index($s)) end);
 		def ref: .system == "redis" or .system == "plain" or (.system | startswith("disk-"));
 		map(select(.system != null and .grid != null))
 		| group_by([.grid, .system, .producers, (.depth // 0)])
@@ -319,9 +333,12 @@ grid_rows() {
 				elif .system == "disk-append" then "the data filesystem alone: append \(.size) B + fsync, one writer (no broker)"
 				elif .system == "disk-overwrite" then "the data filesystem alone: overwrite \(.size) B of preallocated zeros + fdatasync, one writer (no broker)"
 				elif .system == "base" then "line PUB DURABLE, baseline build (BENCH_LINE_BASE), index-sync \($syncs[0])"
+				elif .system == "noprealloc" then "line PUB DURABLE, index-sync \($syncs[0]), preallocate 0 (off)"
 				else "line PUB DURABLE, index-sync \(.system)" end)
 			else
-				(if .system == "plain" then "plain net/http handler, own process (HTTP ceiling)" else "HTTP POST /messages DURABLE, index-sync \(.system)" end)
+				(if .system == "plain" then "plain net/http handler, own process (HTTP ceiling)"
+				elif .system == "noprealloc" then "HTTP POST /messages DURABLE, index-sync \($syncs[0]), preallocate 0 (off)"
+				else "HTTP POST /messages DURABLE, index-sync \(.system)" end)
 			end),
 			note: ("median of \(.rounds | length) rounds, msgs/s: \(.rounds | map(tostring) | join(" / "))"
 				+ (if .allErrors > 0 then "; errors in all rounds: \(.allErrors)" else "" end))}

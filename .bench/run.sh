@@ -35,6 +35,8 @@
 #                          (mmmq.broker.storage.index-sync; a mode the broker does
 #                          not know makes it refuse to start, and the bench fails)
 #   BENCH_LINE_C="1 8 32 128"  connections of the line grid (quick: 1 32 128)
+#   BENCH_PREALLOC_OFF=1   one more system in the line and HTTP grids: the first index-sync
+#                          mode with mmmq.broker.storage.preallocate: 0 (preallocation off)
 #   BENCH_LINE_BASE=path   an mmmq binary (say, built from main) run in the line grid as one
 #                          more system, interleaved with this build and Redis: before/after
 #                          in one run (BENCH_PARTS=line BENCH_DEPTHS=1 for the depth-1 rows only)
@@ -111,6 +113,7 @@ INDEX_SYNC=${BENCH_INDEX_SYNC:-"commit lazy"}
 LINE_CS=${BENCH_LINE_C:-$GRID_CS}
 DEPTHS=${BENCH_DEPTHS:-"1 16"}
 LINE_BASE=${BENCH_LINE_BASE:-}
+PREALLOC_OFF=${BENCH_PREALLOC_OFF:-0}
 if [ -n "$LINE_BASE" ] && [ ! -x "$LINE_BASE" ]; then echo "bench: BENCH_LINE_BASE=$LINE_BASE: not an executable" >&2; exit 2; fi
 HTTP_CS=${BENCH_HTTP_C:-$GRID_CS}
 ROUNDS=${BENCH_ROUNDS:-3}
