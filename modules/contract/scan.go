@@ -186,6 +186,15 @@ func (s *scanner) array() error {
 func (s *scanner) str() (escaped bool, err error) {
 	s.i++ // opening quote
 	for s.i < len(s.b) {
+		// The common run first: printable ASCII that is neither a quote
+		// nor a backslash needs no other check (a table lookup per byte
+		// instead of the switch: the payload's long strings dominate).
+		for s.i < len(s.b) && plainStringByte[s.b[s.i]] {
+			s.i++
+		}
+		if s.i == len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -221,6 +230,15 @@ func (s *scanner) str() (escaped bool, err error) {
 	}
 	return escaped, s.fail("unexpected end of input in string")
 }
+
+// plainStringByte[c]: c may stand in a JSON string as itself with no
+// further check: 0x20..0x7e except '"' and '\\'.
+var plainStringByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'

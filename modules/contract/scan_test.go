@@ -105,3 +105,17 @@ func FuzzValidStoredJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkValidJSONMessage: the scan of a publish body with a 200-byte
+// string, the shape the line protocol and HTTP publish check per message.
+//
+//	go test -run '^$' -bench ValidJSONMessage ./modules/contract/
+func BenchmarkValidJSONMessage(b *testing.B) {
+	body := []byte(`{"topic":"bench.t","content":{"p":"` + strings.Repeat("abcdefghij", 20) + `"},"headers":{"k":"v"}}`)
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := validJSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
