@@ -327,12 +327,29 @@ func (r *clusterRun) fail(format string, args ...any) {
 
 // checkLog: every acknowledged message is in its topic's log, read through
 // mmmq node 0, exactly once, at the offset it was acknowledged with, with
-// the content sent (readAll checks that offsets are contiguous).
+// the content sent (readAll checks that offsets are contiguous). Node 0
+// learns of messages acknowledged through node 1 from its stream feed, a
+// moment later: the log is read again until it reaches the last offset
+// acknowledged on the topic, for at most clusterVisible (a node that stays
+// behind longer fails the check).
 func (r *clusterRun) checkLog() {
 	base := *r.bases[0].Load()
 	for tp := range clusterTopics {
 		topic := fmt.Sprintf("k.%d", tp)
-		log, err := readAll(base, topic)
+		lastAcked := int64(-1)
+		for _, a := range r.acks {
+			if a.topic == topic {
+				lastAcked = max(lastAcked, a.offset)
+			}
+		}
+		var log []stored
+		var err error
+		for deadline := time.Now().Add(clusterVisible); ; time.Sleep(200 * time.Millisecond) {
+			log, err = readAll(base, topic)
+			if err != nil || int64(len(log)) > lastAcked || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			r.fail("read %s: %v", topic, err)
 			continue
@@ -439,6 +456,12 @@ func (r *clusterRun) checkGroupBusy() {
 		r.fail("group held through node 0, fetch through node 1: %d %s, want 409 GROUP_BUSY", st, body)
 	}
 }
+
+// clusterVisible bounds how long a message acknowledged through one mmmq
+// node may take to become visible through the other (its high watermark
+// follows the stream's ordered consumer, and after a consumer error the
+// stream's state every 2 s).
+const clusterVisible = 15 * time.Second
 
 func clusterRounds() int {
 	if os.Getenv("MMMQ_LONG") != "" {
