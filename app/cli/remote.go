@@ -52,6 +52,14 @@ type subcommand struct {
 // run dispatches args to a subcommand; a missing or unknown one is a usage
 // error (exit 2), --help prints the group's usage on stdout.
 func (g *group) run(args []string) int {
+	// The flags every subcommand takes may come first
+	// ("dispatchers --server URL list"): moved behind the subcommand.
+	if lead, rest := leadingRemoteFlags(args); len(lead) > 0 {
+		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			rest = append(append([]string{rest[0]}, lead...), rest[1:]...)
+		}
+		args = rest
+	}
 	switch {
 	case len(args) > 0 && isHelp(args[0]):
 		g.usage(os.Stdout)
@@ -61,22 +69,6 @@ func (g *group) run(args []string) int {
 		g.usage(os.Stderr)
 		return 2
 	case strings.HasPrefix(args[0], "-"):
-		// The flags every subcommand takes may come first
-		// ("dispatchers --server URL list"): moved behind the subcommand.
-		if lead, rest := leadingRemoteFlags(args); len(lead) > 0 {
-			switch {
-			case len(rest) > 0 && isHelp(rest[0]):
-				g.usage(os.Stdout)
-				return 0
-			case len(rest) == 0:
-				fmt.Fprintf(os.Stderr, prog+" %s: missing subcommand\n", g.name)
-				g.usage(os.Stderr)
-				return 2
-			case !strings.HasPrefix(rest[0], "-"):
-				return g.run(append(append([]string{rest[0]}, lead...), rest[1:]...))
-			}
-			args = rest // the first flag that may not come first
-		}
 		fmt.Fprintf(os.Stderr, prog+" %s: want the subcommand before its flags (only --server, --json, --request-timeout and --token-file may come first); got %q\n", g.name, args[0])
 		g.usage(os.Stderr)
 		return 2

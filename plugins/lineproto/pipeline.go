@@ -202,6 +202,12 @@ func (p *pipeline) armLocked(t time.Time) {
 func (p *pipeline) deadlinePassed() {
 	p.mu.Lock()
 	p.timerArmed = false
+	p.wakeFlusherUnlock()
+}
+
+// wakeFlusherUnlock, called with p.mu held, unlocks it and wakes the
+// flusher if it sleeps (it then finds what changed under the lock).
+func (p *pipeline) wakeFlusherUnlock() {
 	wake := p.flusherAsleep
 	p.flusherAsleep = false
 	p.mu.Unlock()
@@ -408,12 +414,7 @@ func (c *conn) drain() bool {
 		return !p.broken.Load()
 	}
 	p.drainReq = true
-	wake := p.flusherAsleep
-	p.flusherAsleep = false
-	p.mu.Unlock()
-	if wake {
-		signal(p.wake)
-	}
+	p.wakeFlusherUnlock()
 	select {
 	case <-p.drained:
 	case <-p.dead:
@@ -430,12 +431,7 @@ func (c *conn) stopPipeline() {
 	p := &c.pipe
 	p.mu.Lock()
 	p.closed = true
-	wake := p.flusherAsleep
-	p.flusherAsleep = false
-	p.mu.Unlock()
-	if wake {
-		signal(p.wake)
-	}
+	p.wakeFlusherUnlock()
 	<-p.exited
 	p.deadline.Stop()
 	p.timer.release()
