@@ -18,14 +18,19 @@ import (
 // How each broker learns of the topics the others create and delete
 // (contract.TopicWatcher): JetStream's stream-created and stream-deleted
 // advisories, at once, and a full listing every topicRelist in case an
-// advisory was missed (a reconnect): a stream this broker knew of that the
-// listing no longer holds, and that a direct lookup does not find, was
-// deleted. A stream whose MetaIncarnation differs from the one of the log
+// advisory was missed: a stream this broker knew of that the listing no
+// longer holds, and that a direct lookup does not find, was deleted.
+// Advisories are missed across a reconnect, and the nats-server (2.15)
+// can drop a stream-deleted advisory outright: the stream queues it on its
+// own outbound queue and then closes the loop that sends that queue, whose
+// select may take the quit first. A deletion through another broker is
+// then seen at the next listing. A stream whose MetaIncarnation differs from the one of the log
 // this broker opened (Backend.Open records it) was deleted and created
 // again in between: reported deleted, then created.
 
-// topicRelist is how often WatchTopics lists every stream again.
-const topicRelist = 30 * time.Second
+// topicRelist is how often WatchTopics lists every stream again (a
+// variable for tests).
+var topicRelist = 30 * time.Second
 
 // The subjects of JetStream's stream advisories (the nats-server's
 // JSAdvisoryStreamCreatedPre and JSAdvisoryStreamDeletedPre): the stream
