@@ -264,7 +264,7 @@ func (b *Backend) Open(name string, create bool) (contract.Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.noteOpen(sname, name, l.incarnation)
+	b.noteOpen(sname, name, l.incarnation, l)
 	return l, nil
 }
 

@@ -46,6 +46,12 @@ var (
 	// ErrQueueFull: too many ACCEPTED appends of one log await their
 	// acknowledgement (maxPendingAsync). 503 UNAVAILABLE.
 	ErrQueueFull = fmt.Errorf("jetstream: %w", contract.ErrQueueFull)
+
+	// errFeedBehind: a topic's message feed (its ordered consumer) had
+	// not reached the stream's last sequence of a listing one listing
+	// interval ago; the cause a listing gives resync (Log.listed), never
+	// returned.
+	errFeedBehind = errors.New("jetstream: the topic's message feed is behind the stream listing")
 )
 
 // JetStream API error codes this package tells apart (the server's

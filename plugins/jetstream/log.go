@@ -63,6 +63,11 @@ type Log struct {
 	resyncing   atomic.Bool
 	resyncUntil atomic.Int64
 	resyncStop  chan struct{} // closed by Close: ends a resync at once
+	// fed is the last stream sequence the ordered consumer delivered
+	// (the stream's last at open before it); lastListed the stream's last
+	// sequence in the topic watch's previous listing (listed), 0 before
+	// the first.
+	fed, lastListed atomic.Int64
 
 	mu      sync.Mutex
 	waiters map[int64]chan struct{} // Notify channels by offset
@@ -144,6 +149,7 @@ func openLog(ctx context.Context, nc *nats.Conn, str jetstream.Stream, topic str
 		limited:     info.Config.MaxAge > 0 || info.Config.MaxBytes > 0,
 	}
 	l.hw.Store(int64(info.State.LastSeq))
+	l.fed.Store(int64(info.State.LastSeq))
 	l.setStart(info.State)
 	l.refreshedAt.Store(time.Now().UnixNano())
 	if l.ajs, err = l.newAsyncPublisher(o.RequestTimeout); err != nil {
@@ -186,6 +192,7 @@ func (l *Log) onStored(m jetstream.Msg) {
 	if err != nil {
 		return
 	}
+	l.fed.Store(int64(md.Sequence.Stream))
 	l.advance(int64(md.Sequence.Stream))
 }
 
@@ -261,6 +268,29 @@ func (l *Log) resyncLoop() {
 			l.advance(end)
 		}
 	}
+}
+
+// listed is told, by the topic watch's listing of every stream (every
+// topicRelist), the stream's last sequence: one past its last offset
+// stored by a quorum. It is the safety net that needs no consumer error:
+// a feed seen behind the stream without one, its dispatchers idle at a
+// stale end, showed that resync alone is not enough. The high watermark
+// is raised to last; a feed that had not reached even the previous
+// listing's last sequence was behind for a whole listing interval: a
+// warning, and a resync (the state read every resyncEvery for a while).
+func (l *Log) listed(last int64) {
+	prev := l.lastListed.Swap(last)
+	if l.closed.Load() {
+		return
+	}
+	if fed := l.fed.Load(); prev > 0 && fed < prev {
+		if l.opts.Logger != nil {
+			l.opts.Logger.Warn("topic's message feed is behind the stream's listing of a while ago; high watermark raised from the listing",
+				zap.String("topic", l.topic), zap.Int64("fed", fed), zap.Int64("listed-before", prev), zap.Int64("high-watermark", max(last, l.hw.Load())))
+		}
+		l.resync(errFeedBehind)
+	}
+	l.advance(last)
 }
 
 // advance raises the high watermark to hw (never lowers it) and wakes the

@@ -594,3 +594,48 @@ func TestResyncAfterConsumerErrorCatchesUp(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second)
 	assert.False(t, la.resyncing.Load(), "a resync still runs after Close")
 }
+
+// A feed that falls silent without any error is caught by the topic
+// watch's listing: each listing raises the high watermark to the stream's
+// last sequence (waking Notify), and a feed that has not delivered even
+// what the previous listing showed starts a resync. An idle topic whose
+// feed is current starts none.
+func TestListingRaisesStaleHighWatermark(t *testing.T) {
+	s := startServer(t)
+	a, b := connect(t, s), connect(t, s)
+	la, lb := open(t, a, "listed"), open(t, b, "listed")
+	w := &topicWatch{b: a, reported: map[string]string{}, fn: func(contract.TopicEvent) {}}
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		_, err := lb.Append(ctx, msg(i), contract.Durable)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return la.HighWatermark() == 2 }, 10*time.Second, 10*time.Millisecond)
+	w.list(ctx) // idle and current: nothing to do
+	w.list(ctx)
+	require.False(t, la.resyncing.Load(), "a resync started for an idle topic whose feed is current")
+
+	la.cons.Stop() // the feed of a's log goes silent, with no error
+	<-la.cons.Closed()
+	for i := 2; i < 5; i++ {
+		_, err := lb.Append(ctx, msg(i), contract.Durable)
+		require.NoError(t, err)
+	}
+	woken := la.Notify(4)
+	require.EqualValues(t, 2, la.HighWatermark())
+	w.list(ctx)
+	select {
+	case <-woken:
+	default:
+		t.Fatalf("Notify(4) not woken by the listing; high watermark %d", la.HighWatermark())
+	}
+	require.EqualValues(t, 5, la.HighWatermark())
+	require.False(t, la.resyncing.Load(), "a resync started on the first listing that found the feed behind")
+
+	_, err := lb.Append(ctx, msg(5), contract.Durable)
+	require.NoError(t, err)
+	w.list(ctx) // the feed has not delivered what the last listing showed
+	require.EqualValues(t, 6, la.HighWatermark())
+	require.True(t, la.resyncing.Load(), "no resync started for a feed behind a whole listing interval")
+	require.NoError(t, la.Close())
+}

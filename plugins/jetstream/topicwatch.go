@@ -41,18 +41,23 @@ const (
 	advisoryStreamDeleted = "$JS.EVENT.ADVISORY.STREAM.DELETED.>"
 )
 
-// openedStream is what Backend.Open last opened as a stream.
-type openedStream struct{ topic, incarnation string }
+// openedStream is what Backend.Open last opened as a stream: its topic,
+// incarnation and log (nil in tests that note an open by hand).
+type openedStream struct {
+	topic, incarnation string
+	log                *Log
+}
 
 // noteOpen records that topic's stream sname, of incarnation inc, is open
-// here (Open), for the topic watch to compare with what it sees.
-func (b *Backend) noteOpen(sname, topic, inc string) {
+// here as l (Open), for the topic watch to compare with what it sees and
+// to raise l's high watermark to what its listings show.
+func (b *Backend) noteOpen(sname, topic, inc string, l *Log) {
 	b.openedMu.Lock()
 	defer b.openedMu.Unlock()
 	if b.opened == nil {
 		b.opened = map[string]openedStream{}
 	}
-	b.opened[sname] = openedStream{topic, inc}
+	b.opened[sname] = openedStream{topic, inc, l}
 }
 
 // forgetOpen drops the record of noteOpen (the stream is deleted).
@@ -168,6 +173,9 @@ func (w *topicWatch) list(ctx context.Context) {
 		}
 		listed[s.stream] = true
 		w.exists(ctx, s)
+		if o, ok := w.b.openedAs(s.stream); ok && o.log != nil && s.incarnation == o.incarnation {
+			o.log.listed(s.last)
+		}
 	}
 	gone := map[string]string{}
 	for s, t := range w.reported {
@@ -200,7 +208,7 @@ func (w *topicWatch) streamCreated(ctx context.Context, s string) {
 		return // deleted again: its deleted advisory follows
 	case err == nil:
 		if t, ok := w.b.topicOfConfig(info.Config); ok {
-			w.exists(ctx, listedStream{s, t, info.Config.Metadata[MetaIncarnation]})
+			w.exists(ctx, listedStream{stream: s, topic: t, incarnation: info.Config.Metadata[MetaIncarnation]})
 		}
 	default:
 		if t, _, ok := DecodeStreamName(w.b.cfg.StreamPrefix, s); ok {
@@ -290,9 +298,12 @@ func (b *Backend) lookupStream(ctx context.Context, s string) (*jetstream.Stream
 	return str.CachedInfo(), nil
 }
 
-// listedStream is one topic stream: its name, topic and MetaIncarnation
-// ("" when unknown).
-type listedStream struct{ stream, topic, incarnation string }
+// listedStream is one topic stream: its name, topic, MetaIncarnation (""
+// when unknown) and, from a listing, its last sequence (0 otherwise).
+type listedStream struct {
+	stream, topic, incarnation string
+	last                       int64
+}
 
 // topicOfConfig is the topic of the stream configured as c: its MetaTopic
 // metadata when that names the stream, else the decoded stream name
@@ -315,7 +326,7 @@ func (b *Backend) listStreams() (streams []listedStream, skipped []string, err e
 	for info := range l.Info() {
 		name := info.Config.Name
 		if t, ok := b.topicOfConfig(info.Config); ok {
-			streams = append(streams, listedStream{name, t, info.Config.Metadata[MetaIncarnation]})
+			streams = append(streams, listedStream{name, t, info.Config.Metadata[MetaIncarnation], int64(info.State.LastSeq)})
 		} else if strings.HasPrefix(name, b.cfg.StreamPrefix+"_") {
 			skipped = append(skipped, name)
 		}

@@ -409,6 +409,7 @@ func (r *clusterRun) checkDeliveries() {
 	if len(missing) > 0 {
 		sort.Strings(missing)
 		r.fail("%d acknowledged messages never delivered, e.g. %v", len(missing), missing[:min(len(missing), 10)])
+		r.explainUndelivered(missing[0][:strings.IndexByte(missing[0], '@')])
 	}
 	r.cons.mu.Lock()
 	defer r.cons.mu.Unlock()
@@ -428,6 +429,38 @@ func (r *clusterRun) checkDeliveries() {
 			r.fail("%s: under epoch %d offset %d was pushed after %d", p.topic, p.epoch, p.offset, prev)
 		}
 		last[p.topic][p.epoch] = p.offset
+	}
+}
+
+// explainUndelivered logs what each mmmq node says of the dispatcher and
+// topic of a message never delivered: the dispatcher's status and the
+// lines of every log of that node's processes (this run's and the ones
+// killed) that name the topic, the dispatcher's lease or its worker.
+func (r *clusterRun) explainUndelivered(topic string) {
+	for i, p := range r.procs {
+		if b := r.bases[i].Load(); b != nil && *b != "" {
+			body := "unreachable"
+			if resp, err := http.Get(*b + "/mmmq/dispatchers/d"); err == nil {
+				data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+				resp.Body.Close()
+				body = string(data)
+			}
+			r.t.Logf("mmmq node %d: GET /mmmq/dispatchers/d: %s", i, body)
+		}
+		logs, _ := filepath.Glob(filepath.Join(filepath.Dir(p.logPath), "mmmq-*.log"))
+		for _, path := range logs {
+			data, _ := os.ReadFile(path)
+			var lines []string
+			for _, line := range strings.Split(string(data), "\n") {
+				if strings.Contains(line, `"`+topic+`"`) || strings.Contains(line, "lease") || strings.Contains(line, "worker") {
+					lines = append(lines, line)
+				}
+			}
+			if len(lines) > 60 {
+				lines = append(lines[:20:20], append([]string{fmt.Sprintf("... %d lines ...", len(lines)-60)}, lines[len(lines)-40:]...)...)
+			}
+			r.t.Logf("mmmq node %d, %s, lines about %s, its lease or a worker:\n%s", i, filepath.Base(path), topic, strings.Join(lines, "\n"))
+		}
 	}
 }
 
