@@ -10,20 +10,24 @@ import (
 )
 
 // TestLazyFSStaleTruncateAnswerIsRecognised: the LazyFS rounds start the
-// broker again (instead of reporting a refused topic) only when every
-// refusal is an ftruncate of an open, existing file answered ENOENT — the
-// stale answer of LazyFS's truncate handler (lazyTruncateENOENT) — worded
-// as the storage engine's repair and preallocation trim word it. A
-// missing file, an open that failed, another errno, or one other refusal
-// among them is the broker's, and stays a refusal. Runs without LazyFS.
+// broker again (instead of failing) only when its startup failed on an
+// ftruncate of an open, existing file answered ENOENT — the stale answer
+// of LazyFS's truncate handler (lazyTruncateENOENT) — worded as the
+// binary prints a startup failure of the storage engine's repair. A
+// missing file, an open that failed, another errno, a mismatched path or
+// the words outside a startup failure are the broker's, and still fail
+// the round. Runs without LazyFS.
 func TestLazyFSStaleTruncateAnswerIsRecognised(t *testing.T) {
 	dir := t.TempDir()
-	there := filepath.Join(dir, "lz.a", "0000000000000000000.mmm")
-	if err := os.MkdirAll(filepath.Dir(there), 0o755); err != nil {
+	seg := filepath.Join(dir, "lz.a", "0000000000000000000.mmm")
+	idx := filepath.Join(dir, "lz.a", "0000000000000000000.idx")
+	if err := os.MkdirAll(filepath.Dir(seg), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(there, make([]byte, 64), 0o644); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{seg, idx} {
+		if err := os.WriteFile(p, make([]byte, 64), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	gone := filepath.Join(dir, "lz.b", "0000000000000000000.mmm")
 	// What os.(*File).Truncate returns for an ftruncate answered errno.
@@ -34,31 +38,29 @@ func TestLazyFSStaleTruncateAnswerIsRecognised(t *testing.T) {
 	if !errors.Is(openErr, os.ErrNotExist) {
 		t.Fatalf("opening a missing file: %v", openErr)
 	}
-	repair := func(path string, err error) string {
-		return "quarantined: " + fmt.Errorf("open topic: %w", fmt.Errorf("truncate segment %s: %w", path, err)).Error()
+	// startup is the binary's stderr line for a repair step that failed.
+	startup := func(step, path string, err error) string {
+		err = fmt.Errorf("recovery: open topic lz.a: %w", fmt.Errorf("%s %s: %w", step, path, err))
+		return `{"level":"info","msg":"recovery started"}` + "\nmmmq: startup failed: " + err.Error() + "\n"
 	}
-	trim := "failed: " + fmt.Errorf("cut preallocated tail of %s: %w", there, ftrunc(there, syscall.ENOENT)).Error()
 	for _, tc := range []struct {
-		name    string
-		refused map[string]string
-		want    bool
+		name, log string
+		want      bool
 	}{
-		{"repair's cut of an existing file", map[string]string{"lz.a": repair(there, ftrunc(there, syscall.ENOENT))}, true},
-		{"a trim's cut of an existing file", map[string]string{"lz.a": trim}, true},
-		{"the file is missing", map[string]string{"lz.b": repair(gone, ftrunc(gone, syscall.ENOENT))}, false},
-		{"the open failed", map[string]string{"lz.b": repair(gone, openErr)}, false},
-		{"another errno", map[string]string{"lz.a": repair(there, ftrunc(there, syscall.EIO))}, false},
-		{"one other refusal among them", map[string]string{
-			"lz.a": repair(there, ftrunc(there, syscall.ENOENT)),
-			"lz.c": "quarantined: corrupt entry at lz.c/0000000000000000000.mmm byte 40 (offset 2)",
-		}, false},
+		{"the segment's cut, file there", startup("truncate segment", seg, ftrunc(seg, syscall.ENOENT)), true},
+		{"the index's cut, file there", startup("truncate index", idx, ftrunc(idx, syscall.ENOENT)), true},
+		{"the file is missing", startup("truncate segment", gone, ftrunc(gone, syscall.ENOENT)), false},
+		{"the open failed", startup("truncate segment", gone, openErr), false},
+		{"another errno", startup("truncate segment", seg, ftrunc(seg, syscall.EIO)), false},
+		{"another file truncated", startup("truncate segment", seg, ftrunc(idx, syscall.ENOENT)), false},
+		{"not a startup failure", fmt.Errorf("truncate segment %s: %w", seg, ftrunc(seg, syscall.ENOENT)).Error(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := &lzRun{t: t}
-			if got := k.spuriousTruncates(tc.refused); got != tc.want {
-				t.Fatalf("spuriousTruncates(%v) = %t, want %t", tc.refused, got, tc.want)
+			if got := k.staleTruncate(tc.log); got != tc.want {
+				t.Fatalf("staleTruncate(%q) = %t, want %t", tc.log, got, tc.want)
 			}
-			if want := map[bool]int{true: len(tc.refused)}[tc.want]; k.st.Spurious != want {
+			if want := map[bool]int{true: 1}[tc.want]; k.st.Spurious != want {
 				t.Fatalf("counted %d stale answers, want %d", k.st.Spurious, want)
 			}
 		})
