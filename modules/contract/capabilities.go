@@ -56,13 +56,14 @@ import (
 //	HealthChecker       Backend     no     yes        /readyz does not ask the store (local: the disk is
 //	                                                  the process's own)
 //
-// Three capabilities of the local engine only live with it, because their
+// Four capabilities of the local engine only live with it, because their
 // values are the engine's own types: topicqueue.RepairReporter (the startup
 // repair report of a *storage.Log, logged and shown by GET /topics),
-// topicqueue.SegmentCacher (the shared segment-file cache, for metrics) and
-// admin.SpecStoreProvider (a backend that stores the API-created
-// dispatchers itself; JetStream does, in a key-value bucket, else they go
-// to <root>/dispatchers.json).
+// topicqueue.SegmentCacher (the shared segment-file cache, for metrics),
+// topicqueue.PreallocBudgeter (the broker-wide preallocation budget, for
+// metrics) and admin.SpecStoreProvider (a backend that stores the
+// API-created dispatchers itself; JetStream does, in a key-value bucket,
+// else they go to <root>/dispatchers.json).
 
 // Incarnationer is a Log whose topic has an incarnation id: a random id made
 // when the topic was created (32 lower-case hex digits, NewIncarnation),

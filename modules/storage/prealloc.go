@@ -89,8 +89,10 @@ type PreallocBudget struct {
 	guard *SpaceGuard
 	used  atomic.Int64
 	slots chan struct{}
-	// skipped counts chunks not written for lack of budget or disk space.
-	skipped atomic.Int64
+	// Chunks not written, by cause: the cap would be passed, the disk
+	// guard would go under its minimum, preallocConcurrent chunks were
+	// being written.
+	overCap, lowSpace, busy atomic.Int64
 }
 
 // NewPreallocBudget returns a budget of max bytes (<= 0:
@@ -103,19 +105,37 @@ func NewPreallocBudget(max int64, guard *SpaceGuard) *PreallocBudget {
 	return &PreallocBudget{max: max, guard: guard, slots: make(chan struct{}, preallocConcurrent)}
 }
 
-// PreallocStats is a snapshot of a PreallocBudget, for metrics.
+// PreallocStats is a snapshot of a PreallocBudget, for metrics. The
+// counters count chunks since the budget was made; a chunk not written
+// costs nothing but the fdatasync its topic's group commits then do
+// without (they use fsync), and the topic asks again at its next group
+// commit.
 type PreallocStats struct {
-	Max     int64 // the cap, bytes
-	Used    int64 // zero bytes held by active segments now
-	Skipped int64 // chunks not written (budget, disk guard or concurrency)
+	Max  int64 // the cap, bytes (mmmq.broker.storage.preallocate-max-bytes)
+	Used int64 // zero bytes held by active segments' tails now, <= Max
+	// Skipped is every chunk not written: OverCap + LowSpace + Busy.
+	Skipped int64
+	// OverCap: chunks not written because Used would pass Max (the
+	// budget is exhausted: more busy topics than it covers).
+	OverCap int64
+	// LowSpace: chunks not written because the disk guard would go under
+	// min-free-bytes after them.
+	LowSpace int64
+	// Busy: chunks not written because preallocConcurrent (4) chunks
+	// were being written at that moment.
+	Busy int64
 }
 
-// Stats returns the budget's counters now; zero for nil.
+// Stats returns the budget's counters now; zero for nil (preallocation
+// off).
 func (b *PreallocBudget) Stats() PreallocStats {
 	if b == nil {
 		return PreallocStats{}
 	}
-	return PreallocStats{Max: b.max, Used: b.used.Load(), Skipped: b.skipped.Load()}
+	st := PreallocStats{Max: b.max, Used: b.used.Load(),
+		OverCap: b.overCap.Load(), LowSpace: b.lowSpace.Load(), Busy: b.busy.Load()}
+	st.Skipped = st.OverCap + st.LowSpace + st.Busy
+	return st
 }
 
 // take reserves n bytes and a writing slot, or reports false (nothing
@@ -125,14 +145,14 @@ func (b *PreallocBudget) take(n int64) bool {
 	select {
 	case b.slots <- struct{}{}:
 	default:
-		b.skipped.Add(1)
+		b.busy.Add(1)
 		return false
 	}
 	for {
 		u := b.used.Load()
 		if u+n > b.max {
 			<-b.slots
-			b.skipped.Add(1)
+			b.overCap.Add(1)
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {
@@ -142,7 +162,7 @@ func (b *PreallocBudget) take(n int64) bool {
 	if !b.guard.allows(n) {
 		b.used.Add(-n)
 		<-b.slots
-		b.skipped.Add(1)
+		b.lowSpace.Add(1)
 		return false
 	}
 	return true

@@ -56,13 +56,24 @@ type SegmentCacher interface {
 	SegmentCache() *storage.SegmentCache
 }
 
-// LocalBackend is the registry's seam with deletion and a shared segment
-// cache, and its logs report their repair (the table in
+// PreallocBudgeter is a Backend whose topics draw their preallocated zero
+// tails from one broker-wide budget (LocalBackend), for the metrics
+// observer. It lives here for the reason RepairReporter does. A backend
+// without it has no preallocation metrics.
+type PreallocBudgeter interface {
+	// PreallocBudget is the budget every topic of the backend draws from;
+	// nil when preallocation is off (mmmq.broker.storage.preallocate: 0).
+	PreallocBudget() *storage.PreallocBudget
+}
+
+// LocalBackend is the registry's seam with deletion, a shared segment
+// cache and a shared preallocation budget, and its logs report their repair (the table in
 // modules/contract/capabilities.go; *storage.Log asserts the rest).
 var (
 	_ Backend               = (*LocalBackend)(nil)
 	_ contract.TopicDeleter = (*LocalBackend)(nil)
 	_ SegmentCacher         = (*LocalBackend)(nil)
+	_ PreallocBudgeter      = (*LocalBackend)(nil)
 	_ RepairReporter        = (*storage.Log)(nil)
 )
 
@@ -102,6 +113,21 @@ func (b *LocalBackend) SegmentCache() *storage.SegmentCache {
 	return b.cache
 }
 
+// PreallocBudget is the preallocation budget every topic of this backend
+// draws from: Storage.Preallocation when set, else one made at the first
+// call (storage.DefaultPreallocateMaxBytes, checking Storage.SpaceGuard);
+// nil when Storage.Preallocate is 0 (off). For metrics.
+func (b *LocalBackend) PreallocBudget() *storage.PreallocBudget {
+	if b.Storage.Preallocate <= 0 {
+		return nil
+	}
+	if b.Storage.Preallocation != nil {
+		return b.Storage.Preallocation
+	}
+	b.preOnce.Do(func() { b.pre = storage.NewPreallocBudget(0, b.Storage.SpaceGuard) })
+	return b.pre
+}
+
 // Open opens (create: or creates) the topic directory Root/name. With
 // create, a disk guard that refuses (Storage.SpaceGuard) refuses the new
 // topic too (a *storage.LowSpaceError, 507 NO_SPACE): nothing is created.
@@ -113,11 +139,8 @@ func (b *LocalBackend) Open(name string, create bool) (contract.Log, error) {
 	}
 	o := b.Storage
 	o.SegmentCache = b.SegmentCache()
-	if o.Preallocate > 0 && o.Preallocation == nil {
-		// Storage.Preallocation unset: the topics still share one budget.
-		b.preOnce.Do(func() { b.pre = storage.NewPreallocBudget(0, b.Storage.SpaceGuard) })
-		o.Preallocation = b.pre
-	}
+	// Storage.Preallocation unset: the topics still share one budget.
+	o.Preallocation = b.PreallocBudget()
 	o.FilesystemSynced = o.FilesystemSynced || b.synced.Load()
 	open := storage.Open
 	if !create { // found on disk: a leftover of a failed creation is removed, not created again

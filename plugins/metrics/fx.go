@@ -65,6 +65,9 @@ func watch(p watchParams) {
 	if b, ok := p.Backend.(topicqueue.SegmentCacher); ok {
 		p.Metrics.WatchSegmentCache(b.SegmentCache())
 	}
+	if b, ok := p.Backend.(topicqueue.PreallocBudgeter); ok {
+		p.Metrics.WatchPrealloc(b.PreallocBudget())
+	}
 	rs := RetentionSource{DispatchSkipped: p.Dispatcher.RetentionSkipped}
 	if p.Groups != nil {
 		rs.GroupSkipped = p.Groups.RetentionSkipped
