@@ -490,11 +490,12 @@ jq -rs '
          else "" end) as $ratio
       | (if .fsyncsPerCommit == null then ""
          else (.fsyncsPerCommit | f(2)) + (if .segPerCommit != null then " (segment \(.segPerCommit | f(2)), index \(.idxPerCommit | f(3)))" else "" end) end) as $fpc
-      | (if .mode == "deliver" then
+      | ((if .mode == "deliver" then
             "delivered \(.delivered // 0), dup \(.duplicates // 0), order violations \(.orderViolations // 0), \(.deliverSeconds // 0 | f(2)) s"
             + (if (.publishMsgsPerSec // 0) > 0 then ", published at \(.publishMsgsPerSec | f0)/s" else "" end)
             + (if .firstError then ", error: \(.firstError)" else "" end) + "; "
-         elif .firstError and .firstError != "" then "first error: \(.firstError); " else "" end) as $d
+         elif .firstError and .firstError != "" then "first error: \(.firstError); " else "" end)
+        + (if .serverReadCallsPerMsg != null then "server system calls per msg: \(.serverReadCallsPerMsg | f(2)) read, \(.serverWriteCallsPerMsg | f(2)) write; " else "" end)) as $d
       | "| \(.scenario) | \(.loadgen // "") | \(.producers // "" | if . == 0 then "" else tostring end) | \(.depth // "") | \(if .startupMs then "\(.startupMs) ms" else $rate end) | \(if .mode == "deliver" then "" else (.p50Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p99Ms | f(3)) end) | \(if .mode == "deliver" then "" else (.p999Ms | f(3)) end) | \(.errors // "") | \($ratio) | \(.fsyncsPerMsg | f(4)) | \($fpc) | \(.entriesPerCommit | f(1)) | \(.serverCpuUsPerMsg | f(1)) | \(.rssMiB // "") | \($d)\(.note // "") |")
 ' "$RESULTS"
 echo

@@ -111,6 +111,15 @@ type benchResult struct {
 	// microseconds (Linux /proc; absent without -server-pid). Less noisy
 	// than msgs/s on a shared machine.
 	ServerCPUUsPerMsg *float64 `json:"serverCpuUsPerMsg,omitempty"`
+	// ServerReadCallsPerMsg and ServerWriteCallsPerMsg are the read-like
+	// and write-like system calls of -server-pid over the measured window
+	// (/proc/<pid>/io syscr and syscw: read, readv, pread…; write,
+	// writev, pwrite…, every thread) divided by the messages acknowledged
+	// in it (Linux; absent without -server-pid). A server that answers one
+	// request per connection at a time needs one of each per message; a
+	// read that finds nothing (EAGAIN) counts too.
+	ServerReadCallsPerMsg  *float64 `json:"serverReadCallsPerMsg,omitempty"`
+	ServerWriteCallsPerMsg *float64 `json:"serverWriteCallsPerMsg,omitempty"`
 	// Deliver mode.
 	PublishMsgsPerSec float64 `json:"publishMsgsPerSec,omitempty"`
 	Delivered         int64   `json:"delivered,omitempty"`
@@ -686,10 +695,14 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 	// The server's CPU time is read when measuring starts and at the end.
 	var cpuStart atomic.Int64
 	cpuStart.Store(-1)
+	var io0 atomic.Pointer[[2]int64] // the server's syscr, syscw then
 	beginMeasuring := func() {
 		if cfg.serverPID > 0 {
 			if d, err := processCPU(cfg.serverPID); err == nil {
 				cpuStart.Store(int64(d))
+			}
+			if r, w, err := processIOCalls(cfg.serverPID); err == nil {
+				io0.Store(&[2]int64{r, w})
 			}
 		}
 		g.measuring.Store(true)
@@ -725,6 +738,13 @@ func (g *loadGen) run(ctx context.Context, res *benchResult) {
 			msgs += stats[i].messages
 		}
 		g.serverCPU(res, time.Duration(c0), msgs)
+		if c := io0.Load(); c != nil && msgs > 0 {
+			if r, w, err := processIOCalls(cfg.serverPID); err == nil {
+				pr := math.Round(float64(r-c[0])/float64(msgs)*100) / 100
+				pw := math.Round(float64(w-c[1])/float64(msgs)*100) / 100
+				res.ServerReadCallsPerMsg, res.ServerWriteCallsPerMsg = &pr, &pw
+			}
+		}
 	}
 	stopProgress()
 	if g.client != nil {
@@ -912,6 +932,35 @@ func servePlain(ctx context.Context, addr string) error {
 	}
 }
 
+// processIOCalls returns the read-like and write-like system calls made
+// so far by process pid, all its threads, from /proc/<pid>/io (syscr,
+// syscw). Errors: the file cannot be read (another user's process, not
+// Linux) or lacks the two fields.
+func processIOCalls(pid int) (reads, writes int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, 0, fmt.Errorf("read system call counts: %w", err)
+	}
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ": ")
+		n, perr := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if !ok || perr != nil {
+			continue
+		}
+		switch name {
+		case "syscr":
+			reads, found = n, found|1
+		case "syscw":
+			writes, found = n, found|2
+		}
+	}
+	if found != 3 {
+		return 0, 0, errors.New("read system call counts: no syscr and syscw in /proc io")
+	}
+	return reads, writes, nil
+}
+
 // processCPU returns the user+system CPU time consumed so far by process
 // pid, from /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s,
 // the USER_HZ of every Linux architecture Go supports).
@@ -1069,6 +1118,9 @@ func printResult(w io.Writer, r *benchResult) {
 			fmt.Fprintf(w, "CPU %.1f µs/operation (user+system of this process: the write and sync calls)\n", *r.ServerCPUUsPerMsg)
 		} else if r.ServerCPUUsPerMsg != nil {
 			fmt.Fprintf(w, "server CPU %.1f µs/message (user+system of the -server-pid process)\n", *r.ServerCPUUsPerMsg)
+		}
+		if r.ServerReadCallsPerMsg != nil && r.ServerWriteCallsPerMsg != nil {
+			fmt.Fprintf(w, "server system calls per message: %.2f read, %.2f write (/proc io syscr, syscw)\n", *r.ServerReadCallsPerMsg, *r.ServerWriteCallsPerMsg)
 		}
 	}
 	if r.FirstError != "" {

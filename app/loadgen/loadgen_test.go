@@ -258,6 +258,36 @@ func TestProcessCPUCountsWork(t *testing.T) {
 	}
 }
 
+func TestProcessIOCallsCountsReadsAndWrites(t *testing.T) {
+	f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r0, w0, err := processIOCalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	for i := 0; i < 50; i++ {
+		_, _ = f.Read(buf)
+	}
+	for i := 0; i < 30; i++ {
+		_, _ = f.Write(buf)
+	}
+	r1, w1, err := processIOCalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other goroutines of the test binary may add a few calls of their own.
+	if r1-r0 < 50 || r1-r0 > 200 || w1-w0 < 30 || w1-w0 > 200 {
+		t.Fatalf("after 50 reads and 30 writes: %d reads and %d writes counted", r1-r0, w1-w0)
+	}
+	if _, _, err := processIOCalls(1 << 30); err == nil {
+		t.Fatal("processIOCalls of a process that does not exist: want an error")
+	}
+}
+
 func TestPlainModeDrivesSeparateServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
