@@ -383,8 +383,15 @@ func (r *clusterRun) checkDeliveries() {
 		}
 		want[a.topic][a.offset] = true
 	}
+	// Delivery goes on after the load stops: each push is followed by a
+	// checkpoint commit to a replicated bucket, which a starved machine
+	// (CI, the NATS servers logging read loops of 7 s) slows to a few per
+	// second. So the wait lasts while pushes keep coming: it ends when
+	// everything arrived, after clusterDeliverIdle without a new push (a
+	// stall), or after clusterDeliverMax in all.
 	var missing []string
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	start, progress, seen := time.Now(), time.Now(), -1
+	for ; ; time.Sleep(100 * time.Millisecond) {
 		got := map[string]map[int64]bool{}
 		r.cons.mu.Lock()
 		for _, p := range r.cons.pushes {
@@ -392,6 +399,9 @@ func (r *clusterRun) checkDeliveries() {
 				got[p.topic] = map[int64]bool{}
 			}
 			got[p.topic][p.offset] = true
+		}
+		if n := len(r.cons.pushes); n != seen {
+			seen, progress = n, time.Now()
 		}
 		r.cons.mu.Unlock()
 		missing = missing[:0]
@@ -402,13 +412,17 @@ func (r *clusterRun) checkDeliveries() {
 				}
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
+		if len(missing) == 0 || time.Since(progress) > clusterDeliverIdle || time.Since(start) > clusterDeliverMax {
 			break
 		}
 	}
 	if len(missing) > 0 {
-		sort.Strings(missing)
-		r.fail("%d acknowledged messages never delivered, e.g. %v", len(missing), missing[:min(len(missing), 10)])
+		sort.Slice(missing, func(i, j int) bool { return pushOrder(missing[i], missing[j]) })
+		why := fmt.Sprintf("no push for %s", clusterDeliverIdle)
+		if time.Since(progress) <= clusterDeliverIdle {
+			why = fmt.Sprintf("still delivering after %s", clusterDeliverMax)
+		}
+		r.fail("%d acknowledged messages never delivered (%s; %d pushes in all), e.g. %v", len(missing), why, seen, missing[:min(len(missing), 10)])
 		r.explainUndelivered(missing[0][:strings.IndexByte(missing[0], '@')])
 	}
 	r.cons.mu.Lock()
@@ -430,6 +444,27 @@ func (r *clusterRun) checkDeliveries() {
 		}
 		last[p.topic][p.epoch] = p.offset
 	}
+}
+
+// How long checkDeliveries waits: clusterDeliverIdle without a new push,
+// clusterDeliverMax in all.
+const (
+	clusterDeliverIdle = 30 * time.Second
+	clusterDeliverMax  = 3 * time.Minute
+)
+
+// pushOrder orders "topic@offset" names by topic, then by offset as a
+// number (so that the first one listed is where a topic's delivery
+// stopped).
+func pushOrder(a, b string) bool {
+	ta, oa, _ := strings.Cut(a, "@")
+	tb, ob, _ := strings.Cut(b, "@")
+	if ta != tb {
+		return ta < tb
+	}
+	na, _ := strconv.ParseInt(oa, 10, 64)
+	nb, _ := strconv.ParseInt(ob, 10, 64)
+	return na < nb
 }
 
 // explainUndelivered logs what each mmmq node says of the dispatcher and
