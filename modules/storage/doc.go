@@ -56,7 +56,11 @@
 // ACCEPTED is answered as soon as the entry is queued. Concurrent appends share
 // one group commit; the data of an index entry is always fsynced before the
 // index entry is even written, so an index entry on disk never points at
-// data that a power loss can take away.
+// data that a power loss can take away. Repair relies on that order (an
+// index whose plausible entries reach past the segment's end, or a later
+// entry pointing at a valid entry past the end of the segment walk,
+// refuses the topic; see the table below), so the two fsyncs of a
+// commit-mode group are never issued at once.
 //
 // # Index sync (Options.IndexSync, mmmq.broker.storage.index-sync)
 //

@@ -144,6 +144,14 @@ type Hooks struct {
 	// deliberately wrong variant the power-loss tests with preallocation
 	// use as their negative control. Never set outside tests.
 	SkipDatasync bool
+	// IndexBeforeSegmentSync, when true, makes a commit-mode group commit
+	// write and fsync its index entries before it fsyncs the segment
+	// bytes they point at: one order in which fsyncing the two files at
+	// once can complete. It is the deliberately wrong variant the
+	// power-loss tests use to show that they catch an index made durable
+	// ahead of its segment (repair then refuses the topic). Never set
+	// outside tests.
+	IndexBeforeSegmentSync bool
 }
 
 // FileKind names the file of an fsync for an Observer.

@@ -598,14 +598,26 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			}
 		}
 	}
+	// negative control: deliberately wrong
+	indexFirst := h != nil && h.IndexBeforeSegmentSync && l.opts.IndexSync != IndexSyncLazy
+	if indexFirst {
+		if _, err := f.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
+			return fmt.Errorf("write index %s: %w", seg.idxPath, err)
+		}
+		if err := l.sync(f.idx, seg.idxPath, FileIndex, idxData); err != nil {
+			return err
+		}
+	}
 	if err := l.sync(f.mmm, seg.mmmPath, FileSegment, mmmData); err != nil {
 		return err
 	}
 	if h != nil && h.AfterSegmentSync != nil {
 		h.AfterSegmentSync()
 	}
-	if _, err := f.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
-		return fmt.Errorf("write index %s: %w", seg.idxPath, err)
+	if !indexFirst {
+		if _, err := f.idx.WriteAt(w.ibuf, count*IndexEntrySize); err != nil {
+			return fmt.Errorf("write index %s: %w", seg.idxPath, err)
+		}
 	}
 	if h != nil && h.AfterIndexWrite != nil {
 		h.AfterIndexWrite()
@@ -619,7 +631,9 @@ func (l *Log) flushGroup(seg *segment, pos, count int64, batch []*request, answe
 			l.finish(r, nil)
 		}
 	}
-	if err := l.indexStep(seg, f, idxData); err != nil {
+	if indexFirst {
+		w.idxSynced = seg.count
+	} else if err := l.indexStep(seg, f, idxData); err != nil {
 		return err
 	}
 	w.durable = seg.size
