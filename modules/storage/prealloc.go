@@ -112,7 +112,7 @@ func NewPreallocBudget(max int64, guard *SpaceGuard) *PreallocBudget {
 // commit.
 type PreallocStats struct {
 	Max  int64 // the cap, bytes (mmmq.broker.storage.preallocate-max-bytes)
-	Used int64 // zero bytes held by active segments' tails now, <= Max
+	Used int64 // zero bytes the active segments' tails hold, as of each topic's last group commit (or a chunk being written), <= Max
 	// Skipped is every chunk not written: OverCap + LowSpace + Busy.
 	Skipped int64
 	// OverCap: chunks not written because Used would pass Max (the
@@ -193,7 +193,9 @@ type preState struct {
 	// no size: fdatasync suffices.
 	mmmEnd, idxEnd int64
 	// held: bytes taken from the budget for the active segment's zero
-	// tails, given back when they are cut.
+	// tails: the zeros ahead of the data (and a chunk being written),
+	// given back as the data overwrites them (preAfterCommit) and when
+	// they are cut.
 	held int64
 	wg   sync.WaitGroup
 	// last is the time of the last group commit (writer-owned).
@@ -269,9 +271,7 @@ func (l *Log) preAfterCommit(seg *segment, files *segFiles) {
 	now := time.Now()
 	busy := !p.last.IsZero() && now.Sub(p.last) < preallocBusy
 	p.last = now
-	if !busy || seg.size >= l.opts.SegmentMaxBytes || l.Err() != nil {
-		return
-	}
+	grow := busy && seg.size < l.opts.SegmentMaxBytes && l.Err() == nil
 	ahead := l.opts.Preallocate
 	idxAhead := int64(preallocAlign)
 	if seg.size > 0 {
@@ -284,6 +284,18 @@ func (l *Log) preAfterCommit(seg *segment, files *segFiles) {
 		return
 	}
 	dataIdx := seg.count * IndexEntrySize
+	// The data has overwritten zeros since the last chunk: those are no
+	// longer held, and go back to the budget. Without this a busy topic
+	// held every chunk it wrote until its next trim (up to a whole
+	// segment), a few busy topics filled the broker-wide cap, and every
+	// topic's chunks were refused while the files held few zeros.
+	if zeros := max(0, p.mmmEnd-seg.size) + max(0, p.idxEnd-dataIdx); zeros < p.held {
+		l.preBudget.give(p.held - zeros)
+		p.held = zeros
+	}
+	if !grow {
+		return
+	}
 	mmmFrom, idxFrom := max(p.mmmEnd, seg.size), max(p.idxEnd, dataIdx)
 	var mmmTo, idxTo int64 = mmmFrom, idxFrom
 	if mmmFrom-seg.size < ahead/2 {

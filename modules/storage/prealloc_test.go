@@ -381,6 +381,48 @@ func TestPreallocBudgetCap(t *testing.T) {
 	}
 }
 
+// TestPreallocBudgetFollowsTheData: as appends overwrite a chunk's
+// zeros, the bytes they fill go back to the budget, so one busy topic
+// holds about one chunk ahead of its data however much it writes, and
+// the budget's Used is the zeros its files hold. Before, every chunk
+// stayed held until the next trim: a cap of one and a half chunks ran out
+// after the first, and the topic (and every other) stopped preallocating.
+func TestPreallocBudgetFollowsTheData(t *testing.T) {
+	fsys := vfs.NewMem()
+	const limit = 3 * testPrealloc / 2
+	budget := NewPreallocBudget(limit, nil)
+	l, err := Open("t", Options{FS: fsys, Preallocate: testPrealloc, Preallocation: budget, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	preWrite(t, l, 400, nil) // about 560 KiB of entries: 8 chunks' worth
+	l.preWait()
+	seg := activeSegment(l)
+	if seg.size < 8*testPrealloc {
+		t.Fatalf("wrote %d bytes, want over %d: the test writes too little", seg.size, 8*testPrealloc)
+	}
+	st := budget.Stats()
+	if st.OverCap != 0 {
+		t.Fatalf("budget %+v: %d chunks refused by a cap of one and a half chunks for one topic: filled zeros were not given back", st, st.OverCap)
+	}
+	files := segmentFiles(t, fsys, "t")
+	var zeros int64
+	for name, b := range files {
+		switch {
+		case strings.HasSuffix(name, ".mmm"):
+			zeros += int64(len(b)) - seg.size
+		case strings.HasSuffix(name, ".idx"):
+			zeros += int64(len(b)) - seg.count*IndexEntrySize
+		}
+	}
+	// No chunk is being written (preWait): what the budget holds is what
+	// the files hold ahead of the data.
+	if st.Used != zeros || zeros <= 0 {
+		t.Fatalf("budget holds %d bytes, the active files %d zero bytes", st.Used, zeros)
+	}
+}
+
 // TestPreallocDiskGuard: no chunk is written that would leave the data
 // filesystem under min-free-bytes; appends go on without preallocation.
 func TestPreallocDiskGuard(t *testing.T) {
