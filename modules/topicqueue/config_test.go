@@ -122,7 +122,8 @@ mmmq:
 
 // TestSegmentAndMemoryReportFirstCauseOnly: a key whose bound comes from
 // an invalid key is not reported again (max-record-bytes against
-// max-bytes; the budget against max-record-bytes, across sections), but a
+// max-bytes; the budget against max-record-bytes, across sections;
+// preallocate-max-bytes against preallocate), but a
 // key wrong on its own still is.
 func TestSegmentAndMemoryReportFirstCauseOnly(t *testing.T) {
 	count := func(err error) int {
@@ -139,6 +140,8 @@ func TestSegmentAndMemoryReportFirstCauseOnly(t *testing.T) {
 		{"max-record-bytes", "mmmq: {broker: {segment: {max-record-bytes: 104857600}, memory: {max-inflight-bytes: 83886080}}}", []string{"config: mmmq.broker.segment.max-record-bytes:"}},
 		{"both wrong on their own", "mmmq: {broker: {segment: {max-bytes: 12, max-record-bytes: 10}}}",
 			[]string{"config: mmmq.broker.segment.max-bytes:", "config: mmmq.broker.segment.max-record-bytes: must be between 64 and "}},
+		{"preallocate too large", "mmmq: {broker: {storage: {preallocate: 2000000000}}}", []string{"config: mmmq.broker.storage.preallocate:"}},
+		{"preallocate-max-bytes under a valid preallocate", "mmmq: {broker: {storage: {preallocate: 8388608, preallocate-max-bytes: 4194304}}}", []string{"config: mmmq.broker.storage.preallocate-max-bytes:"}},
 		{"budget under 64 with a bad record size", "mmmq: {broker: {segment: {max-record-bytes: 10}, memory: {max-inflight-bytes: 50}}}",
 			[]string{"config: mmmq.broker.segment.max-record-bytes:", "config: mmmq.broker.memory.max-inflight-bytes: must be 0 (unlimited) or at least mmmq.broker.segment.max-record-bytes (64); got 50"}},
 	} {

@@ -152,10 +152,12 @@ func validateStorage(s *StorageConfig) error {
 	if d := s.IndexSyncInterval; d < time.Millisecond || d > time.Hour {
 		errs = append(errs, config.InvalidValue(k+"index-sync-interval", "must be between 1ms and 1h; got %s", d))
 	}
-	if p := s.Preallocate; p != 0 && (p < 4096 || p > 1<<30) {
-		errs = append(errs, config.InvalidValue(k+"preallocate", "must be 0 (off) or between 4096 and 1073741824 bytes; got %d", p))
+	preallocOK := s.Preallocate == 0 || (s.Preallocate >= 4096 && s.Preallocate <= 1<<30)
+	if !preallocOK {
+		errs = append(errs, config.InvalidValue(k+"preallocate", "must be 0 (off) or between 4096 and 1073741824 bytes; got %d", s.Preallocate))
 	}
-	if m := s.PreallocateMaxBytes; m < 0 || (s.Preallocate > 0 && m < s.Preallocate) {
+	// The cross-check only with a valid preallocate: one cause, one error.
+	if m := s.PreallocateMaxBytes; m < 0 || (preallocOK && s.Preallocate > 0 && m < s.Preallocate) {
 		errs = append(errs, config.InvalidValue(k+"preallocate-max-bytes", "must be at least mmmq.broker.storage.preallocate (%d bytes): one topic's chunk must fit; got %d", s.Preallocate, m))
 	}
 	switch s.Backend {
