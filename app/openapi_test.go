@@ -383,9 +383,9 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	page := c.do(exchange{method: "GET", path: "/topics/order.created/messages?offset=0&limit=10", status: 200}).json(t)
 	assert.Equal(t, 1.0, page["nextOffset"])
 
-	// Publishing: the README's full request, on both paths; its id makes
-	// the second a duplicate of the first.
-	full := `{"topic": "order.created", "content": {"orderId": 42}, "headers": {"k": "v"}, "id": "evt-1"}`
+	// Publishing: the README's full request (headers, id, ordering key), on
+	// both paths; its id makes the second a duplicate of the first.
+	full := `{"topic": "order.created", "content": {"orderId": 42}, "headers": {"k": "v"}, "id": "evt-1", "key": "customer-7"}`
 	inREADME(full)
 	first := c.do(exchange{method: "POST", path: "/messages", body: full, status: 200}).json(t)
 	assert.Nil(t, first["duplicate"])
@@ -402,7 +402,7 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	assert.Nil(t, acc["offset"])
 
 	// Batch: generated and producer ids, a duplicate of evt-1, two topics.
-	batch := `[{"topic":"order.created","content":1,"id":"evt-2"},{"topic":"order.created","content":2,"id":"evt-1"},{"topic":"payment.done","content":3}]`
+	batch := `[{"topic":"order.created","content":1,"id":"evt-2","key":"k-2"},{"topic":"order.created","content":2,"id":"evt-1"},{"topic":"payment.done","content":3,"key":null}]`
 	br := c.do(exchange{method: "POST", path: "/messages/batch", body: batch, status: 200}).json(t)
 	results := br["results"].([]any)
 	require.Len(t, results, 3)
@@ -418,8 +418,8 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 		body: "{\"topic\":\"order.created\",\"content\":4}\n{\"topic\":\"order.created\",\"content\":5,\"id\":\"evt-2\"}\n", status: 200}).json(t)
 	assert.Equal(t, 2.0, nd["count"])
 	assert.Equal(t, true, nd["results"].([]any)[1].(map[string]any)["duplicate"])
-	// Read the whole topic back: stored messages with and without ids and
-	// headers.
+	// Read the whole topic back: stored messages with and without ids,
+	// keys and headers.
 	c.do(exchange{method: "GET", path: "/topics/order.created/messages", status: 200})
 
 	// Errors.
@@ -427,6 +427,10 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	assert.Equal(t, "BAD_REQUEST", bad["code"])
 	c.do(exchange{method: "POST", path: "/messages?ack=never", body: quick, status: 400, invalid: true})
 	c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order..created","content":1}`, status: 400, invalid: true})
+	for _, key := range []string{`7`, `""`, `" k"`, `"a\u0007"`} {
+		c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order.created","content":1,"key":` + key + `}`, status: 400, invalid: true})
+	}
+	c.do(exchange{method: "POST", path: "/messages/batch", body: `[{"topic":"ok","content":1},{"topic":"ok","content":2,"key":""}]`, status: 400, invalid: true})
 	c.do(exchange{method: "POST", path: "/messages/batch", body: `[{"topic":"ok","content":1},{"topic":"bad name","content":2}]`, status: 400, invalid: true})
 	c.do(exchange{method: "POST", path: "/messages/batch", body: `{"topic":"ok","content":1}`, status: 400, invalid: true})
 	c.do(exchange{method: "GET", path: "/topics/order.created/messages?limit=0", status: 400, invalid: true})

@@ -2,8 +2,9 @@
 // of them imports another for it, and it imports no other mmmq package:
 //
 //   - the stored message: its JSON shape, its encoder and decoder
-//     ([EncodeMessage], [DecodeMessage]), the producer message id
-//     ([MessageID]) and the topic name rules ([ValidateTopic]);
+//     ([EncodeMessage], [EncodeKeyedMessage], [DecodeMessage]), the
+//     producer message id ([MessageID]), the ordering key ([ValidateKey],
+//     [MessageKey]) and the topic name rules ([ValidateTopic]);
 //   - one JSON scanner (grammar, UTF-8 and depth in one pass, no
 //     allocation) used by all of the above and by batch splitting;
 //   - the error table: error codes, sentinel errors that carry their code
@@ -28,5 +29,9 @@
 // The stored message keeps the original Java mmmq's shape so the data stays
 // readable by both, plus mmmq's own fields:
 //
-//	{"topic":{"name":"order.created"},"content":<any JSON>,"id":"...","timestamp":<Unix ms>,"headers":{"k":"v"}}
+//	{"topic":{"name":"order.created"},"content":<any JSON>,"id":"...","idFromProducer":true,"key":"...","timestamp":<Unix ms>,"headers":{"k":"v"}}
+//
+// (idFromProducer only for a producer's id, key only for a message
+// published with one, headers only when there are some; README.md,
+// "Stored message", lists every member.)
 package contract

@@ -17,15 +17,18 @@ import (
 // PublishRequest is the body of POST /messages, for Go clients
 // (the server itself scans the body without decoding it into this type):
 //
-//	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "..."}
+//	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "...", "key": "..."}
 //
 // topic may also be the object form {"name": "order.created"} of the Java
 // mmmq clients. content is any JSON value and is required (null allowed).
+// key is the message's ordering key (ValidateKey), absent or null for
+// none.
 type PublishRequest struct {
 	Topic   json.RawMessage   `json:"topic"`
 	Content json.RawMessage   `json:"content"`
 	Headers map[string]string `json:"headers"`
 	ID      *string           `json:"id"`
+	Key     *string           `json:"key,omitempty"`
 }
 
 // MaxIDBytes caps a producer message id, in bytes (the HTTP "id" field,
@@ -42,6 +45,8 @@ type Decoded struct {
 	// deduplicated by the idempotent-publish window. The stored message
 	// records it as "idFromProducer":true.
 	FromProducer bool
+	// Key is the message's ordering key, "" when it has none.
+	Key string
 	// Stored is the stored message JSON.
 	Stored []byte
 }
@@ -53,16 +58,18 @@ type Decoded struct {
 const IDFromProducerMember = "idFromProducer"
 
 // DecodeMessage validates one publish request given as raw JSON and returns
-// its topic, its id and the stored message JSON (Java mmmq shape plus our
-// fields), appended to dst[:0]:
+// its topic, its id, its key and the stored message JSON (Java mmmq shape
+// plus our fields), appended to dst[:0]:
 //
-//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","idFromProducer":true,"timestamp":<unix ms>,"headers":{...}}
+//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","idFromProducer":true,"key":"...","timestamp":<unix ms>,"headers":{...}}
 //
 // The body is scanned once (grammar, UTF-8, depth); only the small fields
-// (topic, id, headers) are decoded further. The id is the producer's
+// (topic, id, key, headers) are decoded further. The id is the producer's
 // (idFromProducer is then stored), or a generated one when the request has
-// none. On error nothing is returned to store and the error is an
-// *InputError (400 BAD_REQUEST) saying what was wrong.
+// none. The key is stored only when the request has one (a string that
+// passes ValidateKey; absent or null is none, any other value an error).
+// On error nothing is returned to store and the error is an *InputError
+// (400 BAD_REQUEST) saying what was wrong.
 func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error) {
 	var f fields
 	sc := scanner{b: raw}
@@ -85,6 +92,8 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 			dst = &f.headers
 		case "id":
 			dst = &f.id
+		case KeyMember:
+			dst = &f.key
 		default:
 			return
 		}
@@ -120,6 +129,9 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 			return d, BadRequest(`field "id" must be 1-%d bytes when given`, MaxIDBytes)
 		}
 	}
+	if d.Key, err = parseKey(f.key); err != nil {
+		return d, err
+	}
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
@@ -133,14 +145,14 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 	if !d.FromProducer {
 		d.ID = newID()
 	}
-	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, headers, now)
+	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, d.Key, headers, now)
 	return d, nil
 }
 
 // fields are the spans of a publish request's top-level members.
 type fields struct {
-	topic, content, headers, id []byte
-	contentWS                   bool // content has whitespace outside strings
+	topic, content, headers, id, key []byte
+	contentWS                        bool // content has whitespace outside strings
 }
 
 // EncodeMessage returns the stored message JSON for topic and
@@ -152,14 +164,25 @@ type fields struct {
 //
 // id "" generates a process-unique id; any other id is the producer's
 // (stored with "idFromProducer":true, deduplicated); headers may be nil; now gives the
-// timestamp (Unix milliseconds). content must be valid UTF-8 JSON (any
+// timestamp (Unix milliseconds). The message has no ordering key
+// (EncodeKeyedMessage gives it one). content must be valid UTF-8 JSON (any
 // value, null allowed); topic must pass ValidateTopic. An invalid
 // argument returns an error meant for the client (HTTP 400 / ERR BAD_REQUEST)
 // and nothing else; the size limit is checked by the storage engine on
 // append (ErrRecordTooLarge). The stored JSON never contains a raw
 // newline (content is compacted), so it can be framed by lines.
 func EncodeMessage(topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
-	return AppendMessage(nil, topic, content, id, headers, now)
+	return AppendKeyedMessage(nil, topic, content, id, "", headers, now)
+}
+
+// EncodeKeyedMessage is EncodeMessage with the message's ordering key:
+// stored as "key" when not "" (it must then pass ValidateKey, or the
+// error is ValidateKey's), left out when "" (no key, the bytes
+// EncodeMessage gives):
+//
+//	{"topic":{"name":"t"},"content":<content, compacted>,"id":"...","key":"...","timestamp":<unix ms>,"headers":{...}}
+func EncodeKeyedMessage(topic string, content json.RawMessage, id, key string, headers map[string]string, now time.Time) ([]byte, error) {
+	return AppendKeyedMessage(nil, topic, content, id, key, headers, now)
 }
 
 // AppendMessage is EncodeMessage writing the stored message JSON over
@@ -168,6 +191,12 @@ func EncodeMessage(topic string, content json.RawMessage, id string, headers map
 // are EncodeMessage's. A generated id is written in place, without a
 // string of its own.
 func AppendMessage(dst []byte, topic string, content json.RawMessage, id string, headers map[string]string, now time.Time) ([]byte, error) {
+	return AppendKeyedMessage(dst, topic, content, id, "", headers, now)
+}
+
+// AppendKeyedMessage is AppendMessage with the message's ordering key, as
+// EncodeKeyedMessage takes it.
+func AppendKeyedMessage(dst []byte, topic string, content json.RawMessage, id, key string, headers map[string]string, now time.Time) ([]byte, error) {
 	if content == nil {
 		return nil, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
@@ -186,13 +215,18 @@ func AppendMessage(dst []byte, topic string, content json.RawMessage, id string,
 	if !utf8.ValidString(id) || len(id) > MaxIDBytes {
 		return nil, BadRequest(`field "id" must be valid UTF-8 of at most %d bytes`, MaxIDBytes)
 	}
+	if key != "" {
+		if err := ValidateKey(key); err != nil {
+			return nil, err
+		}
+	}
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
 	// id "" (not from the producer): encodeStored generates one.
-	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", headers, now), nil
+	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", key, headers, now), nil
 }
 
 func jsonErrText(err error) string {
@@ -212,8 +246,9 @@ func jsonErrText(err error) string {
 
 // encodeStored appends the stored message JSON to dst[:0]. content is valid
 // JSON; compact says it has whitespace to remove; id "" of a message not
-// from the producer is generated here (newID).
-func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, headers map[string]string, now time.Time) []byte {
+// from the producer is generated here (newID); key is valid, or "" for
+// none (no "key" member).
+func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, key string, headers map[string]string, now time.Time) []byte {
 	b := append(dst[:0], `{"topic":{"name":"`...)
 	b = append(b, topic...) // validated: [A-Za-z0-9_.-] only, no escaping needed
 	b = append(b, `"},"content":`...)
@@ -230,6 +265,9 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 	}
 	if fromProducer {
 		b = append(b, `,"`+IDFromProducerMember+`":true`...)
+	}
+	if key != "" {
+		b = AppendJSONString(append(b, `,"`+KeyMember+`":`...), key)
 	}
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)

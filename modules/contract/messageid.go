@@ -23,33 +23,71 @@ const MaxMessageIDBytes = 1024
 // headers) are validated and skipped, not decoded, so an "id" inside them is
 // never taken.
 func MessageID(body []byte) string {
+	id, _ := MessageIDKey(body)
+	return id
+}
+
+// MessageKey returns the top-level "key" string member of the stored
+// message JSON body (the ordering key, KeyMember), or "" when there is
+// none, it is not a string or not a valid key (ValidateKey: a log written
+// by another tool may hold anything), or when body is not valid JSON. It
+// reads body as MessageID does (the last "key" wins; one inside content
+// or headers is never taken).
+func MessageKey(body []byte) string {
+	_, key := MessageIDKey(body)
+	return key
+}
+
+// MessageIDKey returns MessageID(body) and MessageKey(body) from one pass
+// over body: what a dispatcher reads of every message it pushes.
+func MessageIDKey(body []byte) (id, key string) {
 	sc := scanner{b: body, lenient: true}
 	sc.ws()
 	if sc.i >= len(body) || body[sc.i] != '{' {
-		return ""
+		return "", ""
 	}
-	var id []byte // raw JSON string of the last top-level "id", or nil
-	err := sc.object(func(key []byte, escaped bool, val []byte, _ bool) {
-		if string(memberName(key, escaped)) == "id" {
-			id = nil
-			if val[0] == '"' {
-				id = val
-			}
+	var idRaw, keyRaw []byte // raw JSON strings of the last top-level members, or nil
+	err := sc.object(func(k []byte, escaped bool, val []byte, _ bool) {
+		var dst *[]byte
+		switch string(memberName(k, escaped)) {
+		case "id":
+			dst = &idRaw
+		case KeyMember:
+			dst = &keyRaw
+		default:
+			return
+		}
+		*dst = nil
+		if val[0] == '"' {
+			*dst = val
 		}
 	})
-	if err != nil || id == nil {
-		return ""
+	if err != nil {
+		return "", ""
+	}
+	if s, ok := storedString(idRaw); ok && len(s) <= MaxMessageIDBytes && ValidHeaderValue(s) {
+		id = s
+	}
+	if s, ok := storedString(keyRaw); ok && keyProblem(s) == "" {
+		key = s
+	}
+	return id, key
+}
+
+// storedString decodes raw, a JSON string literal of a stored message
+// (nil: none), as encoding/json does.
+func storedString(raw []byte) (string, bool) {
+	if raw == nil {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string
-	if bytes.IndexByte(id, '\\') < 0 && utf8.Valid(id) {
-		s = string(id[1 : len(id)-1])
-	} else if err := json.Unmarshal(id, &s); err != nil {
-		return ""
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
 	}
-	if len(s) > MaxMessageIDBytes || !ValidHeaderValue(s) {
-		return ""
-	}
-	return s
+	return s, true
 }
 
 // ValidHeaderValue reports whether v may be sent as an HTTP header value:

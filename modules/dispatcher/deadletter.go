@@ -171,11 +171,12 @@ func parseStored(b []byte) storedParts {
 }
 
 // deadLetter returns the stored JSON of m, read from topic, as a dead
-// letter in dlTopic (content null when omitContent). When m is itself a
-// dead letter (chainedFrom), the new one keeps its original topic, offset
-// and id and points back to it (HeaderDLPrevious, HeaderDLHops), so that
-// redrive goes to the original topic and nothing of the first dead letter
-// is lost: it stays where it is, with its own headers.
+// letter in dlTopic (content null when omitContent), with m's ordering
+// key. When m is itself a dead letter (chainedFrom), the new one keeps
+// its original topic, offset and id and points back to it
+// (HeaderDLPrevious, HeaderDLHops), so that redrive goes to the original
+// topic and nothing of the first dead letter is lost: it stays where it
+// is, with its own headers.
 func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent bool) []byte {
 	p := parseStored(m.e.Payload)
 	h := make(map[string]string, len(p.Headers)+11)
@@ -207,9 +208,10 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 		content = json.RawMessage("null")
 		h[HeaderDLContentOmitted] = "record too large"
 	}
-	// The content came from a stored message (valid JSON) and the topic
-	// passed Validate: encoding cannot fail.
-	b, err := contract.EncodeMessage(dlTopic, content, "", h, time.Now())
+	// The content came from a stored message (valid JSON), the topic
+	// passed Validate and MessageKey gives only valid keys (one that is
+	// not, written by another tool, is left out): encoding cannot fail.
+	b, err := contract.EncodeKeyedMessage(dlTopic, content, "", contract.MessageKey(m.e.Payload), h, time.Now())
 	if err != nil {
 		panic(fmt.Sprintf("dispatcher: encode dead letter: %v", err))
 	}

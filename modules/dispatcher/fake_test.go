@@ -239,6 +239,8 @@ type received struct {
 	Offset        int64
 	Attempt       int
 	MessageID     string
+	Key           string // the mmmq-key header ("" when absent: see HasKey)
+	HasKey        bool   // the push had an mmmq-key header
 	LeaseEpoch    uint64 // mmmq-lease-epoch; 0 when absent
 	ContentType   string
 	ContentLength int64
@@ -268,6 +270,7 @@ func newConsumer(t *testing.T, respond func(r received, w http.ResponseWriter, r
 			Topic:         req.Header.Get("mmmq-topic"),
 			Incarnation:   req.Header.Get("mmmq-topic-incarnation"),
 			MessageID:     req.Header.Get("mmmq-message-id"),
+			Key:           req.Header.Get("mmmq-key"),
 			ContentType:   req.Header.Get("Content-Type"),
 			ContentLength: req.ContentLength,
 			Body:          string(body),
@@ -275,6 +278,7 @@ func newConsumer(t *testing.T, respond func(r received, w http.ResponseWriter, r
 		r.Offset, _ = strconv.ParseInt(req.Header.Get("mmmq-offset"), 10, 64)
 		r.Attempt, _ = strconv.Atoi(req.Header.Get("mmmq-attempt"))
 		r.LeaseEpoch, _ = strconv.ParseUint(req.Header.Get("mmmq-lease-epoch"), 10, 64)
+		_, r.HasKey = req.Header["Mmmq-Key"]
 		c.mu.Lock()
 		c.reqs = append(c.reqs, r)
 		respond := c.respond

@@ -35,6 +35,7 @@ type msg struct {
 	e   contract.Entry
 	end int64  // the offset after it: e.Offset+1, or the log start offset for a retention gap
 	id  string // producer message id (header form), "" when none
+	key string // ordering key, "" when none
 
 	readAt        time.Time // when it was read (a batch waits at most MaxWait from the first)
 	attempts      int       // sends so far, abnormal ones included
@@ -195,7 +196,8 @@ func (w *worker) fill() error {
 			if e.Offset != w.readNext {
 				return fmt.Errorf("read batch: got offset %d, want %d (topic source broke its contract)", e.Offset, w.readNext)
 			}
-			m := &msg{e: e, end: e.Offset + 1, id: contract.MessageID(e.Payload), readAt: now}
+			id, key := contract.MessageIDKey(e.Payload)
+			m := &msg{e: e, end: e.Offset + 1, id: id, key: key, readAt: now}
 			w.win = append(w.win, m)
 			w.winBytes += int64(len(e.Payload))
 			w.ready = append(w.ready, m)
@@ -315,7 +317,7 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 	for i, m := range unit {
 		m.attempts++
 		p.Messages[i] = Delivery{Dispatcher: w.d, Topic: w.topicName, Incarnation: w.incarnation,
-			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Body: m.e.Payload, LeaseEpoch: w.leaseEpoch.Load()}
+			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Key: m.key, Body: m.e.Payload, LeaseEpoch: w.leaseEpoch.Load()}
 	}
 	w.inflight++
 	w.sending.Store(true)

@@ -178,8 +178,9 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []con
 }
 
 // redriven returns the original topic of dead letter e, which dispatcher
-// name wrote to dlTopic, and the stored JSON to publish there, or why it
-// cannot be redriven.
+// name wrote to dlTopic, and the stored JSON to publish there (with the
+// dead letter's ordering key, the original message's), or why it cannot
+// be redriven.
 func redriven(dlTopic, name string, e contract.Entry) (topic string, stored []byte, why string) {
 	p := parseStored(e.Payload)
 	topic = p.Headers[HeaderDLTopic]
@@ -200,7 +201,7 @@ func redriven(dlTopic, name string, e contract.Entry) (topic string, stored []by
 	h := maps.Clone(p.Headers)
 	maps.DeleteFunc(h, func(k, _ string) bool { return strings.HasPrefix(k, "mmmq-dl-") })
 	h[HeaderRedrivenFrom] = dlTopic + "/" + strconv.FormatInt(e.Offset, 10)
-	b, err := contract.EncodeMessage(topic, p.Content, "", h, time.Now())
+	b, err := contract.EncodeKeyedMessage(topic, p.Content, "", contract.MessageKey(e.Payload), h, time.Now())
 	if err != nil {
 		return "", nil, "cannot encode: " + err.Error()
 	}

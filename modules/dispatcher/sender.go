@@ -60,6 +60,11 @@ type Delivery struct {
 	// MessageID is the producer message id from the stored JSON ("" when
 	// absent or not usable as a header value) (mmmq-message-id header).
 	MessageID string
+	// Key is the message's ordering key from the stored JSON ("" when it
+	// has none, or one that is not a valid key) (mmmq-key header, in a
+	// push of one message; in a batch each message's stored JSON carries
+	// its own "key").
+	Key string
 	// Body is the stored message JSON, sent as is. It must not be modified.
 	Body []byte
 }
@@ -150,6 +155,11 @@ const (
 	HeaderLeaseEpoch = "mmmq-lease-epoch"
 	// HeaderMessageID carries the producer message id; omitted when empty.
 	HeaderMessageID = "mmmq-message-id"
+	// HeaderKey carries the message's ordering key (Delivery.Key) as it
+	// was published (a valid key is a header value as it stands); omitted
+	// when the message has none, and in batch pushes, whose body carries
+	// each message's "key" in its stored JSON.
+	HeaderKey = "mmmq-key"
 	// HeaderBatchSize carries the number of messages of a batch push.
 	HeaderBatchSize = "mmmq-batch-size"
 	// HeaderFirstOffset and HeaderLastOffset carry the first and last
@@ -327,6 +337,9 @@ func (s *HTTPSender) setHeaders(h http.Header, p Push) {
 	h[HeaderAttempt] = []string{strconv.Itoa(first.Attempt)}
 	if first.MessageID != "" && contract.ValidHeaderValue(first.MessageID) {
 		h[HeaderMessageID] = []string{first.MessageID}
+	}
+	if first.Key != "" && contract.ValidHeaderValue(first.Key) {
+		h[HeaderKey] = []string{first.Key}
 	}
 	if d.dl.cloudEvents {
 		setCloudEvents(h, first, s.nodeName)

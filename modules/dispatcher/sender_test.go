@@ -77,7 +77,7 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 	s.client.Transport = rt
 	body := []byte(`{"topic":{"name":"order.created"},"content":1,"id":"abc"}`)
 	d := New("order-dispatcher", Host{HTTP, "consumer", 8081}, MustPattern("order.**"))
-	out, err := s.Send(context.Background(), Delivery{Dispatcher: d, Topic: "order.created", Offset: 17, Attempt: 2, MessageID: "abc", Body: body})
+	out, err := s.Send(context.Background(), Delivery{Dispatcher: d, Topic: "order.created", Offset: 17, Attempt: 2, MessageID: "abc", Key: "customer 7/é", Body: body})
 	if err != nil || out != ACK {
 		t.Fatalf("Send = %q, %v", out, err)
 	}
@@ -94,6 +94,7 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 		"mmmq-offset":      "17",
 		"mmmq-attempt":     "2",
 		"mmmq-message-id":  "abc",
+		"mmmq-key":         "customer 7/é",
 		"User-Agent":       "mmmq/" + contract.Version,
 	}
 	for k, v := range want {
@@ -112,12 +113,14 @@ func TestHTTPSenderRequestShape(t *testing.T) {
 		t.Error("no per-attempt deadline")
 	}
 
-	// WithPath, and an id that cannot be a header value is left out.
-	_, err = s.Send(context.Background(), Delivery{Dispatcher: d.WithPath("/in"), Topic: "t", Attempt: 1, MessageID: "a\nb", Body: body})
+	// WithPath, and an id or key that cannot be a header value is left out.
+	_, err = s.Send(context.Background(), Delivery{Dispatcher: d.WithPath("/in"), Topic: "t", Attempt: 1, MessageID: "a\nb", Key: "a\nb", Body: body})
 	//lint:ignore SA1008 the sender writes mmmq-message-id under its raw lower-case key (the wire spelling), so that is the key to read
 	id := rt.req.Header[HeaderMessageID]
-	if err != nil || rt.req.URL.Path != "/in" || id != nil {
-		t.Errorf("Send = %v, path %s, id header %q", err, rt.req.URL.Path, id)
+	//lint:ignore SA1008 as above, for mmmq-key
+	key := rt.req.Header[HeaderKey]
+	if err != nil || rt.req.URL.Path != "/in" || id != nil || key != nil {
+		t.Errorf("Send = %v, path %s, id header %q, key header %q", err, rt.req.URL.Path, id, key)
 	}
 }
 

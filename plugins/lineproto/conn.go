@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -212,7 +213,7 @@ func (c *conn) endRead() {
 	c.pipe.arena = c.pipe.arena[:0]
 }
 
-// request serves one line. PUB and PUBID are pipelined; any other line is
+// request serves one line. PUB, PUBID and PUBX are pipelined; any other line is
 // a barrier: it waits until every earlier reply is written, then runs and
 // is answered here. false: the connection is over.
 func (c *conn) request(line []byte) bool {
@@ -239,7 +240,7 @@ func (c *conn) request(line []byte) bool {
 	return true
 }
 
-// pipelined serves a PUB or PUBID line: its reply, whatever it is, is
+// pipelined serves a PUB, PUBID or PUBX line: its reply, whatever it is, is
 // written by the flusher in line order. false: the connection is over.
 func (c *conn) pipelined(line []byte) bool {
 	s := c.takeSlot()
@@ -263,7 +264,7 @@ func (c *conn) pipelined(line []byte) bool {
 }
 
 func isPub(cmd []byte) bool {
-	return bytes.EqualFold(cmd, []byte("PUB")) || bytes.EqualFold(cmd, []byte("PUBID"))
+	return bytes.EqualFold(cmd, []byte("PUB")) || bytes.EqualFold(cmd, []byte("PUBID")) || bytes.EqualFold(cmd, []byte("PUBX"))
 }
 
 // readFailed ends the connection after a read failed or a line was too
@@ -415,6 +416,8 @@ func (c *conn) handle(line []byte) {
 		c.pub(rest)
 	case bytes.EqualFold(cmd, []byte("PUBID")):
 		c.pubID(rest)
+	case bytes.EqualFold(cmd, []byte("PUBX")):
+		c.pubX(rest)
 	case bytes.EqualFold(cmd, []byte("FETCH")):
 		c.fetch(rest)
 	case bytes.EqualFold(cmd, []byte("ACK")):
@@ -428,36 +431,56 @@ func (c *conn) handle(line []byte) {
 		if c.auth.principal != nil {
 			// Not echoed while authentication is on: the word may be a
 			// token sent by mistake.
-			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", contract.CodeBadRequest)
+			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, PUBX, FETCH, ACK or STATUS)", contract.CodeBadRequest)
 			return
 		}
-		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, FETCH, ACK or STATUS)", contract.CodeBadRequest, cmd)
+		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, PUBX, FETCH, ACK or STATUS)", contract.CodeBadRequest, cmd)
 	}
 }
 
+// pubForm is which of the publish commands a line is.
+type pubForm int
+
+const (
+	formPub   pubForm = iota // PUB <topic> <level> <payload>
+	formPubID                // PUBID <topic> <level> <id> <payload>
+	formPubX                 // PUBX <topic> <level> [<name>=<value> ...] <payload>
+)
+
 // pub: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload>
-func (c *conn) pub(rest []byte) { c.publish(rest, false) }
+func (c *conn) pub(rest []byte) { c.publish(rest, formPub) }
 
 // pubID: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload>
-func (c *conn) pubID(rest []byte) { c.publish(rest, true) }
+func (c *conn) pubID(rest []byte) { c.publish(rest, formPubID) }
 
-// publish serves PUB (withID false: the broker generates the id, never
-// deduplicated) and PUBID (withID true: the producer's id, deduplicated
-// within mmmq.broker.dedup.window). It checks the line (a refusal is
+// pubX: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<v>] [id=<v>] <payload>
+func (c *conn) pubX(rest []byte) { c.publish(rest, formPubX) }
+
+// publish serves PUB (the broker generates the id, never deduplicated),
+// PUBID (the producer's id, deduplicated within
+// mmmq.broker.dedup.window) and PUBX (attributes: key=, the ordering key;
+// id=, the producer's id, deduplicated as PUBID's). It checks the line (a refusal is
 // answered in the line's place and stores nothing), then adds the
 // message to the read's batch (join), which is handed to the topic's
 // writer without waiting at the end of the read; the flusher answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
 // " DUPLICATE" when the id was already published to the topic within the
 // window (nothing stored; the offset is the first message's).
-func (c *conn) publish(rest []byte, withID bool) {
-	a, ok := c.parsePub(rest, withID)
+func (c *conn) publish(rest []byte, form pubForm) {
+	a, ok := c.parsePub(rest, form)
 	if !ok || !c.allowed(a.cmd, contract.ActionPublish, a.topic, "") {
 		return
 	}
 	var id string
-	if withID {
+	switch {
+	case form == formPubID:
 		if err := validateID(a.id); err != nil {
 			c.replyf("ERR %s %s; %s", contract.CodeBadRequest, err, a.usage)
+			return
+		}
+		id = string(a.id)
+	case a.id != nil: // PUBX id=, percent-decoded: the HTTP "id" rule
+		if len(a.id) == 0 || len(a.id) > contract.MaxIDBytes || !utf8.Valid(a.id) {
+			c.replyf("ERR %s attribute id: 1 to %d bytes of UTF-8 (percent-encoded) when given; %s", contract.CodeBadRequest, contract.MaxIDBytes, a.usage)
 			return
 		}
 		id = string(a.id)
@@ -475,7 +498,7 @@ func (c *conn) publish(rest []byte, withID bool) {
 		return
 	}
 	now := time.Now()
-	stored, err := c.encode(a.topic, a.payload, id, now)
+	stored, err := c.encode(a.topic, a.payload, id, a.key, now)
 	if err != nil {
 		c.replyErr(contract.CodeBadRequest, err)
 		return
@@ -486,16 +509,17 @@ func (c *conn) publish(rest []byte, withID bool) {
 // encode appends the stored message JSON of a PUB to the read's message
 // buffer (pipeline.arena, reused after each read: the logs copy what they
 // are handed) and returns it.
-func (c *conn) encode(topic string, payload []byte, id string, now time.Time) ([]byte, error) {
+func (c *conn) encode(topic string, payload []byte, id, key string, now time.Time) ([]byte, error) {
 	p := &c.pipe
 	// The envelope adds the topic, the id (escaped at most 6 bytes per
-	// byte), a timestamp and about 100 bytes of names; a guess short of
-	// the mark only costs the message its own allocation.
-	if need := len(payload) + len(topic) + 6*len(id) + 160; cap(p.arena)-len(p.arena) < need {
+	// byte), the key (escaped at most 2 bytes per byte: it has no control
+	// characters), a timestamp and about 100 bytes of names; a guess short
+	// of the mark only costs the message its own allocation.
+	if need := len(payload) + len(topic) + 6*len(id) + 2*len(key) + 170; cap(p.arena)-len(p.arena) < need {
 		p.arena = make([]byte, 0, max(2*cap(p.arena), 4<<10, 2*need))
 	}
 	n := len(p.arena)
-	stored, err := contract.AppendMessage(p.arena[n:n], topic, payload, id, nil, now)
+	stored, err := contract.AppendKeyedMessage(p.arena[n:n], topic, payload, id, key, nil, now)
 	if err != nil {
 		return nil, err
 	}
@@ -521,26 +545,38 @@ func (c *conn) join(topic string, level contract.AckLevel, m topicqueue.Message,
 	c.group(topic, level).add(s, m, held)
 }
 
-// pubArgs are the arguments of PUB and PUBID.
+// pubArgs are the arguments of PUB, PUBID and PUBX.
 type pubArgs struct {
 	cmd, usage  string
 	topic       string // valid
 	level       contract.AckLevel
-	id, payload []byte
+	id, payload []byte // id: PUBID's token, or PUBX's id= decoded (nil without one)
+	key         string // PUBX's key=, decoded and valid; "" for none
 }
 
-// parsePub splits the arguments of PUB (withID false) or PUBID and checks
-// the level and the topic name, or answers ERR BAD_REQUEST.
-func (c *conn) parsePub(rest []byte, withID bool) (pubArgs, bool) {
+// parsePub splits the arguments of PUB, PUBID or PUBX (form) and checks
+// the level, the topic name and PUBX's attributes, or answers ERR
+// BAD_REQUEST.
+func (c *conn) parsePub(rest []byte, form pubForm) (pubArgs, bool) {
 	a := pubArgs{cmd: "PUB", usage: "usage: PUB <topic> <ACCEPTED|WRITTEN|DURABLE> <payload JSON>"}
-	if withID {
+	switch form {
+	case formPubID:
 		a.cmd, a.usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
+	case formPubX:
+		a.cmd, a.usage = "PUBX", "usage: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<key>] [id=<id>] <payload JSON> (values percent-encoded)"
 	}
 	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
 	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
 	ok3 := true
-	if withID {
+	switch form {
+	case formPubID:
 		a.id, rest, ok3 = bytes.Cut(rest, []byte{' '})
+	case formPubX:
+		var err error
+		if rest, err = a.attributes(rest); err != nil {
+			c.replyf("ERR %s %s; %s", contract.CodeBadRequest, err, a.usage)
+			return a, false
+		}
 	}
 	a.payload = bytes.TrimSpace(rest)
 	if !ok1 || !ok2 || !ok3 || len(topicB) == 0 || len(levelB) == 0 || len(a.payload) == 0 {
@@ -557,6 +593,74 @@ func (c *conn) parsePub(rest []byte, withID bool) (pubArgs, bool) {
 		return a, false
 	}
 	return a, true
+}
+
+// attributes parses PUBX's attributes, the tokens <name>=<value> before
+// the payload (a JSON payload never starts so: its first token is a
+// literal, a number, a string, an object or an array), into a, and
+// returns the rest of the line. Values are percent-encoded (RFC 3986:
+// %XX for any byte, at least for space, '%' and control bytes; '+' is
+// itself). Names are lower case: key (the ordering key,
+// contract.ValidateKey) and id (the producer's id). An unknown name, a
+// name given twice or a value that does not decode is an error naming it.
+func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
+	var haveKey, haveID bool
+	for {
+		tok, after, _ := bytes.Cut(rest, []byte{' '})
+		name, raw, ok := attribute(tok)
+		if !ok {
+			return rest, nil
+		}
+		rest = after
+		var have *bool
+		switch name {
+		case "key":
+			have = &haveKey
+		case "id":
+			have = &haveID
+		default:
+			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key and id)", truncate(name, 32))
+		}
+		if *have {
+			return nil, fmt.Errorf("attribute %s given twice", name)
+		}
+		*have = true
+		val, err := url.PathUnescape(raw)
+		if err != nil {
+			return nil, fmt.Errorf("attribute %s: the value is not percent-encoded (a %% must start %%XX)", name)
+		}
+		if name == "id" {
+			a.id = []byte(val)
+			continue
+		}
+		if err := contract.ValidateKey(val); err != nil {
+			return nil, err
+		}
+		a.key = val
+	}
+}
+
+// attribute splits tok as <name>=<value>, name one or more of
+// [A-Za-z0-9_-]; ok is false when tok is not so (the payload begins).
+func attribute(tok []byte) (name, value string, ok bool) {
+	eq := bytes.IndexByte(tok, '=')
+	if eq <= 0 {
+		return "", "", false
+	}
+	for _, b := range tok[:eq] {
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-') {
+			return "", "", false
+		}
+	}
+	return string(tok[:eq]), string(tok[eq+1:]), true
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // parseLevel is contract.ParseAckLevel without a string for the usual

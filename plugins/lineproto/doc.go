@@ -21,10 +21,11 @@
 // debug level gives its size). A client that half-closes must therefore end
 // its last request with "\n" too.
 //
-//	request  = auth / pub / pubid / fetch / ack / status
+//	request  = auth / pub / pubid / pubx / fetch / ack / status
 //	auth     = "AUTH" SP token                        ; only when authentication is on, see below
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	pubid    = "PUBID" SP topic SP level SP id SP payload ; id: the producer's message id, one token
+//	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id; values percent-encoded
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
 //	fetch    = "FETCH" SP topic SP group SP max SP wait-ms [SP "from=" offset]
 //	ack      = "ACK" SP topic SP group SP offset
@@ -34,7 +35,7 @@
 //	                 "OK AUTH"                         ; authentication off
 //	reply to PUB     "OK" SP offset SP level           ; WRITTEN, DURABLE
 //	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (log-queue study), none is given
-//	reply to PUBID   "OK" SP offset SP level [SP "DUPLICATE"]
+//	reply to PUBID   "OK" SP offset SP level [SP "DUPLICATE"]   ; PUBX too
 //	                 "OK - ACCEPTED" [SP "DUPLICATE"]
 //	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
 //	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
@@ -67,7 +68,19 @@
 //
 // The id is one token: 1 to 256 bytes of valid UTF-8 without spaces or
 // control characters; anything else is ERR BAD_REQUEST and nothing is
-// stored. Ids with spaces or control characters need the HTTP API.
+// stored. Ids with spaces or control characters need PUBX or the HTTP API.
+//
+// # Extensible publish
+//
+// PUBX is the publish form with named attributes, the one later
+// attributes are added to (PUB and PUBID stay as they are): tokens
+// <name>=<value> between the level and the payload, values
+// percent-encoded (%XX for a byte; '+' is itself). key= is the message's
+// ordering key (the HTTP "key" and its rule, contract.ValidateKey), id=
+// the producer's id (the HTTP "id" and its rule, deduplicated as PUBID's).
+// An unknown attribute, one given twice or an invalid value is ERR
+// BAD_REQUEST naming it, and nothing is stored. Without attributes PUBX
+// is PUB.
 //
 // FETCH returns up to max messages (capped at mmmq.broker.groups.max-fetch)
 // from the group's position, waiting up to wait-ms (capped at 30000) when
@@ -90,7 +103,7 @@
 // 1 to 65536) before it reads their replies. The replies come back
 // strictly in line order, one per line, whatever finishes first.
 //
-//   - PUB and PUBID are pipelined. Each line is checked when it is read,
+//   - PUB, PUBID and PUBX are pipelined. Each line is checked when it is read,
 //     exactly as one sent alone (authentication, permission, publish rate,
 //     sizes, JSON): a refused line stores nothing and its ERR reply takes
 //     its place among the replies. The valid ones of one read (see Read
@@ -222,7 +235,7 @@
 // (contract.Authorize):
 //
 //	command                   action    topic, group
-//	PUB, PUBID                publish   its topic (then the publish rate)
+//	PUB, PUBID, PUBX          publish   its topic (then the publish rate)
 //	FETCH (from= too)         consume   its topic, as its group
 //	ACK                       consume   its topic, as its group
 //	STATUS <topic>            read      the topic
@@ -244,7 +257,7 @@
 //
 // Refused authentication, FORBIDDEN and RATE_LIMITED are logged at info
 // level on the logger named "audit" with the principal (when known), the
-// command word (AUTH, PUB, PUBID, FETCH, ACK, STATUS, or "unknown": never
+// command word (AUTH, PUB, PUBID, PUBX, FETCH, ACK, STATUS, or "unknown": never
 // the word itself), action, topic, group, remote address, code and reason;
 // never the token.
 //

@@ -439,3 +439,35 @@ func TestAutoMaxConns(t *testing.T) {
 		}
 	}
 }
+
+// FETCH returns each message with the ordering key it was published with
+// (over HTTP: PUB has no key), in its stored JSON.
+func TestFetchReturnsTheKey(t *testing.T) {
+	e := start(t, Options{}, groups.Options{})
+	h := httptest.NewServer(httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t)).Handler())
+	defer h.Close()
+	resp, err := http.Post(h.URL+"/messages", "application/json", strings.NewReader(`{"topic":"keyed","content":1,"key":"customer 7/é"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("http publish: %d", resp.StatusCode)
+	}
+	c := e.dial(t)
+	expectPrefix(t, c.do(`PUB keyed DURABLE 2`), "OK 1 DURABLE")
+	_, payloads := c.fetch("FETCH keyed g 2 0")
+	var keys []*string
+	for _, p := range payloads {
+		var m struct {
+			Key *string `json:"key"`
+		}
+		if err := json.Unmarshal([]byte(p), &m); err != nil {
+			t.Fatalf("MSG payload %s: %v", p, err)
+		}
+		keys = append(keys, m.Key)
+	}
+	if len(keys) != 2 || keys[0] == nil || *keys[0] != "customer 7/é" || keys[1] != nil {
+		t.Fatalf("FETCH payloads %q, want the first with key \"customer 7/é\", the second without", payloads)
+	}
+}
