@@ -406,12 +406,13 @@ func TestStopEndsConnectionsAndWaits(t *testing.T) {
 	}
 }
 
-func TestPubStoresSameShapeAsHTTP(t *testing.T) {
-	e := start(t, Options{}, groups.Options{})
+// httpPublish publishes body through the HTTP API over e's registry and
+// fails the test unless it is acknowledged (200).
+func httpPublish(t *testing.T, e *testEnv, body string) {
+	t.Helper()
 	h := httptest.NewServer(httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t)).Handler())
 	defer h.Close()
-	resp, err := http.Post(h.URL+"/messages", "application/json",
-		strings.NewReader(`{"topic":"same","content":{ "a" : [1, 2], "s": "x y" }}`))
+	resp, err := http.Post(h.URL+"/messages", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,6 +420,11 @@ func TestPubStoresSameShapeAsHTTP(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("http publish: %d", resp.StatusCode)
 	}
+}
+
+func TestPubStoresSameShapeAsHTTP(t *testing.T) {
+	e := start(t, Options{}, groups.Options{})
+	httpPublish(t, e, `{"topic":"same","content":{ "a" : [1, 2], "s": "x y" }}`)
 	c := e.dial(t)
 	expectPrefix(t, c.do(`PUB same DURABLE { "a" : [1, 2], "s": "x y" }`), "OK 1 DURABLE")
 	_, payloads := c.fetch("FETCH same g 2 0")
@@ -444,16 +450,7 @@ func TestAutoMaxConns(t *testing.T) {
 // (over HTTP: PUB has no key), in its stored JSON.
 func TestFetchReturnsTheKey(t *testing.T) {
 	e := start(t, Options{}, groups.Options{})
-	h := httptest.NewServer(httpapi.New(httpapi.Options{}, e.reg, nil, zaptest.NewLogger(t)).Handler())
-	defer h.Close()
-	resp, err := http.Post(h.URL+"/messages", "application/json", strings.NewReader(`{"topic":"keyed","content":1,"key":"customer 7/é"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("http publish: %d", resp.StatusCode)
-	}
+	httpPublish(t, e, `{"topic":"keyed","content":1,"key":"customer 7/é"}`)
 	c := e.dial(t)
 	expectPrefix(t, c.do(`PUB keyed DURABLE 2`), "OK 1 DURABLE")
 	_, payloads := c.fetch("FETCH keyed g 2 0")
