@@ -48,6 +48,9 @@ import (
 //	                                                  refuses to deliver on a checkpoint it cannot bind
 //	CheckpointSeeker    Checkpoint  no     yes        a seek is a Commit (the local checkpoint moves either
 //	                                                  way)
+//	FinishedRecorder    Checkpoint  yes    no         messages finished past the committed offset (behind a
+//	                                                  parked ordering key) are kept in memory only: a restart
+//	                                                  or a lease change delivers them again
 //	TopicDeleter        Backend     yes    yes        required: DELETE /topics/{t} answers
 //	                                                  topicqueue.ErrDeleteUnsupported, and startup
 //	                                                  finishes no interrupted deletion
@@ -152,6 +155,31 @@ type EpochCheckpoint interface {
 // one way an operator's seek moves it back.
 type CheckpointSeeker interface {
 	SeekTo(next int64) error
+}
+
+// OffsetRange is the offsets Lo (inclusive) to Hi (exclusive), Lo < Hi.
+type OffsetRange struct{ Lo, Hi int64 }
+
+// FinishedRecorder is a Checkpoint that also stores which messages past its
+// committed offset are finished (ACKed, dead-lettered or skipped) while an
+// earlier one is not: a dispatcher with ordering "key" finishes other keys'
+// messages while one key is parked, and its checkpoint, the contiguous
+// prefix of finished messages, cannot pass the parked one. After a restart
+// the worker skips what is recorded here instead of delivering it again.
+//
+// Commit(next) forgets the recorded offsets below next.
+type FinishedRecorder interface {
+	// Finished returns the recorded offsets at or past Offset(), as
+	// ascending, disjoint, non-adjacent ranges.
+	Finished() []OffsetRange
+	// RecordFinished adds rs (each at or past Offset()) and returns once
+	// they are durable (an fsync for the local backend). On error the
+	// caller must treat them as not recorded.
+	RecordFinished(rs []OffsetRange) error
+	// ClearFinished durably forgets every recorded offset: an operator's
+	// seek, so that a replay delivers them again. SeekCheckpoint calls it
+	// before it moves the offset.
+	ClearFinished() error
 }
 
 // TopicDeleter is a topicqueue.Backend that can delete topics.

@@ -46,8 +46,15 @@ type WorkLease interface {
 
 // SeekCheckpoint moves cp to next for an operator's seek: SeekTo when cp
 // is a CheckpointSeeker, else Commit (the local checkpoint moves either
-// way). Errors: the checkpoint's.
+// way). A FinishedRecorder forgets its finished offsets first, so that a
+// crash between the two redelivers rather than skips. Errors: the
+// checkpoint's.
 func SeekCheckpoint(cp Checkpoint, next int64) error {
+	if f, ok := cp.(FinishedRecorder); ok {
+		if err := f.ClearFinished(); err != nil {
+			return err
+		}
+	}
 	if s, ok := cp.(CheckpointSeeker); ok {
 		return s.SeekTo(next)
 	}
