@@ -110,7 +110,7 @@ func (w *worker) exhaust(m *msg, reason string) error {
 	if topic == "" || pub == nil {
 		w.log.Warn("message not delivered and dead letters are off; moving on without delivery", fields...)
 		w.exhausted.Add(1)
-		m.done = true
+		w.finish(m)
 		return nil
 	}
 	stored := deadLetter(m, w.d.name, w.topicName, topic, reason, false)
@@ -128,7 +128,7 @@ func (w *worker) exhaust(m *msg, reason string) error {
 			if h := w.m.opts.Hooks; h != nil && h.AfterDeadLetter != nil {
 				h.AfterDeadLetter(w.d.name, w.topicName, m.e.Offset) // test-only crash point
 			}
-			m.done = true
+			w.finish(m)
 			return nil
 		}
 		if w.ctx.Err() != nil {

@@ -74,6 +74,12 @@ type Settings struct {
 	MaxInFlight int `koanf:"max-in-flight" json:"max-in-flight,omitempty"`
 	// Batch groups messages into one push (zero: off).
 	Batch BatchSettings `koanf:"batch" json:"batch,omitzero"`
+	// Ordering is OrderTopic, OrderKey or OrderNone; "" is OrderTopic
+	// when max-in-flight is 1 and batch is off, else OrderNone.
+	Ordering Ordering `koanf:"ordering" json:"ordering,omitempty"`
+	// MaxUnacked is the most messages past the checkpoint under OrderKey,
+	// 1..MaxUnackedLimit; 0 is DefaultMaxUnacked (1,000,000).
+	MaxUnacked int `koanf:"max-unacked" json:"max-unacked,omitempty"`
 	// TLS is how HTTPS connections to the consumer are made (zero: system
 	// roots, no client certificate); only with an https host.
 	TLS TLSSettings `koanf:"tls" json:"tls,omitzero"`
@@ -227,12 +233,14 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithHeaders(s.Headers).
 		WithCloudEvents(s.CloudEvents).
 		WithMaxInFlight(s.MaxInFlight).
-		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)})
+		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}).
+		WithOrdering(s.Ordering).
+		WithMaxUnacked(s.MaxUnacked)
 }
 
 // Settings describes d with its effective values: the default path,
-// timeout, commit policy, dead-letter topic, ack mode and max-in-flight
-// written out; Batch only when on, TLS only when set. SigningSecrets is
+// timeout, commit policy, dead-letter topic, ack mode, max-in-flight and
+// ordering written out, max-unacked with ordering key; Batch only when on, TLS only when set. SigningSecrets is
 // empty: a webhooks.Secret never gives its key back (the admin API adds the
 // redacted or stored forms).
 func (d *Dispatcher) Settings() Settings {
@@ -255,6 +263,10 @@ func (d *Dispatcher) Settings() Settings {
 	}
 	if b := d.Batch(); b.MaxMessages > 0 {
 		s.Batch = BatchSettings{MaxMessages: b.MaxMessages, MaxBytes: b.MaxBytes, MaxWait: Duration(b.MaxWait)}
+	}
+	s.Ordering = d.Ordering()
+	if s.Ordering == OrderKey {
+		s.MaxUnacked = d.MaxUnacked()
 	}
 	s.TLS = d.TLS()
 	return s

@@ -23,7 +23,7 @@ func fullSettings() Settings {
 		MaxAbnormalAttempts: 9, MaxAbnormalDuration: Duration(time.Hour), BackoffJitter: true,
 		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		Headers:        map[string]string{"Authorization": "Bearer x"},
-		CloudEvents:    true, MaxInFlight: 8,
+		CloudEvents:    true, MaxInFlight: 8, Ordering: OrderKey, MaxUnacked: 5000,
 		// CloudEvents cannot be combined with batches: Batch is checked
 		// on its own below.
 		Batch: BatchSettings{},
@@ -37,6 +37,7 @@ func withBatch() Settings {
 	s := fullSettings()
 	s.CloudEvents = false
 	s.Batch = BatchSettings{MaxMessages: 50, MaxBytes: 4096, MaxWait: Duration(20 * time.Millisecond)}
+	s.Ordering, s.MaxUnacked = OrderNone, 0
 	s.TLS.CAFile, s.TLS.CertFile, s.TLS.KeyFile = "", "", ""
 	return s
 }

@@ -45,6 +45,14 @@ type msg struct {
 	lastStatus    int    // HTTP status of the last answer, 0 for none
 	lastErr       string // the last abnormal answer
 	done          bool
+
+	// OrderKey (keyorder.go)
+	kq       *keyQueue // its key's queue; nil without a key or under the other orderings
+	unloaded bool      // its payload must be read again from the log before a push
+	parked   bool      // in the parked heap, waiting until retryAt
+	parkedAt time.Time // its first NACK or abnormal answer
+	retryAt  time.Time
+	heapIdx  int
 }
 
 // pushResult is the answer to one push.
@@ -77,7 +85,17 @@ func (w *worker) loop(ctx context.Context) error {
 		if err := w.fill(); err != nil {
 			return err
 		}
-		wake := w.launchReady(sendCtx)
+		var parkedDue time.Time
+		if w.kw != nil {
+			parkedDue = w.unpark(time.Now())
+		}
+		wake, err := w.launchReady(sendCtx)
+		if err != nil {
+			return err
+		}
+		if w.kw != nil {
+			wake = earliest(earliest(wake, parkedDue), w.publishKeys(time.Now()))
+		}
 		if w.inflight == 0 && len(w.ready) == 0 {
 			// Waiting counts as idle: make what is finished durable first.
 			if err := w.flush(); err != nil {
@@ -85,7 +103,7 @@ func (w *worker) loop(ctx context.Context) error {
 			}
 		}
 		var notify, closed <-chan struct{}
-		if w.readRetry.IsZero() && w.hasRoom() {
+		if w.readRetry.IsZero() && w.room() {
 			// Already closed when data came after fill looked.
 			notify = w.topic.Notify(w.readNext)
 		} else {
@@ -103,7 +121,7 @@ func (w *worker) loop(ctx context.Context) error {
 			t = time.NewTimer(time.Until(wake))
 			timer = t.C
 		}
-		err := w.wait(ctx, timer, notify, closed)
+		err = w.wait(ctx, timer, notify, closed)
 		if t != nil {
 			t.Stop()
 		}
@@ -138,6 +156,7 @@ func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, close
 func (w *worker) received(r pushResult) error {
 	for {
 		w.inflight--
+		w.landed(r)
 		if err := w.handle(r); err != nil {
 			return err
 		}
@@ -156,18 +175,48 @@ func (w *worker) received(r pushResult) error {
 func (w *worker) drain() {
 	for ; w.inflight > 0; w.inflight-- {
 		r := <-w.results
+		w.landed(r)
 		if r.err != nil {
 			continue
 		}
 		for i, m := range r.ms {
 			if r.ans.Outcomes[i] == ACK && !m.done {
-				m.done = true
+				w.finish(m)
 				w.delivered.Add(1)
 			}
 		}
 	}
 	w.sending.Store(false)
 	w.popDone()
+}
+
+// landed counts r's messages out of flight (OrderKey's keys in flight).
+func (w *worker) landed(r pushResult) {
+	if w.kw == nil {
+		return
+	}
+	for _, m := range r.ms {
+		if m.kq != nil {
+			w.kw.inFlight--
+		}
+	}
+	w.kw.dirty = true
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// room is hasRoom, or keyHasRoom under OrderKey.
+func (w *worker) room() bool {
+	if w.kw != nil {
+		return w.keyHasRoom()
+	}
+	return w.hasRoom()
 }
 
 // hasRoom reports whether fill may read more: fewer than winCap messages
@@ -189,8 +238,23 @@ func (w *worker) fill() error {
 		}
 		w.readRetry = time.Time{}
 	}
+	if w.kw != nil {
+		return w.fillKeys()
+	}
 	for w.hasRoom() && w.readNext < w.topic.HighWatermark() {
-		batch, rerr := w.topic.ReadBatch(w.readNext, min(w.m.opts.BatchSize, w.winCap-len(w.win)))
+		// Recorded as finished before this worker started (by a worker
+		// with ordering "key"): not delivered again.
+		if end := skipAt(&w.skip, w.readNext); end > w.readNext {
+			end = min(end, w.topic.HighWatermark())
+			w.finishGap(w.readNext, end)
+			w.readNext = end
+			continue
+		}
+		n := min(w.m.opts.BatchSize, w.winCap-len(w.win))
+		if s := nextSkip(w.skip, w.readNext); s > w.readNext {
+			n = int(min(int64(n), s-w.readNext))
+		}
+		batch, rerr := w.topic.ReadBatch(w.readNext, n)
 		now := time.Now()
 		for _, e := range batch {
 			if e.Offset != w.readNext {
@@ -229,7 +293,7 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 		w.m.expired.Add(uint64(n))
 		w.log.Warn("messages deleted by retention before this dispatcher read them; continuing from the log start offset",
 			zap.Int64("offset", next), zap.Int64("start-offset", oe.StartOffset), zap.Int64("never-delivered", n))
-		w.win = append(w.win, &msg{e: contract.Entry{Offset: next}, end: oe.StartOffset, done: true})
+		w.finishGap(next, oe.StartOffset)
 		w.readNext = oe.StartOffset
 	case errors.As(rerr, &ce) && ce.Offset == next:
 		// Integrity check (the original Java mmmq's rule): an entry whose
@@ -238,7 +302,7 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 		w.log.Error("corrupt entry skipped; it is not delivered",
 			zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
 			zap.String("reason", ce.Reason), zap.Error(rerr))
-		w.win = append(w.win, &msg{e: contract.Entry{Offset: next}, end: next + 1, done: true})
+		w.finishGap(next, next+1)
 		w.readNext++
 	case errors.Is(rerr, contract.ErrClosed):
 		return errTopicClosed
@@ -262,20 +326,31 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 // launchReady starts pushes of ready messages while fewer than maxInFlight
 // are outstanding and no backoff is running. It returns when to look again
 // (the end of the backoff, or of a batch's MaxWait), zero for "on the next
-// event".
-func (w *worker) launchReady(ctx context.Context) time.Time {
+// event". Under OrderKey the payloads read again come first (loadReady).
+func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	if now.Before(w.retryUntil) {
-		return w.retryUntil
+		return w.retryUntil, nil
 	}
 	for w.inflight < w.maxInFlight && len(w.ready) > 0 {
+		if w.kw != nil {
+			if !w.readRetry.IsZero() && now.Before(w.readRetry) {
+				return w.readRetry, nil
+			}
+			if err := w.loadReady(); err != nil {
+				return time.Time{}, err
+			}
+			if !w.readRetry.IsZero() || len(w.ready) == 0 {
+				continue
+			}
+		}
 		unit, wait := w.takeUnit(now)
 		if unit == nil {
-			return wait
+			return wait, nil
 		}
 		w.launch(ctx, unit)
 	}
-	return time.Time{}
+	return time.Time{}, nil
 }
 
 // takeUnit takes the next push's messages from the front of ready: one, or
@@ -299,7 +374,7 @@ func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 		size += sz
 		n++
 	}
-	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || !w.hasRoom()
+	full := n == b.MaxMessages || n < len(w.ready) || size >= b.MaxBytes || !w.room()
 	if !full && b.MaxWait > 0 && w.ready[0].attempts == 0 {
 		if deadline := w.ready[0].readAt.Add(b.MaxWait); now.Before(deadline) {
 			return nil, deadline
@@ -316,6 +391,9 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 	p := Push{Messages: make([]Delivery, len(unit)), Batch: w.batch.MaxMessages > 0}
 	for i, m := range unit {
 		m.attempts++
+		if w.kw != nil && m.kq != nil {
+			w.kw.inFlight++
+		}
 		p.Messages[i] = Delivery{Dispatcher: w.d, Topic: w.topicName, Incarnation: w.incarnation,
 			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Key: m.key, Body: m.e.Payload, LeaseEpoch: w.leaseEpoch.Load()}
 	}
@@ -372,7 +450,7 @@ func (w *worker) handle(r pushResult) error {
 	for i, m := range r.ms {
 		m.lastStatus = r.ans.Status
 		if r.ans.Outcomes[i] == ACK {
-			m.done = true
+			w.finish(m)
 			w.delivered.Add(1)
 			if h := w.m.opts.Hooks; h != nil && h.AfterAck != nil {
 				h.AfterAck(w.d.name, w.topicName, m.e.Offset) // test-only crash point
@@ -390,6 +468,12 @@ func (w *worker) handle(r pushResult) error {
 			}
 			continue
 		}
+		if w.kw != nil {
+			// OrderKey: the key waits out its backoff; the others go on.
+			m.lastErr = fmt.Sprintf("NACK on attempt %d", m.attempts)
+			w.park(m, 0)
+			continue
+		}
 		w.requeue(m)
 	}
 	w.showHead()
@@ -402,7 +486,7 @@ func (w *worker) handle(r pushResult) error {
 func (w *worker) abnormalAnswer(r pushResult) error {
 	now := time.Now()
 	w.abnormal.Add(1)
-	w.backingOff.Store(true)
+	w.backingOff.Store(w.kw == nil) // under OrderKey only the key waits
 	first := r.ms[0]
 	w.noteErr(fmt.Sprintf("offset %d attempt %d: %v", first.e.Offset, first.attempts, r.err))
 	var ae *AbnormalError
@@ -411,6 +495,9 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 		status = ae.StatusCode
 	}
 	lim := w.d.AbnormalLimit()
+	if w.kw != nil {
+		return w.abnormalKeys(r, now, status, ae, lim)
+	}
 	for _, m := range r.ms {
 		m.abnormals++
 		if m.firstAbnormal.IsZero() {
@@ -471,8 +558,12 @@ func (w *worker) requeue(ms ...*msg) {
 }
 
 // showHead publishes, for the status, the attempt and the NACK state of
-// the oldest unfinished message.
+// the oldest unfinished message (not under OrderKey: its status lists the
+// parked keys instead).
 func (w *worker) showHead() {
+	if w.kw != nil {
+		return
+	}
 	for _, m := range w.win {
 		if !m.done {
 			w.attempt.Store(int64(m.attempts))
@@ -488,6 +579,9 @@ func (w *worker) showHead() {
 // and records them as finished (w.next, w.pending); it reports whether any
 // were.
 func (w *worker) popDone() bool {
+	if w.kw != nil {
+		return w.popDoneKeys()
+	}
 	k := 0
 	for k < len(w.win) && w.win[k].done {
 		k++
@@ -511,10 +605,17 @@ func (w *worker) popDone() bool {
 // commit may cover several messages answered together), Interval when its
 // count or time trigger is reached.
 func (w *worker) advance() error {
-	if !w.popDone() {
+	moved := w.popDone()
+	p := w.d.commit
+	if w.kw != nil && p.Mode != Interval {
+		// Finished past a parked key: recorded as the checkpoint would be.
+		if err := w.recordFinished(); err != nil {
+			return err
+		}
+	}
+	if !moved {
 		return nil
 	}
-	p := w.d.commit
 	if p.Mode != Interval || // EveryMessage (or its empty form)
 		p.MaxCount > 0 && w.pending >= p.MaxCount ||
 		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval {

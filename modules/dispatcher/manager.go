@@ -214,6 +214,26 @@ type WorkerStatus struct {
 	// oldest one not yet acknowledged (zero when idle or unreadable): its
 	// age is how far behind the consumer is in time.
 	OldestUnacked time.Time
+	// Ordering is the dispatcher's ordering: OrderTopic, OrderKey or
+	// OrderNone.
+	Ordering Ordering
+	// The fields below are set under OrderKey only.
+	//
+	// KeysInFlight counts the ordering keys with a push outstanding.
+	KeysInFlight int
+	// ParkedKeys counts the messages waiting out a backoff after a NACK or
+	// an abnormal answer, each holding back its key; Parked lists the
+	// oldest of them (at most 50).
+	ParkedKeys int
+	Parked     []ParkedKey
+	// Unacked counts the messages past the checkpoint read so far (finished
+	// or not), at most MaxUnacked (the dispatcher's max-unacked): how far
+	// the other keys have run ahead of the oldest unfinished message.
+	Unacked, MaxUnacked int64
+	// HeldBy is the key of the message at the checkpoint when the window is
+	// full (Unacked reached MaxUnacked): the key that holds every other
+	// back. "" otherwise, or when that message has no key.
+	HeldBy string
 }
 
 // Worker states of WorkerStatus.State (the admin API's "state").

@@ -69,10 +69,43 @@ type Batch struct {
 // DefaultBatchMaxBytes is Batch.MaxBytes when unset: 1 MiB.
 const DefaultBatchMaxBytes = 1 << 20
 
+// Ordering is what order a dispatcher's pushes of one topic keep (a
+// dispatcher's ordering key). A topic's (dispatcher, topic) worker is the
+// unit of order: messages of different topics are never ordered with each
+// other, whatever the ordering.
+type Ordering string
+
+const (
+	// OrderTopic is the original Java mmmq's strict order: one push at a
+	// time, in offset order; a NACKed message is sent again before any
+	// later one, and an abnormal answer makes the whole topic wait. It
+	// needs max-in-flight 1 and no batch (a NACKed batch member is resent
+	// alone, out of order).
+	OrderTopic Ordering = "topic"
+	// OrderKey keeps the order of messages with the same ordering key (the
+	// message's "key"): up to max-in-flight pushes outstanding, at most one
+	// per key. A key whose message is NACKed or answered abnormally is
+	// parked: its later messages wait out its backoff, every other key
+	// keeps flowing. Messages without a key are unordered among themselves,
+	// and each is parked alone.
+	OrderKey Ordering = "key"
+	// OrderNone is no order: up to max-in-flight pushes outstanding, and an
+	// abnormal answer makes the whole topic wait (max-in-flight > 1 before
+	// orderings existed).
+	OrderNone Ordering = "none"
+)
+
+// DefaultMaxUnacked is a dispatcher's max-unacked when unset: the most
+// messages past the checkpoint under OrderKey.
+const DefaultMaxUnacked = 1_000_000
+
 // Limits on the delivery settings, checked by Validate.
 const (
 	// MaxInFlightLimit is the largest max-in-flight accepted.
 	MaxInFlightLimit = 1024
+	// MaxUnackedLimit is the largest max-unacked accepted: about 8 bytes of
+	// memory per message past the checkpoint (see OrderKey's docs).
+	MaxUnackedLimit = 100_000_000
 	// MaxBatchMessages is the largest batch max-messages accepted.
 	MaxBatchMessages = 10000
 )
@@ -90,7 +123,9 @@ type delivery struct {
 	cloudEvents   bool
 	maxInFlight   int // 0: 1
 	batch         Batch
-	deadLetterSet bool // WithDeadLetter was called
+	ordering      Ordering // "": OrderTopic or OrderNone, from max-in-flight and batch
+	maxUnacked    int      // 0: DefaultMaxUnacked
+	deadLetterSet bool     // WithDeadLetter was called
 	tls           clientTLS
 }
 
@@ -228,6 +263,44 @@ func (d *Dispatcher) WithBatch(b Batch) *Dispatcher {
 // Batch is the batch setting (MaxMessages 0: off).
 func (d *Dispatcher) Batch() Batch { return d.dl.batch }
 
+// WithOrdering returns a copy of d keeping o (OrderTopic, OrderKey or
+// OrderNone; "" picks the default, see Ordering).
+func (d *Dispatcher) WithOrdering(o Ordering) *Dispatcher {
+	c := *d
+	c.dl.ordering = o
+	return &c
+}
+
+// Ordering is the effective ordering: the one set, else OrderTopic when
+// max-in-flight is 1 and batches are off, OrderNone otherwise (so that
+// settings from before orderings existed keep their behaviour).
+func (d *Dispatcher) Ordering() Ordering {
+	if d.dl.ordering != "" {
+		return d.dl.ordering
+	}
+	if d.MaxInFlight() == 1 && d.dl.batch.MaxMessages == 0 {
+		return OrderTopic
+	}
+	return OrderNone
+}
+
+// WithMaxUnacked returns a copy of d letting at most n messages past the
+// checkpoint be read under OrderKey (1..MaxUnackedLimit; 0 is
+// DefaultMaxUnacked): how far other keys may run ahead of a parked one.
+func (d *Dispatcher) WithMaxUnacked(n int) *Dispatcher {
+	c := *d
+	c.dl.maxUnacked = n
+	return &c
+}
+
+// MaxUnacked is the most messages past the checkpoint under OrderKey.
+func (d *Dispatcher) MaxUnacked() int {
+	if d.dl.maxUnacked == 0 {
+		return DefaultMaxUnacked
+	}
+	return d.dl.maxUnacked
+}
+
 // reservedHeader reports whether name (any case) is one the broker sets,
 // or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
@@ -311,6 +384,21 @@ func (d *Dispatcher) validateDelivery() []error {
 	}
 	if n := d.dl.maxInFlight; n < 0 || n > MaxInFlightLimit {
 		bad("max-in-flight", "must be 1..%d (0 = 1); got %d", MaxInFlightLimit, n)
+	}
+	switch d.dl.ordering {
+	case "", OrderKey, OrderNone:
+	case OrderTopic:
+		if d.MaxInFlight() != 1 || d.dl.batch.MaxMessages != 0 {
+			bad("ordering", "%q needs max-in-flight 1 and no batch (several pushes at once, or a NACKed batch member resent alone, break the topic's order); got max-in-flight %d, batch.max-messages %d: use %q to keep each key's order, or %q",
+				OrderTopic, d.MaxInFlight(), d.dl.batch.MaxMessages, OrderKey, OrderNone)
+		}
+	default:
+		bad("ordering", "must be %q, %q or %q; got %q", OrderTopic, OrderKey, OrderNone, d.dl.ordering)
+	}
+	if n := d.dl.maxUnacked; n < 0 || n > MaxUnackedLimit {
+		bad("max-unacked", "must be 1..%d (0 = %d); got %d", MaxUnackedLimit, DefaultMaxUnacked, n)
+	} else if n != 0 && d.Ordering() != OrderKey {
+		bad("max-unacked", "applies to ordering %q only (the ordering is %q)", OrderKey, d.Ordering())
 	}
 	seenSecret := map[string]bool{}
 	for i, s := range d.dl.secrets {

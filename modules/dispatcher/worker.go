@@ -88,6 +88,13 @@ type worker struct {
 	winBytes    int64 // payload bytes in win
 	winBytesCap int64 // with batches: most payload bytes in win (0: no cap)
 	batch       Batch // MaxMessages 0: one message per push
+	// skip is what the checkpoint recorded as finished past its offset
+	// (contract.FinishedRecorder), passed over by fill.
+	skip []contract.OffsetRange
+	// kw is the window under OrderKey (keyorder.go), nil otherwise;
+	// keySnap is its state for the status.
+	kw      *keyWindow
+	keySnap atomic.Pointer[keySnapshot]
 }
 
 func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
@@ -189,6 +196,14 @@ func (w *worker) status() WorkerStatus {
 		st.State = StateIdle
 	}
 	st.OldestUnacked = storedAt(w.topic, next, hw)
+	st.Ordering = w.d.Ordering()
+	if k := w.keySnap.Load(); k != nil && st.Ordering == OrderKey {
+		st.KeysInFlight, st.ParkedKeys, st.Parked = k.keysInFlight, k.parkedKeys, k.parked
+		st.Unacked, st.HeldBy = k.unacked, k.heldBy
+	}
+	if st.Ordering == OrderKey {
+		st.MaxUnacked = int64(w.d.MaxUnacked())
+	}
 	return st
 }
 
@@ -285,6 +300,7 @@ func (w *worker) deliver(ctx context.Context, lease contract.WorkLease) error {
 		return err
 	}
 	w.cp = cp
+	w.kw = nil // a previous delivery's window (a lost lease) records nothing here
 	if err := w.markStart(); err != nil {
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
 			return w.stopped(lease, nil) // stopped while the first commit was retried
@@ -334,6 +350,12 @@ func (w *worker) reset(off int64) {
 	w.next.Store(off)
 	w.readNext = off
 	w.lastCommit = time.Now()
+	w.kw, w.skip = nil, finishedSkip(w.cp)
+	if w.d.Ordering() == OrderKey {
+		w.kw = newKeyWindow(w, off, w.skip)
+		w.skip = nil
+		w.keySnap.Store(&keySnapshot{})
+	}
 }
 
 // acquireLease takes the topic's lease for this dispatcher when the
@@ -470,6 +492,9 @@ func (w *worker) noteErr(text string) {
 // worker is stopping it gives up (the messages are delivered again after
 // the restart).
 func (w *worker) commit(next int64) error {
+	if err := w.recordFinished(); err != nil {
+		return err
+	}
 	b := w.m.newBackoff()
 	for {
 		err := w.cp.Commit(next)

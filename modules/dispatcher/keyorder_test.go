@@ -1,0 +1,410 @@
+package dispatcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mmmq/mmmq/modules/contract"
+)
+
+// keyMsg is the stored JSON of message n of topic with ordering key key
+// ("" for none).
+func keyMsg(t *testing.T, topic string, n int, key string) []byte {
+	t.Helper()
+	b, err := contract.EncodeKeyedMessage(topic, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), fmt.Sprintf("m-%d", n), key, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// orderModel is a consumer's view of ordering "key": it fails the test
+// when a key's message is pushed while an earlier message of that key is
+// unfinished or another push of that key is outstanding.
+type orderModel struct {
+	t          *testing.T
+	maxResends int
+	keys       []string // by offset
+
+	mu       sync.Mutex
+	inFlight map[string]int64 // key -> offset outstanding
+	nacks    map[int64]int
+	finished map[int64]bool
+	pushes   map[int64]int
+}
+
+func newOrderModel(t *testing.T, keys []string, maxResends int) *orderModel {
+	return &orderModel{t: t, keys: keys, maxResends: maxResends, inFlight: map[string]int64{},
+		nacks: map[int64]int{}, finished: map[int64]bool{}, pushes: map[int64]int{}}
+}
+
+// begin checks a push of off; it returns false (and the test fails) on a
+// violation.
+func (o *orderModel) begin(off int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pushes[off]++
+	k := o.keys[off]
+	if k == "" {
+		return true
+	}
+	if prev, busy := o.inFlight[k]; busy {
+		o.t.Errorf("key %q: offset %d pushed while %d is outstanding", k, off, prev)
+		return false
+	}
+	for e := int64(0); e < off; e++ {
+		if o.keys[e] == k && !o.finished[e] {
+			o.t.Errorf("key %q: offset %d pushed before %d was finished", k, off, e)
+			return false
+		}
+	}
+	o.inFlight[k] = off
+	return true
+}
+
+// end records the consumer's answer to off.
+func (o *orderModel) end(off int64, out Outcome, normal bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if k := o.keys[off]; k != "" {
+		delete(o.inFlight, k)
+	}
+	switch {
+	case normal && out == ACK:
+		o.finished[off] = true
+	case normal && out == NACK:
+		o.nacks[off]++
+		if o.nacks[off] > o.maxResends {
+			o.finished[off] = true // dead-lettered
+		}
+	}
+}
+
+func (o *orderModel) allFinished() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.finished) == len(o.keys)
+}
+
+// Under ordering "key", a key whose consumer answers 503 is parked alone:
+// every other key's messages are delivered, in offset order per key,
+// while the checkpoint waits at the parked key's first message; the status
+// names the parked key. Once the consumer answers it, everything is
+// delivered and the checkpoint reaches the end.
+func TestKeyOrderingParksOnlyTheFailingKey(t *testing.T) {
+	var keys []string
+	tp := newMemTopic(t, t.TempDir(), "t")
+	for i := range 40 {
+		k := fmt.Sprintf("k%d", i%4)
+		keys = append(keys, k)
+		tp.appendStored(keyMsg(t, "t", i, k))
+	}
+	model := newOrderModel(t, keys, 3)
+	var mu sync.Mutex
+	stuck := true
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if !model.begin(r.Offset) {
+			answer(w, ACK)
+			model.end(r.Offset, ACK, true)
+			return
+		}
+		mu.Lock()
+		fail := stuck && r.Key == "k1"
+		mu.Unlock()
+		if fail {
+			model.end(r.Offset, "", false)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		model.end(r.Offset, ACK, true)
+		answer(w, ACK)
+	})
+	d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(4).WithOrdering(OrderKey)
+	m := startManager(t, newMemSource(tp), testOptions(), d)
+
+	eventually(t, "the other keys delivered", func() bool {
+		st := status(m, "d", "t")
+		return st.Delivered == 30 && st.ParkedKeys == 1
+	})
+	st := status(m, "d", "t")
+	if st.Committed != 1 {
+		t.Errorf("committed %d, want 1 (the parked key's first message holds it)", st.Committed)
+	}
+	if st.Ordering != OrderKey || len(st.Parked) != 1 || st.Parked[0].Key != "k1" || st.Parked[0].Offset != 1 || st.Parked[0].Attempts < 1 {
+		t.Errorf("status: ordering %q, parked %+v; want key k1 at offset 1", st.Ordering, st.Parked)
+	}
+	if st.Parked[0].LastError == "" || st.Parked[0].NextRetry.IsZero() || st.Parked[0].Since.IsZero() {
+		t.Errorf("parked key without its error, since or next retry: %+v", st.Parked[0])
+	}
+	for _, r := range c.requests() {
+		if r.Key == "k1" && r.Offset != 1 {
+			t.Errorf("k1's offset %d pushed while offset 1 is parked", r.Offset)
+		}
+	}
+	mu.Lock()
+	stuck = false
+	mu.Unlock()
+	waitCommitted(t, m, "d", "t", 40)
+	if !model.allFinished() {
+		t.Error("not every message finished")
+	}
+	eventually(t, "the status to show no parked key", func() bool {
+		st := status(m, "d", "t")
+		return st.ParkedKeys == 0 && len(st.Parked) == 0 && st.Unacked == 0 && st.Delivered == 40
+	})
+}
+
+// max-unacked bounds how far the other keys run ahead of a parked one, and
+// the status says which key holds the window.
+func TestKeyOrderingMaxUnackedNamesTheHoldingKey(t *testing.T) {
+	tp := newMemTopic(t, t.TempDir(), "t")
+	for i := range 30 {
+		k := "other"
+		if i == 2 {
+			k = "stuck"
+		}
+		tp.appendStored(keyMsg(t, "t", i, k))
+	}
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if r.Key == "stuck" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		answer(w, ACK)
+	})
+	d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(2).WithOrdering(OrderKey).WithMaxUnacked(10)
+	m := startManager(t, newMemSource(tp), testOptions(), d)
+	// The status is published at most every keySnapEvery.
+	eventually(t, "the window to fill", func() bool {
+		st := status(m, "d", "t")
+		return st.Unacked == 10 && st.Delivered == 11 && st.HeldBy == "stuck" && st.Committed == 2
+	})
+	time.Sleep(50 * time.Millisecond) // nothing past the window may come
+	st := status(m, "d", "t")
+	if st.Delivered != 11 || st.Committed != 2 || st.HeldBy != "stuck" || st.MaxUnacked != 10 {
+		t.Errorf("delivered %d committed %d held by %q max %d; want 11, 2, \"stuck\", 10", st.Delivered, st.Committed, st.HeldBy, st.MaxUnacked)
+	}
+	for _, r := range c.requests() {
+		if r.Offset >= 12 {
+			t.Errorf("offset %d pushed past the window (checkpoint 2, max-unacked 10)", r.Offset)
+		}
+	}
+}
+
+// A NACK parks the key (its resend waits the backoff) and NACK exhaustion
+// dead-letters that message and releases the key: the key's next message
+// follows.
+func TestKeyOrderingNACKExhaustionReleasesTheKey(t *testing.T) {
+	tp := newMemTopic(t, t.TempDir(), "t")
+	keys := []string{"a", "a", "b", "a"}
+	for i, k := range keys {
+		tp.appendStored(keyMsg(t, "t", i, k))
+	}
+	model := newOrderModel(t, keys, 3)
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		model.begin(r.Offset)
+		out := ACK
+		if r.Offset == 0 {
+			out = NACK
+		}
+		model.end(r.Offset, out, true)
+		answer(w, out)
+	})
+	src := newMemSource(tp)
+	pub := newMemPublisher(t, src)
+	d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(4).WithOrdering(OrderKey)
+	m := startWithPublisher(t, src, pub, testOptions(), d)
+	waitCommitted(t, m, "d", "t", 4)
+	if n := len(pub.seen["dead-letter.d"]); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+	var zero []int64
+	for _, r := range c.requests() {
+		if r.Offset == 0 {
+			zero = append(zero, int64(r.Attempt))
+		}
+	}
+	if !slices.Equal(zero, []int64{1, 2, 3, 4}) {
+		t.Errorf("offset 0 attempts %v, want 1..4", zero)
+	}
+}
+
+// A property test of ordering "key": random keys (and messages without
+// one), random max-in-flight and batches, and a consumer answering ACK,
+// NACK, 503 or a dropped connection at random. Whatever the answers, a key's
+// message is never pushed while an earlier one of that key is unfinished
+// or outstanding, every message is finished, and the checkpoint reaches the
+// end.
+func TestKeyOrderingProperty(t *testing.T) {
+	for round := range 12 {
+		seed := uint64(round)*7919 + 1
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, seed))
+			n := 60 + rng.IntN(120)
+			nKeys := 1 + rng.IntN(8)
+			tp := newMemTopic(t, t.TempDir(), "t")
+			keys := make([]string, n)
+			for i := range keys {
+				if rng.IntN(6) > 0 {
+					keys[i] = fmt.Sprintf("key-%d", rng.IntN(nKeys))
+				}
+				tp.appendStored(keyMsg(t, "t", i, keys[i]))
+			}
+			model := newOrderModel(t, keys, 3)
+			var mu sync.Mutex
+			crng := rand.New(rand.NewPCG(seed, 2))
+			mif := 1 + rng.IntN(8)
+			batch := Batch{}
+			if rng.IntN(3) == 0 {
+				batch = Batch{MaxMessages: 1 + rng.IntN(5)}
+			}
+			c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
+				var offs []int64
+				if batch.MaxMessages > 0 {
+					var ms []struct{ Offset int64 }
+					if err := json.Unmarshal([]byte(r.Body), &ms); err != nil {
+						t.Errorf("batch body: %v", err)
+					}
+					for _, x := range ms {
+						offs = append(offs, x.Offset)
+					}
+				} else {
+					offs = []int64{r.Offset}
+				}
+				seen := map[string]bool{}
+				for _, o := range offs {
+					if k := keys[o]; k != "" && seen[k] {
+						t.Errorf("a batch holds two messages of key %q", k)
+					}
+					seen[keys[o]] = true
+					model.begin(o)
+				}
+				mu.Lock()
+				p := crng.IntN(10)
+				mu.Unlock()
+				time.Sleep(time.Duration(p%3) * time.Millisecond)
+				switch {
+				case p < 6 || batch.MaxMessages > 0 && p < 7:
+					for _, o := range offs {
+						model.end(o, ACK, true)
+					}
+					if batch.MaxMessages > 0 {
+						w.Header().Set("Content-Type", "application/json")
+						fmt.Fprint(w, `{"acknowledgement":"ACK"}`)
+						return
+					}
+					answer(w, ACK)
+				case p < 8 && batch.MaxMessages == 0:
+					model.end(offs[0], NACK, true)
+					answer(w, NACK)
+				case p < 9:
+					for _, o := range offs {
+						model.end(o, "", false)
+					}
+					w.WriteHeader(http.StatusServiceUnavailable)
+				default:
+					for _, o := range offs {
+						model.end(o, "", false)
+					}
+					if hj, ok := w.(http.Hijacker); ok {
+						conn, _, err := hj.Hijack()
+						if err == nil {
+							conn.Close()
+							return
+						}
+					}
+					w.WriteHeader(http.StatusBadGateway)
+				}
+			})
+			d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(mif).WithOrdering(OrderKey).WithBatch(batch)
+			opts := testOptions()
+			opts.BackoffInitial, opts.BackoffMax = time.Millisecond, 4*time.Millisecond
+			m := startManager(t, newMemSource(tp), opts, d)
+			waitCommitted(t, m, "d", "t", int64(n))
+			if !model.allFinished() {
+				t.Errorf("not every message finished (max-in-flight %d, batch %d)", mif, batch.MaxMessages)
+			}
+		})
+	}
+}
+
+// ordering "topic" is refused with several pushes at once or batches; the
+// default is topic for max-in-flight 1 without batches and none otherwise.
+func TestOrderingSettings(t *testing.T) {
+	h := Host{Protocol: HTTP, Address: "localhost", Port: 8081}
+	base := New("d", h, MustPattern("t"))
+	if o := base.Ordering(); o != OrderTopic {
+		t.Errorf("default ordering %q, want topic", o)
+	}
+	if o := base.WithMaxInFlight(4).Ordering(); o != OrderNone {
+		t.Errorf("max-in-flight 4: default ordering %q, want none", o)
+	}
+	if o := base.WithBatch(Batch{MaxMessages: 5}).Ordering(); o != OrderNone {
+		t.Errorf("batch: default ordering %q, want none", o)
+	}
+	for name, tc := range map[string]struct {
+		d    *Dispatcher
+		want string
+	}{
+		"topic with max-in-flight": {base.WithOrdering(OrderTopic).WithMaxInFlight(4), `ordering: "topic" needs max-in-flight 1 and no batch`},
+		"topic with batch":         {base.WithOrdering(OrderTopic).WithBatch(Batch{MaxMessages: 3}), `got max-in-flight 1, batch.max-messages 3`},
+		"unknown":                  {base.WithOrdering("fifo"), `ordering: must be "topic", "key" or "none"; got "fifo"`},
+		"max-unacked without key":  {base.WithMaxUnacked(10), `max-unacked: applies to ordering "key" only (the ordering is "topic")`},
+		"max-unacked too large":    {base.WithOrdering(OrderKey).WithMaxUnacked(MaxUnackedLimit + 1), `max-unacked: must be 1..100000000`},
+	} {
+		err := tc.d.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+	}
+	if err := base.WithOrdering(OrderKey).WithMaxInFlight(8).WithMaxUnacked(500).Validate(); err != nil {
+		t.Errorf("key with max-in-flight 8, max-unacked 500: %v", err)
+	}
+}
+
+// finBits: the checkpoint is the first offset not finished, through
+// words set in bulk and dropped.
+func TestFinBits(t *testing.T) {
+	var b finBits
+	b.reset(70)
+	if got := b.firstUnset(70); got != 70 {
+		t.Fatalf("empty: first unset %d, want 70", got)
+	}
+	b.setRange(70, 300)
+	b.set(301)
+	if got := b.firstUnset(70); got != 300 {
+		t.Fatalf("first unset %d, want 300", got)
+	}
+	b.drop(300)
+	if b.has(300) || !b.has(301) || !b.has(10) {
+		t.Fatal("drop lost bits")
+	}
+	b.set(300)
+	if got := b.firstUnset(300); got != 302 {
+		t.Fatalf("first unset %d, want 302", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.reset(0)
+	set := map[int64]bool{}
+	next := int64(0)
+	for range 5000 {
+		o := next + rng.Int64N(200)
+		b.set(o)
+		set[o] = true
+		for set[next] {
+			next++
+		}
+		if got := b.firstUnset(next); got != next {
+			t.Fatalf("first unset %d, want %d", got, next)
+		}
+		b.drop(next)
+	}
+}
