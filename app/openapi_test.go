@@ -792,7 +792,7 @@ func TestOpenAPIValidatesREADMEAnswers(t *testing.T) {
 func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 	router, err := gorillamux.NewRouter(loadOpenAPI(t))
 	require.NoError(t, err)
-	const disp = `"name":"billing","host":"http://localhost:8081","patterns":["order.**"],"path":"/mmmq/messages","timeout":"30s","commit":{"policy":"every-message"},"start":"earliest","dead-letter":"dead-letter.billing","ack-mode":"body","max-in-flight":1`
+	const disp = `"name":"billing","host":"http://localhost:8081","patterns":["order.**"],"path":"/mmmq/messages","timeout":"30s","commit":{"policy":"every-message"},"start":"earliest","dead-letter":"dead-letter.billing","ack-mode":"body","max-in-flight":1,"ordering":"topic"`
 	const topic = `{"topic":"order.created","committed":2,"highWatermark":3,"lag":1,"oldestUnackedAgeSeconds":0.5,"state":"backoff","attempt":2,"delivered":2,"exhausted":1,"deadLettered":1,"lastError":"503","lastErrorAt":"2026-01-01T00:00:00Z","nextRetry":"2026-01-01T00:00:01.5Z"}`
 	// Every delivery setting, as the broker shows it: secrets and header
 	// values redacted.
@@ -808,7 +808,7 @@ func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 	}{
 		{"listed", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"source":"api"}]}`, true},
 		{"listed paused", "POST", "/mmmq/dispatchers/billing/pause", 200, `{` + disp + `,"paused":true,"source":"config"}`, true},
-		{"listed from Go code, no path or timeout", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{"name":"g","host":"http://h:1","patterns":["a"],"commit":{"policy":"interval","interval":"1s","max-count":10},"start":"latest","dead-letter":"","ack-mode":"body","max-in-flight":1,"source":"go"}]}`, true},
+		{"listed from Go code, no path or timeout", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{"name":"g","host":"http://h:1","patterns":["a"],"commit":{"policy":"interval","interval":"1s","max-count":10},"start":"latest","dead-letter":"","ack-mode":"body","max-in-flight":1,"ordering":"topic","source":"go"}]}`, true},
 		{"listed with every delivery setting", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + delivery + `,"source":"api"}]}`, true},
 		{"listed without dead-letter", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"dead-letter":"dead-letter.billing",`, "", 1) + `,"source":"api"}]}`, false},
 		{"listed with an invalid dead-letter topic", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"dead-letter.billing"`, `"a..b"`, 1) + `,"source":"api"}]}`, false},
@@ -825,6 +825,8 @@ func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 		{"listed with an unknown source", "PUT", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"file"}`, false},
 		{"listed with a member too many", "PUT", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[]}`, false},
 		{"status", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"dead-letter.billing","topics":[` + topic + `]}`, true},
+		{"status with ordering key", "GET", "/mmmq/dispatchers/billing", 200, `{` + strings.Replace(disp, `"ordering":"topic"`, `"ordering":"key","max-unacked":1000`, 1) + `,"source":"api","deadLetterTopic":"","topics":[` + strings.Replace(topic, `"attempt"`, `"keys":{"inFlight":2,"parkedKeys":1,"parked":[{"key":"customer-7","offset":2,"since":"2026-01-01T00:00:00Z","attempts":3,"lastError":"503","nextRetry":"2026-01-01T00:00:04Z"}],"unacked":1000,"maxUnacked":1000,"heldBy":"customer-7"},"attempt"`, 1) + `]}`, true},
+		{"status with a parked key member too many", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"","topics":[` + strings.Replace(topic, `"attempt"`, `"keys":{"inFlight":0,"parkedKeys":1,"parked":[{"key":"k","offset":2,"since":"2026-01-01T00:00:00Z","attempts":3,"nextRetry":"2026-01-01T00:00:04Z","n":1}],"unacked":3,"maxUnacked":10},"attempt"`, 1) + `]}`, false},
 		{"status without topics", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":""}`, false},
 		{"status without deadLetterTopic", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","topics":[` + topic + `]}`, false},
 		{"status without deadLettered", "GET", "/mmmq/dispatchers/billing", 200, `{` + disp + `,"source":"api","deadLetterTopic":"dead-letter.billing","topics":[` + strings.Replace(topic, `"deadLettered":1,`, "", 1) + `]}`, false},

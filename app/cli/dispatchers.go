@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,8 +134,9 @@ func dispatchersGet(r *remote, args []string) int {
 			rows = append(rows, []string{t.Topic, num(t.Committed), num(t.HighWatermark), num(t.Lag), t.State,
 				num(t.Attempt), num(t.Delivered), num(t.Exhausted), num(t.DeadLettered), age, when(t.NextRetry), orDash(t.LastError)})
 		}
-		return dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
+		out := dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
 			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
+		return out + keysBlock(st.Topics)
 	})
 }
 
@@ -160,7 +162,7 @@ func dispatcherBlock(d admin.Listed) string {
 		{"dead-letter", deadLetter}, {"ack-mode", orDash(string(d.AckMode))}, {"abnormal-limit", abnormal},
 		{"backoff-jitter", yesNo(d.BackoffJitter)}, {"signing-secrets", orDash(strings.Join(d.SigningSecrets, ", "))},
 		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
-		{"max-in-flight", num(d.MaxInFlight)}, {"batch", batchText(d.Batch)},
+		{"max-in-flight", num(d.MaxInFlight)}, {"ordering", orderingText(d.Settings)}, {"batch", batchText(d.Batch)},
 	})
 }
 
@@ -368,4 +370,39 @@ func redriveText(res dispatcher.RedriveResult) string {
 		text += fmt.Sprintf("  skipped offset %d: %s\n", sk.Offset, sk.Reason)
 	}
 	return text
+}
+
+// keysBlock lists, for each topic delivered with ordering "key", the
+// window's fill and the parked keys (the oldest first, as many as the
+// broker lists); "" when no topic has one.
+func keysBlock(topics []admin.TopicStatus) string {
+	var b strings.Builder
+	for _, t := range topics {
+		k := t.Keys
+		if k == nil {
+			continue
+		}
+		held := ""
+		if k.HeldBy != nil {
+			held = fmt.Sprintf(", held by key %q", *k.HeldBy)
+		}
+		fmt.Fprintf(&b, "\n%s: %d keys in flight, %d parked, window %d/%d%s\n", t.Topic, k.InFlight, k.ParkedKeys, k.Unacked, k.MaxUnacked, held)
+		if len(k.Parked) == 0 {
+			continue
+		}
+		rows := make([][]string, 0, len(k.Parked))
+		for _, p := range k.Parked {
+			rows = append(rows, []string{strconv.Quote(p.Key), num(p.Offset), p.Since.Format(time.RFC3339), num(p.Attempts), when(&p.NextRetry), orDash(p.LastError)})
+		}
+		b.WriteString(table([]string{"PARKED-KEY", "OFFSET", "SINCE", "ATTEMPTS", "NEXT-RETRY", "LAST-ERROR"}, rows))
+	}
+	return b.String()
+}
+
+// orderingText is a dispatcher's ordering, with its max-unacked under key.
+func orderingText(s dispatcher.Settings) string {
+	if s.Ordering == dispatcher.OrderKey {
+		return fmt.Sprintf("key (at most %d messages past the checkpoint)", s.MaxUnacked)
+	}
+	return orDash(string(s.Ordering))
 }

@@ -170,6 +170,50 @@ type TopicStatus struct {
 	// LeaseEpoch is the epoch of this node's lease on the topic (a
 	// backend shared by several broker nodes); omitted when none.
 	LeaseEpoch uint64 `json:"leaseEpoch,omitempty"`
+	// Keys is the state of ordering "key" (nil under the other orderings).
+	Keys *KeyStatus `json:"keys,omitempty"`
+}
+
+// KeyStatus is a topic worker's state under ordering "key": the keys with
+// a push outstanding, the parked keys (a NACK or an abnormal answer made
+// them wait; at most the 50 oldest listed, parkedKeys counts them all) and
+// the window's fill (unacked messages past the checkpoint out of
+// maxUnacked; heldBy names the key at the checkpoint once it is full).
+type KeyStatus struct {
+	InFlight   int         `json:"inFlight"`
+	ParkedKeys int         `json:"parkedKeys"`
+	Parked     []ParkedKey `json:"parked"`
+	Unacked    int64       `json:"unacked"`
+	MaxUnacked int64       `json:"maxUnacked"`
+	HeldBy     *string     `json:"heldBy,omitempty"`
+}
+
+// ParkedKey is one parked ordering key: its message at offset, parked
+// since its first NACK or abnormal answer, sent attempts times, retried at
+// nextRetry. Key is "" for a message without one.
+type ParkedKey struct {
+	Key       string    `json:"key"`
+	Offset    int64     `json:"offset"`
+	Since     time.Time `json:"since"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"lastError,omitempty"`
+	NextRetry time.Time `json:"nextRetry"`
+}
+
+// keyStatus renders ws's ordering-key state, nil under another ordering.
+func keyStatus(ws dispatcher.WorkerStatus) *KeyStatus {
+	if ws.Ordering != dispatcher.OrderKey {
+		return nil
+	}
+	ks := &KeyStatus{InFlight: ws.KeysInFlight, ParkedKeys: ws.ParkedKeys, Parked: make([]ParkedKey, 0, len(ws.Parked)),
+		Unacked: ws.Unacked, MaxUnacked: ws.MaxUnacked}
+	for _, p := range ws.Parked {
+		ks.Parked = append(ks.Parked, ParkedKey{Key: p.Key, Offset: p.Offset, Since: p.Since, Attempts: p.Attempts, LastError: p.LastError, NextRetry: p.NextRetry})
+	}
+	if ws.Unacked >= ws.MaxUnacked {
+		ks.HeldBy = &ws.HeldBy
+	}
+	return ks
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
@@ -211,7 +255,7 @@ func (a *Admin) Status(name string) (Status, error) {
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
-			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch}
+			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch, Keys: keyStatus(ws)}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
 		}

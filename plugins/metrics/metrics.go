@@ -173,7 +173,13 @@ var (
 	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
 	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
 	dOldest     = prometheus.NewDesc("mmmq_dispatch_oldest_unacked_age_seconds", "Age of the oldest message the worker has not had acknowledged (from its stored timestamp); 0 when it is idle: how far behind the consumer is in time.", dLabels, nil)
-	dispatchAll = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest}
+	// Ordering "key" only; never labelled by key (keys are unbounded).
+	dKeysInFlight = prometheus.NewDesc("mmmq_dispatch_keys_in_flight", "Ordering key: keys with a push outstanding.", dLabels, nil)
+	dParkedKeys   = prometheus.NewDesc("mmmq_dispatch_parked_keys", "Ordering key: messages waiting out a backoff after a NACK or an abnormal answer, each holding back its key.", dLabels, nil)
+	dUnacked      = prometheus.NewDesc("mmmq_dispatch_unacked_messages", "Ordering key: messages past the checkpoint read so far, finished or not (at most mmmq_dispatch_max_unacked).", dLabels, nil)
+	dMaxUnacked   = prometheus.NewDesc("mmmq_dispatch_max_unacked", "Ordering key: the dispatcher's max-unacked, the most messages past the checkpoint.", dLabels, nil)
+	dispatchAll   = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
+		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
@@ -222,6 +228,12 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 			age = max(0, time.Since(s.OldestUnacked).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(dOldest, prometheus.GaugeValue, age, lv...)
+		if s.Ordering == dispatcher.OrderKey {
+			ch <- prometheus.MustNewConstMetric(dKeysInFlight, prometheus.GaugeValue, float64(s.KeysInFlight), lv...)
+			ch <- prometheus.MustNewConstMetric(dParkedKeys, prometheus.GaugeValue, float64(s.ParkedKeys), lv...)
+			ch <- prometheus.MustNewConstMetric(dUnacked, prometheus.GaugeValue, float64(s.Unacked), lv...)
+			ch <- prometheus.MustNewConstMetric(dMaxUnacked, prometheus.GaugeValue, float64(s.MaxUnacked), lv...)
+		}
 	}
 }
 

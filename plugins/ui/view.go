@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -66,7 +67,10 @@ type dispatcherView struct {
 // dispatcherRow is one (dispatcher, topic) row.
 type dispatcherRow struct {
 	Topic, State, NextRetry, Oldest, Error string
-	Lag                                    int64
+	// Keys is the ordering-key state under ordering "key": keys in
+	// flight, parked keys (the oldest named), the window's fill.
+	Keys string
+	Lag  int64
 	Dead                                   uint64
 }
 
@@ -74,6 +78,21 @@ type dispatcherRow struct {
 type groupRow struct {
 	Topic, Group, Holder, Lease string
 	Committed, Lag              int64
+}
+
+// keysText is a topic's ordering-key state in a few words: "3 keys in
+// flight, 2 parked (oldest "customer-7", 4m ago), window 1200/1000000 held
+// by "customer-7"".
+func keysText(k *admin.KeyStatus, now time.Time) string {
+	s := fmt.Sprintf("%d keys in flight, %d parked", k.InFlight, k.ParkedKeys)
+	if len(k.Parked) > 0 {
+		s += fmt.Sprintf(" (oldest %q, %s ago)", k.Parked[0].Key, age(now.Sub(k.Parked[0].Since)))
+	}
+	s += fmt.Sprintf(", window %d/%d", k.Unacked, k.MaxUnacked)
+	if k.HeldBy != nil {
+		s += fmt.Sprintf(" held by %q", *k.HeldBy)
+	}
+	return s
 }
 
 // overview builds the Overview section from c.
@@ -154,6 +173,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			}
 			if t.State == "backoff" && t.NextRetry != nil {
 				row.NextRetry = fmt.Sprintf("next retry in %ds", int64(math.Ceil(max(0, t.NextRetry.Sub(c.now).Seconds()))))
+			}
+			if k := t.Keys; k != nil {
+				row.Keys = keysText(k, c.now)
 			}
 			v.Rows = append(v.Rows, row)
 		}
