@@ -408,3 +408,49 @@ func TestFinBits(t *testing.T) {
 		b.drop(next)
 	}
 }
+
+// The messages finished past a parked key are recorded beside the
+// checkpoint: after a restart only the parked key's messages are pushed
+// again, whichever ordering the dispatcher has then (a worker with
+// ordering topic or none passes over what was recorded too).
+func TestKeyOrderingRestartDeliversOnlyWhatWasNotFinished(t *testing.T) {
+	for _, then := range []Ordering{OrderKey, OrderTopic, OrderNone} {
+		t.Run(string(then), func(t *testing.T) {
+			tp := newMemTopic(t, t.TempDir(), "t")
+			var stuckOffs []int64
+			for i := range 30 {
+				k := fmt.Sprintf("k%d", i%3)
+				if k == "k1" {
+					stuckOffs = append(stuckOffs, int64(i))
+				}
+				tp.appendStored(keyMsg(t, "t", i, k))
+			}
+			first := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+				if r.Key == "k1" {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				answer(w, ACK)
+			})
+			d := New("d", first.host(t), MustPattern("t")).WithMaxInFlight(4).WithOrdering(OrderKey)
+			m := startManager(t, newMemSource(tp), testOptions(), d)
+			eventually(t, "the other keys delivered", func() bool { return status(m, "d", "t").Delivered == 20 })
+			stopManager(t, m)
+			tp.closeCheckpoints() // reopened from the files
+			wantCheckpoint(t, tp.dir, "d", 1)
+
+			second := newConsumer(t, nil)
+			d2 := New("d", second.host(t), MustPattern("t")).WithOrdering(then)
+			if then != OrderTopic {
+				d2 = d2.WithMaxInFlight(4)
+			}
+			m2 := startManager(t, newMemSource(tp), testOptions(), d2)
+			waitCommitted(t, m2, "d", "t", 30)
+			got := offsets(second.requests())
+			slices.Sort(got)
+			if !slices.Equal(got, stuckOffs) {
+				t.Errorf("after the restart pushed %v, want only the parked key's %v", got, stuckOffs)
+			}
+		})
+	}
+}
