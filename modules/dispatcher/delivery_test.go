@@ -537,7 +537,7 @@ func TestBatchAnswers(t *testing.T) {
 		{`{"acknowledgement":"ACK","results":[]}`, "error: body is not"},
 		{`[]`, "error: body is not"},
 	} {
-		outs, err := parseBatchAnswer([]byte(tc.body), ms)
+		outs, _, err := parseBatchAnswer([]byte(tc.body), ms)
 		got := fmt.Sprint(outs)
 		got = strings.Trim(got, "[]")
 		if err != nil {

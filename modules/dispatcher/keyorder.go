@@ -311,17 +311,20 @@ func (w *worker) loadReady() error {
 	return nil
 }
 
-// park makes m, answered with a NACK or abnormally, wait delay (at least
-// the per-message backoff) before it is sent again; its key's later
-// messages wait behind it.
+// park makes m, answered with a NACK or abnormally, wait delay before it
+// is sent again: under OrderKey its key's later messages wait behind it;
+// under OrderNone (a NACK that asked for a wait) it alone waits.
 func (w *worker) park(m *msg, delay time.Duration) {
 	now := time.Now()
 	if m.parkedAt.IsZero() {
 		m.parkedAt = now
 	}
-	delay = max(delay, w.keyBackoff(m))
 	m.retryAt = now.Add(delay)
 	m.parked = true
+	if w.kw == nil {
+		heap.Push(&w.deferred, m)
+		return
+	}
 	heap.Push(&w.kw.parked, m)
 	w.kw.dirty = true
 }
@@ -346,15 +349,20 @@ func (w *worker) keyBackoff(m *msg) time.Duration {
 // unpark makes the parked messages whose wait is over ready again; it
 // returns when the next one is due (zero: none parked).
 func (w *worker) unpark(now time.Time) time.Time {
-	kw := w.kw
-	for len(kw.parked) > 0 {
-		m := kw.parked[0]
+	h := &w.deferred
+	if w.kw != nil {
+		h = &w.kw.parked
+	}
+	for len(*h) > 0 {
+		m := (*h)[0]
 		if m.retryAt.After(now) {
 			return m.retryAt
 		}
-		heap.Pop(&kw.parked)
+		heap.Pop(h)
 		m.parked = false
-		kw.dirty = true
+		if w.kw != nil {
+			w.kw.dirty = true
+		}
 		w.requeue(m)
 	}
 	return time.Time{}
@@ -596,7 +604,7 @@ func (w *worker) abnormalKeys(r pushResult, now time.Time, status int, ae *Abnor
 			}
 			continue
 		}
-		w.park(m, w.retryAfter(ae))
+		w.park(m, max(w.keyBackoff(m), w.retryAfter(ae)))
 		w.log.Warn("abnormal response; this key waits, the others go on",
 			zap.Int64("offset", m.e.Offset), zap.String("key", m.key), zap.Int("attempt", m.attempts),
 			zap.Duration("retry-in", time.Until(m.retryAt)), zap.Error(r.err))

@@ -454,3 +454,111 @@ func TestKeyOrderingRestartDeliversOnlyWhatWasNotFinished(t *testing.T) {
 		})
 	}
 }
+
+// "Retry me later": a NACK's retryAfter (a duration string or seconds) is
+// read per message; a bad one makes the answer abnormal, naming it.
+func TestParseNACKRetryAfter(t *testing.T) {
+	for body, want := range map[string]time.Duration{
+		`{"acknowledgement":"NACK","retryAfter":"30s"}`: 30 * time.Second,
+		`{"acknowledgement":"NACK","retryAfter":1.5}`:   1500 * time.Millisecond,
+		`{"acknowledgement":"NACK","retryAfter":null}`:  0,
+		`{"acknowledgement":"NACK"}`:                    0,
+		`{"acknowledgement":"ACK","retryAfter":"30s"}`:  0,
+	} {
+		_, got, err := parseAnswer([]byte(body))
+		if err != nil || got != want {
+			t.Errorf("%s: %v, %v; want %v", body, got, err, want)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"acknowledgement":"NACK","retryAfter":"soon"}`: `"retryAfter" "soon" is not a duration >= 0 such as "30s"`,
+		`{"acknowledgement":"NACK","retryAfter":-1}`:     `"retryAfter" -1 is not 0..86400 seconds`,
+		`{"acknowledgement":"NACK","retryAfter":[1]}`:    `"retryAfter" is neither a duration string`,
+	} {
+		if _, _, err := parseAnswer([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", body, err, want)
+		}
+	}
+	ms := []Delivery{{Offset: 3}, {Offset: 4}}
+	_, ras, err := parseBatchAnswer([]byte(`{"results":[{"offset":3,"acknowledgement":"NACK","retryAfter":"2s"},{"offset":4,"acknowledgement":"ACK"}]}`), ms)
+	if err != nil || !slices.Equal(ras, []time.Duration{2 * time.Second, 0}) {
+		t.Errorf("batch results: %v, %v; want [2s 0]", ras, err)
+	}
+	_, ras, err = parseBatchAnswer([]byte(`{"acknowledgement":"NACK","retryAfter":"1s"}`), ms)
+	if err != nil || !slices.Equal(ras, []time.Duration{time.Second, time.Second}) {
+		t.Errorf("batch, one answer: %v, %v; want [1s 1s]", ras, err)
+	}
+}
+
+// A NACK that asks to be retried later defers that message, capped by
+// backoff-max: under ordering topic the topic waits, under none that
+// message alone waits (the others are delivered meanwhile), under key its
+// key waits and the other keys go on. Under ack-mode status a NACK's
+// Retry-After header asks the same.
+func TestNACKRetryAfter(t *testing.T) {
+	const wait = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		d        func(*Dispatcher) *Dispatcher
+		status   bool
+		keys     []string
+		overtake bool // offset 1 is ACKed before offset 0's second attempt
+	}{
+		{"topic", func(d *Dispatcher) *Dispatcher { return d }, false, []string{"a", "a", "a"}, false},
+		{"topic, ack-mode status", func(d *Dispatcher) *Dispatcher { return d.WithAckMode(AckStatus) }, true, []string{"a", "a", "a"}, false},
+		{"none", func(d *Dispatcher) *Dispatcher { return d.WithMaxInFlight(4).WithOrdering(OrderNone) }, false, []string{"a", "a", "a"}, true},
+		{"key, same key", func(d *Dispatcher) *Dispatcher { return d.WithMaxInFlight(4).WithOrdering(OrderKey) }, false, []string{"a", "a", "b"}, false},
+		{"key, other keys", func(d *Dispatcher) *Dispatcher { return d.WithMaxInFlight(4).WithOrdering(OrderKey) }, false, []string{"a", "b", "c"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newMemTopic(t, t.TempDir(), "t")
+			for i, k := range tc.keys {
+				tp.appendStored(keyMsg(t, "t", i, k))
+			}
+			var mu sync.Mutex
+			var first, second, ack1 time.Time
+			c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+				mu.Lock()
+				defer mu.Unlock()
+				if r.Offset == 0 && first.IsZero() {
+					first = time.Now()
+					if tc.status {
+						w.Header().Set("Retry-After", "1")
+						w.WriteHeader(http.StatusUnprocessableEntity)
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `{"acknowledgement":"NACK","retryAfter":"1h"}`)
+					return
+				}
+				switch {
+				case r.Offset == 0:
+					second = time.Now()
+				case r.Offset == 1 && ack1.IsZero():
+					ack1 = time.Now()
+				}
+				if tc.status {
+					w.WriteHeader(http.StatusOK)
+					return
+				}
+				answer(w, ACK)
+			})
+			opts := testOptions()
+			opts.BackoffMax = wait // caps the hour asked for
+			d := tc.d(New("d", c.host(t), MustPattern("t")))
+			m := startManager(t, newMemSource(tp), opts, d)
+			waitCommitted(t, m, "d", "t", 3)
+			mu.Lock()
+			defer mu.Unlock()
+			if gap := second.Sub(first); gap < wait || gap > 30*time.Second {
+				t.Errorf("offset 0 sent again %v after its NACK, want backoff-max %v (the hour asked for, capped)", gap, wait)
+			}
+			if tc.status && second.Sub(first) < wait {
+				t.Errorf("Retry-After on a status-mode NACK not honoured")
+			}
+			if overtook := ack1.Before(second); overtook != tc.overtake {
+				t.Errorf("offset 1 answered before offset 0's resend: %v, want %v", overtook, tc.overtake)
+			}
+		})
+	}
+}

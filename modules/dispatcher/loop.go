@@ -85,16 +85,14 @@ func (w *worker) loop(ctx context.Context) error {
 		if err := w.fill(); err != nil {
 			return err
 		}
-		var parkedDue time.Time
-		if w.kw != nil {
-			parkedDue = w.unpark(time.Now())
-		}
+		parkedDue := w.unpark(time.Now())
 		wake, err := w.launchReady(sendCtx)
 		if err != nil {
 			return err
 		}
+		wake = earliest(wake, parkedDue)
 		if w.kw != nil {
-			wake = earliest(earliest(wake, parkedDue), w.publishKeys(time.Now()))
+			wake = earliest(wake, w.publishKeys(time.Now()))
 		}
 		if w.inflight == 0 && len(w.ready) == 0 {
 			// Waiting counts as idle: make what is finished durable first.
@@ -468,13 +466,30 @@ func (w *worker) handle(r pushResult) error {
 			}
 			continue
 		}
-		if w.kw != nil {
-			// OrderKey: the key waits out its backoff; the others go on.
+		// "Retry me later": the consumer asked for a wait, capped by
+		// backoff-max.
+		ra := min(r.ans.retryAfter(i), w.m.opts.BackoffMax)
+		switch {
+		case w.kw != nil:
+			// OrderKey: the key waits (its backoff, or the wait asked
+			// for); the others go on.
 			m.lastErr = fmt.Sprintf("NACK on attempt %d", m.attempts)
-			w.park(m, 0)
-			continue
+			if ra <= 0 {
+				ra = w.keyBackoff(m)
+			}
+			w.park(m, ra)
+		case ra > 0 && w.d.Ordering() == OrderNone:
+			w.park(m, ra) // that message alone waits
+		case ra > 0:
+			// OrderTopic: the topic waits.
+			w.requeue(m)
+			if until := time.Now().Add(ra); until.After(w.retryUntil) {
+				w.retryUntil = until
+				w.retryAt.Store(until.UnixNano())
+			}
+		default:
+			w.requeue(m) // the original rule: resent at once
 		}
-		w.requeue(m)
 	}
 	w.showHead()
 	return nil

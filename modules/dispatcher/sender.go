@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,19 @@ type Answer struct {
 	Status int
 	// Outcomes holds one ACK or NACK per message of the push, in order.
 	Outcomes []Outcome
+	// RetryAfter holds, per message in the same order, how long a NACKed
+	// message asks to wait before it is sent again (the answer's
+	// "retryAfter", or a NACK's Retry-After under AckStatus); 0, or a nil
+	// slice, is no wish: the ordering's rule applies.
+	RetryAfter []time.Duration
+}
+
+// retryAfter is the wait message i of the push asked for (0 for none).
+func (a Answer) retryAfter(i int) time.Duration {
+	if i < len(a.RetryAfter) {
+		return a.RetryAfter[i]
+	}
+	return 0
 }
 
 // PushSender is a Sender that also sends a Push in one request. The worker
@@ -417,7 +431,11 @@ func (s *HTTPSender) answer(p Push, resp *http.Response, body []byte) (Answer, e
 	}
 	if p.Messages[0].Dispatcher.AckMode() == AckStatus {
 		if o, ok := statusOutcome(code); ok {
-			return all(o), nil
+			a := all(o)
+			if ra := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); o == NACK && ra > 0 {
+				a.RetryAfter = slices.Repeat([]time.Duration{ra}, n)
+			}
+			return a, nil
 		}
 		return Answer{}, abnormal(resp, body)
 	}
@@ -428,17 +446,21 @@ func (s *HTTPSender) answer(p Push, resp *http.Response, body []byte) (Answer, e
 		return Answer{}, abnormal(resp, body)
 	}
 	if !p.Batch {
-		o, err := parseAnswer(body)
+		o, ra, err := parseAnswer(body)
 		if err != nil {
 			return Answer{}, &AbnormalError{StatusCode: code, Reason: err.Error() + snippet(body)}
 		}
-		return all(o), nil
+		a := all(o)
+		if ra > 0 {
+			a.RetryAfter = []time.Duration{ra}
+		}
+		return a, nil
 	}
-	outs, err := parseBatchAnswer(body, p.Messages)
+	outs, ras, err := parseBatchAnswer(body, p.Messages)
 	if err != nil {
 		return Answer{}, &AbnormalError{StatusCode: code, Reason: err.Error() + snippet(body)}
 	}
-	return Answer{Status: code, Outcomes: outs}, nil
+	return Answer{Status: code, Outcomes: outs, RetryAfter: ras}, nil
 }
 
 // statusOutcome is AckStatus's reading of a status code: 2xx is ACK; a 4xx
@@ -515,15 +537,48 @@ func digits(s string) bool {
 }
 
 // parseAnswer reads a normal answer: a JSON object (whitespace and other
-// members allowed) whose "acknowledgement" is the string "ACK" or "NACK".
-func parseAnswer(body []byte) (Outcome, error) {
+// members allowed) whose "acknowledgement" is the string "ACK" or "NACK",
+// and, with a NACK, an optional "retryAfter" (see readRetryAfter).
+func parseAnswer(body []byte) (Outcome, time.Duration, error) {
 	var a struct {
-		Acknowledgement *string `json:"acknowledgement"`
+		Acknowledgement *string         `json:"acknowledgement"`
+		RetryAfter      json.RawMessage `json:"retryAfter"`
 	}
 	if err := json.Unmarshal(body, &a); err != nil || a.Acknowledgement == nil {
-		return "", errors.New(`body is not {"acknowledgement":"ACK"|"NACK"}`)
+		return "", 0, errors.New(`body is not {"acknowledgement":"ACK"|"NACK"}`)
 	}
-	return outcome(*a.Acknowledgement)
+	o, err := outcome(*a.Acknowledgement)
+	if err != nil {
+		return "", 0, err
+	}
+	ra, err := readRetryAfter(a.RetryAfter, o)
+	return o, ra, err
+}
+
+// readRetryAfter reads a NACK's "retryAfter": a duration string ("30s",
+// "1m30s") or a number of seconds, at least 0; the message is sent again
+// no sooner (capped by the dispatcher's backoff-max). Left out or null: 0.
+// With an ACK it is ignored.
+func readRetryAfter(raw json.RawMessage, o Outcome) (time.Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" || o != NACK {
+		return 0, nil
+	}
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err == nil {
+		if secs < 0 || secs > maxRetryAfter.Seconds() {
+			return 0, fmt.Errorf(`"retryAfter" %v is not 0..%d seconds`, secs, int64(maxRetryAfter.Seconds()))
+		}
+		return time.Duration(secs * float64(time.Second)), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, errors.New(`"retryAfter" is neither a duration string such as "30s" nor a number of seconds`)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf(`"retryAfter" %q is not a duration >= 0 such as "30s"`, s)
+	}
+	return min(d, maxRetryAfter), nil
 }
 
 func outcome(s string) (Outcome, error) {
@@ -537,28 +592,34 @@ func outcome(s string) (Outcome, error) {
 // parseBatchAnswer reads the answer to a batch: {"acknowledgement":...} for
 // every message, or {"results":[{"offset":o,"acknowledgement":...},...]}
 // naming every offset of the batch exactly once.
-func parseBatchAnswer(body []byte, ms []Delivery) ([]Outcome, error) {
+func parseBatchAnswer(body []byte, ms []Delivery) ([]Outcome, []time.Duration, error) {
 	var a struct {
-		Acknowledgement *string `json:"acknowledgement"`
+		Acknowledgement *string         `json:"acknowledgement"`
+		RetryAfter      json.RawMessage `json:"retryAfter"`
 		Results         *[]struct {
-			Offset          *int64 `json:"offset"`
-			Acknowledgement string `json:"acknowledgement"`
+			Offset          *int64          `json:"offset"`
+			Acknowledgement string          `json:"acknowledgement"`
+			RetryAfter      json.RawMessage `json:"retryAfter"`
 		} `json:"results"`
 	}
 	const want = `body is not {"acknowledgement":"ACK"|"NACK"} nor {"results":[{"offset":o,"acknowledgement":"ACK"|"NACK"},...]}`
 	if err := json.Unmarshal(body, &a); err != nil || (a.Acknowledgement == nil) == (a.Results == nil) {
-		return nil, errors.New(want)
+		return nil, nil, errors.New(want)
 	}
-	outs := make([]Outcome, len(ms))
+	outs, ras := make([]Outcome, len(ms)), make([]time.Duration, len(ms))
 	if a.Acknowledgement != nil {
 		o, err := outcome(*a.Acknowledgement)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		ra, err := readRetryAfter(a.RetryAfter, o)
+		if err != nil {
+			return nil, nil, err
 		}
 		for i := range outs {
-			outs[i] = o
+			outs[i], ras[i] = o, ra
 		}
-		return outs, nil
+		return outs, ras, nil
 	}
 	at := make(map[int64]int, len(ms))
 	for i, m := range ms {
@@ -566,25 +627,29 @@ func parseBatchAnswer(body []byte, ms []Delivery) ([]Outcome, error) {
 	}
 	for _, r := range *a.Results {
 		if r.Offset == nil {
-			return nil, errors.New(`a result has no "offset"`)
+			return nil, nil, errors.New(`a result has no "offset"`)
 		}
 		i, ok := at[*r.Offset]
 		if !ok {
-			return nil, fmt.Errorf("result for offset %d, which is not in this batch (or is given twice)", *r.Offset)
+			return nil, nil, fmt.Errorf("result for offset %d, which is not in this batch (or is given twice)", *r.Offset)
 		}
 		delete(at, *r.Offset)
 		o, err := outcome(r.Acknowledgement)
 		if err != nil {
-			return nil, fmt.Errorf("offset %d: %w", *r.Offset, err)
+			return nil, nil, fmt.Errorf("offset %d: %w", *r.Offset, err)
 		}
-		outs[i] = o
+		ra, err := readRetryAfter(r.RetryAfter, o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("offset %d: %w", *r.Offset, err)
+		}
+		outs[i], ras[i] = o, ra
 	}
 	for _, m := range ms {
 		if _, missing := at[m.Offset]; missing {
-			return nil, fmt.Errorf("no result for offset %d", m.Offset)
+			return nil, nil, fmt.Errorf("no result for offset %d", m.Offset)
 		}
 	}
-	return outs, nil
+	return outs, ras, nil
 }
 
 // snippet quotes the start of a response body for an error message.

@@ -95,6 +95,9 @@ type worker struct {
 	// keySnap is its state for the status.
 	kw      *keyWindow
 	keySnap atomic.Pointer[keySnapshot]
+	// deferred holds, under OrderNone, the NACKed messages that asked to
+	// be sent again later ("retryAfter"), by due time.
+	deferred parkHeap
 }
 
 func newWorker(m *Manager, d *Dispatcher, t Topic) *worker {
@@ -350,7 +353,7 @@ func (w *worker) reset(off int64) {
 	w.next.Store(off)
 	w.readNext = off
 	w.lastCommit = time.Now()
-	w.kw, w.skip = nil, finishedSkip(w.cp)
+	w.kw, w.skip, w.deferred = nil, finishedSkip(w.cp), nil
 	if w.d.Ordering() == OrderKey {
 		w.kw = newKeyWindow(w, off, w.skip)
 		w.skip = nil
