@@ -43,7 +43,7 @@ type memTopic struct {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func newMemTopic(t *testing.T, root, name string) *memTopic {
+func newMemTopic(t testing.TB, root, name string) *memTopic {
 	t.Helper()
 	tp := &memTopic{
 		name:    name,
@@ -256,7 +256,7 @@ type consumer struct {
 	respond func(r received, w http.ResponseWriter, req *http.Request)
 }
 
-func newConsumer(t *testing.T, respond func(r received, w http.ResponseWriter, req *http.Request)) *consumer {
+func newConsumer(t testing.TB, respond func(r received, w http.ResponseWriter, req *http.Request)) *consumer {
 	t.Helper()
 	c := &consumer{respond: respond}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -298,7 +298,7 @@ func answer(w http.ResponseWriter, o Outcome) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"acknowledgement": string(o)})
 }
 
-func (c *consumer) host(t *testing.T) Host {
+func (c *consumer) host(t testing.TB) Host {
 	t.Helper()
 	h, err := ParseHost(c.srv.URL)
 	if err != nil {
@@ -339,14 +339,14 @@ func testOptions() Options {
 
 // startManager starts a Manager for ds over src with a real HTTPSender and
 // stops it at cleanup.
-func startManager(t *testing.T, src Source, opts Options, ds ...*Dispatcher) *Manager {
+func startManager(t testing.TB, src Source, opts Options, ds ...*Dispatcher) *Manager {
 	t.Helper()
 	return startWithPublisher(t, src, nil, opts, ds...)
 }
 
 // startWithPublisher is startManager with pub as the Manager's Publisher
 // (nil: none, dead letters are logged and skipped).
-func startWithPublisher(t *testing.T, src Source, pub Publisher, opts Options, ds ...*Dispatcher) *Manager {
+func startWithPublisher(t testing.TB, src Source, pub Publisher, opts Options, ds ...*Dispatcher) *Manager {
 	t.Helper()
 	set, err := SetOf(ds...)
 	if err != nil {
@@ -371,7 +371,7 @@ func startWithPublisher(t *testing.T, src Source, pub Publisher, opts Options, d
 	return m
 }
 
-func stopManager(t *testing.T, m *Manager) {
+func stopManager(t testing.TB, m *Manager) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -16,7 +16,7 @@ import (
 
 // keyMsg is the stored JSON of message n of topic with ordering key key
 // ("" for none).
-func keyMsg(t *testing.T, topic string, n int, key string) []byte {
+func keyMsg(t testing.TB, topic string, n int, key string) []byte {
 	t.Helper()
 	b, err := contract.EncodeKeyedMessage(topic, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), fmt.Sprintf("m-%d", n), key, nil, time.Now())
 	if err != nil {
