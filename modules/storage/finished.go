@@ -64,7 +64,9 @@ type FinishedRecovery struct {
 var _ contract.FinishedRecorder = (*Checkpoint)(nil)
 
 // finishedPath is <topic>/checkpoints/<name>.finished.
-func (c *Checkpoint) finishedPath() string { return c.path[:len(c.path)-len(CheckpointExt)] + FinishedExt }
+func (c *Checkpoint) finishedPath() string {
+	return c.path[:len(c.path)-len(CheckpointExt)] + FinishedExt
+}
 
 // FinishedRecovery returns what OpenCheckpoint did to the .finished file:
 // nothing (zero value, CorruptAt -1), a cut torn append, or a damaged
