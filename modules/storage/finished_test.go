@@ -454,7 +454,9 @@ type finCorruption func(data []byte, starts []int) []byte
 // before the damage. Either way nothing that was not recorded appears.
 func TestFinishedRecoveryCorruption(t *testing.T) {
 	const n = 800 // single-range records of ~13 bytes: well over a damage window
-	rangeOf := func(i int) contract.OffsetRange { return contract.OffsetRange{Lo: int64(100 + 2*i), Hi: int64(101 + 2*i)} }
+	rangeOf := func(i int) contract.OffsetRange {
+		return contract.OffsetRange{Lo: int64(100 + 2*i), Hi: int64(101 + 2*i)}
+	}
 	var lastBig []contract.OffsetRange // the last append: one full record of many ranges
 	for i := 0; i < 1500; i++ {
 		lastBig = append(lastBig, contract.OffsetRange{Lo: int64(10000 + 3*i), Hi: int64(10001 + 3*i)})
