@@ -683,3 +683,37 @@ func TestFinishedRangeHelpers(t *testing.T) {
 		t.Errorf("trimRanges to nothing = %v", got)
 	}
 }
+
+// TestFinishedRewriteDirSyncFailure: a compaction whose directory fsync
+// fails leaves the new file in the namespace while a power loss may bring
+// the old one back under the name (MemFS keeps the last synced directory
+// entries). The Commit that compacted still succeeds (its offset is
+// durable), and the next RecordFinished must not append to a file whose
+// name may not be durable: it rewrites the file whole, so that what it
+// acknowledges survives the power loss.
+func TestFinishedRewriteDirSyncFailure(t *testing.T) {
+	fsys := finFS(t)
+	c := openFin(t, fsys, 1<<40)
+	mustCommit(t, c, 0) // the checkpoint file exists: the next Commit fsyncs no directory of its own
+	c.compactBytes = 1 << 30
+	for i := int64(0); i < 400; i++ {
+		mustRecord(t, c, rs(1000+2*i, 1001+2*i))
+	}
+	c.compactBytes = 1024
+	failed := false
+	fsys.SetHook(func(op vfs.Op, name string) error {
+		if op == vfs.OpSyncDir && !failed {
+			failed = true
+			return errors.New("injected directory fsync failure")
+		}
+		return nil
+	})
+	mustCommit(t, c, 1000+2*390) // compacts; its directory fsync fails
+	fsys.SetHook(nil)
+	if !failed {
+		t.Fatal("the Commit did not compact (no directory fsync)")
+	}
+	mustRecord(t, c, rs(9000, 9001))
+	want := c.Finished()
+	wantFinished(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
+}
