@@ -40,7 +40,8 @@ const (
 // broker with one checkpoint per (dispatcher or group, topic) over 10,000
 // topics would otherwise keep 10,000 files open; the open and close cost a
 // few microseconds next to the fsync every commit pays anyway (see
-// BenchmarkCheckpointCommit).
+// BenchmarkCheckpointCommit). RecordFinished opens and closes
+// <name>.finished the same way (finished.go).
 type Checkpoint struct {
 	fs     vfs.FS
 	dir    string // <topic>/checkpoints

@@ -69,8 +69,9 @@ func (c *Checkpoint) finishedPath() string {
 }
 
 // FinishedRecovery returns what OpenCheckpoint did to the .finished file:
-// nothing (zero value, CorruptAt -1), a cut torn append, or a damaged
-// file set aside.
+// nothing (FinishedRecovery{CorruptAt: -1}), a torn append cut (CutBytes >
+// 0), a damaged file set aside (CorruptAt >= 0), ranges past the log's end
+// dropped (DroppedPastEnd). Everything it did was also logged.
 func (c *Checkpoint) FinishedRecovery() FinishedRecovery {
 	c.mu.Lock()
 	defer c.mu.Unlock()
