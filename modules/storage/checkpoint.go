@@ -40,7 +40,8 @@ const (
 // broker with one checkpoint per (dispatcher or group, topic) over 10,000
 // topics would otherwise keep 10,000 files open; the open and close cost a
 // few microseconds next to the fsync every commit pays anyway (see
-// BenchmarkCheckpointCommit).
+// BenchmarkCheckpointCommit). RecordFinished opens and closes
+// <name>.finished the same way (finished.go).
 type Checkpoint struct {
 	fs     vfs.FS
 	dir    string // <topic>/checkpoints
@@ -51,7 +52,22 @@ type Checkpoint struct {
 	offset int64
 	size   int64 // file size seen at open; fixed to 8 on first commit
 	closed bool
+	log    *zap.Logger
+	hooks  *Hooks // test-only injection (Hooks.SkipFinishedSync); nil in production
+
+	// The finished offsets (finished.go), guarded by mu.
+	fin            []contract.OffsetRange // recorded, at or past offset: ascending, disjoint, non-adjacent
+	finExists      bool                   // <name>.finished exists
+	finSize        int64                  // its size in bytes
+	finBroken      bool                   // a write failed: its state on disk is unknown, rewrite it whole
+	finRec         FinishedRecovery       // what OpenCheckpoint did to it
+	finCheckSize   int64                  // maybeCompact looks again once the file reaches this size …
+	finCheckRanges int                    // … or the ranges fall to this many
+	compactBytes   int64                  // FinishedCompactBytes; tests lower it
 }
+
+// topicDir is the topic directory holding the checkpoints directory.
+func (c *Checkpoint) topicDir() string { return filepath.Dir(c.dir) }
 
 // OpenCheckpoint opens <topicDir>/checkpoints/<name>.checkpoint and returns
 // it with its offset decided as follows (logEnd = the topic's high watermark):
@@ -61,7 +77,12 @@ type Checkpoint struct {
 //	negative value               → 0, logged as an error
 //	value > logEnd               → logEnd, logged as a warning
 //
-// The file is not modified until the first Commit.
+// Then it reads <name>.finished, the offsets finished past that one, when
+// present (see FinishedRecovery for what its recovery may do: cut a torn
+// last append, set a damaged file aside, drop ranges at or past logEnd).
+// The checkpoint file is not modified until the first Commit. Errors: an
+// invalid name, or an I/O error reading either file or recovering the
+// .finished one.
 func OpenCheckpoint(fsys vfs.FS, topicDir, name string, logEnd int64, log *zap.Logger) (*Checkpoint, error) {
 	if err := contract.ValidCheckpointName(name); err != nil {
 		return nil, err
@@ -70,33 +91,47 @@ func OpenCheckpoint(fsys vfs.FS, topicDir, name string, logEnd int64, log *zap.L
 		log = zap.NewNop()
 	}
 	c := &Checkpoint{
-		fs:   fsys,
-		dir:  filepath.Join(topicDir, CheckpointDir),
-		name: name,
+		fs:           fsys,
+		dir:          filepath.Join(topicDir, CheckpointDir),
+		name:         name,
+		log:          log,
+		compactBytes: FinishedCompactBytes,
 	}
 	c.path = filepath.Join(c.dir, name+CheckpointExt)
-	f, err := fsys.Open(c.path)
+	if err := c.readOffset(logEnd); err != nil {
+		return nil, err
+	}
+	if err := c.loadFinished(logEnd); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// readOffset reads the checkpoint file at open (see OpenCheckpoint).
+func (c *Checkpoint) readOffset(logEnd int64) error {
+	log := c.log
+	f, err := c.fs.Open(c.path)
 	if vfs.IsNotExist(err) {
-		return c, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open checkpoint %s: %w%s", c.path, err, fdHint(err))
+		return fmt.Errorf("open checkpoint %s: %w%s", c.path, err, fdHint(err))
 	}
 	defer f.Close()
 	c.exists = true
 	size, err := f.Size()
 	if err != nil {
-		return nil, fmt.Errorf("stat checkpoint %s: %w", c.path, err)
+		return fmt.Errorf("stat checkpoint %s: %w", c.path, err)
 	}
 	c.size = size
 	if size != checkpointSize {
 		log.Error("checkpoint file has the wrong size; restarting from the first offset (messages will be redelivered)",
 			zap.String("file", c.path), zap.Int64("size", size), zap.Int("want-size", checkpointSize))
-		return c, nil
+		return nil
 	}
 	var buf [checkpointSize]byte
 	if _, err := f.ReadAt(buf[:], 0); err != nil {
-		return nil, fmt.Errorf("read checkpoint %s: %w", c.path, err)
+		return fmt.Errorf("read checkpoint %s: %w", c.path, err)
 	}
 	v := int64(binary.BigEndian.Uint64(buf[:]))
 	switch {
@@ -110,7 +145,7 @@ func OpenCheckpoint(fsys vfs.FS, topicDir, name string, logEnd int64, log *zap.L
 	default:
 		c.offset = v
 	}
-	return c, nil
+	return nil
 }
 
 // Name is the checkpoint's owner name.
@@ -137,9 +172,13 @@ func (c *Checkpoint) Offset() int64 {
 
 // Commit durably stores next: it overwrites the 8 bytes in place and fsyncs
 // before returning. The first commit of a new checkpoint creates the file
-// and fsyncs the directory. On error the stored value is unknown to the
-// caller and Offset keeps the previous value. After Close it returns an
-// error wrapping contract.ErrClosed.
+// and fsyncs the directory. Then the finished offsets below next are
+// forgotten (Finished), and the .finished file is removed once none is
+// left, or compacted (finished.go). A commit that moves the offset back
+// first rewrites the .finished file to hold only Finished's ranges. On
+// error the stored value is unknown to the caller and Offset keeps the
+// previous value. After Close it returns an error wrapping
+// contract.ErrClosed.
 func (c *Checkpoint) Commit(next int64) error {
 	if next < 0 {
 		return fmt.Errorf("commit checkpoint %s: negative offset %d", c.name, next)
@@ -149,6 +188,22 @@ func (c *Checkpoint) Commit(next int64) error {
 	if c.closed {
 		return fmt.Errorf("commit checkpoint %s: %w", c.name, contract.ErrClosed)
 	}
+	if next < c.offset && (c.finExists || c.finBroken) {
+		// The file may hold stale ranges below the old offset that a
+		// lower one would bring back: keep only the live ones.
+		if err := c.rewriteFinished(c.fin); err != nil {
+			return fmt.Errorf("commit checkpoint %s: %w", c.name, err)
+		}
+	}
+	if err := c.commit(next); err != nil {
+		return err
+	}
+	c.afterCommit()
+	return nil
+}
+
+// commit stores next in the checkpoint file.
+func (c *Checkpoint) commit(next int64) error {
 	if !c.exists {
 		if err := c.create(next); err != nil {
 			return err
@@ -219,8 +274,10 @@ func (c *Checkpoint) Close() error {
 }
 
 // RemoveCheckpoint closes the checkpoint name of this topic if it is open
-// and removes its file, durably (the checkpoints directory is fsynced). A
-// checkpoint that does not exist is no error. The admin API's
+// and removes its files (<name>.checkpoint, <name>.finished and a leftover
+// <name>.finished.tmp), durably (the checkpoints directory is fsynced). A
+// checkpoint that does not exist is no error. A <name>.finished.corrupt
+// that recovery set aside is left for the operator. The admin API's
 // ?delete-checkpoints=true uses it: a reader created again under that name
 // starts from offset 0.
 func (l *Log) RemoveCheckpoint(name string) error {
@@ -234,12 +291,22 @@ func (l *Log) RemoveCheckpoint(name string) error {
 		delete(l.checkpoints, name)
 	}
 	dir := filepath.Join(l.dir, CheckpointDir)
-	p := filepath.Join(dir, name+CheckpointExt)
-	if err := l.fs.Remove(p); err != nil {
-		if vfs.IsNotExist(err) {
-			return nil
+	removed := false
+	for _, p := range []string{
+		filepath.Join(dir, name+CheckpointExt),
+		filepath.Join(dir, name+FinishedExt),
+		filepath.Join(dir, name+FinishedExt+vfs.TmpExt),
+	} {
+		if err := l.fs.Remove(p); err != nil {
+			if vfs.IsNotExist(err) {
+				continue
+			}
+			return fmt.Errorf("remove checkpoint %s: %w", p, err)
 		}
-		return fmt.Errorf("remove checkpoint %s: %w", p, err)
+		removed = true
+	}
+	if !removed {
+		return nil
 	}
 	if err := l.fs.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)

@@ -14,6 +14,7 @@
 //	    0000000000000001024.mmm     next segment, named by its first offset
 //	    0000000000000001024.idx
 //	    checkpoints/<name>.checkpoint   int64 BE next offset, 8 bytes
+//	    checkpoints/<name>.finished     offsets finished past it (only while any are recorded)
 //
 // # Entry (format.go)
 //
@@ -378,4 +379,53 @@
 // 8 bytes, int64 BE "next offset", overwritten in place and fsynced on every
 // commit. Missing → 0; wrong size or negative → 0 with an error log (at-least-
 // once: redeliver, never skip); beyond the log end → clamped with a warning.
+//
+// # Finished offsets (finished.go, finished_format.go)
+//
+// A checkpoint is the contiguous prefix of finished messages; a dispatcher
+// with ordering "key" also finishes later messages of other keys while one
+// key is parked (contract.FinishedRecorder). Those are kept beside the
+// checkpoint in <name>.finished, which exists only while some are
+// recorded. The 8-byte checkpoint file is unchanged. Records are appended:
+//
+//	+-----------+-----------+------------------------------------------+
+//	| length    | CRC32C    | body                                     |
+//	| uint32 BE | uint32 BE | length bytes, at most 4096               |
+//	+-----------+-----------+------------------------------------------+
+//	body = 0x01 (kind: finished ranges) | uvarint count (>= 1)
+//	       | count × (uvarint lo, uvarint length (>= 1))
+//	lo of the first range absolute, of each later one minus the previous
+//	range's end; CRC over the body. Any other kind is invalid.
+//
+// RecordFinished appends one record per MaxFinishedRecordBody of ranges and
+// fsyncs after each, so only the last append can be unsynced at a power
+// loss (the first record of a new file also fsyncs the checkpoints
+// directory). Commit(next) forgets the ranges below next in memory only;
+// the file's stale ranges are ignored when it is read. A Commit that
+// leaves none removes the file (remove, directory fsync); a file past
+// FinishedCompactBytes (1 MiB) whose live ranges encode to under a quarter
+// of it is rewritten (tmp, fsync, rename, directory fsync), and so is one
+// whose last write failed (its state is then unknown), before the next
+// append. A Commit that moves the offset back rewrites it first, so that
+// stale ranges never come back above the new offset. ClearFinished (an
+// operator's seek) removes it durably.
+//
+// Recovery on open follows the crash rule of the segments (below the last
+// completed fsync nothing may change): at the first invalid record, byte E,
+//
+//	the file ends within E + FinishedDamageWindow   → a torn last append: cut at
+//	  (4104 bytes: one record with its header)        E, fsync, warning
+//	more bytes follow                               → fsynced data damaged: error
+//	                                                  log naming file and byte,
+//	                                                  the file renamed to
+//	                                                  <name>.finished.corrupt, a
+//	                                                  fresh one written from the
+//	                                                  valid records before E
+//
+// Either way only marks are lost, so messages are delivered again, never
+// skipped. Ranges below the checkpoint's offset are ignored; ranges at or
+// past the log's end are dropped and the file rewritten without them (new
+// messages will take those offsets). Checkpoint.FinishedRecovery says
+// what was done. `mmmq verify` checks every record of every .finished file
+// and reports what the next open would do.
 package storage

@@ -317,6 +317,7 @@ func (l *Log) Checkpoint(name string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.hooks = l.opts.Hooks
 	l.checkpoints[name] = c
 	return c, nil
 }

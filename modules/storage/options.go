@@ -152,6 +152,11 @@ type Hooks struct {
 	// ahead of its segment (repair then refuses the topic). Never set
 	// outside tests.
 	IndexBeforeSegmentSync bool
+	// SkipFinishedSync, when true, makes a checkpoint's RecordFinished
+	// return without fsyncing the records it appended to <name>.finished:
+	// the deliberately wrong variant the finished-offsets power-loss test
+	// uses as its negative control. Never set outside tests.
+	SkipFinishedSync bool
 }
 
 // FileKind names the file of an fsync for an Observer.

@@ -227,6 +227,16 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 	}
 	var out []string
 	for _, e := range ents {
+		switch {
+		case !e.IsDir && strings.HasSuffix(e.Name, FinishedExt):
+			out = append(out, verifyFinished(fsys, filepath.Join(cdir, e.Name), e.Name, end)...)
+			continue
+		case !e.IsDir && strings.HasSuffix(e.Name, FinishedExt+vfs.TmpExt):
+			continue // an interrupted rewrite's leftover, removed when the checkpoint opens
+		case !e.IsDir && strings.HasSuffix(e.Name, FinishedExt+FinishedCorruptExt):
+			out = append(out, fmt.Sprintf("%s: a damaged finished-offsets file set aside by recovery (inspect, then delete it)", e.Name))
+			continue
+		}
 		if e.IsDir || !strings.HasSuffix(e.Name, CheckpointExt) {
 			out = append(out, fmt.Sprintf("unexpected entry %s", e.Name))
 			continue
@@ -254,6 +264,36 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 			}
 		}
 		f.Close()
+	}
+	return out
+}
+
+// verifyFinished checks every record of the .finished file p (named name
+// in the report): CRC, kind, ranges ascending within a record. It says
+// what the next open would do with an invalid record: cut it (a torn last
+// append) or set the file aside (damage to fsynced data).
+func verifyFinished(fsys vfs.FS, p, name string, end int64) []string {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	data, err := readWhole(f)
+	f.Close()
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	s := scanFinished(data)
+	var out []string
+	switch {
+	case s.end == s.size:
+	case s.torn():
+		out = append(out, fmt.Sprintf("%s: invalid record at byte %d (%s), %d bytes before the end: a torn last append (would be cut)", name, s.end, s.reason, s.size-s.end))
+	default:
+		out = append(out, fmt.Sprintf("%s: corrupt record at byte %d (%s), %d bytes before the end: damage to fsynced data (would be set aside as %s%s, keeping the %d valid records before it)",
+			name, s.end, s.reason, s.size-s.end, name, FinishedCorruptExt, s.records))
+	}
+	if n := len(s.ranges); n > 0 && s.ranges[n-1].Hi > end {
+		out = append(out, fmt.Sprintf("%s: finished offsets up to %d beyond log end %d (would be dropped)", name, s.ranges[n-1].Hi, end))
 	}
 	return out
 }
