@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // keyMsg is the stored JSON of message n of topic with ordering key key
@@ -561,4 +563,36 @@ func TestNACKRetryAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under the interval commit policy, the messages finished past a parked
+// key are recorded on the policy's schedule while the worker runs (the
+// checkpoint does not move, so no commit would carry them).
+func TestKeyOrderingIntervalPolicyRecordsFinished(t *testing.T) {
+	tp := newMemTopic(t, t.TempDir(), "t")
+	const n = 200
+	for i := range n {
+		tp.appendStored(keyMsg(t, "t", i, fmt.Sprintf("k%d", i%2)))
+	}
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if r.Key == "k0" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // k1 keeps the worker busy: it is never idle
+		answer(w, ACK)
+	})
+	d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(4).WithOrdering(OrderKey).
+		WithCommitPolicy(CommitPolicy{Mode: Interval, Interval: 20 * time.Millisecond, MaxCount: 1000})
+	m := startManager(t, newMemSource(tp), testOptions(), d)
+	recorded := func() int {
+		cp, err := storage.OpenCheckpoint(vfs.OS{}, tp.dir, "d", n, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(cp.Finished())
+	}
+	eventually(t, "finished offsets recorded while k1 is still being delivered", func() bool {
+		return recorded() >= 5 && status(m, "d", "t").Delivered < n/2-10
+	})
 }

@@ -622,26 +622,38 @@ func (w *worker) popDone() bool {
 func (w *worker) advance() error {
 	moved := w.popDone()
 	p := w.d.commit
-	if w.kw != nil && p.Mode != Interval {
-		// Finished past a parked key: recorded as the checkpoint would be.
-		if err := w.recordFinished(); err != nil {
-			return err
-		}
+	unrec := 0
+	if w.kw != nil {
+		unrec = len(w.kw.unrec)
 	}
-	if !moved {
+	if !moved && unrec == 0 {
 		return nil
 	}
-	if p.Mode != Interval || // EveryMessage (or its empty form)
-		p.MaxCount > 0 && w.pending >= p.MaxCount ||
-		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval {
-		return w.commit(w.next.Load())
+	due := p.Mode != Interval || // EveryMessage (or its empty form)
+		p.MaxCount > 0 && w.pending+unrec >= p.MaxCount ||
+		p.Interval > 0 && time.Since(w.lastCommit) >= p.Interval
+	if !due {
+		return nil
 	}
+	if moved {
+		return w.commit(w.next.Load()) // records what is finished past it first
+	}
+	// Finished past a parked key, the checkpoint unmoved: recorded as the
+	// checkpoint would be.
+	if err := w.recordFinished(); err != nil {
+		return err
+	}
+	w.lastCommit = time.Now()
 	return nil
 }
 
-// flush commits the finished messages not yet committed, if any.
+// flush commits the finished messages not yet committed, if any, and
+// under OrderKey records those finished past the checkpoint.
 func (w *worker) flush() error {
 	w.popDone()
+	if err := w.recordFinished(); err != nil {
+		return err
+	}
 	if w.cp == nil || w.pending == 0 {
 		return nil
 	}
