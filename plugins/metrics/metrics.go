@@ -162,17 +162,17 @@ func (c topicCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var (
-	dLabels     = []string{"dispatcher", "topic"}
-	dCommitted  = prometheus.NewDesc("mmmq_dispatch_committed_offset", "Checkpoint of a dispatch worker: the next offset it will deliver after a restart.", dLabels, nil)
-	dLag        = prometheus.NewDesc("mmmq_dispatch_lag", "Messages between the worker's next offset and the topic's high watermark.", dLabels, nil)
-	dDelivered  = prometheus.NewDesc("mmmq_dispatch_delivered_total", "Messages ACKed by the consumer.", dLabels, nil)
-	dNacked     = prometheus.NewDesc("mmmq_dispatch_nacks_total", "NACK answers.", dLabels, nil)
-	dExhausted  = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages given up on: NACKed on every attempt (1 + mmmq.broker.dispatch.max-resends, by default 4) or past the abnormal limit; dead-lettered unless dead letters are off.", dLabels, nil)
-	dDead       = prometheus.NewDesc("mmmq_dispatch_dead_lettered_total", "Exhausted messages appended to the dispatcher's dead-letter topic (the others were logged and skipped: dead letters off).", dLabels, nil)
-	dAbnormal   = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
-	dSkipped    = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
-	dBackoff    = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
-	dOldest     = prometheus.NewDesc("mmmq_dispatch_oldest_unacked_age_seconds", "Age of the oldest message the worker has not had acknowledged (from its stored timestamp); 0 when it is idle: how far behind the consumer is in time.", dLabels, nil)
+	dLabels    = []string{"dispatcher", "topic"}
+	dCommitted = prometheus.NewDesc("mmmq_dispatch_committed_offset", "Checkpoint of a dispatch worker: the next offset it will deliver after a restart.", dLabels, nil)
+	dLag       = prometheus.NewDesc("mmmq_dispatch_lag", "Messages between the worker's next offset and the topic's high watermark.", dLabels, nil)
+	dDelivered = prometheus.NewDesc("mmmq_dispatch_delivered_total", "Messages ACKed by the consumer.", dLabels, nil)
+	dNacked    = prometheus.NewDesc("mmmq_dispatch_nacks_total", "NACK answers.", dLabels, nil)
+	dExhausted = prometheus.NewDesc("mmmq_dispatch_exhausted_total", "Messages given up on: NACKed on every attempt (1 + mmmq.broker.dispatch.max-resends, by default 4) or past the abnormal limit; dead-lettered unless dead letters are off.", dLabels, nil)
+	dDead      = prometheus.NewDesc("mmmq_dispatch_dead_lettered_total", "Exhausted messages appended to the dispatcher's dead-letter topic (the others were logged and skipped: dead letters off).", dLabels, nil)
+	dAbnormal  = prometheus.NewDesc("mmmq_dispatch_abnormal_total", "Abnormal answers (errors, timeouts, non-2xx, other bodies).", dLabels, nil)
+	dSkipped   = prometheus.NewDesc("mmmq_dispatch_corrupt_skipped_total", "Corrupt entries (CRC mismatch at read) logged and skipped, not delivered (the original Java mmmq's integrity check).", dLabels, nil)
+	dBackoff   = prometheus.NewDesc("mmmq_dispatch_backoff", "1 while the worker waits in backoff after an abnormal answer.", dLabels, nil)
+	dOldest    = prometheus.NewDesc("mmmq_dispatch_oldest_unacked_age_seconds", "Age of the oldest message the worker has not had acknowledged (from its stored timestamp); 0 when it is idle: how far behind the consumer is in time.", dLabels, nil)
 	// Ordering "key" only; never labelled by key (keys are unbounded).
 	dKeysInFlight = prometheus.NewDesc("mmmq_dispatch_keys_in_flight", "Ordering key: keys with a push outstanding.", dLabels, nil)
 	dParkedKeys   = prometheus.NewDesc("mmmq_dispatch_parked_keys", "Ordering key: messages waiting out a backoff after a NACK or an abnormal answer, each holding back its key.", dLabels, nil)

@@ -71,7 +71,7 @@ type dispatcherRow struct {
 	// flight, parked keys (the oldest named), the window's fill.
 	Keys string
 	Lag  int64
-	Dead                                   uint64
+	Dead uint64
 }
 
 // groupRow is one consumer group of the Consumer groups section.
