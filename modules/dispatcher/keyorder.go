@@ -258,8 +258,18 @@ func (w *worker) finishGap(off, end int64) {
 		w.win = append(w.win, &msg{e: contract.Entry{Offset: off}, end: end, done: true})
 		return
 	}
-	w.kw.fin.setRange(off, end)
-	w.kw.dirty = true
+	kw := w.kw
+	kw.dirty = true
+	if kw.fin.firstUnset(w.next.Load()) >= off {
+		// Nothing unfinished before the gap (a worker whose checkpoint
+		// retention passed): the bits start again at its end, however
+		// long it is.
+		kw.fin.reset(end)
+		kw.fin.setRange(kw.fin.base, end)
+		return
+	}
+	// Behind an unfinished message: one bit per offset of the gap.
+	kw.fin.setRange(off, end)
 }
 
 // loadReady reads again from the log the payloads of the first ready

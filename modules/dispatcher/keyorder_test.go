@@ -596,3 +596,18 @@ func TestKeyOrderingIntervalPolicyRecordsFinished(t *testing.T) {
 		return recorded() >= 5 && status(m, "d", "t").Delivered < n/2-10
 	})
 }
+
+// A key-ordered worker whose checkpoint retention passed goes on from the
+// log start offset without a bit per deleted offset.
+func TestKeyOrderingRetentionGapAtTheCheckpoint(t *testing.T) {
+	var b finBits
+	w := &worker{kw: &keyWindow{}}
+	w.kw.fin.reset(5)
+	w.next.Store(5)
+	w.readNext = 5
+	w.finishGap(5, 1<<40)
+	b = w.kw.fin
+	if len(b.words) > 1 || b.firstUnset(5) != 1<<40 {
+		t.Fatalf("gap at the checkpoint: %d words, first unset %d; want at most 1 word, %d", len(b.words), b.firstUnset(5), int64(1<<40))
+	}
+}
