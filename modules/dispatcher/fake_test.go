@@ -39,7 +39,13 @@ type memTopic struct {
 	waiting  map[int64]chan struct{} // Notify channels by offset, closed once it is stored
 	closed   bool
 	cps      map[string]*storage.Checkpoint
+	// plainCheckpoints hides the checkpoints' optional capabilities (a
+	// backend that records no finished offsets, as JetStream).
+	plainCheckpoints bool
 }
+
+// plainCheckpoint is a contract.Checkpoint and nothing more.
+type plainCheckpoint struct{ contract.Checkpoint }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
@@ -136,6 +142,9 @@ func (tp *memTopic) Checkpoint(name string) (contract.Checkpoint, error) {
 		return nil, contract.ErrClosed
 	}
 	if cp, ok := tp.cps[name]; ok {
+		if tp.plainCheckpoints {
+			return plainCheckpoint{cp}, nil
+		}
 		return cp, nil
 	}
 	cp, err := storage.OpenCheckpoint(tp.fs, tp.dir, name, int64(len(tp.payloads)), tp.log)
@@ -143,6 +152,9 @@ func (tp *memTopic) Checkpoint(name string) (contract.Checkpoint, error) {
 		return nil, err
 	}
 	tp.cps[name] = cp
+	if tp.plainCheckpoints {
+		return plainCheckpoint{cp}, nil
+	}
 	return cp, nil
 }
 
