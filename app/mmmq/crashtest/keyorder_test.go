@@ -255,12 +255,11 @@ type koStatus struct {
 }
 
 // koStatusCounts are the status poller's counts: polls answered, those
-// that showed a parked key, the most parked keys and keys in flight of a
-// topic, and per key the polls that named it heldBy.
+// that showed a parked key and those that showed a full window (heldBy),
+// the most parked keys and keys in flight of a topic.
 type koStatusCounts struct {
-	polls, parkedPolls  int
-	maxParked, maxInFly int
-	heldBy              map[string]int
+	polls, parkedPolls, heldPolls int
+	maxParked, maxInFly           int
 }
 
 // koRun is the state of TestCrashKeyOrdering.
@@ -285,7 +284,6 @@ func newKORun(t *testing.T) *koRun {
 	k := &koRun{t: t, seed: uint64(time.Now().UnixNano()),
 		cons:    &koConsumer{out: map[koKeyRun][]int64{}, busy: map[busyKey]int{}},
 		cpStart: map[int]map[wkey]int64{}, cpEnd: map[int]map[wkey]int64{}}
-	k.status.heldBy = map[string]int{}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x6b65796f))
 	k.root = filepath.Join(t.TempDir(), "data")
 	for _, tp := range koTopics {
@@ -376,7 +374,7 @@ func (k *koRun) poll(b *broker) (stop func()) {
 			}
 			k.status.mu.Lock()
 			k.status.polls++
-			parked := false
+			parked, held := false, false
 			for _, tp := range st.Topics {
 				if tp.Keys == nil {
 					continue
@@ -384,12 +382,13 @@ func (k *koRun) poll(b *broker) (stop func()) {
 				k.status.maxParked = max(k.status.maxParked, tp.Keys.ParkedKeys)
 				k.status.maxInFly = max(k.status.maxInFly, tp.Keys.InFlight)
 				parked = parked || tp.Keys.ParkedKeys > 0
-				if tp.Keys.HeldBy != nil {
-					k.status.heldBy[*tp.Keys.HeldBy]++
-				}
+				held = held || tp.Keys.HeldBy != nil
 			}
 			if parked {
 				k.status.parkedPolls++
+			}
+			if held {
+				k.status.heldPolls++
 			}
 			k.status.mu.Unlock()
 		}
@@ -460,6 +459,8 @@ type koResult struct {
 	// 503'd messages sent again in the same run with other keys' pushes
 	// arriving in between.
 	Pushes, Redelivered, Answered503, ParkedAlone int
+	// SameRun counts the redeliveries in the run that ACKed the message.
+	SameRun int
 }
 
 // verify reads every topic back and runs every check; final adds the
@@ -511,13 +512,20 @@ func (k *koRun) verify(b *broker, label string, final bool) koResult {
 		off   int64
 	}
 	firstAck := map[at]int64{} // the Answered of an offset's first ACK
+	ackRun := map[at]int{}     // the last run that ACKed it
 	for _, p := range ps {
 		o := at{p.Topic, p.Offset}
 		if a, ok := firstAck[o]; ok && a < p.Arrived {
 			res.Redelivered++
+			if ackRun[o] == p.Run {
+				res.SameRun++
+			}
 		}
 		if a, ok := firstAck[o]; p.Acked && (!ok || p.Answered < a) {
 			firstAck[o] = p.Answered
+		}
+		if p.Acked {
+			ackRun[o] = max(ackRun[o], p.Run)
 		}
 	}
 	return res
@@ -669,16 +677,12 @@ func (k *koRun) summary(rounds int, res koResult) {
 	k.status.mu.Lock()
 	st := k.status.koStatusCounts
 	k.status.mu.Unlock()
-	held := 0
-	for _, n := range st.heldBy {
-		held += n
-	}
 	k.cons.mu.Lock()
 	peak := k.cons.peak
 	k.cons.mu.Unlock()
-	line := fmt.Sprintf("rounds=%d acked_durable=%d lost_durable=%d pushes=%d redeliveries=%d answered_503=%d parked_alone_retried=%d max_in_flight=%d status_polls=%d parked_seen_polls=%d max_parked_keys=%d max_keys_in_flight=%d held_by_polls=%d",
-		rounds, res.Tally.AckedDurable, res.Tally.LostDurable, res.Pushes, res.Redelivered, res.Answered503, res.ParkedAlone, peak,
-		st.polls, st.parkedPolls, st.maxParked, st.maxInFly, held)
+	line := fmt.Sprintf("rounds=%d acked_durable=%d lost_durable=%d pushes=%d redeliveries=%d redeliveries_same_run=%d answered_503=%d parked_alone_retried=%d max_in_flight=%d status_polls=%d parked_seen_polls=%d max_parked_keys=%d max_keys_in_flight=%d held_by_polls=%d",
+		rounds, res.Tally.AckedDurable, res.Tally.LostDurable, res.Pushes, res.Redelivered, res.SameRun, res.Answered503, res.ParkedAlone, peak,
+		st.polls, st.parkedPolls, st.maxParked, st.maxInFly, st.heldPolls)
 	t.Log(line)
 	fmt.Println("crashtest:", line, "test="+t.Name())
 	switch {
