@@ -41,6 +41,11 @@ type dispatcherConf struct {
 	// DeadLetter, when not nil, sets dead-letter ("" turns dead letters
 	// off: an exhausted message is logged and skipped).
 	DeadLetter *string
+	// Ordering, when not "", sets ordering (topic, key or none).
+	Ordering string
+	// MaxUnacked, when > 0, sets max-unacked (ordering key only: the most
+	// messages past the checkpoint).
+	MaxUnacked int
 }
 
 // brokerConf is what a test varies in the broker's YAML.
@@ -66,6 +71,10 @@ type brokerConf struct {
 	// index-sync-interval.
 	IndexSync         string
 	IndexSyncInterval time.Duration
+	// BackoffInitial and BackoffMax, when > 0, set
+	// mmmq.broker.dispatch.backoff-initial and backoff-max (else 50ms and
+	// 200ms).
+	BackoffInitial, BackoffMax time.Duration
 	// OnCorruption, when not "", sets mmmq.broker.storage.on-corruption.
 	OnCorruption string
 	// Preallocate, when not nil, sets mmmq.broker.storage.preallocate
@@ -216,7 +225,8 @@ func brokerYAML(c brokerConf) string {
 	if c.SegmentMaxBytes > 0 {
 		fmt.Fprintf(&y, "    segment:\n      max-bytes: %d\n      max-record-bytes: %d\n", c.SegmentMaxBytes, min(c.SegmentMaxBytes, 1024))
 	}
-	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: 50ms\n      backoff-max: 200ms\n      timeout: 5s\n")
+	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: %s\n      backoff-max: %s\n      timeout: 5s\n",
+		cmp.Or(c.BackoffInitial, 50*time.Millisecond), cmp.Or(c.BackoffMax, 200*time.Millisecond))
 	if c.RetentionMaxBytes > 0 {
 		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
 	}
@@ -239,6 +249,12 @@ func brokerYAML(c brokerConf) string {
 			}
 			if d.DeadLetter != nil {
 				fmt.Fprintf(&y, "        dead-letter: %q\n", *d.DeadLetter)
+			}
+			if d.Ordering != "" {
+				fmt.Fprintf(&y, "        ordering: %s\n", d.Ordering)
+			}
+			if d.MaxUnacked > 0 {
+				fmt.Fprintf(&y, "        max-unacked: %d\n", d.MaxUnacked)
 			}
 		}
 	}

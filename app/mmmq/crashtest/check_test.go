@@ -12,6 +12,7 @@ type sentMsg struct {
 	Topic   string
 	ID      string
 	Level   string // accepted | written | durable
+	Key     string // ordering key given at publish ("" for none)
 	Content []byte // compact JSON, as the broker stores it
 	Res     pubResult
 	// Retrying: sent by a retrying producer (retrier), which publishes a

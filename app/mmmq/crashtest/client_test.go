@@ -38,11 +38,17 @@ type pubResult struct {
 // publish posts one message; content must be compact JSON (the broker
 // stores it compacted, so read-back bytes are comparable).
 func publish(base, topic, id string, content []byte, level string) pubResult {
+	return publishKey(base, topic, id, "", content, level)
+}
+
+// publishKey is publish with an ordering key ("key"; none when "").
+func publishKey(base, topic, id, key string, content []byte, level string) pubResult {
 	body, _ := json.Marshal(struct {
 		Topic   string          `json:"topic"`
 		Content json.RawMessage `json:"content"`
 		ID      string          `json:"id"`
-	}{topic, content, id})
+		Key     string          `json:"key,omitempty"`
+	}{topic, content, id, key})
 	resp, err := httpClient.Post(base+"/messages?ack="+level, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return pubResult{Offset: -1, Err: err.Error()}

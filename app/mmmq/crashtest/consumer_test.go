@@ -64,14 +64,18 @@ type consumer struct {
 // a func closing it (bounded).
 func (c *consumer) listen(t testing.TB, round int) (port int, closeFn func()) {
 	t.Helper()
+	return listenRound(t, round, func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, round) })
+}
+
+// listenRound serves h on a new listener on 127.0.0.1 for round (one
+// broker run) and returns its port and a func closing it (bounded).
+func listenRound(t testing.TB, round int, h http.HandlerFunc) (port int, closeFn func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{
-		ReadHeaderTimeout: 5 * time.Second,
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serve(w, r, round) }),
-	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: h}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -14,6 +14,12 @@
 //   - a dispatcher with a delivery window (max-in-flight above 1, batches;
 //     TestCrashRandomKillWindow) never sends below its checkpoint, and its
 //     checkpoint never passes an offset the consumer had not ACKed;
+//   - a dispatcher with ordering key (TestCrashKeyOrdering: max-in-flight
+//     8, 20 keys, a few flaky keys answered 503 at random) never pushes an
+//     offset of a key before every earlier offset of that key was ACKed,
+//     never has two pushes of one key outstanding, retries a 503'd key
+//     after its backoff while the other keys go on, and keeps its
+//     checkpoint on the ACKed prefix;
 //   - a message NACKed on every attempt is in the dispatcher's dead-letter
 //     topic at least once, with its mmmq-dl-* headers, before the
 //     checkpoint passes it (TestCrashPoints/after-dead-letter-before-checkpoint);
@@ -60,6 +66,7 @@
 // (../shared/tools/build-lazyfs.sh builds it; .ci/run exports it).
 //
 // The package has only tests; `make test` runs a short version (3 rounds
-// per mode, 2 cluster rounds), `make crash` a long one (MMMQ_LONG=1, 100
-// rounds per mode and 20 cluster rounds, or -crash.rounds N).
+// per mode, 10 key-ordering rounds, 2 cluster rounds), `make crash` a long
+// one (MMMQ_LONG=1, 100 rounds per mode, 100 key-ordering rounds and 20
+// cluster rounds, or -crash.rounds N).
 package crashtest
