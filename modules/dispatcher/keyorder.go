@@ -602,14 +602,8 @@ func (b *finBits) drop(off int64) {
 // AbnormalLimit; the other keys go on.
 func (w *worker) abnormalKeys(r pushResult, now time.Time, status int, ae *AbnormalError, lim AbnormalLimit) error {
 	for _, m := range r.ms {
-		m.abnormals++
-		if m.firstAbnormal.IsZero() {
-			m.firstAbnormal = now
-		}
-		m.lastStatus, m.lastErr = status, r.err.Error()
-		if lim.MaxAttempts > 0 && m.abnormals >= lim.MaxAttempts ||
-			lim.MaxDuration > 0 && now.Sub(m.firstAbnormal) >= lim.MaxDuration {
-			if err := w.exhaust(m, ReasonAbnormal); err != nil {
+		if past, err := w.noteAbnormal(m, r.err, now, status, lim); past || err != nil {
+			if err != nil {
 				return err
 			}
 			continue

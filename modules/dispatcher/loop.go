@@ -514,14 +514,8 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 		return w.abnormalKeys(r, now, status, ae, lim)
 	}
 	for _, m := range r.ms {
-		m.abnormals++
-		if m.firstAbnormal.IsZero() {
-			m.firstAbnormal = now
-		}
-		m.lastStatus, m.lastErr = status, r.err.Error()
-		if lim.MaxAttempts > 0 && m.abnormals >= lim.MaxAttempts ||
-			lim.MaxDuration > 0 && now.Sub(m.firstAbnormal) >= lim.MaxDuration {
-			if err := w.exhaust(m, ReasonAbnormal); err != nil {
+		if past, err := w.noteAbnormal(m, r.err, now, status, lim); past || err != nil {
+			if err != nil {
 				return err
 			}
 			continue
@@ -549,6 +543,21 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 		zap.Int64("offset", first.e.Offset), zap.Int("attempt", first.attempts), zap.Duration("retry-in", delay), zap.Error(r.err))
 	// Waiting counts as idle: make finished messages durable first.
 	return w.flush()
+}
+
+// noteAbnormal counts an abnormal answer to m; past m's AbnormalLimit it
+// dead-letters m (exhaust) and reports past true.
+func (w *worker) noteAbnormal(m *msg, answer error, now time.Time, status int, lim AbnormalLimit) (past bool, err error) {
+	m.abnormals++
+	if m.firstAbnormal.IsZero() {
+		m.firstAbnormal = now
+	}
+	m.lastStatus, m.lastErr = status, answer.Error()
+	if lim.MaxAttempts > 0 && m.abnormals >= lim.MaxAttempts ||
+		lim.MaxDuration > 0 && now.Sub(m.firstAbnormal) >= lim.MaxDuration {
+		return true, w.exhaust(m, ReasonAbnormal)
+	}
+	return false, nil
 }
 
 // retryAfter is the wait a 429 or 503 asked for, capped at BackoffMax.

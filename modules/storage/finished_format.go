@@ -84,24 +84,12 @@ func appendFinishedRecord(dst []byte, rs []contract.OffsetRange) ([]byte, int) {
 	if len(rs) == 0 {
 		return dst, 0
 	}
-	// Count first, so that the count's own uvarint is accounted for.
-	n, size, prev := 0, 0, int64(0)
-	for _, r := range rs {
-		lo := r.Lo
-		if n > 0 {
-			lo -= prev
-		}
-		add := uvarintLen(uint64(lo)) + uvarintLen(uint64(r.Hi-r.Lo))
-		if n > 0 && 1+uvarintLen(uint64(n+1))+size+add > MaxFinishedRecordBody {
-			break
-		}
-		n, size, prev = n+1, size+add, r.Hi
-	}
+	n, _ := fitFinishedRecord(rs)
 	start := len(dst)
 	dst = append(dst, make([]byte, FinishedHeaderSize)...)
 	dst = append(dst, FinishedKindRanges)
 	dst = binary.AppendUvarint(dst, uint64(n))
-	prev = 0
+	prev := int64(0)
 	for i, r := range rs[:n] {
 		lo := r.Lo
 		if i > 0 {
@@ -115,6 +103,25 @@ func appendFinishedRecord(dst []byte, rs []contract.OffsetRange) ([]byte, int) {
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(body)))
 	binary.BigEndian.PutUint32(dst[start+4:], Checksum(body))
 	return dst, n
+}
+
+// fitFinishedRecord is how many of rs (at least one when rs is not empty)
+// one record holds, and their ranges' encoded bytes: counted first, so
+// that the count's own uvarint is accounted for in MaxFinishedRecordBody.
+func fitFinishedRecord(rs []contract.OffsetRange) (n, size int) {
+	prev := int64(0)
+	for _, r := range rs {
+		lo := r.Lo
+		if n > 0 {
+			lo -= prev
+		}
+		add := uvarintLen(uint64(lo)) + uvarintLen(uint64(r.Hi-r.Lo))
+		if n > 0 && 1+uvarintLen(uint64(n+1))+size+add > MaxFinishedRecordBody {
+			break
+		}
+		n, size, prev = n+1, size+add, r.Hi
+	}
+	return n, size
 }
 
 // encodeFinished returns rs (ascending, disjoint) as records, each at most
@@ -135,18 +142,7 @@ func encodeFinished(rs []contract.OffsetRange) [][]byte {
 func encodedFinishedSize(rs []contract.OffsetRange) int64 {
 	var total int64
 	for len(rs) > 0 {
-		n, size, prev := 0, 0, int64(0)
-		for _, r := range rs {
-			lo := r.Lo
-			if n > 0 {
-				lo -= prev
-			}
-			add := uvarintLen(uint64(lo)) + uvarintLen(uint64(r.Hi-r.Lo))
-			if n > 0 && 1+uvarintLen(uint64(n+1))+size+add > MaxFinishedRecordBody {
-				break
-			}
-			n, size, prev = n+1, size+add, r.Hi
-		}
+		n, size := fitFinishedRecord(rs)
 		total += int64(FinishedHeaderSize + 1 + uvarintLen(uint64(n)) + size)
 		rs = rs[n:]
 	}
