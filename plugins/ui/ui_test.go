@@ -514,3 +514,26 @@ func TestStatusPageDataDirIsAbsolute(t *testing.T) {
 	_, page := b.do(http.MethodGet, "/ui/", "")
 	assert.Contains(t, page, `<dd data-k="data-dir">`+filepath.Join(dir, "data")+`</dd>`)
 }
+
+// A dispatcher with ordering key whose consumer is down: its row says how
+// many keys are parked, the oldest named, and the window's fill; the
+// metrics carry the same counts, never labelled by key.
+func TestStatusPageShowsParkedKeys(t *testing.T) {
+	_, down := consumers(t)
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "orders.new", "content": 1, "key": "customer-7"})
+	b.publish(map[string]any{"topic": "orders.new", "content": 2, "key": "customer-7"})
+	resp, out := b.do(http.MethodPost, "/mmmq/dispatchers",
+		fmt.Sprintf(`{"name":"keyed","host":%q,"patterns":["orders.*"],"max-in-flight":4,"ordering":"key","max-unacked":10}`, down))
+	require.Equal(t, 201, resp.StatusCode, out)
+	want := regexp.MustCompile(`<span class="keys">0 keys in flight, 1 parked \(oldest &#34;customer-7&#34;, [^)]* ago\), window 2/10</span>`)
+	require.Eventually(t, func() bool {
+		_, page := b.do(http.MethodGet, "/ui/", "")
+		return want.MatchString(page)
+	}, 10*time.Second, 50*time.Millisecond, "the keyed dispatcher's row shows the parked key")
+	_, metrics := b.do(http.MethodGet, "/metrics", "")
+	assert.Contains(t, metrics, `mmmq_dispatch_parked_keys{dispatcher="keyed",topic="orders.new"} 1`)
+	assert.Contains(t, metrics, `mmmq_dispatch_unacked_messages{dispatcher="keyed",topic="orders.new"} 2`)
+	assert.Contains(t, metrics, `mmmq_dispatch_max_unacked{dispatcher="keyed",topic="orders.new"} 10`)
+	assert.NotContains(t, metrics, `customer-7`)
+}
