@@ -180,7 +180,7 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
                                         load tool: HTTP, line protocol, Redis XADD (%s bench -h)
   %s version
 `, pad(prog+" config check [--config FILE]"), prog+" verify", prog,
-		pad(prog+" dispatchers list|get NAME"), pad(prog+" dispatchers create|update NAME"), prog, prog, prog, prog,
+		pad(prog+" dispatchers list|get NAME"), pad(prog+" dispatchers create --name NAME | update NAME"), prog, prog, prog, prog,
 		pad(prog+" topics list|get NAME"), prog, prog,
 		pad(prog+" token new"), prog, prog, prog)
 	io.WriteString(w, b.String())

@@ -240,7 +240,7 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 
 // Settings describes d with its effective values: the default path,
 // timeout, commit policy, dead-letter topic, ack mode, max-in-flight and
-// ordering written out, max-unacked with ordering key; Batch only when on, TLS only when set. SigningSecrets is
+// ordering written out, max-unacked only as set (ordering key, not 0); Batch only when on, TLS only when set. SigningSecrets is
 // empty: a webhooks.Secret never gives its key back (the admin API adds the
 // redacted or stored forms).
 func (d *Dispatcher) Settings() Settings {
@@ -266,7 +266,9 @@ func (d *Dispatcher) Settings() Settings {
 	}
 	s.Ordering = d.Ordering()
 	if s.Ordering == OrderKey {
-		s.MaxUnacked = d.MaxUnacked()
+		// As set (0: the default): so that switching a dispatcher shown
+		// with its default to another ordering needs no other change.
+		s.MaxUnacked = d.dl.maxUnacked
 	}
 	s.TLS = d.TLS()
 	return s

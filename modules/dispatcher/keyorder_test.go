@@ -367,6 +367,13 @@ func TestOrderingSettings(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
 		}
 	}
+	// GET, edit the ordering, PUT: a key dispatcher shown with its
+	// default max-unacked switches to none without another change.
+	shown := base.WithOrdering(OrderKey).WithMaxInFlight(8).Settings()
+	shown.Ordering = OrderNone
+	if _, err := FromSettings(shown, "d", SourceAPI); err != nil {
+		t.Errorf("key → none from what GET shows: %v", err)
+	}
 	if err := base.WithOrdering(OrderKey).WithMaxInFlight(8).WithMaxUnacked(500).Validate(); err != nil {
 		t.Errorf("key with max-in-flight 8, max-unacked 500: %v", err)
 	}

@@ -342,11 +342,12 @@ func (c *Checkpoint) loadFinished(logEnd int64) error {
 			}
 		}
 	default:
+		aside := c.freeAsideName(p + FinishedCorruptExt)
 		c.log.Error("finished offsets file is corrupt (damage before its last append); set aside, keeping the valid records before the damage (the offsets after it will be delivered again)",
 			zap.String("file", p), zap.Int64("pos", s.end), zap.Int64("size", s.size), zap.String("reason", s.reason),
-			zap.String("set-aside", p+FinishedCorruptExt))
+			zap.String("set-aside", aside))
 		c.finRec.CorruptAt, c.finRec.Reason = s.end, s.reason
-		if err := c.fs.Rename(p, p+FinishedCorruptExt); err != nil {
+		if err := c.fs.Rename(p, aside); err != nil {
 			return fmt.Errorf("set aside corrupt finished offsets %s: %w", p, err)
 		}
 		if err := c.fs.SyncDir(c.dir); err != nil {
@@ -473,4 +474,25 @@ func trimRangesAbove(rs []contract.OffsetRange, end int64) []contract.OffsetRang
 		out = append(out, r)
 	}
 	return out
+}
+
+// freeAsideName is name, or name.1, name.2, ... the first that does not
+// exist: a second damaged file never replaces the evidence of the first.
+func (c *Checkpoint) freeAsideName(name string) string {
+	for i := 0; ; i++ {
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s.%d", name, i)
+		}
+		f, err := c.fs.Open(n)
+		if vfs.IsNotExist(err) {
+			return n
+		}
+		if err == nil {
+			f.Close()
+		}
+		if i >= 1000 {
+			return n // give up looking: replace the last one
+		}
+	}
 }

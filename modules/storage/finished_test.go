@@ -717,3 +717,26 @@ func TestFinishedRewriteDirSyncFailure(t *testing.T) {
 	want := c.Finished()
 	wantFinished(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
 }
+
+// A second damaged file is set aside beside the first, never over it.
+func TestFinishedSecondCorruptionKeepsTheFirst(t *testing.T) {
+	fsys := finFS(t)
+	damageAndReopen := func() {
+		c := openFin(t, fsys, 1<<40)
+		for i := range 800 {
+			mustRecord(t, c, []contract.OffsetRange{{Lo: int64(100 + 2*i), Hi: int64(101 + 2*i)}})
+		}
+		data, _ := fsys.ReadFile(finPath)
+		data[FinishedHeaderSize+20] ^= 0x01 // an early record
+		fsys.WriteFile(finPath, data, true)
+		openFin(t, fsys, 1<<40)
+	}
+	damageAndReopen()
+	first, _ := fsys.ReadFile(finPath + FinishedCorruptExt)
+	damageAndReopen()
+	again, _ := fsys.ReadFile(finPath + FinishedCorruptExt)
+	second, _ := fsys.ReadFile(finPath + FinishedCorruptExt + ".1")
+	if len(first) == 0 || !slices.Equal(first, again) || len(second) == 0 {
+		t.Fatalf("set-aside files: first %d bytes (then %d), second %d bytes; want the first kept and the second beside it", len(first), len(again), len(second))
+	}
+}

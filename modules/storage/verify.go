@@ -233,7 +233,7 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 			continue
 		case !e.IsDir && strings.HasSuffix(e.Name, FinishedExt+vfs.TmpExt):
 			continue // an interrupted rewrite's leftover, removed when the checkpoint opens
-		case !e.IsDir && strings.HasSuffix(e.Name, FinishedExt+FinishedCorruptExt):
+		case !e.IsDir && strings.Contains(e.Name, FinishedExt+FinishedCorruptExt):
 			out = append(out, fmt.Sprintf("%s: a damaged finished-offsets file set aside by recovery (inspect, then delete it)", e.Name))
 			continue
 		}
