@@ -346,7 +346,9 @@ func offsets(rs []received) []int64 {
 
 // testOptions are fast options for tests.
 func testOptions() Options {
-	return Options{BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DefaultTimeout: 10 * time.Second, BatchSize: 4}
+	// StopGrace -1: a stop abandons the pushes in flight at once, as tests
+	// of a stop mid-push expect (TestStopWaitsForPushesInFlight sets one).
+	return Options{BackoffInitial: 5 * time.Millisecond, BackoffMax: 20 * time.Millisecond, DefaultTimeout: 10 * time.Second, BatchSize: 4, StopGrace: -1}
 }
 
 // startManager starts a Manager for ds over src with a real HTTPSender and

@@ -631,3 +631,39 @@ func TestKeyOrderingRetentionGapAtTheCheckpoint(t *testing.T) {
 		t.Fatalf("gap at the checkpoint: %d words, first unset %d; want at most 1 word, %d", len(b.words), b.firstUnset(5), int64(1<<40))
 	}
 }
+
+// A stop waits up to StopGrace for the answers to the pushes in flight:
+// a consumer that ACKs within it is not sent the message again after the
+// restart; one slower than the grace is (at-least-once).
+func TestStopWaitsForPushesInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		grace     time.Duration
+		redeliver bool
+	}{{"within the grace", 2 * time.Second, false}, {"past the grace", -1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newMemTopic(t, t.TempDir(), "t")
+			tp.appendStored(keyMsg(t, "t", 0, "a"), keyMsg(t, "t", 1, "b"))
+			started := make(chan struct{}, 2)
+			c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+				started <- struct{}{}
+				time.Sleep(300 * time.Millisecond)
+				answer(w, ACK)
+			})
+			opts := testOptions()
+			opts.StopGrace = tc.grace
+			d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(2).WithOrdering(OrderKey)
+			m := startManager(t, newMemSource(tp), opts, d)
+			<-started
+			<-started
+			stopManager(t, m)
+			tp.closeCheckpoints()
+			again := newConsumer(t, nil)
+			m2 := startManager(t, newMemSource(tp), opts, New("d", again.host(t), MustPattern("t")).WithMaxInFlight(2).WithOrdering(OrderKey))
+			waitCommitted(t, m2, "d", "t", 2)
+			if got := len(again.requests()); (got > 0) != tc.redeliver {
+				t.Errorf("%d pushes after the restart; redelivery expected: %v", got, tc.redeliver)
+			}
+		})
+	}
+}

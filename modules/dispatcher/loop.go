@@ -65,8 +65,13 @@ type pushResult struct {
 // loop delivers until ctx is done (errStopped), the topic closes
 // (errTopicClosed) or a commit fails.
 func (w *worker) loop(ctx context.Context) error {
-	sendCtx, cancel := context.WithCancel(ctx)
+	// The pushes outlive ctx by the stop grace (await): their own context
+	// ends when the loop returns.
+	sendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
+		if ctx.Err() != nil {
+			w.await(min(w.m.opts.StopGrace, w.timeout))
+		}
 		cancel()
 		w.drain()
 	}()
@@ -167,6 +172,41 @@ func (w *worker) received(r pushResult) error {
 	}
 }
 
+// await waits up to grace for the answers to the pushes in flight of a
+// stopping worker, handling each as drain does: what the consumer ACKed
+// counts.
+func (w *worker) await(grace time.Duration) {
+	if grace <= 0 || w.inflight == 0 {
+		return
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for w.inflight > 0 {
+		select {
+		case r := <-w.results:
+			w.inflight--
+			w.landed(r)
+			w.countACKs(r)
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// countACKs finishes the messages r's answer ACKed (a stopping worker's:
+// NACKs and abnormal answers leave them for after the restart).
+func (w *worker) countACKs(r pushResult) {
+	if r.err != nil {
+		return
+	}
+	for i, m := range r.ms {
+		if r.ans.Outcomes[i] == ACK && !m.done {
+			w.finish(m)
+			w.delivered.Add(1)
+		}
+	}
+}
+
 // drain waits for the pushes still in flight (their context is cancelled),
 // counting the ACKs that came anyway: the consumer has decided. Nothing is
 // committed here (run's flush does, on a graceful stop).
@@ -174,15 +214,7 @@ func (w *worker) drain() {
 	for ; w.inflight > 0; w.inflight-- {
 		r := <-w.results
 		w.landed(r)
-		if r.err != nil {
-			continue
-		}
-		for i, m := range r.ms {
-			if r.ans.Outcomes[i] == ACK && !m.done {
-				w.finish(m)
-				w.delivered.Add(1)
-			}
-		}
+		w.countACKs(r)
 	}
 	w.sending.Store(false)
 	w.popDone()

@@ -54,6 +54,12 @@ type Options struct {
 	// BatchSize is how many entries a worker reads from the log at once.
 	// Default 256.
 	BatchSize int
+	// StopGrace is how long a stopping worker (broker stop, pause, seek,
+	// replace) waits for the answers to the pushes it has in flight before
+	// it abandons them: an answer that comes in time counts, so a consumer
+	// that ACKed is not sent the message again after the restart. At most
+	// the attempt timeout. Default 5s; negative: abandon at once.
+	StopGrace time.Duration
 	// UserAgent is the User-Agent of every push (a dispatcher's headers may
 	// override it). Default "mmmq/" + contract.Version.
 	UserAgent string
@@ -92,6 +98,10 @@ type Hooks struct {
 // dispatchDefaults are the defaults of mmmq.broker.dispatch, the zero-value
 // defaults of Options.
 var dispatchDefaults = ConfigSection.Default()
+
+// DefaultStopGrace is the default of Options.StopGrace (not a
+// configuration key).
+const DefaultStopGrace = 5 * time.Second
 
 // DefaultBatchSize is the default of Options.BatchSize (not a configuration key).
 const DefaultBatchSize = 256
@@ -135,6 +145,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
+	}
+	if o.StopGrace == 0 {
+		o.StopGrace = DefaultStopGrace
 	}
 	if o.UserAgent == "" {
 		o.UserAgent = "mmmq/" + contract.Version

@@ -447,7 +447,7 @@ func TestManagerLifecycleErrors(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	got := Options{}.WithDefaults()
 	want := Options{MaxResends: 3, BackoffInitial: time.Second, BackoffMax: time.Minute, DefaultTimeout: 30 * time.Second,
-		MaxResponseBytes: 64 << 10, DefaultPath: "/mmmq/messages", BatchSize: 256, UserAgent: "mmmq/" + contract.Version, NodeName: hostName()}
+		MaxResponseBytes: 64 << 10, DefaultPath: "/mmmq/messages", BatchSize: 256, StopGrace: 5 * time.Second, UserAgent: "mmmq/" + contract.Version, NodeName: hostName()}
 	if got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
