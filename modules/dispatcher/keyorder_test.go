@@ -27,6 +27,17 @@ func keyMsg(t testing.TB, topic string, n int, key string) []byte {
 	return b
 }
 
+// stuckKeyConsumer answers 503 to every push of key and ACKs the others.
+func stuckKeyConsumer(t testing.TB, key string) *consumer {
+	return newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if r.Key == key {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		answer(w, ACK)
+	})
+}
+
 // orderModel is a consumer's view of ordering "key": it fails the test
 // when a key's message is pushed while an earlier message of that key is
 // unfinished or another push of that key is outstanding.
@@ -174,13 +185,7 @@ func TestKeyOrderingMaxUnackedNamesTheHoldingKey(t *testing.T) {
 		}
 		tp.appendStored(keyMsg(t, "t", i, k))
 	}
-	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
-		if r.Key == "stuck" {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		answer(w, ACK)
-	})
+	c := stuckKeyConsumer(t, "stuck")
 	d := New("d", c.host(t), MustPattern("t")).WithMaxInFlight(2).WithOrdering(OrderKey).WithMaxUnacked(10)
 	m := startManager(t, newMemSource(tp), testOptions(), d)
 	// The status is published at most every keySnapEvery.
@@ -441,13 +446,7 @@ func TestKeyOrderingRestartDeliversOnlyWhatWasNotFinished(t *testing.T) {
 				}
 				tp.appendStored(keyMsg(t, "t", i, k))
 			}
-			first := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
-				if r.Key == "k1" {
-					w.WriteHeader(http.StatusServiceUnavailable)
-					return
-				}
-				answer(w, ACK)
-			})
+			first := stuckKeyConsumer(t, "k1")
 			d := New("d", first.host(t), MustPattern("t")).WithMaxInFlight(4).WithOrdering(OrderKey)
 			m := startManager(t, newMemSource(tp), testOptions(), d)
 			eventually(t, "the other keys delivered", func() bool { return status(m, "d", "t").Delivered == 20 })
