@@ -51,6 +51,10 @@ import (
 //	FinishedRecorder    Checkpoint  yes    no         messages finished past the committed offset (behind a
 //	                                                  parked ordering key) are kept in memory only: a restart
 //	                                                  or a lease change delivers them again
+//	DeliveryRecorder    Checkpoint  yes    no         required for a shared consumer group: mode=shared is
+//	                                                  refused (409 GROUP_MODE) naming the backend
+//	GroupModer          Checkpoint  yes    no         required for a shared consumer group (as above); every
+//	                                                  group is exclusive
 //	TopicDeleter        Backend     yes    yes        required: DELETE /topics/{t} answers
 //	                                                  topicqueue.ErrDeleteUnsupported, and startup
 //	                                                  finishes no interrupted deletion
@@ -155,6 +159,58 @@ type EpochCheckpoint interface {
 // one way an operator's seek moves it back.
 type CheckpointSeeker interface {
 	SeekTo(next int64) error
+}
+
+// DeliveryRecorder is a FinishedRecorder that also stores, for messages
+// past the committed offset that are not finished, how many times each was
+// handed out: a shared consumer group's count toward
+// mmmq.broker.groups.max-deliveries, so that a restart (or a power loss)
+// never resets a poison message's count and never finishes a message
+// twice.
+//
+// Commit(next) forgets the counts below next; RecordFinished forgets the
+// counts of the offsets it finishes; ClearFinished forgets every count.
+type DeliveryRecorder interface {
+	FinishedRecorder
+	// Deliveries returns the recorded counts of offsets at or past
+	// Offset() that are not finished, ascending by offset, at most one per
+	// offset (the latest recorded).
+	Deliveries() []DeliveryCount
+	// RecordDeliveries stores ds (offsets at or past Offset(), counts >= 1;
+	// a later count of an offset replaces an earlier one) and returns once
+	// they are durable (an fsync for the local backend). On error the
+	// caller must not hand the messages out.
+	RecordDeliveries(ds []DeliveryCount) error
+}
+
+// DeliveryCount is how many times the message at Offset was handed out.
+type DeliveryCount struct {
+	Offset int64
+	Count  uint32
+}
+
+// Consumer group modes (GroupModer).
+const (
+	// GroupExclusive: one session at a time holds the group and
+	// acknowledges cumulatively ("through offset n").
+	GroupExclusive = "exclusive"
+	// GroupShared: any number of sessions fetch at once (competing
+	// consumers); each message is leased to one session and acknowledged
+	// on its own.
+	GroupShared = "shared"
+)
+
+// GroupModer is a Checkpoint that stores its consumer group's mode,
+// GroupExclusive or GroupShared, fixed by the group's first use.
+type GroupModer interface {
+	// GroupMode returns the stored mode; "" for a group never used. A
+	// checkpoint stored without a mode (written before modes existed, or
+	// by a dispatcher) is GroupExclusive.
+	GroupMode() (string, error)
+	// SetGroupMode stores mode durably (file and directory fsynced for the
+	// local backend) and returns once it is. Setting the mode already
+	// stored does nothing; another mode is the caller's to refuse first.
+	SetGroupMode(mode string) error
 }
 
 // OffsetRange is the offsets Lo (inclusive) to Hi (exclusive), Lo < Hi.

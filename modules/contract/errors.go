@@ -21,6 +21,7 @@ const (
 	CodeGroupBusy      = "GROUP_BUSY"         // 409: another consumer holds the group
 	CodeNotDelivered   = "NOT_DELIVERED"      // 409: ack beyond what the session was given
 	CodeSessionExpired = "SESSION_EXPIRED"    // 409: the session no longer holds the group
+	CodeGroupMode      = "GROUP_MODE"         // 409: a fetch or ack for the other consumer-group mode (exclusive vs shared), naming both
 	CodeNameTaken      = "NAME_TAKEN"         // 409: a group named like a dispatcher, or a dispatcher name in use
 	CodeReadOnly       = "READ_ONLY"          // 409: a dispatcher declared in Go code or the configuration file; the admin API changes only its own
 	CodeNoDeadLetters  = "NO_DEAD_LETTERS"    // 409: redrive of a dispatcher whose dead letters are off
@@ -76,6 +77,7 @@ var classes = []Class{
 	{http.StatusConflict, CodeNotDelivered},
 	{http.StatusConflict, CodeSessionExpired},
 	{http.StatusConflict, CodeNameTaken},
+	{http.StatusConflict, CodeGroupMode},
 	{http.StatusConflict, CodeReadOnly},
 	{http.StatusConflict, CodeNoDeadLetters},
 	{http.StatusConflict, CodeTopicBusy},
