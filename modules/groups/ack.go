@@ -59,7 +59,7 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 	if err := g.cp.Commit(next); err != nil {
 		if errors.Is(err, contract.ErrStaleCommit) {
 			// Another node's session holds the group now (this one's
-			// shared lease was taken over): the session is over.
+			// cluster lease was taken over): the session is over.
 			c.endLocked(g, l)
 			return 0, fmt.Errorf("%w: group %s of topic %s is held through another broker node now: %v", ErrSessionExpired, group, topic, err)
 		}

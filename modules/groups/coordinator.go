@@ -135,7 +135,7 @@ type Coordinator struct {
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain: waiting fetches return
 	// watchers are the goroutines that end a session when its lease in a
-	// shared store is lost (watchWork); Stop waits for them.
+	// cluster store is lost (watchWork); Stop waits for them.
 	watchers sync.WaitGroup
 
 	lifeMu      sync.Mutex
@@ -259,7 +259,7 @@ func (c *Coordinator) Start(context.Context) error {
 // Stop drains waiting fetches (see Drain) and stops the janitor. It does not
 // release local leases: sessions simply end with the process, and the
 // committed offsets are already durable. Sessions holding a lease in a
-// store shared by several broker nodes are ended and their leases given
+// cluster store (one store shared by several broker nodes) are ended and their leases given
 // back, so that another node may take the group at once instead of after
 // the lease timeout.
 func (c *Coordinator) Stop(context.Context) error {

@@ -22,14 +22,14 @@ type lease struct {
 	// gone is closed when the lease is released, so that a fetch waiting
 	// in a long poll ends at once instead of at its wait timeout.
 	gone chan struct{}
-	// work is the group's lease in a store shared by several broker nodes
+	// work is the group's lease in a cluster store (one store shared by several broker nodes)
 	// (nil with the local backend): while this session lives, the other
 	// nodes answer GROUP_BUSY; it is given up with the session.
 	work contract.WorkLease
 }
 
 // endLocked ends l, g's session: the group is free again (on every node
-// when it held a shared lease).
+// when it held a cluster lease).
 func (c *Coordinator) endLocked(g *group, l *lease) {
 	g.lease = nil
 	close(l.gone)
@@ -40,7 +40,7 @@ func (c *Coordinator) endLocked(g *group, l *lease) {
 	}
 }
 
-// watchWork ends l when its shared lease is lost (not renewed in time):
+// watchWork ends l when its cluster lease is lost (not renewed in time):
 // the session's next request gets SESSION_EXPIRED, as after a local
 // expiry, and another node may hold the group.
 func (c *Coordinator) watchWork(g *group, l *lease) {
@@ -54,7 +54,7 @@ func (c *Coordinator) watchWork(g *group, l *lease) {
 	defer g.mu.Unlock()
 	if g.lease == l {
 		c.endLocked(g, l)
-		c.log.Warn("consumer group lease lost in the shared store; the session ends", zap.String("topic", g.topic.Name()),
+		c.log.Warn("consumer group lease lost in the cluster store; the session ends", zap.String("topic", g.topic.Name()),
 			zap.String("group", g.name), zap.Int64("delivered-up-to", l.next))
 	}
 }
@@ -152,12 +152,12 @@ func (c *Coordinator) leaseLeft(l *lease, now time.Time) time.Duration {
 // Acquire starts a session on group of topic and returns its id (32 hex
 // digits). Its first Fetch starts at the committed offset (0 for a new
 // group). On a storage backend shared by several broker nodes the session
-// also takes the group's lease in the shared store (the log-queue study's
+// also takes the group's lease in the cluster store (the log-queue study's
 // one consumer per group, across nodes): a group held through another node
 // is busy here too, and the committed offset is read again from the store.
 // Errors: ErrGroupBusy while another session's lease is live (on any
 // node), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, a checkpoint open
-// error, or the shared store's error.
+// error, or the cluster store's error.
 func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	g, err := c.group(topic, group)
 	if err != nil {
@@ -183,7 +183,7 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	return id, nil
 }
 
-// acquireWork takes g's lease in the store shared by several broker nodes
+// acquireWork takes g's lease in the cluster store (one store shared by several broker nodes)
 // and binds its checkpoint to the lease's epoch (so that a commit by a
 // session that lost the group is refused); nil, nil with the local
 // backend. A lease held elsewhere is a *BusyError whose LeaseLeft is the

@@ -189,26 +189,26 @@ func (c *fencedCheckpoint) Commit(next int64) error {
 	return nil
 }
 
-// SharedBackend is one broker node's view of a store shared by several
+// ClusterBackend is one broker node's view of a store shared by several
 // nodes: the logs come from one Inner backend (opened once, whichever node
 // asks first, and closed by the node that opened them), and leases and
 // checkpoints from Table under the name Node. Give every node its own
-// SharedBackend over the same Logs and Table.
-type SharedBackend struct {
+// ClusterBackend over the same Logs and Table.
+type ClusterBackend struct {
 	Node  string
-	Logs  *SharedLogs
+	Logs  *ClusterLogs
 	Table *LeaseTable
 }
 
-// SharedLogs opens each topic once through Inner for every node of a test.
-type SharedLogs struct {
+// ClusterLogs opens each topic once through Inner for every node of a test.
+type ClusterLogs struct {
 	Inner topicqueue.Backend
 	mu    sync.Mutex
 	open  map[string]contract.Log
 }
 
 // Open returns the shared log of name wrapped as this node's.
-func (b *SharedBackend) Open(name string, create bool) (contract.Log, error) {
+func (b *ClusterBackend) Open(name string, create bool) (contract.Log, error) {
 	s := b.Logs
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,14 +228,14 @@ func (b *SharedBackend) Open(name string, create bool) (contract.Log, error) {
 }
 
 // Topics lists Inner's topics.
-func (b *SharedBackend) Topics() (names, skipped []string, err error) { return b.Logs.Inner.Topics() }
+func (b *ClusterBackend) Topics() (names, skipped []string, err error) { return b.Logs.Inner.Topics() }
 
 // Lock takes nothing: nodes share the store.
-func (b *SharedBackend) Lock() (func() error, error) { return func() error { return nil }, nil }
+func (b *ClusterBackend) Lock() (func() error, error) { return func() error { return nil }, nil }
 
 type sharedLog struct {
 	contract.Log
-	b     *SharedBackend
+	b     *ClusterBackend
 	topic string
 	owner bool
 }

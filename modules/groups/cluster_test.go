@@ -14,23 +14,23 @@ import (
 	"github.com/mmmq/mmmq/modules/topicqueue/topicqueuetest"
 )
 
-// sharedNodes are two broker nodes (registry + coordinator each) over one
+// clusterNodes are two broker nodes (registry + coordinator each) over one
 // store: the logs of one local backend, and leases and checkpoints in one
 // lease table, as on a replicated backend.
-type sharedNodes struct {
+type clusterNodes struct {
 	table  *topicqueuetest.LeaseTable
 	q      [2]*topicqueue.TopicQueue
 	c      [2]*Coordinator
 	topics [2]*topicqueue.Registry
 }
 
-func newSharedNodes(t *testing.T) *sharedNodes {
+func newClusterNodes(t *testing.T) *clusterNodes {
 	t.Helper()
 	root := t.TempDir()
-	logs := &topicqueuetest.SharedLogs{Inner: &topicqueue.LocalBackend{Root: root, Storage: storage.Options{Logger: zaptest.NewLogger(t)}}}
-	s := &sharedNodes{table: topicqueuetest.NewLeaseTable()}
+	logs := &topicqueuetest.ClusterLogs{Inner: &topicqueue.LocalBackend{Root: root, Storage: storage.Options{Logger: zaptest.NewLogger(t)}}}
+	s := &clusterNodes{table: topicqueuetest.NewLeaseTable()}
 	for i, node := range []string{"a", "b"} {
-		b := &topicqueuetest.SharedBackend{Node: node, Logs: logs, Table: s.table}
+		b := &topicqueuetest.ClusterBackend{Node: node, Logs: logs, Table: s.table}
 		s.topics[i] = topicqueue.New(topicqueue.Options{Root: root, Backend: b})
 		q, err := s.topics[i].GetOrCreate(testTopic)
 		if err != nil {
@@ -51,7 +51,7 @@ func newSharedNodes(t *testing.T) *sharedNodes {
 }
 
 // publish stores n durable messages through node a.
-func (s *sharedNodes) publish(t *testing.T, n int) {
+func (s *clusterNodes) publish(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		if _, err := s.q[0].Log().Append(context.Background(), []byte(`{"n":1}`), contract.Durable); err != nil {
@@ -65,7 +65,7 @@ func (s *sharedNodes) publish(t *testing.T, n int) {
 // is held); once a releases it, b's new session starts at what a
 // committed.
 func TestGroupHeldThroughOneNodeIsBusyOnAnother(t *testing.T) {
-	s := newSharedNodes(t)
+	s := newClusterNodes(t)
 	s.publish(t, 4)
 	sa, err := s.c[0].Acquire(testTopic, "g")
 	if err != nil {
@@ -104,7 +104,7 @@ func TestGroupHeldThroughOneNodeIsBusyOnAnother(t *testing.T) {
 // offset, whether a noticed the loss or not.
 func TestGroupSessionEndsWhenItsSharedLeaseIsLost(t *testing.T) {
 	for _, notice := range []bool{true, false} {
-		s := newSharedNodes(t)
+		s := newClusterNodes(t)
 		s.publish(t, 4)
 		sa, err := s.c[0].Acquire(testTopic, "g")
 		if err != nil {
