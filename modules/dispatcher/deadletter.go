@@ -46,6 +46,9 @@ const (
 	HeaderDLOriginalID = "mmmq-dl-original-id"
 	// HeaderDLDispatcher is the dispatcher that gave up on it.
 	HeaderDLDispatcher = "mmmq-dl-dispatcher"
+	// HeaderDLGroup is the shared consumer group that gave up on it (its
+	// dead letters carry this one instead of HeaderDLDispatcher).
+	HeaderDLGroup = "mmmq-dl-group"
 	// HeaderDLLastError is the last abnormal answer (at most 256 bytes),
 	// when there was one.
 	HeaderDLLastError = "mmmq-dl-last-error"
@@ -75,6 +78,9 @@ const (
 	// ReasonAbnormal: answered abnormally past the dispatcher's
 	// AbnormalLimit.
 	ReasonAbnormal = "abnormal-limit"
+	// ReasonDeliveries: handed out by a shared consumer group
+	// mmmq.broker.groups.max-deliveries times without being acknowledged.
+	ReasonDeliveries = "max-deliveries"
 )
 
 // Publisher appends one stored message JSON durably (fsynced before it
@@ -178,6 +184,22 @@ func parseStored(b []byte) storedParts {
 // topic and nothing of the first dead letter is lost: it stays where it
 // is, with its own headers.
 func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent bool) []byte {
+	return deadLetterBy(m, HeaderDLDispatcher, dispatcher, topic, dlTopic, reason, omitContent)
+}
+
+// GroupDeadLetter returns the stored JSON of entry e, read from topic, as
+// a dead letter of the shared consumer group named group in dlTopic after
+// deliveries deliveries (reason ReasonDeliveries): the headers of a
+// dispatcher's dead letter, with HeaderDLGroup instead of
+// HeaderDLDispatcher and last status "0" (a pull consumer answers no
+// status). omitContent stores null content, as for a dispatcher.
+func GroupDeadLetter(e contract.Entry, topic, group, dlTopic string, deliveries int, omitContent bool) []byte {
+	return deadLetterBy(&msg{e: e, attempts: deliveries}, HeaderDLGroup, group, topic, dlTopic, ReasonDeliveries, omitContent)
+}
+
+// deadLetterBy is deadLetter with the header naming who gave up
+// (HeaderDLDispatcher or HeaderDLGroup) set to by.
+func deadLetterBy(m *msg, byHeader, by, topic, dlTopic, reason string, omitContent bool) []byte {
 	p := parseStored(m.e.Payload)
 	h := make(map[string]string, len(p.Headers)+11)
 	for k, v := range p.Headers {
@@ -197,7 +219,7 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 	h[HeaderDLAttempts] = strconv.Itoa(m.attempts)
 	h[HeaderDLReason] = reason
 	h[HeaderDLLastStatus] = strconv.Itoa(m.lastStatus)
-	h[HeaderDLDispatcher] = dispatcher
+	h[byHeader] = by
 	if m.lastErr != "" {
 		// The consumer controls part of this text (a 3xx's Location, a
 		// custom Sender's error): EncodeMessage refuses invalid UTF-8.

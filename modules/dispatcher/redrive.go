@@ -110,13 +110,18 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	if t == nil {
 		return res, nil
 	}
-	err := m.redrive(ctx, t, name, pub, &res)
+	err := RedriveRange(ctx, t, HeaderDLDispatcher, name, pub, &res)
 	return res, err
 }
 
-// redrive republishes res.Next..res.To of t, one durable publish per run
-// of dead letters bound for the same topic.
-func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publisher, res *RedriveResult) error {
+// RedriveRange republishes the dead letters at offsets res.Next..res.To
+// of t that by wrote (byHeader is HeaderDLDispatcher or HeaderDLGroup; a
+// dead letter without that header is taken too) to their original
+// topics, one durable publish per run of dead letters bound for the same
+// topic, at most MaxRedrive per call, recording each in res (Next, Redriven,
+// Skipped) as Redrive describes. Errors: a read error of t, or the
+// publish error (what was published before it is in res).
+func RedriveRange(ctx context.Context, t Topic, byHeader, by string, pub Publisher, res *RedriveResult) error {
 	limit := res.Next + MaxRedrive
 	for res.Next < res.To && res.Next < limit {
 		es, err := t.ReadBatch(res.Next, int(min(res.To, limit)-res.Next))
@@ -138,7 +143,7 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 			return fmt.Errorf("read %s at offset %d: nothing below the high watermark", t.Name(), res.Next)
 		}
 		for len(es) > 0 {
-			n, err := m.redriveRun(ctx, t.Name(), name, es, pub, res)
+			n, err := redriveRun(ctx, t.Name(), byHeader, by, es, pub, res)
 			if err != nil {
 				return err
 			}
@@ -151,8 +156,8 @@ func (m *Manager) redrive(ctx context.Context, t Topic, name string, pub Publish
 // redriveRun publishes the leading run of es bound for one topic (or skips
 // the first entry, not a dead letter) and reports how many entries it
 // handled.
-func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []contract.Entry, pub Publisher, res *RedriveResult) (int, error) {
-	dest, stored, why := redriven(dlTopic, name, es[0])
+func redriveRun(ctx context.Context, dlTopic, byHeader, by string, es []contract.Entry, pub Publisher, res *RedriveResult) (int, error) {
+	dest, stored, why := redriven(dlTopic, byHeader, by, es[0])
 	if why != "" {
 		res.Skipped = append(res.Skipped, RedriveSkip{Offset: es[0].Offset, Reason: why})
 		res.Next = es[0].Offset + 1
@@ -160,7 +165,7 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []con
 	}
 	batch := [][]byte{stored}
 	for _, e := range es[1:] {
-		d2, s2, why2 := redriven(dlTopic, name, e)
+		d2, s2, why2 := redriven(dlTopic, byHeader, by, e)
 		if why2 != "" || d2 != dest {
 			break
 		}
@@ -177,18 +182,18 @@ func (m *Manager) redriveRun(ctx context.Context, dlTopic, name string, es []con
 	return len(batch), nil
 }
 
-// redriven returns the original topic of dead letter e, which dispatcher
-// name wrote to dlTopic, and the stored JSON to publish there (with the
+// redriven returns the original topic of dead letter e, which by (named
+// in header byHeader) wrote to dlTopic, and the stored JSON to publish there (with the
 // dead letter's ordering key, the original message's), or why it cannot
 // be redriven.
-func redriven(dlTopic, name string, e contract.Entry) (topic string, stored []byte, why string) {
+func redriven(dlTopic, byHeader, by string, e contract.Entry) (topic string, stored []byte, why string) {
 	p := parseStored(e.Payload)
 	topic = p.Headers[HeaderDLTopic]
-	switch by := p.Headers[HeaderDLDispatcher]; {
+	switch wrote := p.Headers[byHeader]; {
 	case topic == "":
 		return "", nil, "not a dead letter (no " + HeaderDLTopic + " header)"
-	case by != "" && by != name:
-		return "", nil, "a dead letter of dispatcher " + by
+	case wrote != "" && wrote != by:
+		return "", nil, fmt.Sprintf("a dead letter of %s %s", ownerKind(byHeader), wrote)
 	case p.Headers[HeaderDLContentOmitted] != "":
 		return "", nil, fmt.Sprintf("stored without its content (%s); the original is at %s offset %s",
 			p.Headers[HeaderDLContentOmitted], topic, p.Headers[HeaderDLOffset])
@@ -206,4 +211,12 @@ func redriven(dlTopic, name string, e contract.Entry) (topic string, stored []by
 		return "", nil, "cannot encode: " + err.Error()
 	}
 	return topic, b, ""
+}
+
+// ownerKind names who writes dead letters with header byHeader.
+func ownerKind(byHeader string) string {
+	if byHeader == HeaderDLGroup {
+		return "consumer group"
+	}
+	return "dispatcher"
 }
