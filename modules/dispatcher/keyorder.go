@@ -5,7 +5,6 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/internal/offbits"
 )
 
 // The window of a worker with ordering "key" (OrderKey).
@@ -49,7 +49,7 @@ const keySnapEvery = 100 * time.Millisecond
 // orderings). Only the worker's goroutine touches it; publishKeys copies
 // its state for the status (worker.keySnap).
 type keyWindow struct {
-	fin       finBits
+	fin       offbits.Set
 	keys      map[string]*keyQueue
 	parked    parkHeap
 	held      map[int64][]byte // payloads of waiting messages, by offset
@@ -100,7 +100,7 @@ type keyQueue struct {
 
 func newKeyWindow(w *worker, off int64, skip []contract.OffsetRange) *keyWindow {
 	kw := &keyWindow{keys: map[string]*keyQueue{}, held: map[int64][]byte{}, maxUnack: int64(w.d.MaxUnacked()), skip: skip}
-	kw.fin.reset(off)
+	kw.fin.Reset(off)
 	if r, ok := w.cp.(contract.FinishedRecorder); ok {
 		kw.rec = r
 	}
@@ -154,7 +154,7 @@ func (w *worker) fillKeys() error {
 	for w.keyHasRoom() && w.readNext < hw {
 		if end := skipAt(&kw.skip, w.readNext); end > w.readNext {
 			end = min(end, hw)
-			kw.fin.setRange(w.readNext, end)
+			kw.fin.SetRange(w.readNext, end)
 			w.readNext = end
 			continue
 		}
@@ -219,7 +219,7 @@ func (w *worker) finish(m *msg) {
 		return
 	}
 	kw.dirty = true
-	kw.fin.set(m.e.Offset)
+	kw.fin.Set(m.e.Offset)
 	kw.unrec = append(kw.unrec, m.e.Offset)
 	m.e.Payload = nil
 	if m.heapIdx >= 0 && m.parked {
@@ -260,16 +260,16 @@ func (w *worker) finishGap(off, end int64) {
 	}
 	kw := w.kw
 	kw.dirty = true
-	if kw.fin.firstUnset(w.next.Load()) >= off {
+	if kw.fin.FirstUnset(w.next.Load()) >= off {
 		// Nothing unfinished before the gap (a worker whose checkpoint
 		// retention passed): the bits start again at its end, however
 		// long it is.
-		kw.fin.reset(end)
-		kw.fin.setRange(kw.fin.base, end)
+		kw.fin.Reset(end)
+		kw.fin.SetRange(kw.fin.Base(), end)
 		return
 	}
 	// Behind an unfinished message: one bit per offset of the gap.
-	kw.fin.setRange(off, end)
+	kw.fin.SetRange(off, end)
 }
 
 // loadReady reads again from the log the payloads of the first ready
@@ -382,13 +382,13 @@ func (w *worker) unpark(now time.Time) time.Time {
 // offset not finished.
 func (w *worker) popDoneKeys() bool {
 	base := w.next.Load()
-	nb := min(w.kw.fin.firstUnset(base), w.readNext)
+	nb := min(w.kw.fin.FirstUnset(base), w.readNext)
 	if nb <= base {
 		return false
 	}
 	w.next.Store(nb)
 	w.pending += int(nb - base)
-	w.kw.fin.drop(nb)
+	w.kw.fin.Drop(nb)
 	w.kw.dirty = true
 	return true
 }
@@ -515,86 +515,6 @@ func (h *parkHeap) Pop() any {
 	*h = old[:len(old)-1]
 	m.heapIdx = -1
 	return m
-}
-
-// finBits is a set of finished offsets from base on, one bit each.
-type finBits struct {
-	base  int64 // offset of bit 0 of words[0], a multiple of 64
-	words []uint64
-}
-
-func (b *finBits) reset(off int64) {
-	b.base = off &^ 63
-	b.words = b.words[:0]
-}
-
-func (b *finBits) set(off int64) {
-	if off < b.base {
-		return
-	}
-	i := off - b.base
-	wi := int(i >> 6)
-	for len(b.words) <= wi {
-		b.words = append(b.words, 0)
-	}
-	b.words[wi] |= 1 << uint(i&63)
-}
-
-func (b *finBits) has(off int64) bool {
-	if off < b.base {
-		return true // below base everything is finished
-	}
-	i := off - b.base
-	wi := int(i >> 6)
-	return wi < len(b.words) && b.words[wi]&(1<<uint(i&63)) != 0
-}
-
-// setRange sets [lo, hi).
-func (b *finBits) setRange(lo, hi int64) {
-	for o := max(lo, b.base); o < hi; {
-		if o&63 == 0 && hi-o >= 64 {
-			wi := int((o - b.base) >> 6)
-			for len(b.words) <= wi {
-				b.words = append(b.words, 0)
-			}
-			b.words[wi] = ^uint64(0)
-			o += 64
-			continue
-		}
-		b.set(o)
-		o++
-	}
-}
-
-// firstUnset is the first offset at or past from whose bit is not set.
-func (b *finBits) firstUnset(from int64) int64 {
-	from = max(from, b.base)
-	i := from - b.base
-	for wi := int(i >> 6); wi < len(b.words); wi++ {
-		word := b.words[wi]
-		if wi == int(i>>6) {
-			word |= (1 << uint(i&63)) - 1 // bits below from count as set
-		}
-		if word != ^uint64(0) {
-			return b.base + int64(wi)<<6 + int64(bits.TrailingZeros64(^word))
-		}
-	}
-	return max(from, b.base+int64(len(b.words))<<6)
-}
-
-// drop forgets the bits below off (every one of them is set).
-func (b *finBits) drop(off int64) {
-	k := int((off - b.base) >> 6)
-	if k <= 0 || k < 64 && 2*k < len(b.words) {
-		return // moved in bulk, not per commit
-	}
-	if k >= len(b.words) {
-		b.words = b.words[:0]
-	} else {
-		n := copy(b.words, b.words[k:])
-		b.words = b.words[:n]
-	}
-	b.base += int64(k) << 6
 }
 
 // abnormalKeys is abnormalAnswer under OrderKey: each message of the push

@@ -384,45 +384,6 @@ func TestOrderingSettings(t *testing.T) {
 	}
 }
 
-// finBits: the checkpoint is the first offset not finished, through
-// words set in bulk and dropped.
-func TestFinBits(t *testing.T) {
-	var b finBits
-	b.reset(70)
-	if got := b.firstUnset(70); got != 70 {
-		t.Fatalf("empty: first unset %d, want 70", got)
-	}
-	b.setRange(70, 300)
-	b.set(301)
-	if got := b.firstUnset(70); got != 300 {
-		t.Fatalf("first unset %d, want 300", got)
-	}
-	b.drop(300)
-	if b.has(300) || !b.has(301) || !b.has(10) {
-		t.Fatal("drop lost bits")
-	}
-	b.set(300)
-	if got := b.firstUnset(300); got != 302 {
-		t.Fatalf("first unset %d, want 302", got)
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	b.reset(0)
-	set := map[int64]bool{}
-	next := int64(0)
-	for range 5000 {
-		o := next + rng.Int64N(200)
-		b.set(o)
-		set[o] = true
-		for set[next] {
-			next++
-		}
-		if got := b.firstUnset(next); got != next {
-			t.Fatalf("first unset %d, want %d", got, next)
-		}
-		b.drop(next)
-	}
-}
-
 // The messages finished past a parked key are recorded beside the
 // checkpoint: after a restart only the parked key's messages are pushed
 // again, whichever ordering the dispatcher has then (a worker with
@@ -619,15 +580,14 @@ func TestKeyOrderingIntervalPolicyRecordsFinished(t *testing.T) {
 // A key-ordered worker whose checkpoint retention passed goes on from the
 // log start offset without a bit per deleted offset.
 func TestKeyOrderingRetentionGapAtTheCheckpoint(t *testing.T) {
-	var b finBits
 	w := &worker{kw: &keyWindow{}}
-	w.kw.fin.reset(5)
+	w.kw.fin.Reset(5)
 	w.next.Store(5)
 	w.readNext = 5
 	w.finishGap(5, 1<<40)
-	b = w.kw.fin
-	if len(b.words) > 1 || b.firstUnset(5) != 1<<40 {
-		t.Fatalf("gap at the checkpoint: %d words, first unset %d; want at most 1 word, %d", len(b.words), b.firstUnset(5), int64(1<<40))
+	b := &w.kw.fin
+	if b.Words() > 1 || b.FirstUnset(5) != 1<<40 {
+		t.Fatalf("gap at the checkpoint: %d words, first unset %d; want at most 1 word, %d", b.Words(), b.FirstUnset(5), int64(1<<40))
 	}
 }
 
