@@ -196,7 +196,7 @@ func TestParseRedrive(t *testing.T) {
 	for body, want := range map[string][2]int64{
 		``: {-1, -1}, " \n": {-1, -1}, `{}`: {-1, -1}, `{"from":3}`: {3, -1}, `{"to":7}`: {-1, 7}, ` {"from":0, "to":9} `: {0, 9},
 	} {
-		from, to, err := parseRedrive([]byte(body))
+		from, to, err := dispatcher.ParseRedrive([]byte(body))
 		if err != nil || from != want[0] || to != want[1] {
 			t.Errorf("%q: %d %d %v; want %v", body, from, to, err, want)
 		}
@@ -205,7 +205,7 @@ func TestParseRedrive(t *testing.T) {
 		`{"from":-1}`: `"from"`, `{"to":1e3}`: `"to"`, `{"to":true}`: `"to"`, `{"to":null}`: `"to"`, `{"from":1,"x":2}`: `unknown field "x"`,
 		`"all"`: "JSON object", `{"from":1`: "JSON object", `{}{}`: "JSON object", `{"from":99999999999999999999}`: `"from"`,
 	} {
-		_, _, err := parseRedrive([]byte(body))
+		_, _, err := dispatcher.ParseRedrive([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {
 			t.Errorf("%s: %v; want a 400 saying %s", body, err, says)
 		}

@@ -1,10 +1,13 @@
 package dispatcher
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,10 +90,19 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	if pub == nil {
 		return RedriveResult{}, ErrNoPublisher
 	}
-	res := RedriveResult{DeadLetterTopic: dl, From: max(from, 0), Redriven: []Redriven{}, Skipped: []RedriveSkip{}}
 	m.mu.Lock()
 	t := m.topics[dl]
 	m.mu.Unlock()
+	return RedriveTopic(ctx, t, dl, HeaderDLDispatcher, name, pub, from, to)
+}
+
+// RedriveTopic is Redrive of the dead-letter topic t named dl (t nil: it
+// does not exist yet, nothing to redrive), taking the dead letters by wrote
+// (byHeader: HeaderDLDispatcher or HeaderDLGroup). from < 0 means the
+// topic's first offset, to < 0 its high watermark. Errors: a 400 for a
+// range outside [0, high watermark] or with from > to, and RedriveRange's.
+func RedriveTopic(ctx context.Context, t Topic, dl, byHeader, by string, pub Publisher, from, to int64) (RedriveResult, error) {
+	res := RedriveResult{DeadLetterTopic: dl, From: max(from, 0), Redriven: []Redriven{}, Skipped: []RedriveSkip{}}
 	hw := int64(0)
 	if t != nil {
 		hw = t.HighWatermark()
@@ -110,7 +122,7 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	if t == nil {
 		return res, nil
 	}
-	err := RedriveRange(ctx, t, HeaderDLDispatcher, name, pub, &res)
+	err := RedriveRange(ctx, t, byHeader, by, pub, &res)
 	return res, err
 }
 
@@ -219,4 +231,44 @@ func ownerKind(byHeader string) string {
 		return "consumer group"
 	}
 	return "dispatcher"
+}
+
+// ParseRedrive reads the body of a redrive request (a dispatcher's or a
+// shared consumer group's): empty, or a JSON object with "from"
+// and "to", each an integer >= 0 when present. It returns -1 for a field
+// left out (Redrive's default). Errors are 400s naming
+// the field; unknown fields are refused.
+func ParseRedrive(body []byte) (from, to int64, err error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return -1, -1, nil
+	}
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&fields); err != nil || fields == nil || dec.More() {
+		return 0, 0, contract.BadRequest(`invalid redrive: the body must be empty or a JSON object {"from": <offset>, "to": <offset>}`)
+	}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if k != "from" && k != "to" {
+			return 0, 0, contract.BadRequest("invalid redrive: unknown field %q (want \"from\" and \"to\")", k)
+		}
+	}
+	offset := func(name string) (int64, error) {
+		raw, ok := fields[name]
+		if !ok {
+			return -1, nil
+		}
+		n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+		if err != nil || n < 0 {
+			return 0, contract.BadRequest("invalid redrive: field %q must be an integer >= 0 (an offset of the dead-letter topic); got %s", name, raw)
+		}
+		return n, nil
+	}
+	if from, err = offset("from"); err != nil {
+		return 0, 0, err
+	}
+	if to, err = offset("to"); err != nil {
+		return 0, 0, err
+	}
+	return from, to, nil
 }

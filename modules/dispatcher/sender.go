@@ -555,6 +555,11 @@ func parseAnswer(body []byte) (Outcome, time.Duration, error) {
 	return o, ra, err
 }
 
+// ParseRetryAfter reads a NACK's "retryAfter" as readRetryAfter does (a
+// duration string or a number of seconds, 0..86400 s; left out or null:
+// 0): the shared consumer groups' nack uses the same rule.
+func ParseRetryAfter(raw json.RawMessage) (time.Duration, error) { return readRetryAfter(raw, NACK) }
+
 // readRetryAfter reads a NACK's "retryAfter": a duration string ("30s",
 // "1m30s") or a number of seconds, at least 0; the message is sent again
 // no sooner (capped by the dispatcher's backoff-max). Left out or null: 0.
