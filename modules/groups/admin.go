@@ -29,6 +29,17 @@ type GroupInfo struct {
 	// (renewed by its every fetch and ack; a waiting fetch holds it for at
 	// least another lease). Only when Held.
 	LeaseExpiresInMs *int64 `json:"leaseExpiresInMs,omitempty"`
+	// Mode is "exclusive" or "shared"; omitted for a group whose mode is
+	// not stored (never used, or a backend that does not store modes).
+	Mode string `json:"mode,omitempty"`
+	// InFlight (shared groups) is the messages handed out and not
+	// finished; Redelivered the hand-outs of a message handed out before
+	// and DeadLettered the messages sent to the dead-letter topic, both
+	// since the broker started; Sessions the live sessions, by id.
+	InFlight     *int64        `json:"inFlight,omitempty"`
+	Redelivered  *uint64       `json:"redelivered,omitempty"`
+	DeadLettered *uint64       `json:"deadLettered,omitempty"`
+	Sessions     []SessionInfo `json:"sessions,omitempty"`
 }
 
 // Listing is the consumer groups of one topic (GET /topics/{topic}/groups).
@@ -102,8 +113,11 @@ func (c *Coordinator) infoOf(g *group, now time.Time, l Listing) GroupInfo {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c.expireLocked(g, now)
-	info := GroupInfo{Group: g.name, Committed: g.cp.Offset()}
+	info := GroupInfo{Group: g.name, Committed: g.cp.Offset(), Mode: g.mode}
 	info.Lag = lag(l, info.Committed)
+	if g.shared != nil {
+		c.sharedInfo(g, now, &info)
+	}
 	if g.lease != nil {
 		ms := c.leaseLeft(g.lease, now).Milliseconds()
 		info.Held, info.LeaseExpiresInMs = true, &ms
@@ -202,6 +216,13 @@ func (c *Coordinator) SeekCommitted(topic, group string, to SeekTarget) (Seeked,
 	if l := g.lease; l != nil {
 		return Seeked{}, &BusyError{Topic: topic, Group: group, LeaseLeft: c.leaseLeft(l, now)}
 	}
+	if s := g.shared; s != nil {
+		c.expireShared(g, now)
+		if n := len(s.sessions); n > 0 {
+			return Seeked{}, &BusyError{Topic: topic, Group: group, LeaseLeft: c.opts.LeaseTimeout,
+				Full: fmt.Sprintf("%d live sessions (a seek of a shared group waits until none is left)", n)}
+		}
+	}
 	// On a backend shared by several nodes the group may be held through
 	// another node: busy too. Held here for the seek, then given back.
 	work, err := c.acquireWork(g)
@@ -214,6 +235,13 @@ func (c *Coordinator) SeekCommitted(topic, group string, to SeekTarget) (Seeked,
 	prev := g.cp.Offset()
 	if err := contract.SeekCheckpoint(g.cp, target); err != nil {
 		return Seeked{}, fmt.Errorf("seek group %s of topic %s to %d: %w", group, topic, target, err)
+	}
+	if s := g.shared; s != nil {
+		// Acks past the old offset and delivery counts are forgotten
+		// (SeekCheckpoint cleared them durably): a replay delivers anew.
+		g.shared = newShared(g, s.rec)
+		g.shared.redelivered, g.shared.deadLettered, g.shared.expiredLeases = s.redelivered, s.deadLettered, s.expiredLeases
+		s.signal()
 	}
 	g.active.Store(time.Now().UnixNano())
 	return Seeked{Previous: prev, Committed: target}, nil

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -23,6 +24,12 @@ var (
 	// defaultMaxFetch caps the entries of one fetch
 	// (mmmq.broker.groups.max-fetch, 1000).
 	defaultMaxFetch = ConfigSection.Default().MaxFetch
+	// defaultMaxDeliveries: a shared group's deliveries of a message
+	// before its dead letter (mmmq.broker.groups.max-deliveries, 4).
+	defaultMaxDeliveries = ConfigSection.Default().MaxDeliveries
+	// defaultMaxUnacked bounds a shared group's window past its committed
+	// offset (mmmq.broker.groups.max-unacked, 1000000).
+	defaultMaxUnacked = ConfigSection.Default().MaxUnacked
 )
 
 // Defaults of Options that are not configuration keys.
@@ -71,6 +78,24 @@ type Options struct {
 	// checkpoint name space (the dispatchers); such a group name is refused
 	// with ErrNameTaken. Nil reserves nothing.
 	Reserved func(name string) bool
+	// Shared are the group globs of mmmq.broker.groups.shared: a new
+	// group matching one is shared without mode=shared.
+	Shared []string
+	// MaxDeliveries is how many times a shared group hands a message out
+	// before its dead letter; default 4, negative: never dead-letter
+	// (mmmq.broker.groups.max-deliveries, where 0 means never).
+	MaxDeliveries int
+	// MaxUnacked bounds what a shared group reads past its committed
+	// offset; default 1000000 (mmmq.broker.groups.max-unacked).
+	MaxUnacked int64
+	// DeadLetterTopics maps a group name to its dead-letter topic
+	// (mmmq.broker.groups.dead-letter-topics); the others use
+	// dead-letter.<group>.
+	DeadLetterTopics map[string]string
+	// Publisher appends shared groups' dead letters (and republishes them
+	// on a redrive); nil: a message past MaxDeliveries stays unfinished
+	// (a fetch that meets it fails with 503) — set it, as Module does.
+	Publisher dispatcher.Publisher
 	// Logger receives lease and corruption events; default zap.NewNop().
 	Logger *zap.Logger
 }
@@ -82,6 +107,10 @@ func (o Options) withDefaults() Options {
 	o.MaxFetchBytes = orDefault(o.MaxFetchBytes, DefaultMaxFetchBytes)
 	o.MaxWait = orDefault(o.MaxWait, DefaultMaxWait)
 	o.JanitorInterval = orDefault(o.JanitorInterval, min(max(o.LeaseTimeout/4, 10*time.Millisecond), 5*time.Second))
+	if o.MaxDeliveries == 0 {
+		o.MaxDeliveries = defaultMaxDeliveries
+	}
+	o.MaxUnacked = orDefault(o.MaxUnacked, defaultMaxUnacked)
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
@@ -169,7 +198,12 @@ type group struct {
 	cp    contract.Checkpoint
 
 	mu    sync.Mutex
-	lease *lease // nil: free
+	lease *lease // nil: free (exclusive groups)
+	// mode is contract.GroupExclusive or GroupShared once known (stored,
+	// or set by the first session); "" for a group not used yet.
+	mode string
+	// shared is the state of a shared group (nil otherwise).
+	shared *sharedGroup
 
 	// active is when the group was opened by this coordinator, or last
 	// fetched or committed (Unix ns): what retention's keep-unconsumed
@@ -227,6 +261,11 @@ func (c *Coordinator) dropTopic(q *topicqueue.TopicQueue) {
 		if l := g.lease; l != nil {
 			c.endLocked(g, l)
 		}
+		if g.shared != nil {
+			for _, m := range g.shared.sessions {
+				c.endMember(g, m, "topic deleted")
+			}
+		}
 		g.mu.Unlock()
 	}
 	if len(gs) > 0 {
@@ -243,9 +282,14 @@ func (c *Coordinator) MaxFetch() int { return c.opts.MaxFetch }
 // MaxWait is the cap on the long-poll wait of a Fetch.
 func (c *Coordinator) MaxWait() time.Duration { return c.opts.MaxWait }
 
-// Start launches the janitor that releases expired leases every
+// Start checks the configured shared globs against the stored groups
+// (CheckConfiguredShared: a stored exclusive group matching one is an
+// error) and launches the janitor that releases expired leases every
 // JanitorInterval. It returns at once.
 func (c *Coordinator) Start(context.Context) error {
+	if err := c.CheckConfiguredShared(); err != nil {
+		return err
+	}
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	if c.stopJanitor != nil {
@@ -336,6 +380,16 @@ func (c *Coordinator) group(topic, name string) (*group, error) {
 	}
 	delete(c.cpErrs, k)
 	g := &group{topic: q, name: name, cp: cp}
+	if gm, ok := cp.(contract.GroupModer); ok {
+		if g.mode, err = gm.GroupMode(); err != nil {
+			return nil, fmt.Errorf("open group %s of topic %s: %w", name, topic, err)
+		}
+		if g.mode == contract.GroupShared {
+			if err := c.startShared(g); err != nil {
+				return nil, err
+			}
+		}
+	}
 	g.active.Store(time.Now().UnixNano())
 	c.groups[k] = g
 	return g, nil
@@ -402,7 +456,10 @@ type GroupStatus struct {
 	Group     string `json:"group"`
 	Committed int64  `json:"committed"` // durable committed offset
 	Held      bool   `json:"held"`      // a live session holds the group
-	Next      int64  `json:"next"`      // the holder's delivered-up-to; Committed when free
+	Next      int64  `json:"next"`      // the holder's delivered-up-to; Committed when free (shared: the next offset to read)
+	Mode      string `json:"mode,omitempty"`
+	Sessions  int    `json:"sessions,omitempty"` // shared: live sessions
+	InFlight  int    `json:"inFlight,omitempty"` // shared: messages leased
 }
 
 // Groups returns the groups of topic used since this coordinator started
@@ -421,10 +478,14 @@ func (c *Coordinator) Groups(topic string) []GroupStatus {
 	for _, g := range gs {
 		g.mu.Lock()
 		c.expireLocked(g, now)
-		st := GroupStatus{Topic: topic, Group: g.name, Committed: g.cp.Offset()}
+		st := GroupStatus{Topic: topic, Group: g.name, Committed: g.cp.Offset(), Mode: g.mode}
 		st.Next = st.Committed
 		if g.lease != nil {
 			st.Held, st.Next = true, g.lease.next
+		}
+		if s := g.shared; s != nil {
+			c.expireShared(g, now)
+			st.Held, st.Next, st.Sessions, st.InFlight = len(s.sessions) > 0, s.scan, len(s.sessions), len(s.out)
 		}
 		g.mu.Unlock()
 		out = append(out, st)

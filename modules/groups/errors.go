@@ -48,6 +48,13 @@ var (
 	// an offset above the topic's high watermark (nothing is stored
 	// there yet). HTTP 400 BAD_REQUEST.
 	ErrBeyondHighWatermark = contract.NewError(contract.CodeBadRequest, "groups: offset beyond the high watermark")
+	// ErrGroupMode: a request for the other consumer-group mode: a fetch
+	// with mode=exclusive of a shared group or mode=shared of an exclusive
+	// one (a group's mode is fixed by its first use), a cumulative ack of
+	// a shared group, a per-message ack or nack of an exclusive one, or
+	// mode=shared on a storage backend that cannot keep a shared group's
+	// per-message state. HTTP 409 GROUP_MODE, TCP ERR GROUP_MODE.
+	ErrGroupMode = contract.NewError(contract.CodeGroupMode, "groups: wrong group mode")
 	// ErrTooManyGroups: Options.MaxGroups (topic, group) pairs are already
 	// tracked. HTTP 503 TOO_MANY_GROUPS, TCP ERR TOO_MANY_GROUPS.
 	ErrTooManyGroups = contract.NewError(contract.CodeTooManyGroups, "groups: group limit reached")
@@ -63,9 +70,14 @@ type BusyError struct {
 	// through another node (a storage backend shared by several nodes);
 	// "" when held through this one.
 	Elsewhere string
+	// Full says why a shared group takes no more sessions; "" otherwise.
+	Full string
 }
 
 func (e *BusyError) Error() string {
+	if e.Full != "" {
+		return fmt.Sprintf("%v: shared group %s of topic %s has %s; retry when one ends", ErrGroupBusy, e.Group, e.Topic, e.Full)
+	}
 	if e.Elsewhere != "" {
 		return fmt.Sprintf("%v: group %s of topic %s has an active consumer on another broker node (%s)",
 			ErrGroupBusy, e.Group, e.Topic, e.Elsewhere)

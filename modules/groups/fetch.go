@@ -27,6 +27,12 @@ type Batch struct {
 	// the offsets are offsets of this incarnation of the topic.
 	Incarnation string
 
+	// Shared: the group is shared; Next is then the next offset the group
+	// reads from the log, and Deliveries holds, per entry, how many
+	// times it has been handed out (this time included).
+	Shared     bool
+	Deliveries []uint32
+
 	// held is what the entries took from the coordinator's budget
 	// (Options.Budget); Release returns it.
 	held   int64
@@ -70,6 +76,12 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 	}
 	limit = min(max(limit, 1), c.opts.MaxFetch)
 	wait = min(max(wait, 0), c.opts.MaxWait)
+	g.mu.Lock()
+	shared := g.shared != nil
+	g.mu.Unlock()
+	if shared {
+		return c.fetchShared(ctx, g, session, limit, wait)
+	}
 
 	l, unhold, err := c.holdForFetch(g, session)
 	if err != nil {

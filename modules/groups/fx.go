@@ -26,10 +26,23 @@ type Params struct {
 	Budget *contract.Budget
 }
 
-// OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout and
-// MaxFetch; the other fields keep their defaults.
+// OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout,
+// MaxFetch, Shared, MaxDeliveries (0 in the configuration, never
+// dead-letter, is -1 in Options), MaxUnacked and DeadLetterTopics; the
+// other fields keep their defaults.
 func OptionsFromConfig(g Config) Options {
-	return Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch}
+	o := Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch, Shared: g.Shared,
+		MaxDeliveries: g.MaxDeliveries, MaxUnacked: g.MaxUnacked}
+	if o.MaxDeliveries == 0 {
+		o.MaxDeliveries = -1
+	}
+	if len(g.DeadLetterTopics) > 0 {
+		o.DeadLetterTopics = map[string]string{}
+		for _, d := range g.DeadLetterTopics {
+			o.DeadLetterTopics[d.Group] = d.Topic
+		}
+	}
+	return o
 }
 
 // RouteOptionsFromConfig maps the "server" section to RouteOptions:
@@ -44,6 +57,7 @@ func NewFromConfig(p Params) *Coordinator {
 	opts := OptionsFromConfig(p.Groups)
 	opts.Logger = p.Logger.Named("groups")
 	opts.Budget = p.Budget
+	opts.Publisher = dispatcher.RegistryPublisher(p.Registry)
 	if set := p.Dispatchers; set != nil {
 		opts.Reserved = func(name string) bool { _, ok := set.Get(name); return ok }
 	}

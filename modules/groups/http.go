@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 )
 
 // SessionHeader carries the session id of a consumer group: the fetch
@@ -24,8 +26,12 @@ const SessionHeader = "mmmq-session"
 // request has no max parameter.
 const DefaultFetchMax = 100
 
-// maxAckBody caps the body of an ack request, in bytes.
-const maxAckBody = 4096
+// maxAckBody caps the body of an ack or nack request, in bytes: room for
+// maxAckOffsets offsets.
+const maxAckBody = 256 << 10
+
+// maxAckOffsets caps the offsets of one per-message ack or nack.
+const maxAckOffsets = 10000
 
 // RouteOptions configures the HTTP routes.
 type RouteOptions struct {
@@ -44,7 +50,9 @@ type RouteOptions struct {
 // routes value group (contract.ProvideRoute) by Module:
 //
 //	POST   /topics/{topic}/groups/{group}/fetch?max=N&wait=MS
-//	POST   /topics/{topic}/groups/{group}/ack        {"offset": n}
+//	POST   /topics/{topic}/groups/{group}/ack        {"offset": n} | {"offsets": [n, ...]}
+//	POST   /topics/{topic}/groups/{group}/nack       {"offsets": [n, ...], "retryAfter": "30s"}
+//	POST   /topics/{topic}/groups/{group}/redrive    {"from": n, "to": n} (both optional)
 //	DELETE /topics/{topic}/groups/{group}/session
 //	GET    /topics/{topic}/groups                    (and HEAD)
 //	POST   /topics/{topic}/groups/{group}/seek       {"to": ...}
@@ -78,6 +86,8 @@ func (rt *Route) Drain(ctx context.Context) error { return rt.c.Drain(ctx) }
 func (rt *Route) Register(r *mux.Router) {
 	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", consume(rt.handleFetch)).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/ack", consume(rt.handleAck)).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/nack", consume(rt.handleNack)).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/redrive", consume(rt.handleRedrive)).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/session", consume(rt.handleRelease)).Methods(http.MethodDelete)
 	r.HandleFunc("/topics/{topic}/groups", consume(rt.handleList)).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}/groups/{group}/seek", consume(rt.handleSeek)).Methods(http.MethodPost)
@@ -106,7 +116,10 @@ func consume(h http.HandlerFunc) http.HandlerFunc {
 // Message for a stored record that is not valid JSON (written by another
 // tool); it is still delivered, so it can be acknowledged.
 type Message struct {
-	Offset  int64           `json:"offset"`
+	Offset int64 `json:"offset"`
+	// Deliveries (shared groups) is how many times the message has been
+	// handed out, this time included.
+	Deliveries uint32           `json:"deliveries,omitempty"`
 	Message json.RawMessage `json:"message,omitempty"`
 	Error   string          `json:"error,omitempty"`
 }
@@ -126,21 +139,45 @@ type FetchResponse struct {
 	// under a new one, so a consumer that remembers offsets keys them by
 	// (incarnation, offset).
 	Incarnation string `json:"incarnation,omitempty"`
+	// Mode is the group's mode, "exclusive" or "shared".
+	Mode string `json:"mode,omitempty"`
 }
 
-// AckRequest is the body of an ack: the last offset processed; everything
-// up to it is acknowledged.
+// AckRequest is the body of an ack: for an exclusive group Offset, the
+// last offset processed (everything up to it is acknowledged); for a
+// shared group Offsets, each acknowledged on its own. Exactly one.
 type AckRequest struct {
-	Offset *int64 `json:"offset"`
+	Offset  *int64  `json:"offset,omitempty"`
+	Offsets []int64 `json:"offsets,omitempty"`
+}
+
+// NackRequest is the body of a nack (shared groups): the offsets given
+// back, and RetryAfter, a duration string ("30s") or a number of seconds
+// (0..86400): they are handed out again no sooner.
+type NackRequest struct {
+	Offsets    []int64         `json:"offsets"`
+	RetryAfter json.RawMessage `json:"retryAfter,omitempty"`
 }
 
 // AckResponse is the 200 body of an ack, sent after the fsync: the new
 // committed offset (offset+1, or the unchanged committed offset for an ack
-// at or below it).
+// at or below it). A per-message ack also says how many offsets it
+// finished (Acked) and how many were finished before (Already).
 type AckResponse struct {
 	Topic     string `json:"topic"`
 	Group     string `json:"group"`
 	Committed int64  `json:"committed"`
+	Acked     *int   `json:"acked,omitempty"`
+	Already   *int   `json:"already,omitempty"`
+}
+
+// NackResponse is the 200 body of a nack.
+type NackResponse struct {
+	Topic     string `json:"topic"`
+	Group     string `json:"group"`
+	Committed int64  `json:"committed"`
+	Nacked    int    `json:"nacked"`
+	Already   int    `json:"already"`
 }
 
 // ReleaseResponse is the 200 body of DELETE .../session: Released tells
@@ -160,10 +197,17 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, err)
 		return
 	}
+	mode := r.URL.Query().Get("mode")
+	switch mode {
+	case "", contract.GroupExclusive, contract.GroupShared:
+	default:
+		rt.fail(w, contract.BadRequest("query parameter mode must be %q or %q; got %q", contract.GroupExclusive, contract.GroupShared, mode))
+		return
+	}
 	session := r.Header.Get(SessionHeader)
 	started := false
 	if session == "" {
-		if session, err = rt.c.Acquire(topic, group); err != nil {
+		if session, err = rt.c.AcquireMode(topic, group, mode); err != nil {
 			rt.fail(w, err)
 			return
 		}
@@ -200,8 +244,18 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	}
 	defer b.Release() // the entries' bytes go back to the budget once written
 	w.Header().Set(SessionHeader, session)
-	writeFetch(w, FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next,
-		Incarnation: b.Incarnation}, b.Entries)
+	resp := FetchResponse{Topic: topic, Group: group, Session: session, Committed: b.Committed, Next: b.Next,
+		Incarnation: b.Incarnation, Mode: contract.GroupExclusive}
+	if b.Shared {
+		resp.Mode = contract.GroupShared
+	}
+	if mode != "" && mode != resp.Mode {
+		// A session of the other mode was sent with mode=: say so
+		// rather than answer as if the mode were taken.
+		rt.fail(w, fmt.Errorf("%w: group %s of topic %s is %s; mode=%s was asked", ErrGroupMode, group, topic, resp.Mode, mode))
+		return
+	}
+	writeFetch(w, resp, b.Entries, b.Deliveries)
 }
 
 // writeFetch writes the 200 FetchResponse of entries (resp.Messages is
@@ -211,7 +265,7 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 // and then write it). The shape is exactly FetchResponse's. A write error
 // (the client went away) ends the writing; the session has still moved,
 // as for any lost reply (a client resumes with from=).
-func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []contract.Entry) {
+func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []contract.Entry, deliveries []uint32) {
 	s := contract.StartJSON(w, http.StatusOK)
 	s.Text(`{"topic":`)
 	s.String(resp.Topic)
@@ -226,6 +280,10 @@ func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []contract.En
 		}
 		s.Text(`{"offset":`)
 		s.Int(e.Offset)
+		if i < len(deliveries) {
+			s.Text(`,"deliveries":`)
+			s.Int(int64(deliveries[i]))
+		}
 		if contract.ValidStoredJSON(e.Payload) {
 			s.Text(`,"message":`)
 			s.Raw(e.Payload)
@@ -244,6 +302,10 @@ func writeFetch(w http.ResponseWriter, resp FetchResponse, entries []contract.En
 	if resp.Incarnation != "" {
 		s.Text(`,"incarnation":`)
 		s.String(resp.Incarnation)
+	}
+	if resp.Mode != "" {
+		s.Text(`,"mode":`)
+		s.String(resp.Mode)
 	}
 	s.Text("}\n")
 	_ = s.Close()
@@ -295,8 +357,26 @@ func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req AckRequest
-	if err := json.Unmarshal(body, &req); err != nil || req.Offset == nil || *req.Offset < 0 {
-		rt.fail(w, contract.BadRequest(`body must be {"offset": n} with an integer n >= 0`))
+	const shape = `body must be {"offset": n} (an exclusive group: through n) or {"offsets": [n, ...]} (a shared group: 1..%d offsets), integers n >= 0`
+	if err := decodeStrict(body, &req); err != nil || (req.Offset == nil) == (req.Offsets == nil) {
+		rt.fail(w, contract.BadRequest(shape, maxAckOffsets))
+		return
+	}
+	if req.Offsets != nil {
+		if err := checkOffsets(req.Offsets); err != nil {
+			rt.fail(w, err)
+			return
+		}
+		res, err := rt.c.AckOffsets(topic, group, session, req.Offsets)
+		if err != nil {
+			rt.fail(w, err)
+			return
+		}
+		contract.WriteJSON(w, http.StatusOK, AckResponse{Topic: topic, Group: group, Committed: res.Committed, Acked: &res.Acked, Already: &res.Already})
+		return
+	}
+	if *req.Offset < 0 {
+		rt.fail(w, contract.BadRequest(shape, maxAckOffsets))
 		return
 	}
 	committed, err := rt.c.Ack(topic, group, session, *req.Offset)
@@ -347,4 +427,72 @@ func (rt *Route) fail(w http.ResponseWriter, err error) {
 		rt.log.Warn("consumer group request failed", zap.Int("status", status), zap.Error(err))
 	}
 	contract.WriteErr(w, err) // status and code as above; 410 carries startOffset
+}
+
+// checkOffsets refuses an empty or too long list of offsets, or a
+// negative one, with a 400.
+func checkOffsets(offs []int64) error {
+	if len(offs) == 0 || len(offs) > maxAckOffsets {
+		return contract.BadRequest(`"offsets" must hold 1..%d offsets; got %d`, maxAckOffsets, len(offs))
+	}
+	for _, o := range offs {
+		if o < 0 {
+			return contract.BadRequest(`"offsets" must be integers >= 0; got %d`, o)
+		}
+	}
+	return nil
+}
+
+func (rt *Route) handleNack(w http.ResponseWriter, r *http.Request) {
+	topic, group, session, err := sessionRequest(r, "the session returned by fetch")
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
+	if err != nil {
+		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err))
+		return
+	}
+	var req NackRequest
+	if err := decodeStrict(body, &req); err != nil {
+		rt.fail(w, contract.BadRequest(`body must be {"offsets": [n, ...], "retryAfter": "30s" | <seconds>} ("retryAfter" optional): %v`, err))
+		return
+	}
+	if err := checkOffsets(req.Offsets); err != nil {
+		rt.fail(w, err)
+		return
+	}
+	ra, err := dispatcher.ParseRetryAfter(req.RetryAfter)
+	if err != nil {
+		rt.fail(w, contract.BadRequest("%v", err))
+		return
+	}
+	res, err := rt.c.Nack(topic, group, session, req.Offsets, ra)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, NackResponse{Topic: topic, Group: group, Committed: res.Committed, Nacked: res.Nacked, Already: res.Already})
+}
+
+func (rt *Route) handleRedrive(w http.ResponseWriter, r *http.Request) {
+	v := mux.Vars(r)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSeekBody))
+	if err != nil {
+		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxSeekBody, err))
+		return
+	}
+	from, to, err := dispatcher.ParseRedrive(body)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	// Once started it runs to its end even if the client goes away.
+	res, err := rt.c.Redrive(context.WithoutCancel(r.Context()), v["topic"], v["group"], from, to)
+	if err != nil {
+		rt.fail(w, err)
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, res)
 }

@@ -77,6 +77,9 @@ func (c *Coordinator) expireAll(now time.Time) {
 	for _, g := range c.allGroups() {
 		g.mu.Lock()
 		c.expireLocked(g, now)
+		if g.shared != nil {
+			c.expireShared(g, now)
+		}
 		g.mu.Unlock()
 	}
 }
@@ -107,6 +110,10 @@ func (c *Coordinator) expireLocked(g *group, now time.Time) {
 
 // holderLocked returns the lease of session on g, or ErrSessionExpired.
 func (c *Coordinator) holderLocked(g *group, session string, now time.Time) (*lease, error) {
+	if g.shared != nil {
+		return nil, fmt.Errorf("%w: group %s of topic %s is shared: acknowledge per message with {\"offsets\": [...]} (a cumulative ack or from= is for exclusive groups)",
+			ErrGroupMode, g.name, g.topic.Name())
+	}
 	c.expireLocked(g, now)
 	if l := g.lease; l != nil && session != "" && l.id == session {
 		return l, nil
@@ -159,6 +166,26 @@ func (c *Coordinator) leaseLeft(l *lease, now time.Time) time.Duration {
 // node), ErrUnknownTopic, ErrInvalidName, ErrNameTaken, a checkpoint open
 // error, or the cluster store's error.
 func (c *Coordinator) Acquire(topic, group string) (string, error) {
+	return c.AcquireMode(topic, group, "")
+}
+
+// AcquireMode is Acquire that fixes or checks the group's mode:
+// contract.GroupExclusive (one session at a time, as Acquire), or
+// contract.GroupShared (any number of sessions, each message leased to
+// one of them; see AckOffsets and Nack); "" joins the group as it is (a
+// group not used yet is shared when its name matches
+// mmmq.broker.groups.shared, else exclusive). The mode is stored with the
+// group's first session and fixed from then on. Errors: those of Acquire,
+// ErrGroupMode (the other mode is stored, or a backend that cannot keep a
+// shared group's state), a 400 for an unknown mode or a shared group
+// without a valid dead-letter topic, ErrGroupBusy when a shared group has
+// its most sessions.
+func (c *Coordinator) AcquireMode(topic, group, mode string) (string, error) {
+	switch mode {
+	case "", contract.GroupExclusive, contract.GroupShared:
+	default:
+		return "", contract.BadRequest("mode %q: want %q or %q", mode, contract.GroupExclusive, contract.GroupShared)
+	}
 	g, err := c.group(topic, group)
 	if err != nil {
 		return "", err
@@ -166,6 +193,12 @@ func (c *Coordinator) Acquire(topic, group string) (string, error) {
 	now := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := c.resolveModeLocked(g, mode); err != nil {
+		return "", err
+	}
+	if g.shared != nil {
+		return c.joinShared(g, now)
+	}
 	c.expireLocked(g, now)
 	if l := g.lease; l != nil {
 		return "", &BusyError{Topic: topic, Group: group, LeaseLeft: c.leaseLeft(l, now)}
@@ -225,6 +258,14 @@ func (c *Coordinator) Release(topic, group, session string) (bool, error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if s := g.shared; s != nil {
+		m := s.sessions[session]
+		if m == nil {
+			return false, nil
+		}
+		c.endMember(g, m, "released")
+		return true, nil
+	}
 	l := g.lease
 	if l == nil || session == "" || l.id != session {
 		return false, nil

@@ -3,6 +3,7 @@ package groups
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,18 +21,25 @@ func TestConfigSection(t *testing.T) {
 		}
 		return config.Load(config.LoadOptions{Path: p, PathExplicit: true, Environ: append([]string{}, env...), Sections: []config.Section{ConfigSection}})
 	}
-	cfg, err := load("mmmq: {broker: {groups: {lease-timeout: 5s}}}", "MMMQ_BROKER_GROUPS_MAX_FETCH=7")
+	cfg, err := load("mmmq: {broker: {groups: {lease-timeout: 5s, shared: [\"work-*\"], dead-letter-topics: [{group: \"a..b\", topic: dl.ab}]}}}", "MMMQ_BROKER_GROUPS_MAX_FETCH=7")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := config.SectionValue(cfg, ConfigSection); g != (Config{LeaseTimeout: 5 * time.Second, MaxFetch: 7}) {
-		t.Errorf("section = %+v", g)
+	want := Config{LeaseTimeout: 5 * time.Second, MaxFetch: 7, MaxDeliveries: 4, MaxUnacked: 1_000_000,
+		Shared: []string{"work-*"}, DeadLetterTopics: []DeadLetterTopic{{Group: "a..b", Topic: "dl.ab"}}}
+	if g := config.SectionValue(cfg, ConfigSection); !reflect.DeepEqual(g, want) {
+		t.Errorf("section = %+v, want %+v", g, want)
 	}
 	for _, tc := range []struct{ yaml, env, want string }{
 		{"mmmq: {broker: {groups: {lease-timeout: 0s}}}", "", "config: mmmq.broker.groups.lease-timeout: must be a duration > 0"},
 		{"mmmq: {broker: {groups: {max-fetch: 0}}}", "", "config: mmmq.broker.groups.max-fetch: must be between 1 and"},
 		{"", "MMMQ_BROKER_GROUPS_MAX_FETCH=0", "MMMQ_BROKER_GROUPS_MAX_FETCH"},
 		{"mmmq: {broker: {groups: {max-fetchs: 1}}}", "", `config: unknown key "mmmq.broker.groups.max-fetchs"`},
+		{"mmmq: {broker: {groups: {max-deliveries: -1}}}", "", "mmmq.broker.groups.max-deliveries: must be between 0 and"},
+		{"mmmq: {broker: {groups: {max-unacked: 0}}}", "", "mmmq.broker.groups.max-unacked: must be between 1 and 100000000"},
+		{"mmmq: {broker: {groups: {shared: [\"\"]}}}", "", "mmmq.broker.groups.shared[0]: a group glob of 1-200 characters"},
+		{"mmmq: {broker: {groups: {dead-letter-topics: [{group: g, topic: \"a..b\"}]}}}", "", "mmmq.broker.groups.dead-letter-topics[0].topic"},
+		{"mmmq: {broker: {groups: {dead-letter-topics: [{group: \".g\", topic: t}]}}}", "", "mmmq.broker.groups.dead-letter-topics[0].group"},
 	} {
 		var env []string
 		if tc.env != "" {

@@ -98,3 +98,14 @@ func (b *Set) Base() int64 { return b.base }
 // Words is the number of 64-bit words the set holds (its memory, 8 bytes
 // each).
 func (b *Set) Words() int { return len(b.words) }
+
+// Clear removes off (nothing below the base: those stay set).
+func (b *Set) Clear(off int64) {
+	if off < b.base {
+		return
+	}
+	i := off - b.base
+	if wi := int(i >> 6); wi < len(b.words) {
+		b.words[wi] &^= 1 << uint(i&63)
+	}
+}
