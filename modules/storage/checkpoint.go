@@ -56,14 +56,15 @@ type Checkpoint struct {
 	hooks  *Hooks // test-only injection (Hooks.SkipFinishedSync); nil in production
 
 	// The finished offsets (finished.go), guarded by mu.
-	fin            []contract.OffsetRange // recorded, at or past offset: ascending, disjoint, non-adjacent
-	finExists      bool                   // <name>.finished exists
-	finSize        int64                  // its size in bytes
-	finBroken      bool                   // a write failed: its state on disk is unknown, rewrite it whole
-	finRec         FinishedRecovery       // what OpenCheckpoint did to it
-	finCheckSize   int64                  // maybeCompact looks again once the file reaches this size …
-	finCheckRanges int                    // … or the ranges fall to this many
-	compactBytes   int64                  // FinishedCompactBytes; tests lower it
+	fin            []contract.OffsetRange   // recorded, at or past offset: ascending, disjoint, non-adjacent
+	dlv            []contract.DeliveryCount // delivery counts (deliveries.go), at or past offset, none finished: ascending, one per offset
+	finExists      bool                     // <name>.finished exists
+	finSize        int64                    // its size in bytes
+	finBroken      bool                     // a write failed: its state on disk is unknown, rewrite it whole
+	finRec         FinishedRecovery         // what OpenCheckpoint did to it
+	finCheckSize   int64                    // maybeCompact looks again once the file reaches this size …
+	finCheckRanges int                      // … or the ranges plus counts fall to this many
+	compactBytes   int64                    // FinishedCompactBytes; tests lower it
 }
 
 // topicDir is the topic directory holding the checkpoints directory.
@@ -189,9 +190,10 @@ func (c *Checkpoint) Commit(next int64) error {
 		return fmt.Errorf("commit checkpoint %s: %w", c.name, contract.ErrClosed)
 	}
 	if next < c.offset && (c.finExists || c.finBroken) {
-		// The file may hold stale ranges below the old offset that a
-		// lower one would bring back: keep only the live ones.
-		if err := c.rewriteFinished(c.fin); err != nil {
+		// The file may hold stale ranges and delivery counts below the
+		// old offset that a lower one would bring back: keep only the
+		// live ones.
+		if err := c.rewriteFinished(c.fin, c.dlv); err != nil {
 			return fmt.Errorf("commit checkpoint %s: %w", c.name, err)
 		}
 	}
