@@ -251,7 +251,7 @@ func encodedFinishedSize(rs []contract.OffsetRange) int64 {
 // finishedRecord is one decoded record of a .finished file: its ranges
 // (kind 1) or its delivery counts (kind 2).
 type finishedRecord struct {
-	ranges []contract.OffsetRange  // ascending, disjoint
+	ranges []contract.OffsetRange   // ascending, disjoint
 	counts []contract.DeliveryCount // strictly ascending by offset, counts >= 1
 }
 
@@ -383,12 +383,12 @@ func decodeDeliveries(p []byte) ([]contract.DeliveryCount, error) {
 
 // finishedScan is what a walk of a .finished file's records found.
 type finishedScan struct {
-	ranges  []contract.OffsetRange  // union of the valid kind-1 records before end, merged
+	ranges  []contract.OffsetRange   // union of the valid kind-1 records before end, merged
 	counts  []contract.DeliveryCount // the last count of each offset in the valid kind-2 records before end, ascending
-	records int                    // valid records before end
-	end     int64                  // E: where the first invalid record starts; the size when none is
-	size    int64                  // the file's size
-	reason  string                 // why the record at end is invalid ("" when end == size)
+	records int                      // valid records before end
+	end     int64                    // E: where the first invalid record starts; the size when none is
+	size    int64                    // the file's size
+	reason  string                   // why the record at end is invalid ("" when end == size)
 }
 
 // torn reports whether an invalid record at s.end can be a torn last
