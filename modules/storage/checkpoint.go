@@ -53,17 +53,20 @@ type Checkpoint struct {
 	size   int64 // file size seen at open; fixed to 8 on first commit
 	closed bool
 	log    *zap.Logger
-	hooks  *Hooks // test-only injection (Hooks.SkipFinishedSync); nil in production
+	hooks  *Hooks // test-only injection (Hooks.SkipFinishedSync, SkipDeliveriesSync); nil in production
 
 	// The finished offsets (finished.go), guarded by mu.
-	fin            []contract.OffsetRange // recorded, at or past offset: ascending, disjoint, non-adjacent
-	finExists      bool                   // <name>.finished exists
-	finSize        int64                  // its size in bytes
-	finBroken      bool                   // a write failed: its state on disk is unknown, rewrite it whole
-	finRec         FinishedRecovery       // what OpenCheckpoint did to it
-	finCheckSize   int64                  // maybeCompact looks again once the file reaches this size …
-	finCheckRanges int                    // … or the ranges fall to this many
-	compactBytes   int64                  // FinishedCompactBytes; tests lower it
+	fin            []contract.OffsetRange   // recorded, at or past offset: ascending, disjoint, non-adjacent
+	dlv            []contract.DeliveryCount // delivery counts (deliveries.go), at or past offset, none finished: ascending, one per offset
+	finExists      bool                     // <name>.finished exists
+	finSize        int64                    // its size in bytes
+	finBroken      bool                     // a write failed: its state on disk is unknown, rewrite it whole
+	finRec         FinishedRecovery         // what OpenCheckpoint did to it
+	finCheckSize   int64                    // maybeCompact looks again once the file reaches this size …
+	finCheckRanges int                      // … or the ranges plus counts fall to this many
+	compactBytes   int64                    // FinishedCompactBytes; tests lower it
+
+	mode string // the content of <name>.mode once read or written (groupmode.go); "" when not known
 }
 
 // topicDir is the topic directory holding the checkpoints directory.
@@ -189,9 +192,10 @@ func (c *Checkpoint) Commit(next int64) error {
 		return fmt.Errorf("commit checkpoint %s: %w", c.name, contract.ErrClosed)
 	}
 	if next < c.offset && (c.finExists || c.finBroken) {
-		// The file may hold stale ranges below the old offset that a
-		// lower one would bring back: keep only the live ones.
-		if err := c.rewriteFinished(c.fin); err != nil {
+		// The file may hold stale ranges and delivery counts below the
+		// old offset that a lower one would bring back: keep only the
+		// live ones.
+		if err := c.rewriteFinished(c.fin, c.dlv); err != nil {
 			return fmt.Errorf("commit checkpoint %s: %w", c.name, err)
 		}
 	}
@@ -274,8 +278,9 @@ func (c *Checkpoint) Close() error {
 }
 
 // RemoveCheckpoint closes the checkpoint name of this topic if it is open
-// and removes its files (<name>.checkpoint, <name>.finished and a leftover
-// <name>.finished.tmp), durably (the checkpoints directory is fsynced). A
+// and removes its files (<name>.checkpoint, <name>.finished with its
+// delivery counts, <name>.mode and a leftover <name>.finished.tmp or
+// <name>.mode.tmp), durably (the checkpoints directory is fsynced). A
 // checkpoint that does not exist is no error. A <name>.finished.corrupt
 // that recovery set aside is left for the operator. The admin API's
 // ?delete-checkpoints=true uses it: a reader created again under that name
@@ -296,6 +301,8 @@ func (l *Log) RemoveCheckpoint(name string) error {
 		filepath.Join(dir, name+CheckpointExt),
 		filepath.Join(dir, name+FinishedExt),
 		filepath.Join(dir, name+FinishedExt+vfs.TmpExt),
+		filepath.Join(dir, name+ModeExt),
+		filepath.Join(dir, name+ModeExt+vfs.TmpExt),
 	} {
 		if err := l.fs.Remove(p); err != nil {
 			if vfs.IsNotExist(err) {

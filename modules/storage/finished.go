@@ -55,9 +55,9 @@ type FinishedRecovery struct {
 	CorruptAt int64
 	// Reason says why the record at CutAt or CorruptAt is invalid.
 	Reason string
-	// DroppedPastEnd: ranges at or past the log's end were dropped (and
-	// the file rewritten without them), so that new messages are not
-	// skipped.
+	// DroppedPastEnd: ranges or delivery counts at or past the log's end
+	// were dropped (and the file rewritten without them), so that new
+	// messages are neither skipped nor counted as delivered.
 	DroppedPastEnd bool
 }
 
@@ -70,8 +70,8 @@ func (c *Checkpoint) finishedPath() string {
 
 // FinishedRecovery returns what OpenCheckpoint did to the .finished file:
 // nothing (FinishedRecovery{CorruptAt: -1}), a torn append cut (CutBytes >
-// 0), a damaged file set aside (CorruptAt >= 0), ranges past the log's end
-// dropped (DroppedPastEnd). Everything it did was also logged.
+// 0), a damaged file set aside (CorruptAt >= 0), ranges or delivery counts
+// past the log's end dropped (DroppedPastEnd). Everything it did was also logged.
 func (c *Checkpoint) FinishedRecovery() FinishedRecovery {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -110,24 +110,32 @@ func (c *Checkpoint) RecordFinished(rs []contract.OffsetRange) error {
 	if slices.Equal(union, c.fin) {
 		return nil // nothing new
 	}
+	// Finished offsets have no delivery count: the kind-1 record makes
+	// them finished in the file too, where a finished offset's count is
+	// not live.
+	dlv := c.dlv
+	if len(dlv) > 0 {
+		dlv = dropFinishedDeliveries(dlv, add)
+	}
 	if c.finBroken {
-		if err := c.rewriteFinished(union); err != nil {
+		if err := c.rewriteFinished(union, dlv); err != nil {
 			return err
 		}
-		c.fin = union
+		c.fin, c.dlv = union, dlv
 		return nil
 	}
-	if err := c.appendFinished(encodeFinished(add)); err != nil {
+	if err := c.appendFinished(encodeFinished(add), c.hooks != nil && c.hooks.SkipFinishedSync); err != nil {
 		c.finBroken = true
 		return err
 	}
-	c.fin = union
+	c.fin, c.dlv = union, dlv
 	c.maybeCompact()
 	return nil
 }
 
-// appendFinished writes recs at the end of the file, fsyncing after each.
-func (c *Checkpoint) appendFinished(recs [][]byte) error {
+// appendFinished writes recs at the end of the file, fsyncing after each
+// (unless skipSync, a test's negative control).
+func (c *Checkpoint) appendFinished(recs [][]byte, skipSync bool) error {
 	p := c.finishedPath()
 	var f vfs.File
 	var err error
@@ -152,7 +160,7 @@ func (c *Checkpoint) appendFinished(recs [][]byte) error {
 		if _, err := f.WriteAt(rec, size); err != nil {
 			return fmt.Errorf("write finished offsets %s: %w", p, err)
 		}
-		if c.hooks == nil || !c.hooks.SkipFinishedSync {
+		if !skipSync {
 			if err := f.Sync(); err != nil {
 				return fmt.Errorf("sync finished offsets %s: %w", p, err)
 			}
@@ -172,17 +180,15 @@ func (c *Checkpoint) appendFinished(recs [][]byte) error {
 	return nil
 }
 
-// rewriteFinished replaces the file with one holding exactly rs (tmp,
-// fsync, rename, directory fsync), or removes it durably when rs is
-// empty. On error the file's state is unknown (finBroken).
-func (c *Checkpoint) rewriteFinished(rs []contract.OffsetRange) error {
-	if len(rs) == 0 {
+// rewriteFinished replaces the file with one holding exactly the ranges rs
+// and the delivery counts ds (tmp, fsync, rename, directory fsync), or
+// removes it durably when both are empty. On error the file's state is
+// unknown (finBroken).
+func (c *Checkpoint) rewriteFinished(rs []contract.OffsetRange, ds []contract.DeliveryCount) error {
+	if len(rs) == 0 && len(ds) == 0 {
 		return c.removeFinished()
 	}
-	var data []byte
-	for _, rec := range encodeFinished(rs) {
-		data = append(data, rec...)
-	}
+	data := encodeLive(rs, ds)
 	if err := c.fs.MkdirAll(c.dir); err != nil {
 		c.finBroken = true
 		return fmt.Errorf("create checkpoint dir %s: %w", c.dir, err)
@@ -199,7 +205,7 @@ func (c *Checkpoint) rewriteFinished(rs []contract.OffsetRange) error {
 		}
 	}
 	c.finExists, c.finSize, c.finBroken = true, int64(len(data)), false
-	c.finCheckSize, c.finCheckRanges = 2*c.finSize, len(rs)/2
+	c.finCheckSize, c.finCheckRanges = 2*c.finSize, (len(rs)+len(ds))/2
 	return nil
 }
 
@@ -228,11 +234,12 @@ func (c *Checkpoint) removeFinished() error {
 	return nil
 }
 
-// ClearFinished durably forgets every recorded offset: it removes
-// <name>.finished (a missing file is no error) and fsyncs the checkpoints
-// directory. On error Finished keeps its ranges and the file's state is
-// unknown (the next RecordFinished rewrites it). After Close it returns an
-// error wrapping contract.ErrClosed.
+// ClearFinished durably forgets every recorded offset and every delivery
+// count: it removes <name>.finished (a missing file is no error) and
+// fsyncs the checkpoints directory. On error Finished and Deliveries keep
+// theirs and the file's state is unknown (the next RecordFinished or
+// RecordDeliveries rewrites it). After Close it returns an error wrapping
+// contract.ErrClosed.
 func (c *Checkpoint) ClearFinished() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -242,17 +249,19 @@ func (c *Checkpoint) ClearFinished() error {
 	if err := c.removeFinished(); err != nil {
 		return err
 	}
-	c.fin = nil
+	c.fin, c.dlv = nil, nil
 	return nil
 }
 
-// afterCommit forgets the ranges below c.offset, just committed, and
-// removes or compacts the file. The commit is already durable, so a
-// failure here is logged, not returned: the file then holds stale ranges,
-// which are ignored when read, and the next RecordFinished rewrites it.
+// afterCommit forgets the ranges and delivery counts below c.offset, just
+// committed, and removes the file when neither is left, or compacts it.
+// The commit is already durable, so a failure here is logged, not
+// returned: the file then holds stale ranges and counts, which are ignored
+// when read, and the next RecordFinished or RecordDeliveries rewrites it.
 func (c *Checkpoint) afterCommit() {
 	c.fin = trimRanges(c.fin, c.offset)
-	if len(c.fin) == 0 {
+	c.dlv = trimDeliveries(c.dlv, c.offset)
+	if len(c.fin) == 0 && len(c.dlv) == 0 {
 		if c.finExists || c.finBroken {
 			if err := c.removeFinished(); err != nil {
 				c.log.Warn("remove finished offsets after commit", zap.String("file", c.finishedPath()), zap.Error(err))
@@ -264,23 +273,25 @@ func (c *Checkpoint) afterCommit() {
 }
 
 // maybeCompact rewrites the file when it is past c.compactBytes and its
-// live ranges encode to less than a quarter of it. It looks at most once per
-// doubling of the file or halving of the ranges since the last look.
+// live ranges and delivery counts encode to less than a quarter of it. It
+// looks at most once per doubling of the file or halving of the live
+// entries (ranges plus counts) since the last look.
 func (c *Checkpoint) maybeCompact() {
-	if !c.finExists || c.finSize <= c.compactBytes || (c.finSize < c.finCheckSize && len(c.fin) > c.finCheckRanges) {
+	entries := len(c.fin) + len(c.dlv)
+	if !c.finExists || c.finSize <= c.compactBytes || (c.finSize < c.finCheckSize && entries > c.finCheckRanges) {
 		return
 	}
-	c.finCheckSize, c.finCheckRanges = 2*c.finSize, len(c.fin)/2
-	if live := encodedFinishedSize(c.fin); live*4 >= c.finSize {
+	c.finCheckSize, c.finCheckRanges = 2*c.finSize, entries/2
+	if live := encodedFinishedSize(c.fin) + encodedDeliveriesSize(c.dlv); live*4 >= c.finSize {
 		return
 	}
 	old := c.finSize
-	if err := c.rewriteFinished(c.fin); err != nil {
+	if err := c.rewriteFinished(c.fin, c.dlv); err != nil {
 		c.log.Warn("compact finished offsets", zap.String("file", c.finishedPath()), zap.Error(err))
 		return
 	}
 	c.log.Info("compacted finished offsets", zap.String("file", c.finishedPath()),
-		zap.Int64("old-bytes", old), zap.Int64("new-bytes", c.finSize), zap.Int("ranges", len(c.fin)))
+		zap.Int64("old-bytes", old), zap.Int64("new-bytes", c.finSize), zap.Int("ranges", len(c.fin)), zap.Int("delivery-counts", len(c.dlv)))
 }
 
 // loadFinished reads <name>.finished at open, after the offset is decided,
@@ -297,9 +308,12 @@ func (c *Checkpoint) maybeCompact() {
 //	                                            fresh file written from the
 //	                                            valid records before E
 //
-// (losing marks only means redelivery, never a skip). Ranges below the
-// offset are ignored; ranges at or past logEnd are dropped and the file
-// rewritten without them, since those offsets will be new messages.
+// (losing marks only means redelivery, never a skip; losing a delivery
+// count can only lose what the torn append or the damage held). Ranges and
+// delivery counts below the offset are ignored, and so are the counts of
+// finished offsets; ranges and counts at or past logEnd are dropped and
+// the file rewritten without them, since those offsets will be new
+// messages.
 func (c *Checkpoint) loadFinished(logEnd int64) error {
 	c.finRec = FinishedRecovery{CorruptAt: -1}
 	p := c.finishedPath()
@@ -323,11 +337,18 @@ func (c *Checkpoint) loadFinished(logEnd int64) error {
 	c.finExists, c.finSize = true, int64(len(data))
 	s := scanFinished(data)
 	live := trimRanges(s.ranges, c.offset)
+	dlv := dropFinishedDeliveries(trimDeliveries(s.counts, c.offset), live)
 	var rewrite bool
 	if past := trimRangesAbove(live, logEnd); len(past) != len(live) || !slices.Equal(past, live) {
 		c.log.Warn("finished offsets at or past the end of the log dropped (they would skip new messages)",
 			zap.String("file", p), zap.Int64("log-end", logEnd))
 		live, rewrite = past, true
+		c.finRec.DroppedPastEnd = true
+	}
+	if past := trimDeliveriesAbove(dlv, logEnd); len(past) != len(dlv) {
+		c.log.Warn("delivery counts at or past the end of the log dropped (they would count new messages)",
+			zap.String("file", p), zap.Int64("log-end", logEnd))
+		dlv, rewrite = past, true
 		c.finRec.DroppedPastEnd = true
 	}
 	switch {
@@ -357,12 +378,12 @@ func (c *Checkpoint) loadFinished(logEnd int64) error {
 		rewrite = true
 	}
 	if rewrite {
-		if err := c.rewriteFinished(live); err != nil {
+		if err := c.rewriteFinished(live, dlv); err != nil {
 			return err
 		}
 	}
-	c.fin = live
-	c.finCheckSize, c.finCheckRanges = 0, len(live)
+	c.fin, c.dlv = live, dlv
+	c.finCheckSize, c.finCheckRanges = 0, len(live)+len(dlv)
 	return nil
 }
 

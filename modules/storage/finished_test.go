@@ -49,6 +49,15 @@ func openFin(t testing.TB, fsys vfs.FS, logEnd int64) *Checkpoint {
 	return c
 }
 
+// dc is delivery counts from (offset, count) pairs.
+func dc(pairs ...int64) []contract.DeliveryCount {
+	var out []contract.DeliveryCount
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, contract.DeliveryCount{Offset: pairs[i], Count: uint32(pairs[i+1])})
+	}
+	return out
+}
+
 func rs(pairs ...int64) []contract.OffsetRange {
 	var out []contract.OffsetRange
 	for i := 0; i+1 < len(pairs); i += 2 {
@@ -477,7 +486,7 @@ func TestFinishedRecoveryCorruption(t *testing.T) {
 		}, false, n},
 		{"zero the whole last append", func(b []byte, s []int) []byte { clear(b[s[n]:]); return b }, false, n},
 		{"garbage after the last record", func(b []byte, s []int) []byte { return append(b, 1, 2, 3, 4, 5, 6, 7, 8, 9) }, false, n + 1},
-		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 2) }, false, n},
+		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 3) }, false, n},
 		{"damage an early record with more data after it", func(b []byte, s []int) []byte { b[s[5]+FinishedHeaderSize+1] ^= 0x01; return b }, true, 5},
 		{"zero a sector of fsynced records", func(b []byte, s []int) []byte { clear(b[1024:1536]); return b }, true, -1},
 		{"unknown kind in an early record", func(b []byte, s []int) []byte { return withKind(b, s[3], 9) }, true, 3},
@@ -623,24 +632,53 @@ func finRecord(body ...byte) []byte {
 }
 
 // FuzzDecodeFinishedRecord: the record decoder never panics nor
-// allocates from a garbage count, and whatever it accepts is ascending,
-// disjoint, non-empty ranges within int64 that encode and decode again to
-// the same ranges.
+// allocates from a garbage count, and whatever it accepts is either
+// ascending, disjoint, non-empty ranges within int64 (kind 1) or strictly
+// ascending offsets within int64 with counts from 1 to 2³²-1 (kind 2),
+// which encode and decode again to the same values.
 func FuzzDecodeFinishedRecord(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(slices.Concat(encodeFinished(rs(0, 1, 5, 9, 1<<40, 1<<40+3))...))
 	f.Add(finRecord(FinishedKindRanges, 1, 5, 0))
-	f.Add(finRecord(2, 1, 5, 1))
+	f.Add(finRecord(3, 1, 5, 1))
 	f.Add(finRecord(FinishedKindRanges, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 1))
 	f.Add(finRecord(FinishedKindRanges, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 2))
+	f.Add(slices.Concat(encodeDeliveries(dc(0, 1, 1, 2, 9, 1<<32-1, 1<<40, 3))...))
+	f.Add(finRecord(FinishedKindDeliveries, 1, 5, 0))
+	f.Add(finRecord(FinishedKindDeliveries, 1, 5, 0x80, 0x80, 0x80, 0x80, 0x10))
+	f.Add(finRecord(FinishedKindDeliveries, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0, 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, size, err := decodeFinishedRecord(b)
+		rec, size, err := decodeFinishedRecord(b)
 		if err != nil {
 			return
 		}
 		if size > len(b) || size < FinishedHeaderSize+finishedMinBody {
 			t.Fatalf("size %d of %d bytes", size, len(b))
 		}
+		if (len(rec.ranges) == 0) == (len(rec.counts) == 0) {
+			t.Fatalf("record holds %d ranges and %d counts, want one kind, not empty", len(rec.ranges), len(rec.counts))
+		}
+		if ds := rec.counts; len(ds) > 0 {
+			for i, d := range ds {
+				if d.Offset < 0 || d.Count == 0 || (i > 0 && d.Offset <= ds[i-1].Offset) {
+					t.Fatalf("invalid delivery counts %v", ds)
+				}
+			}
+			var again []contract.DeliveryCount
+			for _, b := range encodeDeliveries(ds) {
+				r, _, err := decodeFinishedRecord(b)
+				if err != nil {
+					t.Fatalf("re-encoded %v does not decode: %v", ds, err)
+				}
+				again = append(again, r.counts...)
+			}
+			if !slices.Equal(again, ds) {
+				t.Fatalf("round trip %v → %v", ds, again)
+			}
+			_ = scanFinished(b)
+			return
+		}
+		got := rec.ranges
 		for i, r := range got {
 			if r.Lo < 0 || r.Lo >= r.Hi || (i > 0 && r.Lo < got[i-1].Hi) {
 				t.Fatalf("invalid ranges %v", got)
@@ -648,11 +686,11 @@ func FuzzDecodeFinishedRecord(f *testing.F) {
 		}
 		var again []contract.OffsetRange
 		for _, rec := range encodeFinished(normalizeRanges(got)) {
-			rs, _, err := decodeFinishedRecord(rec)
+			r, _, err := decodeFinishedRecord(rec)
 			if err != nil {
 				t.Fatalf("re-encoded %v does not decode: %v", got, err)
 			}
-			again = append(again, rs...)
+			again = append(again, r.ranges...)
 		}
 		if !slices.Equal(again, normalizeRanges(got)) {
 			t.Fatalf("round trip %v → %v", got, again)

@@ -157,6 +157,12 @@ type Hooks struct {
 	// the deliberately wrong variant the finished-offsets power-loss test
 	// uses as its negative control. Never set outside tests.
 	SkipFinishedSync bool
+	// SkipDeliveriesSync, when true, makes a checkpoint's RecordDeliveries
+	// return without fsyncing the kind-2 records it appended to
+	// <name>.finished: the deliberately wrong variant the delivery-count
+	// power-loss test uses as its negative control. Never set outside
+	// tests.
+	SkipDeliveriesSync bool
 }
 
 // FileKind names the file of an fsync for an Observer.

@@ -236,6 +236,11 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 		case !e.IsDir && strings.Contains(e.Name, FinishedExt+FinishedCorruptExt):
 			out = append(out, fmt.Sprintf("%s: a damaged finished-offsets file set aside by recovery (inspect, then delete it)", e.Name))
 			continue
+		case !e.IsDir && strings.HasSuffix(e.Name, ModeExt):
+			out = append(out, verifyMode(fsys, filepath.Join(cdir, e.Name), e.Name)...)
+			continue
+		case !e.IsDir && strings.HasSuffix(e.Name, ModeExt+vfs.TmpExt):
+			continue // an interrupted SetGroupMode's leftover: never read, replaced by the next one
 		}
 		if e.IsDir || !strings.HasSuffix(e.Name, CheckpointExt) {
 			out = append(out, fmt.Sprintf("unexpected entry %s", e.Name))
@@ -268,8 +273,27 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 	return out
 }
 
+// verifyMode checks the .mode file p (named name in the report): exactly
+// "shared\n" or "exclusive\n".
+func verifyMode(fsys vfs.FS, p, name string) []string {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	data, err := readWhole(f)
+	f.Close()
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	if _, err := parseGroupMode(data); err != nil {
+		return []string{fmt.Sprintf("%s: %v: the consumer group's mode is unknown and the broker will not guess it (write one of them into the file, or delete the file and the group's checkpoint)", name, err)}
+	}
+	return nil
+}
+
 // verifyFinished checks every record of the .finished file p (named name
-// in the report): CRC, kind, ranges ascending within a record. It says
+// in the report): CRC, kind, ranges and delivery counts ascending within a
+// record. It says
 // what the next open would do with an invalid record: cut it (a torn last
 // append) or set the file aside (damage to fsynced data).
 func verifyFinished(fsys vfs.FS, p, name string, end int64) []string {
@@ -294,6 +318,9 @@ func verifyFinished(fsys vfs.FS, p, name string, end int64) []string {
 	}
 	if n := len(s.ranges); n > 0 && s.ranges[n-1].Hi > end {
 		out = append(out, fmt.Sprintf("%s: finished offsets up to %d beyond log end %d (would be dropped)", name, s.ranges[n-1].Hi, end))
+	}
+	if n := len(s.counts); n > 0 && s.counts[n-1].Offset >= end {
+		out = append(out, fmt.Sprintf("%s: delivery counts up to offset %d at or beyond log end %d (would be dropped)", name, s.counts[n-1].Offset, end))
 	}
 	return out
 }
