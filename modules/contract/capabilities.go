@@ -85,7 +85,8 @@ type Incarnationer interface {
 type CheckpointLister interface {
 	// Checkpoints returns the names of the checkpoints stored for this
 	// topic (dispatchers' and consumer groups' alike), sorted. A stored
-	// checkpoint that was never committed is not listed. Errors: one
+	// checkpoint that was never committed is not listed, unless its
+	// consumer group's mode is stored (GroupModer). Errors: one
 	// wrapping ErrClosed after Close, or an I/O error.
 	Checkpoints() ([]string, error)
 }

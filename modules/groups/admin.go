@@ -88,7 +88,13 @@ func (c *Coordinator) List(topic string) (Listing, error) {
 		if err != nil {
 			return Listing{}, fmt.Errorf("list groups of topic %s: open checkpoint %s: %w", topic, name, err)
 		}
-		out.Groups = append(out.Groups, GroupInfo{Group: name, Committed: cp.Offset(), Lag: lag(out, cp.Offset())})
+		info := GroupInfo{Group: name, Committed: cp.Offset(), Lag: lag(out, cp.Offset())}
+		if gm, ok := cp.(contract.GroupModer); ok {
+			if info.Mode, err = gm.GroupMode(); err != nil {
+				return Listing{}, fmt.Errorf("list groups of topic %s: %w", topic, err)
+			}
+		}
+		out.Groups = append(out.Groups, info)
 	}
 	sort.Slice(out.Groups, func(i, j int) bool { return out.Groups[i].Group < out.Groups[j].Group })
 	return out, nil

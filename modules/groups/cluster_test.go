@@ -3,6 +3,7 @@ package groups
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,19 @@ func TestGroupSessionEndsWhenItsSharedLeaseIsLost(t *testing.T) {
 		if got := s.table.Committed(testTopic, "g"); got != 1 {
 			t.Errorf("notice %v: committed = %d, want 1 (b's ack; a's late ack refused)", notice, got)
 		}
+	}
+}
+
+// A backend that cannot keep a shared group's per-message state (this
+// test's cluster store, as JetStream) refuses mode=shared naming why, and
+// exclusive groups work as before.
+func TestSharedRefusedWithoutPerMessageState(t *testing.T) {
+	s := newClusterNodes(t)
+	_, err := s.c[0].AcquireMode(testTopic, "g", contract.GroupShared)
+	if !errors.Is(err, ErrGroupMode) || !strings.Contains(err.Error(), "per-message state") {
+		t.Fatalf("mode=shared on a cluster store: %v, want ErrGroupMode naming the per-message state", err)
+	}
+	if _, err := s.c[0].AcquireMode(testTopic, "g", contract.GroupExclusive); err != nil {
+		t.Fatalf("exclusive after the refusal: %v", err)
 	}
 }

@@ -335,8 +335,17 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		size += len(e.Payload)
 		return true
 	}
-	var skipped []int64 // finished without delivery: corrupt or past max-deliveries
 	var fail error
+	// skip finishes off without delivery (corrupt, deleted by retention,
+	// dead-lettered) at once, so that its key's next message is ready
+	// for this same fetch.
+	skip := func(off int64, key string) bool {
+		if err := c.finishLocked(g, []pending{{off: off, key: key}}, now); err != nil {
+			fail = err
+			return false
+		}
+		return true
+	}
 	var overloaded bool
 	for !full() && len(s.ready) > 0 {
 		p := heap.Pop(&s.ready).(pending)
@@ -351,11 +360,17 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		case errors.As(err, &oe) && oe.StartOffset > p.off:
 			c.log.Warn("a message deleted by retention before the shared consumer group finished it is skipped",
 				zap.String("topic", g.topic.Name()), zap.String("group", g.name), zap.Int64("offset", p.off))
-			skipped = append(skipped, p.off)
+			if !skip(p.off, p.key) {
+				heap.Push(&s.ready, p)
+				break
+			}
 			continue
 		case errors.As(err, &ce) && ce.Offset == p.off:
 			c.logCorrupt(g, ce)
-			skipped = append(skipped, p.off)
+			if !skip(p.off, p.key) {
+				heap.Push(&s.ready, p)
+				break
+			}
 			continue
 		default:
 			if err == nil {
@@ -373,7 +388,10 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 				fail = err
 				break
 			}
-			skipped = append(skipped, p.off)
+			if !skip(p.off, p.key) {
+				heap.Push(&s.ready, p)
+				break
+			}
 			continue
 		}
 		if !take(es[0], p.key) {
@@ -394,8 +412,10 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 			continue
 		case errors.As(err, &ce) && ce.Offset == s.scan:
 			c.logCorrupt(g, ce)
-			skipped = append(skipped, s.scan)
 			s.scan++
+			if !skip(s.scan-1, "") {
+				break
+			}
 			continue
 		default:
 			if err == nil {
@@ -433,18 +453,15 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 					fail = err
 					break
 				}
-				skipped = append(skipped, e.Offset)
+				if !skip(e.Offset, key) {
+					break
+				}
 				continue
 			}
 			if !take(e, key) {
 				heap.Push(&s.ready, pending{off: e.Offset, key: key})
 				overloaded = true
 			}
-		}
-	}
-	if len(skipped) > 0 {
-		if err := c.finishLocked(g, skipped, now); err != nil && fail == nil {
-			fail = err
 		}
 	}
 	if len(picked) > 0 {
@@ -536,19 +553,23 @@ func (c *Coordinator) deadLetterLocked(ctx context.Context, g *group, e contract
 	return nil
 }
 
-// finishLocked finishes offs (unfinished offsets of g that were read from
-// the log): recorded durably (the finished ones past the new committed
-// offset, then the committed offset), then forgotten as handed out,
-// ready or waiting; the next message of each key becomes ready. On error
-// nothing changed in memory.
-func (c *Coordinator) finishLocked(g *group, offs []int64, now time.Time) error {
+// finishLocked finishes ps (unfinished messages of g read from the log,
+// each handed out, or taken off ready by the caller, with its key):
+// recorded durably (the finished ones past the new committed offset, then
+// the committed offset), then forgotten; the next message of each key
+// becomes ready. On error nothing changed in memory, except that when the
+// commit failed, those recorded past the new committed offset stay
+// finished (they are durable).
+func (c *Coordinator) finishLocked(g *group, ps []pending, now time.Time) error {
 	s := g.shared
 	base := g.cp.Offset()
 	var fresh []int64
-	for _, o := range offs {
-		if !s.fin.Has(o) {
-			s.fin.Set(o)
-			fresh = append(fresh, o)
+	keyOf := make(map[int64]string, len(ps))
+	for _, p := range ps {
+		if !s.fin.Has(p.off) {
+			s.fin.Set(p.off)
+			fresh = append(fresh, p.off)
+			keyOf[p.off] = p.key
 		}
 	}
 	nb := min(s.fin.FirstUnset(base), s.scan)
@@ -598,13 +619,10 @@ func (c *Coordinator) finishLocked(g *group, offs []int64, now time.Time) error 
 	woke := false
 	for _, o := range fresh {
 		delete(s.counts, o)
-		key := ""
+		key := keyOf[o]
 		if h := s.out[o]; h != nil {
-			key = h.key
 			delete(s.out, o)
 			delete(h.session.leased, o)
-		} else {
-			key = s.removePending(o)
 		}
 		if kl := s.keys[key]; key != "" && kl != nil {
 			if i := slices.Index(kl.offs, o); i >= 0 {
@@ -624,25 +642,6 @@ func (c *Coordinator) finishLocked(g *group, offs []int64, now time.Time) error 
 	}
 	g.active.Store(time.Now().UnixNano())
 	return commitErr
-}
-
-// removePending takes o out of ready or later (a skip or dead letter of a
-// message that was not handed out) and returns its key; "" when it is in
-// neither.
-func (s *sharedGroup) removePending(o int64) string {
-	for i, p := range s.ready {
-		if p.off == o {
-			heap.Remove(&s.ready, i)
-			return p.key
-		}
-	}
-	for i, p := range s.later {
-		if p.off == o {
-			heap.Remove(&s.later, i)
-			return p.key
-		}
-	}
-	return ""
 }
 
 // AckResult is what an AckOffsets did.
@@ -671,7 +670,8 @@ func (c *Coordinator) AckOffsets(topic, group, session string, offsets []int64) 
 	}
 	defer g.mu.Unlock()
 	var res AckResult
-	var todo, bad []int64
+	var todo []pending
+	var bad []int64
 	seen := map[int64]bool{}
 	for _, o := range offsets {
 		switch h := s.out[o]; {
@@ -679,7 +679,7 @@ func (c *Coordinator) AckOffsets(topic, group, session string, offsets []int64) 
 		case o >= 0 && o < s.scan && s.fin.Has(o):
 			res.Already++
 		case h != nil && h.session == m:
-			todo = append(todo, o)
+			todo = append(todo, pending{off: o, key: h.key})
 		default:
 			bad = append(bad, o)
 		}
@@ -819,8 +819,8 @@ func (c *Coordinator) startShared(g *group) error {
 
 // resolveModeLocked fixes g's mode for a new session asking for want
 // ("" joins the group as it is): a group not used yet takes want, or
-// shared when its name matches a glob of Options.Shared, else exclusive,
-// stored durably when the backend stores modes. want other than the
+// shared when its name matches a glob of Options.Shared, else exclusive;
+// shared is stored durably before the first session starts. want other than the
 // stored mode is ErrGroupMode naming both.
 func (c *Coordinator) resolveModeLocked(g *group, want string) error {
 	if g.mode != "" {
@@ -847,7 +847,11 @@ func (c *Coordinator) resolveModeLocked(g *group, want string) error {
 			return err
 		}
 	}
-	if stores {
+	// Only shared is stored: a checkpoint without a mode is exclusive (as
+	// every group was before modes), so exclusive groups write nothing
+	// new; one that never committed has no state to protect and is new
+	// again after a restart.
+	if stores && mode == contract.GroupShared {
 		if err := gm.SetGroupMode(mode); err != nil {
 			return fmt.Errorf("store the mode of group %s of topic %s: %w", g.name, g.topic.Name(), err)
 		}

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,13 +67,22 @@ func (l *Log) Checkpoints() ([]string, error) {
 		return nil, fmt.Errorf("list checkpoints %s: %w", dir, err)
 	}
 	var names []string
+	seen := map[string]bool{}
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name, CheckpointExt)
-		if e.IsDir || !ok || contract.ValidCheckpointName(name) != nil {
+		if !ok {
+			// A consumer group whose mode is stored is listed before
+			// its first commit: a shared group may have acks recorded
+			// past offset 0 and nothing committed yet.
+			name, ok = strings.CutSuffix(e.Name, ModeExt)
+		}
+		if e.IsDir || !ok || contract.ValidCheckpointName(name) != nil || seen[name] {
 			continue
 		}
+		seen[name] = true
 		names = append(names, name)
 	}
+	slices.Sort(names)
 	return names, nil
 }
 
