@@ -153,6 +153,8 @@ func authRoutes(session *string) []routeCase {
 		{"GET", "/topics/{topic}/groups", "/topics/order.new/groups", nil, nil, contract.ActionConsume, 200},
 		{"POST", "/topics/{topic}/groups/{group}/fetch", g + "/fetch?max=1", nil, nil, contract.ActionConsume, 200},
 		{"POST", "/topics/{topic}/groups/{group}/ack", g + "/ack", s(`{"offset":0}`), sess, contract.ActionConsume, 200},
+		{"POST", "/topics/{topic}/groups/{group}/nack", g + "/nack", s(`{"offsets":[0]}`), sess, contract.ActionConsume, 409}, // an exclusive group: GROUP_MODE once allowed
+		{"POST", "/topics/{topic}/groups/{group}/redrive", g + "/redrive", nil, nil, contract.ActionAdmin, 200},
 		{"DELETE", "/topics/{topic}/groups/{group}/session", g + "/session", nil, sess, contract.ActionConsume, 200},
 		{"POST", "/topics/{topic}/groups/{group}/seek", g + "/seek", s(`{"to":"earliest"}`), nil, contract.ActionConsume, 200},
 		{"GET", "/mmmq/dispatchers", "/mmmq/dispatchers", nil, nil, contract.ActionAdmin, 200},

@@ -93,15 +93,16 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	m.mu.Lock()
 	t := m.topics[dl]
 	m.mu.Unlock()
-	return RedriveTopic(ctx, t, dl, HeaderDLDispatcher, name, pub, from, to)
+	return RedriveTopic(ctx, t, dl, HeaderDLDispatcher, name, "", pub, from, to)
 }
 
 // RedriveTopic is Redrive of the dead-letter topic t named dl (t nil: it
 // does not exist yet, nothing to redrive), taking the dead letters by wrote
-// (byHeader: HeaderDLDispatcher or HeaderDLGroup). from < 0 means the
+// (byHeader: HeaderDLDispatcher or HeaderDLGroup) and, when origin is not
+// "", only those read from topic origin. from < 0 means the
 // topic's first offset, to < 0 its high watermark. Errors: a 400 for a
 // range outside [0, high watermark] or with from > to, and RedriveRange's.
-func RedriveTopic(ctx context.Context, t Topic, dl, byHeader, by string, pub Publisher, from, to int64) (RedriveResult, error) {
+func RedriveTopic(ctx context.Context, t Topic, dl, byHeader, by, origin string, pub Publisher, from, to int64) (RedriveResult, error) {
 	res := RedriveResult{DeadLetterTopic: dl, From: max(from, 0), Redriven: []Redriven{}, Skipped: []RedriveSkip{}}
 	hw := int64(0)
 	if t != nil {
@@ -122,18 +123,19 @@ func RedriveTopic(ctx context.Context, t Topic, dl, byHeader, by string, pub Pub
 	if t == nil {
 		return res, nil
 	}
-	err := RedriveRange(ctx, t, byHeader, by, pub, &res)
+	err := RedriveRange(ctx, t, byHeader, by, origin, pub, &res)
 	return res, err
 }
 
 // RedriveRange republishes the dead letters at offsets res.Next..res.To
 // of t that by wrote (byHeader is HeaderDLDispatcher or HeaderDLGroup; a
-// dead letter without that header is taken too) to their original
+// dead letter without that header is taken too; with origin not "", only
+// those whose original topic is origin) to their original
 // topics, one durable publish per run of dead letters bound for the same
 // topic, at most MaxRedrive per call, recording each in res (Next, Redriven,
 // Skipped) as Redrive describes. Errors: a read error of t, or the
 // publish error (what was published before it is in res).
-func RedriveRange(ctx context.Context, t Topic, byHeader, by string, pub Publisher, res *RedriveResult) error {
+func RedriveRange(ctx context.Context, t Topic, byHeader, by, origin string, pub Publisher, res *RedriveResult) error {
 	limit := res.Next + MaxRedrive
 	for res.Next < res.To && res.Next < limit {
 		es, err := t.ReadBatch(res.Next, int(min(res.To, limit)-res.Next))
@@ -155,7 +157,7 @@ func RedriveRange(ctx context.Context, t Topic, byHeader, by string, pub Publish
 			return fmt.Errorf("read %s at offset %d: nothing below the high watermark", t.Name(), res.Next)
 		}
 		for len(es) > 0 {
-			n, err := redriveRun(ctx, t.Name(), byHeader, by, es, pub, res)
+			n, err := redriveRun(ctx, t.Name(), byHeader, by, origin, es, pub, res)
 			if err != nil {
 				return err
 			}
@@ -168,8 +170,8 @@ func RedriveRange(ctx context.Context, t Topic, byHeader, by string, pub Publish
 // redriveRun publishes the leading run of es bound for one topic (or skips
 // the first entry, not a dead letter) and reports how many entries it
 // handled.
-func redriveRun(ctx context.Context, dlTopic, byHeader, by string, es []contract.Entry, pub Publisher, res *RedriveResult) (int, error) {
-	dest, stored, why := redriven(dlTopic, byHeader, by, es[0])
+func redriveRun(ctx context.Context, dlTopic, byHeader, by, origin string, es []contract.Entry, pub Publisher, res *RedriveResult) (int, error) {
+	dest, stored, why := redriven(dlTopic, byHeader, by, origin, es[0])
 	if why != "" {
 		res.Skipped = append(res.Skipped, RedriveSkip{Offset: es[0].Offset, Reason: why})
 		res.Next = es[0].Offset + 1
@@ -177,7 +179,7 @@ func redriveRun(ctx context.Context, dlTopic, byHeader, by string, es []contract
 	}
 	batch := [][]byte{stored}
 	for _, e := range es[1:] {
-		d2, s2, why2 := redriven(dlTopic, byHeader, by, e)
+		d2, s2, why2 := redriven(dlTopic, byHeader, by, origin, e)
 		if why2 != "" || d2 != dest {
 			break
 		}
@@ -198,7 +200,7 @@ func redriveRun(ctx context.Context, dlTopic, byHeader, by string, es []contract
 // in header byHeader) wrote to dlTopic, and the stored JSON to publish there (with the
 // dead letter's ordering key, the original message's), or why it cannot
 // be redriven.
-func redriven(dlTopic, byHeader, by string, e contract.Entry) (topic string, stored []byte, why string) {
+func redriven(dlTopic, byHeader, by, origin string, e contract.Entry) (topic string, stored []byte, why string) {
 	p := parseStored(e.Payload)
 	topic = p.Headers[HeaderDLTopic]
 	switch wrote := p.Headers[byHeader]; {
@@ -206,6 +208,8 @@ func redriven(dlTopic, byHeader, by string, e contract.Entry) (topic string, sto
 		return "", nil, "not a dead letter (no " + HeaderDLTopic + " header)"
 	case wrote != "" && wrote != by:
 		return "", nil, fmt.Sprintf("a dead letter of %s %s", ownerKind(byHeader), wrote)
+	case origin != "" && topic != origin:
+		return "", nil, "a dead letter of topic " + topic
 	case p.Headers[HeaderDLContentOmitted] != "":
 		return "", nil, fmt.Sprintf("stored without its content (%s); the original is at %s offset %s",
 			p.Headers[HeaderDLContentOmitted], topic, p.Headers[HeaderDLOffset])

@@ -87,7 +87,7 @@ func (rt *Route) Register(r *mux.Router) {
 	r.HandleFunc("/topics/{topic}/groups/{group}/fetch", consume(rt.handleFetch)).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/ack", consume(rt.handleAck)).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/nack", consume(rt.handleNack)).Methods(http.MethodPost)
-	r.HandleFunc("/topics/{topic}/groups/{group}/redrive", consume(rt.handleRedrive)).Methods(http.MethodPost)
+	r.HandleFunc("/topics/{topic}/groups/{group}/redrive", rt.handleRedrive).Methods(http.MethodPost)
 	r.HandleFunc("/topics/{topic}/groups/{group}/session", consume(rt.handleRelease)).Methods(http.MethodDelete)
 	r.HandleFunc("/topics/{topic}/groups", consume(rt.handleList)).Methods(http.MethodGet)
 	r.HandleFunc("/topics/{topic}/groups/{group}/seek", consume(rt.handleSeek)).Methods(http.MethodPost)
@@ -476,8 +476,17 @@ func (rt *Route) handleNack(w http.ResponseWriter, r *http.Request) {
 	contract.WriteJSON(w, http.StatusOK, NackResponse{Topic: topic, Group: group, Committed: res.Committed, Nacked: res.Nacked, Already: res.Already})
 }
 
+// handleRedrive answers POST .../redrive. It publishes into the topic, so
+// it needs the admin action on the topic (as a dispatcher's redrive needs
+// admin), not consume.
 func (rt *Route) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	v := mux.Vars(r)
+	if contract.ValidateTopic(v["topic"]) == nil {
+		if err := contract.Authorize(r.Context(), contract.ActionAdmin, v["topic"], ""); err != nil {
+			contract.WriteErr(w, err)
+			return
+		}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSeekBody))
 	if err != nil {
 		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxSeekBody, err))

@@ -926,7 +926,8 @@ func (c *Coordinator) CheckConfiguredShared() error {
 
 // Redrive publishes the dead letters at offsets [from, to) of shared
 // group's dead-letter topic that the group wrote (dispatcher.HeaderDLGroup)
-// to their original topics, as a dispatcher's redrive does
+// from topic (one dead-letter topic serves a group name on every topic;
+// the others are skipped, named) back to topic, as a dispatcher's redrive does
 // (dispatcher.RedriveTopic): each durably, with a fresh id, the original
 // content, key and headers; from < 0 is the topic's first offset, to < 0
 // its high watermark; at most dispatcher.MaxRedrive per call. The group
@@ -948,7 +949,7 @@ func (c *Coordinator) Redrive(ctx context.Context, topic, group string, from, to
 	if q, ok := c.reg.Get(dl); ok {
 		t = q
 	}
-	res, err := dispatcher.RedriveTopic(ctx, t, dl, dispatcher.HeaderDLGroup, group, c.opts.Publisher, from, to)
+	res, err := dispatcher.RedriveTopic(ctx, t, dl, dispatcher.HeaderDLGroup, group, topic, c.opts.Publisher, from, to)
 	if err == nil {
 		c.log.Info("shared consumer group dead letters redriven", zap.String("topic", topic), zap.String("group", group),
 			zap.String("dead-letter-topic", dl), zap.Int("redriven", len(res.Redriven)), zap.Int("skipped", len(res.Skipped)))
