@@ -1,7 +1,12 @@
 // Package groups is mmmq's pull consumer groups (consumer progress and
 // redelivery, after the log-queue study): consumers fetch a topic's
-// messages in offset order and acknowledge them; the broker stores each
-// group's progress durably and lets one consumer at a time hold a group. The
+// messages and acknowledge them; the broker stores each group's progress
+// durably. A group is exclusive (below: one consumer at a time holds it,
+// messages in offset order, cumulative acks) or shared (competing
+// consumers: any number of sessions, each message leased to one of them,
+// per-message acks and nacks, one message per ordering key out at a time,
+// dead letters after max-deliveries; see shared.go and AcquireMode),
+// fixed by its first use. The
 // Coordinator is shared by the HTTP routes of this package and the TCP line
 // protocol (plugins/lineproto). It works without Fx; fx.go wires it.
 //
@@ -59,6 +64,17 @@
 //	       "messages":[{"offset":0,"message":<stored message JSON>}, ...],
 //	       "committed":0,"next":1}
 //	  The topic is never created: 404 NOT_FOUND when it does not exist.
+//
+//	POST /topics/{topic}/groups/{group}/fetch?mode=shared|exclusive
+//	  mode fixes a new group's mode (409 GROUP_MODE when the other is
+//	  stored); a shared group's messages carry "deliveries" and the
+//	  answer "mode":"shared"
+//
+//	POST /topics/{topic}/groups/{group}/ack  {"offsets": [n, ...]}  (shared)
+//	  → 200 {"topic","group","committed","acked","already"} once durable
+//	POST /topics/{topic}/groups/{group}/nack {"offsets": [...], "retryAfter": "30s"} (shared)
+//	  → 200 {"topic","group","committed","nacked","already"}
+//	POST /topics/{topic}/groups/{group}/redrive {"from": n, "to": n} (admin)
 //
 //	POST /topics/{topic}/groups/{group}/ack   mmmq-session: <id>
 //	  {"offset": n}  → 200 {"topic":"t","group":"g","committed": n+1} after the fsync
