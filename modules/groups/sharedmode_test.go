@@ -472,3 +472,74 @@ func sharedProperty(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: committed %d, want %d", seed, c, n)
 	}
 }
+
+// The HTTP face of a shared group: mode=, per-message ack and nack, the
+// refusals with their codes, the listing and redrive.
+func TestHTTPSharedGroup(t *testing.T) {
+	e, ts := newHTTP(t, Options{MaxDeliveries: 1})
+	e.c.opts.Publisher = dispatcher.RegistryPublisher(e.reg)
+	e.publishKeyed("a", "b", "a")
+	base := ts.URL + "/topics/" + testTopic + "/groups/w"
+
+	if r := do(t, "POST", base+"/fetch?mode=bogus", "", ""); r.status != 400 || r.code() != contract.CodeBadRequest {
+		t.Fatalf("mode=bogus: %d %s", r.status, r.raw)
+	}
+	r1 := do(t, "POST", base+"/fetch?mode=shared&max=10", "", "")
+	if r1.status != 200 || r1.body["mode"] != "shared" || fmt.Sprint(r1.offsets()) != "[0 1]" {
+		t.Fatalf("first shared fetch: %d %s", r1.status, r1.raw)
+	}
+	if d := r1.body["messages"].([]any)[0].(map[string]any)["deliveries"]; d != float64(1) {
+		t.Fatalf("deliveries %v, want 1", d)
+	}
+	r2 := do(t, "POST", base+"/fetch?max=10", "", "") // joins as it is
+	if r2.status != 200 || r2.session == r1.session || len(r2.offsets()) != 0 {
+		t.Fatalf("second session: %d %s", r2.status, r2.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?mode=exclusive", "", ""); r.status != 409 || r.code() != contract.CodeGroupMode ||
+		!strings.Contains(r.raw, "shared") || !strings.Contains(r.raw, "exclusive") {
+		t.Fatalf("mode=exclusive on a shared group: %d %s", r.status, r.raw)
+	}
+	for _, body := range []string{`{"offset":0}`} {
+		if r := do(t, "POST", base+"/ack", r1.session, body); r.status != 409 || r.code() != contract.CodeGroupMode {
+			t.Fatalf("ack %s: %d %s", body, r.status, r.raw)
+		}
+	}
+	for _, body := range []string{`{}`, `{"offset":0,"offsets":[0]}`, `{"offsets":[]}`, `{"offsets":[-1]}`, `{"offsets":[0],"x":1}`} {
+		if r := do(t, "POST", base+"/ack", r1.session, body); r.status != 400 || r.code() != contract.CodeBadRequest {
+			t.Fatalf("ack %s: %d %s", body, r.status, r.raw)
+		}
+	}
+	if r := do(t, "POST", base+"/ack", r2.session, `{"offsets":[0]}`); r.status != 409 || r.code() != contract.CodeNotDelivered {
+		t.Fatalf("ack by the other session: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/nack", r1.session, `{"offsets":[1],"retryAfter":"forever"}`); r.status != 400 {
+		t.Fatalf("nack with a bad retryAfter: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", r1.session, `{"offsets":[0]}`); r.status != 200 || r.body["committed"] != float64(1) || r.body["acked"] != float64(1) {
+		t.Fatalf("ack: %d %s", r.status, r.raw)
+	}
+	// b (offset 1) is nacked: with max-deliveries 1 it is dead-lettered on
+	// the next fetch, which hands out a's next message (2).
+	if r := do(t, "POST", base+"/nack", r1.session, `{"offsets":[1],"retryAfter":0}`); r.status != 200 || r.body["nacked"] != float64(1) {
+		t.Fatalf("nack: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/fetch?max=10", r2.session, ""); fmt.Sprint(r.offsets()) != "[2]" || r.body["committed"] != float64(2) {
+		t.Fatalf("after the nack: %s", r.raw)
+	}
+	l := do(t, "GET", ts.URL+"/topics/"+testTopic+"/groups", "", "")
+	g := l.body["groups"].([]any)[0].(map[string]any)
+	if g["mode"] != "shared" || g["inFlight"] != float64(1) || g["deadLettered"] != float64(1) || len(g["sessions"].([]any)) != 2 {
+		t.Fatalf("listing: %s", l.raw)
+	}
+	if r := do(t, "POST", base+"/redrive", "", `{}`); r.status != 200 || len(r.body["redriven"].([]any)) != 1 {
+		t.Fatalf("redrive: %d %s", r.status, r.raw)
+	}
+	// An exclusive group refuses the shared forms.
+	x := do(t, "POST", ts.URL+"/topics/"+testTopic+"/groups/x/fetch", "", "")
+	if r := do(t, "POST", ts.URL+"/topics/"+testTopic+"/groups/x/nack", x.session, `{"offsets":[0]}`); r.status != 409 || r.code() != contract.CodeGroupMode {
+		t.Fatalf("nack of an exclusive group: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", ts.URL+"/topics/"+testTopic+"/groups/x/ack", x.session, `{"offsets":[0]}`); r.status != 409 || r.code() != contract.CodeGroupMode {
+		t.Fatalf("offsets ack of an exclusive group: %d %s", r.status, r.raw)
+	}
+}
