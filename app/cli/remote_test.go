@@ -365,7 +365,7 @@ func TestTopicsCommands(t *testing.T) {
 
 	requireLines(t, "topics get", b.ok("topics", "get", "order.created"),
 		"name: order.created", "start-offset: 0", "next-offset: 3", "incarnation: "+list.Topics[0].Incarnation,
-		"GROUP COMMITTED LAG HELD LEASE-EXPIRES-IN", "g1 1 2 yes ")
+		"GROUP MODE COMMITTED LAG HELD IN-FLIGHT LEASE-EXPIRES-IN", "g1 exclusive 1 2 yes - ")
 	requireLines(t, "topics get, no group", b.ok("topics", "get", "pay.done"), "next-offset: 1", "groups: none")
 	var got struct {
 		Topic  httpapi.TopicInfo `json:"topic"`

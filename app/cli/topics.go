@@ -143,7 +143,11 @@ func topicText(name string, listed bool, ti httpapi.TopicInfo, gl groups.Listing
 		if g.LeaseExpiresInMs != nil {
 			lease = (time.Duration(*g.LeaseExpiresInMs) * time.Millisecond).String()
 		}
-		rows = append(rows, []string{g.Group, num(g.Committed), num(g.Lag), yesNo(g.Held), lease})
+		held, inFlight := yesNo(g.Held), "-"
+		if g.InFlight != nil { // a shared group: its sessions, each with its own lease
+			held, inFlight = fmt.Sprintf("%d sessions", len(g.Sessions)), num(*g.InFlight)
+		}
+		rows = append(rows, []string{g.Group, orDash(g.Mode), num(g.Committed), num(g.Lag), held, inFlight, lease})
 	}
-	return s + "\n" + table([]string{"GROUP", "COMMITTED", "LAG", "HELD", "LEASE-EXPIRES-IN"}, rows)
+	return s + "\n" + table([]string{"GROUP", "MODE", "COMMITTED", "LAG", "HELD", "IN-FLIGHT", "LEASE-EXPIRES-IN"}, rows)
 }

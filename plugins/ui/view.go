@@ -243,7 +243,9 @@ func groupRows(c *collected) ([]groupRow, bool) {
 	for _, t := range topics {
 		for _, g := range c.groups[t] {
 			row := groupRow{Topic: t, Group: g.Group, Committed: g.Committed, Lag: g.Lag, Holder: "—", Lease: "—"}
-			if g.Held {
+			if g.InFlight != nil {
+				row.Holder = fmt.Sprintf("shared: %d sessions, %d in flight", len(g.Sessions), *g.InFlight)
+			} else if g.Held {
 				row.Holder = "held"
 				if g.LeaseExpiresInMs != nil {
 					row.Lease = age(time.Duration(*g.LeaseExpiresInMs) * time.Millisecond)
