@@ -40,6 +40,10 @@ import (
 // maxSessions caps the live sessions of one shared group.
 const maxSessions = 10000
 
+// maxScan bounds the entries one fetch of a shared group reads from the
+// log for new messages (most may wait behind their key).
+var maxScan = 10000 // a variable for the tests
+
 // sharedGroup is the state of a group in mode shared.
 type sharedGroup struct {
 	rec contract.DeliveryRecorder
@@ -266,7 +270,11 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 		now := time.Now()
 		c.expireShared(g, now)
 		s.promoteDue(now)
-		b, err := c.handOutLocked(ctx, g, m, limit, now)
+		b, more, err := c.handOutLocked(ctx, g, m, limit, now)
+		if more && err == nil && len(b.Entries) == 0 && ctx.Err() == nil {
+			g.mu.Unlock()
+			continue // read on past the messages waiting behind their key, the lock given up between
+		}
 		if err != nil || len(b.Entries) > 0 || timeout == nil {
 			g.mu.Unlock()
 			return b, err
@@ -317,9 +325,11 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 // key with an earlier message unfinished. Their delivery counts are
 // recorded durably before they are returned. A message already handed
 // out MaxDeliveries times is dead-lettered instead.
-func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, limit int, now time.Time) (Batch, error) {
+//
+// more reports that the scan stopped at maxScan with more to read.
+func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, limit int, now time.Time) (b Batch, more bool, err error) {
 	s := g.shared
-	b := Batch{Incarnation: g.topic.Incarnation(), budget: c.opts.Budget, Shared: true}
+	b = Batch{Incarnation: g.topic.Incarnation(), budget: c.opts.Budget, Shared: true}
 	var picked []pending
 	size := 0
 	full := func() bool { return len(picked) >= limit || size >= c.opts.MaxFetchBytes }
@@ -400,7 +410,12 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 			break
 		}
 	}
-	for fail == nil && !overloaded && !full() && s.scan < g.topic.HighWatermark() && s.scan-g.cp.Offset() < c.opts.MaxUnacked {
+	// Messages waiting behind their key are read and passed over: bound
+	// what one call reads, so that g.mu is not held for long (a waiting
+	// fetch comes back for the rest at once: the topic's high watermark is
+	// past the scan).
+	scanned := 0
+	for fail == nil && !overloaded && !full() && scanned < maxScan && s.scan < g.topic.HighWatermark() && s.scan-g.cp.Offset() < c.opts.MaxUnacked {
 		want := min(limit-len(picked), int(min(c.opts.MaxUnacked-(s.scan-g.cp.Offset()), int64(c.opts.MaxFetch))))
 		es, err := g.topic.ReadBatch(s.scan, max(want, 1))
 		var ce *contract.CorruptionError
@@ -408,7 +423,10 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		switch {
 		case err == nil && len(es) > 0:
 		case errors.As(err, &oe) && oe.StartOffset > s.scan:
-			c.retentionGap(g, s.scan, oe.StartOffset)
+			if err := c.retentionGap(g, s.scan, oe.StartOffset); err != nil {
+				fail = err
+				break
+			}
 			continue
 		case errors.As(err, &ce) && ce.Offset == s.scan:
 			c.logCorrupt(g, ce)
@@ -426,6 +444,7 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		if fail != nil {
 			break
 		}
+		scanned += len(es)
 		for _, e := range es {
 			if e.Offset != s.scan {
 				fail = fmt.Errorf("read topic %s: got offset %d, want %d", g.topic.Name(), e.Offset, s.scan)
@@ -474,7 +493,7 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 				heap.Push(&s.ready, p)
 			}
 			b.Release()
-			return Batch{}, fmt.Errorf("record the deliveries of group %s of topic %s: %w", g.name, g.topic.Name(), err)
+			return Batch{}, false, fmt.Errorf("record the deliveries of group %s of topic %s: %w", g.name, g.topic.Name(), err)
 		}
 		b.Deliveries = make([]uint32, len(picked))
 		for i, p := range picked {
@@ -489,20 +508,23 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		fail = nil // what was read is delivered; the next fetch meets the error again
 	}
 	b.Committed, b.Next = g.cp.Offset(), s.scan
+	more = scanned >= maxScan
 	switch {
 	case len(picked) > 0:
-		return b, nil
+		return b, more, nil
 	case fail != nil:
-		return Batch{}, fail
+		return Batch{}, false, fail
 	case overloaded:
-		return Batch{}, c.opts.Budget.Overloaded(fmt.Sprintf("fetch of shared group %s of topic %s", g.name, g.topic.Name()), 0)
+		return Batch{}, false, c.opts.Budget.Overloaded(fmt.Sprintf("fetch of shared group %s of topic %s", g.name, g.topic.Name()), 0)
 	}
-	return b, nil
+	return b, more, nil
 }
 
 // retentionGap records that retention deleted [from, to) before g read
-// it: those offsets count as finished.
-func (c *Coordinator) retentionGap(g *group, from, to int64) {
+// it: those offsets count as finished. When everything before the gap is
+// finished the committed offset moves over it durably at once (else the
+// gap would fill the max-unacked window with nothing to hand out).
+func (c *Coordinator) retentionGap(g *group, from, to int64) error {
 	s := g.shared
 	n := to - from
 	c.expired.Add(uint64(n))
@@ -511,13 +533,18 @@ func (c *Coordinator) retentionGap(g *group, from, to int64) {
 		zap.Int64("offset", from), zap.Int64("start-offset", to), zap.Int64("never-delivered", n))
 	if s.fin.FirstUnset(g.cp.Offset()) >= from {
 		// Everything before the gap is finished: the committed offset
-		// may jump over it without a bit per deleted offset.
+		// jumps over it, without a bit per deleted offset.
+		if err := g.cp.Commit(to); err != nil {
+			return fmt.Errorf("commit group %s of topic %s over a retention gap at %d: %w", g.name, g.topic.Name(), to, err)
+		}
 		s.fin.Reset(to)
 		s.fin.SetRange(s.fin.Base(), to)
+		s.signal()
 	} else {
 		s.fin.SetRange(from, to)
 	}
 	s.scan = to
+	return nil
 }
 
 func (c *Coordinator) logCorrupt(g *group, ce *contract.CorruptionError) {
@@ -637,8 +664,8 @@ func (c *Coordinator) finishLocked(g *group, ps []pending, now time.Time) error 
 			}
 		}
 	}
-	if woke {
-		s.signal()
+	if woke || g.cp.Offset() > base {
+		s.signal() // a key's next message is ready, or the window has room
 	}
 	g.active.Store(time.Now().UnixNano())
 	return commitErr
@@ -721,16 +748,18 @@ func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryA
 	defer g.mu.Unlock()
 	var res NackResult
 	var todo, bad []int64
+	seen := map[int64]bool{}
 	for _, o := range offsets {
 		switch h := s.out[o]; {
+		case seen[o]:
 		case o >= 0 && o < s.scan && s.fin.Has(o):
 			res.Already++
 		case h != nil && h.session == m:
 			todo = append(todo, o)
-		case slices.Contains(todo, o):
 		default:
 			bad = append(bad, o)
 		}
+		seen[o] = true
 	}
 	if len(bad) > 0 {
 		return NackResult{}, fmt.Errorf("%w: offsets %v of topic %s are not leased to this session of group %s (never handed to it, or its lease on them expired)",

@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // publishKeyed appends one durable message per key (""  for none) and
@@ -541,5 +545,60 @@ func TestHTTPSharedGroup(t *testing.T) {
 	}
 	if r := do(t, "POST", ts.URL+"/topics/"+testTopic+"/groups/x/ack", x.session, `{"offsets":[0]}`); r.status != 409 || r.code() != contract.CodeGroupMode {
 		t.Fatalf("offsets ack of an exclusive group: %d %s", r.status, r.raw)
+	}
+}
+
+// Retention deleting what a shared group had not read moves its committed
+// offset over the gap (the max-unacked window does not fill with it), and
+// a message deleted while it was handed out is finished as skipped.
+func TestSharedRetentionGap(t *testing.T) {
+	log := zaptest.NewLogger(t)
+	// One entry per segment: retention can delete any prefix.
+	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
+	c := New(reg, Options{Logger: log, MaxUnacked: 2})
+	t.Cleanup(func() {
+		_ = c.Stop(context.Background())
+		if err := reg.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	q, err := reg.GetOrCreate(testTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishAt(t, q, 1000, 2000, 3000, 4000, 5000, 6000, 7000)
+	s, err := c.AcquireMode(testTopic, "g", contract.GroupShared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Fetch(context.Background(), testTopic, "g", s, 1, 0)
+	if err != nil || fmt.Sprint(offsets(b.Entries)) != "[0]" {
+		t.Fatalf("first fetch %v %v", offsets(b.Entries), err)
+	}
+	if _, err := c.Nack(testTopic, "g", s, []int64{0}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Log().(*storage.Log).ApplyRetention(contract.RetentionPolicy{MaxBytes: 1}, time.Now(), 5); err != nil {
+		t.Fatal(err)
+	}
+	b, err = c.Fetch(context.Background(), testTopic, "g", s, 10, 0)
+	if err != nil || fmt.Sprint(offsets(b.Entries)) != "[5 6]" || b.Committed != 5 {
+		t.Fatalf("after retention: %v committed %d, %v; want [5 6] committed 5", offsets(b.Entries), b.Committed, err)
+	}
+}
+
+// A key with more messages waiting than one fetch reads does not hide the
+// messages after them.
+func TestSharedManyWaitingBehindAKey(t *testing.T) {
+	defer func(n int) { maxScan = n }(maxScan)
+	maxScan = 3
+	e := sharedEnv(t, Options{})
+	e.publishKeyed("hot", "hot", "hot", "hot", "hot", "hot", "hot", "", "other")
+	s := e.join("g")
+	if got := e.fetch("g", s, 1, 0); fmt.Sprint(offsets(got.Entries)) != "[0]" {
+		t.Fatalf("first %v", offsets(got.Entries))
+	}
+	if got := e.fetch("g", s, 10, 0); fmt.Sprint(offsets(got.Entries)) != "[7 8]" {
+		t.Fatalf("past the waiting key: %v, want [7 8]", offsets(got.Entries))
 	}
 }
