@@ -14,7 +14,9 @@
 //	    0000000000000001024.mmm     next segment, named by its first offset
 //	    0000000000000001024.idx
 //	    checkpoints/<name>.checkpoint   int64 BE next offset, 8 bytes
-//	    checkpoints/<name>.finished     offsets finished past it (only while any are recorded)
+//	    checkpoints/<name>.finished     offsets finished past it and a shared group's delivery
+//	                                    counts (only while any are recorded)
+//	    checkpoints/<name>.mode         a consumer group's mode: "shared\n" or "exclusive\n"
 //
 // # Entry (format.go)
 //
@@ -395,20 +397,36 @@
 //	body = 0x01 (kind: finished ranges) | uvarint count (>= 1)
 //	       | count × (uvarint lo, uvarint length (>= 1))
 //	lo of the first range absolute, of each later one minus the previous
-//	range's end; CRC over the body. Any other kind is invalid.
+//	range's end; CRC over the body.
 //
-// RecordFinished appends one record per MaxFinishedRecordBody of ranges and
-// fsyncs after each, so only the last append can be unsynced at a power
-// loss (the first record of a new file also fsyncs the checkpoints
-// directory). Commit(next) forgets the ranges below next in memory only;
-// the file's stale ranges are ignored when it is read. A Commit that
-// leaves none removes the file (remove, directory fsync); a file past
-// FinishedCompactBytes (1 MiB) whose live ranges encode to under a quarter
-// of it is rewritten (tmp, fsync, rename, directory fsync), and so is one
+//	body = 0x02 (kind: delivery counts) | uvarint count (>= 1)
+//	       | count × (uvarint offset, uvarint n (1 .. 2³²-1))
+//	the message at offset was handed out n times; the first offset
+//	absolute, each later one minus the previous offset minus 1 (strictly
+//	ascending). Any other kind is invalid.
+//
+// The finished set is the union of every kind-1 record. The delivery
+// count of an offset (a shared consumer group's, contract.DeliveryRecorder:
+// how many times a message past the checkpoint that is not finished was
+// handed out) is the one of the last kind-2 record in the file that holds
+// it, and a finished offset has none, whatever the order of the records.
+//
+// RecordFinished and RecordDeliveries append one record per
+// MaxFinishedRecordBody of ranges or counts and fsync after each, so only
+// the last append can be unsynced at a power loss (the first record of a
+// new file also fsyncs the checkpoints directory). A later count of an
+// offset replaces the earlier one; RecordFinished forgets the counts of the
+// offsets it finishes. Commit(next) forgets the ranges and counts below
+// next in memory only; the file's stale ones are ignored when it is read.
+// A Commit that leaves neither a range nor a count removes the file
+// (remove, directory fsync); a file past FinishedCompactBytes (1 MiB)
+// whose live ranges and counts encode to under a quarter of it is
+// rewritten with them (tmp, fsync, rename, directory fsync), and so is one
 // whose last write failed (its state is then unknown), before the next
 // append. A Commit that moves the offset back rewrites it first, so that
-// stale ranges never come back above the new offset. ClearFinished (an
-// operator's seek) removes it durably.
+// stale ranges and counts never come back above the new offset.
+// ClearFinished (an operator's seek) removes it durably: every range and
+// every count is forgotten.
 //
 // Recovery on open follows the crash rule of the segments (below the last
 // completed fsync nothing may change): at the first invalid record, byte E,
@@ -423,9 +441,26 @@
 //	                                                  valid records before E
 //
 // Either way only marks are lost, so messages are delivered again, never
-// skipped. Ranges below the checkpoint's offset are ignored; ranges at or
-// past the log's end are dropped and the file rewritten without them (new
-// messages will take those offsets). Checkpoint.FinishedRecovery says
-// what was done. `mmmq verify` checks every record of every .finished file
-// and reports what the next open would do.
+// skipped; a count can lose only what the cut append or the records from
+// the damage on held, and a count acknowledged before the last completed
+// fsync is never lowered. Ranges and counts below the checkpoint's offset
+// are ignored; ranges and counts at or past the log's end are dropped and
+// the file rewritten without them (new messages will take those offsets).
+// Checkpoint.FinishedRecovery says what was done. `mmmq verify` checks
+// every record of every .finished file and reports what the next open
+// would do.
+//
+// # Group mode (groupmode.go)
+//
+//	checkpoints/<name>.mode   exactly "shared\n" (7 bytes) or "exclusive\n" (10 bytes)
+//
+// A consumer group's mode (contract.GroupModer), fixed by its first use.
+// SetGroupMode writes <name>.mode.tmp, fsyncs it, renames it over
+// <name>.mode and fsyncs the checkpoints directory (and the topic
+// directory for a new file), so a power loss leaves the old mode or the
+// new one; setting the stored mode again writes nothing. No file: the
+// group is exclusive when <name>.checkpoint exists (stored before modes
+// existed, or a dispatcher's), and never used when not. Any other content
+// is an error naming the file, from GroupMode and SetGroupMode alike: a
+// mode is never guessed, and `mmmq verify` reports the file.
 package storage
