@@ -287,13 +287,18 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 		}
 		changed, scanAt := s.changed, s.scan
 		var due <-chan time.Time
+		var dueTimer *time.Timer
 		if len(s.later) > 0 {
-			t := time.NewTimer(time.Until(s.later[0].due))
-			defer t.Stop()
-			due = t.C
+			dueTimer = time.NewTimer(time.Until(s.later[0].due))
+			due = dueTimer.C
 		}
 		empty := b
 		g.mu.Unlock()
+		stop := func() {
+			if dueTimer != nil {
+				dueTimer.Stop()
+			}
+		}
 		select {
 		case <-notify:
 			// The high watermark never decreases: a wake-up without new
@@ -304,6 +309,7 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 				lost := s.sessions[m.id] != m
 				g.mu.Unlock()
 				if !lost {
+					stop()
 					return Batch{}, fmt.Errorf("fetch group %s of topic %s: %w", g.name, g.topic.Name(), contract.ErrClosed)
 				}
 			}
@@ -311,12 +317,16 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 		case <-due:
 		case <-m.gone:
 		case <-timeout:
+			stop()
 			return empty, nil
 		case <-c.drained:
+			stop()
 			return empty, nil
 		case <-ctx.Done():
+			stop()
 			return Batch{}, ctx.Err()
 		}
+		stop()
 	}
 }
 
