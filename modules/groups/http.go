@@ -119,9 +119,9 @@ type Message struct {
 	Offset int64 `json:"offset"`
 	// Deliveries (shared groups) is how many times the message has been
 	// handed out, this time included.
-	Deliveries uint32           `json:"deliveries,omitempty"`
-	Message json.RawMessage `json:"message,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Deliveries uint32          `json:"deliveries,omitempty"`
+	Message    json.RawMessage `json:"message,omitempty"`
+	Error      string          `json:"error,omitempty"`
 }
 
 // FetchResponse is the 200 body of a fetch. Messages is [] (never null)
