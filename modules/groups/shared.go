@@ -712,7 +712,9 @@ type NackResult struct {
 // sooner than retryAfter from now. Each counts as a delivery: past
 // MaxDeliveries one is dead-lettered instead of handed out again. An
 // offset already finished changes nothing; any other offset not leased to
-// session is refused as by AckOffsets, and nothing is given back.
+// session is refused as by AckOffsets, and nothing is given back. An
+// offset repeated in offsets counts once (in Nacked or Already), as in
+// AckOffsets.
 func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryAfter time.Duration) (NackResult, error) {
 	g, s, m, err := c.sharedSession(topic, group, session, "nack")
 	if err != nil {
@@ -721,16 +723,18 @@ func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryA
 	defer g.mu.Unlock()
 	var res NackResult
 	var todo, bad []int64
+	seen := map[int64]bool{}
 	for _, o := range offsets {
 		switch h := s.out[o]; {
+		case seen[o]:
 		case o >= 0 && o < s.scan && s.fin.Has(o):
 			res.Already++
 		case h != nil && h.session == m:
 			todo = append(todo, o)
-		case slices.Contains(todo, o):
 		default:
 			bad = append(bad, o)
 		}
+		seen[o] = true
 	}
 	if len(bad) > 0 {
 		return NackResult{}, fmt.Errorf("%w: offsets %v of topic %s are not leased to this session of group %s (never handed to it, or its lease on them expired)",
