@@ -378,6 +378,8 @@
 //	FETCH            max capped at mmmq.broker.groups.max-fetch and about 16 MiB
 //	                 of payload; wait-ms capped at 30000; fewer messages when the
 //	                 broker-wide mmmq.broker.memory.max-inflight-bytes cannot hold them
+//	ACKX, NACKX      1 to MaxOffsetsPerLine (10000) offsets per line; retry-after
+//	                 at most 86400 seconds, or a duration capped at 24h
 //
 // A connection is not read while it waits in FETCH: a client that closes
 // during the wait is noticed when the wait ends.

@@ -74,8 +74,8 @@ func TestSharedAckXNackX(t *testing.T) {
 		t.Fatalf("ACKX of a finished offset: %q", got)
 	}
 	expectPrefix(t, a.do("ACKX t g offsets=1,3"), "ERR NOT_DELIVERED ")
-	if got := a.do("NACKX t g offsets=1"); got != "NACKED 1 nacked=1 already=0" {
-		t.Fatalf("NACKX 1: %q", got)
+	if got := a.do("NACKX t g offsets=1,1"); got != "NACKED 1 nacked=1 already=0" {
+		t.Fatalf("NACKX 1,1: %q", got)
 	}
 	mb := b.fetchX("FETCH t g 10 0 mode=shared")
 	if len(mb) != 2 || mb[0].off != 1 || mb[0].deliveries != 2 || mb[1].off != 3 || mb[1].deliveries != 1 {
