@@ -463,7 +463,7 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	// released: it is listed unheld, with its lag, and may be sought.
 	listed := c.do(exchange{method: "GET", path: "/topics/order.created/groups", status: 200}).json(t)
 	hw := listed["highWatermark"].(float64)
-	assert.Equal(t, []any{map[string]any{"group": "billing", "committed": 1.0, "lag": hw - 1, "held": false}}, listed["groups"])
+	assert.Equal(t, []any{map[string]any{"group": "billing", "committed": 1.0, "lag": hw - 1, "held": false, "mode": "exclusive"}}, listed["groups"])
 	seek := `{"to":{"timestamp":1718000000000}}`
 	inREADME(`-d '` + seek + `'`)
 	sought := c.do(exchange{method: "POST", path: "/topics/order.created/groups/billing/seek", body: seek, status: 200}).json(t)
@@ -496,6 +496,62 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	c.do(exchange{method: "POST", path: "/topics/order.created/groups/audit/seek", body: `{"to":1000000}`, status: 400})
 	c.do(exchange{method: "GET", path: "/topics/missing/groups", status: 404})
 	c.do(exchange{method: "POST", path: "/topics/missing/groups/audit/seek", body: `{"to":0}`, status: 404})
+
+	// A shared group: two sessions get different messages with their
+	// delivery counts, per-message acks (a repeat counts as already) and
+	// nacks, the forms of the other mode refused, the group list's shared
+	// fields, and the redrive of its (not yet existing) dead letters.
+	workers := "/topics/order.created/groups/workers"
+	w1 := c.do(exchange{method: "POST", path: workers + "/fetch?mode=shared&max=2", status: 200})
+	s1 := w1.header.Get(groups.SessionHeader)
+	fb := w1.json(t)
+	assert.Equal(t, "shared", fb["mode"])
+	got1 := fb["messages"].([]any)
+	require.Len(t, got1, 2)
+	assert.Equal(t, 1.0, got1[0].(map[string]any)["deliveries"])
+	second := c.do(exchange{method: "POST", path: workers + "/fetch?max=1", status: 200})
+	s2 := second.header.Get(groups.SessionHeader)
+	got2 := second.json(t)["messages"].([]any)
+	require.Len(t, got2, 1)
+	o0, o1, o2 := got1[0].(map[string]any)["offset"], got1[1].(map[string]any)["offset"], got2[0].(map[string]any)["offset"]
+	assert.NotEqual(t, o0, o2)
+	assert.NotEqual(t, o1, o2)
+	h1, h2 := map[string]string{groups.SessionHeader: s1}, map[string]string{groups.SessionHeader: s2}
+	acked := c.do(exchange{method: "POST", path: workers + "/ack", header: h1, body: fmt.Sprintf(`{"offsets":[%v]}`, o0), status: 200}).json(t)
+	assert.Equal(t, map[string]any{"topic": "order.created", "group": "workers", "committed": 1.0, "acked": 1.0, "already": 0.0}, acked)
+	again := c.do(exchange{method: "POST", path: workers + "/ack", header: h1, body: fmt.Sprintf(`{"offsets":[%v,%v]}`, o0, o0), status: 200}).json(t)
+	assert.Equal(t, 0.0, again["acked"])
+	assert.Equal(t, 1.0, again["already"])
+	nacked := c.do(exchange{method: "POST", path: workers + "/nack", header: h1, body: fmt.Sprintf(`{"offsets":[%v],"retryAfter":"0s"}`, o1), status: 200}).json(t)
+	assert.Equal(t, map[string]any{"topic": "order.created", "group": "workers", "committed": 1.0, "nacked": 1.0, "already": 0.0}, nacked)
+	c.do(exchange{method: "POST", path: workers + "/nack", header: h2, body: fmt.Sprintf(`{"offsets":[%v],"retryAfter":30}`, o2), status: 200})
+	notLeased := c.do(exchange{method: "POST", path: workers + "/nack", header: h2, body: `{"offsets":[1000000]}`, status: 409}).json(t)
+	assert.Equal(t, "NOT_DELIVERED", notLeased["code"])
+	mode := c.do(exchange{method: "POST", path: workers + "/ack", header: h2, body: `{"offset":0}`, status: 409}).json(t)
+	assert.Equal(t, "GROUP_MODE", mode["code"])
+	assert.Equal(t, "GROUP_MODE", c.do(exchange{method: "POST", path: workers + "/fetch?mode=exclusive", status: 409}).json(t)["code"])
+	assert.Equal(t, "GROUP_MODE", c.do(exchange{method: "POST", path: "/topics/order.created/groups/billing/fetch?mode=shared", status: 409}).json(t)["code"])
+	for _, body := range []string{`{"offset":0,"offsets":[1]}`, `{"offsets":[]}`, `{"offsets":[1],"x":1}`, `{"offsets":[-1]}`, `{}`} {
+		c.do(exchange{method: "POST", path: workers + "/ack", header: h2, body: body, status: 400, invalid: true})
+	}
+	c.do(exchange{method: "POST", path: workers + "/nack", body: `{"offsets":[1]}`, status: 400, invalid: true})
+	c.do(exchange{method: "POST", path: workers + "/nack", header: h2, body: `{"offsets":[1],"retryAfter":-1}`, status: 400, invalid: true})
+	c.do(exchange{method: "POST", path: workers + "/fetch?mode=both", status: 400, invalid: true})
+	listed = c.do(exchange{method: "GET", path: "/topics/order.created/groups", status: 200}).json(t)
+	require.Len(t, listed["groups"], 3)
+	shared := listed["groups"].([]any)[2].(map[string]any)
+	assert.Equal(t, "workers", shared["group"])
+	assert.Equal(t, "shared", shared["mode"])
+	assert.Equal(t, true, shared["held"])
+	assert.Nil(t, shared["leaseExpiresInMs"])
+	assert.Equal(t, 0.0, shared["inFlight"], "o0 is acknowledged, o1 and o2 were given back")
+	assert.Len(t, shared["sessions"], 2)
+	redriven := c.do(exchange{method: "POST", path: workers + "/redrive", body: `{}`, status: 200}).json(t)
+	assert.Equal(t, "dead-letter.workers", redriven["deadLetterTopic"])
+	c.do(exchange{method: "POST", path: workers + "/redrive", status: 200})
+	c.do(exchange{method: "POST", path: workers + "/redrive", body: `{"from":"x"}`, status: 400, invalid: true})
+	c.do(exchange{method: "DELETE", path: workers + "/session", header: h1, status: 200})
+	c.do(exchange{method: "DELETE", path: workers + "/session", header: h2, status: 200})
 
 	// Topic lifecycle.
 	c.do(exchange{method: "POST", path: "/topics/order.created/reopen", status: 409})

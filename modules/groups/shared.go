@@ -749,7 +749,9 @@ type NackResult struct {
 // sooner than retryAfter from now. Each counts as a delivery: past
 // MaxDeliveries one is dead-lettered instead of handed out again. An
 // offset already finished changes nothing; any other offset not leased to
-// session is refused as by AckOffsets, and nothing is given back.
+// session is refused as by AckOffsets, and nothing is given back. An
+// offset repeated in offsets counts once (in Nacked or Already), as in
+// AckOffsets.
 func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryAfter time.Duration) (NackResult, error) {
 	g, s, m, err := c.sharedSession(topic, group, session, "nack")
 	if err != nil {

@@ -286,7 +286,7 @@ func (c *conn) auditAs(principal, msg, cmd string, action contract.Action, topic
 // the protocol's words, or "unknown" — never the word itself, which might
 // be a token sent without AUTH.
 func commandName(cmd []byte) string {
-	for _, w := range []string{"AUTH", "PUB", "PUBID", "PUBX", "FETCH", "ACK", "STATUS"} {
+	for _, w := range []string{"AUTH", "PUB", "PUBID", "PUBX", "FETCH", "ACK", "ACKX", "NACKX", "STATUS"} {
 		if bytes.EqualFold(cmd, []byte(w)) {
 			return w
 		}

@@ -206,6 +206,8 @@ func TestAuthEveryCommand(t *testing.T) {
 		{line: "FETCH t g 1 0", action: contract.ActionConsume, ok: "MSG 0 ", without: tokGroupH},
 		{line: "FETCH t g 1 0 from=0", action: contract.ActionConsume, ok: "MSG 0 ", without: tokPublisher},
 		{line: "ACK t g 0", setup: "FETCH t g 1 0", action: contract.ActionConsume, ok: "ACKED 1", without: tokGroupH},
+		{line: "ACKX t g offsets=0", setup: "FETCH t g 1 0 mode=shared", action: contract.ActionConsume, ok: "ACKED 1 acked=1 already=0", without: tokGroupH},
+		{line: "NACKX t g offsets=0", setup: "FETCH t g 1 0 mode=shared", action: contract.ActionConsume, ok: "NACKED 0 nacked=1 already=0", without: tokPublisher},
 		{line: "STATUS t", action: contract.ActionRead, ok: "TOPIC t next=1 ", without: tokPublisher},
 	} {
 		t.Run(tc.line+"/no-auth", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
@@ -27,6 +28,11 @@ import (
 var errLineTooLong = errors.New("lineproto: line too long")
 
 type groupKey struct{ topic, group string }
+
+// heldGroup is a group a connection holds: its session id, and its mode
+// (contract.GroupExclusive or contract.GroupShared) once a FETCH has
+// answered; "" before.
+type heldGroup struct{ session, mode string }
 
 // conn is one client connection: request lines in order, one reply per
 // request, in the same order. Its reader (serve) reads and serves the
@@ -46,8 +52,8 @@ type conn struct {
 	// shortReads counts consecutive reads that filled less than half of
 	// rbuf (shrink).
 	shortReads int
-	topic      string              // the last PUB's topic, valid: reused while it repeats
-	sessions   map[groupKey]string // groups this connection holds
+	topic      string                 // the last PUB's topic, valid: reused while it repeats
+	sessions   map[groupKey]heldGroup // groups this connection holds
 	log        *zap.Logger
 	auth       authState
 	pipe       pipeline
@@ -422,6 +428,10 @@ func (c *conn) handle(line []byte) {
 		c.fetch(rest)
 	case bytes.EqualFold(cmd, []byte("ACK")):
 		c.ack(rest)
+	case bytes.EqualFold(cmd, []byte("ACKX")):
+		c.ackX(rest)
+	case bytes.EqualFold(cmd, []byte("NACKX")):
+		c.nackX(rest)
 	case bytes.EqualFold(cmd, []byte("STATUS")):
 		c.status(rest)
 	default:
@@ -431,10 +441,10 @@ func (c *conn) handle(line []byte) {
 		if c.auth.principal != nil {
 			// Not echoed while authentication is on: the word may be a
 			// token sent by mistake.
-			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, PUBX, FETCH, ACK or STATUS)", contract.CodeBadRequest)
+			c.replyf("ERR %s unknown command (want AUTH, PUB, PUBID, PUBX, FETCH, ACK, ACKX, NACKX or STATUS)", contract.CodeBadRequest)
 			return
 		}
-		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, PUBX, FETCH, ACK or STATUS)", contract.CodeBadRequest, cmd)
+		c.replyf("ERR %s unknown command %q (want AUTH, PUB, PUBID, PUBX, FETCH, ACK, ACKX, NACKX or STATUS)", contract.CodeBadRequest, cmd)
 	}
 }
 
@@ -712,20 +722,26 @@ func validateID(id []byte) error {
 	return nil
 }
 
-// fetchArgs are FETCH's arguments; from is -1 without from=.
+// fetchArgs are FETCH's arguments; from is -1 without from=, mode ""
+// without mode=.
 type fetchArgs struct {
 	k      groupKey
 	limit  int
 	waitMS int64
 	from   int64
+	mode   string
 }
 
-// parseFetch parses FETCH's arguments, or answers ERR BAD_REQUEST.
+const fetchUsage = "usage: FETCH <topic> <group> <max> <wait-ms> [from=<offset>] [mode=shared|exclusive]"
+
+// parseFetch parses FETCH's arguments, or answers ERR BAD_REQUEST. The
+// four positional arguments may be followed by the attributes from= and
+// mode=, in any order, each at most once (values percent-encoded, as
+// PUBX's).
 func (c *conn) parseFetch(rest []byte) (fetchArgs, bool) {
-	const usage = "usage: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]"
 	f := strings.Fields(string(rest))
-	if len(f) != 4 && len(f) != 5 {
-		c.replyf("ERR %s %s", contract.CodeBadRequest, usage)
+	if len(f) < 4 || len(f) > 6 {
+		c.replyf("ERR %s %s", contract.CodeBadRequest, fetchUsage)
 		return fetchArgs{}, false
 	}
 	limit, err1 := strconv.Atoi(f[2])
@@ -734,17 +750,47 @@ func (c *conn) parseFetch(rest []byte) (fetchArgs, bool) {
 		c.replyf("ERR %s max must be an integer >= 1 and wait-ms an integer >= 0", contract.CodeBadRequest)
 		return fetchArgs{}, false
 	}
-	from := int64(-1)
-	if len(f) == 5 {
-		v, ok := strings.CutPrefix(f[4], "from=")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if !ok || err != nil || n < 0 {
-			c.replyf("ERR %s the fifth argument must be from=<offset>, an integer >= 0; %s", contract.CodeBadRequest, usage)
+	a := fetchArgs{k: groupKey{f[0], f[1]}, limit: limit, waitMS: waitMS, from: -1}
+	var haveFrom, haveMode bool
+	for _, tok := range f[4:] {
+		name, val, err := decodeAttribute(tok)
+		if err != nil {
+			c.replyf("ERR %s %s; %s", contract.CodeBadRequest, err, fetchUsage)
 			return fetchArgs{}, false
 		}
-		from = n
+		switch name {
+		case "from":
+			n, err := strconv.ParseInt(val, 10, 64)
+			if haveFrom || err != nil || n < 0 {
+				c.replyf("ERR %s from=<offset> must be an integer >= 0, given once; %s", contract.CodeBadRequest, fetchUsage)
+				return fetchArgs{}, false
+			}
+			haveFrom, a.from = true, n
+		case "mode":
+			if haveMode || (val != contract.GroupShared && val != contract.GroupExclusive) {
+				c.replyf("ERR %s mode= must be %s or %s, given once; %s", contract.CodeBadRequest, contract.GroupShared, contract.GroupExclusive, fetchUsage)
+				return fetchArgs{}, false
+			}
+			haveMode, a.mode = true, val
+		default:
+			c.replyf("ERR %s unknown attribute %q (FETCH knows from and mode); %s", contract.CodeBadRequest, truncate(name, 32), fetchUsage)
+			return fetchArgs{}, false
+		}
 	}
-	return fetchArgs{k: groupKey{f[0], f[1]}, limit: limit, waitMS: waitMS, from: from}, true
+	return a, true
+}
+
+// decodeAttribute splits tok as <name>=<value> (attribute) and
+// percent-decodes the value; an error says what is wrong with tok.
+func decodeAttribute(tok string) (name, value string, err error) {
+	name, raw, ok := attribute([]byte(tok))
+	if !ok {
+		return "", "", fmt.Errorf("%q is not an attribute <name>=<value>", truncate(tok, 32))
+	}
+	if value, err = url.PathUnescape(raw); err != nil {
+		return "", "", fmt.Errorf("attribute %s: the value is not percent-encoded (a %% must start %%XX)", name)
+	}
+	return name, value, nil
 }
 
 // consumeAllowed checks the consume permission of FETCH and ACK on k: with
@@ -765,7 +811,7 @@ func (c *conn) consumeAllowed(cmd string, k groupKey) bool {
 	return c.allowed(cmd, contract.ActionConsume, k.topic, k.group)
 }
 
-// fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>]
+// fetch: FETCH <topic> <group> <max> <wait-ms> [from=<offset>] [mode=shared|exclusive]
 func (c *conn) fetch(rest []byte) {
 	a, ok := c.parseFetch(rest)
 	if !ok || !c.consumeAllowed("FETCH", a.k) {
@@ -773,16 +819,22 @@ func (c *conn) fetch(rest []byte) {
 	}
 	limit, from, k := a.limit, a.from, a.k
 	wait := time.Duration(min(a.waitMS, c.s.groups.MaxWait().Milliseconds())) * time.Millisecond
-	session, held := c.sessions[k]
+	h, held := c.sessions[k]
+	if held && a.mode != "" && h.mode != "" && h.mode != a.mode {
+		c.replyErr(contract.CodeGroupMode, fmt.Errorf("%w: group %s of topic %s is %s; mode=%s was asked (a group's mode is fixed by its first use; fetch without mode to join it as it is)",
+			groups.ErrGroupMode, k.group, k.topic, h.mode, a.mode))
+		return
+	}
 	if !held {
-		s, err := c.s.groups.Acquire(k.topic, k.group)
+		s, err := c.s.groups.AcquireMode(k.topic, k.group, a.mode)
 		if err != nil {
 			c.replyErr(errCode(err), err)
 			return
 		}
-		session = s
-		c.sessions[k] = s
+		h = heldGroup{session: s}
+		c.sessions[k] = h
 	}
+	session := h.session
 	var (
 		b   groups.Batch
 		err error
@@ -811,11 +863,30 @@ func (c *conn) fetch(rest []byte) {
 	// The entries' bytes go back to the in-flight budget once the reply is
 	// written (to the socket, or to the write buffer for its tail).
 	defer b.Release()
+	h.mode = contract.GroupExclusive
+	if b.Shared {
+		h.mode = contract.GroupShared
+	}
+	c.sessions[k] = h
+	// MSGX lines with the delivery count only for a FETCH that asked for
+	// a shared group (mode=shared): other clients keep reading MSG.
+	msgx := a.mode == contract.GroupShared && b.Shared
 	// The wait is over: the reply's writes get the whole write timeout.
 	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
-	for _, e := range b.Entries {
-		c.w.WriteString("MSG ")
-		c.w.WriteString(strconv.FormatInt(e.Offset, 10))
+	for i, e := range b.Entries {
+		if msgx {
+			c.w.WriteString("MSGX ")
+			c.w.WriteString(strconv.FormatInt(e.Offset, 10))
+			c.w.WriteString(" deliveries=")
+			var n uint32
+			if i < len(b.Deliveries) {
+				n = b.Deliveries[i]
+			}
+			c.w.WriteString(strconv.FormatUint(uint64(n), 10))
+		} else {
+			c.w.WriteString("MSG ")
+			c.w.WriteString(strconv.FormatInt(e.Offset, 10))
+		}
 		c.w.WriteByte(' ')
 		c.w.Write(singleLine(e.Payload))
 		c.w.WriteByte('\n')
@@ -857,12 +928,12 @@ func (c *conn) ack(rest []byte) {
 	if !c.consumeAllowed("ACK", k) {
 		return
 	}
-	session, ok := c.sessions[k]
+	h, ok := c.sessions[k]
 	if !ok {
 		c.replyf("ERR %s this connection has not fetched group %s of topic %s", contract.CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
 		return
 	}
-	next, err := c.s.groups.Ack(k.topic, k.group, session, off)
+	next, err := c.s.groups.Ack(k.topic, k.group, h.session, off)
 	if err != nil {
 		if errors.Is(err, groups.ErrSessionExpired) {
 			delete(c.sessions, k)
@@ -871,6 +942,163 @@ func (c *conn) ack(rest []byte) {
 		return
 	}
 	c.replyf("ACKED %d", next)
+}
+
+// MaxOffsetsPerLine caps the offsets of one ACKX or NACKX line, as the
+// HTTP ack and nack cap their "offsets".
+const MaxOffsetsPerLine = 10000
+
+// offsetsArgs are the arguments of ACKX and NACKX.
+type offsetsArgs struct {
+	k          groupKey
+	offsets    []int64
+	retryAfter time.Duration // NACKX's retry-after=; 0 without one
+}
+
+// parseOffsets parses the arguments of ACKX (nack false) or NACKX:
+// <topic> <group> then the attributes offsets= (required: 1 to
+// MaxOffsetsPerLine offsets, integers >= 0, separated by commas) and,
+// for NACKX, retry-after= (a duration such as 30s or a number of
+// seconds, 0..86400), each once, in any order, values percent-encoded.
+// Anything else is answered ERR BAD_REQUEST.
+func (c *conn) parseOffsets(rest []byte, nack bool) (offsetsArgs, bool) {
+	cmd, usage := "ACKX", "usage: ACKX <topic> <group> offsets=<offset>[,<offset>...]"
+	if nack {
+		cmd, usage = "NACKX", "usage: NACKX <topic> <group> offsets=<offset>[,<offset>...] [retry-after=<30s|seconds>]"
+	}
+	bad := func(format string, args ...any) (offsetsArgs, bool) {
+		c.replyf("ERR %s %s; %s", contract.CodeBadRequest, fmt.Sprintf(format, args...), usage)
+		return offsetsArgs{}, false
+	}
+	f := strings.Fields(string(rest))
+	if len(f) < 3 {
+		return bad("too few arguments")
+	}
+	a := offsetsArgs{k: groupKey{f[0], f[1]}}
+	var haveOffsets, haveRetry bool
+	for _, tok := range f[2:] {
+		name, val, err := decodeAttribute(tok)
+		if err != nil {
+			return bad("%v", err)
+		}
+		switch {
+		case name == "offsets" && !haveOffsets:
+			haveOffsets = true
+			if a.offsets, err = parseOffsetList(val); err != nil {
+				return bad("%v", err)
+			}
+		case name == "retry-after" && nack && !haveRetry:
+			haveRetry = true
+			if a.retryAfter, err = parseRetryAfter(val); err != nil {
+				return bad("%v", err)
+			}
+		case name == "offsets" || name == "retry-after" && nack:
+			return bad("attribute %s given twice", name)
+		default:
+			knows := "offsets"
+			if nack {
+				knows = "offsets and retry-after"
+			}
+			return bad("unknown attribute %q (%s knows %s)", truncate(name, 32), cmd, knows)
+		}
+	}
+	if !haveOffsets {
+		return bad("offsets= is required")
+	}
+	return a, true
+}
+
+// parseOffsetList parses "3,5,9": 1 to MaxOffsetsPerLine decimal
+// integers >= 0 separated by single commas (repeats are allowed and count
+// once).
+func parseOffsetList(v string) ([]int64, error) {
+	if v == "" {
+		return nil, errors.New("offsets= is empty: give 1 or more offsets separated by commas")
+	}
+	if n := strings.Count(v, ",") + 1; n > MaxOffsetsPerLine {
+		return nil, fmt.Errorf("offsets= has %d offsets, over %d per line", n, MaxOffsetsPerLine)
+	}
+	parts := strings.Split(v, ",")
+	offs := make([]int64, 0, len(parts))
+	for _, p := range parts {
+		o, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || p == "" || strings.Trim(p, "0123456789") != "" {
+			return nil, fmt.Errorf("offsets=: %q is not an offset (integers >= 0 separated by commas)", truncate(p, 32))
+		}
+		offs = append(offs, o)
+	}
+	return offs, nil
+}
+
+// parseRetryAfter reads NACKX's retry-after= with the HTTP nack's rule
+// (dispatcher.ParseRetryAfter): a duration such as 30s or 1m30s (capped
+// at 24h), or a number of seconds 0..86400.
+func parseRetryAfter(v string) (time.Duration, error) {
+	raw := []byte(strconv.Quote(v))
+	if v != "" && strings.Trim(v, "0123456789.") == "" && strings.Count(v, ".") <= 1 && v[0] != '.' && v[len(v)-1] != '.' {
+		raw = []byte(v) // a number of seconds
+	}
+	d, err := dispatcher.ParseRetryAfter(raw)
+	if err != nil {
+		return 0, fmt.Errorf("retry-after=%s: want a duration >= 0 such as 30s, or a number of seconds 0..86400", truncate(v, 32))
+	}
+	return d, nil
+}
+
+// sharedSession returns the session this connection holds on k for ACKX
+// or NACKX, or answers ERR NOT_DELIVERED when it has not fetched k.
+func (c *conn) sharedSession(k groupKey) (string, bool) {
+	h, ok := c.sessions[k]
+	if !ok {
+		c.replyf("ERR %s this connection has not fetched group %s of topic %s", contract.CodeNotDelivered, oneLine(k.group), oneLine(k.topic))
+		return "", false
+	}
+	return h.session, true
+}
+
+// offsetsFailed answers an ACKX or NACKX error; a lost session is
+// forgotten, so that the next FETCH starts a new one.
+func (c *conn) offsetsFailed(k groupKey, err error) {
+	if errors.Is(err, groups.ErrSessionExpired) {
+		delete(c.sessions, k)
+	}
+	c.replyErr(errCode(err), err)
+}
+
+// ackX: ACKX <topic> <group> offsets=<offset>[,<offset>...]
+func (c *conn) ackX(rest []byte) {
+	a, ok := c.parseOffsets(rest, false)
+	if !ok || !c.consumeAllowed("ACKX", a.k) {
+		return
+	}
+	session, ok := c.sharedSession(a.k)
+	if !ok {
+		return
+	}
+	res, err := c.s.groups.AckOffsets(a.k.topic, a.k.group, session, a.offsets)
+	if err != nil {
+		c.offsetsFailed(a.k, err)
+		return
+	}
+	c.replyf("ACKED %d acked=%d already=%d", res.Committed, res.Acked, res.Already)
+}
+
+// nackX: NACKX <topic> <group> offsets=<offset>[,<offset>...] [retry-after=<d>]
+func (c *conn) nackX(rest []byte) {
+	a, ok := c.parseOffsets(rest, true)
+	if !ok || !c.consumeAllowed("NACKX", a.k) {
+		return
+	}
+	session, ok := c.sharedSession(a.k)
+	if !ok {
+		return
+	}
+	res, err := c.s.groups.Nack(a.k.topic, a.k.group, session, a.offsets, a.retryAfter)
+	if err != nil {
+		c.offsetsFailed(a.k, err)
+		return
+	}
+	c.replyf("NACKED %d nacked=%d already=%d", res.Committed, res.Nacked, res.Already)
 }
 
 // status: STATUS [topic]
@@ -934,8 +1162,8 @@ func orDash(s string) string {
 // releaseAll releases every group the connection holds: their next consumer
 // starts at the committed offset (the log-queue study: redelivery after disconnect).
 func (c *conn) releaseAll() {
-	for k, s := range c.sessions {
-		if _, err := c.s.groups.Release(k.topic, k.group, s); err != nil {
+	for k, h := range c.sessions {
+		if _, err := c.s.groups.Release(k.topic, k.group, h.session); err != nil {
 			c.log.Warn("release group on disconnect", zap.String("topic", k.topic), zap.String("group", k.group), zap.Error(err))
 		}
 	}

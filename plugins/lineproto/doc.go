@@ -21,14 +21,19 @@
 // debug level gives its size). A client that half-closes must therefore end
 // its last request with "\n" too.
 //
-//	request  = auth / pub / pubid / pubx / fetch / ack / status
+//	request  = auth / pub / pubid / pubx / fetch / ack / ackx / nackx / status
 //	auth     = "AUTH" SP token                        ; only when authentication is on, see below
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	pubid    = "PUBID" SP topic SP level SP id SP payload ; id: the producer's message id, one token
 //	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id; values percent-encoded
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
-//	fetch    = "FETCH" SP topic SP group SP max SP wait-ms [SP "from=" offset]
+//	fetch    = "FETCH" SP topic SP group SP max SP wait-ms *(SP fetch-attr)
+//	fetch-attr = "from=" offset / "mode=" ("shared" / "exclusive") ; each at most once, any order
 //	ack      = "ACK" SP topic SP group SP offset
+//	ackx     = "ACKX" SP topic SP group SP "offsets=" offsets       ; shared groups
+//	nackx    = "NACKX" SP topic SP group SP "offsets=" offsets [SP "retry-after=" delay] ; any order
+//	offsets  = offset *("," offset)                 ; 1 to MaxOffsetsPerLine (10000) decimal offsets
+//	delay    = duration / seconds                   ; "30s", "1m30s" (capped at 24h), or 0..86400 seconds
 //	status   = "STATUS" [SP topic]
 //
 //	reply to AUTH    "OK AUTH" SP principal-name       ; authentication on
@@ -38,7 +43,10 @@
 //	reply to PUBID   "OK" SP offset SP level [SP "DUPLICATE"]   ; PUBX too
 //	                 "OK - ACCEPTED" [SP "DUPLICATE"]
 //	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
+//	                 *("MSGX" SP offset SP "deliveries=" n SP stored-json) "END" SP count ; FETCH ... mode=shared
 //	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
+//	reply to ACKX    "ACKED" SP committed SP "acked=" n SP "already=" m   ; after the fsync
+//	reply to NACKX   "NACKED" SP committed SP "nacked=" n SP "already=" m
 //	reply to STATUS  *("TOPIC" SP name SP "next=" hw SP "segments=" n SP "bytes=" b
 //	                   SP "start=" log-start-offset SP "incarnation=" (id / "-")
 //	                   *("GROUP" SP name SP group SP "committed=" c SP "held=" ("true"/"false")))
@@ -118,7 +126,7 @@
 //     whole before anything was queued (a stored message over the log's
 //     record limit, a full queue) is handed out again line by line, so
 //     each line gets the answer it would get alone.
-//   - Every other request (AUTH, FETCH, ACK, STATUS, an unknown command) is
+//   - Every other request (AUTH, FETCH, ACK, ACKX, NACKX, STATUS, an unknown command) is
 //     a barrier: it runs once every earlier line is answered, as it would
 //     if sent alone. STATUS counts the PUBs before it; FETCH delivers them
 //     once durable (a DURABLE PUB's message is when it is answered).
@@ -171,14 +179,15 @@
 //     only while a large line is in it.
 //   - The bytes after the last "\n" of a read wait for the next read; a
 //     line split across any number of reads is served once it is complete.
-//   - Barrier replies (FETCH, ACK, STATUS, AUTH, errors of unknown
+//   - Barrier replies (FETCH, ACK, ACKX, NACKX, STATUS, AUTH, errors of unknown
 //     commands) are written by the reader itself once every earlier reply
 //     is out; a FETCH reply longer than 32 KiB is written while it is
 //     built.
 //
 // # Sessions
 //
-// A connection is a consumer session (as in the log-queue study): its first FETCH of a group
+// A connection is a consumer session (as in the log-queue study): its first FETCH of an
+// exclusive group (the default mode; see Shared groups for the other)
 // takes the group (ERR GROUP_BUSY while another connection or HTTP session
 // holds it), and it keeps it while it fetches or acks within
 // mmmq.broker.groups.lease-timeout (default 30s). ACK commits offset+1
@@ -190,6 +199,53 @@
 // (at-least-once). A connection whose lease expired gets ERR
 // SESSION_EXPIRED once (for FETCH or ACK) and its next FETCH starts a new
 // session from the committed offset.
+//
+// # Shared groups
+//
+// A consumer group has a mode, fixed by its first use (stored durably):
+// exclusive (the default; Sessions above) or shared (competing consumers:
+// any number of connections fetch it at once, each message is leased to
+// one of them and acknowledged on its own). The modes are the HTTP API's
+// (mode= of its fetch), on the same groups.
+//
+//   - FETCH ... mode=shared on a connection's first FETCH of a group makes
+//     a group not used yet shared, or joins a shared one; mode=exclusive
+//     likewise; without mode= a FETCH joins the group as it is (a new
+//     group is shared when its name matches mmmq.broker.groups.shared).
+//     The other mode than the group's is ERR GROUP_MODE, also on a later
+//     FETCH whose mode= differs from what the connection was answered.
+//   - A FETCH that says mode=shared is answered with MSGX lines, which
+//     add deliveries=<n>: how many times the message has been handed
+//     out, this one included (1 the first time; more after a NACKX, a
+//     lease expiry or a closed connection). Any other FETCH gets MSG lines
+//     as before, so a client that never sends mode= reads a shared group
+//     (configured by a glob) unchanged, without the count.
+//   - A message is leased to one connection until its lease ends
+//     (mmmq.broker.groups.lease-timeout, renewed by its FETCH, ACKX and
+//     NACKX) or it closes; its unacknowledged messages are then handed
+//     out again, to any connection.
+//   - A message with an ordering key (PUBX key=) is handed out only once
+//     every earlier message of its key is finished, so per-key order holds
+//     across connections; other messages go on meanwhile.
+//   - ACKX finishes its offsets durably, then answers the group's
+//     committed offset (the contiguous prefix of finished messages), how
+//     many offsets the line finished and how many were finished before (a
+//     repeat; an offset repeated in the line counts once). NACKX gives its
+//     offsets back unfinished, handed out again at once or no sooner than
+//     retry-after. Either refuses the whole line with ERR NOT_DELIVERED
+//     naming the offsets not leased to this connection (never handed to
+//     it, or its lease ended and they went to another one); on a
+//     connection that has not fetched the group, ERR NOT_DELIVERED too.
+//   - After mmmq.broker.groups.max-deliveries deliveries (default 4; 0
+//     never) a message goes to the topic dead-letter.<group> (or the one
+//     of mmmq.broker.groups.dead-letter-topics) instead of being handed
+//     out again; the HTTP redrive publishes it back.
+//   - ACK or FETCH from= of a shared group, and ACKX or NACKX of an
+//     exclusive one, are ERR GROUP_MODE.
+//   - Values are percent-encoded as PUBX's. An unknown attribute, one
+//     given twice, an empty list or element, anything but decimal digits
+//     in an offset, more than MaxOffsetsPerLine offsets, or a bad
+//     retry-after is ERR BAD_REQUEST, and nothing is acknowledged.
 //
 // # Authentication
 //
@@ -237,7 +293,7 @@
 //	command                   action    topic, group
 //	PUB, PUBID, PUBX          publish   its topic (then the publish rate)
 //	FETCH (from= too)         consume   its topic, as its group
-//	ACK                       consume   its topic, as its group
+//	ACK, ACKX, NACKX          consume   its topic, as its group
 //	STATUS <topic>            read      the topic
 //	STATUS                    read      lists only the topics the principal may read (never refused)
 //
@@ -257,7 +313,7 @@
 //
 // Refused authentication, FORBIDDEN and RATE_LIMITED are logged at info
 // level on the logger named "audit" with the principal (when known), the
-// command word (AUTH, PUB, PUBID, PUBX, FETCH, ACK, STATUS, or "unknown": never
+// command word (AUTH, PUB, PUBID, PUBX, FETCH, ACK, ACKX, NACKX, STATUS, or "unknown": never
 // the word itself), action, topic, group, remote address, code and reason;
 // never the token.
 //
@@ -268,7 +324,10 @@
 //	TOO_LARGE        line over max-line-bytes (the connection is then closed),
 //	                 or payload / stored message over max-record-bytes
 //	GROUP_BUSY       another consumer holds the group (log-queue study)
-//	NOT_DELIVERED    ACK of an offset not delivered to this connection (log-queue study)
+//	NOT_DELIVERED    ACK of an offset not delivered to this connection (log-queue study);
+//	                 ACKX or NACKX of an offset not leased to it
+//	GROUP_MODE       the other consumer-group mode than the group's (see Shared
+//	                 groups; HTTP 409)
 //	BAD_REQUEST      unknown command, wrong arguments, invalid topic or group
 //	                 name, invalid PUBID id, payload not JSON, empty line, a
 //	                 second AUTH
@@ -319,6 +378,8 @@
 //	FETCH            max capped at mmmq.broker.groups.max-fetch and about 16 MiB
 //	                 of payload; wait-ms capped at 30000; fewer messages when the
 //	                 broker-wide mmmq.broker.memory.max-inflight-bytes cannot hold them
+//	ACKX, NACKX      1 to MaxOffsetsPerLine (10000) offsets per line; retry-after
+//	                 at most 86400 seconds, or a duration capped at 24h
 //
 // A connection is not read while it waits in FETCH: a client that closes
 // during the wait is noticed when the wait ends.

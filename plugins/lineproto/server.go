@@ -335,7 +335,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		s:        s,
 		nc:       nc,
 		w:        bufio.NewWriterSize(nc, writeBufferBytes),
-		sessions: map[groupKey]string{},
+		sessions: map[groupKey]heldGroup{},
 		log:      s.log.With(zap.String("remote", nc.RemoteAddr().String())),
 		auth:     authState{ctx: context.Background()},
 	}

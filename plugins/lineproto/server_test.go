@@ -134,29 +134,60 @@ func (c *client) do(line string) string {
 	return c.read()
 }
 
-// fetch sends a FETCH and returns the MSG lines' offsets and payloads,
-// checking the END count.
+// fetch sends a FETCH and returns the MSG (or MSGX) lines' offsets and
+// payloads, checking the END count.
 func (c *client) fetch(line string) ([]int64, []string) {
 	c.t.Helper()
-	c.send(line)
+	ms := c.fetchX(line)
 	var offs []int64
 	var payloads []string
+	for _, m := range ms {
+		offs = append(offs, m.off)
+		payloads = append(payloads, m.payload)
+	}
+	return offs, payloads
+}
+
+// fetched is one MSG or MSGX line of a FETCH reply; deliveries is -1 for
+// MSG.
+type fetched struct {
+	off        int64
+	deliveries int
+	payload    string
+}
+
+// fetchX sends a FETCH and returns its MSG and MSGX lines, checking the
+// END count.
+func (c *client) fetchX(line string) []fetched {
+	c.t.Helper()
+	c.send(line)
+	var ms []fetched
 	for {
 		l := c.read()
 		if strings.HasPrefix(l, "END ") {
-			if want := fmt.Sprintf("END %d", len(offs)); l != want {
-				c.t.Fatalf("%q after %d messages", l, len(offs))
+			if want := fmt.Sprintf("END %d", len(ms)); l != want {
+				c.t.Fatalf("%q after %d messages", l, len(ms))
 			}
-			return offs, payloads
+			return ms
 		}
-		var off int64
-		var rest string
-		if _, err := fmt.Sscanf(l, "MSG %d", &off); err != nil {
-			c.t.Fatalf("fetch reply line %q", l)
+		m := fetched{deliveries: -1}
+		var head string
+		if strings.HasPrefix(l, "MSGX ") {
+			if _, err := fmt.Sscanf(l, "MSGX %d deliveries=%d", &m.off, &m.deliveries); err != nil {
+				c.t.Fatalf("fetch reply line %q", l)
+			}
+			head = fmt.Sprintf("MSGX %d deliveries=%d ", m.off, m.deliveries)
+		} else {
+			if _, err := fmt.Sscanf(l, "MSG %d", &m.off); err != nil {
+				c.t.Fatalf("fetch reply line %q", l)
+			}
+			head = fmt.Sprintf("MSG %d ", m.off)
 		}
-		rest = l[len(fmt.Sprintf("MSG %d ", off)):]
-		offs = append(offs, off)
-		payloads = append(payloads, rest)
+		if !strings.HasPrefix(l, head) {
+			c.t.Fatalf("fetch reply line %q, want prefix %q", l, head)
+		}
+		m.payload = l[len(head):]
+		ms = append(ms, m)
 	}
 }
 
