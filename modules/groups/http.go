@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -222,6 +221,14 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		}
 		rt.fail(w, err)
 	}
+	if !started && mode != "" {
+		// A session sent with mode=: refused before anything is
+		// delivered when the group is of the other mode.
+		if err := rt.c.CheckMode(topic, group, mode); err != nil {
+			rt.fail(w, err)
+			return
+		}
+	}
 	if s := r.URL.Query().Get("from"); s != "" {
 		from, perr := strconv.ParseInt(s, 10, 64)
 		if perr != nil {
@@ -248,12 +255,6 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		Incarnation: b.Incarnation, Mode: contract.GroupExclusive}
 	if b.Shared {
 		resp.Mode = contract.GroupShared
-	}
-	if mode != "" && mode != resp.Mode {
-		// A session of the other mode was sent with mode=: say so
-		// rather than answer as if the mode were taken.
-		rt.fail(w, fmt.Errorf("%w: group %s of topic %s is %s; mode=%s was asked", ErrGroupMode, group, topic, resp.Mode, mode))
-		return
 	}
 	writeFetch(w, resp, b.Entries, b.Deliveries)
 }

@@ -997,3 +997,20 @@ func (c *Coordinator) Redrive(ctx context.Context, topic, group string, from, to
 	}
 	return res, err
 }
+
+// CheckMode returns ErrGroupMode, naming both modes, when group of topic
+// is known to be of another mode than mode; nil when it is of that mode or
+// not used yet. Errors also: those of looking the group up.
+func (c *Coordinator) CheckMode(topic, group, mode string) error {
+	g, err := c.group(topic, group)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mode != "" && g.mode != mode {
+		return fmt.Errorf("%w: group %s of topic %s is %s; mode=%s was asked (a group's mode is fixed by its first use)",
+			ErrGroupMode, group, topic, g.mode, mode)
+	}
+	return nil
+}

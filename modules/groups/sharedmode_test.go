@@ -602,3 +602,21 @@ func TestSharedManyWaitingBehindAKey(t *testing.T) {
 		t.Fatalf("past the waiting key: %v, want [7 8]", offsets(got.Entries))
 	}
 }
+
+// A fetch with a session and the other group's mode is refused before
+// anything is delivered: the session does not move.
+func TestHTTPModeMismatchWithASessionDeliversNothing(t *testing.T) {
+	e, ts := newHTTP(t, Options{})
+	e.publish(3)
+	base := ts.URL + "/topics/" + testTopic + "/groups/x"
+	r := do(t, "POST", base+"/fetch?max=1", "", "")
+	if r.status != 200 || fmt.Sprint(r.offsets()) != "[0]" {
+		t.Fatalf("first fetch: %s", r.raw)
+	}
+	if r2 := do(t, "POST", base+"/fetch?mode=shared&max=1", r.session, ""); r2.status != 409 || r2.code() != contract.CodeGroupMode {
+		t.Fatalf("mode=shared with an exclusive session: %d %s", r2.status, r2.raw)
+	}
+	if r3 := do(t, "POST", base+"/fetch?max=1", r.session, ""); fmt.Sprint(r3.offsets()) != "[1]" {
+		t.Fatalf("after the refusal the session moved: %s", r3.raw)
+	}
+}
