@@ -347,14 +347,9 @@ func sessionRequest(r *http.Request, purpose string) (topic, group, session stri
 }
 
 func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
-	topic, group, session, err := sessionRequest(r, "the session returned by fetch")
+	topic, group, session, body, err := ackRequest(w, r)
 	if err != nil {
 		rt.fail(w, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
-	if err != nil {
-		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err))
 		return
 	}
 	var req AckRequest
@@ -445,14 +440,9 @@ func checkOffsets(offs []int64) error {
 }
 
 func (rt *Route) handleNack(w http.ResponseWriter, r *http.Request) {
-	topic, group, session, err := sessionRequest(r, "the session returned by fetch")
+	topic, group, session, body, err := ackRequest(w, r)
 	if err != nil {
 		rt.fail(w, err)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody))
-	if err != nil {
-		rt.fail(w, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err))
 		return
 	}
 	var req NackRequest
@@ -505,4 +495,16 @@ func (rt *Route) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	contract.WriteJSON(w, http.StatusOK, res)
+}
+
+// ackRequest returns an ack's or nack's topic, group, session and body
+// (at most maxAckBody bytes); errors are 400s saying what is missing.
+func ackRequest(w http.ResponseWriter, r *http.Request) (topic, group, session string, body []byte, err error) {
+	if topic, group, session, err = sessionRequest(r, "the session returned by fetch"); err != nil {
+		return "", "", "", nil, err
+	}
+	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody)); err != nil {
+		return "", "", "", nil, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err)
+	}
+	return topic, group, session, body, nil
 }

@@ -706,26 +706,11 @@ func (c *Coordinator) AckOffsets(topic, group, session string, offsets []int64) 
 		return AckResult{}, err
 	}
 	defer g.mu.Unlock()
-	var res AckResult
-	var todo []pending
-	var bad []int64
-	seen := map[int64]bool{}
-	for _, o := range offsets {
-		switch h := s.out[o]; {
-		case seen[o]:
-		case o >= 0 && o < s.scan && s.fin.Has(o):
-			res.Already++
-		case h != nil && h.session == m:
-			todo = append(todo, pending{off: o, key: h.key})
-		default:
-			bad = append(bad, o)
-		}
-		seen[o] = true
+	todo, already, err := s.leasedTo(m, offsets, topic, group)
+	if err != nil {
+		return AckResult{}, err
 	}
-	if len(bad) > 0 {
-		return AckResult{}, fmt.Errorf("%w: offsets %v of topic %s are not leased to this session of group %s (never handed to it, or its lease on them expired)",
-			ErrNotDelivered, bad, topic, group)
-	}
+	res := AckResult{Already: already}
 	if err := c.finishLocked(g, todo, time.Now()); err != nil {
 		return AckResult{}, err
 	}
@@ -758,32 +743,18 @@ func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryA
 		return NackResult{}, err
 	}
 	defer g.mu.Unlock()
-	var res NackResult
-	var todo, bad []int64
-	seen := map[int64]bool{}
-	for _, o := range offsets {
-		switch h := s.out[o]; {
-		case seen[o]:
-		case o >= 0 && o < s.scan && s.fin.Has(o):
-			res.Already++
-		case h != nil && h.session == m:
-			todo = append(todo, o)
-		default:
-			bad = append(bad, o)
-		}
-		seen[o] = true
+	todo, already, err := s.leasedTo(m, offsets, topic, group)
+	if err != nil {
+		return NackResult{}, err
 	}
-	if len(bad) > 0 {
-		return NackResult{}, fmt.Errorf("%w: offsets %v of topic %s are not leased to this session of group %s (never handed to it, or its lease on them expired)",
-			ErrNotDelivered, bad, topic, group)
-	}
+	res := NackResult{Already: already}
 	now := time.Now()
 	var due time.Time
 	if retryAfter > 0 {
 		due = now.Add(retryAfter)
 	}
-	for _, o := range todo {
-		s.unlease(o, due, now)
+	for _, p := range todo {
+		s.unlease(p.off, due, now)
 	}
 	if len(todo) > 0 {
 		s.signal()
@@ -1013,4 +984,29 @@ func (c *Coordinator) CheckMode(topic, group, mode string) error {
 			ErrGroupMode, group, topic, g.mode, mode)
 	}
 	return nil
+}
+
+// leasedTo sorts offsets (an ack's or a nack's) into those leased to m, in
+// the order given, each once, and the count of those already finished.
+// Any other offset is ErrNotDelivered naming them all.
+func (s *sharedGroup) leasedTo(m *member, offsets []int64, topic, group string) (todo []pending, already int, err error) {
+	var bad []int64
+	seen := make(map[int64]bool, len(offsets))
+	for _, o := range offsets {
+		switch h := s.out[o]; {
+		case seen[o]:
+		case o >= 0 && o < s.scan && s.fin.Has(o):
+			already++
+		case h != nil && h.session == m:
+			todo = append(todo, pending{off: o, key: h.key})
+		default:
+			bad = append(bad, o)
+		}
+		seen[o] = true
+	}
+	if len(bad) > 0 {
+		return nil, 0, fmt.Errorf("%w: offsets %v of topic %s are not leased to this session of group %s (never handed to it, or its lease on them expired)",
+			ErrNotDelivered, bad, topic, group)
+	}
+	return todo, already, nil
 }
