@@ -90,12 +90,8 @@ func (c *Coordinator) Fetch(ctx context.Context, topic, group, session string, l
 	defer unhold()
 	g.active.Store(time.Now().UnixNano()) // a fetch is activity (keep-unconsumed)
 
-	var timeout <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := longPoll(wait)
+	defer stopTimeout()
 	for {
 		g.mu.Lock()
 		if g.lease != l {
@@ -269,4 +265,14 @@ func payloadBytes(es []contract.Entry) int64 {
 		n += int64(len(e.Payload))
 	}
 	return n
+}
+
+// longPoll is the channel a fetch waiting up to wait selects on (nil, never
+// ready, for no wait) and the function that stops its timer.
+func longPoll(wait time.Duration) (<-chan time.Time, func()) {
+	if wait <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTimer(wait)
+	return t.C, func() { t.Stop() }
 }

@@ -223,26 +223,14 @@ func TestHTTPFetchFromRedeliversALostResponse(t *testing.T) {
 // retentionFixture is a topic of 7 entries, one per segment (retention can
 // delete any prefix), its coordinator, and the URL of its group "g".
 func retentionFixture(t *testing.T) (*Coordinator, *topicqueue.TopicQueue, string) {
-	log := zaptest.NewLogger(t)
 	// One entry per segment: retention can delete any prefix.
-	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
-	c := New(reg, Options{Logger: log})
-	t.Cleanup(func() {
-		_ = c.Stop(context.Background())
-		if err := reg.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	q, err := reg.GetOrCreate(testTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, c, q := newCoordinatorOver(t, t.TempDir(), storage.Options{SegmentMaxBytes: 1}, Options{})
 	for i := 0; i < 7; i++ {
 		if _, err := q.Log().Append(context.Background(), fmt.Appendf(nil, `{"n":%d}`, i), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, log, NewRoute(c, RouteOptions{})).Handler())
+	ts := httptest.NewServer(httpapi.New(httpapi.Options{}, reg, nil, zaptest.NewLogger(t), NewRoute(c, RouteOptions{})).Handler())
 	t.Cleanup(ts.Close)
 	base := ts.URL + "/topics/" + testTopic + "/groups/g"
 	return c, q, base

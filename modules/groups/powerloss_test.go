@@ -63,9 +63,18 @@ func TestAckDurableOnReturnPowerLoss(t *testing.T) {
 // created and a coordinator over it, both closed when the test ends.
 func newMemCoordinator(t *testing.T, mem *vfs.MemFS) (*topicqueue.Registry, *Coordinator, *topicqueue.TopicQueue) {
 	t.Helper()
+	return newCoordinatorOver(t, "/data", storage.Options{FS: mem}, Options{})
+}
+
+// newCoordinatorOver is a registry rooted at root with storage options so
+// (its logger the test's), testTopic created, and a coordinator with opts
+// over it, both closed when the test ends.
+func newCoordinatorOver(t *testing.T, root string, so storage.Options, opts Options) (*topicqueue.Registry, *Coordinator, *topicqueue.TopicQueue) {
+	t.Helper()
 	log := zaptest.NewLogger(t)
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: mem, Logger: log}})
-	c := New(reg, Options{Logger: log})
+	so.Logger, opts.Logger = log, log
+	reg := topicqueue.New(topicqueue.Options{Root: root, Storage: so})
+	c := New(reg, opts)
 	t.Cleanup(func() {
 		_ = c.Stop(context.Background())
 		if err := reg.Close(); err != nil {

@@ -253,12 +253,8 @@ func (c *Coordinator) fetchShared(ctx context.Context, g *group, session string,
 	}()
 	g.active.Store(time.Now().UnixNano())
 
-	var timeout <-chan time.Time
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout, stopTimeout := longPoll(wait)
+	defer stopTimeout()
 	for {
 		g.mu.Lock()
 		s := g.shared

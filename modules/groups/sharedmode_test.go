@@ -11,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // publishKeyed appends one durable message per key (""  for none) and
@@ -552,20 +549,8 @@ func TestHTTPSharedGroup(t *testing.T) {
 // offset over the gap (the max-unacked window does not fill with it), and
 // a message deleted while it was handed out is finished as skipped.
 func TestSharedRetentionGap(t *testing.T) {
-	log := zaptest.NewLogger(t)
 	// One entry per segment: retention can delete any prefix.
-	reg := topicqueue.New(topicqueue.Options{Root: t.TempDir(), Storage: storage.Options{Logger: log, SegmentMaxBytes: 1}})
-	c := New(reg, Options{Logger: log, MaxUnacked: 2})
-	t.Cleanup(func() {
-		_ = c.Stop(context.Background())
-		if err := reg.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	q, err := reg.GetOrCreate(testTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c, q := newCoordinatorOver(t, t.TempDir(), storage.Options{SegmentMaxBytes: 1}, Options{MaxUnacked: 2})
 	publishAt(t, q, 1000, 2000, 3000, 4000, 5000, 6000, 7000)
 	s, err := c.AcquireMode(testTopic, "g", contract.GroupShared)
 	if err != nil {

@@ -276,14 +276,9 @@ func verifyCheckpoints(fsys vfs.FS, dir string, end int64) []string {
 // verifyMode checks the .mode file p (named name in the report): exactly
 // "shared\n" or "exclusive\n".
 func verifyMode(fsys vfs.FS, p, name string) []string {
-	f, err := fsys.Open(p)
-	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", name, err)}
-	}
-	data, err := readWhole(f)
-	f.Close()
-	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", name, err)}
+	data, problem := readForVerify(fsys, p, name)
+	if problem != nil {
+		return problem
 	}
 	if _, err := parseGroupMode(data); err != nil {
 		return []string{fmt.Sprintf("%s: %v: the consumer group's mode is unknown and the broker will not guess it (write one of them into the file, or delete the file and the group's checkpoint)", name, err)}
@@ -297,14 +292,9 @@ func verifyMode(fsys vfs.FS, p, name string) []string {
 // what the next open would do with an invalid record: cut it (a torn last
 // append) or set the file aside (damage to fsynced data).
 func verifyFinished(fsys vfs.FS, p, name string, end int64) []string {
-	f, err := fsys.Open(p)
-	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", name, err)}
-	}
-	data, err := readWhole(f)
-	f.Close()
-	if err != nil {
-		return []string{fmt.Sprintf("%s: %v", name, err)}
+	data, problem := readForVerify(fsys, p, name)
+	if problem != nil {
+		return problem
 	}
 	s := scanFinished(data)
 	var out []string
@@ -323,4 +313,19 @@ func verifyFinished(fsys vfs.FS, p, name string, end int64) []string {
 		out = append(out, fmt.Sprintf("%s: delivery counts up to offset %d at or beyond log end %d (would be dropped)", name, s.counts[n-1].Offset, end))
 	}
 	return out
+}
+
+// readForVerify reads the whole file p, or returns the problem to report
+// (named name).
+func readForVerify(fsys vfs.FS, p, name string) ([]byte, []string) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	data, err := readWhole(f)
+	f.Close()
+	if err != nil {
+		return nil, []string{fmt.Sprintf("%s: %v", name, err)}
+	}
+	return data, nil
 }
