@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime/metrics"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,10 +41,11 @@ import (
 //
 // Reported per point: msgs/s (messages acknowledged per second),
 // ideal-msgs/s = sessions × M / (M × work + rtt), where rtt is one fetch
-// plus one ack of M messages on an idle broker (the median of 200,
+// plus one ack of M messages on an idle broker (rtt-ms: the mean of 300,
 // measured before the points: one session, no work), and pct-of-ideal; overhead-ms, the mean
 // time of a session's fetch and ack requests per cycle (rtt plus the
-// waiting under load); fsyncs/msg (file syncs: the .finished file and the
+// waiting under load); work-ms, the mean time a message's sleep took (a
+// loaded machine wakes sleepers late); fsyncs/msg (file syncs: the .finished file and the
 // checkpoint), dirsyncs/msg (directory syncs: the .finished file created
 // again after a commit removed it), sync-busy-pct (the wall time spent in
 // those syncs per second of the run: the group's syncs run one at a time
@@ -253,18 +253,20 @@ func (sb *scaleBroker) newSession() *scaleSession {
 	return &scaleSession{sb: sb, url: sb.base + fmt.Sprintf("scale-%d/", sb.groups.Load())}
 }
 
-// roundTrip is the median time of one fetch of m messages and its ack,
-// one session on an idle broker, no work in between (200 cycles, a new
-// group, after 20 unmeasured ones). The median, not the mean: a sync
-// stalled by other work on the disk makes a few cycles many times longer.
+// roundTrip is the mean time of one fetch of m messages and its ack, one
+// session on an idle broker, no work in between (300 cycles, a new group,
+// after 20 unmeasured ones). The mean, not the median: a sync stalled by
+// other work on the disk is part of the cycle time that throughput pays.
 func (sb *scaleBroker) roundTrip(b *testing.B, m int) time.Duration {
 	sb.groups.Add(1)
 	s := sb.newSession()
 	defer s.release()
-	const warm, cycles = 20, 200
-	took := make([]time.Duration, 0, cycles)
+	const warm, cycles = 20, 300
+	var start time.Time
 	for i := range warm + cycles {
-		start := time.Now()
+		if i == warm {
+			start = time.Now()
+		}
 		if err := s.fetch(m); err != nil {
 			b.Fatal(err)
 		}
@@ -274,12 +276,8 @@ func (sb *scaleBroker) roundTrip(b *testing.B, m int) time.Duration {
 		if _, err := s.ack(); err != nil {
 			b.Fatal(err)
 		}
-		if i >= warm {
-			took = append(took, time.Since(start))
-		}
 	}
-	slices.Sort(took)
-	return took[len(took)/2]
+	return time.Since(start) / cycles
 }
 
 // scaleSample is what a point measures between two instants.
@@ -287,6 +285,7 @@ type scaleSample struct {
 	at            time.Time
 	acked, cycles int64
 	overhead      int64 // ns in fetch + ack requests
+	slept         int64 // ns in the consumers' work (sleeps)
 	syncs, dirs   int64
 	syncNs        int64
 	cpu           time.Duration
@@ -296,7 +295,7 @@ type scaleSample struct {
 
 func (sb *scaleBroker) runPoint(b *testing.B, n, m int, work, warm, dur, rtt time.Duration) {
 	sb.groups.Add(1)
-	var acked, cycles, overhead, empty atomic.Int64
+	var acked, cycles, overhead, slept, empty atomic.Int64
 	var firstErr atomic.Value
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -330,11 +329,12 @@ func (sb *scaleBroker) runPoint(b *testing.B, n, m int, work, warm, dur, rtt tim
 				acked.Add(int64(k))
 				cycles.Add(1)
 				overhead.Add(int64(t1.Sub(t0) + time.Since(t2)))
+				slept.Add(int64(t2.Sub(t1)))
 			}
 		}()
 	}
 	sample := func() scaleSample {
-		return scaleSample{at: time.Now(), acked: acked.Load(), cycles: cycles.Load(), overhead: overhead.Load(),
+		return scaleSample{at: time.Now(), acked: acked.Load(), cycles: cycles.Load(), overhead: overhead.Load(), slept: slept.Load(),
 			syncs: sb.fs.syncs.Load(), dirs: sb.fs.dirSyncs.Load(), syncNs: sb.fs.syncNs.Load(),
 			cpu: processCPU(), mutexWait: mutexWaitSeconds(), empty: empty.Load()}
 	}
@@ -358,6 +358,7 @@ func (sb *scaleBroker) runPoint(b *testing.B, n, m int, work, warm, dur, rtt tim
 	b.ReportMetric(100*rate/ideal, "pct-of-ideal")
 	b.ReportMetric(float64(s1.overhead-s0.overhead)/float64(cyc)/1e6, "overhead-ms")
 	b.ReportMetric(float64(rtt.Microseconds())/1000, "rtt-ms")
+	b.ReportMetric(float64(s1.slept-s0.slept)/float64(max(s1.acked-s0.acked, 1))/1e6, "work-ms")
 	b.ReportMetric(float64(s1.syncs-s0.syncs)/msgs, "fsyncs/msg")
 	b.ReportMetric(float64(s1.dirs-s0.dirs)/msgs, "dirsyncs/msg")
 	b.ReportMetric(100*float64(s1.syncNs-s0.syncNs)/float64(el.Nanoseconds()), "sync-busy-pct")
