@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~17 minutes (the 1M replay is 3-5 of them)
+#   make bench                       # full run, ~20 minutes (the 1M replay is 3-5 of them)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~5 minutes
 #
 # First the same-run grids (.bench/grid.sh): line-protocol PUB DURABLE of
