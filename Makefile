@@ -39,7 +39,7 @@ fuzz: ## run every fuzz target for FUZZTIME (default 60s each; make test uses 20
 	  done; \
 	done
 
-bench: ## mmmq beside Redis (line protocol, same client), the HTTP ceiling (wrk) and raw NATS JetStream (3-node cluster), Go benchmarks, end-to-end runs; one table (~17 min; BENCH_QUICK=1 ~5 min)
+bench: ## mmmq beside Redis (line protocol, same client), the HTTP ceiling (wrk) and raw NATS JetStream (3-node cluster), Go benchmarks, end-to-end runs; one table (~20 min; BENCH_QUICK=1 ~5 min)
 	GO=$(GO) bash .bench/run.sh
 
 # LazyFS for the power-loss rounds of the real binary: MMMQ_LAZYFS, else

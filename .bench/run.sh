@@ -3,7 +3,7 @@
 # table with every figure of the run, the machine, the Go version and the
 # command.
 #
-#   make bench                       # full run, ~17 minutes (the 1M replay is 3-5 of them)
+#   make bench                       # full run, ~20 minutes (the 1M replay is 3-5 of them)
 #   BENCH_QUICK=1 make bench         # shorter runs, ~5 minutes
 #
 # First the same-run grids (.bench/grid.sh): line-protocol PUB DURABLE of
@@ -55,6 +55,7 @@
 #   BENCH_STARTUP_BYTES=N  size of the startup data dir (default 1 GiB over 10 topics)
 #   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks (the dispatcher ones run 1x: one op is a whole replay)
 #   BENCH_INFLIGHT_COUNT=N messages per op of the dispatcher max-in-flight benchmark (default 20000; quick 5000)
+#   BENCH_SCALE_FOR=20s    per point of the shared-group scale benchmark (8 points; quick 2s)
 #   BENCH_AUTH_BENCHTIME=2000x  -benchtime of BenchmarkAuthCPU (refused requests vs DURABLE publishes; quick 500x)
 #   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
@@ -84,6 +85,7 @@ if [ "$QUICK" = 1 ]; then
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-200000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-5000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-30s}
+	SCALE_FOR=${BENCH_SCALE_FOR:-2s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-500x}
 	LDUR=${BENCH_GRID_DURATION:-1s}
 	LWARM=${BENCH_GRID_WARMUP:-300ms}
@@ -100,6 +102,7 @@ else
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-1000000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-5m}
+	SCALE_FOR=${BENCH_SCALE_FOR:-20s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-2000x}
 	LDUR=${BENCH_GRID_DURATION:-2s}
 	LWARM=${BENCH_GRID_WARMUP:-500ms}
@@ -328,6 +331,14 @@ if part go; then
 	TMPDIR=$TMP timeout 900 "$GO" test -run '^$' -bench 'KeyIsolation' -benchtime 1x -timeout 20m ./modules/dispatcher/ \
 		-dispatch.isolation "$ISOLATION_FOR" >>"$GOBENCH" 2>&1 ||
 		say "dispatcher isolation benchmark failed or timed out"
+	# A shared consumer group's scale: 1, 2, 4 and 8 sessions over HTTP
+	# (httptest server, real storage), each taking 2 ms per message, fetches
+	# of max 1 and 10, each fetch acknowledged in one request; SCALE_FOR
+	# per point, 8 points, against sessions x M / (M x 2 ms + round trip).
+	say "go benchmarks (groups): shared group scale, $SCALE_FOR per point"
+	TMPDIR=$TMP timeout 600 "$GO" test -run '^$' -bench 'SharedScale' -benchtime 1x -timeout 15m ./modules/groups/ \
+		-groups.scale "$SCALE_FOR" >>"$GOBENCH" 2>&1 ||
+		say "groups scale benchmark failed or timed out"
 	# The status page with 10,000 topics (GET /ui/ and a sorted topics
 	# page; the goal is under 100 ms a page, i.e. over 10 ops/s).
 	say "go benchmarks (status page, 10,000 topics)"
@@ -338,18 +349,19 @@ if part go; then
 	# Each "BenchmarkX-N  iters  v unit  v unit ..." line becomes a row: msgs/s
 	# from a reported msgs/s metric, else 1e9/ns_op (ops/s).
 	awk '/^Benchmark/ {
-		name = $1; sub(/-[0-9]+$/, "", name); nsop = ""; rate = ""; fs = "null"; extra = ""
+		name = $1; sub(/-[0-9]+$/, "", name); nsop = ""; rate = ""; fs = "null"; ideal = "null"; extra = ""
 		for (i = 3; i < NF; i += 2) {
 			if ($(i+1) == "ns/op") nsop = $i
 			else if ($(i+1) == "msgs/s") rate = $i
 			else if ($(i+1) ~ /^(entries|records|ops|req)\/s$/ && rate == "") { rate = $i; extra = extra ", rate = " $(i+1) }
 			else if ($(i+1) == "fsyncs/msg") fs = $i
+			else if ($(i+1) == "ideal-msgs/s") { ideal = $i; extra = extra ", " $i " " $(i+1) }
 			else extra = extra ", " $i " " $(i+1)
 		}
 		note = "ns/op " nsop extra
 		if (rate == "" && nsop != "") { rate = 1e9 / nsop; note = note " (rate = ops/s from ns/op)" }
 		if (rate == "") next
-		printf "{\"scenario\":\"go: %s\",\"msgsPerSec\":%s,\"fsyncsPerMsg\":%s,\"note\":\"%s\",\"gobench\":true,\"loadgen\":\"go test -bench\"}\n", name, rate, fs, note
+		printf "{\"scenario\":\"go: %s\",\"msgsPerSec\":%s,\"fsyncsPerMsg\":%s,\"idealMsgsPerSec\":%s,\"note\":\"%s\",\"gobench\":true,\"loadgen\":\"go test -bench\"}\n", name, rate, fs, ideal, note
 	}' "$GOBENCH" >>"$RESULTS"
 fi
 
@@ -496,6 +508,8 @@ jq -rs '
             ((.msgsPerSec / $go["go: BenchmarkReplay/batch=off"]) | f(1)) + "× no batch"
          elif .gobench and .scenario == "go: BenchmarkMaxInFlight/max-in-flight=64" and ($go["go: BenchmarkMaxInFlight/max-in-flight=1"] // 0) > 0 then
             ((.msgsPerSec / $go["go: BenchmarkMaxInFlight/max-in-flight=1"]) | f(1)) + "× max-in-flight 1"
+         elif .gobench and (.idealMsgsPerSec // 0) > 0 then
+            ((.msgsPerSec / .idealMsgsPerSec) | f(2)) + "× ideal"
          else "" end) as $ratio
       | (if .fsyncsPerCommit == null then ""
          else (.fsyncsPerCommit | f(2)) + (if .segPerCommit != null then " (segment \(.segPerCommit | f(2)), index \(.idxPerCommit | f(3)))" else "" end) end) as $fpc
