@@ -51,6 +51,7 @@ crash: ## long randomized crash and power-loss rounds (storage engine, then the 
 	MMMQ_LONG=1 $(GO) test -count=1 -timeout 30m -run 'Crash|PowerLoss' -v ./modules/storage/
 	MMMQ_LONG=1 MMMQ_LAZYFS=$${MMMQ_LAZYFS:-$$([ -f $(LAZYFS_BUILD) ] && bash $(LAZYFS_BUILD) | tail -1)} \
 	  $(GO) test -count=1 -timeout 30m -v ./app/mmmq/crashtest/
+	MMMQ_LONG=1 $(GO) test -count=1 -timeout 10m -run SharedGroupProperty -v ./modules/groups/
 
 demo: ## broker + two consumers + producer on the 3000 order events; checks delivery
 	./examples/demo/demo.sh

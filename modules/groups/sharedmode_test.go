@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -369,16 +370,38 @@ func TestSharedSeek(t *testing.T) {
 //   - a message's delivery count never goes back, restarts included;
 //   - the committed offset never passes an unfinished message;
 //   - in the end every message is finished, at least once delivered.
+// 8 seeds; MMMQ_LONG=1 (make crash) runs 200.
 func TestSharedGroupProperty(t *testing.T) {
-	for seed := uint64(1); seed <= 8; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { sharedProperty(t, seed) })
+	seeds := uint64(8)
+	if os.Getenv("MMMQ_LONG") == "1" {
+		seeds = 200
 	}
+	var total propertyCounts
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { total.add(sharedProperty(t, seed)) })
+	}
+	t.Logf("shared group property: %d seeds, %d messages, %d hand-outs (%d again), %d acks, %d nacks, %d sessions ended, %d restarts: 0 violations",
+		seeds, total.messages, total.handOuts, total.again, total.acks, total.nacks, total.ended, total.restarts)
 }
 
-func sharedProperty(t *testing.T, seed uint64) {
+// propertyCounts is what a run of sharedProperty did.
+type propertyCounts struct{ messages, handOuts, again, acks, nacks, ended, restarts int }
+
+func (p *propertyCounts) add(q propertyCounts) {
+	p.messages += q.messages
+	p.handOuts += q.handOuts
+	p.again += q.again
+	p.acks += q.acks
+	p.nacks += q.nacks
+	p.ended += q.ended
+	p.restarts += q.restarts
+}
+
+func sharedProperty(t *testing.T, seed uint64) (pc propertyCounts) {
 	rng := rand.New(rand.NewPCG(seed, 33))
 	e := sharedEnv(t, Options{LeaseTimeout: time.Hour, MaxDeliveries: -1})
 	const n = 300
+	pc.messages = n
 	keys := make([]string, n)
 	for i := range keys {
 		if rng.IntN(5) > 0 {
@@ -420,6 +443,10 @@ func sharedProperty(t *testing.T, seed uint64) {
 				}
 				lastCount[o] = b.Deliveries[i]
 				s.held = append(s.held, o)
+				pc.handOuts++
+				if b.Deliveries[i] > 1 {
+					pc.again++
+				}
 			}
 			b.Release()
 		case op < 7 && len(s.held) > 0:
@@ -430,6 +457,7 @@ func sharedProperty(t *testing.T, seed uint64) {
 			if err != nil {
 				t.Fatalf("seed %d ack %d: %v", seed, o, err)
 			}
+			pc.acks++
 			if r.Acked == 1 {
 				if finished[o] {
 					t.Fatalf("seed %d: offset %d finished twice", seed, o)
@@ -448,16 +476,19 @@ func sharedProperty(t *testing.T, seed uint64) {
 			if _, err := e.c.Nack(testTopic, "g", s.id, []int64{o}, 0); err != nil {
 				t.Fatalf("seed %d nack %d: %v", seed, o, err)
 			}
+			pc.nacks++
 		case op == 8:
 			// The session dies: its leases are given back.
 			if _, err := e.c.Release(testTopic, "g", s.id); err != nil {
 				t.Fatal(err)
 			}
 			*s = *newSess()
+			pc.ended++
 		default:
 			if rng.IntN(10) == 0 {
 				// Restart: every session is gone, state comes from disk.
 				e.reopen()
+				pc.restarts++
 				e.c.opts.Publisher = dispatcher.RegistryPublisher(e.reg)
 				for _, s := range sessions {
 					*s = *newSess()
@@ -472,6 +503,7 @@ func sharedProperty(t *testing.T, seed uint64) {
 	if c != n {
 		t.Fatalf("seed %d: committed %d, want %d", seed, c, n)
 	}
+	return pc
 }
 
 // The HTTP face of a shared group: mode=, per-message ack and nack, the
