@@ -370,6 +370,7 @@ func TestSharedSeek(t *testing.T) {
 //   - a message's delivery count never goes back, restarts included;
 //   - the committed offset never passes an unfinished message;
 //   - in the end every message is finished, at least once delivered.
+//
 // 8 seeds; MMMQ_LONG=1 (make crash) runs 200.
 func TestSharedGroupProperty(t *testing.T) {
 	seeds := uint64(8)
