@@ -605,7 +605,9 @@ func (c *Coordinator) finishLocked(g *group, ps []pending, now time.Time) error 
 			keyOf[p.off] = p.key
 		}
 	}
-	nb := min(s.fin.FirstUnset(base), s.scan)
+	// Offsets past the scan may be finished too: recorded before a
+	// restart. Everything below nb is finished, so the scan moves up to it.
+	nb := s.fin.FirstUnset(base)
 	undo := func() {
 		for _, o := range fresh {
 			s.fin.Clear(o)
@@ -647,6 +649,7 @@ func (c *Coordinator) finishLocked(g *group, ps []pending, now time.Time) error 
 			commitErr = fmt.Errorf("commit group %s of topic %s at %d: %w", g.name, g.topic.Name(), nb, err)
 		} else {
 			s.fin.Drop(nb)
+			s.scan = max(s.scan, nb)
 		}
 	}
 	woke := false
@@ -821,7 +824,20 @@ func (c *Coordinator) startShared(g *group) error {
 		return fmt.Errorf("%w: group %s of topic %s cannot be shared: the storage backend does not keep a shared group's per-message state (acks past the committed offset and delivery counts; %T)",
 			ErrGroupMode, g.name, g.topic.Name(), g.cp)
 	}
-	g.mode, g.shared = contract.GroupShared, newShared(g, rec)
+	sg := newShared(g, rec)
+	// Messages acknowledged past the committed offset before a restart
+	// may now join the contiguous prefix (the ack that would have
+	// committed them did not finish): commit it, so that the lag and
+	// retention see it.
+	if base := g.cp.Offset(); sg.fin.FirstUnset(base) > base {
+		nb := sg.fin.FirstUnset(base)
+		if err := g.cp.Commit(nb); err != nil {
+			return fmt.Errorf("open shared group %s of topic %s: commit the acknowledged prefix at %d: %w", g.name, g.topic.Name(), nb, err)
+		}
+		sg.fin.Drop(nb)
+		sg.scan = nb
+	}
+	g.mode, g.shared = contract.GroupShared, sg
 	return nil
 }
 

@@ -638,3 +638,23 @@ func TestHTTPModeMismatchWithASessionDeliversNothing(t *testing.T) {
 		t.Fatalf("after the refusal the session moved: %s", r3.raw)
 	}
 }
+
+// Acks recorded past the committed offset before a restart join the
+// prefix as soon as the message before them is acknowledged, however
+// little the fetch after the restart read.
+func TestSharedPrefixCommitsOverAcksRecordedBeforeARestart(t *testing.T) {
+	e := sharedEnv(t, Options{})
+	e.publish(4)
+	s := e.join("g")
+	e.fetch("g", s, 4, 0)
+	e.ackOffsets("g", s, 1, 2, 3)
+	e.reopen()
+	e.c.opts.Publisher = dispatcher.RegistryPublisher(e.reg)
+	s = e.join("g")
+	if got := e.fetch("g", s, 1, 0); fmt.Sprint(offsets(got.Entries)) != "[0]" {
+		t.Fatalf("after the restart %v, want [0]", offsets(got.Entries))
+	}
+	if r := e.ackOffsets("g", s, 0); r.Committed != 4 {
+		t.Fatalf("committed %d, want 4", r.Committed)
+	}
+}
