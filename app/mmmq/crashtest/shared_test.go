@@ -589,7 +589,8 @@ type sgResultCounts struct {
 	DeadLettered, DLDuplicates              int
 	Acks, AcksUnknown, AcksRefused          int
 	KeyedBehind                             int // handouts of a keyed message with an earlier one of its key
-	FinishedTwice, OrderViolations          int
+	FinishedTwice, HandedFinished           int // (c): an ack counted twice; a handout after the finish
+	OrderViolations                         int
 	DeliveriesDown, CommittedPast           int
 }
 
@@ -620,7 +621,7 @@ func (k *sgRun) verify(b *broker, label string, final bool) sgResultCounts {
 	bad = append(bad, checkSentKeys(sent, cur)...)
 	var cat map[string]int
 	bad, cat = sgCheck(bad, cur[sgTopic], cur[sgDeadLetter], hands, answers, final, &res)
-	res.FinishedTwice, res.OrderViolations = cat["c"], cat["b"]
+	res.FinishedTwice, res.HandedFinished, res.OrderViolations = cat["c"], cat["c'"], cat["b"]
 	res.DeliveriesDown, res.CommittedPast, res.Unfinished = cat["d"], cat["e"], cat["a"]
 	if len(bad) > 0 {
 		k.summary(0, res)
@@ -721,20 +722,20 @@ func sgCheck(bad []string, l, dl []stored, hands []sgHand, answers []sgAnswer, f
 		first := slices.MinFunc(as, func(a, b sgAnswer) int { return int(a.Answered - b.Answered) })
 		for _, h := range byOff[off] {
 			if h.Arrived > first.Answered {
-				add("c", "offset %d handed out (run %d, deliveries %d) after an ack answered acked (run %d)", off, h.Run, h.Deliveries, first.Run)
+				add("c'", "offset %d handed out (run %d, deliveries %d) after an ack answered acked (run %d)", off, h.Run, h.Deliveries, first.Run)
 			}
 		}
 	}
 	for off, at := range dlAt {
 		for _, h := range byOff[off] {
 			if h.FetchSentAt.UnixMilli() > at {
-				add("c", "offset %d handed out (run %d, deliveries %d) by a fetch sent after its dead letter was stored", off, h.Run, h.Deliveries)
+				add("c'", "offset %d handed out (run %d, deliveries %d) by a fetch sent after its dead letter was stored", off, h.Run, h.Deliveries)
 			}
 		}
 	}
 	// (d) deliveries.
 	for off, hs := range byOff {
-		seen := map[uint32]bool{}
+		seen := map[uint32]int{} // deliveries → the run that handed it out so
 		prevMax, runMax, run := uint32(0), uint32(0), 0
 		slices.SortStableFunc(hs, func(a, b sgHand) int { return a.Run - b.Run })
 		for i, h := range hs {
@@ -751,12 +752,12 @@ func sgCheck(bad []string, l, dl []stored, hands []sgHand, answers []sgAnswer, f
 			switch {
 			case h.Deliveries < 1 || h.Deliveries > sgMaxDeliveries:
 				add("d", "offset %d handed out with deliveries %d (run %d), outside 1..%d", off, h.Deliveries, h.Run, sgMaxDeliveries)
-			case seen[h.Deliveries]:
-				add("d", "offset %d handed out twice with deliveries %d (run %d)", off, h.Deliveries, h.Run)
+			case seen[h.Deliveries] > 0:
+				add("d", "offset %d handed out with deliveries %d in run %d, and with the same count in run %d", off, h.Deliveries, h.Run, seen[h.Deliveries])
 			case h.Deliveries <= prevMax:
 				add("d", "offset %d handed out with deliveries %d in run %d after %d in an earlier run", off, h.Deliveries, h.Run, prevMax)
 			}
-			seen[h.Deliveries] = true
+			seen[h.Deliveries] = h.Run
 			runMax = max(runMax, h.Deliveries)
 		}
 	}
@@ -917,10 +918,10 @@ func (k *sgRun) summary(rounds int, res sgResultCounts) {
 	k.mu.Lock()
 	sessions, nacks, abandons, maxCons := k.sessions, k.nacks, k.abandons, k.maxCons
 	k.mu.Unlock()
-	line := fmt.Sprintf("rounds=%d kills=%d power_losses=%d acked_durable=%d lost=%d handed_out=%d redeliveries=%d redelivered_after_restart=%d dead_lettered=%d dead_letter_duplicates=%d acks=%d acks_unanswered=%d acks_refused=%d nacks=%d sessions=%d abandoned=%d max_consumers=%d keyed_behind=%d finished_twice=%d order_violations=%d deliveries_down=%d committed_past_unfinished=%d",
+	line := fmt.Sprintf("rounds=%d kills=%d power_losses=%d acked_durable=%d lost=%d handed_out=%d redeliveries=%d redelivered_after_restart=%d dead_lettered=%d dead_letter_duplicates=%d acks=%d acks_unanswered=%d acks_refused=%d nacks=%d sessions=%d abandoned=%d max_consumers=%d keyed_behind=%d finished_twice=%d handed_out_after_finished=%d order_violations=%d deliveries_down=%d committed_past_unfinished=%d",
 		rounds, k.kills, k.powerLosses, res.Tally.AckedDurable, res.Tally.LostDurable+res.Unfinished, res.Handed, res.Redelivered, res.RedeliveredRestart,
 		res.DeadLettered, res.DLDuplicates, res.Acks, res.AcksUnknown, res.AcksRefused, nacks, sessions, abandons, maxCons, res.KeyedBehind,
-		res.FinishedTwice, res.OrderViolations, res.DeliveriesDown, res.CommittedPast)
+		res.FinishedTwice, res.HandedFinished, res.OrderViolations, res.DeliveriesDown, res.CommittedPast)
 	t.Log(line)
 	fmt.Println("crashtest:", line, "test="+t.Name())
 	if rounds == 0 {
