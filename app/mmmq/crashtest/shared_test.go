@@ -183,9 +183,9 @@ type sgRun struct {
 	maxCons  int
 	prev     map[string][]stored
 
-	committed              atomic.Int64 // the highest committed offset answered in the current run
-	kills, powerLosses     int
-	stalls, restartsBefore int
+	committed          atomic.Int64 // the highest committed offset answered in the current run
+	kills, powerLosses int
+	stalls             int
 }
 
 func newSGRun(t *testing.T, fs *lazyFS) *sgRun {
@@ -223,11 +223,18 @@ func (k *sgRun) stall(b *broker) bool {
 	return true
 }
 
+// start starts the broker; on LazyFS it mounts again after a power loss
+// or a stall, and starts again after a stall at startup.
 func (k *sgRun) start() *broker {
-	if k.fs != nil && !k.fs.alive() {
-		k.fs.remount()
+	for {
+		if k.fs != nil && !k.fs.alive() {
+			k.fs.remount()
+		}
+		b := startBroker(k.t, k.conf())
+		if !b.stalled || k.stalls > lzMaxStalls {
+			return b
+		}
 	}
-	return startBroker(k.t, k.conf())
 }
 
 // tick is the next event number; k.mu must be held.
