@@ -61,7 +61,8 @@ func sgRounds() int {
 // fetch with mode=shared, ack (one offset per request), nack (at once or
 // after 20 ms), always nack the poison messages and now and then abandon
 // their session (stop using it: its lease of 500 ms ends and what it held
-// is handed out again) → SIGKILL 200–800 ms in → restart. A final run
+// is handed out again; each comes back 600 ms later to ack one of what
+// it held) → SIGKILL 300–1200 ms in → restart. A final run
 // drains the group (every consumer acks, poison messages go on being
 // nacked until they are dead-lettered) until the committed offset is the
 // high watermark, stops cleanly, and a clean restart must hand out
@@ -85,6 +86,8 @@ func sgRounds() int {
 //	(e) the committed offset of an ack or fetch answer is never past an
 //	    offset not finished when it arrived, and never below one answered
 //	    before its request was sent;
+//	(l) the ack of an abandoned session after its lease ended is refused
+//	    (409), never counted;
 //
 // and that every handed-out message is the log's message at its offset.
 // The run must have exercised what it tests: redeliveries after a
@@ -161,6 +164,8 @@ type sgAnswer struct {
 	Result         sgResult
 	Committed      int64
 	Fetch          bool
+	// Zombie: an ack of an abandoned session, sent after its lease ended.
+	Zombie bool
 }
 
 // sgRun is the state of one shared-group crash test.
@@ -183,7 +188,8 @@ type sgRun struct {
 	maxCons  int
 	prev     map[string][]stored
 
-	committed          atomic.Int64 // the highest committed offset answered in the current run
+	zombies            sync.WaitGroup // the acks of abandoned sessions
+	committed          atomic.Int64   // the highest committed offset answered in the current run
 	kills, powerLosses int
 	stalls             int
 }
@@ -276,7 +282,7 @@ func (k *sgRun) run(rounds int) {
 }
 
 // round is run r: start the broker (checking what the previous round
-// left), run producers and consumers, and end it 200–800 ms in: kill -9,
+// left), run producers and consumers, and end it 300–1200 ms in: kill -9,
 // or on LazyFS in odd rounds a power loss.
 func (k *sgRun) round(r int) {
 	t := k.t
@@ -307,7 +313,7 @@ func (k *sgRun) round(r int) {
 			k.consume(b, r, prng, stop, false)
 		}()
 	}
-	time.Sleep(time.Duration(200+k.rng.IntN(601)) * time.Millisecond)
+	time.Sleep(time.Duration(300+k.rng.IntN(901)) * time.Millisecond)
 	if k.fs != nil && r%2 == 1 {
 		if err := b.freeze(); err != nil {
 			t.Fatal(err)
@@ -322,6 +328,7 @@ func (k *sgRun) round(r int) {
 	}
 	close(stop)
 	wg.Wait()
+	k.zombies.Wait()
 }
 
 func (k *sgRun) produce(b *broker, r, g int, prng *rand.Rand, stop <-chan struct{}) {
@@ -430,6 +437,17 @@ func (k *sgRun) consume(b *broker, r int, prng *rand.Rand, stop <-chan struct{},
 			k.mu.Lock()
 			k.abandons++
 			k.mu.Unlock()
+			{
+				// Comes back after its lease ended: the ack must be
+				// refused (unless the broker was killed meanwhile).
+				old, off := session, hs[0].Offset
+				k.zombies.Add(1)
+				go func() {
+					defer k.zombies.Done()
+					time.Sleep(sgLease + 100*time.Millisecond)
+					k.ack(b, r, sno, old, off, true)
+				}()
+			}
 			session = ""
 			continue
 		}
@@ -448,15 +466,16 @@ func (k *sgRun) consume(b *broker, r int, prng *rand.Rand, stop <-chan struct{},
 				}
 				continue
 			}
-			k.ack(b, r, sno, session, h.Offset)
+			k.ack(b, r, sno, session, h.Offset, false)
 		}
 	}
 }
 
-// ack acknowledges off alone for session and records the answer.
-func (k *sgRun) ack(b *broker, r, sno int, session string, off int64) {
+// ack acknowledges off alone for session (zombie: abandoned, its lease
+// ended) and records the answer.
+func (k *sgRun) ack(b *broker, r, sno int, session string, off int64, zombie bool) {
 	k.mu.Lock()
-	a := sgAnswer{Run: r, Session: sno, Offset: off, Sent: k.tick(), Committed: -1}
+	a := sgAnswer{Run: r, Session: sno, Offset: off, Sent: k.tick(), Committed: -1, Zombie: zombie}
 	k.mu.Unlock()
 	status, body, err := sgPost(b.base, "ack", session, map[string]any{"offsets": []int64{off}})
 	now := time.Now()
@@ -595,6 +614,8 @@ type sgResultCounts struct {
 	Handed, Redelivered, RedeliveredRestart int
 	DeadLettered, DLDuplicates              int
 	Acks, AcksUnknown, AcksRefused          int
+	Zombies, ZombiesRefused                 int // acks after the lease ended; those answered 409
+	LeaseViolations                         int // those answered 200
 	KeyedBehind                             int // handouts of a keyed message with an earlier one of its key
 	FinishedTwice, HandedFinished           int // (c): an ack counted twice; a handout after the finish
 	OrderViolations                         int
@@ -630,6 +651,7 @@ func (k *sgRun) verify(b *broker, label string, final bool) sgResultCounts {
 	bad, cat = sgCheck(bad, cur[sgTopic], cur[sgDeadLetter], hands, answers, final, &res)
 	res.FinishedTwice, res.HandedFinished, res.OrderViolations = cat["c"], cat["c'"], cat["b"]
 	res.DeliveriesDown, res.CommittedPast, res.Unfinished = cat["d"], cat["e"], cat["a"]
+	res.LeaseViolations = cat["l"]
 	if len(bad) > 0 {
 		k.summary(0, res)
 		if len(bad) > 30 {
@@ -700,6 +722,17 @@ func sgCheck(bad []string, l, dl []stored, hands []sgHand, answers []sgAnswer, f
 			continue
 		}
 		res.Acks++
+		if a.Zombie {
+			res.Zombies++
+			if a.Result == sgOK || a.Result == sgAlready {
+				add("l", "offset %d acked (run %d) by session %d after it was abandoned and its lease ended", a.Offset, a.Run, a.Session)
+			} else {
+				if a.Result == sgRefused {
+					res.ZombiesRefused++
+				}
+				continue // finishes nothing
+			}
+		}
 		switch a.Result {
 		case sgRefused:
 			res.AcksRefused++
@@ -925,9 +958,9 @@ func (k *sgRun) summary(rounds int, res sgResultCounts) {
 	k.mu.Lock()
 	sessions, nacks, abandons, maxCons := k.sessions, k.nacks, k.abandons, k.maxCons
 	k.mu.Unlock()
-	line := fmt.Sprintf("rounds=%d kills=%d power_losses=%d acked_durable=%d lost=%d handed_out=%d redeliveries=%d redelivered_after_restart=%d dead_lettered=%d dead_letter_duplicates=%d acks=%d acks_unanswered=%d acks_refused=%d nacks=%d sessions=%d abandoned=%d max_consumers=%d keyed_behind=%d finished_twice=%d handed_out_after_finished=%d order_violations=%d deliveries_down=%d committed_past_unfinished=%d",
+	line := fmt.Sprintf("rounds=%d kills=%d power_losses=%d acked_durable=%d lost=%d handed_out=%d redeliveries=%d redelivered_after_restart=%d dead_lettered=%d dead_letter_duplicates=%d acks=%d acks_unanswered=%d acks_refused=%d acks_after_lease=%d refused_after_lease=%d lease_violations=%d nacks=%d sessions=%d abandoned=%d max_consumers=%d keyed_behind=%d finished_twice=%d handed_out_after_finished=%d order_violations=%d deliveries_down=%d committed_past_unfinished=%d",
 		rounds, k.kills, k.powerLosses, res.Tally.AckedDurable, res.Tally.LostDurable+res.Unfinished, res.Handed, res.Redelivered, res.RedeliveredRestart,
-		res.DeadLettered, res.DLDuplicates, res.Acks, res.AcksUnknown, res.AcksRefused, nacks, sessions, abandons, maxCons, res.KeyedBehind,
+		res.DeadLettered, res.DLDuplicates, res.Acks, res.AcksUnknown, res.AcksRefused, res.Zombies, res.ZombiesRefused, res.LeaseViolations, nacks, sessions, abandons, maxCons, res.KeyedBehind,
 		res.FinishedTwice, res.HandedFinished, res.OrderViolations, res.DeliveriesDown, res.CommittedPast)
 	t.Log(line)
 	fmt.Println("crashtest:", line, "test="+t.Name())
