@@ -191,7 +191,7 @@ type sgRun struct {
 	zombies            sync.WaitGroup // the acks of abandoned sessions
 	committed          atomic.Int64   // the highest committed offset answered in the current run
 	kills, powerLosses int
-	stalls             int
+	stalls, spurious   int // LazyFS stalls and stale truncate answers
 }
 
 func newSGRun(t *testing.T, fs *lazyFS) *sgRun {
@@ -230,16 +230,39 @@ func (k *sgRun) stall(b *broker) bool {
 }
 
 // start starts the broker; on LazyFS it mounts again after a power loss
-// or a stall, and starts again after a stall at startup.
+// or a stall, and starts again after a stall at startup or a startup
+// failed by LazyFS's stale truncate answer (lazyTruncateENOENT), at most
+// lzMaxSpurious times.
 func (k *sgRun) start() *broker {
+	t := k.t
+	t.Helper()
 	for {
-		if k.fs != nil && !k.fs.alive() {
+		if k.fs == nil {
+			return startBroker(t, k.conf())
+		}
+		if !k.fs.alive() {
 			k.fs.remount()
 		}
-		b := startBroker(k.t, k.conf())
-		if !b.stalled || k.stalls > lzMaxStalls {
-			return b
+		c := k.conf()
+		c.MayDieStarting = true
+		b := startBroker(t, c)
+		if b.stalled && k.stalls <= lzMaxStalls {
+			continue
 		}
+		select {
+		case <-b.exited:
+			m := lazyTruncateENOENT.FindStringSubmatch(b.logText())
+			if m != nil && m[1] == m[2] && k.spurious < lzMaxSpurious {
+				if _, err := os.Stat(m[1]); err == nil {
+					k.spurious++
+					t.Logf("LazyFS answered the truncate of an open, existing file with ENOENT (%d): %s; the broker starts again", k.spurious, m[0])
+					continue
+				}
+			}
+			t.Fatalf("broker exited during startup: %v\n%s", b.waitErr, b.logTail())
+		default:
+		}
+		return b
 	}
 }
 
@@ -962,6 +985,9 @@ func (k *sgRun) summary(rounds int, res sgResultCounts) {
 		rounds, k.kills, k.powerLosses, res.Tally.AckedDurable, res.Tally.LostDurable+res.Unfinished, res.Handed, res.Redelivered, res.RedeliveredRestart,
 		res.DeadLettered, res.DLDuplicates, res.Acks, res.AcksUnknown, res.AcksRefused, res.Zombies, res.ZombiesRefused, res.LeaseViolations, nacks, sessions, abandons, maxCons, res.KeyedBehind,
 		res.FinishedTwice, res.HandedFinished, res.OrderViolations, res.DeliveriesDown, res.CommittedPast)
+	if k.fs != nil {
+		line += fmt.Sprintf(" lazyfs_stalls=%d lazyfs_truncate_enoent=%d", k.stalls, k.spurious)
+	}
 	t.Log(line)
 	fmt.Println("crashtest:", line, "test="+t.Name())
 	if rounds == 0 {
