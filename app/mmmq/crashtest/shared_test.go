@@ -463,12 +463,12 @@ func (k *sgRun) consume(b *broker, r int, prng *rand.Rand, stop <-chan struct{},
 			{
 				// Comes back after its lease ended: the ack must be
 				// refused (unless the broker was killed meanwhile).
-				old, off := session, hs[0].Offset
+				old, oldNo, off := session, sno, hs[0].Offset
 				k.zombies.Add(1)
 				go func() {
 					defer k.zombies.Done()
 					time.Sleep(sgLease + 100*time.Millisecond)
-					k.ack(b, r, sno, old, off, true)
+					k.ack(b, r, oldNo, old, off, true)
 				}()
 			}
 			session = ""
