@@ -80,9 +80,9 @@ func sgRounds() int {
 //	    answer counted, or that was dead-lettered, and nothing is handed
 //	    out after an ack of it was answered acked, or by a fetch sent after
 //	    its dead letter was stored;
-//	(d) the deliveries of an offset never repeat within a run, each run's
-//	    are above every earlier run's, they stay in 1..max-deliveries, and
-//	    its dead letter says max-deliveries;
+//	(d) no two handouts of an offset carry the same deliveries (in any
+//	    runs), each run's are above every earlier run's, they stay in
+//	    1..max-deliveries, and its dead letter says max-deliveries;
 //	(e) the committed offset of an ack or fetch answer is never past an
 //	    offset not finished when it arrived, and never below one answered
 //	    before its request was sent;
