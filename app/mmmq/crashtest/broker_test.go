@@ -93,6 +93,12 @@ type brokerConf struct {
 	Replicas       int
 	LeaseTimeout   time.Duration
 	RequestTimeout time.Duration
+	// GroupsLeaseTimeout and GroupsMaxDeliveries, when > 0, set
+	// mmmq.broker.groups.lease-timeout and max-deliveries (the lease of a
+	// consumer group session, and the deliveries after which a shared
+	// group dead-letters a message).
+	GroupsLeaseTimeout  time.Duration
+	GroupsMaxDeliveries int
 	// OnStall, when not nil, is called when the process was not ready
 	// startTimeout after exec or not reaped killTimeout after SIGKILL: a
 	// process killed inside a FUSE request waits, unkillable, for the
@@ -227,6 +233,15 @@ func brokerYAML(c brokerConf) string {
 	}
 	fmt.Fprintf(&y, "    dispatch:\n      backoff-initial: %s\n      backoff-max: %s\n      timeout: 5s\n",
 		cmp.Or(c.BackoffInitial, 50*time.Millisecond), cmp.Or(c.BackoffMax, 200*time.Millisecond))
+	if c.GroupsLeaseTimeout > 0 || c.GroupsMaxDeliveries > 0 {
+		y.WriteString("    groups:\n")
+		if c.GroupsLeaseTimeout > 0 {
+			fmt.Fprintf(&y, "      lease-timeout: %s\n", c.GroupsLeaseTimeout)
+		}
+		if c.GroupsMaxDeliveries > 0 {
+			fmt.Fprintf(&y, "      max-deliveries: %d\n", c.GroupsMaxDeliveries)
+		}
+	}
 	if c.RetentionMaxBytes > 0 {
 		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
 	}

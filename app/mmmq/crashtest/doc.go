@@ -20,6 +20,16 @@
 //     never has two pushes of one key outstanding, retries a 503'd key
 //     after its backoff while the other keys go on, and keeps its
 //     checkpoint on the ACKed prefix;
+//   - a shared consumer group (TestCrashSharedGroup: 1–8 sessions of
+//     competing consumers that ack one offset per request, nack, and
+//     abandon sessions to a 500 ms lease; max-deliveries 6) never hands
+//     out a message of a key before every earlier message of that key was
+//     finished (acknowledged or dead-lettered), never counts an offset in
+//     two ack answers nor hands out one already finished, never lowers a
+//     message's delivery count across restarts, never answers a committed
+//     offset past a message not finished, and at the end has finished
+//     every acknowledged publish; TestLazyFSPowerLossSharedGroup runs the
+//     same with power losses on LazyFS;
 //   - a message NACKed on every attempt is in the dispatcher's dead-letter
 //     topic at least once, with its mmmq-dl-* headers, before the
 //     checkpoint passes it (TestCrashPoints/after-dead-letter-before-checkpoint);
@@ -66,7 +76,8 @@
 // (../shared/tools/build-lazyfs.sh builds it; .ci/run exports it).
 //
 // The package has only tests; `make test` runs a short version (3 rounds
-// per mode, 10 key-ordering rounds, 2 cluster rounds), `make crash` a long
-// one (MMMQ_LONG=1, 100 rounds per mode, 100 key-ordering rounds and 20
-// cluster rounds, or -crash.rounds N).
+// per mode, 10 key-ordering rounds, 8 shared-group rounds, 2 cluster
+// rounds), `make crash` a long one (MMMQ_LONG=1, 100 rounds per mode, 100
+// key-ordering rounds, 100 shared-group rounds and 20 cluster rounds, or
+// -crash.rounds N).
 package crashtest
