@@ -30,7 +30,7 @@ import (
 // checkpoint's write/fsync error (the committed offset is then unknown; it
 // is never reported higher than what was fsynced).
 func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, error) {
-	g, err := c.group(topic, group)
+	g, err := c.tracked(topic, group, session)
 	if err != nil {
 		return 0, err
 	}

@@ -353,6 +353,26 @@ func (c *Coordinator) lookup(topic, name string) (*topicqueue.TopicQueue, error)
 	return q, nil
 }
 
+// tracked returns the state of (topic, name) when this coordinator tracks
+// it, without creating it: for requests that need a session (acks, nacks,
+// releases), which only a tracked group can have, so that refused
+// requests leave nothing behind. Errors: ErrInvalidName, ErrNameTaken,
+// ErrUnknownTopic, and ErrSessionExpired when the group is not tracked.
+func (c *Coordinator) tracked(topic, name, session string) (*group, error) {
+	q, err := c.lookup(topic, name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	g := c.groups[key{topic, name}]
+	c.mu.Unlock()
+	if g == nil || g.topic != q {
+		return nil, fmt.Errorf("%w: session %q does not hold group %s of topic %s (no session of it since the broker started)",
+			ErrSessionExpired, session, name, topic)
+	}
+	return g, nil
+}
+
 // group returns the state of (topic, name), creating it on first use.
 func (c *Coordinator) group(topic, name string) (*group, error) {
 	q, err := c.lookup(topic, name)

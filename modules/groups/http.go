@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -196,6 +197,10 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, err)
 		return
 	}
+	if len(r.URL.Query()["mode"]) > 1 {
+		rt.fail(w, contract.BadRequest("query parameter mode is given %d times; give it once", len(r.URL.Query()["mode"])))
+		return
+	}
 	mode := r.URL.Query().Get("mode")
 	switch mode {
 	case "", contract.GroupExclusive, contract.GroupShared:
@@ -354,8 +359,12 @@ func (rt *Route) handleAck(w http.ResponseWriter, r *http.Request) {
 	}
 	var req AckRequest
 	const shape = `body must be {"offset": n} (an exclusive group: through n) or {"offsets": [n, ...]} (a shared group: 1..%d offsets), integers n >= 0`
-	if err := decodeStrict(body, &req); err != nil || (req.Offset == nil) == (req.Offsets == nil) {
-		rt.fail(w, contract.BadRequest(shape, maxAckOffsets))
+	if err := decodeStrict(body, &req); err != nil {
+		rt.fail(w, contract.BadRequest(shape+": %v", maxAckOffsets, err))
+		return
+	}
+	if (req.Offset == nil) == (req.Offsets == nil) {
+		rt.fail(w, contract.BadRequest(shape+`: give exactly one of "offset" and "offsets"`, maxAckOffsets))
 		return
 	}
 	if req.Offsets != nil {
@@ -504,7 +513,8 @@ func ackRequest(w http.ResponseWriter, r *http.Request) (topic, group, session s
 		return "", "", "", nil, err
 	}
 	if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxAckBody)); err != nil {
-		return "", "", "", nil, contract.BadRequest("read body (at most %d bytes): %v", maxAckBody, err)
+		// A body over the limit is 413 TOO_LARGE (contract.Classify).
+		return "", "", "", nil, fmt.Errorf("read body (at most %d bytes): %w", maxAckBody, err)
 	}
 	return topic, group, session, body, nil
 }

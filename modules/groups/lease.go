@@ -252,7 +252,10 @@ func (c *Coordinator) acquireWork(g *group) (contract.WorkLease, error) {
 // session that does not hold it changes nothing. Errors: ErrUnknownTopic,
 // ErrInvalidName, ErrNameTaken.
 func (c *Coordinator) Release(topic, group, session string) (bool, error) {
-	g, err := c.group(topic, group)
+	g, err := c.tracked(topic, group, session)
+	if errors.Is(err, ErrSessionExpired) {
+		return false, nil // nothing to release
+	}
 	if err != nil {
 		return false, err
 	}

@@ -765,7 +765,7 @@ func (c *Coordinator) Nack(topic, group, session string, offsets []int64, retryA
 // sharedSession returns shared group (topic, group) locked, with its
 // state and session's member (renewed). On error g.mu is not held.
 func (c *Coordinator) sharedSession(topic, group, session, what string) (*group, *sharedGroup, *member, error) {
-	g, err := c.group(topic, group)
+	g, err := c.tracked(topic, group, session)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -855,11 +855,14 @@ func (c *Coordinator) resolveModeLocked(g *group, want string) error {
 		return nil
 	}
 	mode := want
-	if mode == "" {
+	switch glob := c.configuredShared(g.name); {
+	case mode == "" && glob:
+		mode = contract.GroupShared
+	case mode == "":
 		mode = contract.GroupExclusive
-		if c.configuredShared(g.name) {
-			mode = contract.GroupShared
-		}
+	case mode == contract.GroupExclusive && glob:
+		return fmt.Errorf("%w: group %s of topic %s matches a glob of mmmq.broker.groups.shared, so it is shared; mode=exclusive was asked",
+			ErrGroupMode, g.name, g.topic.Name())
 	}
 	gm, stores := g.cp.(contract.GroupModer)
 	if mode == contract.GroupShared {
@@ -867,8 +870,12 @@ func (c *Coordinator) resolveModeLocked(g *group, want string) error {
 			return fmt.Errorf("%w: group %s of topic %s cannot be shared: the storage backend does not keep a shared group's per-message state (acks past the committed offset and delivery counts; %T)",
 				ErrGroupMode, g.name, g.topic.Name(), g.cp)
 		}
-		if _, err := c.deadLetterTopic(g.name); err != nil {
+		dl, err := c.deadLetterTopic(g.name)
+		if err != nil {
 			return err
+		}
+		if dl == g.topic.Name() && c.opts.MaxDeliveries > 0 {
+			return contract.BadRequest("group %q cannot be shared on topic %s: it would dead-letter into the topic it reads (a poison message would come back for ever); name another dead-letter topic in mmmq.broker.groups.dead-letter-topics, or use another group name", g.name, dl)
 		}
 	}
 	// Only shared is stored: a checkpoint without a mode is exclusive (as
@@ -985,7 +992,10 @@ func (c *Coordinator) Redrive(ctx context.Context, topic, group string, from, to
 // is known to be of another mode than mode; nil when it is of that mode or
 // not used yet. Errors also: those of looking the group up.
 func (c *Coordinator) CheckMode(topic, group, mode string) error {
-	g, err := c.group(topic, group)
+	g, err := c.tracked(topic, group, "")
+	if errors.Is(err, ErrSessionExpired) {
+		return nil // not tracked: the fetch answers for its session
+	}
 	if err != nil {
 		return err
 	}
