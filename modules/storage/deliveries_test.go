@@ -7,11 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
-
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
@@ -319,103 +314,22 @@ func TestDeliveriesRecoveryCorruption(t *testing.T) {
 		sortDeliveries(out)
 		return out
 	}
-	tests := []struct {
-		name    string
-		damage  finCorruption
-		corrupt bool
-		kept    int // records kept; -1: wherever the damage is
-	}{
-		{"tear the last record", func(b []byte, s []int) []byte { return b[:len(b)-5] }, false, n},
-		{"tear the last record's header", func(b []byte, s []int) []byte { return b[:s[n]+3] }, false, n},
-		{"flip a byte in the last record", func(b []byte, s []int) []byte { b[len(b)-100] ^= 0x40; return b }, false, n},
-		{"zero a sector in the last append", func(b []byte, s []int) []byte {
-			lo := (s[n] + 511) / 512 * 512
-			clear(b[lo : lo+512])
-			return b
-		}, false, n},
-		{"zero the whole last append", func(b []byte, s []int) []byte { clear(b[s[n]:]); return b }, false, n},
-		{"garbage after the last record", func(b []byte, s []int) []byte { return append(b, 1, 2, 3, 4, 5, 6, 7, 8, 9) }, false, n + 1},
-		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 3) }, false, n},
-		{"damage an early record with more data after it", func(b []byte, s []int) []byte { b[s[5]+FinishedHeaderSize+2] ^= 0x01; return b }, true, 5},
-		{"zero a sector of fsynced records", func(b []byte, s []int) []byte { clear(b[1024:1536]); return b }, true, -1},
-		{"unknown kind in an early record", func(b []byte, s []int) []byte { return withKind(b, s[3], 9) }, true, 3},
-		{"count 0 in an early record (valid CRC)", func(b []byte, s []int) []byte {
+	tests := append(finDamageCases(n, 2),
+		finDamageCase{"count 0 in an early record (valid CRC)", func(b []byte, s []int) []byte {
 			b[s[110]+FinishedHeaderSize+3] = 0 // the count byte of a one-pair record at a one-byte offset (110)
 			return withKind(b, s[110], FinishedKindDeliveries)
 		}, true, 110},
-	}
+	)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fsys := finFS(t)
-			c := openFin(t, fsys, 1<<40)
-			for i := 0; i < n; i++ {
-				mustDeliver(t, c, []contract.DeliveryCount{countOf(i)})
-			}
-			mustDeliver(t, c, lastBig)
-			data, _ := fsys.ReadFile(finPath)
-			var starts []int
-			for pos := 0; pos < len(data); {
-				_, size, err := decodeFinishedRecord(data[pos:])
-				if err != nil {
-					t.Fatal(err)
+			runFinDamageCase(t, n, tc, func(c *Checkpoint) {
+				for i := 0; i < n; i++ {
+					mustDeliver(t, c, []contract.DeliveryCount{countOf(i)})
 				}
-				starts = append(starts, pos)
-				pos += size
-			}
-			if len(starts) != n+1 {
-				t.Fatalf("%d records written, want %d (the last append must be one record)", len(starts), n+1)
-			}
-			damaged := tc.damage(slices.Clone(data), starts)
-			fsys.WriteFile(finPath, damaged, true)
-			e := scanFinished(damaged).end
-			kept := tc.kept
-			if kept < 0 {
-				kept = slices.Index(starts, int(e))
-			}
-			if kept != n+1 && int(e) != starts[kept] {
-				t.Fatalf("the damage is at byte %d, want the start of record %d (%d)", e, kept, starts[kept])
-			}
-
-			core, logs := observer.New(zapcore.WarnLevel)
-			c2, err := OpenCheckpoint(fsys, finTopic, "d", 1<<40, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := c2.FinishedRecovery()
-			want := wantAfter(kept)
-			wantDeliveries(t, c2, want, "after recovery")
-			after, _ := fsys.ReadFile(finPath)
-			if tc.corrupt {
-				if rec.CorruptAt != e || rec.CutBytes != 0 {
-					t.Fatalf("recovery %+v: want corruption reported at %d", rec, e)
-				}
-				es := logs.FilterLevelExact(zapcore.ErrorLevel).All()
-				if len(es) != 1 || es[0].ContextMap()["file"] != finPath || es[0].ContextMap()["pos"] != e {
-					t.Fatalf("error log %v: want one naming %s at byte %d", es, finPath, e)
-				}
-				aside, err := fsys.ReadFile(finPath + FinishedCorruptExt)
-				if err != nil || !bytes.Equal(aside, damaged) {
-					t.Fatalf("set-aside file: %v (equal %v)", err, bytes.Equal(aside, damaged))
-				}
-			} else {
-				if rec.CorruptAt != -1 || rec.CutAt != e || rec.CutBytes != int64(len(damaged))-e {
-					t.Fatalf("recovery %+v: want a cut at %d of %d bytes", rec, e, int64(len(damaged))-e)
-				}
-				if !bytes.Equal(after, damaged[:e]) {
-					t.Fatalf("file after the cut: %d bytes, want the first %d", len(after), e)
-				}
-				if fileExists(fsys, finPath+FinishedCorruptExt) {
-					t.Fatal("a torn append was set aside as corrupt")
-				}
-			}
-			c3, err := OpenCheckpoint(fsys.Crash(vfs.CrashOptions{}), finTopic, "d", 1<<40, zaptest.NewLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantDeliveries(t, c3, want, "reopened after recovery and a power loss")
-			if r := c3.FinishedRecovery(); r != (FinishedRecovery{CorruptAt: -1}) {
-				t.Fatalf("second open did %+v, want nothing", r)
-			}
+				mustDeliver(t, c, lastBig)
+			}, func(c *Checkpoint, kept int, what string) {
+				wantDeliveries(t, c, wantAfter(kept), what)
+			})
 		})
 	}
 }
