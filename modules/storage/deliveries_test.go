@@ -1,10 +1,8 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/contract"
@@ -126,12 +124,7 @@ func TestDeliveriesWriteFailure(t *testing.T) {
 			c := openFin(t, fsys, 1000)
 			mustRecord(t, c, rs(1, 2))
 			mustDeliver(t, c, dc(3, 1))
-			fsys.SetHook(func(o vfs.Op, name string) error {
-				if o == op && strings.HasSuffix(name, FinishedExt) {
-					return errors.New("injected")
-				}
-				return nil
-			})
+			failFinishedOp(fsys, op)
 			if err := c.RecordDeliveries(dc(3, 2, 5, 1)); err == nil {
 				t.Fatal("RecordDeliveries with a failing write = nil")
 			}
@@ -162,17 +155,7 @@ func TestDeliveriesManyCounts(t *testing.T) {
 	}
 	before := fsys.SyncCount()
 	mustDeliver(t, c, many)
-	data, _ := fsys.ReadFile(finPath)
-	s := scanFinished(data)
-	if s.end != s.size || s.records < 3 {
-		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
-	}
-	if syncs := fsys.SyncCount() - before; syncs != int64(s.records-1) {
-		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
-	}
-	if int64(len(data)) != encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many) {
-		t.Fatalf("file %d bytes, encodedDeliveriesSize says %d", len(data), encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many))
-	}
+	wantAppendedRecords(t, fsys, before, encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many), "encodedDeliveriesSize")
 	want := append(dc(0, 1), many...)
 	wantDeliveries(t, c, want, "memory")
 	wantDeliveries(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
@@ -248,21 +231,12 @@ func TestDeliveriesCompaction(t *testing.T) {
 // refuses malformed ones.
 func TestDeliveriesRecordFormat(t *testing.T) {
 	rec, n := appendDeliveriesRecord(nil, dc(300, 1, 301, 2, 305, 200))
-	body := []byte{FinishedKindDeliveries, 3, 0xac, 0x02, 1, 0, 2, 3, 0xc8, 0x01}
-	want := append([]byte{0, 0, 0, byte(len(body)), 0, 0, 0, 0}, body...)
-	c := Checksum(body)
-	want[4], want[5], want[6], want[7] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
-	if n != 3 || !bytes.Equal(rec, want) {
-		t.Fatalf("record = % x (%d counts), want % x", rec, n, want)
-	}
+	wantRecord(t, rec, n, 3, "counts", FinishedKindDeliveries, 3, 0xac, 0x02, 1, 0, 2, 3, 0xc8, 0x01)
 	r, size, err := decodeFinishedRecord(rec)
 	if err != nil || size != len(rec) || !slices.Equal(r.counts, dc(300, 1, 301, 2, 305, 200)) || r.ranges != nil {
 		t.Fatalf("decode = %+v, %d, %v", r, size, err)
 	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-	}{
+	wantUndecodable(t, []namedRecord{
 		{"pair count 0", finRecord(FinishedKindDeliveries, 0)},
 		{"delivery count 0", finRecord(FinishedKindDeliveries, 1, 5, 0)},
 		{"delivery count past uint32", finRecord(FinishedKindDeliveries, 1, 5, 0x80, 0x80, 0x80, 0x80, 0x10)},
@@ -271,11 +245,7 @@ func TestDeliveriesRecordFormat(t *testing.T) {
 		{"offset past int64", finRecord(FinishedKindDeliveries, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x80, 1)},
 		{"second offset past int64", finRecord(FinishedKindDeliveries, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0, 1)},
 		{"unknown kind", finRecord(3, 1, 5, 1)},
-	} {
-		if _, _, err := decodeFinishedRecord(tc.b); err == nil {
-			t.Errorf("%s: decoded, want an error", tc.name)
-		}
-	}
+	})
 }
 
 // TestDeliveriesRecoveryCorruption: the recovery decision of

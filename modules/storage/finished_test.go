@@ -92,6 +92,40 @@ func fileExists(fsys *vfs.MemFS, p string) bool {
 	return err == nil
 }
 
+// failFinishedOp makes every op of kind op on a .finished file of fsys
+// fail, until the hook is cleared.
+func failFinishedOp(fsys *vfs.MemFS, op vfs.Op) {
+	fsys.SetHook(func(o vfs.Op, name string) error {
+		if o == op && strings.HasSuffix(name, FinishedExt) {
+			return errors.New("injected")
+		}
+		return nil
+	})
+}
+
+// wantAppendedRecords checks .finished after one call appended more than
+// one record holds: it scans valid to its end, holds at least three
+// records, every record after the first was fsynced on its own since
+// syncsBefore, and it is size bytes, as the encoded-size function sizer
+// says.
+func wantAppendedRecords(t *testing.T, fsys *vfs.MemFS, syncsBefore, size int64, sizer string) {
+	t.Helper()
+	data, err := fsys.ReadFile(finPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scanFinished(data)
+	if s.end != s.size || s.records < 3 {
+		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
+	}
+	if syncs := fsys.SyncCount() - syncsBefore; syncs != int64(s.records-1) {
+		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
+	}
+	if int64(len(data)) != size {
+		t.Fatalf("file %d bytes, %s says %d", len(data), sizer, size)
+	}
+}
+
 // TestFinishedRoundTrip: recorded ranges are merged (adjacent and
 // overlapping ones), survive a reopen and a power loss once
 // RecordFinished returned, are trimmed by Commit (a straddling range cut,
@@ -184,12 +218,7 @@ func TestFinishedWriteFailure(t *testing.T) {
 			fsys := finFS(t)
 			c := openFin(t, fsys, 1000)
 			mustRecord(t, c, rs(1, 2))
-			fsys.SetHook(func(o vfs.Op, name string) error {
-				if o == op && strings.HasSuffix(name, FinishedExt) {
-					return errors.New("injected")
-				}
-				return nil
-			})
+			failFinishedOp(fsys, op)
 			if err := c.RecordFinished(rs(5, 6)); err == nil {
 				t.Fatal("RecordFinished with a failing write = nil")
 			}
@@ -218,20 +247,7 @@ func TestFinishedManyRanges(t *testing.T) {
 	}
 	before := fsys.SyncCount()
 	mustRecord(t, c, many)
-	data, err := fsys.ReadFile(finPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := scanFinished(data)
-	if s.end != s.size || s.records < 3 {
-		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
-	}
-	if syncs := fsys.SyncCount() - before; syncs != int64(s.records-1) {
-		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
-	}
-	if int64(len(data)) != encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many) {
-		t.Fatalf("file %d bytes, encodedFinishedSize says %d", len(data), encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many))
-	}
+	wantAppendedRecords(t, fsys, before, encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many), "encodedFinishedSize")
 	want := mergeRanges(rs(0, 1), normalizeRanges(many))
 	wantFinished(t, c, want, "memory")
 	wantFinished(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
@@ -635,23 +651,36 @@ func withKind(b []byte, pos int, kind byte) []byte {
 // TestFinishedRecordFormat pins the byte layout of a record.
 func TestFinishedRecordFormat(t *testing.T) {
 	rec, n := appendFinishedRecord(nil, rs(300, 302, 305, 306))
-	body := []byte{FinishedKindRanges, 2, 0xac, 0x02, 2, 3, 1}
-	want := append([]byte{0, 0, 0, byte(len(body)), 0, 0, 0, 0}, body...)
-	c := Checksum(body)
-	want[4], want[5], want[6], want[7] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
-	if n != 2 || !bytes.Equal(rec, want) {
-		t.Fatalf("record = % x (%d ranges), want % x", rec, n, want)
-	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-	}{
+	wantRecord(t, rec, n, 2, "ranges", FinishedKindRanges, 2, 0xac, 0x02, 2, 3, 1)
+	wantUndecodable(t, []namedRecord{
 		{"count 0", finRecord(FinishedKindRanges, 0)},
 		{"empty range", finRecord(FinishedKindRanges, 1, 5, 0)},
 		{"trailing byte", finRecord(FinishedKindRanges, 1, 5, 1, 0)},
 		{"count past the body", finRecord(FinishedKindRanges, 3, 5, 1)},
 		{"offset past int64", finRecord(FinishedKindRanges, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 2)},
-	} {
+	})
+}
+
+// wantRecord checks that rec, written holding n values (ranges or counts,
+// as what says), is the record framing body (length, CRC, body) and that
+// n is wantN.
+func wantRecord(t *testing.T, rec []byte, n, wantN int, what string, body ...byte) {
+	t.Helper()
+	if want := finRecord(body...); n != wantN || !bytes.Equal(rec, want) {
+		t.Fatalf("record = % x (%d %s), want % x", rec, n, what, want)
+	}
+}
+
+// namedRecord is a named record's bytes.
+type namedRecord struct {
+	name string
+	b    []byte
+}
+
+// wantUndecodable checks that the decoder refuses every one of bad.
+func wantUndecodable(t *testing.T, bad []namedRecord) {
+	t.Helper()
+	for _, tc := range bad {
 		if _, _, err := decodeFinishedRecord(tc.b); err == nil {
 			t.Errorf("%s: decoded, want an error", tc.name)
 		}
