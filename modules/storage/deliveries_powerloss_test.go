@@ -1,47 +1,25 @@
 package storage
 
 import (
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 
-	"go.uber.org/zap"
-
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
 )
 
 // dlvRoundResult is what one delivery-count power-loss round saw.
 type dlvRoundResult struct {
-	acked      int      // RecordDeliveries calls that returned nil before the power loss
-	ackedFin   int      // RecordFinished calls that returned nil before the power loss
-	counts     int      // acknowledged counts still owed after the power loss (checked)
-	cut        int      // reopens that cut a torn last append
-	rewrites   int      // .finished rewrites (compactions, backward Commits) before the power loss
-	lost       bool     // an acknowledged count missing or lower after the reopen
-	violations []string // every violation (lost ones included)
+	plResult
+	acked    int  // RecordDeliveries calls that returned nil before the power loss
+	ackedFin int  // RecordFinished calls that returned nil before the power loss
+	counts   int  // acknowledged counts still owed after the power loss (checked)
+	lost     bool // an acknowledged count missing or lower after the reopen
 }
 
 // Violation prefixes the negative control expects.
 const (
-	dlvLost      = "acked delivery count lost"
-	dlvLower     = "acked delivery count lower"
-	dlvCorrupted = "a power loss was reported as corruption"
+	dlvLost  = "acked delivery count lost"
+	dlvLower = "acked delivery count lower"
 )
-
-// inRanges reports whether off lies in one of rs (ascending, disjoint).
-func inRanges(rs []contract.OffsetRange, off int64) bool {
-	for _, r := range rs {
-		if off < r.Lo {
-			return false
-		}
-		if off < r.Hi {
-			return true
-		}
-	}
-	return false
-}
 
 // dlvPowerLossRound runs random RecordDeliveries, RecordFinished, Commit
 // and ClearFinished calls (and backward Commits after a clear, as a seek
@@ -63,70 +41,22 @@ func inRanges(rs []contract.OffsetRange, off int64) bool {
 //   - the reopen never reports corruption: a power loss is crash damage.
 func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 	var res dlvRoundResult
-	fail := func(format string, a ...any) {
-		res.violations = append(res.violations, fmt.Sprintf(format, a...))
-	}
-	rng := rand.New(rand.NewPCG(seed, 0x646c76))
-	model := finCrashModels[int(seed)%len(finCrashModels)]
-	copts := model.opts
-	copts.Rand = rand.New(rand.NewPCG(seed, 1))
-
-	fsys := vfs.NewMem()
-	if err := fsys.MkdirAll(finTopic); err != nil {
-		panic(err)
-	}
-	if err := fsys.SyncDir("/"); err != nil {
-		panic(err)
-	}
-	c, err := OpenCheckpoint(fsys, finTopic, "d", 1<<40, zap.NewNop())
-	if err != nil {
-		fail("open: %v", err)
+	p := startPowerLossRound(seed, 0x646c76, hooks, plSpans{compact: 256, commitBig: 30, commitSmall: 5, crash: 400, crashOnSync: 80}, &res.plResult)
+	if p == nil {
 		return res
 	}
-	c.hooks = hooks
-	c.compactBytes = int64(64 + rng.IntN(256)) // compactions happen
-	commitStep := 30
-	if rng.IntN(2) == 0 {
-		commitStep = 5 // the file outlives many Commits: compactions
-	}
-	onSync := rng.IntN(4) != 0
-	crashAt := int64(1 + rng.IntN(400))
-	if onSync {
-		crashAt = int64(1 + rng.IntN(80))
-	}
-	var (
-		ops  int64
-		snap *vfs.MemFS
-	)
-	fsys.SetHook(func(op vfs.Op, name string) error {
-		if snap != nil {
-			return nil
-		}
-		if op == vfs.OpRename && strings.HasSuffix(name, FinishedExt+vfs.TmpExt) {
-			res.rewrites++
-		}
-		if onSync && op != vfs.OpSync {
-			return nil
-		}
-		if ops++; ops == crashAt {
-			snap = fsys.Crash(copts)
-		}
-		return nil
-	})
+	rng, c := p.rng, p.c
 
 	var (
-		offset     int64                         // the last completed Commit's
 		mustFin    []contract.OffsetRange        // finished, acked, not dropped since
 		allowedFin []contract.OffsetRange        // given since the last completed clear, not dropped by a completed Commit
 		mustCnt    = map[int64]uint32{}          // acked counts, not dropped since
 		given      = map[int64]map[uint32]bool{} // counts given since the last completed clear
 		cur        = map[int64]uint32{}          // the caller's count of each offset
 		flightFin  []contract.OffsetRange        // a RecordFinished in flight at the power loss
-		flightOff  = int64(-1)                   // a Commit in flight at the power loss
-		clearing   bool                          // a ClearFinished in flight at the power loss
 	)
-	window := func() int64 { return offset + int64(rng.IntN(48)) }
-	for step := 0; step < 120 && snap == nil; step++ {
+	window := func() int64 { return p.offset + int64(rng.IntN(48)) }
+	for step := 0; step < 120 && !p.crashed(); step++ {
 		switch k := rng.IntN(20); {
 		case k < 8: // RecordDeliveries: hand out unfinished messages again
 			n := 1 + rng.IntN(6)
@@ -139,7 +69,7 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 			for i := 0; i < n; i++ {
 				off := window()
 				if n > 6 {
-					off = offset + int64(i)*int64(1+rng.IntN(3))
+					off = p.offset + int64(i)*int64(1+rng.IntN(3))
 				}
 				if inRanges(fin, off) {
 					continue // a finished message is not handed out
@@ -155,11 +85,11 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 				given[off][cnt] = true
 			}
 			err := c.RecordDeliveries(ds)
-			if snap != nil {
+			if p.crashed() {
 				break // in flight at the power loss: may or may not be there
 			}
 			if err != nil {
-				fail("RecordDeliveries: %v", err)
+				res.fail("RecordDeliveries: %v", err)
 				return res
 			}
 			for off, cnt := range next {
@@ -175,12 +105,12 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 			norm := normalizeRanges(in)
 			allowedFin = mergeRanges(allowedFin, norm)
 			err := c.RecordFinished(in)
-			if snap != nil {
+			if p.crashed() {
 				flightFin = norm
 				break
 			}
 			if err != nil {
-				fail("RecordFinished: %v", err)
+				res.fail("RecordFinished: %v", err)
 				return res
 			}
 			mustFin = mergeRanges(mustFin, norm)
@@ -191,90 +121,47 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 			}
 			res.ackedFin++
 		case k < 19: // Commit forward
-			next := offset + int64(rng.IntN(commitStep))
-			err := c.Commit(next)
-			if snap != nil {
-				flightOff = next
-				break
-			}
-			if err != nil {
-				fail("Commit: %v", err)
+			ok, stop := p.commitForward()
+			if stop {
 				return res
 			}
-			offset = next
-			mustFin, allowedFin = trimRanges(mustFin, next), trimRanges(allowedFin, next)
-			for off := range mustCnt {
-				if off < next {
-					delete(mustCnt, off)
+			if ok {
+				mustFin, allowedFin = trimRanges(mustFin, p.offset), trimRanges(allowedFin, p.offset)
+				for off := range mustCnt {
+					if off < p.offset {
+						delete(mustCnt, off)
+					}
 				}
 			}
 		default: // ClearFinished, then now and then a Commit back (a seek)
-			err := c.ClearFinished()
-			if snap != nil {
-				clearing = true
-				break
-			}
-			if err != nil {
-				fail("ClearFinished: %v", err)
+			if p.clearAndSeek(func() {
+				mustFin, allowedFin = nil, nil
+				mustCnt, given, cur = map[int64]uint32{}, map[int64]map[uint32]bool{}, map[int64]uint32{}
+			}) {
 				return res
-			}
-			mustFin, allowedFin = nil, nil
-			mustCnt, given, cur = map[int64]uint32{}, map[int64]map[uint32]bool{}, map[int64]uint32{}
-			if rng.IntN(2) == 0 && offset > 0 {
-				next := int64(rng.IntN(int(offset)))
-				err := c.Commit(next)
-				if snap != nil {
-					flightOff = next
-					break
-				}
-				if err != nil {
-					fail("Commit back: %v", err)
-					return res
-				}
-				offset = next
 			}
 		}
 	}
-	if snap == nil {
-		snap = fsys.Crash(copts) // the random point was never reached
-	}
-	fsys.SetHook(nil)
 
-	c2, err := OpenCheckpoint(snap, finTopic, "d", 1<<40, zap.NewNop())
-	if err != nil {
-		fail("reopen after power loss: %v", err)
+	c2 := p.reopen()
+	if c2 == nil {
 		return res
 	}
 	gotFin, gotDlv, reo := c2.Finished(), c2.Deliveries(), c2.Offset()
-	if reo != offset && reo != flightOff {
-		fail("offset after power loss %d, want %d (or %d in flight)", reo, offset, flightOff)
-	}
-	if r := c2.FinishedRecovery(); r.CorruptAt >= 0 {
-		fail("%s: %+v", dlvCorrupted, r)
-	} else if r.CutBytes > 0 {
-		res.cut++
-	}
-	if extra := subtractRanges(gotFin, allowedFin); len(extra) > 0 {
-		fail("finished after power loss but never given (or dropped): %v (allowed %v)", extra, allowedFin)
-	}
-	if !clearing {
-		if lost := subtractRanges(trimRanges(mustFin, reo), gotFin); len(lost) > 0 {
-			fail("acked finished ranges lost by the power loss: %v (have %v)", lost, gotFin)
-		}
-	}
+	p.checkFinished(gotFin, allowedFin, mustFin, reo, "finished")
 	have := map[int64]uint32{}
 	for i, d := range gotDlv {
 		switch {
 		case d.Offset < reo || d.Count == 0 || (i > 0 && d.Offset <= gotDlv[i-1].Offset):
-			fail("Deliveries after reopen %v: not ascending, one per offset, at or past offset %d", gotDlv, reo)
+			res.fail("Deliveries after reopen %v: not ascending, one per offset, at or past offset %d", gotDlv, reo)
 		case inRanges(gotFin, d.Offset):
-			fail("offset %d is finished and has a delivery count %d after the reopen", d.Offset, d.Count)
+			res.fail("offset %d is finished and has a delivery count %d after the reopen", d.Offset, d.Count)
 		case !given[d.Offset][d.Count]:
-			fail("delivery count %d of offset %d after the power loss was never given (given %v)", d.Count, d.Offset, given[d.Offset])
+			res.fail("delivery count %d of offset %d after the power loss was never given (given %v)", d.Count, d.Offset, given[d.Offset])
 		}
 		have[d.Offset] = d.Count
 	}
-	if !clearing {
+	if !p.clearing {
 		for off, want := range mustCnt {
 			if off < reo || inRanges(flightFin, off) {
 				continue // dropped by the Commit or the RecordFinished in flight
@@ -283,10 +170,10 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 			switch got, ok := have[off]; {
 			case !ok:
 				res.lost = true
-				fail("%s: offset %d had count %d, has none (have %v)", dlvLost, off, want, gotDlv)
+				res.fail("%s: offset %d had count %d, has none (have %v)", dlvLost, off, want, gotDlv)
 			case got < want:
 				res.lost = true
-				fail("%s: offset %d had count %d, has %d", dlvLower, off, want, got)
+				res.fail("%s: offset %d had count %d, has %d", dlvLower, off, want, got)
 			}
 		}
 	}
@@ -302,15 +189,13 @@ func dlvPowerLossRound(seed uint64, hooks *Hooks) dlvRoundResult {
 // never given appears; no crash is reported as corruption.
 func TestDeliveriesPowerLossProperty(t *testing.T) {
 	acked, ackedFin, counts, cut, rewrites := 0, 0, 0, 0, 0
-	for r := 0; r < finRounds(); r++ {
-		seed := uint64(1_500_000 + r)
+	forPowerLossSeeds(1_500_000, finRounds(), func(_ int, seed uint64, model string) bool {
 		res := dlvPowerLossRound(seed, nil)
-		for _, v := range res.violations {
-			t.Errorf("seed %d (%s): %s", seed, finCrashModels[int(seed)%len(finCrashModels)].name, v)
-		}
+		reportViolations(t, seed, model, res.violations)
 		acked, ackedFin, counts = acked+res.acked, ackedFin+res.ackedFin, counts+res.counts
 		cut, rewrites = cut+res.cut, rewrites+res.rewrites
-	}
+		return true
+	})
 	t.Logf("%d rounds, %d acknowledged RecordDeliveries and %d RecordFinished calls, %d acknowledged counts checked after the power loss, %d rewrites, %d reopens cut a torn append",
 		finRounds(), acked, ackedFin, counts, rewrites, cut)
 	if acked == 0 || counts == 0 || cut == 0 || rewrites == 0 {
@@ -326,28 +211,19 @@ func TestDeliveriesPowerLossProperty(t *testing.T) {
 // loss. It proves the property test depends on that fsync.
 func TestDeliveriesPowerLossNegativeControl(t *testing.T) {
 	lostBy, owedBy := map[string]int{}, map[string]int{}
-	for r := 0; r < finRounds(); r++ {
-		seed := uint64(1_600_000 + r)
+	forPowerLossSeeds(1_600_000, finRounds(), func(_ int, seed uint64, model string) bool {
 		res := dlvPowerLossRound(seed, &Hooks{SkipDeliveriesSync: true})
-		m := finCrashModels[int(seed)%len(finCrashModels)].name
 		if res.counts > 0 {
-			owedBy[m]++
+			owedBy[model]++
 		}
 		if res.lost {
-			lostBy[m]++
+			lostBy[model]++
 		}
-		for _, v := range res.violations {
-			if !strings.HasPrefix(v, dlvLost) && !strings.HasPrefix(v, dlvLower) && !strings.HasPrefix(v, dlvCorrupted) {
-				t.Errorf("seed %d (%s): unexpected violation: %s", seed, m, v)
-			}
-		}
-	}
+		reportUnexpected(t, seed, model, res.violations, dlvLost, dlvLower, plCorrupted)
+		return true
+	})
 	t.Logf("SkipDeliveriesSync: %d rounds; rounds losing acknowledged counts per model %v, of rounds owing counts %v", finRounds(), lostBy, owedBy)
-	for _, m := range []string{"synced-only", "torn-tail", "sectors-512"} {
-		if lostBy[m] == 0 {
-			t.Errorf("negative control: skipping the fsync of RecordDeliveries lost nothing under %s; the power-loss test cannot detect it", m)
-		}
-	}
+	wantLostUnder(t, lostBy, "RecordDeliveries")
 	lost, owed := 0, 0
 	for m := range owedBy {
 		lost, owed = lost+lostBy[m], owed+owedBy[m]

@@ -1,16 +1,9 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
-
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -131,12 +124,7 @@ func TestDeliveriesWriteFailure(t *testing.T) {
 			c := openFin(t, fsys, 1000)
 			mustRecord(t, c, rs(1, 2))
 			mustDeliver(t, c, dc(3, 1))
-			fsys.SetHook(func(o vfs.Op, name string) error {
-				if o == op && strings.HasSuffix(name, FinishedExt) {
-					return errors.New("injected")
-				}
-				return nil
-			})
+			failFinishedOp(fsys, op)
 			if err := c.RecordDeliveries(dc(3, 2, 5, 1)); err == nil {
 				t.Fatal("RecordDeliveries with a failing write = nil")
 			}
@@ -167,17 +155,7 @@ func TestDeliveriesManyCounts(t *testing.T) {
 	}
 	before := fsys.SyncCount()
 	mustDeliver(t, c, many)
-	data, _ := fsys.ReadFile(finPath)
-	s := scanFinished(data)
-	if s.end != s.size || s.records < 3 {
-		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
-	}
-	if syncs := fsys.SyncCount() - before; syncs != int64(s.records-1) {
-		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
-	}
-	if int64(len(data)) != encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many) {
-		t.Fatalf("file %d bytes, encodedDeliveriesSize says %d", len(data), encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many))
-	}
+	wantAppendedRecords(t, fsys, before, encodedDeliveriesSize(dc(0, 1))+encodedDeliveriesSize(many), "encodedDeliveriesSize")
 	want := append(dc(0, 1), many...)
 	wantDeliveries(t, c, want, "memory")
 	wantDeliveries(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
@@ -253,21 +231,12 @@ func TestDeliveriesCompaction(t *testing.T) {
 // refuses malformed ones.
 func TestDeliveriesRecordFormat(t *testing.T) {
 	rec, n := appendDeliveriesRecord(nil, dc(300, 1, 301, 2, 305, 200))
-	body := []byte{FinishedKindDeliveries, 3, 0xac, 0x02, 1, 0, 2, 3, 0xc8, 0x01}
-	want := append([]byte{0, 0, 0, byte(len(body)), 0, 0, 0, 0}, body...)
-	c := Checksum(body)
-	want[4], want[5], want[6], want[7] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
-	if n != 3 || !bytes.Equal(rec, want) {
-		t.Fatalf("record = % x (%d counts), want % x", rec, n, want)
-	}
+	wantRecord(t, rec, n, 3, "counts", FinishedKindDeliveries, 3, 0xac, 0x02, 1, 0, 2, 3, 0xc8, 0x01)
 	r, size, err := decodeFinishedRecord(rec)
 	if err != nil || size != len(rec) || !slices.Equal(r.counts, dc(300, 1, 301, 2, 305, 200)) || r.ranges != nil {
 		t.Fatalf("decode = %+v, %d, %v", r, size, err)
 	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-	}{
+	wantUndecodable(t, []namedRecord{
 		{"pair count 0", finRecord(FinishedKindDeliveries, 0)},
 		{"delivery count 0", finRecord(FinishedKindDeliveries, 1, 5, 0)},
 		{"delivery count past uint32", finRecord(FinishedKindDeliveries, 1, 5, 0x80, 0x80, 0x80, 0x80, 0x10)},
@@ -276,11 +245,7 @@ func TestDeliveriesRecordFormat(t *testing.T) {
 		{"offset past int64", finRecord(FinishedKindDeliveries, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x80, 1)},
 		{"second offset past int64", finRecord(FinishedKindDeliveries, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1, 0, 1)},
 		{"unknown kind", finRecord(3, 1, 5, 1)},
-	} {
-		if _, _, err := decodeFinishedRecord(tc.b); err == nil {
-			t.Errorf("%s: decoded, want an error", tc.name)
-		}
-	}
+	})
 }
 
 // TestDeliveriesRecoveryCorruption: the recovery decision of
@@ -319,103 +284,22 @@ func TestDeliveriesRecoveryCorruption(t *testing.T) {
 		sortDeliveries(out)
 		return out
 	}
-	tests := []struct {
-		name    string
-		damage  finCorruption
-		corrupt bool
-		kept    int // records kept; -1: wherever the damage is
-	}{
-		{"tear the last record", func(b []byte, s []int) []byte { return b[:len(b)-5] }, false, n},
-		{"tear the last record's header", func(b []byte, s []int) []byte { return b[:s[n]+3] }, false, n},
-		{"flip a byte in the last record", func(b []byte, s []int) []byte { b[len(b)-100] ^= 0x40; return b }, false, n},
-		{"zero a sector in the last append", func(b []byte, s []int) []byte {
-			lo := (s[n] + 511) / 512 * 512
-			clear(b[lo : lo+512])
-			return b
-		}, false, n},
-		{"zero the whole last append", func(b []byte, s []int) []byte { clear(b[s[n]:]); return b }, false, n},
-		{"garbage after the last record", func(b []byte, s []int) []byte { return append(b, 1, 2, 3, 4, 5, 6, 7, 8, 9) }, false, n + 1},
-		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 3) }, false, n},
-		{"damage an early record with more data after it", func(b []byte, s []int) []byte { b[s[5]+FinishedHeaderSize+2] ^= 0x01; return b }, true, 5},
-		{"zero a sector of fsynced records", func(b []byte, s []int) []byte { clear(b[1024:1536]); return b }, true, -1},
-		{"unknown kind in an early record", func(b []byte, s []int) []byte { return withKind(b, s[3], 9) }, true, 3},
-		{"count 0 in an early record (valid CRC)", func(b []byte, s []int) []byte {
+	tests := append(finDamageCases(n, 2),
+		finDamageCase{"count 0 in an early record (valid CRC)", func(b []byte, s []int) []byte {
 			b[s[110]+FinishedHeaderSize+3] = 0 // the count byte of a one-pair record at a one-byte offset (110)
 			return withKind(b, s[110], FinishedKindDeliveries)
 		}, true, 110},
-	}
+	)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fsys := finFS(t)
-			c := openFin(t, fsys, 1<<40)
-			for i := 0; i < n; i++ {
-				mustDeliver(t, c, []contract.DeliveryCount{countOf(i)})
-			}
-			mustDeliver(t, c, lastBig)
-			data, _ := fsys.ReadFile(finPath)
-			var starts []int
-			for pos := 0; pos < len(data); {
-				_, size, err := decodeFinishedRecord(data[pos:])
-				if err != nil {
-					t.Fatal(err)
+			runFinDamageCase(t, n, tc, func(c *Checkpoint) {
+				for i := 0; i < n; i++ {
+					mustDeliver(t, c, []contract.DeliveryCount{countOf(i)})
 				}
-				starts = append(starts, pos)
-				pos += size
-			}
-			if len(starts) != n+1 {
-				t.Fatalf("%d records written, want %d (the last append must be one record)", len(starts), n+1)
-			}
-			damaged := tc.damage(slices.Clone(data), starts)
-			fsys.WriteFile(finPath, damaged, true)
-			e := scanFinished(damaged).end
-			kept := tc.kept
-			if kept < 0 {
-				kept = slices.Index(starts, int(e))
-			}
-			if kept != n+1 && int(e) != starts[kept] {
-				t.Fatalf("the damage is at byte %d, want the start of record %d (%d)", e, kept, starts[kept])
-			}
-
-			core, logs := observer.New(zapcore.WarnLevel)
-			c2, err := OpenCheckpoint(fsys, finTopic, "d", 1<<40, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := c2.FinishedRecovery()
-			want := wantAfter(kept)
-			wantDeliveries(t, c2, want, "after recovery")
-			after, _ := fsys.ReadFile(finPath)
-			if tc.corrupt {
-				if rec.CorruptAt != e || rec.CutBytes != 0 {
-					t.Fatalf("recovery %+v: want corruption reported at %d", rec, e)
-				}
-				es := logs.FilterLevelExact(zapcore.ErrorLevel).All()
-				if len(es) != 1 || es[0].ContextMap()["file"] != finPath || es[0].ContextMap()["pos"] != e {
-					t.Fatalf("error log %v: want one naming %s at byte %d", es, finPath, e)
-				}
-				aside, err := fsys.ReadFile(finPath + FinishedCorruptExt)
-				if err != nil || !bytes.Equal(aside, damaged) {
-					t.Fatalf("set-aside file: %v (equal %v)", err, bytes.Equal(aside, damaged))
-				}
-			} else {
-				if rec.CorruptAt != -1 || rec.CutAt != e || rec.CutBytes != int64(len(damaged))-e {
-					t.Fatalf("recovery %+v: want a cut at %d of %d bytes", rec, e, int64(len(damaged))-e)
-				}
-				if !bytes.Equal(after, damaged[:e]) {
-					t.Fatalf("file after the cut: %d bytes, want the first %d", len(after), e)
-				}
-				if fileExists(fsys, finPath+FinishedCorruptExt) {
-					t.Fatal("a torn append was set aside as corrupt")
-				}
-			}
-			c3, err := OpenCheckpoint(fsys.Crash(vfs.CrashOptions{}), finTopic, "d", 1<<40, zaptest.NewLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantDeliveries(t, c3, want, "reopened after recovery and a power loss")
-			if r := c3.FinishedRecovery(); r != (FinishedRecovery{CorruptAt: -1}) {
-				t.Fatalf("second open did %+v, want nothing", r)
-			}
+				mustDeliver(t, c, lastBig)
+			}, func(c *Checkpoint, kept int, what string) {
+				wantDeliveries(t, c, wantAfter(kept), what)
+			})
 		})
 	}
 }

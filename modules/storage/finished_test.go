@@ -92,6 +92,40 @@ func fileExists(fsys *vfs.MemFS, p string) bool {
 	return err == nil
 }
 
+// failFinishedOp makes every op of kind op on a .finished file of fsys
+// fail, until the hook is cleared.
+func failFinishedOp(fsys *vfs.MemFS, op vfs.Op) {
+	fsys.SetHook(func(o vfs.Op, name string) error {
+		if o == op && strings.HasSuffix(name, FinishedExt) {
+			return errors.New("injected")
+		}
+		return nil
+	})
+}
+
+// wantAppendedRecords checks .finished after one call appended more than
+// one record holds: it scans valid to its end, holds at least three
+// records, every record after the first was fsynced on its own since
+// syncsBefore, and it is size bytes, as the encoded-size function sizer
+// says.
+func wantAppendedRecords(t *testing.T, fsys *vfs.MemFS, syncsBefore, size int64, sizer string) {
+	t.Helper()
+	data, err := fsys.ReadFile(finPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scanFinished(data)
+	if s.end != s.size || s.records < 3 {
+		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
+	}
+	if syncs := fsys.SyncCount() - syncsBefore; syncs != int64(s.records-1) {
+		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
+	}
+	if int64(len(data)) != size {
+		t.Fatalf("file %d bytes, %s says %d", len(data), sizer, size)
+	}
+}
+
 // TestFinishedRoundTrip: recorded ranges are merged (adjacent and
 // overlapping ones), survive a reopen and a power loss once
 // RecordFinished returned, are trimmed by Commit (a straddling range cut,
@@ -184,12 +218,7 @@ func TestFinishedWriteFailure(t *testing.T) {
 			fsys := finFS(t)
 			c := openFin(t, fsys, 1000)
 			mustRecord(t, c, rs(1, 2))
-			fsys.SetHook(func(o vfs.Op, name string) error {
-				if o == op && strings.HasSuffix(name, FinishedExt) {
-					return errors.New("injected")
-				}
-				return nil
-			})
+			failFinishedOp(fsys, op)
 			if err := c.RecordFinished(rs(5, 6)); err == nil {
 				t.Fatal("RecordFinished with a failing write = nil")
 			}
@@ -218,20 +247,7 @@ func TestFinishedManyRanges(t *testing.T) {
 	}
 	before := fsys.SyncCount()
 	mustRecord(t, c, many)
-	data, err := fsys.ReadFile(finPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := scanFinished(data)
-	if s.end != s.size || s.records < 3 {
-		t.Fatalf("scan: %d records, end %d of %d (%s); want several valid records", s.records, s.end, s.size, s.reason)
-	}
-	if syncs := fsys.SyncCount() - before; syncs != int64(s.records-1) {
-		t.Fatalf("%d fsyncs for %d appended records, want one per record", syncs, s.records-1)
-	}
-	if int64(len(data)) != encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many) {
-		t.Fatalf("file %d bytes, encodedFinishedSize says %d", len(data), encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many))
-	}
+	wantAppendedRecords(t, fsys, before, encodedFinishedSize(rs(0, 1))+encodedFinishedSize(many), "encodedFinishedSize")
 	want := mergeRanges(rs(0, 1), normalizeRanges(many))
 	wantFinished(t, c, want, "memory")
 	wantFinished(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1<<40), want, "after a power loss")
@@ -455,6 +471,125 @@ func TestVerifyFinished(t *testing.T) {
 // file's bytes and the start of each record, and returns the new bytes.
 type finCorruption func(data []byte, starts []int) []byte
 
+// finDamageCase is a named corruption of a .finished file of n+1 records
+// (n small ones, then one last append of one full record) and what the
+// recovery at open must make of it.
+type finDamageCase struct {
+	name    string
+	damage  finCorruption
+	corrupt bool // reported as corruption (set aside), else cut
+	kept    int  // the records kept (of the n+1 written); -1: wherever the damage is
+}
+
+// finDamageCases are the corruptions every kind of record is recovered
+// from alike, over n small records and a last big one: damage within one
+// append of the end is a torn last append (cut), damage farther from the
+// end is corruption. early is the byte of record 5's body the early
+// damage flips.
+func finDamageCases(n, early int) []finDamageCase {
+	return []finDamageCase{
+		{"tear the last record", func(b []byte, s []int) []byte { return b[:len(b)-5] }, false, n},
+		{"tear the last record's header", func(b []byte, s []int) []byte { return b[:s[n]+3] }, false, n},
+		{"flip a byte in the last record", func(b []byte, s []int) []byte { b[len(b)-100] ^= 0x40; return b }, false, n},
+		{"zero a sector in the last append", func(b []byte, s []int) []byte {
+			lo := (s[n] + 511) / 512 * 512
+			clear(b[lo : lo+512])
+			return b
+		}, false, n},
+		{"zero the whole last append", func(b []byte, s []int) []byte { clear(b[s[n]:]); return b }, false, n},
+		{"garbage after the last record", func(b []byte, s []int) []byte { return append(b, 1, 2, 3, 4, 5, 6, 7, 8, 9) }, false, n + 1},
+		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 3) }, false, n},
+		{"damage an early record with more data after it", func(b []byte, s []int) []byte { b[s[5]+FinishedHeaderSize+early] ^= 0x01; return b }, true, 5},
+		{"zero a sector of fsynced records", func(b []byte, s []int) []byte { clear(b[1024:1536]); return b }, true, -1},
+		{"unknown kind in an early record", func(b []byte, s []int) []byte { return withKind(b, s[3], 9) }, true, 3},
+	}
+}
+
+// runFinDamageCase writes n+1 records to checkpoint "d" with write (n
+// appends of one record, then one of one full record), damages the file
+// as tc says and opens it again: corruption is reported (error naming
+// file and byte, CorruptAt, the damaged file set aside as
+// .finished.corrupt), a torn last append is cut (warning, CutAt and
+// CutBytes, the file cut there, nothing set aside); check checks what the
+// recovered checkpoint holds given the records kept, and again after a
+// power loss and a reopen, which must do nothing more.
+func runFinDamageCase(t *testing.T, n int, tc finDamageCase, write func(c *Checkpoint), check func(c *Checkpoint, kept int, what string)) {
+	t.Helper()
+	fsys := finFS(t)
+	write(openFin(t, fsys, 1<<40))
+	data, _ := fsys.ReadFile(finPath)
+	var starts []int
+	for pos := 0; pos < len(data); {
+		_, size, err := decodeFinishedRecord(data[pos:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, pos)
+		pos += size
+	}
+	if len(starts) != n+1 {
+		t.Fatalf("%d records written, want %d (the last append must be one record)", len(starts), n+1)
+	}
+	damaged := tc.damage(slices.Clone(data), starts)
+	fsys.WriteFile(finPath, damaged, true)
+	e := scanFinished(damaged).end
+	kept := tc.kept
+	if kept < 0 {
+		kept = slices.Index(starts, int(e))
+	}
+	if kept < 0 {
+		t.Fatalf("the damage is at byte %d, want the start of a record", e)
+	}
+	if kept != n+1 && int(e) != starts[kept] {
+		t.Fatalf("the damage is at byte %d, want the start of record %d (%d)", e, kept, starts[kept])
+	}
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	c2, err := OpenCheckpoint(fsys, finTopic, "d", 1<<40, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := c2.FinishedRecovery()
+	check(c2, kept, "after recovery")
+	after, _ := fsys.ReadFile(finPath)
+	if tc.corrupt {
+		if rec.CorruptAt != e || rec.CutBytes != 0 {
+			t.Fatalf("recovery %+v: want corruption reported at %d", rec, e)
+		}
+		es := logs.FilterLevelExact(zapcore.ErrorLevel).All()
+		if len(es) != 1 || es[0].ContextMap()["file"] != finPath || es[0].ContextMap()["pos"] != e {
+			t.Fatalf("error log %v: want one naming %s at byte %d", es, finPath, e)
+		}
+		aside, err := fsys.ReadFile(finPath + FinishedCorruptExt)
+		if err != nil || !bytes.Equal(aside, damaged) {
+			t.Fatalf("set-aside file: %v (equal %v)", err, bytes.Equal(aside, damaged))
+		}
+	} else {
+		if rec.CorruptAt != -1 || rec.CutAt != e || rec.CutBytes != int64(len(damaged))-e {
+			t.Fatalf("recovery %+v: want a cut at %d of %d bytes", rec, e, int64(len(damaged))-e)
+		}
+		if ws := logs.FilterLevelExact(zapcore.WarnLevel).All(); len(ws) != 1 || ws[0].ContextMap()["cut-bytes"] != int64(len(damaged))-e {
+			t.Fatalf("warn log %v: want one saying what was cut", ws)
+		}
+		if !bytes.Equal(after, damaged[:e]) {
+			t.Fatalf("file after the cut: %d bytes, want the first %d", len(after), e)
+		}
+		if fileExists(fsys, finPath+FinishedCorruptExt) {
+			t.Fatal("a torn append was set aside as corrupt")
+		}
+	}
+	// Recovery is durable and done: a power loss, then a reopen finds
+	// the same and does nothing more.
+	c3, err := OpenCheckpoint(fsys.Crash(vfs.CrashOptions{}), finTopic, "d", 1<<40, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(c3, kept, "reopened after recovery and a power loss")
+	if r := c3.FinishedRecovery(); r != (FinishedRecovery{CorruptAt: -1}) {
+		t.Fatalf("second open did %+v, want nothing", r)
+	}
+}
+
 // TestFinishedRecoveryCorruption: the recovery decision at open, over
 // named corruptions. Damage within one append of the end is a torn last
 // append: cut (warning); anything farther from the end is damage to
@@ -470,117 +605,34 @@ func TestFinishedRecoveryCorruption(t *testing.T) {
 	for i := 0; i < 1500; i++ {
 		lastBig = append(lastBig, contract.OffsetRange{Lo: int64(10000 + 3*i), Hi: int64(10001 + 3*i)})
 	}
-	tests := []struct {
-		name       string
-		damage     finCorruption
-		corrupt    bool // reported as corruption (set aside), else cut
-		keptRecord int  // the records kept (of the n+1 written)
-	}{
-		{"tear the last record", func(b []byte, s []int) []byte { return b[:len(b)-5] }, false, n},
-		{"tear the last record's header", func(b []byte, s []int) []byte { return b[:s[n]+3] }, false, n},
-		{"flip a byte in the last record", func(b []byte, s []int) []byte { b[len(b)-100] ^= 0x40; return b }, false, n},
-		{"zero a sector in the last append", func(b []byte, s []int) []byte {
-			lo := (s[n] + 511) / 512 * 512
-			clear(b[lo : lo+512])
-			return b
-		}, false, n},
-		{"zero the whole last append", func(b []byte, s []int) []byte { clear(b[s[n]:]); return b }, false, n},
-		{"garbage after the last record", func(b []byte, s []int) []byte { return append(b, 1, 2, 3, 4, 5, 6, 7, 8, 9) }, false, n + 1},
-		{"unknown kind in the last record", func(b []byte, s []int) []byte { return withKind(b, s[n], 3) }, false, n},
-		{"damage an early record with more data after it", func(b []byte, s []int) []byte { b[s[5]+FinishedHeaderSize+1] ^= 0x01; return b }, true, 5},
-		{"zero a sector of fsynced records", func(b []byte, s []int) []byte { clear(b[1024:1536]); return b }, true, -1},
-		{"unknown kind in an early record", func(b []byte, s []int) []byte { return withKind(b, s[3], 9) }, true, 3},
-		{"damage just past one window from the end", func(b []byte, s []int) []byte {
+	tests := append(finDamageCases(n, 1),
+		finDamageCase{"damage just past one window from the end", func(b []byte, s []int) []byte {
 			i := 0
 			for len(b)-s[i] > FinishedDamageWindow+16 {
 				i++
 			}
 			b[s[i-1]+4] ^= 0x01 // its CRC
 			return b
-		}, true, -2},
-	}
+		}, true, -1},
+	)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fsys := finFS(t)
-			c := openFin(t, fsys, 1<<40)
-			for i := 0; i < n; i++ {
-				mustRecord(t, c, []contract.OffsetRange{rangeOf(i)})
-			}
-			mustRecord(t, c, lastBig)
-			data, _ := fsys.ReadFile(finPath)
-			var starts []int
-			for pos := 0; pos < len(data); {
-				_, size, err := decodeFinishedRecord(data[pos:])
-				if err != nil {
-					t.Fatal(err)
+			runFinDamageCase(t, n, tc, func(c *Checkpoint) {
+				for i := 0; i < n; i++ {
+					mustRecord(t, c, []contract.OffsetRange{rangeOf(i)})
 				}
-				starts = append(starts, pos)
-				pos += size
-			}
-			if len(starts) != n+1 {
-				t.Fatalf("%d records written, want %d (the last append must be one record)", len(starts), n+1)
-			}
-			damaged := tc.damage(slices.Clone(data), starts)
-			fsys.WriteFile(finPath, damaged, true)
-			e := scanFinished(damaged).end
-			kept := tc.keptRecord
-			switch kept {
-			case -1, -2: // wherever the damage is
-				kept = slices.Index(starts, int(e))
-			}
-
-			core, logs := observer.New(zapcore.WarnLevel)
-			c2, err := OpenCheckpoint(fsys, finTopic, "d", 1<<40, zap.New(core))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := c2.FinishedRecovery()
-			var want []contract.OffsetRange
-			for i := 0; i < min(kept, n); i++ {
-				want = append(want, rangeOf(i))
-			}
-			want = normalizeRanges(want)
-			if kept > n {
-				want = mergeRanges(want, lastBig)
-			}
-			wantFinished(t, c2, want, "after recovery")
-			after, _ := fsys.ReadFile(finPath)
-			if tc.corrupt {
-				if rec.CorruptAt != e || rec.CutBytes != 0 {
-					t.Fatalf("recovery %+v: want corruption reported at %d", rec, e)
+				mustRecord(t, c, lastBig)
+			}, func(c *Checkpoint, kept int, what string) {
+				var want []contract.OffsetRange
+				for i := 0; i < min(kept, n); i++ {
+					want = append(want, rangeOf(i))
 				}
-				es := logs.FilterLevelExact(zapcore.ErrorLevel).All()
-				if len(es) != 1 || es[0].ContextMap()["file"] != finPath || es[0].ContextMap()["pos"] != e {
-					t.Fatalf("error log %v: want one naming %s at byte %d", es, finPath, e)
+				want = normalizeRanges(want)
+				if kept > n {
+					want = mergeRanges(want, lastBig)
 				}
-				aside, err := fsys.ReadFile(finPath + FinishedCorruptExt)
-				if err != nil || !bytes.Equal(aside, damaged) {
-					t.Fatalf("set-aside file: %v (equal %v)", err, bytes.Equal(aside, damaged))
-				}
-			} else {
-				if rec.CorruptAt != -1 || rec.CutAt != e || rec.CutBytes != int64(len(damaged))-e {
-					t.Fatalf("recovery %+v: want a cut at %d of %d bytes", rec, e, int64(len(damaged))-e)
-				}
-				if ws := logs.FilterLevelExact(zapcore.WarnLevel).All(); len(ws) != 1 || ws[0].ContextMap()["cut-bytes"] != int64(len(damaged))-e {
-					t.Fatalf("warn log %v: want one saying what was cut", ws)
-				}
-				if !bytes.Equal(after, damaged[:e]) {
-					t.Fatalf("file after the cut: %d bytes, want the first %d", len(after), e)
-				}
-				if fileExists(fsys, finPath+FinishedCorruptExt) {
-					t.Fatal("a torn append was set aside as corrupt")
-				}
-			}
-			// Recovery is durable and done: a power loss, then a reopen
-			// finds the same ranges and does nothing more.
-			c3, err := OpenCheckpoint(fsys.Crash(vfs.CrashOptions{}), finTopic, "d", 1<<40, zaptest.NewLogger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantFinished(t, c3, want, "reopened after recovery and a power loss")
-			if r := c3.FinishedRecovery(); r != (FinishedRecovery{CorruptAt: -1}) {
-				t.Fatalf("second open did %+v, want nothing", r)
-			}
+				wantFinished(t, c, want, what)
+			})
 		})
 	}
 }
@@ -599,23 +651,36 @@ func withKind(b []byte, pos int, kind byte) []byte {
 // TestFinishedRecordFormat pins the byte layout of a record.
 func TestFinishedRecordFormat(t *testing.T) {
 	rec, n := appendFinishedRecord(nil, rs(300, 302, 305, 306))
-	body := []byte{FinishedKindRanges, 2, 0xac, 0x02, 2, 3, 1}
-	want := append([]byte{0, 0, 0, byte(len(body)), 0, 0, 0, 0}, body...)
-	c := Checksum(body)
-	want[4], want[5], want[6], want[7] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
-	if n != 2 || !bytes.Equal(rec, want) {
-		t.Fatalf("record = % x (%d ranges), want % x", rec, n, want)
-	}
-	for _, tc := range []struct {
-		name string
-		b    []byte
-	}{
+	wantRecord(t, rec, n, 2, "ranges", FinishedKindRanges, 2, 0xac, 0x02, 2, 3, 1)
+	wantUndecodable(t, []namedRecord{
 		{"count 0", finRecord(FinishedKindRanges, 0)},
 		{"empty range", finRecord(FinishedKindRanges, 1, 5, 0)},
 		{"trailing byte", finRecord(FinishedKindRanges, 1, 5, 1, 0)},
 		{"count past the body", finRecord(FinishedKindRanges, 3, 5, 1)},
 		{"offset past int64", finRecord(FinishedKindRanges, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 2)},
-	} {
+	})
+}
+
+// wantRecord checks that rec, written holding n values (ranges or counts,
+// as what says), is the record framing body (length, CRC, body) and that
+// n is wantN.
+func wantRecord(t *testing.T, rec []byte, n, wantN int, what string, body ...byte) {
+	t.Helper()
+	if want := finRecord(body...); n != wantN || !bytes.Equal(rec, want) {
+		t.Fatalf("record = % x (%d %s), want % x", rec, n, what, want)
+	}
+}
+
+// namedRecord is a named record's bytes.
+type namedRecord struct {
+	name string
+	b    []byte
+}
+
+// wantUndecodable checks that the decoder refuses every one of bad.
+func wantUndecodable(t *testing.T, bad []namedRecord) {
+	t.Helper()
+	for _, tc := range bad {
 		if _, _, err := decodeFinishedRecord(tc.b); err == nil {
 			t.Errorf("%s: decoded, want an error", tc.name)
 		}
