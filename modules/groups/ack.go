@@ -74,7 +74,19 @@ func (c *Coordinator) Ack(topic, group, session string, offset int64) (int64, er
 // Committed returns the durable committed offset of group on topic (0 for
 // a group that never committed). Errors as Release.
 func (c *Coordinator) Committed(topic, group string) (int64, error) {
-	g, err := c.group(topic, group)
+	g, err := c.tracked(topic, group, "")
+	if errors.Is(err, ErrSessionExpired) {
+		// Not tracked: read what is stored without tracking the group.
+		q, err := c.lookup(topic, group)
+		if err != nil {
+			return 0, err
+		}
+		cp, err := q.Checkpoint(group)
+		if err != nil {
+			return 0, fmt.Errorf("open group %s of topic %s: %w", group, topic, err)
+		}
+		return cp.Offset(), nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -658,3 +658,48 @@ func TestSharedPrefixCommitsOverAcksRecordedBeforeARestart(t *testing.T) {
 		t.Fatalf("committed %d, want 4", r.Committed)
 	}
 }
+
+// Refused requests leave nothing behind: acks, nacks and releases of a
+// group never used are SESSION_EXPIRED (or nothing to release) and the
+// group is not tracked; a glob-named group cannot be made exclusive; no
+// shared group dead-letters into the topic it reads; an oversized ack body
+// is 413, mode= twice is 400, a malformed ack names what is wrong.
+func TestSharedRefusalsChangeNothing(t *testing.T) {
+	e, ts := newHTTP(t, Options{Shared: []string{"work-*"}})
+	e.publish(1)
+	base := ts.URL + "/topics/" + testTopic + "/groups/"
+	for _, c := range []struct{ path, body string }{
+		{"ghost1/ack", `{"offsets":[0]}`}, {"ghost2/nack", `{"offsets":[0]}`}, {"ghost3/ack", `{"offset":0}`},
+	} {
+		if r := do(t, "POST", base+c.path, "some-session", c.body); r.status != 409 || r.code() != contract.CodeSessionExpired {
+			t.Fatalf("%s: %d %s, want 409 SESSION_EXPIRED", c.path, r.status, r.raw)
+		}
+	}
+	if r := do(t, "DELETE", base+"ghost4/session", "some-session", ""); r.status != 200 || r.body["released"] != false {
+		t.Fatalf("release of a group never used: %d %s", r.status, r.raw)
+	}
+	if gs := e.c.Groups(testTopic); len(gs) != 0 {
+		t.Fatalf("refused requests left groups behind: %+v", gs)
+	}
+	if r := do(t, "POST", base+"work-1/fetch?mode=exclusive", "", ""); r.status != 409 || r.code() != contract.CodeGroupMode {
+		t.Fatalf("mode=exclusive of a glob-named group: %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"g/fetch?mode=shared&mode=exclusive", "", ""); r.status != 400 {
+		t.Fatalf("mode twice: %d %s", r.status, r.raw)
+	}
+	s := do(t, "POST", base+"g/fetch?mode=shared", "", "")
+	big := `{"offsets":[` + strings.Repeat("1,", maxAckBody/2) + `1]}`
+	if r := do(t, "POST", base+"g/ack", s.session, big); r.status != 413 || r.code() != contract.CodeTooLarge {
+		t.Fatalf("oversized ack: %d %.200s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"g/ack", s.session, `{"offsets":[0,"1"]}`); r.status != 400 || !strings.Contains(r.raw, "cannot unmarshal") {
+		t.Fatalf("ack with a string offset: %d %s", r.status, r.raw)
+	}
+	// A group named w shared on dead-letter.w would feed itself.
+	if _, err := e.reg.GetOrCreate("dead-letter.w"); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, "POST", ts.URL+"/topics/dead-letter.w/groups/w/fetch?mode=shared", "", ""); r.status != 400 || !strings.Contains(r.raw, "dead-letter into the topic it reads") {
+		t.Fatalf("group w shared on dead-letter.w: %d %s", r.status, r.raw)
+	}
+}
