@@ -703,3 +703,26 @@ func TestSharedRefusalsChangeNothing(t *testing.T) {
 		t.Fatalf("group w shared on dead-letter.w: %d %s", r.status, r.raw)
 	}
 }
+
+// A dead letter or skip during a fetch's scan may move the scan past acks
+// recorded before a restart; the rest of the entries read are passed over,
+// not an error.
+func TestSharedScanJumpsOverRecordedAcks(t *testing.T) {
+	e := sharedEnv(t, Options{MaxDeliveries: 1})
+	e.publishKeyed("p", "", "", "", "")
+	s := e.join("g")
+	e.fetch("g", s, 4, 0) // 4 is never handed out before the restart
+	e.ackOffsets("g", s, 1, 2, 3)
+	if _, err := e.c.Nack(testTopic, "g", s, []int64{0}, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.reopen()
+	e.c.opts.Publisher = dispatcher.RegistryPublisher(e.reg)
+	s = e.join("g")
+	// Offset 0 was handed out once (max-deliveries 1): the scan reads it,
+	// dead-letters it, and the commit jumps over 1..3; 4 is handed out.
+	b, err := e.c.Fetch(context.Background(), testTopic, "g", s, 10, 0)
+	if err != nil || fmt.Sprint(offsets(b.Entries)) != "[4]" || b.Committed != 4 {
+		t.Fatalf("after the restart: %v committed %d, %v; want [4] committed 4", offsets(b.Entries), b.Committed, err)
+	}
+}
