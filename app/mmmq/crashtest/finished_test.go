@@ -105,7 +105,9 @@ func (c finLossCounts) String() string {
 // (frozen, read then) is there after the power loss (after), byte for
 // byte, except the last one. RecordFinished fsyncs each append before the
 // next, so only the last one can be under way; a file created by it (its
-// directory fsync under way) may be gone.
+// directory fsync under way) may be gone. A whole-file rewrite under way
+// (compaction past 1 MiB, or after a failed write) would show as
+// differing bytes; the files of these rounds stay far below that.
 func checkFinishedKept(frozen, after map[wkey]finFile, c *finLossCounts) []string {
 	var bad []string
 	for k, f := range frozen {

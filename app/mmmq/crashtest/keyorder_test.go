@@ -99,9 +99,10 @@ func TestCrashKeyOrdering(t *testing.T) {
 // is not pushed again after a power loss, unless its record was the last
 // append. A message ACKed but not yet recorded may be pushed again
 // (at-least-once): the consumer cannot tell when its record was fsynced,
-// so the test asserts no such redelivery count. Rounds as
-// TestCrashKeyOrdering's (koRounds); preallocation off (see conf). It runs only with MMMQ_LAZYFS set;
-// without it the test logs one line saying why and passes.
+// so such redeliveries are counted, not bounded. Rounds as
+// TestCrashKeyOrdering's (koRounds); preallocation off (see conf). It
+// runs only with MMMQ_LAZYFS set; without it the test logs one line
+// saying why and passes.
 func TestLazyFSPowerLossKeyOrdering(t *testing.T) {
 	bin, lib, why := lazyBin()
 	if why != "" {
