@@ -342,7 +342,7 @@ func (k *koRun) conf(run int, dispatch bool) brokerConf {
 		// then read zeros where an entry had just been written to the
 		// active segment ("corrupt entry skipped ... length 0 below
 		// minimum 6", the entry intact after the restart), skipped it and
-		// committed past it (2 of 5 runs, at rounds 9 and 13). Never seen
+		// committed past it (2 of 4 runs, at rounds 9 and 13). Never seen
 		// on a local filesystem (TestCrashKeyOrdering); whether the broker
 		// or the FUSE page cache is at fault is not settled.
 		c.Preallocate = new(int64)
