@@ -18,8 +18,11 @@
 //     8, 20 keys, a few flaky keys answered 503 at random) never pushes an
 //     offset of a key before every earlier offset of that key was ACKed,
 //     never has two pushes of one key outstanding, retries a 503'd key
-//     after its backoff while the other keys go on, and keeps its
-//     checkpoint on the ACKed prefix;
+//     after its backoff while the other keys go on, keeps its checkpoint
+//     on the ACKed prefix, and pushes nothing its .finished file held at
+//     startup; TestLazyFSPowerLossKeyOrdering runs the same with power
+//     losses on LazyFS, where every .finished record written before the
+//     power loss but the last survives it;
 //   - a shared consumer group (TestCrashSharedGroup: 1–8 sessions of
 //     competing consumers that ack one offset per request, nack, and
 //     abandon sessions to a 500 ms lease; max-deliveries 6) never hands

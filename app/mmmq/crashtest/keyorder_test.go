@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -41,18 +40,11 @@ const (
 	koBackoffMax     = 50 * time.Millisecond
 )
 
-// koRounds is the number of kill -9 rounds of TestCrashKeyOrdering: the
+// koRounds is the number of rounds of TestCrashKeyOrdering and of
+// TestLazyFSPowerLossKeyOrdering: the
 // -crash.rounds flag, else 100 with MMMQ_LONG=1, else 10 (a round takes
 // about half a second).
-func koRounds() int {
-	if *roundsFlag > 0 {
-		return *roundsFlag
-	}
-	if os.Getenv("MMMQ_LONG") != "" {
-		return 100
-	}
-	return 10
-}
+func koRounds() int { return lazyRoundsCount(10, 100) }
 
 // TestCrashKeyOrdering is kill -9 evidence for ordering key: R rounds of
 // start → 12 producers publishing DURABLE messages with 20 ordering keys
@@ -78,18 +70,58 @@ func koRounds() int {
 //     every topic was ACKed by the consumer at least once;
 //  4. the checkpoint files read between runs never move back and are
 //     never past an offset the consumer had not ACKed when the broker was
-//     killed; nothing is pushed below the checkpoint a run started from;
-//     after the clean stop every checkpoint is at its high watermark;
+//     killed; nothing is pushed below the checkpoint a run started from,
+//     nor any offset the .finished files held (as finished past the
+//     checkpoint) when the run started; after the clean stop every
+//     checkpoint is at its high watermark;
 //  5. the run exercised what it tests: 503s were answered, a 503'd
 //     message was sent again in the same run no sooner than
 //     backoff-initial later while other keys' pushes arrived meanwhile (the
 //     key parked alone), the status showed parked keys, and a worker had
 //     more than one push in flight at once (never more than 8).
 func TestCrashKeyOrdering(t *testing.T) {
-	k := newKORun(t)
-	rounds := koRounds()
-	t.Logf("rounds=%d seed=%d topics=%v keys=%d flaky=%v (503 rate %.1f) max-in-flight=%d max-unacked=%d",
-		rounds, k.seed, koTopics, koKeys, slices.Sorted(maps.Keys(koFlaky)), koFlakyRate, koMaxInFlight, koMaxUnacked)
+	newKORun(t, nil).run(koRounds())
+}
+
+// TestLazyFSPowerLossKeyOrdering is TestCrashKeyOrdering with the data
+// directory on LazyFS (see TestLazyFSPowerLoss): odd rounds end in a power
+// loss (the broker frozen, the LazyFS daemon killed: every write not
+// fsynced is gone, then the broker killed and the root mounted again),
+// even ones in kill -9. Same checks, and on each power loss check 6:
+//
+//  6. every record of a .finished file the broker had written when it
+//     was frozen is still there after the power loss, except its last
+//     one (the append whose fsync may have been under way), byte for
+//     byte.
+//
+// With check 4 (nothing a run's .finished files held when it started is
+// pushed in it) that is: a message whose finish the broker had recorded
+// is not pushed again after a power loss, unless its record was the last
+// append. A message ACKed but not yet recorded may be pushed again
+// (at-least-once): the consumer cannot tell when its record was fsynced,
+// so such redeliveries are counted, not bounded. Rounds as
+// TestCrashKeyOrdering's (koRounds); preallocation off (see conf). It
+// runs only with MMMQ_LAZYFS set; without it the test logs one line
+// saying why and passes.
+func TestLazyFSPowerLossKeyOrdering(t *testing.T) {
+	bin, lib, why := lazyBin()
+	if why != "" {
+		t.Log("LazyFS power-loss rounds of ordering key did not run: " + why)
+		return
+	}
+	newKORun(t, newLazyFS(t, bin, lib)).run(koRounds())
+}
+
+// run runs the rounds, then a final run that checks, drains and stops
+// cleanly; then checks everything from a broker without dispatchers.
+func (k *koRun) run(rounds int) {
+	t := k.t
+	on := ""
+	if k.fs != nil {
+		on = fmt.Sprintf(" on LazyFS %s (odd rounds: power loss; even: kill -9)", k.fs.mnt)
+	}
+	t.Logf("rounds=%d seed=%d topics=%v keys=%d flaky=%v (503 rate %.1f) max-in-flight=%d max-unacked=%d%s",
+		rounds, k.seed, koTopics, koKeys, slices.Sorted(maps.Keys(koFlaky)), koFlakyRate, koMaxInFlight, koMaxUnacked, on)
 	deadline, limited := t.Deadline()
 	deadline = deadline.Add(-2 * time.Minute)
 	for r := 1; r <= rounds; r++ {
@@ -98,18 +130,16 @@ func TestCrashKeyOrdering(t *testing.T) {
 		}
 		k.round(r)
 	}
-	// Final run: check, drain, stop cleanly; then check everything from a
-	// broker without dispatchers.
 	final := rounds + 1
-	k.cpStart[final] = readCheckpoints(t, k.root, k.workers)
-	b := startBroker(t, k.conf(final, true))
+	b := k.startRun(final, true)
 	k.verify(b, "after the last restart", false)
+	k.started(final)
 	stopPoll := k.poll(b)
 	k.drain(b)
 	stopPoll()
 	b.stop()
 	k.cpEnd[final] = readCheckpoints(t, k.root, k.workers)
-	b = startBroker(t, k.conf(final+1, false))
+	b = k.startRun(final+1, false)
 	res := k.verify(b, "final", true)
 	b.stop()
 	for _, w := range k.workers {
@@ -264,6 +294,7 @@ type koStatusCounts struct {
 
 // koRun is the state of TestCrashKeyOrdering.
 type koRun struct {
+	lazyRounds
 	t       *testing.T
 	seed    uint64
 	rng     *rand.Rand
@@ -278,14 +309,24 @@ type koRun struct {
 	// cpStart[r] / cpEnd[r]: the checkpoints on disk before run r started
 	// and after it was killed (or, the final run, stopped).
 	cpStart, cpEnd map[int]map[wkey]int64
+	// finStart[r]: the .finished files before run r started; hwStart[r]:
+	// each topic's log length once it had started (its recovery done).
+	finStart map[int]map[wkey]finFile
+	hwStart  map[int]map[string]int64
+	fin      finLossCounts
 }
 
-func newKORun(t *testing.T) *koRun {
-	k := &koRun{t: t, seed: uint64(time.Now().UnixNano()),
+func newKORun(t *testing.T, fs *lazyFS) *koRun {
+	k := &koRun{lazyRounds: lazyRounds{t: t, fs: fs}, t: t, seed: uint64(time.Now().UnixNano()),
 		cons:    &koConsumer{out: map[koKeyRun][]int64{}, busy: map[busyKey]int{}},
-		cpStart: map[int]map[wkey]int64{}, cpEnd: map[int]map[wkey]int64{}}
+		cpStart: map[int]map[wkey]int64{}, cpEnd: map[int]map[wkey]int64{},
+		finStart: map[int]map[wkey]finFile{}, hwStart: map[int]map[string]int64{}}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x6b65796f))
-	k.root = filepath.Join(t.TempDir(), "data")
+	if fs != nil {
+		k.root = fs.mnt
+	} else {
+		k.root = filepath.Join(t.TempDir(), "data")
+	}
 	for _, tp := range koTopics {
 		k.workers = append(k.workers, wkey{koDispatcher, tp})
 	}
@@ -296,6 +337,16 @@ func newKORun(t *testing.T) *koRun {
 // consumer's listener of that run, or without dispatchers.
 func (k *koRun) conf(run int, dispatch bool) brokerConf {
 	c := brokerConf{DataDir: k.root, SegmentMaxBytes: rkSegmentMaxBytes, BackoffInitial: koBackoffInitial, BackoffMax: koBackoffMax}
+	if k.fs != nil {
+		// Preallocation off on LazyFS: with it on, the dispatcher now and
+		// then read zeros where an entry had just been written to the
+		// active segment ("corrupt entry skipped ... length 0 below
+		// minimum 6", the entry intact after the restart), skipped it and
+		// committed past it (2 of 4 runs, at rounds 9 and 13). Never seen
+		// on a local filesystem (TestCrashKeyOrdering); whether the broker
+		// or the FUSE page cache is at fault is not settled.
+		c.Preallocate = new(int64)
+	}
 	if dispatch {
 		port, _ := listenRound(k.t, run, func(w http.ResponseWriter, r *http.Request) { k.cons.serve(w, r, run) })
 		c.Dispatchers = []dispatcherConf{{Name: koDispatcher, Port: port, Patterns: []string{"ko.*"},
@@ -304,15 +355,32 @@ func (k *koRun) conf(run int, dispatch bool) brokerConf {
 	return c
 }
 
-// round is run r: start the broker and check what the previous kill
-// left, then run the producers and kill it 100–400 ms in.
+// startRun reads the checkpoints and .finished files, then starts the
+// broker of run (lazyRounds.start).
+func (k *koRun) startRun(run int, dispatch bool) *broker {
+	k.cpStart[run] = readCheckpoints(k.t, k.root, k.workers)
+	k.finStart[run] = readFinished(k.t, k.root, k.workers)
+	return k.start(func() brokerConf { return k.conf(run, dispatch) })
+}
+
+// started notes the log lengths run started with (read back by verify).
+func (k *koRun) started(run int) {
+	k.hwStart[run] = map[string]int64{}
+	for tp, l := range k.prev {
+		k.hwStart[run][tp] = int64(len(l))
+	}
+}
+
+// round is run r: start the broker and check what the previous round
+// left, then run the producers and end the run 100–400 ms in: kill -9,
+// or on LazyFS in odd rounds a power loss (check 6).
 func (k *koRun) round(r int) {
 	t := k.t
-	k.cpStart[r] = readCheckpoints(t, k.root, k.workers)
-	b := startBroker(t, k.conf(r, true))
+	b := k.startRun(r, true)
 	if r > 1 {
 		k.verify(b, fmt.Sprintf("round %d after restart", r), false)
 	}
+	k.started(r)
 	stopPoll := k.poll(b)
 	killAfter := time.Duration(100+k.rng.IntN(301)) * time.Millisecond
 	var wg sync.WaitGroup
@@ -348,7 +416,13 @@ func (k *koRun) round(r int) {
 		}()
 	}
 	time.Sleep(killAfter)
-	b.kill()
+	var frozen map[wkey]finFile
+	if k.end(b, r, func() { frozen = readFinished(t, k.root, k.workers) }) {
+		after := readFinished(t, k.root, k.workers)
+		if bad := checkFinishedKept(frozen, after, &k.fin); len(bad) > 0 {
+			t.Fatalf("round %d, power loss: %d violations (seed %d, data %s):\n  %s", r, len(bad), k.seed, k.root, strings.Join(bad, "\n  "))
+		}
+	}
 	close(stop)
 	wg.Wait()
 	stopPoll()
@@ -461,6 +535,9 @@ type koResult struct {
 	Pushes, Redelivered, Answered503, ParkedAlone int
 	// SameRun counts the redeliveries in the run that ACKed the message.
 	SameRun int
+	// FinishedAtStart counts the offsets the .finished files held when a
+	// run started (so not pushed in it), over every run.
+	FinishedAtStart int
 }
 
 // verify reads every topic back and runs every check; final adds the
@@ -494,6 +571,7 @@ func (k *koRun) verify(b *broker, label string, final bool) koResult {
 			ID: p.ID, Body: p.Body, Acked: p.Acked}
 	}
 	bad = append(bad, checkWindowDeliveries(dels, cur, k.cpStart, k.cpEnd, map[string]bool{koDispatcher: true}, nil, &res.Tally)...)
+	bad = append(bad, checkFinishedNotPushed(dels, k.finStart, k.cpStart, k.hwStart, &res.FinishedAtStart)...)
 	if final {
 		bad = append(bad, checkComplete(dels, cur, k.workers)...)
 	}
@@ -680,9 +758,9 @@ func (k *koRun) summary(rounds int, res koResult) {
 	k.cons.mu.Lock()
 	peak := k.cons.peak
 	k.cons.mu.Unlock()
-	line := fmt.Sprintf("rounds=%d acked_durable=%d lost_durable=%d pushes=%d redeliveries=%d redeliveries_same_run=%d answered_503=%d parked_alone_retried=%d max_in_flight=%d status_polls=%d parked_seen_polls=%d max_parked_keys=%d max_keys_in_flight=%d held_by_polls=%d",
-		rounds, res.Tally.AckedDurable, res.Tally.LostDurable, res.Pushes, res.Redelivered, res.SameRun, res.Answered503, res.ParkedAlone, peak,
-		st.polls, st.parkedPolls, st.maxParked, st.maxInFly, st.heldPolls)
+	line := fmt.Sprintf("rounds=%d %s acked_durable=%d lost_durable=%d pushes=%d redeliveries=%d redeliveries_same_run=%d answered_503=%d parked_alone_retried=%d max_in_flight=%d status_polls=%d parked_seen_polls=%d max_parked_keys=%d max_keys_in_flight=%d held_by_polls=%d finished_at_start=%d %s",
+		rounds, k.counts(), res.Tally.AckedDurable, res.Tally.LostDurable, res.Pushes, res.Redelivered, res.SameRun, res.Answered503, res.ParkedAlone, peak,
+		st.polls, st.parkedPolls, st.maxParked, st.maxInFly, st.heldPolls, res.FinishedAtStart, k.fin)
 	t.Log(line)
 	fmt.Println("crashtest:", line, "test="+t.Name())
 	switch {
@@ -696,5 +774,7 @@ func (k *koRun) summary(rounds int, res koResult) {
 		t.Fatalf("never more than one push of a worker in flight at once: %s", line)
 	case peak > koMaxInFlight:
 		t.Fatalf("%d pushes of a worker in flight at once, max-in-flight %d", peak, koMaxInFlight)
+	case k.fs != nil && (k.powerLosses == 0 || k.fin.Records == 0 || res.FinishedAtStart == 0):
+		t.Fatalf("no power loss with a .finished record written before it, or no run started with a finished offset past its checkpoint: %s", line)
 	}
 }

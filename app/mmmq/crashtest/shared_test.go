@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -45,15 +44,7 @@ const (
 // sgRounds is the number of rounds of TestCrashSharedGroup: the
 // -crash.rounds flag, else 100 with MMMQ_LONG=1, else 8 (a round takes
 // about a second).
-func sgRounds() int {
-	if *roundsFlag > 0 {
-		return *roundsFlag
-	}
-	if os.Getenv("MMMQ_LONG") != "" {
-		return 100
-	}
-	return 8
-}
+func sgRounds() int { return lazyRoundsCount(8, 100) }
 
 // TestCrashSharedGroup is kill -9 evidence for shared consumer groups:
 // R rounds of start → 3 producers publishing DURABLE messages with 12
@@ -115,12 +106,7 @@ func TestLazyFSPowerLossSharedGroup(t *testing.T) {
 		t.Log("LazyFS power-loss rounds of the shared group did not run: " + why)
 		return
 	}
-	rounds := 4
-	if *roundsFlag > 0 {
-		rounds = *roundsFlag
-	} else if os.Getenv("MMMQ_LONG") != "" {
-		rounds = 16
-	}
+	rounds := lazyRoundsCount(4, 16)
 	k := newSGRun(t, newLazyFS(t, bin, lib))
 	t.Logf("rounds=%d seed=%d on LazyFS %s (odd rounds: power loss; even: kill -9)", rounds, k.seed, k.fs.mnt)
 	k.run(rounds)
@@ -170,11 +156,11 @@ type sgAnswer struct {
 
 // sgRun is the state of one shared-group crash test.
 type sgRun struct {
+	lazyRounds
 	t    *testing.T
 	seed uint64
 	rng  *rand.Rand
 	root string
-	fs   *lazyFS // nil: kill -9 only
 
 	mu       sync.Mutex
 	seq      int64
@@ -188,14 +174,12 @@ type sgRun struct {
 	maxCons  int
 	prev     map[string][]stored
 
-	zombies            sync.WaitGroup // the acks of abandoned sessions
-	committed          atomic.Int64   // the highest committed offset answered in the current run
-	kills, powerLosses int
-	stalls, spurious   int // LazyFS stalls and stale truncate answers
+	zombies   sync.WaitGroup // the acks of abandoned sessions
+	committed atomic.Int64   // the highest committed offset answered in the current run
 }
 
 func newSGRun(t *testing.T, fs *lazyFS) *sgRun {
-	k := &sgRun{t: t, seed: uint64(time.Now().UnixNano()), fs: fs, prev: map[string][]stored{}}
+	k := &sgRun{lazyRounds: lazyRounds{t: t, fs: fs}, t: t, seed: uint64(time.Now().UnixNano()), prev: map[string][]stored{}}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x73686172))
 	if fs != nil {
 		k.root = fs.mnt
@@ -206,65 +190,11 @@ func newSGRun(t *testing.T, fs *lazyFS) *sgRun {
 }
 
 func (k *sgRun) conf() brokerConf {
-	c := brokerConf{DataDir: k.root, SegmentMaxBytes: rkSegmentMaxBytes, GroupsLeaseTimeout: sgLease, GroupsMaxDeliveries: sgMaxDeliveries}
-	if k.fs != nil {
-		c.NoDiskGuard = true
-		c.OnStall = k.stall
-	}
-	return c
+	return brokerConf{DataDir: k.root, SegmentMaxBytes: rkSegmentMaxBytes, GroupsLeaseTimeout: sgLease, GroupsMaxDeliveries: sgMaxDeliveries}
 }
 
-// stall is the OnStall of the LazyFS rounds (see lzRun.stall): the daemon
-// is killed, a power loss.
-func (k *sgRun) stall(b *broker) bool {
-	if !k.fs.alive() {
-		return false
-	}
-	k.stalls++
-	k.t.Logf("LazyFS stall %d: broker pid %d stuck; the daemon is killed (a power loss)\nbroker threads:\n%s", k.stalls, b.cmd.Process.Pid, procStacks(b.cmd.Process.Pid))
-	if k.stalls > lzMaxStalls {
-		k.t.Errorf("LazyFS stalled %d times (at most %d)", k.stalls, lzMaxStalls)
-	}
-	k.fs.killDaemon()
-	return true
-}
-
-// start starts the broker; on LazyFS it mounts again after a power loss
-// or a stall, and starts again after a stall at startup or a startup
-// failed by LazyFS's stale truncate answer (lazyTruncateENOENT), at most
-// lzMaxSpurious times.
-func (k *sgRun) start() *broker {
-	t := k.t
-	t.Helper()
-	for {
-		if k.fs == nil {
-			return startBroker(t, k.conf())
-		}
-		if !k.fs.alive() {
-			k.fs.remount()
-		}
-		c := k.conf()
-		c.MayDieStarting = true
-		b := startBroker(t, c)
-		if b.stalled && k.stalls <= lzMaxStalls {
-			continue
-		}
-		select {
-		case <-b.exited:
-			m := lazyTruncateENOENT.FindStringSubmatch(b.logText())
-			if m != nil && m[1] == m[2] && k.spurious < lzMaxSpurious {
-				if _, err := os.Stat(m[1]); err == nil {
-					k.spurious++
-					t.Logf("LazyFS answered the truncate of an open, existing file with ENOENT (%d): %s; the broker starts again", k.spurious, m[0])
-					continue
-				}
-			}
-			t.Fatalf("broker exited during startup: %v\n%s", b.waitErr, b.logTail())
-		default:
-		}
-		return b
-	}
-}
+// start starts the broker (lazyRounds.start).
+func (k *sgRun) start() *broker { return k.lazyRounds.start(k.conf) }
 
 // tick is the next event number; k.mu must be held.
 func (k *sgRun) tick() int64 {
@@ -308,7 +238,6 @@ func (k *sgRun) run(rounds int) {
 // left), run producers and consumers, and end it 300–1200 ms in: kill -9,
 // or on LazyFS in odd rounds a power loss.
 func (k *sgRun) round(r int) {
-	t := k.t
 	b := k.start()
 	if r > 1 {
 		k.verify(b, fmt.Sprintf("round %d after restart", r), false)
@@ -337,18 +266,7 @@ func (k *sgRun) round(r int) {
 		}()
 	}
 	time.Sleep(time.Duration(300+k.rng.IntN(901)) * time.Millisecond)
-	if k.fs != nil && r%2 == 1 {
-		if err := b.freeze(); err != nil {
-			t.Fatal(err)
-		}
-		k.fs.killDaemon()
-		b.kill()
-		k.fs.remount()
-		k.powerLosses++
-	} else {
-		b.kill()
-		k.kills++
-	}
+	k.end(b, r, nil)
 	close(stop)
 	wg.Wait()
 	k.zombies.Wait()
