@@ -55,6 +55,7 @@
 #   BENCH_STARTUP_BYTES=N  size of the startup data dir (default 1 GiB over 10 topics)
 #   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks (the dispatcher ones run 1x: one op is a whole replay)
 #   BENCH_INFLIGHT_COUNT=N messages per op of the dispatcher max-in-flight benchmark (default 20000; quick 5000)
+#   BENCH_RATE_FOR=30s     how long the dispatcher rate-limit benchmark pushes at 500 msgs/s (quick 10s)
 #   BENCH_AUTH_BENCHTIME=2000x  -benchtime of BenchmarkAuthCPU (refused requests vs DURABLE publishes; quick 500x)
 #   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
@@ -84,6 +85,7 @@ if [ "$QUICK" = 1 ]; then
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-200000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-5000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-30s}
+	RATE_FOR=${BENCH_RATE_FOR:-10s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-500x}
 	LDUR=${BENCH_GRID_DURATION:-1s}
 	LWARM=${BENCH_GRID_WARMUP:-300ms}
@@ -100,6 +102,7 @@ else
 	BATCH_COUNT=${BENCH_BATCH_COUNT:-1000000}
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-5m}
+	RATE_FOR=${BENCH_RATE_FOR:-30s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-2000x}
 	LDUR=${BENCH_GRID_DURATION:-2s}
 	LWARM=${BENCH_GRID_WARMUP:-500ms}
@@ -328,6 +331,12 @@ if part go; then
 	TMPDIR=$TMP timeout 900 "$GO" test -run '^$' -bench 'KeyIsolation' -benchtime 1x -timeout 20m ./modules/dispatcher/ \
 		-dispatch.isolation "$ISOLATION_FOR" >>"$GOBENCH" 2>&1 ||
 		say "dispatcher isolation benchmark failed or timed out"
+	# Rate limit: 500 msgs/s (burst 50) over 4 topics, max-in-flight 8, for
+	# RATE_FOR; err% is the rate seen by the consumer against 500 (goal ±5%).
+	say "go benchmarks (dispatcher): rate limit, $RATE_FOR"
+	TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench 'RateLimit' -benchtime 1x ./modules/dispatcher/ \
+		-dispatch.rate-for "$RATE_FOR" >>"$GOBENCH" 2>&1 ||
+		say "dispatcher rate limit benchmark failed or timed out"
 	# The status page with 10,000 topics (GET /ui/ and a sorted topics
 	# page; the goal is under 100 ms a page, i.e. over 10 ops/s).
 	say "go benchmarks (status page, 10,000 topics)"

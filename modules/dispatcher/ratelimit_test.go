@@ -89,7 +89,7 @@ func testHost(t *testing.T) Host {
 
 // startWith starts a Manager for ds over the topics with sender and stops
 // it at cleanup.
-func startWith(t *testing.T, sender Sender, opts Options, topics []*memTopic, ds ...*Dispatcher) *Manager {
+func startWith(t testing.TB, sender Sender, opts Options, topics []*memTopic, ds ...*Dispatcher) *Manager {
 	t.Helper()
 	set, err := SetOf(ds...)
 	if err != nil {
