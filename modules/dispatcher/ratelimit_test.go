@@ -219,8 +219,8 @@ func TestRateLimitWaitEndsOnPauseAndStop(t *testing.T) {
 	if err := m.Resume("d"); err != nil {
 		t.Fatal(err)
 	}
-	// The tokens were not given back twice: after the resume it waits
-	// again, the message still unsent.
+	// The pause gave back the held push's reservation, not a token more:
+	// after the resume the push waits again, the message still unsent.
 	eventually(t, "the resumed worker waiting", waiting)
 	start = time.Now()
 	stopManager(t, m)
@@ -277,5 +277,66 @@ func TestRateLimitSettings(t *testing.T) {
 	if _, err := FromSettings(Settings{Name: "d", Host: "http://localhost:1", Patterns: []string{"t"}, RateBurst: 3}, "mmmq.broker.dispatchers[0]", SourceAPI); err == nil ||
 		!strings.Contains(err.Error(), "mmmq.broker.dispatchers[0]") || !strings.Contains(err.Error(), "rate-burst") {
 		t.Errorf("burst without limit from settings: %v, want an error naming the entry and rate-burst", err)
+	}
+}
+
+// The bucket at times the test chooses (the limiter takes its time from
+// the caller): rate 10/s, burst 2. Two workers share it: the first two
+// pushes go at once, the next ones are held in turn, 100 ms apart; a push
+// given up (a stop) gives its tokens back, so the next reservation goes
+// where it would have; a batch takes one token per message.
+func TestRateLimitReservationsAtChosenTimes(t *testing.T) {
+	m := &Manager{limiters: map[string]*rateLimiter{}}
+	d := New("d", testHost(t), MustPattern("t.*")).WithRateLimit(10, 2)
+	rl := m.limiterLocked(d)
+	if rl == nil || m.limiterLocked(d) != rl {
+		t.Fatal("one bucket per dispatcher while its settings are unchanged")
+	}
+	w1, w2 := &worker{rl: rl}, &worker{rl: rl}
+	one := func() []*msg { return []*msg{{}} }
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	if !w1.reserve(one(), t0) || !w2.reserve(one(), t0) {
+		t.Fatal("the burst of 2 did not go at once")
+	}
+	if w1.reserve(one(), t0) || !w1.held.at.Equal(ms(100)) {
+		t.Fatalf("third push: held until %v, want t0+100ms", w1.held)
+	}
+	if w2.reserve(one(), t0) || !w2.held.at.Equal(ms(200)) {
+		t.Fatalf("fourth push: held until %v, want t0+200ms (after the third)", w2.held)
+	}
+	if rs, _ := m.RateStatus("d"); rs.Waiting != 2 || rs.Delayed != 2 {
+		t.Errorf("status %+v, want 2 waiting, 2 delayed", rs)
+	}
+	// w2 stops at t0+50ms: its token goes back.
+	if u := w2.release(ms(50), false); len(u) != 1 || w2.held != nil {
+		t.Fatalf("release gave %v back, held %v", u, w2.held)
+	}
+	if w2.reserve(one(), ms(50)) || !w2.held.at.Equal(ms(200)) {
+		t.Fatalf("after the give-back: held until %v, want t0+200ms", w2.held)
+	}
+	w1.release(ms(100), true)
+	w2.release(ms(200), true)
+	rs, _ := m.RateStatus("d")
+	if rs.Waiting != 0 || rs.Delayed != 3 || rs.Waited != 300*time.Millisecond {
+		t.Errorf("status %+v, want none waiting, 3 delayed, 300ms waited (100 + 50 + 150)", rs)
+	}
+	// At t0+200ms the bucket is empty; a batch of 2 waits for 2 tokens.
+	if w1.reserve([]*msg{{}, {}}, ms(200)) || !w1.held.at.Equal(ms(400)) {
+		t.Fatalf("batch of 2: held until %v, want t0+400ms", w1.held)
+	}
+	w1.release(ms(400), true)
+
+	// A change of the limit makes a new bucket; the counters carry over;
+	// off, there is none, and the counters stay for the metrics.
+	rl2 := m.limiterLocked(d.WithRateLimit(20, 0))
+	if rl2 == rl || rl2.burst != 20 {
+		t.Fatalf("new limit: bucket %p (old %p), burst %d, want a new one of 20", rl2, rl, rl2.burst)
+	}
+	if m.limiterLocked(d.WithRateLimit(0, 0)) != nil {
+		t.Fatal("limit off: a bucket")
+	}
+	if rs, on := m.RateStatus("d"); on || rs.Delayed != 4 || rs.Waited != 500*time.Millisecond {
+		t.Errorf("off: status %+v on=%v, want off with 4 delayed, 500ms waited", rs, on)
 	}
 }
