@@ -56,6 +56,7 @@
 #   BENCH_GOBENCHTIME=1s   -benchtime of the Go benchmarks (the dispatcher ones run 1x: one op is a whole replay)
 #   BENCH_INFLIGHT_COUNT=N messages per op of the dispatcher max-in-flight benchmark (default 20000; quick 5000)
 #   BENCH_SCALE_FOR=20s    per point of the shared-group scale benchmark (8 points; quick 2s)
+#   BENCH_RATE_FOR=30s     how long the dispatcher rate-limit benchmark pushes at 500 msgs/s (quick 10s)
 #   BENCH_AUTH_BENCHTIME=2000x  -benchtime of BenchmarkAuthCPU (refused requests vs DURABLE publishes; quick 500x)
 #   BENCH_TMP=/tmp         where the temporary data dirs go (same disk as production: say so)
 #   BENCH_KEEP=1           keep the temporary directory (logs, results.jsonl)
@@ -86,6 +87,7 @@ if [ "$QUICK" = 1 ]; then
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-5000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-30s}
 	SCALE_FOR=${BENCH_SCALE_FOR:-2s}
+	RATE_FOR=${BENCH_RATE_FOR:-10s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-500x}
 	LDUR=${BENCH_GRID_DURATION:-1s}
 	LWARM=${BENCH_GRID_WARMUP:-300ms}
@@ -103,6 +105,7 @@ else
 	INFLIGHT_COUNT=${BENCH_INFLIGHT_COUNT:-20000}
 	ISOLATION_FOR=${BENCH_ISOLATION_FOR:-5m}
 	SCALE_FOR=${BENCH_SCALE_FOR:-20s}
+	RATE_FOR=${BENCH_RATE_FOR:-30s}
 	AUTH_BENCHTIME=${BENCH_AUTH_BENCHTIME:-2000x}
 	LDUR=${BENCH_GRID_DURATION:-2s}
 	LWARM=${BENCH_GRID_WARMUP:-500ms}
@@ -339,6 +342,12 @@ if part go; then
 	TMPDIR=$TMP timeout 600 "$GO" test -run '^$' -bench 'SharedScale' -benchtime 1x -timeout 15m ./modules/groups/ \
 		-groups.scale "$SCALE_FOR" >>"$GOBENCH" 2>&1 ||
 		say "groups scale benchmark failed or timed out"
+	# Rate limit: 500 msgs/s (burst 50) over 4 topics, max-in-flight 8, for
+	# RATE_FOR; err% is the rate seen by the consumer against 500 (goal ±5%).
+	say "go benchmarks (dispatcher): rate limit, $RATE_FOR"
+	TMPDIR=$TMP timeout 300 "$GO" test -run '^$' -bench 'RateLimit' -benchtime 1x ./modules/dispatcher/ \
+		-dispatch.rate-for "$RATE_FOR" >>"$GOBENCH" 2>&1 ||
+		say "dispatcher rate limit benchmark failed or timed out"
 	# The status page with 10,000 topics (GET /ui/ and a sorted topics
 	# page; the goal is under 100 ms a page, i.e. over 10 ops/s).
 	say "go benchmarks (status page, 10,000 topics)"

@@ -731,7 +731,7 @@ func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	create := fmt.Sprintf(`{"name":"billing","host":%q,"patterns":["order.**"],"ack-mode":"body","max-abnormal-attempts":5,`+
 		`"max-abnormal-duration":"1h","backoff-jitter":true,"signing-secrets":[%q],"headers":{"Authorization":"Bearer 0123456789"},`+
-		`"max-in-flight":2,"batch":{"max-messages":2,"max-wait":"10ms"}}`, nack.URL, secret)
+		`"max-in-flight":2,"batch":{"max-messages":2,"max-wait":"10ms"},"rate-limit":1000}`, nack.URL, secret)
 	created := c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: create, status: 201})
 	assert.NotContains(t, string(created.body), "MfKQ9r8G")
 	assert.NotContains(t, string(created.body), "0123456789")
@@ -743,10 +743,11 @@ func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond)
 	assert.Equal(t, "dead-letter.billing", st["deadLetterTopic"])
 	assert.Equal(t, 3.0, st["topics"].([]any)[0].(map[string]any)["exhausted"])
+	assert.Equal(t, map[string]any{"limit": 1000.0, "burst": 1000.0, "waiting": 0.0}, st["rateLimit"])
 
 	// GET, edit, PUT: the redacted secret and header are kept.
 	spec := st
-	for _, k := range []string{"source", "topics", "deadLetterTopic"} {
+	for _, k := range []string{"source", "topics", "deadLetterTopic", "rateLimit"} {
 		delete(spec, k)
 	}
 	spec["paused"] = true

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -65,7 +66,7 @@ input), as the JSON body of the admin API:
    "dead-letter":"dead-letter.billing","ack-mode":"body","max-abnormal-attempts":0,
    "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
    "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":8,"ordering":"key","max-unacked":100000,
-   "batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
+   "rate-limit":50,"rate-burst":100,"batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
 Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets
 and header values are never shown back: a secret as whsec_` + "\u2026" + `(redacted, fingerprint ...),
 a header value as (redacted); sent back as shown (update, or a file made from
@@ -123,7 +124,7 @@ func dispatchersGet(r *remote, args []string) int {
 			if st.Paused {
 				why = "paused, or " + why
 			}
-			return dispatcherBlock(st.Listed) + "\ntopics: none shown (" + why + ")\n"
+			return dispatcherBlock(st.Listed) + rateBlock(st.RateLimit) + "\ntopics: none shown (" + why + ")\n"
 		}
 		rows := make([][]string, 0, len(st.Topics))
 		for _, t := range st.Topics {
@@ -136,7 +137,7 @@ func dispatchersGet(r *remote, args []string) int {
 		}
 		out := dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
 			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
-		return out + keysBlock(st.Topics)
+		return out + rateBlock(st.RateLimit) + keysBlock(st.Topics)
 	})
 }
 
@@ -163,7 +164,30 @@ func dispatcherBlock(d admin.Listed) string {
 		{"backoff-jitter", yesNo(d.BackoffJitter)}, {"signing-secrets", orDash(strings.Join(d.SigningSecrets, ", "))},
 		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
 		{"max-in-flight", num(d.MaxInFlight)}, {"ordering", orderingText(d.Settings)}, {"batch", batchText(d.Batch)},
+		{"rate-limit", rateText(d.Settings)},
 	})
+}
+
+// rateText describes a rate limit setting in a few words.
+func rateText(s dispatcher.Settings) string {
+	if s.RateLimit <= 0 {
+		return "off"
+	}
+	burst := "default: " + num(max(1, int(math.Ceil(s.RateLimit))))
+	if s.RateBurst > 0 {
+		burst = num(s.RateBurst)
+	}
+	return fmt.Sprintf("%s messages/s over its topics on this node, bursts of %s", strconv.FormatFloat(s.RateLimit, 'f', -1, 64), burst)
+}
+
+// rateBlock is the rate limit's state on the broker: the topics waiting
+// for tokens; "" when the limit is off.
+func rateBlock(rl *admin.RateLimitStatus) string {
+	if rl == nil {
+		return ""
+	}
+	return fmt.Sprintf("\nrate limit: %s messages/s, burst %d: %d topics waiting for tokens\n",
+		strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
 }
 
 // batchText describes a batch setting in a few words.

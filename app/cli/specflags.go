@@ -41,6 +41,8 @@ type specFlags struct {
 	maxInFlight  int
 	ordering     string
 	maxUnacked   int
+	rateLimit    float64
+	rateBurst    int
 	batchMsgs    int
 	batchBytes   int64
 	batchMaxWait time.Duration
@@ -101,6 +103,8 @@ func (f *specFlags) addDeliveryFlags() {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "pushes of one topic outstanding at once, 1..1024 (default 1; above 1 the consumer may see them out of order)")
 	fs.StringVar(&f.ordering, "ordering", "", "topic, key or none (default topic with max-in-flight 1 and no batch, else none); key keeps each ordering key's order and parks a failing key alone")
 	fs.IntVar(&f.maxUnacked, "max-unacked", 0, "with --ordering key: the most messages past the checkpoint, 1..100000000 (default 1000000)")
+	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "push at most this many messages per second, summed over the dispatcher's topics on this node, 0..1000000 (default 0: off; 0.5 is one every 2s)")
+	fs.IntVar(&f.rateBurst, "rate-burst", 0, "with --rate-limit: the token bucket's size in messages, also the most per batch, 1..1000000 (default max(1, ceil(rate-limit)))")
 	fs.IntVar(&f.batchMsgs, "batch-max-messages", 0, "send up to this many messages per push, as a JSON array (default 0: one per push)")
 	fs.Int64Var(&f.batchBytes, "batch-max-bytes", 0, "with batches: at most this many stored-message bytes per push (default 1048576)")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "with batches: wait this long for a batch to fill (default 0: send at once)")
@@ -109,7 +113,7 @@ func (f *specFlags) addDeliveryFlags() {
 // specFlagNames are the flags that are a field of the dispatcher.
 var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused",
 	"dead-letter", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
-	"cloudevents", "max-in-flight", "ordering", "max-unacked", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
+	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
 
 // given returns the dispatcher flags set on the command line.
 func (f *specFlags) given() []string {
@@ -183,6 +187,10 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 		s.Ordering = dispatcher.Ordering(f.ordering)
 	case "max-unacked":
 		s.MaxUnacked = f.maxUnacked
+	case "rate-limit":
+		s.RateLimit = f.rateLimit
+	case "rate-burst":
+		s.RateBurst = f.rateBurst
 	case "batch-max-messages":
 		batch().MaxMessages = f.batchMsgs
 	case "batch-max-bytes":

@@ -217,12 +217,34 @@ func keyStatus(ws dispatcher.WorkerStatus) *KeyStatus {
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
-// topic ("" when dead letters are off) and, per topic it delivers, its
-// progress.
+// topic ("" when dead letters are off), its rate limit when on and, per
+// topic it delivers, its progress.
 type Status struct {
 	Listed
-	DeadLetterTopic string        `json:"deadLetterTopic"`
-	Topics          []TopicStatus `json:"topics"`
+	DeadLetterTopic string           `json:"deadLetterTopic"`
+	RateLimit       *RateLimitStatus `json:"rateLimit,omitempty"`
+	Topics          []TopicStatus    `json:"topics"`
+}
+
+// RateLimitStatus is a dispatcher's rate limit on this node: limit
+// (messages per second) and burst (messages) in effect, and how many of
+// its topic workers are waiting for tokens before their next push.
+type RateLimitStatus struct {
+	Limit   float64 `json:"limit"`
+	Burst   int     `json:"burst"`
+	Waiting int     `json:"waiting"`
+}
+
+// rateLimitStatus is d's rate limit, nil when off.
+func (a *Admin) rateLimitStatus(d *dispatcher.Dispatcher) *RateLimitStatus {
+	if d.RateLimit() <= 0 {
+		return nil
+	}
+	rl := &RateLimitStatus{Limit: d.RateLimit(), Burst: d.RateBurst()}
+	if rs, on := a.m.RateStatus(d.Name()); on {
+		rl.Waiting = rs.Waiting
+	}
+	return rl
 }
 
 func (rt *Route) get(w http.ResponseWriter, r *http.Request) {
@@ -250,7 +272,8 @@ func (a *Admin) Status(name string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(), Topics: make([]TopicStatus, 0, len(all))}
+	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(),
+		RateLimit: a.rateLimitStatus(d), Topics: make([]TopicStatus, 0, len(all))}
 	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,

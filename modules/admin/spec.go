@@ -59,13 +59,15 @@ const RedactedValue = "(redacted)"
 // decodeSpec reads one Spec from body: unknown fields, a second value and
 // bad types are refused, naming the field.
 //
-// The members only answers carry (source, deadLetterTopic, topics) are
+// The members only answers carry (source, deadLetterTopic, rateLimit,
+// topics) are
 // accepted and ignored, so that what GET showed can be sent back as is.
 func decodeSpec(body []byte) (Spec, error) {
 	var in struct {
 		Spec
 		Source          json.RawMessage `json:"source"`
 		DeadLetterTopic json.RawMessage `json:"deadLetterTopic"`
+		RateLimit       json.RawMessage `json:"rateLimit"`
 		Topics          json.RawMessage `json:"topics"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

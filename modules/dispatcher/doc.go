@@ -22,7 +22,9 @@
 //	  read ahead into the window (wait for data with Topic.Notify, never polling)
 //	  commit the contiguous prefix of finished messages (fsync), then
 //	  push ready messages, up to MaxInFlight pushes (default 1), one message
-//	  or a Batch each; on each answer, per message:
+//	  or a Batch each, each first waiting (held, not blocking the loop) for
+//	  its rate-limit tokens when the dispatcher has a RateLimit (one token
+//	  bucket per dispatcher; ratelimit.go); on each answer, per message:
 //	    ACK  → finished
 //	    NACK → resend, at most MaxResends (3) times, then append it to the
 //	           dead-letter topic (durably), then finished; with dead letters

@@ -80,6 +80,14 @@ type Settings struct {
 	// MaxUnacked is the most messages past the checkpoint under OrderKey,
 	// 1..MaxUnackedLimit; 0 is DefaultMaxUnacked (1,000,000).
 	MaxUnacked int `koanf:"max-unacked" json:"max-unacked,omitempty"`
+	// RateLimit is the most messages pushed per second, summed over all
+	// the dispatcher's topics on this node, 0..MaxRateLimit (fractions
+	// allowed: 0.5 is one message every 2 s); 0 is off (the default).
+	RateLimit float64 `koanf:"rate-limit" json:"rate-limit,omitempty"`
+	// RateBurst is the token bucket's size in messages (also the most
+	// messages per batch), 1..MaxRateBurst, only with RateLimit; 0 is
+	// max(1, ceil(rate-limit)).
+	RateBurst int `koanf:"rate-burst" json:"rate-burst,omitempty"`
 	// TLS is how HTTPS connections to the consumer are made (zero: system
 	// roots, no client certificate); only with an https host.
 	TLS TLSSettings `koanf:"tls" json:"tls,omitzero"`
@@ -235,12 +243,15 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithMaxInFlight(s.MaxInFlight).
 		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}).
 		WithOrdering(s.Ordering).
-		WithMaxUnacked(s.MaxUnacked)
+		WithMaxUnacked(s.MaxUnacked).
+		WithRateLimit(s.RateLimit, s.RateBurst)
 }
 
 // Settings describes d with its effective values: the default path,
 // timeout, commit policy, dead-letter topic, ack mode, max-in-flight and
-// ordering written out, max-unacked only as set (ordering key, not 0); Batch only when on, TLS only when set. SigningSecrets is
+// ordering written out, max-unacked only as set (ordering key, not 0),
+// rate-limit and rate-burst as set (0: off, the default burst); Batch only
+// when on, TLS only when set. SigningSecrets is
 // empty: a webhooks.Secret never gives its key back (the admin API adds the
 // redacted or stored forms).
 func (d *Dispatcher) Settings() Settings {
@@ -270,6 +281,9 @@ func (d *Dispatcher) Settings() Settings {
 		// with its default to another ordering needs no other change.
 		s.MaxUnacked = d.dl.maxUnacked
 	}
+	// The burst as set (0: the default): so that changing the limit alone
+	// changes the default burst with it.
+	s.RateLimit, s.RateBurst = d.dl.rateLimit, d.dl.rateBurst
 	s.TLS = d.TLS()
 	return s
 }

@@ -150,6 +150,7 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 	release() // starts nothing: it is no longer in the set
 	m.mu.Lock()
 	delete(m.paused, name)
+	delete(m.limiters, name)
 	m.mu.Unlock()
 	m.log.Info("dispatcher removed", zap.String("dispatcher", name))
 	return d, nil

@@ -69,6 +69,7 @@ func (w *worker) loop(ctx context.Context) error {
 	// ends when the loop returns.
 	sendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
+		w.release(time.Now(), false) // a push held for tokens is not sent: they go back
 		if ctx.Err() != nil {
 			w.await(min(w.m.opts.StopGrace, w.timeout))
 		}
@@ -355,12 +356,21 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 
 // launchReady starts pushes of ready messages while fewer than maxInFlight
 // are outstanding and no backoff is running. It returns when to look again
-// (the end of the backoff, or of a batch's MaxWait), zero for "on the next
-// event". Under OrderKey the payloads read again come first (loadReady).
+// (the end of the backoff, of a batch's MaxWait, or of a push's wait for
+// its rate-limit tokens), zero for "on the next event". Under OrderKey the
+// payloads read again come first (loadReady). With a rate limit each push
+// reserves its tokens first; one that must wait is held (ratelimit.go)
+// and sent, before any other, once they are there.
 func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 	now := time.Now()
 	if now.Before(w.retryUntil) {
 		return w.retryUntil, nil
+	}
+	if w.held != nil && w.inflight < w.maxInFlight {
+		if now.Before(w.held.at) {
+			return w.held.at, nil
+		}
+		w.launch(ctx, w.release(now, true))
 	}
 	for w.inflight < w.maxInFlight && len(w.ready) > 0 {
 		if w.kw != nil {
@@ -377,6 +387,9 @@ func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 		unit, wait := w.takeUnit(now)
 		if unit == nil {
 			return wait, nil
+		}
+		if w.rl != nil && !w.reserve(unit, now) {
+			return w.held.at, nil
 		}
 		w.launch(ctx, unit)
 	}

@@ -285,11 +285,12 @@ type Manager struct {
 	cancel      context.CancelFunc
 	unsubscribe func()
 	unsubDel    func()
-	workers     map[workerKey]*worker // latest worker per key, running or ended
-	pending     map[workerKey]Topic   // topic handed over while the key's worker was running
-	topics      map[string]Topic      // every topic handed over and not deleted
-	paused      map[string]bool       // dispatchers paused (Pause)
-	held        map[string]bool       // dispatchers being changed (live.go): no worker starts
+	workers     map[workerKey]*worker   // latest worker per key, running or ended
+	pending     map[workerKey]Topic     // topic handed over while the key's worker was running
+	topics      map[string]Topic        // every topic handed over and not deleted
+	paused      map[string]bool         // dispatchers paused (Pause)
+	held        map[string]bool         // dispatchers being changed (live.go): no worker starts
+	limiters    map[string]*rateLimiter // by dispatcher: its rate limit's bucket, shared by its workers (ratelimit.go)
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
@@ -321,6 +322,8 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 		topics:  make(map[string]Topic),
 		paused:  make(map[string]bool),
 		held:    make(map[string]bool),
+
+		limiters: make(map[string]*rateLimiter),
 	}
 }
 
@@ -460,6 +463,10 @@ func (m *Manager) onTopic(t Topic) {
 // startLocked starts d's worker on t.
 func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 	w := newWorker(m, d, t)
+	w.rl = m.limiterLocked(d)
+	if w.rl != nil && w.batch.MaxMessages > w.rl.burst {
+		w.batch.MaxMessages = w.rl.burst // a push never takes more tokens than the bucket holds
+	}
 	m.workers[workerKey{d.name, w.topicName}] = w
 	ctx, cancel := context.WithCancel(m.ctx)
 	w.cancel = cancel

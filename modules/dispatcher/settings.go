@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -108,6 +109,11 @@ const (
 	MaxUnackedLimit = 100_000_000
 	// MaxBatchMessages is the largest batch max-messages accepted.
 	MaxBatchMessages = 10000
+	// MaxRateLimit is the largest rate-limit accepted, in messages per
+	// second.
+	MaxRateLimit = 1_000_000
+	// MaxRateBurst is the largest rate-burst accepted, in messages.
+	MaxRateBurst = 1_000_000
 )
 
 // delivery holds a dispatcher's delivery settings (the zero value: the
@@ -125,6 +131,8 @@ type delivery struct {
 	batch         Batch
 	ordering      Ordering // "": OrderTopic or OrderNone, from max-in-flight and batch
 	maxUnacked    int      // 0: DefaultMaxUnacked
+	rateLimit     float64  // messages per second; 0: off
+	rateBurst     int      // 0: max(1, ceil(rateLimit))
 	deadLetterSet bool     // WithDeadLetter was called
 	tls           clientTLS
 }
@@ -301,6 +309,35 @@ func (d *Dispatcher) MaxUnacked() int {
 	return d.dl.maxUnacked
 }
 
+// WithRateLimit returns a copy of d that pushes at most limit messages per
+// second, summed over all its topics on this node, with bursts of up to
+// burst messages (a token bucket of burst tokens refilled at limit per
+// second; a push takes one token per message it carries). limit 0 turns
+// the limit off (the default); burst 0 is max(1, ceil(limit)). A batch
+// holds at most burst messages while the limit is on. Validate refuses a
+// limit outside 0..MaxRateLimit, a burst outside 0..MaxRateBurst and a
+// burst without a limit.
+func (d *Dispatcher) WithRateLimit(limit float64, burst int) *Dispatcher {
+	c := *d
+	c.dl.rateLimit, c.dl.rateBurst = limit, burst
+	return &c
+}
+
+// RateLimit is the most messages per second pushed, 0 when off.
+func (d *Dispatcher) RateLimit() float64 { return d.dl.rateLimit }
+
+// RateBurst is the token bucket's size in messages: the burst set, else
+// max(1, ceil(RateLimit)); 0 when the limit is off.
+func (d *Dispatcher) RateBurst() int {
+	switch {
+	case d.dl.rateLimit <= 0:
+		return 0
+	case d.dl.rateBurst > 0:
+		return d.dl.rateBurst
+	}
+	return max(1, int(math.Ceil(d.dl.rateLimit)))
+}
+
 // reservedHeader reports whether name (any case) is one the broker sets,
 // or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
@@ -399,6 +436,14 @@ func (d *Dispatcher) validateDelivery() []error {
 		bad("max-unacked", "must be 1..%d (0 = %d); got %d", MaxUnackedLimit, DefaultMaxUnacked, n)
 	} else if n != 0 && d.Ordering() != OrderKey {
 		bad("max-unacked", "applies to ordering %q only (the ordering is %q)", OrderKey, d.Ordering())
+	}
+	if r := d.dl.rateLimit; math.IsNaN(r) || r < 0 || r > MaxRateLimit {
+		bad("rate-limit", "must be a number of messages per second in 0..%d (0 = off); got %v", MaxRateLimit, r)
+	}
+	if n := d.dl.rateBurst; n < 0 || n > MaxRateBurst {
+		bad("rate-burst", "must be 1..%d messages (0 = max(1, ceil(rate-limit))); got %d", MaxRateBurst, n)
+	} else if n != 0 && d.dl.rateLimit == 0 {
+		bad("rate-burst", "needs rate-limit (the limit is off without it)")
 	}
 	seenSecret := map[string]bool{}
 	for i, s := range d.dl.secrets {

@@ -95,6 +95,10 @@ type worker struct {
 	// keySnap is its state for the status.
 	kw      *keyWindow
 	keySnap atomic.Pointer[keySnapshot]
+	// rl is the dispatcher's rate limit (nil: off) and held the push
+	// waiting for its tokens, if any (ratelimit.go).
+	rl   *rateLimiter
+	held *held
 	// deferred holds, under OrderNone, the NACKed messages that asked to
 	// be sent again later ("retryAfter"), by due time.
 	deferred parkHeap

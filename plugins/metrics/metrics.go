@@ -178,8 +178,15 @@ var (
 	dParkedKeys   = prometheus.NewDesc("mmmq_dispatch_parked_keys", "Ordering key: messages waiting out a backoff after a NACK or an abnormal answer, each holding back its key.", dLabels, nil)
 	dUnacked      = prometheus.NewDesc("mmmq_dispatch_unacked_messages", "Ordering key: messages past the checkpoint read so far, finished or not (at most mmmq_dispatch_max_unacked).", dLabels, nil)
 	dMaxUnacked   = prometheus.NewDesc("mmmq_dispatch_max_unacked", "Ordering key: the dispatcher's max-unacked, the most messages past the checkpoint.", dLabels, nil)
-	dispatchAll   = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
-		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked}
+	// Per dispatcher (one token bucket over all its topics), for
+	// dispatchers with a rate-limit.
+	rLabels      = []string{"dispatcher"}
+	dRateLimit   = prometheus.NewDesc("mmmq_dispatch_rate_limit", "Rate limit: the dispatcher's rate-limit, in messages per second over all its topics on this node.", rLabels, nil)
+	dRateWaiting = prometheus.NewDesc("mmmq_dispatch_rate_limited_workers", "Rate limit: the dispatcher's topic workers waiting for tokens before their next push now.", rLabels, nil)
+	dRateDelayed = prometheus.NewDesc("mmmq_dispatch_rate_limited_pushes_total", "Rate limit: pushes held until their tokens were there.", rLabels, nil)
+	dRateSeconds = prometheus.NewDesc("mmmq_dispatch_rate_limited_seconds_total", "Rate limit: time pushes were held for tokens, summed over the dispatcher's workers; a wait is counted when it ends.", rLabels, nil)
+	dispatchAll  = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
+		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked, dRateLimit, dRateWaiting, dRateDelayed, dRateSeconds}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
@@ -202,6 +209,13 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 		st, err := c.m.DispatcherStatus(d.Name())
 		if err == nil {
 			all = append(all, st...)
+		}
+		if d.RateLimit() > 0 {
+			rs, _ := c.m.RateStatus(d.Name())
+			ch <- prometheus.MustNewConstMetric(dRateLimit, prometheus.GaugeValue, d.RateLimit(), d.Name())
+			ch <- prometheus.MustNewConstMetric(dRateWaiting, prometheus.GaugeValue, float64(rs.Waiting), d.Name())
+			ch <- prometheus.MustNewConstMetric(dRateDelayed, prometheus.CounterValue, float64(rs.Delayed), d.Name())
+			ch <- prometheus.MustNewConstMetric(dRateSeconds, prometheus.CounterValue, rs.Waited.Seconds(), d.Name())
 		}
 	}
 	for _, s := range all {

@@ -537,3 +537,21 @@ func TestStatusPageShowsParkedKeys(t *testing.T) {
 	assert.Contains(t, metrics, `mmmq_dispatch_max_unacked{dispatcher="keyed",topic="orders.new"} 10`)
 	assert.NotContains(t, metrics, `customer-7`)
 }
+
+// A dispatcher with a rate limit: its row says the limit, the burst and
+// how many of its topics wait for tokens; the metrics carry the same.
+func TestStatusPageShowsRateLimit(t *testing.T) {
+	holding, _ := consumers(t)
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "orders.new", "content": 1})
+	b.publish(map[string]any{"topic": "orders.new", "content": 2})
+	resp, out := b.do(http.MethodPost, "/mmmq/dispatchers",
+		fmt.Sprintf(`{"name":"slow","host":%q,"patterns":["orders.*"],"max-in-flight":2,"rate-limit":0.001}`, holding))
+	require.Equal(t, 201, resp.StatusCode, out)
+	require.Eventually(t, func() bool {
+		_, page := b.do(http.MethodGet, "/ui/", "")
+		return strings.Contains(page, `<small class="rate">at most 0.001/s, burst 1, 1 waiting</small>`)
+	}, 10*time.Second, 50*time.Millisecond, "the dispatcher's row shows its rate limit")
+	_, metrics := b.do(http.MethodGet, "/metrics", "")
+	assert.Contains(t, metrics, `mmmq_dispatch_rate_limited_workers{dispatcher="slow"} 1`)
+}

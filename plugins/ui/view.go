@@ -57,11 +57,13 @@ type overviewData struct {
 // dispatcherView is one dispatcher of the Dispatchers section.
 type dispatcherView struct {
 	Name, Host, Patterns, Source, DeadLetter string
-	Paused                                   bool
-	Rows                                     []dispatcherRow
-	More                                     int
-	Spark                                    string // polyline points, "" before the first sample
-	SparkMax                                 int64
+	// Rate is its rate limit in a few words ("" when off).
+	Rate     string
+	Paused   bool
+	Rows     []dispatcherRow
+	More     int
+	Spark    string // polyline points, "" before the first sample
+	SparkMax int64
 }
 
 // dispatcherRow is one (dispatcher, topic) row.
@@ -160,6 +162,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 	for _, st := range c.dispatchers {
 		v := dispatcherView{Name: st.Name, Host: st.Host, Patterns: strings.Join(st.Patterns, " "), Source: st.Source,
 			DeadLetter: st.DeadLetterTopic, Paused: st.Paused}
+		if rl := st.RateLimit; rl != nil {
+			v.Rate = fmt.Sprintf("at most %s/s, burst %d, %d waiting", strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
+		}
 		for _, t := range st.Topics {
 			if !may(t.Topic) {
 				continue

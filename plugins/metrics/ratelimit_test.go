@@ -1,0 +1,105 @@
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/storage"
+	"github.com/mmmq/mmmq/modules/storage/vfs"
+	"github.com/mmmq/mmmq/modules/topicqueue"
+)
+
+// TestRateLimitSeries: a dispatcher with a rate-limit shows its limit, the
+// workers waiting for tokens, the pushes held and, once a wait ended (here
+// by a pause), the time held, labelled by dispatcher only; a dispatcher
+// without one shows none of them.
+func TestRateLimitSeries(t *testing.T) {
+	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
+	defer reg.Close()
+	consumer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"acknowledgement":"ACK"}`))
+	}))
+	defer consumer.Close()
+	host, err := dispatcher.ParseHost(consumer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One token per 1000 s: the first push goes, the second waits.
+	set, err := dispatcher.SetOf(dispatcher.New("slow", host, dispatcher.MustPattern("t.*")).WithRateLimit(0.001, 0),
+		dispatcher.New("free", host, dispatcher.MustPattern("t.*")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := dispatcher.Options{}
+	sender := dispatcher.NewHTTPSender(opts)
+	defer sender.CloseIdleConnections()
+	mgr := dispatcher.NewManager(set, dispatcher.RegistrySource(reg), sender, opts, zaptest.NewLogger(t))
+	if err := mgr.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer mgr.Stop(context.Background())
+	m := New()
+	m.WatchDispatchers(mgr, reg)
+	for _, topic := range []string{"t.a", "t.b"} {
+		for range 2 {
+			if _, _, err := reg.Publish(context.Background(), topic, [][]byte{[]byte(`{"topic":{"name":"` + topic + `"},"content":1}`)}, contract.Durable); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return rec.Body.String()
+	}
+	waitFor := func(want ...string) string {
+		t.Helper()
+		var s string
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			s = scrape()
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(s, w) {
+					missing = w
+					break
+				}
+			}
+			if missing == "" {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in:\n%s", missing, s)
+			}
+		}
+	}
+	// Two topics, one bucket of 1: one message pushed in all, each
+	// worker holding its next push.
+	s := waitFor(`mmmq_dispatch_rate_limit{dispatcher="slow"} 0.001`,
+		`mmmq_dispatch_rate_limited_workers{dispatcher="slow"} 2`,
+		`mmmq_dispatch_rate_limited_pushes_total{dispatcher="slow"} 2`,
+		`mmmq_dispatch_rate_limited_seconds_total{dispatcher="slow"} 0`,
+		"# TYPE mmmq_dispatch_rate_limited_seconds_total counter")
+	if regexp.MustCompile(`mmmq_dispatch_rate_\w+\{dispatcher="free"`).MatchString(s) {
+		t.Errorf("rate-limit series for a dispatcher without one:\n%s", s)
+	}
+	time.Sleep(20 * time.Millisecond) // a wait of some length, counted when it ends
+	if err := mgr.Pause("slow"); err != nil {
+		t.Fatal(err)
+	}
+	s = waitFor(`mmmq_dispatch_rate_limited_workers{dispatcher="slow"} 0`)
+	sec := regexp.MustCompile(`mmmq_dispatch_rate_limited_seconds_total\{dispatcher="slow"\} (\S+)`).FindStringSubmatch(s)
+	if v, err := strconv.ParseFloat(sec[1], 64); err != nil || v < 0.04 {
+		t.Errorf("rate_limited_seconds_total after two waits of at least 20ms each ended: %s, want >= 0.04", sec[1])
+	}
+}
