@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -204,5 +205,41 @@ func TestRedriveDropsExpiresAt(t *testing.T) {
 	}
 	if contract.MessageKey(stored) != "k1" {
 		t.Errorf("redriven message %s lost its key", stored)
+	}
+}
+
+// A message NACKed by a consumer that answers only after the message has
+// expired is not resent: the expiry is checked before every push, resends
+// included. (The consumer holds its answer until past expiresAt, so the
+// outcome does not depend on timing: at most the first push happens.)
+func TestExpiredIsNotResent(t *testing.T) {
+	b, err := contract.AppendTTLMessage(nil, "t", json.RawMessage(`0`), "", "", 100*time.Millisecond, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := time.UnixMilli(contract.MessageExpiresAt(b))
+	c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+		if r.Offset == 0 {
+			time.Sleep(time.Until(expires) + 5*time.Millisecond)
+			answer(w, NACK)
+			return
+		}
+		answer(w, ACK)
+	})
+	tp := newMemTopic(t, t.TempDir(), "t")
+	tp.appendStored(b, keyed(t, "t", 1, ""))
+	m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("t")))
+	waitCommitted(t, m, "d", "t", 2)
+	n := 0
+	for _, r := range c.requestsFor("t", "d") {
+		if r.Offset == 0 {
+			n++
+		}
+	}
+	if n > 1 {
+		t.Errorf("offset 0 pushed %d times, want at most once (resent after it expired)", n)
+	}
+	if st := status(m, "d", "t"); st.TTLExpired != 1 || st.Exhausted != 0 {
+		t.Errorf("status expired %d, exhausted %d; want 1, 0", st.TTLExpired, st.Exhausted)
 	}
 }
