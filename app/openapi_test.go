@@ -402,7 +402,7 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	assert.Nil(t, acc["offset"])
 
 	// Batch: generated and producer ids, a duplicate of evt-1, two topics.
-	batch := `[{"topic":"order.created","content":1,"id":"evt-2","key":"k-2"},{"topic":"order.created","content":2,"id":"evt-1"},{"topic":"payment.done","content":3,"key":null}]`
+	batch := `[{"topic":"order.created","content":1,"id":"evt-2","key":"k-2","ttl":"1h"},{"topic":"order.created","content":2,"id":"evt-1"},{"topic":"payment.done","content":3,"key":null,"ttl":null}]`
 	br := c.do(exchange{method: "POST", path: "/messages/batch", body: batch, status: 200}).json(t)
 	results := br["results"].([]any)
 	require.Len(t, results, 3)
@@ -427,6 +427,10 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	assert.Equal(t, "BAD_REQUEST", bad["code"])
 	c.do(exchange{method: "POST", path: "/messages?ack=never", body: quick, status: 400, invalid: true})
 	c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order..created","content":1}`, status: 400, invalid: true})
+	for _, ttl := range []string{`30`, `""`, `"30"`, `"soon"`, `"-1s"`} {
+		c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order.created","content":1,"ttl":` + ttl + `}`, status: 400, invalid: true})
+	}
+	c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order.created","content":1,"expiresAt":1}`, status: 400, invalid: true})
 	for _, key := range []string{`7`, `""`, `" k"`, `"a\u0007"`} {
 		c.do(exchange{method: "POST", path: "/messages", body: `{"topic":"order.created","content":1,"key":` + key + `}`, status: 400, invalid: true})
 	}

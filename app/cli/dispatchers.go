@@ -63,7 +63,7 @@ input), as the JSON body of the admin API:
   {"name":"billing","host":"http://localhost:8081","patterns":["order.**"],
    "path":"/mmmq/messages","timeout":"30s",
    "commit":{"policy":"interval","interval":"1s","max-count":1000},"start":"earliest",
-   "dead-letter":"dead-letter.billing","ack-mode":"body","max-abnormal-attempts":0,
+   "dead-letter":"dead-letter.billing","expired":"skip","ack-mode":"body","max-abnormal-attempts":0,
    "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
    "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":8,"ordering":"key","max-unacked":100000,
    "rate-limit":50,"rate-burst":100,"batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}

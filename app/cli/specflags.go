@@ -31,6 +31,7 @@ type specFlags struct {
 	paused   bool
 
 	deadLetter   string
+	expired      string
 	ackMode      string
 	abnAttempts  int
 	abnDuration  time.Duration
@@ -77,6 +78,7 @@ func addSpecFlags(r *remote, withName bool) *specFlags {
 func (f *specFlags) addDeliveryFlags() {
 	fs := f.r.fs
 	fs.StringVar(&f.deadLetter, "dead-letter", "", `dead-letter topic (default dead-letter.<name>; "" turns dead letters off: log and skip)`)
+	fs.StringVar(&f.expired, "expired", "", "what happens to a message past its expiresAt (published with a ttl): skip (default: not pushed, counted) or dead-letter (to the dead-letter topic, mmmq-dl-reason expired)")
 	fs.StringVar(&f.ackMode, "ack-mode", "", "body (default: the {\"acknowledgement\":...} answer) or status (any 2xx is an ACK, most 4xx a NACK)")
 	fs.IntVar(&f.abnAttempts, "max-abnormal-attempts", 0, "dead-letter a message after this many abnormal answers (default 0: retry for ever)")
 	fs.DurationVar(&f.abnDuration, "max-abnormal-duration", 0, "dead-letter a message still answered abnormally this long after the first time (default 0: never)")
@@ -112,7 +114,7 @@ func (f *specFlags) addDeliveryFlags() {
 
 // specFlagNames are the flags that are a field of the dispatcher.
 var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused",
-	"dead-letter", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
+	"dead-letter", "expired", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
 	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
 
 // given returns the dispatcher flags set on the command line.
@@ -167,6 +169,8 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 	switch name {
 	case "dead-letter":
 		s.DeadLetter = &f.deadLetter
+	case "expired":
+		s.Expired = dispatcher.ExpiredAction(f.expired)
 	case "ack-mode":
 		s.AckMode = dispatcher.AckMode(f.ackMode)
 	case "max-abnormal-attempts":

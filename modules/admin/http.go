@@ -162,11 +162,16 @@ type TopicStatus struct {
 	Exhausted uint64 `json:"exhausted"`
 	// DeadLettered counts the exhausted messages appended to the
 	// dead-letter topic since the worker started (the others were logged
-	// and skipped: dead letters off).
-	DeadLettered uint64     `json:"deadLettered"`
-	LastError    string     `json:"lastError,omitempty"`
-	LastErrorAt  *time.Time `json:"lastErrorAt,omitempty"`
-	NextRetry    *time.Time `json:"nextRetry,omitempty"`
+	// and skipped: dead letters off), plus the expired ones dead-lettered
+	// under expired: dead-letter.
+	DeadLettered uint64 `json:"deadLettered"`
+	// Expired counts messages past their expiresAt (published with a
+	// ttl) finished without a push since the worker started: skipped, or
+	// dead-lettered under expired: dead-letter (then in DeadLettered too).
+	Expired     uint64     `json:"expired"`
+	LastError   string     `json:"lastError,omitempty"`
+	LastErrorAt *time.Time `json:"lastErrorAt,omitempty"`
+	NextRetry   *time.Time `json:"nextRetry,omitempty"`
 	// LeaseEpoch is the epoch of this node's lease on the topic (a
 	// backend shared by several broker nodes); omitted when none.
 	LeaseEpoch uint64 `json:"leaseEpoch,omitempty"`
@@ -277,7 +282,7 @@ func (a *Admin) Status(name string) (Status, error) {
 	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
-			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered,
+			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered, Expired: ws.TTLExpired,
 			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch, Keys: keyStatus(ws)}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())

@@ -61,6 +61,7 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.groups.shared", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: []any(nil)},
 	{Key: "mmmq.broker.groups.max-deliveries", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 4},
 	{Key: "mmmq.broker.groups.max-unacked", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: int64(1000000)},
+	{Key: "mmmq.broker.groups.expired", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: "skip"},
 	{Key: "mmmq.broker.groups.dead-letter-topics", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: []any(nil)},
 	{Key: "mmmq.broker.storage.backend", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "local"},
 	{Key: "mmmq.broker.storage.root-dir", Plugin: "github.com/mmmq/mmmq/modules/topicqueue", Default: "./data"},

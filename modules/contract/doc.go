@@ -4,7 +4,8 @@
 //   - the stored message: its JSON shape, its encoder and decoder
 //     ([EncodeMessage], [EncodeKeyedMessage], [DecodeMessage]), the
 //     producer message id ([MessageID]), the ordering key ([ValidateKey],
-//     [MessageKey]) and the topic name rules ([ValidateTopic]);
+//     [MessageKey]), the time to live ([ParseTTL], [MessageExpiresAt],
+//     [Expired]) and the topic name rules ([ValidateTopic]);
 //   - one JSON scanner (grammar, UTF-8 and depth in one pass, no
 //     allocation) used by all of the above and by batch splitting;
 //   - the error table: error codes, sentinel errors that carry their code

@@ -17,18 +17,21 @@ import (
 // PublishRequest is the body of POST /messages, for Go clients
 // (the server itself scans the body without decoding it into this type):
 //
-//	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "...", "key": "..."}
+//	{"topic": "order.created", "content": {...}, "headers": {"k": "v"}, "id": "...", "key": "...", "ttl": "30s"}
 //
 // topic may also be the object form {"name": "order.created"} of the Java
 // mmmq clients. content is any JSON value and is required (null allowed).
 // key is the message's ordering key (ValidateKey), absent or null for
-// none.
+// none. ttl is the message's time to live (ParseTTL), absent or null for
+// one that never expires; the broker stores the time it expires as
+// expiresAt (a request that sets expiresAt itself is refused).
 type PublishRequest struct {
 	Topic   json.RawMessage   `json:"topic"`
 	Content json.RawMessage   `json:"content"`
 	Headers map[string]string `json:"headers"`
 	ID      *string           `json:"id"`
 	Key     *string           `json:"key,omitempty"`
+	TTL     *string           `json:"ttl,omitempty"`
 }
 
 // MaxIDBytes caps a producer message id, in bytes (the HTTP "id" field,
@@ -47,6 +50,10 @@ type Decoded struct {
 	FromProducer bool
 	// Key is the message's ordering key, "" when it has none.
 	Key string
+	// TTL is the message's time to live, 0 when it has none; ExpiresAt
+	// is the stored expiresAt (Unix ms: timestamp + TTL), 0 for none.
+	TTL       time.Duration
+	ExpiresAt int64
 	// Stored is the stored message JSON.
 	Stored []byte
 }
@@ -61,13 +68,16 @@ const IDFromProducerMember = "idFromProducer"
 // its topic, its id, its key and the stored message JSON (Java mmmq shape
 // plus our fields), appended to dst[:0]:
 //
-//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","idFromProducer":true,"key":"...","timestamp":<unix ms>,"headers":{...}}
+//	{"topic":{"name":"t"},"content":<as sent, compacted>,"id":"...","idFromProducer":true,"key":"...","timestamp":<unix ms>,"expiresAt":<unix ms>,"headers":{...}}
 //
 // The body is scanned once (grammar, UTF-8, depth); only the small fields
-// (topic, id, key, headers) are decoded further. The id is the producer's
+// (topic, id, key, ttl, headers) are decoded further. The id is the producer's
 // (idFromProducer is then stored), or a generated one when the request has
 // none. The key is stored only when the request has one (a string that
 // passes ValidateKey; absent or null is none, any other value an error).
+// A ttl (a string that passes ParseTTL; absent or null is none) is stored
+// as expiresAt = timestamp + ttl; a request member "expiresAt" is refused
+// (the broker computes it).
 // On error nothing is returned to store and the error is an *InputError
 // (400 BAD_REQUEST) saying what was wrong.
 func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error) {
@@ -94,6 +104,10 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 			dst = &f.id
 		case KeyMember:
 			dst = &f.key
+		case TTLMember:
+			dst = &f.ttl
+		case ExpiresAtMember:
+			dst = &f.expiresAt
 		default:
 			return
 		}
@@ -132,6 +146,13 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 	if d.Key, err = parseKey(f.key); err != nil {
 		return d, err
 	}
+	if f.expiresAt != nil {
+		return d, BadRequest(`field %q is set by the broker (publish time + ttl); send "ttl" (%s) instead`, ExpiresAtMember, TTLRule)
+	}
+	if d.TTL, err = parseTTL(f.ttl); err != nil {
+		return d, err
+	}
+	d.ExpiresAt = expiresAt(now, d.TTL)
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
@@ -145,14 +166,14 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 	if !d.FromProducer {
 		d.ID = newID()
 	}
-	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, d.Key, headers, now)
+	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, d.Key, d.ExpiresAt, headers, now)
 	return d, nil
 }
 
 // fields are the spans of a publish request's top-level members.
 type fields struct {
-	topic, content, headers, id, key []byte
-	contentWS                        bool // content has whitespace outside strings
+	topic, content, headers, id, key, ttl, expiresAt []byte
+	contentWS                                        bool // content has whitespace outside strings
 }
 
 // EncodeMessage returns the stored message JSON for topic and
@@ -197,6 +218,17 @@ func AppendMessage(dst []byte, topic string, content json.RawMessage, id string,
 // AppendKeyedMessage is AppendMessage with the message's ordering key, as
 // EncodeKeyedMessage takes it.
 func AppendKeyedMessage(dst []byte, topic string, content json.RawMessage, id, key string, headers map[string]string, now time.Time) ([]byte, error) {
+	return AppendTTLMessage(dst, topic, content, id, key, 0, headers, now)
+}
+
+// AppendTTLMessage is AppendKeyedMessage with the message's time to live:
+// ttl 0 is none (no "expiresAt", the bytes AppendKeyedMessage gives);
+// any other ttl must be within ParseTTL's bounds (1ms to MaxTTL, or the
+// error states TTLRule) and is stored as "expiresAt" = now + ttl, in Unix
+// milliseconds:
+//
+//	{"topic":{"name":"t"},"content":<content, compacted>,"id":"...","key":"...","timestamp":<unix ms>,"expiresAt":<unix ms>,"headers":{...}}
+func AppendTTLMessage(dst []byte, topic string, content json.RawMessage, id, key string, ttl time.Duration, headers map[string]string, now time.Time) ([]byte, error) {
 	if content == nil {
 		return nil, BadRequest(`field "content" is required (use null for a message without content)`)
 	}
@@ -220,13 +252,16 @@ func AppendKeyedMessage(dst []byte, topic string, content json.RawMessage, id, k
 			return nil, err
 		}
 	}
+	if ttl != 0 && (ttl < time.Millisecond || ttl > MaxTTL) {
+		return nil, BadRequest("%s; this one is %v", TTLRule, ttl)
+	}
 	for k, v := range headers {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
 	// id "" (not from the producer): encodeStored generates one.
-	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", key, headers, now), nil
+	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", key, expiresAt(now, ttl), headers, now), nil
 }
 
 func jsonErrText(err error) string {
@@ -247,8 +282,8 @@ func jsonErrText(err error) string {
 // encodeStored appends the stored message JSON to dst[:0]. content is valid
 // JSON; compact says it has whitespace to remove; id "" of a message not
 // from the producer is generated here (newID); key is valid, or "" for
-// none (no "key" member).
-func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, key string, headers map[string]string, now time.Time) []byte {
+// none (no "key" member); expires is the expiresAt member, 0 for none.
+func encodeStored(dst []byte, topic string, content []byte, compact bool, id string, fromProducer bool, key string, expires int64, headers map[string]string, now time.Time) []byte {
 	b := append(dst[:0], `{"topic":{"name":"`...)
 	b = append(b, topic...) // validated: [A-Za-z0-9_.-] only, no escaping needed
 	b = append(b, `"},"content":`...)
@@ -271,6 +306,9 @@ func encodeStored(dst []byte, topic string, content []byte, compact bool, id str
 	}
 	b = append(b, `,"timestamp":`...)
 	b = strconv.AppendInt(b, now.UnixMilli(), 10)
+	if expires > 0 {
+		b = strconv.AppendInt(append(b, `,"`+ExpiresAtMember+`":`...), expires, 10)
+	}
 	if len(headers) > 0 {
 		b = append(b, `,"headers":{`...)
 		keys := make([]string, 0, len(headers))

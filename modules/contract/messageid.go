@@ -39,14 +39,22 @@ func MessageKey(body []byte) string {
 }
 
 // MessageIDKey returns MessageID(body) and MessageKey(body) from one pass
-// over body: what a dispatcher reads of every message it pushes.
+// over body.
 func MessageIDKey(body []byte) (id, key string) {
+	id, key, _ = MessageMeta(body)
+	return id, key
+}
+
+// MessageMeta returns MessageID(body), MessageKey(body) and
+// MessageExpiresAt(body) from one pass over body: what a dispatcher reads
+// of every message it pushes.
+func MessageMeta(body []byte) (id, key string, expiresAt int64) {
 	sc := scanner{b: body, lenient: true}
 	sc.ws()
 	if sc.i >= len(body) || body[sc.i] != '{' {
-		return "", ""
+		return "", "", 0
 	}
-	var idRaw, keyRaw []byte // raw JSON strings of the last top-level members, or nil
+	var idRaw, keyRaw, expRaw []byte // raw JSON strings (number) of the last top-level members, or nil
 	err := sc.object(func(k []byte, escaped bool, val []byte, _ bool) {
 		var dst *[]byte
 		switch string(memberName(k, escaped)) {
@@ -54,6 +62,9 @@ func MessageIDKey(body []byte) (id, key string) {
 			dst = &idRaw
 		case KeyMember:
 			dst = &keyRaw
+		case ExpiresAtMember:
+			expRaw = val
+			return
 		default:
 			return
 		}
@@ -63,15 +74,25 @@ func MessageIDKey(body []byte) (id, key string) {
 		}
 	})
 	if err != nil {
-		return "", ""
+		return "", "", 0
 	}
+	expiresAt = parseExpiresAt(expRaw)
 	if s, ok := storedString(idRaw); ok && len(s) <= MaxMessageIDBytes && ValidHeaderValue(s) {
 		id = s
 	}
 	if s, ok := storedString(keyRaw); ok && keyProblem(s) == "" {
 		key = s
 	}
-	return id, key
+	return id, key, expiresAt
+}
+
+// MessageExpiresAt returns the top-level "expiresAt" member of the stored
+// message JSON body (ExpiresAtMember, Unix ms), or 0 when there is none,
+// it is not a positive integer or body is not valid JSON: such a message
+// never expires. It reads body as MessageID does.
+func MessageExpiresAt(body []byte) int64 {
+	_, _, exp := MessageMeta(body)
+	return exp
 }
 
 // storedString decodes raw, a JSON string literal of a stored message

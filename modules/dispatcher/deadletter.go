@@ -37,7 +37,8 @@ const (
 	HeaderDLOffset = "mmmq-dl-offset"
 	// HeaderDLAttempts is how many times it was sent, in decimal.
 	HeaderDLAttempts = "mmmq-dl-attempts"
-	// HeaderDLReason is ReasonNACKs or ReasonAbnormal.
+	// HeaderDLReason is ReasonNACKs, ReasonAbnormal, ReasonDeliveries or
+	// ReasonExpired.
 	HeaderDLReason = "mmmq-dl-reason"
 	// HeaderDLLastStatus is the HTTP status of the last answer ("0" when
 	// it had none: a connection error or a timeout).
@@ -81,6 +82,11 @@ const (
 	// ReasonDeliveries: handed out by a shared consumer group
 	// mmmq.broker.groups.max-deliveries times without being acknowledged.
 	ReasonDeliveries = "max-deliveries"
+	// ReasonExpired: past its expiresAt (the ttl it was published with)
+	// when it would have been pushed or handed out, under expired:
+	// dead-letter (a dispatcher's) or mmmq.broker.groups.expired:
+	// dead-letter (a shared consumer group's).
+	ReasonExpired = "expired"
 )
 
 // Publisher appends one stored message JSON durably (fsynced before it
@@ -115,7 +121,9 @@ func (w *worker) exhaust(m *msg, reason string) error {
 		zap.String("reason", reason), zap.String("message-id", m.id)}
 	if topic == "" || pub == nil {
 		w.log.Warn("message not delivered and dead letters are off; moving on without delivery", fields...)
-		w.exhausted.Add(1)
+		if reason != ReasonExpired {
+			w.exhausted.Add(1)
+		}
 		w.finish(m)
 		return nil
 	}
@@ -128,7 +136,9 @@ func (w *worker) exhaust(m *msg, reason string) error {
 			off, err = pub.PublishDurable(w.ctx, topic, [][]byte{stored})
 		}
 		if err == nil {
-			w.exhausted.Add(1) // counted once finished: a stop during the retries leaves it unfinished
+			if reason != ReasonExpired {
+				w.exhausted.Add(1) // counted once finished: a stop during the retries leaves it unfinished
+			}
 			w.deadLettered.Add(1)
 			w.log.Warn("message dead-lettered", append(fields, zap.String("dead-letter-topic", topic), zap.Int64("dead-letter-offset", off))...)
 			if h := w.m.opts.Hooks; h != nil && h.AfterDeadLetter != nil {
@@ -194,7 +204,12 @@ func deadLetter(m *msg, dispatcher, topic, dlTopic, reason string, omitContent b
 // HeaderDLDispatcher and last status "0" (a pull consumer answers no
 // status). omitContent stores null content, as for a dispatcher.
 func GroupDeadLetter(e contract.Entry, topic, group, dlTopic string, deliveries int, omitContent bool) []byte {
-	return deadLetterBy(&msg{e: e, attempts: deliveries}, HeaderDLGroup, group, topic, dlTopic, ReasonDeliveries, omitContent)
+	return GroupDeadLetterFor(e, topic, group, dlTopic, deliveries, ReasonDeliveries, omitContent)
+}
+
+// GroupDeadLetterFor is GroupDeadLetter with another reason (ReasonExpired).
+func GroupDeadLetterFor(e contract.Entry, topic, group, dlTopic string, deliveries int, reason string, omitContent bool) []byte {
+	return deadLetterBy(&msg{e: e, attempts: deliveries}, HeaderDLGroup, group, topic, dlTopic, reason, omitContent)
 }
 
 // deadLetterBy is deadLetter with the header naming who gave up

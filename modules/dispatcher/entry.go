@@ -52,6 +52,11 @@ type Settings struct {
 	// DeadLetter is the dead-letter topic: nil means DeadLetterPrefix +
 	// name, "" logs and skips (the original Java mmmq's rule).
 	DeadLetter *string `koanf:"dead-letter" json:"dead-letter,omitempty"`
+	// Expired is what happens to a message past its expiresAt (published
+	// with a ttl) when it would be pushed: ExpiredSkip ("", default:
+	// finished without a push, counted) or ExpiredDeadLetter (appended to
+	// the dead-letter topic with mmmq-dl-reason "expired" first).
+	Expired ExpiredAction `koanf:"expired" json:"expired,omitempty"`
 	// AckMode is AckBody ("", default) or AckStatus.
 	AckMode AckMode `koanf:"ack-mode" json:"ack-mode,omitempty"`
 	// MaxAbnormalAttempts dead-letters a message after this many abnormal
@@ -235,6 +240,7 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		d = d.WithDeadLetter(*s.DeadLetter)
 	}
 	return d.WithAckMode(s.AckMode).
+		WithExpired(s.Expired).
 		WithAbnormalLimit(AbnormalLimit{MaxAttempts: s.MaxAbnormalAttempts, MaxDuration: time.Duration(s.MaxAbnormalDuration)}).
 		WithBackoffJitter(s.BackoffJitter).
 		WithSigningSecrets(secrets...).
@@ -248,10 +254,10 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 }
 
 // Settings describes d with its effective values: the default path,
-// timeout, commit policy, dead-letter topic, ack mode, max-in-flight and
-// ordering written out, max-unacked only as set (ordering key, not 0),
-// rate-limit and rate-burst as set (0: off, the default burst); Batch only
-// when on, TLS only when set. SigningSecrets is
+// timeout, commit policy, dead-letter topic, expired, ack mode,
+// max-in-flight and ordering written out, max-unacked only as set
+// (ordering key, not 0), rate-limit and rate-burst as set (0: off, the
+// default burst); Batch only when on, TLS only when set. SigningSecrets is
 // empty: a webhooks.Secret never gives its key back (the admin API adds the
 // redacted or stored forms).
 func (d *Dispatcher) Settings() Settings {
@@ -266,7 +272,7 @@ func (d *Dispatcher) Settings() Settings {
 	}
 	dl := d.DeadLetter()
 	lim := d.AbnormalLimit()
-	s.DeadLetter, s.AckMode = &dl, d.AckMode()
+	s.DeadLetter, s.AckMode, s.Expired = &dl, d.AckMode(), d.Expired()
 	s.MaxAbnormalAttempts, s.MaxAbnormalDuration = lim.MaxAttempts, Duration(lim.MaxDuration)
 	s.BackoffJitter, s.CloudEvents, s.MaxInFlight = d.BackoffJitter(), d.CloudEvents(), d.MaxInFlight()
 	if h := d.Headers(); len(h) > 0 {

@@ -19,7 +19,7 @@ func fullSettings() Settings {
 		Name: "orders", Host: "https://localhost:8443", Patterns: []string{"order.**", "payment.*"},
 		Path: "/in", Timeout: Duration(7 * time.Second),
 		Commit: CommitSettings{Policy: Interval, Interval: Duration(3 * time.Second), MaxCount: 77},
-		Start:  "latest", DeadLetter: &dl, AckMode: AckStatus,
+		Start:  "latest", DeadLetter: &dl, AckMode: AckStatus, Expired: ExpiredDeadLetter,
 		MaxAbnormalAttempts: 9, MaxAbnormalDuration: Duration(time.Hour), BackoffJitter: true,
 		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		Headers:        map[string]string{"Authorization": "Bearer x"},

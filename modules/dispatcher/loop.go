@@ -36,6 +36,9 @@ type msg struct {
 	end int64  // the offset after it: e.Offset+1, or the log start offset for a retention gap
 	id  string // producer message id (header form), "" when none
 	key string // ordering key, "" when none
+	exp int64  // stored expiresAt (Unix ms), 0 for none; read once expRead (expiry.go)
+
+	expRead bool
 
 	readAt        time.Time // when it was read (a batch waits at most MaxWait from the first)
 	attempts      int       // sends so far, abnormal ones included
@@ -383,6 +386,11 @@ func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 			if !w.readRetry.IsZero() || len(w.ready) == 0 {
 				continue
 			}
+		}
+		if expired, err := w.expireReady(now); err != nil {
+			return time.Time{}, err
+		} else if expired {
+			continue // ready changed: load (OrderKey) and look again
 		}
 		unit, wait := w.takeUnit(now)
 		if unit == nil {

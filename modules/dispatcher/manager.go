@@ -188,6 +188,10 @@ type WorkerStatus struct {
 	// Expired counts messages retention deleted before the worker read
 	// them (mmmq_retention_skipped_total{kind="dispatcher"}).
 	Expired uint64
+	// TTLExpired counts messages past their expiresAt (the ttl they were
+	// published with) finished without a push: skipped, or dead-lettered
+	// under expired: dead-letter (then DeadLettered counts them too).
+	TTLExpired uint64
 	// Abnormal counts abnormal attempts (transport errors, timeouts,
 	// non-2xx, bad bodies).
 	Abnormal uint64
@@ -296,7 +300,8 @@ type Manager struct {
 	liveMu sync.Mutex // serialises the live changes (live.go)
 	pub    Publisher  // dead letters and redrive (SetPublisher); nil: log and skip
 
-	expired atomic.Uint64 // every worker's Expired, summed since the Manager was made
+	expired    atomic.Uint64 // every worker's Expired, summed since the Manager was made
+	ttlExpired atomic.Uint64 // every worker's TTLExpired, summed since the Manager was made
 }
 
 // RetentionSkipped is the number of messages retention deleted before a

@@ -129,11 +129,12 @@ type delivery struct {
 	cloudEvents   bool
 	maxInFlight   int // 0: 1
 	batch         Batch
-	ordering      Ordering // "": OrderTopic or OrderNone, from max-in-flight and batch
-	maxUnacked    int      // 0: DefaultMaxUnacked
-	rateLimit     float64  // messages per second; 0: off
-	rateBurst     int      // 0: max(1, ceil(rateLimit))
-	deadLetterSet bool     // WithDeadLetter was called
+	ordering      Ordering      // "": OrderTopic or OrderNone, from max-in-flight and batch
+	maxUnacked    int           // 0: DefaultMaxUnacked
+	rateLimit     float64       // messages per second; 0: off
+	rateBurst     int           // 0: max(1, ceil(rateLimit))
+	deadLetterSet bool          // WithDeadLetter was called
+	expired       ExpiredAction // "": ExpiredSkip
 	tls           clientTLS
 }
 
@@ -468,5 +469,6 @@ func (d *Dispatcher) validateDelivery() []error {
 	if b.MaxMessages > 0 && d.dl.cloudEvents {
 		bad("cloudevents", "cannot be combined with batch (a binary-mode CloudEvent is one message)")
 	}
+	errs = append(errs, d.validateExpired()...)
 	return append(errs, d.validateTLS()...)
 }

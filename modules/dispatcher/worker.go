@@ -54,7 +54,9 @@ type worker struct {
 	deadLettered atomic.Uint64
 	// expired counts messages retention deleted before this worker read
 	// them (its checkpoint was below the topic's start offset).
-	expired                         atomic.Uint64
+	expired atomic.Uint64
+	// ttlExpired counts messages finished past their expiresAt (expiry.go).
+	ttlExpired                      atomic.Uint64
 	backingOff, running, nackResend atomic.Bool
 	// standby: another node holds this (dispatcher, topic)'s lease.
 	standby atomic.Bool
@@ -176,6 +178,7 @@ func (w *worker) status() WorkerStatus {
 		DeadLettered:  w.deadLettered.Load(),
 		Skipped:       w.skipped.Load(),
 		Expired:       w.expired.Load(),
+		TTLExpired:    w.ttlExpired.Load(),
 		Abnormal:      w.abnormal.Load(),
 		Commits:       w.commits.Load(),
 		Backoff:       backoff,

@@ -31,6 +31,12 @@ type Config struct {
 	// committed offset (handed out, finished past it, or waiting behind
 	// their ordering key): 1..100000000. Default 1000000.
 	MaxUnacked int64 `koanf:"max-unacked"`
+	// Expired is what a shared group does with a message past its
+	// expiresAt (published with a ttl) when it would hand it out: "skip"
+	// (finished without delivery, counted) or "dead-letter" (appended to
+	// the group's dead-letter topic with mmmq-dl-reason "expired" first).
+	// Exclusive groups always skip. Default "skip".
+	Expired string `koanf:"expired"`
 	// DeadLetterTopics names the dead-letter topic of shared groups whose
 	// name does not make a valid topic after "dead-letter." (or that want
 	// another one). Default none: dead-letter.<group>.
@@ -54,12 +60,16 @@ var ConfigSection = config.NewSection("broker.groups", Config{
 	MaxFetch:      1000,
 	MaxDeliveries: 4,
 	MaxUnacked:    1_000_000,
+	Expired:       ExpiredSkip,
 }, func(g *Config) error {
 	errs := []error{
 		config.CheckPositive("mmmq.broker.groups.lease-timeout", g.LeaseTimeout),
 		config.CheckIntRange("mmmq.broker.groups.max-fetch", int64(g.MaxFetch), 1, math.MaxInt32),
 		config.CheckIntRange("mmmq.broker.groups.max-deliveries", int64(g.MaxDeliveries), 0, math.MaxInt32),
 		config.CheckIntRange("mmmq.broker.groups.max-unacked", g.MaxUnacked, 1, 100_000_000),
+	}
+	if g.Expired != ExpiredSkip && g.Expired != ExpiredDeadLetter {
+		errs = append(errs, fmt.Errorf("mmmq.broker.groups.expired: must be %q or %q, got %q", ExpiredSkip, ExpiredDeadLetter, g.Expired))
 	}
 	for i, glob := range g.Shared {
 		if glob == "" || len(glob) > 200 {

@@ -88,6 +88,10 @@ type Options struct {
 	// MaxUnacked bounds what a shared group reads past its committed
 	// offset; default 1000000 (mmmq.broker.groups.max-unacked).
 	MaxUnacked int64
+	// Expired is what a shared group does with a message past its
+	// expiresAt: ExpiredSkip ("", default) or ExpiredDeadLetter
+	// (mmmq.broker.groups.expired). Exclusive groups always skip.
+	Expired string
 	// DeadLetterTopics maps a group name to its dead-letter topic
 	// (mmmq.broker.groups.dead-letter-topics); the others use
 	// dead-letter.<group>.
@@ -174,6 +178,9 @@ type Coordinator struct {
 	// expired counts messages retention deleted before a group read them
 	// (mmmq_retention_skipped_total{kind="group"}).
 	expired atomic.Uint64
+	// ttlExpired counts messages passed over past their expiresAt
+	// (mmmq_messages_expired_total{kind="group"}).
+	ttlExpired atomic.Uint64
 }
 
 // RetentionSkipped is the number of messages retention deleted before a
@@ -214,6 +221,9 @@ type group struct {
 	// consumer that reconnects without committing is not counted again.
 	// Only the session holder writes it.
 	expiredTo atomic.Int64
+	// ttlExpiredTo: expired messages below it were already counted
+	// (exclusive mode; expiry.go). Guarded by mu.
+	ttlExpiredTo int64
 }
 
 // New returns a coordinator over reg's topics. It works without Start

@@ -186,6 +186,7 @@ func (c *Coordinator) Seek(topic, group, session string, from int64) error {
 func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []contract.Entry, held int64, err error) {
 	size := 0
 	hw := g.topic.HighWatermark()
+	now := time.Now()
 	one := false // the last batch did not fit: read a single entry
 	for len(out) < limit && l.next < hw && size < c.opts.MaxFetchBytes {
 		want := limit - len(out)
@@ -212,9 +213,15 @@ func (c *Coordinator) readLocked(g *group, l *lease, limit int) (out []contract.
 			if e.Offset != l.next {
 				return out, held, fmt.Errorf("read topic %s: got offset %d, want %d", g.topic.Name(), e.Offset, l.next)
 			}
+			l.next++
+			if c.expiredExclusive(g, e, now) {
+				// Passed over as a corrupt entry is: never handed out.
+				c.opts.Budget.Release(int64(len(e.Payload)))
+				held -= int64(len(e.Payload))
+				continue
+			}
 			out = append(out, e)
 			size += len(e.Payload)
-			l.next++
 		}
 		var ce *contract.CorruptionError
 		var oe *contract.OffsetExpiredError

@@ -28,11 +28,11 @@ type Params struct {
 
 // OptionsFromConfig maps mmmq.broker.groups to Options: LeaseTimeout,
 // MaxFetch, Shared, MaxDeliveries (0 in the configuration, never
-// dead-letter, is -1 in Options), MaxUnacked and DeadLetterTopics; the
+// dead-letter, is -1 in Options), MaxUnacked, Expired and DeadLetterTopics; the
 // other fields keep their defaults.
 func OptionsFromConfig(g Config) Options {
 	o := Options{LeaseTimeout: g.LeaseTimeout, MaxFetch: g.MaxFetch, Shared: g.Shared,
-		MaxDeliveries: g.MaxDeliveries, MaxUnacked: g.MaxUnacked}
+		MaxDeliveries: g.MaxDeliveries, MaxUnacked: g.MaxUnacked, Expired: g.Expired}
 	if o.MaxDeliveries == 0 {
 		o.MaxDeliveries = -1
 	}

@@ -25,7 +25,7 @@ func TestConfigSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{LeaseTimeout: 5 * time.Second, MaxFetch: 7, MaxDeliveries: 4, MaxUnacked: 1_000_000,
+	want := Config{LeaseTimeout: 5 * time.Second, MaxFetch: 7, MaxDeliveries: 4, MaxUnacked: 1_000_000, Expired: ExpiredSkip,
 		Shared: []string{"work-*"}, DeadLetterTopics: []DeadLetterTopic{{Group: "a..b", Topic: "dl.ab"}}}
 	if g := config.SectionValue(cfg, ConfigSection); !reflect.DeepEqual(g, want) {
 		t.Errorf("section = %+v, want %+v", g, want)
@@ -37,6 +37,7 @@ func TestConfigSection(t *testing.T) {
 		{"mmmq: {broker: {groups: {max-fetchs: 1}}}", "", `config: unknown key "mmmq.broker.groups.max-fetchs"`},
 		{"mmmq: {broker: {groups: {max-deliveries: -1}}}", "", "mmmq.broker.groups.max-deliveries: must be between 0 and"},
 		{"mmmq: {broker: {groups: {max-unacked: 0}}}", "", "mmmq.broker.groups.max-unacked: must be between 1 and 100000000"},
+		{"mmmq: {broker: {groups: {expired: drop}}}", "", `mmmq.broker.groups.expired: must be "skip" or "dead-letter", got "drop"`},
 		{"mmmq: {broker: {groups: {shared: [\"\"]}}}", "", "mmmq.broker.groups.shared[0]: a group glob of 1-200 characters"},
 		{"mmmq: {broker: {groups: {dead-letter-topics: [{group: g, topic: \"a..b\"}]}}}", "", "mmmq.broker.groups.dead-letter-topics[0].topic"},
 		{"mmmq: {broker: {groups: {dead-letter-topics: [{group: \".g\", topic: t}]}}}", "", "mmmq.broker.groups.dead-letter-topics[0].group"},

@@ -398,6 +398,19 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 		if fail != nil {
 			break
 		}
+		if expired, err := c.expireSharedLocked(ctx, g, es[0], now); expired || err != nil {
+			if err != nil {
+				heap.Push(&s.ready, p)
+				fail = err
+				break
+			}
+			if !skip(p.off, p.key) {
+				heap.Push(&s.ready, p)
+				break
+			}
+			c.ttlExpired.Add(1)
+			continue
+		}
 		if c.opts.MaxDeliveries > 0 && s.counts[p.off] >= uint32(c.opts.MaxDeliveries) {
 			if err := c.deadLetterLocked(ctx, g, es[0], s.counts[p.off]); err != nil {
 				heap.Push(&s.ready, p)
@@ -473,6 +486,18 @@ func (c *Coordinator) handOutLocked(ctx context.Context, g *group, m *member, li
 					continue
 				}
 				s.keys[key] = &keyLine{offs: []int64{e.Offset}}
+			}
+			if expired, err := c.expireSharedLocked(ctx, g, e, now); expired || err != nil {
+				if err != nil {
+					heap.Push(&s.ready, pending{off: e.Offset, key: key})
+					fail = err
+					break
+				}
+				if !skip(e.Offset, key) {
+					break
+				}
+				c.ttlExpired.Add(1)
+				continue
 			}
 			if c.opts.MaxDeliveries > 0 && s.counts[e.Offset] >= uint32(c.opts.MaxDeliveries) {
 				// Handed out that often before a restart.

@@ -463,13 +463,13 @@ func (c *conn) pub(rest []byte) { c.publish(rest, formPub) }
 // pubID: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload>
 func (c *conn) pubID(rest []byte) { c.publish(rest, formPubID) }
 
-// pubX: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<v>] [id=<v>] <payload>
+// pubX: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<v>] [id=<v>] [ttl=<v>] <payload>
 func (c *conn) pubX(rest []byte) { c.publish(rest, formPubX) }
 
 // publish serves PUB (the broker generates the id, never deduplicated),
 // PUBID (the producer's id, deduplicated within
 // mmmq.broker.dedup.window) and PUBX (attributes: key=, the ordering key;
-// id=, the producer's id, deduplicated as PUBID's). It checks the line (a refusal is
+// id=, the producer's id, deduplicated as PUBID's; ttl=, the time to live). It checks the line (a refusal is
 // answered in the line's place and stores nothing), then adds the
 // message to the read's batch (join), which is handed to the topic's
 // writer without waiting at the end of the read; the flusher answers "OK <offset> <LEVEL>", or "OK - ACCEPTED", followed by
@@ -508,7 +508,7 @@ func (c *conn) publish(rest []byte, form pubForm) {
 		return
 	}
 	now := time.Now()
-	stored, err := c.encode(a.topic, a.payload, id, a.key, now)
+	stored, err := c.encode(a.topic, a.payload, id, a.key, a.ttl, now)
 	if err != nil {
 		c.replyErr(contract.CodeBadRequest, err)
 		return
@@ -519,17 +519,17 @@ func (c *conn) publish(rest []byte, form pubForm) {
 // encode appends the stored message JSON of a PUB to the read's message
 // buffer (pipeline.arena, reused after each read: the logs copy what they
 // are handed) and returns it.
-func (c *conn) encode(topic string, payload []byte, id, key string, now time.Time) ([]byte, error) {
+func (c *conn) encode(topic string, payload []byte, id, key string, ttl time.Duration, now time.Time) ([]byte, error) {
 	p := &c.pipe
 	// The envelope adds the topic, the id (escaped at most 6 bytes per
 	// byte), the key (escaped at most 2 bytes per byte: it has no control
-	// characters), a timestamp and about 100 bytes of names; a guess short
+	// characters), a timestamp, an expiry and about 100 bytes of names; a guess short
 	// of the mark only costs the message its own allocation.
-	if need := len(payload) + len(topic) + 6*len(id) + 2*len(key) + 170; cap(p.arena)-len(p.arena) < need {
+	if need := len(payload) + len(topic) + 6*len(id) + 2*len(key) + 200; cap(p.arena)-len(p.arena) < need {
 		p.arena = make([]byte, 0, max(2*cap(p.arena), 4<<10, 2*need))
 	}
 	n := len(p.arena)
-	stored, err := contract.AppendKeyedMessage(p.arena[n:n], topic, payload, id, key, nil, now)
+	stored, err := contract.AppendTTLMessage(p.arena[n:n], topic, payload, id, key, ttl, nil, now)
 	if err != nil {
 		return nil, err
 	}
@@ -560,8 +560,9 @@ type pubArgs struct {
 	cmd, usage  string
 	topic       string // valid
 	level       contract.AckLevel
-	id, payload []byte // id: PUBID's token, or PUBX's id= decoded (nil without one)
-	key         string // PUBX's key=, decoded and valid; "" for none
+	id, payload []byte        // id: PUBID's token, or PUBX's id= decoded (nil without one)
+	key         string        // PUBX's key=, decoded and valid; "" for none
+	ttl         time.Duration // PUBX's ttl=, decoded and valid; 0 for none
 }
 
 // parsePub splits the arguments of PUB, PUBID or PUBX (form) and checks
@@ -573,7 +574,7 @@ func (c *conn) parsePub(rest []byte, form pubForm) (pubArgs, bool) {
 	case formPubID:
 		a.cmd, a.usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
 	case formPubX:
-		a.cmd, a.usage = "PUBX", "usage: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<key>] [id=<id>] <payload JSON> (values percent-encoded)"
+		a.cmd, a.usage = "PUBX", "usage: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<key>] [id=<id>] [ttl=<duration>] <payload JSON> (values percent-encoded)"
 	}
 	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
 	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
@@ -611,10 +612,11 @@ func (c *conn) parsePub(rest []byte, form pubForm) (pubArgs, bool) {
 // returns the rest of the line. Values are percent-encoded (RFC 3986:
 // %XX for any byte, at least for space, '%' and control bytes; '+' is
 // itself). Names are lower case: key (the ordering key,
-// contract.ValidateKey) and id (the producer's id). An unknown name, a
+// contract.ValidateKey), id (the producer's id) and ttl (the time to
+// live, contract.ParseTTL). An unknown name, a
 // name given twice or a value that does not decode is an error naming it.
 func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
-	var haveKey, haveID bool
+	var haveKey, haveID, haveTTL bool
 	for {
 		tok, after, _ := bytes.Cut(rest, []byte{' '})
 		name, raw, ok := attribute(tok)
@@ -628,8 +630,10 @@ func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
 			have = &haveKey
 		case "id":
 			have = &haveID
+		case "ttl":
+			have = &haveTTL
 		default:
-			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key and id)", truncate(name, 32))
+			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key, id and ttl)", truncate(name, 32))
 		}
 		if *have {
 			return nil, fmt.Errorf("attribute %s given twice", name)
@@ -639,8 +643,14 @@ func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("attribute %s: the value is not percent-encoded (a %% must start %%XX)", name)
 		}
-		if name == "id" {
+		switch name {
+		case "id":
 			a.id = []byte(val)
+			continue
+		case "ttl":
+			if a.ttl, err = contract.ParseTTL(val); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		if err := contract.ValidateKey(val); err != nil {

@@ -25,7 +25,7 @@
 //	auth     = "AUTH" SP token                        ; only when authentication is on, see below
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	pubid    = "PUBID" SP topic SP level SP id SP payload ; id: the producer's message id, one token
-//	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id; values percent-encoded
+//	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id, ttl; values percent-encoded
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
 //	fetch    = "FETCH" SP topic SP group SP max SP wait-ms *(SP fetch-attr)
 //	fetch-attr = "from=" offset / "mode=" ("shared" / "exclusive") ; each at most once, any order
@@ -85,8 +85,9 @@
 // <name>=<value> between the level and the payload, values
 // percent-encoded (%XX for a byte; '+' is itself). key= is the message's
 // ordering key (the HTTP "key" and its rule, contract.ValidateKey), id=
-// the producer's id (the HTTP "id" and its rule, deduplicated as PUBID's).
-// An unknown attribute, one given twice or an invalid value is ERR
+// the producer's id (the HTTP "id" and its rule, deduplicated as PUBID's),
+// ttl= the message's time to live (the HTTP "ttl" and its rule,
+// contract.ParseTTL; stored as expiresAt). An unknown attribute, one given twice or an invalid value is ERR
 // BAD_REQUEST naming it, and nothing is stored. Without attributes PUBX
 // is PUB.
 //

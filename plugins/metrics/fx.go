@@ -78,6 +78,11 @@ func watch(p watchParams) {
 		rs.Holds = r.Holds
 	}
 	p.Metrics.WatchRetention(rs)
+	var groupsExpired func() uint64
+	if p.Groups != nil {
+		groupsExpired = p.Groups.MessagesExpired
+	}
+	p.Metrics.WatchExpired(p.Dispatcher.MessagesExpired, groupsExpired)
 	p.Metrics.WatchDedup(p.Dedup)
 	p.Metrics.WatchGroups(p.Groups, p.Registry)
 }

@@ -453,6 +453,38 @@ func (m *Metrics) WatchRetention(s RetentionSource) {
 	)
 }
 
+var messagesExpired = prometheus.NewDesc("mmmq_messages_expired_total",
+	"Messages past their expiresAt (published with a ttl) that a dispatcher (kind=\"dispatcher\": skipped or dead-lettered, never pushed) or a consumer group (kind=\"group\": never handed out) passed over.",
+	[]string{"kind"}, nil)
+
+// expiredCollector reads the expired counts at scrape time.
+type expiredCollector struct{ dispatcher, group func() uint64 }
+
+func (c expiredCollector) Describe(ch chan<- *prometheus.Desc) { ch <- messagesExpired }
+
+func (c expiredCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, k := range []struct {
+		kind string
+		f    func() uint64
+	}{{"dispatcher", c.dispatcher}, {"group", c.group}} {
+		v := 0.0
+		if k.f != nil {
+			v = float64(k.f())
+		}
+		ch <- prometheus.MustNewConstMetric(messagesExpired, prometheus.CounterValue, v, k.kind)
+	}
+}
+
+// WatchExpired adds, read at scrape time,
+//
+//	mmmq_messages_expired_total{kind="dispatcher"|"group"}  messages passed over past their expiresAt
+//
+// from the dispatchers' and the consumer groups' counts (either may be
+// nil: 0). It is never labelled by topic, key or reader.
+func (m *Metrics) WatchExpired(dispatchers, groups func() uint64) {
+	m.reg.MustRegister(expiredCollector{dispatcher: dispatchers, group: groups})
+}
+
 var (
 	gLabels    = []string{"topic", "group"}
 	gCommitted = prometheus.NewDesc("mmmq_group_committed_offset", "A consumer group's durable committed offset (GET /topics/{topic}/groups).", gLabels, nil)
