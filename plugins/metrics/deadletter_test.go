@@ -24,17 +24,7 @@ import (
 // whose dead letters are off counts it as exhausted only. The help texts
 // say so.
 func TestDeadLetteredSeries(t *testing.T) {
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
-	defer reg.Close()
-	consumer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"acknowledgement":"NACK"}`))
-	}))
-	defer consumer.Close()
-	host, err := dispatcher.ParseHost(consumer.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, host := memRegistryAndConsumer(t, "NACK")
 	set, err := dispatcher.SetOf(dispatcher.New("d", host, dispatcher.MustPattern("t")),
 		dispatcher.New("off", host, dispatcher.MustPattern("t")).WithDeadLetter(""))
 	if err != nil {

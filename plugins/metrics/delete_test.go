@@ -11,26 +11,13 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // TestDeletedTopicLeavesNoSeries: per-topic and per-worker series are read
 // from the registry and the dispatch manager at scrape time, so a deleted
 // topic has none left.
 func TestDeletedTopicLeavesNoSeries(t *testing.T) {
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
-	defer reg.Close()
-	consumer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"acknowledgement":"ACK"}`))
-	}))
-	defer consumer.Close()
-	host, err := dispatcher.ParseHost(consumer.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, host := memRegistryAndConsumer(t, "ACK")
 	set, err := dispatcher.SetOf(dispatcher.New("d", host, dispatcher.MustPattern("gone")))
 	if err != nil {
 		t.Fatal(err)

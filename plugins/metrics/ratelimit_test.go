@@ -14,9 +14,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // TestRateLimitSeries: a dispatcher with a rate-limit shows its limit, the
@@ -24,17 +21,7 @@ import (
 // by a pause), the time held, labelled by dispatcher only; a dispatcher
 // without one shows none of them.
 func TestRateLimitSeries(t *testing.T) {
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
-	defer reg.Close()
-	consumer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"acknowledgement":"ACK"}`))
-	}))
-	defer consumer.Close()
-	host, err := dispatcher.ParseHost(consumer.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, host := memRegistryAndConsumer(t, "ACK")
 	// One token per 1000 s: the first push goes, the second waits.
 	set, err := dispatcher.SetOf(dispatcher.New("slow", host, dispatcher.MustPattern("t.*")).WithRateLimit(0.001, 0),
 		dispatcher.New("free", host, dispatcher.MustPattern("t.*")))
