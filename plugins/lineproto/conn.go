@@ -1154,6 +1154,12 @@ func (c *conn) status(rest []byte) {
 			if contract.Authorize(c.auth.ctx, contract.ActionConsume, g.Topic, g.Group) != nil {
 				continue
 			}
+			if g.Mode == contract.GroupShared {
+				// Exclusive groups keep the line they always had.
+				c.replyf("GROUP %s %s committed=%d held=%t mode=shared sessions=%d in-flight=%d",
+					g.Topic, g.Group, g.Committed, g.Held, g.Sessions, g.InFlight)
+				continue
+			}
 			c.replyf("GROUP %s %s committed=%d held=%t", g.Topic, g.Group, g.Committed, g.Held)
 		}
 	}

@@ -53,6 +53,9 @@ func TestSharedFetchDisjoint(t *testing.T) {
 	if ms := c.fetchX("FETCH t g 10 0"); len(ms) != 0 {
 		t.Fatalf("a third session got %v while everything is leased", offsetsOf(ms))
 	}
+	if got := fmt.Sprint(c.groupLines()); got != "[GROUP t g committed=0 held=true mode=shared sessions=3 in-flight=6]" {
+		t.Fatalf("STATUS of a shared group: %s", got)
+	}
 }
 
 // ACKX finishes messages (the committed offset moves over the finished
