@@ -70,10 +70,18 @@ func TestDeliveriesRoundTrip(t *testing.T) {
 	wantDeliveries(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1000), dc(20, 4), "a count alone")
 	mustCommit(t, c, 21)
 	wantDeliveries(t, c, nil, "Commit(21)")
+	if !fileExists(fsys, finPath) {
+		t.Fatal(".finished removed while under the compaction size")
+	}
+	wantDeliveries(t, openFin(t, fsys.Crash(vfs.CrashOptions{}), 1000), nil, "reopened after Commit(21): stale counts ignored")
+	mustDeliver(t, c, dc(22, 1))
+	c.compactBytes = 1
+	mustCommit(t, c, 23)
 	crashed := fsys.Crash(vfs.CrashOptions{})
 	if fileExists(fsys, finPath) || fileExists(crashed, finPath) {
-		t.Fatal(".finished still exists (or comes back after a power loss) once a Commit left no range and no count")
+		t.Fatal(".finished past the compaction size still exists (or comes back after a power loss) once a Commit left no range and no count")
 	}
+	c.compactBytes = FinishedCompactBytes
 
 	// ClearFinished forgets every count; contract.SeekCheckpoint clears.
 	mustDeliver(t, c, dc(30, 2))

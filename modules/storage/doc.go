@@ -419,7 +419,9 @@
 // offsets it finishes. Commit(next) forgets the ranges and counts below
 // next in memory only; the file's stale ones are ignored when it is read.
 // A Commit that leaves neither a range nor a count removes the file
-// (remove, directory fsync); a file past FinishedCompactBytes (1 MiB)
+// (remove, directory fsync) once it is past FinishedCompactBytes; under it
+// the file stays, all stale, so that a reader that keeps up does not
+// create and remove it for every message; a file past FinishedCompactBytes (1 MiB)
 // whose live ranges and counts encode to under a quarter of it is
 // rewritten with them (tmp, fsync, rename, directory fsync), and so is one
 // whose last write failed (its state is then unknown), before the next

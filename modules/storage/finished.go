@@ -22,8 +22,11 @@ import (
 //	                    checkpoints directory) → claim them in memory
 //	Commit(next)        the 8-byte checkpoint as before, then forget the
 //	                    ranges below next (memory only: the file's stale
-//	                    ranges are ignored when read); none left → remove the
-//	                    file durably; file over FinishedCompactBytes and live
+//	                    ranges are ignored when read); none left and the file
+//	                    over FinishedCompactBytes → remove it durably (under
+//	                    it the file stays: a reader that keeps up does not
+//	                    create and remove it per message); file over
+//	                    FinishedCompactBytes and live
 //	                    ranges under a quarter of it → rewrite it (tmp, fsync,
 //	                    rename, directory fsync). A Commit that moves the
 //	                    offset back first rewrites the file to the live
@@ -254,7 +257,8 @@ func (c *Checkpoint) ClearFinished() error {
 }
 
 // afterCommit forgets the ranges and delivery counts below c.offset, just
-// committed, and removes the file when neither is left, or compacts it.
+// committed, and removes the file when neither is left and it is past
+// c.compactBytes (or its state is not known), or compacts it.
 // The commit is already durable, so a failure here is logged, not
 // returned: the file then holds stale ranges and counts, which are ignored
 // when read, and the next RecordFinished or RecordDeliveries rewrites it.
@@ -262,7 +266,12 @@ func (c *Checkpoint) afterCommit() {
 	c.fin = trimRanges(c.fin, c.offset)
 	c.dlv = trimDeliveries(c.dlv, c.offset)
 	if len(c.fin) == 0 && len(c.dlv) == 0 {
-		if c.finExists || c.finBroken {
+		// Nothing live: every record in the file is stale (below the
+		// offset: ignored when read, dropped by a rewrite). The file is
+		// kept until it passes c.compactBytes, so that a reader that
+		// keeps up does not create and remove it, with a directory fsync
+		// each, for every message it finishes past a gap.
+		if c.finBroken || c.finExists && c.finSize > c.compactBytes {
 			if err := c.removeFinished(); err != nil {
 				c.log.Warn("remove finished offsets after commit", zap.String("file", c.finishedPath()), zap.Error(err))
 			}

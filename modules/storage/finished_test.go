@@ -129,8 +129,9 @@ func wantAppendedRecords(t *testing.T, fsys *vfs.MemFS, syncsBefore, size int64,
 // TestFinishedRoundTrip: recorded ranges are merged (adjacent and
 // overlapping ones), survive a reopen and a power loss once
 // RecordFinished returned, are trimmed by Commit (a straddling range cut,
-// stale ranges in the file ignored on reopen), and the file is removed
-// durably once a Commit leaves none.
+// stale ranges in the file ignored on reopen); once a Commit leaves none
+// the file stays while it is under the compaction size (nothing live comes
+// back on a reopen) and is removed durably once past it.
 func TestFinishedRoundTrip(t *testing.T) {
 	fsys := finFS(t)
 	c := openFin(t, fsys, 1000)
@@ -171,12 +172,24 @@ func TestFinishedRoundTrip(t *testing.T) {
 	mustCommit(t, c, 21)
 	wantFinished(t, c, nil, "Commit(21)")
 	crashed = fsys.Crash(vfs.CrashOptions{})
-	if fileExists(fsys, finPath) || fileExists(crashed, finPath) {
-		t.Fatal(".finished still exists (or comes back after a power loss) once a Commit left no range")
+	if !fileExists(fsys, finPath) {
+		t.Fatal(".finished removed while under the compaction size: the next record would create it again")
 	}
 	c4 := openFin(t, crashed, 1000)
 	if c4.Offset() != 21 || len(c4.Finished()) != 0 {
-		t.Fatalf("after removal: offset %d, finished %v; want 21, none", c4.Offset(), c4.Finished())
+		t.Fatalf("after a power loss: offset %d, finished %v; want 21, none (the stale records ignored)", c4.Offset(), c4.Finished())
+	}
+	// Past the compaction size, a commit that leaves nothing live removes
+	// it durably.
+	mustRecord(t, c, rs(30, 31))
+	c.compactBytes = 1
+	mustCommit(t, c, 31)
+	if fileExists(fsys, finPath) || fileExists(fsys.Crash(vfs.CrashOptions{}), finPath) {
+		t.Fatal(".finished past the compaction size still exists (or comes back after a power loss) once a Commit left no range")
+	}
+	c5 := openFin(t, fsys.Crash(vfs.CrashOptions{}), 1000)
+	if c5.Offset() != 31 || len(c5.Finished()) != 0 {
+		t.Fatalf("after removal: offset %d, finished %v; want 31, none", c5.Offset(), c5.Finished())
 	}
 }
 
