@@ -151,6 +151,7 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 	m.mu.Lock()
 	delete(m.paused, name)
 	delete(m.limiters, name)
+	delete(m.breakers, name)
 	m.mu.Unlock()
 	m.log.Info("dispatcher removed", zap.String("dispatcher", name))
 	return d, nil

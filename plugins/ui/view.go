@@ -58,12 +58,16 @@ type overviewData struct {
 type dispatcherView struct {
 	Name, Host, Patterns, Source, DeadLetter string
 	// Rate is its rate limit in a few words ("" when off).
-	Rate     string
-	Paused   bool
-	Rows     []dispatcherRow
-	More     int
-	Spark    string // polyline points, "" before the first sample
-	SparkMax int64
+	Rate string
+	// Breaker is its circuit breaker's state in a few words ("" when
+	// off); BreakerOpen says it is not closed.
+	Breaker     string
+	BreakerOpen bool
+	Paused      bool
+	Rows        []dispatcherRow
+	More        int
+	Spark       string // polyline points, "" before the first sample
+	SparkMax    int64
 }
 
 // dispatcherRow is one (dispatcher, topic) row.
@@ -164,6 +168,12 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			DeadLetter: st.DeadLetterTopic, Paused: st.Paused}
 		if rl := st.RateLimit; rl != nil {
 			v.Rate = fmt.Sprintf("at most %s/s, burst %d, %d waiting", strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
+		}
+		if br := st.Breaker; br != nil {
+			v.Breaker, v.BreakerOpen = "breaker "+string(br.State), br.State != "closed"
+			if br.NextProbe != nil {
+				v.Breaker += ", probe in " + age(max(0, br.NextProbe.Sub(c.now)))
+			}
 		}
 		for _, t := range st.Topics {
 			if !may(t.Topic) {
