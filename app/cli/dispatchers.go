@@ -66,7 +66,7 @@ input), as the JSON body of the admin API:
    "dead-letter":"dead-letter.billing","expired":"skip","ack-mode":"body","max-abnormal-attempts":0,
    "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
    "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":8,"ordering":"key","max-unacked":100000,
-   "rate-limit":50,"rate-burst":100,"breaker-failures":5,"breaker-cooloff":"1s","batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
+   "rate-limit":50,"rate-burst":100,"breaker-failures":5,"breaker-cooloff":"1s","pause-after":"24h","batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
 Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets
 and header values are never shown back: a secret as whsec_` + "\u2026" + `(redacted, fingerprint ...),
 a header value as (redacted); sent back as shown (update, or a file made from
@@ -124,7 +124,7 @@ func dispatchersGet(r *remote, args []string) int {
 			if st.Paused {
 				why = "paused, or " + why
 			}
-			return dispatcherBlock(st.Listed) + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + "\ntopics: none shown (" + why + ")\n"
+			return dispatcherBlock(st.Listed) + pauseBlock(st) + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + "\ntopics: none shown (" + why + ")\n"
 		}
 		rows := make([][]string, 0, len(st.Topics))
 		for _, t := range st.Topics {
@@ -135,7 +135,7 @@ func dispatchersGet(r *remote, args []string) int {
 			rows = append(rows, []string{t.Topic, num(t.Committed), num(t.HighWatermark), num(t.Lag), t.State,
 				num(t.Attempt), num(t.Delivered), num(t.Exhausted), num(t.DeadLettered), age, when(t.NextRetry), orDash(t.LastError)})
 		}
-		out := dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
+		out := dispatcherBlock(st.Listed) + pauseBlock(st) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
 			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
 		return out + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + keysBlock(st.Topics)
 	})
@@ -166,6 +166,7 @@ func dispatcherBlock(d admin.Listed) string {
 		{"max-in-flight", num(d.MaxInFlight)}, {"ordering", orderingText(d.Settings)}, {"batch", batchText(d.Batch)},
 		{"rate-limit", rateText(d.Settings)},
 		{"breaker", breakerText(d.Settings)},
+		{"pause-after", pauseAfterText(d.Settings)},
 	})
 }
 
@@ -189,6 +190,30 @@ func rateBlock(rl *admin.RateLimitStatus) string {
 	}
 	return fmt.Sprintf("\nrate limit: %s messages/s, burst %d: %d topics waiting for tokens\n",
 		strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
+}
+
+// pauseAfterText describes a pause-after setting.
+func pauseAfterText(s dispatcher.Settings) string {
+	if s.PauseAfter <= 0 {
+		return "off"
+	}
+	return time.Duration(s.PauseAfter).String() + " of failures without a success"
+}
+
+// pauseBlock says who paused the dispatcher and when; "" when it is not
+// paused.
+func pauseBlock(st admin.Status) string {
+	if !st.Paused || st.PauseReason == "" {
+		return ""
+	}
+	out := "paused by: " + string(st.PauseReason)
+	if st.PauseReason == dispatcher.PauseAuto {
+		out += " (pause-after: its endpoint kept failing; resume it to deliver again)"
+	}
+	if st.PausedAt != nil {
+		out += ", at " + st.PausedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return out + "\n"
 }
 
 // breakerText describes a circuit breaker setting in a few words.

@@ -230,7 +230,11 @@ type Status struct {
 	DeadLetterTopic string           `json:"deadLetterTopic"`
 	RateLimit       *RateLimitStatus `json:"rateLimit,omitempty"`
 	Breaker         *BreakerStatus   `json:"breaker,omitempty"`
-	Topics          []TopicStatus    `json:"topics"`
+	// PauseReason ("admin" or "auto": its pause-after) and PausedAt are
+	// present only while the dispatcher is paused.
+	PauseReason dispatcher.PauseReason `json:"pauseReason,omitempty"`
+	PausedAt    *time.Time             `json:"pausedAt,omitempty"`
+	Topics      []TopicStatus          `json:"topics"`
 }
 
 // BreakerStatus is a dispatcher's circuit breaker on this node (present
@@ -313,6 +317,12 @@ func (a *Admin) Status(name string) (Status, error) {
 	}
 	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(),
 		RateLimit: a.rateLimitStatus(d), Breaker: a.breakerStatus(d), Topics: make([]TopicStatus, 0, len(all))}
+	if info, ok := a.m.PauseInfo(name); ok {
+		st.PauseReason = info.Reason
+		if !info.At.IsZero() {
+			st.PausedAt = &info.At
+		}
+	}
 	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,

@@ -30,6 +30,7 @@ type flakyArrival struct {
 	offset int64
 	key    string
 	up     bool
+	disp   string
 }
 
 func (f *flaky) Send(ctx context.Context, d Delivery) (Outcome, error) {
@@ -44,7 +45,7 @@ func (f *flaky) Push(ctx context.Context, p Push) (Answer, error) {
 	up := f.up.Load()
 	f.mu.Lock()
 	for _, d := range p.Messages {
-		f.arrived = append(f.arrived, flakyArrival{at: time.Now(), topic: d.Topic, offset: d.Offset, key: d.Key, up: up})
+		f.arrived = append(f.arrived, flakyArrival{at: time.Now(), topic: d.Topic, offset: d.Offset, key: d.Key, up: up, disp: d.Dispatcher.Name()})
 	}
 	f.now++
 	if !up {

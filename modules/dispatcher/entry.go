@@ -101,6 +101,10 @@ type Settings struct {
 	// doubling after each failed probe up to the broker's backoff-max,
 	// only with BreakerFailures; 0 is the broker's backoff-initial.
 	BreakerCooloff Duration `koanf:"breaker-cooloff" json:"breaker-cooloff,omitempty"`
+	// PauseAfter pauses the dispatcher once its endpoint has answered
+	// only abnormally for this long (no ACK or NACK since its first
+	// abnormal answer); 0 is off (the default).
+	PauseAfter Duration `koanf:"pause-after" json:"pause-after,omitempty"`
 	// TLS is how HTTPS connections to the consumer are made (zero: system
 	// roots, no client certificate); only with an https host.
 	TLS TLSSettings `koanf:"tls" json:"tls,omitzero"`
@@ -259,7 +263,8 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithOrdering(s.Ordering).
 		WithMaxUnacked(s.MaxUnacked).
 		WithRateLimit(s.RateLimit, s.RateBurst).
-		WithBreaker(s.BreakerFailures, time.Duration(s.BreakerCooloff))
+		WithBreaker(s.BreakerFailures, time.Duration(s.BreakerCooloff)).
+		WithPauseAfter(time.Duration(s.PauseAfter))
 }
 
 // Settings describes d with its effective values: the default path,
@@ -301,6 +306,7 @@ func (d *Dispatcher) Settings() Settings {
 	s.RateLimit, s.RateBurst = d.dl.rateLimit, d.dl.rateBurst
 	// The cool-off as set (0: the broker's backoff-initial).
 	s.BreakerFailures, s.BreakerCooloff = d.dl.breakerFailures, Duration(d.dl.breakerCooloff)
+	s.PauseAfter = Duration(d.dl.pauseAfter)
 	s.TLS = d.TLS()
 	return s
 }

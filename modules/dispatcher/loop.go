@@ -536,6 +536,7 @@ func (w *worker) handle(r pushResult) error {
 		if w.br != nil {
 			w.br.failure(r.probe, w.breakerCounts(r), time.Now(), r.err)
 		}
+		w.noteHealth(false, time.Now())
 		return w.abnormalAnswer(r)
 	}
 	// A normal answer, even if ctx ended meanwhile: the consumer has
@@ -543,6 +544,7 @@ func (w *worker) handle(r pushResult) error {
 	if w.br != nil {
 		w.br.success()
 	}
+	w.noteHealth(true, time.Time{})
 	w.bo.Reset()
 	if w.backingOff.Swap(false) {
 		w.log.Info("consumer answers again", zap.Int64("offset", r.ms[0].e.Offset), zap.Int("attempt", r.ms[0].attempts))

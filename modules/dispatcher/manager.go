@@ -296,6 +296,9 @@ type Manager struct {
 	held        map[string]bool         // dispatchers being changed (live.go): no worker starts
 	limiters    map[string]*rateLimiter // by dispatcher: its rate limit's bucket, shared by its workers (ratelimit.go)
 	breakers    map[string]*breaker     // by dispatcher: its circuit breaker, shared by its workers (breaker.go)
+	health      map[string]*health      // by dispatcher with pause-after: failing since when (autopause.go)
+	pauseInfo   map[string]PauseInfo    // by paused dispatcher: why and since when
+	pauseHook   func(name string, info PauseInfo)
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
@@ -331,6 +334,9 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 
 		limiters: make(map[string]*rateLimiter),
 		breakers: make(map[string]*breaker),
+		health:   make(map[string]*health),
+
+		pauseInfo: make(map[string]PauseInfo),
 	}
 }
 
@@ -475,6 +481,7 @@ func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 		w.batch.MaxMessages = w.rl.burst // a push never takes more tokens than the bucket holds
 	}
 	w.br = m.breakerLocked(d)
+	w.hl = m.healthLocked(d)
 	if w.br != nil {
 		_, w.brClosings = w.br.wait()
 	}

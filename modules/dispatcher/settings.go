@@ -140,6 +140,7 @@ type delivery struct {
 	// broker's BackoffInitial).
 	breakerFailures int
 	breakerCooloff  time.Duration
+	pauseAfter      time.Duration // 0: never paused automatically
 	deadLetterSet   bool          // WithDeadLetter was called
 	expired         ExpiredAction // "": ExpiredSkip
 	tls             clientTLS
@@ -367,6 +368,21 @@ func (d *Dispatcher) BreakerFailures() int { return d.dl.breakerFailures }
 // broker's backoff-initial.
 func (d *Dispatcher) BreakerCooloff() time.Duration { return d.dl.breakerCooloff }
 
+// WithPauseAfter returns a copy of d that pauses itself once its endpoint
+// has failed without a single success for after: no ACK or NACK since its
+// first abnormal answer (autopause.go). after 0 turns it off (the
+// default). The pause is the admin API's pause, with reason "auto";
+// Validate refuses a negative after.
+func (d *Dispatcher) WithPauseAfter(after time.Duration) *Dispatcher {
+	c := *d
+	c.dl.pauseAfter = after
+	return &c
+}
+
+// PauseAfter is how long the endpoint may fail before the dispatcher
+// pauses itself, 0 when never.
+func (d *Dispatcher) PauseAfter() time.Duration { return d.dl.pauseAfter }
+
 // reservedHeader reports whether name (any case) is one the broker sets,
 // or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
@@ -481,6 +497,9 @@ func (d *Dispatcher) validateDelivery() []error {
 		bad("breaker-cooloff", "must not be negative (0 = the broker's backoff-initial); got %v", c)
 	} else if c != 0 && d.dl.breakerFailures == 0 {
 		bad("breaker-cooloff", "needs breaker-failures (the breaker is off without it)")
+	}
+	if d.dl.pauseAfter < 0 {
+		bad("pause-after", "must not be negative (0 = never paused automatically); got %v", d.dl.pauseAfter)
 	}
 	seenSecret := map[string]bool{}
 	for i, s := range d.dl.secrets {

@@ -107,6 +107,8 @@ type worker struct {
 	br                  *breaker
 	brClosings          uint64
 	probeClaim, probing bool
+	// hl is the dispatcher's auto-pause state (nil: pause-after off).
+	hl *health
 	// deferred holds, under OrderNone, the NACKed messages that asked to
 	// be sent again later ("retryAfter"), by due time.
 	deferred parkHeap

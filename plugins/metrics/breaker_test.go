@@ -20,7 +20,9 @@ import (
 
 // TestBreakerSeries: a dispatcher with breaker-failures shows its
 // breaker's state (1 once a dead consumer opened it), openings and
-// probes, labelled by dispatcher only; one without shows none of them.
+// probes, labelled by dispatcher only; one without shows none of them. A
+// dispatcher with pause-after that paused itself shows
+// mmmq_dispatch_paused{reason="auto"} 1; the others none.
 func TestBreakerSeries(t *testing.T) {
 	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
 	defer reg.Close()
@@ -33,7 +35,8 @@ func TestBreakerSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	set, err := dispatcher.SetOf(dispatcher.New("guarded", host, dispatcher.MustPattern("t.*")).WithBreaker(2, time.Hour),
-		dispatcher.New("plain", host, dispatcher.MustPattern("t.*")))
+		dispatcher.New("plain", host, dispatcher.MustPattern("t.*")),
+		dispatcher.New("quitter", host, dispatcher.MustPattern("t.*")).WithPauseAfter(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +64,11 @@ func TestBreakerSeries(t *testing.T) {
 	var s string
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		s = scrape()
-		if strings.Contains(s, `mmmq_dispatch_breaker_state{dispatcher="guarded"} 1`) {
+		if strings.Contains(s, `mmmq_dispatch_breaker_state{dispatcher="guarded"} 1`) && strings.Contains(s, `mmmq_dispatch_paused{dispatcher="quitter",reason="auto"} 1`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("breaker never open:\n%s", s)
+			t.Fatalf("breaker never open, or quitter never paused itself:\n%s", s)
 		}
 	}
 	for _, want := range []string{`mmmq_dispatch_breaker_opened_total{dispatcher="guarded"} 1`,
@@ -73,6 +76,9 @@ func TestBreakerSeries(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("no %q in:\n%s", want, s)
 		}
+	}
+	if strings.Contains(s, `mmmq_dispatch_paused{dispatcher="plain"`) || strings.Contains(s, `mmmq_dispatch_paused{dispatcher="guarded"`) {
+		t.Errorf("paused series for a dispatcher delivering:\n%s", s)
 	}
 	if regexp.MustCompile(`mmmq_dispatch_breaker_\w+\{dispatcher="plain"`).MatchString(s) {
 		t.Errorf("breaker series for a dispatcher without one:\n%s", s)

@@ -63,11 +63,13 @@ type dispatcherView struct {
 	// off); BreakerOpen says it is not closed.
 	Breaker     string
 	BreakerOpen bool
-	Paused      bool
-	Rows        []dispatcherRow
-	More        int
-	Spark       string // polyline points, "" before the first sample
-	SparkMax    int64
+	// PausedBy says who paused it and when ("" when not paused).
+	PausedBy string
+	Paused   bool
+	Rows     []dispatcherRow
+	More     int
+	Spark    string // polyline points, "" before the first sample
+	SparkMax int64
 }
 
 // dispatcherRow is one (dispatcher, topic) row.
@@ -169,6 +171,12 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 		if rl := st.RateLimit; rl != nil {
 			v.Rate = fmt.Sprintf("at most %s/s, burst %d, %d waiting", strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
 		}
+		if st.Paused && st.PauseReason != "" {
+			v.PausedBy = "paused by " + string(st.PauseReason)
+			if st.PausedAt != nil {
+				v.PausedBy += ", " + age(max(0, c.now.Sub(*st.PausedAt))) + " ago"
+			}
+		}
 		if br := st.Breaker; br != nil {
 			v.Breaker, v.BreakerOpen = "breaker "+string(br.State), br.State != "closed"
 			if br.NextProbe != nil {
@@ -204,6 +212,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			state := "idle"
 			if st.Paused {
 				state = "paused"
+				if st.PauseReason == "auto" {
+					state = "paused (auto: endpoint failing)"
+				}
 			}
 			v.Rows = []dispatcherRow{{State: state, Oldest: "—"}}
 		}
