@@ -251,7 +251,9 @@ func TestBreakerOrderingKeyParkedKeyCountsOnce(t *testing.T) {
 		t.Errorf("next probe %s: want about an hour away", st.NextProbe)
 	}
 	// Open for an hour: nothing more reaches the consumer (at most the
-	// pushes in flight when it opened: max-in-flight 4).
+	// pushes in flight when it opened: max-in-flight 4; their goroutines
+	// may record their arrival a little after the opening).
+	time.Sleep(50 * time.Millisecond)
 	before, _ := f2.snapshot()
 	time.Sleep(100 * time.Millisecond)
 	after, _ := f2.snapshot()
