@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -160,5 +161,80 @@ func TestAutoPauseSurvivesRestartAndResumeDelivers(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "paused.json")); err != nil || strings.Contains(string(b), `"name"`) {
 		t.Errorf("paused.json after the resumes: %s (%v), want no record", b, err)
+	}
+}
+
+// A power loss at any file-system operation of PauseFile.Save (each
+// simulated by dropping whatever was not fsynced) leaves the old record or
+// the new one, never an error or an empty file; after Save returns, the
+// new one.
+func TestPauseFileSavePowerLoss(t *testing.T) {
+	at := time.Date(2026, 12, 4, 2, 0, 0, 0, time.UTC)
+	a := map[string]PauseRecord{"a": {Name: "a", Reason: dispatcher.PauseAdmin, At: at}}
+	b := map[string]PauseRecord{"a": {Name: "a", Reason: dispatcher.PauseAdmin, At: at}, "b": {Name: "b", Reason: dispatcher.PauseAuto, At: at}}
+	for _, tc := range []struct {
+		name     string
+		old, new map[string]PauseRecord // old nil: no file before the save
+	}{
+		{"first save", nil, a},
+		{"replace", a, b},
+		{"shrink", b, a},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			if err := mem.MkdirAll("/data"); err != nil {
+				t.Fatal(err)
+			}
+			if err := mem.SyncDir("/"); err != nil {
+				t.Fatal(err)
+			}
+			p := NewPauseFile(mem, "/data")
+			if tc.old != nil {
+				if err := p.Save(tc.old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var (
+				mu      sync.Mutex
+				crashes []*vfs.MemFS
+				ops     []string
+			)
+			mem.SetHook(func(op vfs.Op, name string) error {
+				c := mem.Crash(vfs.CrashOptions{})
+				mu.Lock()
+				crashes = append(crashes, c)
+				ops = append(ops, fmt.Sprintf("before %s %s", op, name))
+				mu.Unlock()
+				return nil
+			})
+			if err := p.Save(tc.new); err != nil {
+				t.Fatal(err)
+			}
+			mem.SetHook(nil)
+			if len(crashes) < 4 {
+				t.Fatalf("Save made %d file-system operations (%v), want at least create, write, sync, rename, syncdir", len(crashes), ops)
+			}
+			old := tc.old
+			if old == nil {
+				old = map[string]PauseRecord{}
+			}
+			check := func(c *vfs.MemFS, when string, want ...map[string]PauseRecord) {
+				t.Helper()
+				got, err := NewPauseFile(c, "/data").Load()
+				if err != nil {
+					t.Fatalf("power loss %s: Load: %v", when, err)
+				}
+				for _, w := range want {
+					if reflect.DeepEqual(got, w) {
+						return
+					}
+				}
+				t.Fatalf("power loss %s: loaded %+v, want one of %+v", when, got, want)
+			}
+			for i, c := range crashes {
+				check(c, ops[i], old, tc.new)
+			}
+			check(mem.Crash(vfs.CrashOptions{}), "after Save returned", tc.new)
+		})
 	}
 }
