@@ -44,7 +44,7 @@ are never shown: get and list show them redacted.`,
 				brief: "Delete a dispatcher created through the API.",
 				about: "Its checkpoints are kept unless --delete-checkpoints: a dispatcher created again under\nthe name then replays its topics from the start."},
 			{name: "pause", synopsis: "NAME [flags]", run: dispatchersPause(true),
-				brief: "Stop delivering (a go or config dispatcher's pause lasts until the broker restarts)."},
+				brief: "Stop delivering until resumed (every pause is kept across restarts, in paused.json)."},
 			{name: "resume", synopsis: "NAME [flags]", run: dispatchersPause(false),
 				brief: "Deliver again, from the checkpoints."},
 			{name: "seek", synopsis: "NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [flags]", run: dispatchersSeek,
@@ -66,7 +66,7 @@ input), as the JSON body of the admin API:
    "dead-letter":"dead-letter.billing","expired":"skip","ack-mode":"body","max-abnormal-attempts":0,
    "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
    "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":8,"ordering":"key","max-unacked":100000,
-   "rate-limit":50,"rate-burst":100,"batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
+   "rate-limit":50,"rate-burst":100,"breaker-failures":5,"breaker-cooloff":"1s","pause-after":"24h","batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
 Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets
 and header values are never shown back: a secret as whsec_` + "\u2026" + `(redacted, fingerprint ...),
 a header value as (redacted); sent back as shown (update, or a file made from
@@ -124,7 +124,7 @@ func dispatchersGet(r *remote, args []string) int {
 			if st.Paused {
 				why = "paused, or " + why
 			}
-			return dispatcherBlock(st.Listed) + rateBlock(st.RateLimit) + "\ntopics: none shown (" + why + ")\n"
+			return dispatcherBlock(st.Listed) + pauseBlock(st) + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + "\ntopics: none shown (" + why + ")\n"
 		}
 		rows := make([][]string, 0, len(st.Topics))
 		for _, t := range st.Topics {
@@ -135,9 +135,9 @@ func dispatchersGet(r *remote, args []string) int {
 			rows = append(rows, []string{t.Topic, num(t.Committed), num(t.HighWatermark), num(t.Lag), t.State,
 				num(t.Attempt), num(t.Delivered), num(t.Exhausted), num(t.DeadLettered), age, when(t.NextRetry), orDash(t.LastError)})
 		}
-		out := dispatcherBlock(st.Listed) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
+		out := dispatcherBlock(st.Listed) + pauseBlock(st) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
 			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
-		return out + rateBlock(st.RateLimit) + keysBlock(st.Topics)
+		return out + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + keysBlock(st.Topics)
 	})
 }
 
@@ -165,6 +165,8 @@ func dispatcherBlock(d admin.Listed) string {
 		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
 		{"max-in-flight", num(d.MaxInFlight)}, {"ordering", orderingText(d.Settings)}, {"batch", batchText(d.Batch)},
 		{"rate-limit", rateText(d.Settings)},
+		{"breaker", breakerText(d.Settings)},
+		{"pause-after", pauseAfterText(d.Settings)},
 	})
 }
 
@@ -188,6 +190,56 @@ func rateBlock(rl *admin.RateLimitStatus) string {
 	}
 	return fmt.Sprintf("\nrate limit: %s messages/s, burst %d: %d topics waiting for tokens\n",
 		strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
+}
+
+// pauseAfterText describes a pause-after setting.
+func pauseAfterText(s dispatcher.Settings) string {
+	if s.PauseAfter <= 0 {
+		return "off"
+	}
+	return time.Duration(s.PauseAfter).String() + " of failures without a success"
+}
+
+// pauseBlock says who paused the dispatcher and when; "" when it is not
+// paused.
+func pauseBlock(st admin.Status) string {
+	if !st.Paused || st.PauseReason == "" {
+		return ""
+	}
+	out := "paused by: " + string(st.PauseReason)
+	if st.PauseReason == dispatcher.PauseAuto {
+		out += " (pause-after: its endpoint kept failing; resume it to deliver again)"
+	}
+	if st.PausedAt != nil {
+		out += ", at " + st.PausedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return out + "\n"
+}
+
+// breakerText describes a circuit breaker setting in a few words.
+func breakerText(s dispatcher.Settings) string {
+	if s.BreakerFailures <= 0 {
+		return "off"
+	}
+	c := "backoff-initial"
+	if s.BreakerCooloff > 0 {
+		c = time.Duration(s.BreakerCooloff).String()
+	}
+	return fmt.Sprintf("opens after %d consecutive abnormal answers, cool-off %s doubling to backoff-max", s.BreakerFailures, c)
+}
+
+// breakerBlock is the circuit breaker's state on the broker; "" when it
+// is off.
+func breakerBlock(b *admin.BreakerStatus) string {
+	if b == nil {
+		return ""
+	}
+	out := fmt.Sprintf("\nbreaker: %s, %d consecutive failures, cool-off %s, opened %d times, %d probes", b.State, b.Failures,
+		time.Duration(b.CooloffSeconds*float64(time.Second)).Round(time.Millisecond), b.Opened, b.Probes)
+	if b.NextProbe != nil {
+		out += ", next probe " + b.NextProbe.UTC().Format(time.RFC3339Nano)
+	}
+	return out + "\n"
 }
 
 // batchText describes a batch setting in a few words.

@@ -44,6 +44,9 @@ type specFlags struct {
 	maxUnacked   int
 	rateLimit    float64
 	rateBurst    int
+	brFailures   int
+	brCooloff    time.Duration
+	pauseAfter   time.Duration
 	batchMsgs    int
 	batchBytes   int64
 	batchMaxWait time.Duration
@@ -107,6 +110,9 @@ func (f *specFlags) addDeliveryFlags() {
 	fs.IntVar(&f.maxUnacked, "max-unacked", 0, "with --ordering key: the most messages past the checkpoint, 1..100000000 (default 1000000)")
 	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "push at most this many messages per second, summed over the dispatcher's topics on this node, 0..1000000 (default 0: off; 0.5 is one every 2s)")
 	fs.IntVar(&f.rateBurst, "rate-burst", 0, "with --rate-limit: the token bucket's size in messages, also the most per batch, 1..1000000 (default max(1, ceil(rate-limit)))")
+	fs.IntVar(&f.brFailures, "breaker-failures", 0, "open the circuit breaker after this many consecutive abnormal answers over the dispatcher's topics on this node: no push to the host for a cool-off, then one probe, 0..1000000 (default 0: off)")
+	fs.DurationVar(&f.brCooloff, "breaker-cooloff", 0, "with --breaker-failures: the first cool-off before the probe, doubling after each failed probe up to the broker's backoff-max (default 0: the broker's backoff-initial)")
+	fs.DurationVar(&f.pauseAfter, "pause-after", 0, "pause the dispatcher once its endpoint has failed this long without a single ACK or NACK (default 0: never); resume it to deliver again")
 	fs.IntVar(&f.batchMsgs, "batch-max-messages", 0, "send up to this many messages per push, as a JSON array (default 0: one per push)")
 	fs.Int64Var(&f.batchBytes, "batch-max-bytes", 0, "with batches: at most this many stored-message bytes per push (default 1048576)")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "with batches: wait this long for a batch to fill (default 0: send at once)")
@@ -115,7 +121,7 @@ func (f *specFlags) addDeliveryFlags() {
 // specFlagNames are the flags that are a field of the dispatcher.
 var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused",
 	"dead-letter", "expired", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
-	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
+	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "breaker-failures", "breaker-cooloff", "pause-after", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
 
 // given returns the dispatcher flags set on the command line.
 func (f *specFlags) given() []string {
@@ -195,6 +201,12 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 		s.RateLimit = f.rateLimit
 	case "rate-burst":
 		s.RateBurst = f.rateBurst
+	case "breaker-failures":
+		s.BreakerFailures = f.brFailures
+	case "breaker-cooloff":
+		s.BreakerCooloff = dispatcher.Duration(f.brCooloff)
+	case "pause-after":
+		s.PauseAfter = dispatcher.Duration(f.pauseAfter)
 	case "batch-max-messages":
 		batch().MaxMessages = f.batchMsgs
 	case "batch-max-bytes":

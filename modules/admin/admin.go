@@ -9,8 +9,11 @@
 // Dispatchers declared in Go code ("go") or in the configuration file
 // ("config") are listed and may be paused, resumed, sought and redriven,
 // but not replaced or deleted (409 READ_ONLY); only "api" dispatchers are.
-// A pause of a go or config dispatcher lasts until the broker restarts; an
-// api dispatcher's pause is stored with it.
+// Every pause (through the API, the CLI, the status page, or a
+// dispatcher's own pause-after) is recorded in paused.json in the data
+// root (pauses.go), so that it survives a restart whatever declared the
+// dispatcher; an api dispatcher's pause is stored with it in
+// dispatchers.json too. A resume removes the record.
 package admin
 
 import (
@@ -20,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -44,6 +48,11 @@ type Options struct {
 	// may not take a group's name); nil: none does.
 	GroupTaken func(name string) bool
 	Logger     *zap.Logger
+	// Pauses keeps every paused dispatcher (paused.json, pauses.go), so
+	// that the pause of a dispatcher declared in the configuration or in
+	// Go survives a restart too; nil: only api dispatchers' pauses are
+	// kept (in the SpecStore).
+	Pauses *PauseFile
 }
 
 // Admin applies the admin API's changes to the running dispatchers and
@@ -65,6 +74,8 @@ type Admin struct {
 	// as it was created or replaced: a Dispatcher holds parsed secrets,
 	// which never give their key back, and dispatchers.json must keep them.
 	secrets map[string][]string
+	// pauseRecs is what paused.json holds (nil until RestorePauses).
+	pauseRecs map[string]PauseRecord
 }
 
 // New returns an Admin over the dispatchers of m (whose set is set),
@@ -73,7 +84,85 @@ func New(m *dispatcher.Manager, set *dispatcher.Set, store SpecStore, opts Optio
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger, secrets: map[string][]string{}}
+	a := &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger, secrets: map[string][]string{}}
+	if opts.Pauses != nil {
+		m.SetPauseHook(a.autoPaused)
+	}
+	return a
+}
+
+// RestorePauses reads paused.json and pauses every dispatcher of the set
+// it names with its recorded reason and time; the api dispatchers it
+// names are paused by Start as they are loaded. Call it before the
+// dispatcher manager starts (Module does, when the graph is built), so
+// that a paused dispatcher never delivers before its pause applies. An
+// unreadable file is an error. Without Options.Pauses it does nothing.
+func (a *Admin) RestorePauses() error {
+	if a.opts.Pauses == nil {
+		return nil
+	}
+	recs, err := a.opts.Pauses.Load()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pauseRecs = recs
+	for name, r := range recs {
+		if _, ok := a.set.Get(name); !ok {
+			continue // an api dispatcher (Start), or one no longer declared
+		}
+		if err := a.m.PauseAs(name, r.Reason, r.At); err != nil {
+			return err
+		}
+	}
+	if len(recs) > 0 {
+		a.log.Info("paused dispatchers restored", zap.String("file", a.opts.Pauses.Path()), zap.Int("dispatchers", len(recs)))
+	}
+	return nil
+}
+
+// recordPause stores in paused.json that name is paused (rec non-nil) or
+// not (a.mu held). Without Options.Pauses it does nothing.
+func (a *Admin) recordPause(name string, rec *PauseRecord) error {
+	if a.opts.Pauses == nil {
+		return nil
+	}
+	if a.pauseRecs == nil {
+		a.pauseRecs = map[string]PauseRecord{}
+	}
+	old, had := a.pauseRecs[name]
+	if rec == nil && !had {
+		return nil
+	}
+	if rec != nil {
+		a.pauseRecs[name] = *rec
+	} else {
+		delete(a.pauseRecs, name)
+	}
+	if err := a.opts.Pauses.Save(a.pauseRecs); err != nil {
+		if had {
+			a.pauseRecs[name] = old
+		} else {
+			delete(a.pauseRecs, name)
+		}
+		return err
+	}
+	return nil
+}
+
+// autoPaused is the dispatcher manager's pause hook: a dispatcher paused
+// itself (pause-after); the pause is stored and audited.
+func (a *Admin) autoPaused(name string, info dispatcher.PauseInfo) {
+	a.mu.Lock()
+	err := a.recordPause(name, &PauseRecord{Name: name, Reason: info.Reason, At: info.At})
+	a.mu.Unlock()
+	audit := contract.AuditLogger(a.log)
+	if err != nil {
+		audit.Error("dispatcher paused automatically; the pause is not stored and ends at a restart", zap.String("dispatcher", name), zap.Error(err))
+		return
+	}
+	audit.Info("dispatcher paused automatically", zap.String("dispatcher", name), zap.String("reason", string(info.Reason)), zap.Time("at", info.At))
 }
 
 // Start loads dispatchers.json and starts its dispatchers (paused ones
@@ -81,6 +170,14 @@ func New(m *dispatcher.Manager, set *dispatcher.Set, store SpecStore, opts Optio
 // or a name already declared in Go or the configuration, is an error
 // naming the file: the broker refuses to start rather than drop them.
 func (a *Admin) Start() error {
+	a.mu.Lock()
+	restored := a.pauseRecs != nil
+	a.mu.Unlock()
+	if !restored {
+		if err := a.RestorePauses(); err != nil {
+			return err
+		}
+	}
 	specs, err := a.store.Load()
 	if err != nil {
 		return err
@@ -104,8 +201,16 @@ func (a *Admin) Start() error {
 		}
 		// Restored, not created: its start was decided when it was
 		// created; a paused one never delivers before the pause applies.
-		if err := a.m.Restore(d, s.Paused); err != nil {
+		a.mu.Lock()
+		rec, recorded := a.pauseRecs[d.Name()]
+		a.mu.Unlock()
+		if err := a.m.Restore(d, s.Paused || recorded); err != nil {
 			return fmt.Errorf("%s: dispatchers[%d]: %w", a.store.Path(), i, err)
+		}
+		if recorded {
+			if err := a.m.PauseAs(d.Name(), rec.Reason, rec.At); err != nil {
+				return err
+			}
 		}
 		a.secrets[d.Name()] = s.SigningSecrets
 	}
@@ -183,6 +288,7 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 		return Listed{}, err
 	}
 	a.secrets[d.Name()] = stored.SigningSecrets
+	a.syncPauseRecord(d.Name(), s.Paused) // a record left by an earlier dispatcher of this name must not pause it
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
 }
 
@@ -224,7 +330,21 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 	}
 	a.secrets[name] = stored.SigningSecrets
 	a.setPaused(name, s.Paused)
+	a.syncPauseRecord(name, s.Paused)
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
+}
+
+// syncPauseRecord makes paused.json agree with an api dispatcher just
+// created or replaced (a.mu held): paused as the manager has it, else no
+// record. dispatchers.json already holds the pause; a failure is logged.
+func (a *Admin) syncPauseRecord(name string, paused bool) {
+	var rec *PauseRecord
+	if info, ok := a.m.PauseInfo(name); ok && paused {
+		rec = &PauseRecord{Name: name, Reason: info.Reason, At: info.At}
+	}
+	if err := a.recordPause(name, rec); err != nil {
+		a.log.Warn("the pause record does not follow an api dispatcher's change (dispatchers.json does)", zap.String("dispatcher", name), zap.Error(err))
+	}
 }
 
 // Delete removes the api dispatcher name: stored, then stopped. Its
@@ -242,6 +362,9 @@ func (a *Admin) Delete(name string, deleteCheckpoints bool) error {
 		return err
 	}
 	delete(a.secrets, name)
+	if err := a.recordPause(name, nil); err != nil {
+		a.log.Warn("a deleted dispatcher's pause stays recorded", zap.String("dispatcher", name), zap.Error(err))
+	}
 	if deleteCheckpoints {
 		return a.m.DeleteCheckpoints(name)
 	}
@@ -263,7 +386,21 @@ func (a *Admin) SetPaused(name string, paused bool) (Listed, error) {
 			return Listed{}, err
 		}
 	}
-	a.setPaused(name, paused)
+	var rec *PauseRecord
+	if paused {
+		rec = &PauseRecord{Name: name, Reason: dispatcher.PauseAdmin, At: time.Now()}
+		if info, already := a.m.PauseInfo(name); already {
+			rec.Reason, rec.At = info.Reason, info.At // paused before: kept as it was
+		}
+	}
+	if err := a.recordPause(name, rec); err != nil {
+		return Listed{}, err
+	}
+	if rec != nil {
+		_ = a.m.PauseAs(name, rec.Reason, rec.At) // the time the record holds
+	} else {
+		a.setPaused(name, false)
+	}
 	return Listed{Spec: specOf(d, paused), Source: d.Origin()}, nil
 }
 

@@ -35,12 +35,21 @@ type Params struct {
 	// Groups, when present, reserve their names: a dispatcher may not take
 	// the name of a consumer group in use.
 	Groups *groups.Coordinator `optional:"true"`
+	// Pauses is paused.json (NewPauseFileFromConfig).
+	Pauses *PauseFile `optional:"true"`
 }
 
 // NewStoreFromConfig is the Store of <mmmq.broker.storage.root-dir>/dispatchers.json
 // on the graph's filesystem. Crash tests decorate it (Store.BeforeRename).
 func NewStoreFromConfig(st topicqueue.StorageConfig, fsys vfs.FS) *Store {
 	return NewStore(fsys, st.RootDir)
+}
+
+// NewPauseFileFromConfig is the PauseFile of
+// <mmmq.broker.storage.root-dir>/paused.json on the graph's filesystem:
+// each node's own, also on a backend shared by several nodes.
+func NewPauseFileFromConfig(st topicqueue.StorageConfig, fsys vfs.FS) *PauseFile {
+	return NewPauseFile(fsys, st.RootDir)
 }
 
 // NewSpecStore is where the api dispatchers are kept: the storage
@@ -56,7 +65,7 @@ func NewSpecStore(file *Store, reg *topicqueue.Registry) (SpecStore, error) {
 // NewFromConfig builds the Admin from mmmq.broker.dispatch (defaults of
 // new dispatchers) and mmmq.admin.
 func NewFromConfig(p Params) *Admin {
-	opts := Options{Defaults: p.Dispatch, AllowedHosts: slices.Clone(p.Admin.AllowedHosts), Self: p.Self, Logger: p.Logger.Named("admin")}
+	opts := Options{Defaults: p.Dispatch, AllowedHosts: slices.Clone(p.Admin.AllowedHosts), Self: p.Self, Logger: p.Logger.Named("admin"), Pauses: p.Pauses}
 	if c := p.Groups; c != nil {
 		reg := p.Registry
 		opts.GroupTaken = func(name string) bool {
@@ -79,8 +88,12 @@ func NewFromConfig(p Params) *Admin {
 // after dispatcher.Module).
 var Module = fx.Module("admin",
 	config.ProvideSection(ConfigSection),
-	fx.Provide(NewStoreFromConfig, NewFromConfig, NewSpecStore),
+	fx.Provide(NewStoreFromConfig, NewFromConfig, NewSpecStore, NewPauseFileFromConfig),
 	contract.ProvideRoute(NewRoute),
+	// When the graph is built, before the dispatcher manager starts: a
+	// paused dispatcher declared in the configuration or in Go never
+	// delivers before its recorded pause applies.
+	fx.Invoke(func(a *Admin) error { return a.RestorePauses() }),
 	fx.Invoke(registerLifecycle),
 )
 

@@ -222,13 +222,51 @@ func keyStatus(ws dispatcher.WorkerStatus) *KeyStatus {
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
-// topic ("" when dead letters are off), its rate limit when on and, per
+// topic ("" when dead letters are off), its rate limit and circuit
+// breaker when on and, per
 // topic it delivers, its progress.
 type Status struct {
 	Listed
 	DeadLetterTopic string           `json:"deadLetterTopic"`
 	RateLimit       *RateLimitStatus `json:"rateLimit,omitempty"`
-	Topics          []TopicStatus    `json:"topics"`
+	Breaker         *BreakerStatus   `json:"breaker,omitempty"`
+	// PauseReason ("admin" or "auto": its pause-after) and PausedAt are
+	// present only while the dispatcher is paused.
+	PauseReason dispatcher.PauseReason `json:"pauseReason,omitempty"`
+	PausedAt    *time.Time             `json:"pausedAt,omitempty"`
+	Topics      []TopicStatus          `json:"topics"`
+}
+
+// BreakerStatus is a dispatcher's circuit breaker on this node (present
+// only with breaker-failures): state "closed", "open" or "half-open";
+// failures, the consecutive abnormal answers counted while closed;
+// cooloffSeconds, the cool-off of the current or last opening; nextProbe,
+// when the probe push may go (open only); opened and probes, the openings
+// and probe pushes since the broker started.
+type BreakerStatus struct {
+	State          dispatcher.BreakerState `json:"state"`
+	Failures       int                     `json:"failures"`
+	CooloffSeconds float64                 `json:"cooloffSeconds"`
+	NextProbe      *time.Time              `json:"nextProbe,omitempty"`
+	Opened         uint64                  `json:"opened"`
+	Probes         uint64                  `json:"probes"`
+}
+
+// breakerStatus is d's circuit breaker, nil when off. A breaker no worker
+// has used yet (no topic matched) is closed.
+func (a *Admin) breakerStatus(d *dispatcher.Dispatcher) *BreakerStatus {
+	if d.BreakerFailures() <= 0 {
+		return nil
+	}
+	bs, on := a.m.BreakerStatus(d.Name())
+	if !on {
+		return &BreakerStatus{State: dispatcher.BreakerClosed}
+	}
+	st := &BreakerStatus{State: bs.State, Failures: bs.Failures, CooloffSeconds: bs.Cooloff.Seconds(), Opened: bs.Opened, Probes: bs.Probes}
+	if !bs.NextProbe.IsZero() {
+		st.NextProbe = &bs.NextProbe
+	}
+	return st
 }
 
 // RateLimitStatus is a dispatcher's rate limit on this node: limit
@@ -278,7 +316,13 @@ func (a *Admin) Status(name string) (Status, error) {
 		return Status{}, err
 	}
 	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(),
-		RateLimit: a.rateLimitStatus(d), Topics: make([]TopicStatus, 0, len(all))}
+		RateLimit: a.rateLimitStatus(d), Breaker: a.breakerStatus(d), Topics: make([]TopicStatus, 0, len(all))}
+	if info, ok := a.m.PauseInfo(name); ok {
+		st.PauseReason = info.Reason
+		if !info.At.IsZero() {
+			st.PausedAt = &info.At
+		}
+	}
 	now := time.Now()
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,

@@ -60,7 +60,7 @@ const RedactedValue = "(redacted)"
 // bad types are refused, naming the field.
 //
 // The members only answers carry (source, deadLetterTopic, rateLimit,
-// topics) are
+// breaker, pauseReason, pausedAt, topics) are
 // accepted and ignored, so that what GET showed can be sent back as is.
 func decodeSpec(body []byte) (Spec, error) {
 	var in struct {
@@ -68,6 +68,9 @@ func decodeSpec(body []byte) (Spec, error) {
 		Source          json.RawMessage `json:"source"`
 		DeadLetterTopic json.RawMessage `json:"deadLetterTopic"`
 		RateLimit       json.RawMessage `json:"rateLimit"`
+		Breaker         json.RawMessage `json:"breaker"`
+		PauseReason     json.RawMessage `json:"pauseReason"`
+		PausedAt        json.RawMessage `json:"pausedAt"`
 		Topics          json.RawMessage `json:"topics"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

@@ -40,6 +40,9 @@ func ValidateTopic(name string) error {
 	if name == DispatchersFile || name == DispatchersFile+".tmp" {
 		return fmt.Errorf("topic name %s is reserved: the data root keeps the dispatchers created through the admin API in %s, beside the topics' directories", quote(name), DispatchersFile)
 	}
+	if name == PausedFile || name == PausedFile+".tmp" {
+		return fmt.Errorf("topic name %s is reserved: the data root keeps the paused dispatchers in %s, beside the topics' directories", quote(name), PausedFile)
+	}
 	return nil
 }
 
@@ -49,6 +52,13 @@ func ValidateTopic(name string) error {
 // directories share that root, so ValidateTopic refuses both names as
 // topic names, on every backend (one rule above the seam).
 const DispatchersFile = "dispatchers.json"
+
+// PausedFile is the file, in the data root, that records every paused
+// dispatcher (declared in the configuration, in Go or through the admin
+// API) with the reason and time of its pause, so that a pause survives a
+// restart (written through PausedFile+".tmp"); reserved as a topic name
+// as DispatchersFile is.
+const PausedFile = "paused.json"
 
 func quote(s string) string {
 	if len(s) > 64 {

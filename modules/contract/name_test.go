@@ -26,6 +26,8 @@ func TestValidateName(t *testing.T) {
 		strings.Repeat("a", 250): "250 bytes, the maximum is 249",
 		"dispatchers.json":       "is reserved",
 		"dispatchers.json.tmp":   "is reserved",
+		"paused.json":            "is reserved",
+		"paused.json.tmp":        "is reserved",
 	}
 	for in, want := range bad {
 		err := ValidateTopic(in)

@@ -93,6 +93,18 @@ type Settings struct {
 	// messages per batch), 1..MaxRateBurst, only with RateLimit; 0 is
 	// max(1, ceil(rate-limit)).
 	RateBurst int `koanf:"rate-burst" json:"rate-burst,omitempty"`
+	// BreakerFailures opens the dispatcher's circuit breaker after this
+	// many consecutive abnormal answers across its topics on this node,
+	// 0..MaxBreakerFailures; 0 is off (the default).
+	BreakerFailures int `koanf:"breaker-failures" json:"breaker-failures,omitempty"`
+	// BreakerCooloff is the breaker's first cool-off before a probe push,
+	// doubling after each failed probe up to the broker's backoff-max,
+	// only with BreakerFailures; 0 is the broker's backoff-initial.
+	BreakerCooloff Duration `koanf:"breaker-cooloff" json:"breaker-cooloff,omitempty"`
+	// PauseAfter pauses the dispatcher once its endpoint has answered
+	// only abnormally for this long (no ACK or NACK since its first
+	// abnormal answer); 0 is off (the default).
+	PauseAfter Duration `koanf:"pause-after" json:"pause-after,omitempty"`
 	// TLS is how HTTPS connections to the consumer are made (zero: system
 	// roots, no client certificate); only with an https host.
 	TLS TLSSettings `koanf:"tls" json:"tls,omitzero"`
@@ -250,7 +262,9 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithBatch(Batch{MaxMessages: s.Batch.MaxMessages, MaxBytes: s.Batch.MaxBytes, MaxWait: time.Duration(s.Batch.MaxWait)}).
 		WithOrdering(s.Ordering).
 		WithMaxUnacked(s.MaxUnacked).
-		WithRateLimit(s.RateLimit, s.RateBurst)
+		WithRateLimit(s.RateLimit, s.RateBurst).
+		WithBreaker(s.BreakerFailures, time.Duration(s.BreakerCooloff)).
+		WithPauseAfter(time.Duration(s.PauseAfter))
 }
 
 // Settings describes d with its effective values: the default path,
@@ -290,6 +304,9 @@ func (d *Dispatcher) Settings() Settings {
 	// The burst as set (0: the default): so that changing the limit alone
 	// changes the default burst with it.
 	s.RateLimit, s.RateBurst = d.dl.rateLimit, d.dl.rateBurst
+	// The cool-off as set (0: the broker's backoff-initial).
+	s.BreakerFailures, s.BreakerCooloff = d.dl.breakerFailures, Duration(d.dl.breakerCooloff)
+	s.PauseAfter = Duration(d.dl.pauseAfter)
 	s.TLS = d.TLS()
 	return s
 }

@@ -24,7 +24,7 @@ func fullSettings() Settings {
 		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		Headers:        map[string]string{"Authorization": "Bearer x"},
 		CloudEvents:    true, MaxInFlight: 8, Ordering: OrderKey, MaxUnacked: 5000,
-		RateLimit: 12.5, RateBurst: 40,
+		RateLimit: 12.5, RateBurst: 40, BreakerFailures: 5, BreakerCooloff: Duration(2 * time.Second), PauseAfter: Duration(time.Hour),
 		// CloudEvents cannot be combined with batches: Batch is checked
 		// on its own below.
 		Batch: BatchSettings{},

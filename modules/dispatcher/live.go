@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -54,8 +55,10 @@ func (m *Manager) add(d *Dispatcher, paused, fresh bool) error {
 	m.mu.Lock()
 	if paused {
 		m.paused[d.name] = true
+		m.pauseInfo[d.name] = PauseInfo{Reason: PauseAdmin, At: time.Now()}
 	} else {
 		delete(m.paused, d.name)
+		delete(m.pauseInfo, d.name)
 	}
 	m.mu.Unlock()
 	if fresh && d.Start() == StartLatest {
@@ -151,6 +154,9 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 	m.mu.Lock()
 	delete(m.paused, name)
 	delete(m.limiters, name)
+	delete(m.breakers, name)
+	delete(m.health, name)
+	delete(m.pauseInfo, name)
 	m.mu.Unlock()
 	m.log.Info("dispatcher removed", zap.String("dispatcher", name))
 	return d, nil
@@ -167,6 +173,9 @@ func (m *Manager) Pause(name string) error {
 		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
 	m.mu.Lock()
+	if !m.paused[name] {
+		m.pauseInfo[name] = PauseInfo{Reason: PauseAdmin, At: time.Now()}
+	}
 	m.paused[name] = true
 	m.mu.Unlock()
 	m.stopWorkers(func(k workerKey) bool { return k.dispatcher == name })
@@ -185,6 +194,8 @@ func (m *Manager) Resume(name string) error {
 	}
 	m.mu.Lock()
 	delete(m.paused, name)
+	delete(m.pauseInfo, name)
+	delete(m.health, name) // the failing time counts again from the next abnormal answer
 	m.mu.Unlock()
 	// A topic without a checkpoint now was created while d was paused
 	// (a "latest" dispatcher's others were marked when it was created):

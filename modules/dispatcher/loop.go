@@ -60,9 +60,10 @@ type msg struct {
 
 // pushResult is the answer to one push.
 type pushResult struct {
-	ms  []*msg
-	ans Answer
-	err error
+	ms    []*msg
+	ans   Answer
+	err   error
+	probe bool // the circuit breaker's probe (breaker.go)
 }
 
 // loop delivers until ctx is done (errStopped), the topic closes
@@ -78,6 +79,9 @@ func (w *worker) loop(ctx context.Context) error {
 		}
 		cancel()
 		w.drain()
+		if w.probing || w.probeClaim {
+			w.br.abandon(w) // another worker probes
+		}
 	}()
 	for {
 		if ctx.Err() != nil {
@@ -93,6 +97,12 @@ func (w *worker) loop(ctx context.Context) error {
 		}
 		if err := w.fill(); err != nil {
 			return err
+		}
+		var brChanged <-chan struct{}
+		if w.br != nil {
+			// Before launchReady looks: a change after it looked wakes
+			// the wait below at once.
+			brChanged, _ = w.br.wait()
 		}
 		parkedDue := w.unpark(time.Now())
 		wake, err := w.launchReady(sendCtx)
@@ -128,7 +138,7 @@ func (w *worker) loop(ctx context.Context) error {
 			t = time.NewTimer(time.Until(wake))
 			timer = t.C
 		}
-		err = w.wait(ctx, timer, notify, closed)
+		err = w.wait(ctx, timer, notify, closed, brChanged)
 		if t != nil {
 			t.Stop()
 		}
@@ -140,8 +150,9 @@ func (w *worker) loop(ctx context.Context) error {
 
 // wait blocks until an answer, new data (notify), the topic's close
 // (closed), the timer or the end of ctx, and handles what came.
-func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed <-chan struct{}) error {
+func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed, brChanged <-chan struct{}) error {
 	select {
+	case <-brChanged:
 	case <-ctx.Done():
 		return errStopped
 	case <-closed:
@@ -359,13 +370,31 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 
 // launchReady starts pushes of ready messages while fewer than maxInFlight
 // are outstanding and no backoff is running. It returns when to look again
-// (the end of the backoff, of a batch's MaxWait, or of a push's wait for
-// its rate-limit tokens), zero for "on the next event". Under OrderKey the
-// payloads read again come first (loadReady). With a rate limit each push
-// reserves its tokens first; one that must wait is held (ratelimit.go)
-// and sent, before any other, once they are there.
+// (the end of the backoff, of a batch's MaxWait, of a push's wait for
+// its rate-limit tokens or of the circuit breaker's cool-off), zero for
+// "on the next event". Under OrderKey the payloads read again come first
+// (loadReady). With a rate limit each push reserves its tokens first; one
+// that must wait is held (ratelimit.go) and sent, before any other, once
+// they are there. With a circuit breaker nothing starts while it is open,
+// and only the probe while it is half-open (breaker.go).
 func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 	now := time.Now()
+	if pass, wake := w.breakerGate(now); !pass {
+		return wake, nil
+	}
+	wake, err := w.launchUnits(ctx, now)
+	if w.probeClaim {
+		// Claimed but nothing sent (a batch filling, tokens, a backoff):
+		// the probe goes back.
+		w.probeClaim = false
+		w.br.abandon(w)
+	}
+	return wake, err
+}
+
+// launchUnits is launchReady past the circuit breaker: after the probe it
+// starts nothing more.
+func (w *worker) launchUnits(ctx context.Context, now time.Time) (time.Time, error) {
 	if now.Before(w.retryUntil) {
 		return w.retryUntil, nil
 	}
@@ -374,6 +403,9 @@ func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 			return w.held.at, nil
 		}
 		w.launch(ctx, w.release(now, true))
+		if w.probing {
+			return time.Time{}, nil
+		}
 	}
 	for w.inflight < w.maxInFlight && len(w.ready) > 0 {
 		if w.kw != nil {
@@ -400,6 +432,9 @@ func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 			return w.held.at, nil
 		}
 		w.launch(ctx, unit)
+		if w.probing {
+			return time.Time{}, nil
+		}
 	}
 	return time.Time{}, nil
 }
@@ -448,6 +483,8 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 		p.Messages[i] = Delivery{Dispatcher: w.d, Topic: w.topicName, Incarnation: w.incarnation,
 			Offset: m.e.Offset, Attempt: m.attempts, MessageID: m.id, Key: m.key, Body: m.e.Payload, LeaseEpoch: w.leaseEpoch.Load()}
 	}
+	probe := w.probeClaim
+	w.probeClaim, w.probing = false, probe || w.probing
 	w.inflight++
 	w.sending.Store(true)
 	w.showHead()
@@ -455,7 +492,7 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 		actx, cancel := context.WithTimeout(ctx, w.timeout)
 		ans, err := w.push(actx, p)
 		cancel()
-		w.results <- pushResult{ms: unit, ans: ans, err: err}
+		w.results <- pushResult{ms: unit, ans: ans, err: err, probe: probe}
 	}()
 }
 
@@ -485,15 +522,29 @@ func (w *worker) handle(r pushResult) error {
 			}
 		}
 	}
+	if r.probe {
+		w.probing = false
+	}
 	if r.err != nil {
 		if w.ctx.Err() != nil {
 			w.requeue(r.ms...) // stopping: not finished, sent again after a restart
+			if r.probe {
+				w.br.abandon(w)
+			}
 			return nil
 		}
+		if w.br != nil {
+			w.br.failure(r.probe, w.breakerCounts(r), time.Now(), r.err)
+		}
+		w.noteHealth(false, time.Now())
 		return w.abnormalAnswer(r)
 	}
 	// A normal answer, even if ctx ended meanwhile: the consumer has
 	// decided, so it counts.
+	if w.br != nil {
+		w.br.success()
+	}
+	w.noteHealth(true, time.Time{})
 	w.bo.Reset()
 	if w.backingOff.Swap(false) {
 		w.log.Info("consumer answers again", zap.Int64("offset", r.ms[0].e.Offset), zap.Int("attempt", r.ms[0].attempts))
@@ -546,6 +597,22 @@ func (w *worker) handle(r pushResult) error {
 	}
 	w.showHead()
 	return nil
+}
+
+// breakerCounts says whether r's abnormal answer counts towards opening
+// the circuit breaker: always, but under OrderKey only when it is the
+// first abnormal answer of one of its messages (a parked key's retries
+// count once).
+func (w *worker) breakerCounts(r pushResult) bool {
+	if w.kw == nil {
+		return true
+	}
+	for _, m := range r.ms {
+		if m.abnormals == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // abnormalAnswer handles a push answered abnormally: its messages are sent

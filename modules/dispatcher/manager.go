@@ -295,6 +295,10 @@ type Manager struct {
 	paused      map[string]bool         // dispatchers paused (Pause)
 	held        map[string]bool         // dispatchers being changed (live.go): no worker starts
 	limiters    map[string]*rateLimiter // by dispatcher: its rate limit's bucket, shared by its workers (ratelimit.go)
+	breakers    map[string]*breaker     // by dispatcher: its circuit breaker, shared by its workers (breaker.go)
+	health      map[string]*health      // by dispatcher with pause-after: failing since when (autopause.go)
+	pauseInfo   map[string]PauseInfo    // by paused dispatcher: why and since when
+	pauseHook   func(name string, info PauseInfo)
 	wg          sync.WaitGroup
 
 	liveMu sync.Mutex // serialises the live changes (live.go)
@@ -329,6 +333,10 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 		held:    make(map[string]bool),
 
 		limiters: make(map[string]*rateLimiter),
+		breakers: make(map[string]*breaker),
+		health:   make(map[string]*health),
+
+		pauseInfo: make(map[string]PauseInfo),
 	}
 }
 
@@ -471,6 +479,11 @@ func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 	w.rl = m.limiterLocked(d)
 	if w.rl != nil && w.batch.MaxMessages > w.rl.burst {
 		w.batch.MaxMessages = w.rl.burst // a push never takes more tokens than the bucket holds
+	}
+	w.br = m.breakerLocked(d)
+	w.hl = m.healthLocked(d)
+	if w.br != nil {
+		_, w.brClosings = w.br.wait()
 	}
 	m.workers[workerKey{d.name, w.topicName}] = w
 	ctx, cancel := context.WithCancel(m.ctx)

@@ -114,28 +114,36 @@ const (
 	MaxRateLimit = 1_000_000
 	// MaxRateBurst is the largest rate-burst accepted, in messages.
 	MaxRateBurst = 1_000_000
+	// MaxBreakerFailures is the largest breaker-failures accepted.
+	MaxBreakerFailures = 1_000_000
 )
 
 // delivery holds a dispatcher's delivery settings (the zero value: the
 // original Java mmmq's behaviour, with dead letters on).
 type delivery struct {
-	deadLetter    *string // nil: DeadLetterPrefix+name; "": log and skip
-	ackMode       AckMode // "": AckBody
-	abnormal      AbnormalLimit
-	jitter        bool
-	secrets       []webhooks.Secret
-	signer        *webhooks.Signer
-	headers       map[string]string
-	cloudEvents   bool
-	maxInFlight   int // 0: 1
-	batch         Batch
-	ordering      Ordering      // "": OrderTopic or OrderNone, from max-in-flight and batch
-	maxUnacked    int           // 0: DefaultMaxUnacked
-	rateLimit     float64       // messages per second; 0: off
-	rateBurst     int           // 0: max(1, ceil(rateLimit))
-	deadLetterSet bool          // WithDeadLetter was called
-	expired       ExpiredAction // "": ExpiredSkip
-	tls           clientTLS
+	deadLetter  *string // nil: DeadLetterPrefix+name; "": log and skip
+	ackMode     AckMode // "": AckBody
+	abnormal    AbnormalLimit
+	jitter      bool
+	secrets     []webhooks.Secret
+	signer      *webhooks.Signer
+	headers     map[string]string
+	cloudEvents bool
+	maxInFlight int // 0: 1
+	batch       Batch
+	ordering    Ordering // "": OrderTopic or OrderNone, from max-in-flight and batch
+	maxUnacked  int      // 0: DefaultMaxUnacked
+	rateLimit   float64  // messages per second; 0: off
+	rateBurst   int      // 0: max(1, ceil(rateLimit))
+	// breakerFailures: consecutive abnormal answers that open the
+	// circuit breaker (0: off); breakerCooloff its first cool-off (0: the
+	// broker's BackoffInitial).
+	breakerFailures int
+	breakerCooloff  time.Duration
+	pauseAfter      time.Duration // 0: never paused automatically
+	deadLetterSet   bool          // WithDeadLetter was called
+	expired         ExpiredAction // "": ExpiredSkip
+	tls             clientTLS
 }
 
 // WithDeadLetter returns a copy of d whose NACK-exhausted messages (and
@@ -339,6 +347,42 @@ func (d *Dispatcher) RateBurst() int {
 	return max(1, int(math.Ceil(d.dl.rateLimit)))
 }
 
+// WithBreaker returns a copy of d whose circuit breaker opens after
+// failures consecutive abnormal answers across its topics on this node
+// (breaker.go): then no push goes to its host for cooloff, then one probe
+// push; a failed probe doubles the cool-off, up to the broker's
+// backoff-max. failures 0 turns the breaker off (the default); cooloff 0
+// is the broker's backoff-initial. Validate refuses failures outside
+// 0..MaxBreakerFailures, a negative cooloff and a cooloff without failures.
+func (d *Dispatcher) WithBreaker(failures int, cooloff time.Duration) *Dispatcher {
+	c := *d
+	c.dl.breakerFailures, c.dl.breakerCooloff = failures, cooloff
+	return &c
+}
+
+// BreakerFailures is the number of consecutive abnormal answers that open
+// the circuit breaker, 0 when it is off.
+func (d *Dispatcher) BreakerFailures() int { return d.dl.breakerFailures }
+
+// BreakerCooloff is the breaker's first cool-off as set, 0 for the
+// broker's backoff-initial.
+func (d *Dispatcher) BreakerCooloff() time.Duration { return d.dl.breakerCooloff }
+
+// WithPauseAfter returns a copy of d that pauses itself once its endpoint
+// has failed without a single success for after: no ACK or NACK since its
+// first abnormal answer (autopause.go). after 0 turns it off (the
+// default). The pause is the admin API's pause, with reason "auto";
+// Validate refuses a negative after.
+func (d *Dispatcher) WithPauseAfter(after time.Duration) *Dispatcher {
+	c := *d
+	c.dl.pauseAfter = after
+	return &c
+}
+
+// PauseAfter is how long the endpoint may fail before the dispatcher
+// pauses itself, 0 when never.
+func (d *Dispatcher) PauseAfter() time.Duration { return d.dl.pauseAfter }
+
 // reservedHeader reports whether name (any case) is one the broker sets,
 // or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
@@ -445,6 +489,17 @@ func (d *Dispatcher) validateDelivery() []error {
 		bad("rate-burst", "must be 1..%d messages (0 = max(1, ceil(rate-limit))); got %d", MaxRateBurst, n)
 	} else if n != 0 && d.dl.rateLimit == 0 {
 		bad("rate-burst", "needs rate-limit (the limit is off without it)")
+	}
+	if n := d.dl.breakerFailures; n < 0 || n > MaxBreakerFailures {
+		bad("breaker-failures", "must be 0..%d consecutive abnormal answers (0 = off); got %d", MaxBreakerFailures, n)
+	}
+	if c := d.dl.breakerCooloff; c < 0 {
+		bad("breaker-cooloff", "must not be negative (0 = the broker's backoff-initial); got %v", c)
+	} else if c != 0 && d.dl.breakerFailures == 0 {
+		bad("breaker-cooloff", "needs breaker-failures (the breaker is off without it)")
+	}
+	if d.dl.pauseAfter < 0 {
+		bad("pause-after", "must not be negative (0 = never paused automatically); got %v", d.dl.pauseAfter)
 	}
 	seenSecret := map[string]bool{}
 	for i, s := range d.dl.secrets {

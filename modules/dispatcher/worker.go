@@ -101,6 +101,14 @@ type worker struct {
 	// waiting for its tokens, if any (ratelimit.go).
 	rl   *rateLimiter
 	held *held
+	// br is the dispatcher's circuit breaker (nil: off; breaker.go);
+	// brClosings its closings this worker has seen, probeClaim that the
+	// next push is the probe, probing that the probe is out.
+	br                  *breaker
+	brClosings          uint64
+	probeClaim, probing bool
+	// hl is the dispatcher's auto-pause state (nil: pause-after off).
+	hl *health
 	// deferred holds, under OrderNone, the NACKed messages that asked to
 	// be sent again later ("retryAfter"), by due time.
 	deferred parkHeap

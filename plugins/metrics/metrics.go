@@ -185,14 +185,32 @@ var (
 	dRateWaiting = prometheus.NewDesc("mmmq_dispatch_rate_limited_workers", "Rate limit: the dispatcher's topic workers waiting for tokens before their next push now.", rLabels, nil)
 	dRateDelayed = prometheus.NewDesc("mmmq_dispatch_rate_limited_pushes_total", "Rate limit: pushes held until their tokens were there.", rLabels, nil)
 	dRateSeconds = prometheus.NewDesc("mmmq_dispatch_rate_limited_seconds_total", "Rate limit: time pushes were held for tokens, summed over the dispatcher's workers; a wait is counted when it ends.", rLabels, nil)
-	dispatchAll  = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
-		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked, dRateLimit, dRateWaiting, dRateDelayed, dRateSeconds}
+	// Per dispatcher (one breaker per host), for dispatchers with
+	// breaker-failures.
+	dBreakerState  = prometheus.NewDesc("mmmq_dispatch_breaker_state", "Circuit breaker: 0 closed (pushes go), 1 open (no push to the host until the probe), 2 half-open (one probe push).", rLabels, nil)
+	dBreakerOpened = prometheus.NewDesc("mmmq_dispatch_breaker_opened_total", "Circuit breaker: openings, from closed or after a failed probe.", rLabels, nil)
+	dPaused        = prometheus.NewDesc("mmmq_dispatch_paused", "1 for a paused dispatcher, by who paused it: reason admin (the API, the CLI, the status page) or auto (pause-after: its endpoint kept failing).", []string{"dispatcher", "reason"}, nil)
+	dBreakerProbes = prometheus.NewDesc("mmmq_dispatch_breaker_probes_total", "Circuit breaker: probe pushes sent while half-open.", rLabels, nil)
+	dispatchAll    = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
+		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked, dRateLimit, dRateWaiting, dRateDelayed, dRateSeconds,
+		dBreakerState, dBreakerOpened, dBreakerProbes, dPaused}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
 type dispatchCollector struct {
 	m   *dispatcher.Manager
 	reg *topicqueue.Registry
+}
+
+// breakerValue is the mmmq_dispatch_breaker_state of s.
+func breakerValue(s dispatcher.BreakerState) float64 {
+	switch s {
+	case dispatcher.BreakerOpen:
+		return 1
+	case dispatcher.BreakerHalfOpen:
+		return 2
+	}
+	return 0
 }
 
 func (c dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -216,6 +234,15 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(dRateWaiting, prometheus.GaugeValue, float64(rs.Waiting), d.Name())
 			ch <- prometheus.MustNewConstMetric(dRateDelayed, prometheus.CounterValue, float64(rs.Delayed), d.Name())
 			ch <- prometheus.MustNewConstMetric(dRateSeconds, prometheus.CounterValue, rs.Waited.Seconds(), d.Name())
+		}
+		if info, paused := c.m.PauseInfo(d.Name()); paused {
+			ch <- prometheus.MustNewConstMetric(dPaused, prometheus.GaugeValue, 1, d.Name(), string(info.Reason))
+		}
+		if d.BreakerFailures() > 0 {
+			bs, _ := c.m.BreakerStatus(d.Name()) // zero before any worker used it: closed
+			ch <- prometheus.MustNewConstMetric(dBreakerState, prometheus.GaugeValue, breakerValue(bs.State), d.Name())
+			ch <- prometheus.MustNewConstMetric(dBreakerOpened, prometheus.CounterValue, float64(bs.Opened), d.Name())
+			ch <- prometheus.MustNewConstMetric(dBreakerProbes, prometheus.CounterValue, float64(bs.Probes), d.Name())
 		}
 	}
 	for _, s := range all {

@@ -555,3 +555,25 @@ func TestStatusPageShowsRateLimit(t *testing.T) {
 	_, metrics := b.do(http.MethodGet, "/metrics", "")
 	assert.Contains(t, metrics, `mmmq_dispatch_rate_limited_workers{dispatcher="slow"} 1`)
 }
+
+// A dispatcher with a circuit breaker and a dead consumer: its row says
+// the breaker is open and when it probes; one with pause-after says it
+// paused itself; the metrics carry both.
+func TestStatusPageShowsBreakerAndAutoPause(t *testing.T) {
+	_, down := consumers(t)
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "orders.new", "content": 1})
+	resp, out := b.do(http.MethodPost, "/mmmq/dispatchers",
+		fmt.Sprintf(`{"name":"guarded","host":%q,"patterns":["orders.*"],"breaker-failures":1,"breaker-cooloff":"1h"}`, down))
+	require.Equal(t, 201, resp.StatusCode, out)
+	resp, out = b.do(http.MethodPost, "/mmmq/dispatchers",
+		fmt.Sprintf(`{"name":"quitter","host":%q,"patterns":["orders.*"],"pause-after":"100ms"}`, down))
+	require.Equal(t, 201, resp.StatusCode, out)
+	require.Eventually(t, func() bool {
+		_, page := b.do(http.MethodGet, "/ui/", "")
+		return strings.Contains(page, `<small class="breaker bad">breaker open, probe in `) && strings.Contains(page, `<small class="paused-by bad">paused by auto, `)
+	}, 10*time.Second, 50*time.Millisecond, "the rows show the open breaker and the automatic pause")
+	_, metrics := b.do(http.MethodGet, "/metrics", "")
+	assert.Contains(t, metrics, `mmmq_dispatch_breaker_state{dispatcher="guarded"} 1`)
+	assert.Contains(t, metrics, `mmmq_dispatch_paused{dispatcher="quitter",reason="auto"} 1`)
+}

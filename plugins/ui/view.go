@@ -58,7 +58,13 @@ type overviewData struct {
 type dispatcherView struct {
 	Name, Host, Patterns, Source, DeadLetter string
 	// Rate is its rate limit in a few words ("" when off).
-	Rate     string
+	Rate string
+	// Breaker is its circuit breaker's state in a few words ("" when
+	// off); BreakerOpen says it is not closed.
+	Breaker     string
+	BreakerOpen bool
+	// PausedBy says who paused it and when ("" when not paused).
+	PausedBy string
 	Paused   bool
 	Rows     []dispatcherRow
 	More     int
@@ -165,6 +171,18 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 		if rl := st.RateLimit; rl != nil {
 			v.Rate = fmt.Sprintf("at most %s/s, burst %d, %d waiting", strconv.FormatFloat(rl.Limit, 'f', -1, 64), rl.Burst, rl.Waiting)
 		}
+		if st.Paused && st.PauseReason != "" {
+			v.PausedBy = "paused by " + string(st.PauseReason)
+			if st.PausedAt != nil {
+				v.PausedBy += ", " + age(max(0, c.now.Sub(*st.PausedAt))) + " ago"
+			}
+		}
+		if br := st.Breaker; br != nil {
+			v.Breaker, v.BreakerOpen = "breaker "+string(br.State), br.State != "closed"
+			if br.NextProbe != nil {
+				v.Breaker += ", probe in " + age(max(0, br.NextProbe.Sub(c.now)))
+			}
+		}
 		for _, t := range st.Topics {
 			if !may(t.Topic) {
 				continue
@@ -194,6 +212,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			state := "idle"
 			if st.Paused {
 				state = "paused"
+				if st.PauseReason == "auto" {
+					state = "paused (auto: endpoint failing)"
+				}
 			}
 			v.Rows = []dispatcherRow{{State: state, Oldest: "—"}}
 		}
