@@ -167,8 +167,12 @@ func (s *Scheduler) Open() error {
 	if err := fsys.MkdirAll(dir); err != nil {
 		return fmt.Errorf("schedule: create %s: %w", dir, err)
 	}
-	if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
-		return fmt.Errorf("schedule: sync %s: %w", filepath.Dir(dir), err)
+	// MkdirAll may have made parents too: every new entry up to the
+	// root is made durable (a few fsyncs, once per start).
+	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return fmt.Errorf("schedule: sync %s: %w", filepath.Dir(d), err)
+		}
 	}
 	ents, err := fsys.List(dir)
 	if err != nil {
