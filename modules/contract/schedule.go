@@ -85,9 +85,12 @@ func parseSchedule(deliverAt, delay []byte, now time.Time) (at int64, given bool
 	}
 	var t time.Time
 	if delay != nil {
-		s, ok := storedString(delay)
-		if delay[0] != '"' || !ok {
+		if delay[0] != '"' {
 			return 0, true, BadRequest(`%s; this "delay" is a JSON %s, not a string`, ScheduleRule, jsonKind(delay[0]))
+		}
+		s, ok := storedString(delay)
+		if !ok {
+			return 0, true, BadRequest(`%s; this "delay" is not a valid JSON string`, ScheduleRule)
 		}
 		d, perr := time.ParseDuration(s)
 		switch {
@@ -113,14 +116,14 @@ func parseSchedule(deliverAt, delay []byte, now time.Time) (at int64, given bool
 		}
 		t = time.UnixMilli(ms)
 	}
+	if !t.After(now) {
+		return 0, true, nil
+	}
 	// Rounded up to the millisecond, so that "due" is never before the
 	// time asked for.
 	ms := t.UnixMilli()
 	if time.UnixMilli(ms).Before(t) {
 		ms++
-	}
-	if ms <= now.UnixMilli() {
-		return 0, true, nil
 	}
 	return ms, true, nil
 }
