@@ -66,7 +66,7 @@ func lifecycle(lc fx.Lifecycle, s *Scheduler) {
 
 // Module provides the *Scheduler and, as contract.Scheduler, the seam the
 // HTTP API publishes scheduled messages through, and the route
-// DELETE /topics/{topic}/scheduled/{id} (value group contract.RouteTag).
+// DELETE /topics/{topic}/scheduled/{scheduleId} (value group contract.RouteTag).
 // It needs *topicqueue.Registry and *zap.Logger.
 var Module = fx.Module("schedule",
 	config.ProvideSection(ConfigSection),

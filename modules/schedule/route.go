@@ -9,7 +9,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 )
 
-// Route serves DELETE /topics/{topic}/scheduled/{id}: 200
+// Route serves DELETE /topics/{topic}/scheduled/{scheduleId}: 200
 // {"topic":"t","scheduleId":"...","cancelled":true} once the message's
 // cancelled record is fsynced (it is never delivered); 404 NOT_FOUND when
 // the id is unknown, another topic's, already delivered or being delivered
@@ -22,11 +22,11 @@ func NewRoute(s *Scheduler) *Route { return &Route{s: s} }
 
 // Register implements contract.Route.
 func (rt *Route) Register(r *mux.Router) {
-	r.HandleFunc("/topics/{topic}/scheduled/{id}", rt.cancel).Methods(http.MethodDelete)
+	r.HandleFunc("/topics/{topic}/scheduled/{scheduleId}", rt.cancel).Methods(http.MethodDelete)
 }
 
 func (rt *Route) cancel(w http.ResponseWriter, r *http.Request) {
-	topic, id := mux.Vars(r)["topic"], mux.Vars(r)["id"]
+	topic, id := mux.Vars(r)["topic"], mux.Vars(r)["scheduleId"]
 	if err := contract.ValidateTopic(topic); err != nil {
 		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, err.Error())
 		return
