@@ -34,7 +34,7 @@ func (f *fakeScheduler) Schedule(_ context.Context, topic string, stored []byte,
 	return "123-00000000000000" + strconv.Itoa(10+len(f.topics)), nil
 }
 func (f *fakeScheduler) Cancel(string, string) (bool, error) { return false, nil }
-func (f *fakeScheduler) Pending(string) int                 { return f.pending }
+func (f *fakeScheduler) Pending(string) int                  { return f.pending }
 
 // A future deliverAt (RFC 3339 or Unix ms) or a positive delay goes to the
 // scheduler, not the topic; the ACK says scheduled, the schedule id and
