@@ -23,13 +23,6 @@ const (
 // for an invalid one states it.
 const ScheduleRule = `deliverAt: an RFC 3339 time ("2026-12-04T10:00:00Z") or a JSON integer of Unix milliseconds; delay: a duration such as "90s" or "15m" (units ms, s, m, h), at least 0; at most one of the two`
 
-// Codes of the scheduled-message refusals (HTTP status in the comment).
-const (
-	CodeNotImplemented   = "NOT_IMPLEMENTED"    // 501: a feature this broker or this path does not offer (yet); nothing was stored
-	CodeTooManyScheduled = "TOO_MANY_SCHEDULED" // 507: mmmq.broker.schedule.max-pending-per-topic reached; nothing was stored
-	CodeScheduledPending = "SCHEDULED_PENDING"  // 409: DELETE /topics/{t} while scheduled messages of t are pending
-)
-
 // NotImplemented returns an *InputError with status 501 NOT_IMPLEMENTED:
 // the request asks for something this broker (or this path) does not do;
 // nothing was stored.

@@ -91,6 +91,8 @@ type Scheduler struct {
 	cur    *loaded
 	moving map[string]bool // ids being appended to their topic now
 	wakeAt int64           // the mover's next wake-up (Unix ms), 0 for none
+	// dirMade: Dir exists and its entry is durable.
+	dirMade bool
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -164,21 +166,23 @@ func (s *Scheduler) Open() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fsys, dir := s.opts.FS, s.opts.Dir
-	if err := fsys.MkdirAll(dir); err != nil {
-		return fmt.Errorf("schedule: create %s: %w", dir, err)
-	}
-	// MkdirAll may have made parents too: every new entry up to the
-	// root is made durable (a few fsyncs, once per start).
-	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
-			return fmt.Errorf("schedule: sync %s: %w", filepath.Dir(d), err)
-		}
-	}
+	s.sizes, s.pending, s.moving, s.cur, s.failed, s.wakeAt = map[int64]int64{}, map[string]int{}, map[string]bool{}, nil, nil, 0
+	s.dirMade = false
 	ents, err := fsys.List(dir)
-	if err != nil {
+	switch {
+	case vfs.IsNotExist(err):
+		// Nothing was ever scheduled: the directory is made by the
+		// first Schedule (a broker that never schedules writes nothing).
+		s.running = true
+		return nil
+	case err != nil:
 		return fmt.Errorf("schedule: list %s: %w", dir, err)
 	}
-	s.sizes, s.pending, s.moving, s.cur, s.failed, s.wakeAt = map[int64]int64{}, map[string]int{}, map[string]bool{}, nil, nil, 0
+	// Its entry (and its parents') may still be only in the page cache
+	// after a killed process: made durable before anything is served.
+	if err := s.makeDir(); err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
 	removed := false
 	for _, e := range ents {
 		b, ok := parseBucketName(e.Name)
@@ -238,6 +242,22 @@ func (s *Scheduler) scanPath(name string) (scanResult, error) {
 	return res, nil
 }
 
+// makeDir creates Dir and makes its entry durable, and every parent
+// MkdirAll may have made with it (a few fsyncs, once). s.mu is held.
+func (s *Scheduler) makeDir() error {
+	fsys, dir := s.opts.FS, s.opts.Dir
+	if err := fsys.MkdirAll(dir); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if err := fsys.SyncDir(filepath.Dir(d)); err != nil {
+			return fmt.Errorf("fsync %s: %w", filepath.Dir(d), err)
+		}
+	}
+	s.dirMade = true
+	return nil
+}
+
 func (s *Scheduler) sync(f vfs.File) error {
 	if s.opts.skipSync {
 		return nil
@@ -285,6 +305,11 @@ func (s *Scheduler) fail(err error) error {
 func (s *Scheduler) appendRecord(bucket int64, rec []byte) error {
 	name := s.path(bucket)
 	end, exists := s.sizes[bucket]
+	if !s.dirMade {
+		if err := s.makeDir(); err != nil {
+			return s.fail(err)
+		}
+	}
 	var f vfs.File
 	var err error
 	if exists {
