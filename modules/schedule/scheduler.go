@@ -457,6 +457,7 @@ func (s *Scheduler) PendingTotal() int {
 // due is one message the mover appends.
 type due struct {
 	entry
+	bucket int64 // its file (not bucketOf(at): the width may have changed since)
 	stored []byte
 }
 
@@ -541,7 +542,7 @@ func (s *Scheduler) takeDue() ([]due, time.Time, error) {
 			if err != nil {
 				return nil, time.Time{}, s.fail(fmt.Errorf("read %s at %d: %w", s.path(b), e.off, err))
 			}
-			batch = append(batch, due{entry: e, stored: msg})
+			batch = append(batch, due{entry: e, bucket: b, stored: msg})
 		}
 		if len(batch) == 0 {
 			s.wakeAt = c.pending[0].at
@@ -580,7 +581,7 @@ func (s *Scheduler) deliver(ctx context.Context, batch []due) (int, error) {
 	for _, d := range batch[:n] {
 		rec = appendDone(rec, kindDelivered, d.id)
 	}
-	b := s.bucketOf(batch[0].at)
+	b := batch[0].bucket
 	if err := s.appendRecord(b, rec); err != nil {
 		return n, err
 	}

@@ -258,3 +258,29 @@ func TestAppendFailureRetried(t *testing.T) {
 		t.Fatalf("retry: moved %d, err %v", n, err)
 	}
 }
+
+// TestBucketWidthChange: files written under one bucket-width are moved
+// and recorded in their own files after a restart with another.
+func TestBucketWidthChange(t *testing.T) {
+	clk := &fakeClock{t: base()}
+	fs := vfs.NewMem()
+	s, _ := newTest(t, fs, clk, func(o *Options) { o.BucketWidth = time.Hour })
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := s.Schedule(ctx, "t", msg(i), base().Add(time.Duration(1+i)*7*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, tgt := newTest(t, fs, clk, func(o *Options) { o.BucketWidth = time.Second })
+	clk.Add(2 * time.Hour)
+	if n, _, err := s2.MoveDue(ctx); err != nil || n != 5 {
+		t.Fatalf("moved %d, err %v", n, err)
+	}
+	s3, tgt3 := newTest(t, fs, clk, nil)
+	if _, _, err := s3.MoveDue(ctx); err != nil || len(tgt3.deliveries()) != 0 || s3.PendingTotal() != 0 || len(tgt.deliveries()) != 5 {
+		t.Fatalf("after a second restart: %d more delivered, %d pending, err %v", len(tgt3.deliveries()), s3.PendingTotal(), err)
+	}
+	if ents, _ := fs.List("data/.scheduled"); len(ents) != 0 {
+		t.Errorf("files left: %v", ents)
+	}
+}
