@@ -488,20 +488,25 @@ func (s *Scheduler) takeDue() ([]due, time.Time, error) {
 		return nil, time.Time{}, err
 	}
 	now := s.opts.Now().UnixMilli()
-	for {
-		if len(s.sizes) == 0 {
-			s.wakeAt = 0
-			return nil, time.Time{}, nil
+	keys := make([]int64, 0, len(s.sizes))
+	for k := range s.sizes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// Every bucket whose start has passed may hold due entries (buckets
+	// of another bucket-width, from before a restart, may overlap), so
+	// they are visited in order; the next wake-up is the earliest of
+	// their first pending entries and the next bucket's start.
+	next := int64(0)
+	soonest := func(t int64) {
+		if next == 0 || t < next {
+			next = t
 		}
-		b := int64(-1)
-		for k := range s.sizes {
-			if b < 0 || k < b {
-				b = k
-			}
-		}
+	}
+	for _, b := range keys {
 		if b > now {
-			s.wakeAt = b
-			return nil, time.UnixMilli(b), nil
+			soonest(b)
+			break
 		}
 		if s.cur == nil || s.cur.bucket != b {
 			res, err := s.scanPath(s.path(b))
@@ -544,15 +549,19 @@ func (s *Scheduler) takeDue() ([]due, time.Time, error) {
 			}
 			batch = append(batch, due{entry: e, bucket: b, stored: msg})
 		}
-		if len(batch) == 0 {
-			s.wakeAt = c.pending[0].at
-			return nil, time.UnixMilli(s.wakeAt), nil
+		if len(batch) > 0 {
+			for _, d := range batch {
+				s.moving[d.id] = true
+			}
+			return batch, time.Time{}, nil
 		}
-		for _, d := range batch {
-			s.moving[d.id] = true
-		}
-		return batch, time.Time{}, nil
+		soonest(c.pending[0].at)
 	}
+	s.wakeAt = next
+	if next == 0 {
+		return nil, time.Time{}, nil
+	}
+	return nil, time.UnixMilli(next), nil
 }
 
 // deliver appends batch (one bucket's) to the topics in order, then

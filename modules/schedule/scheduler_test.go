@@ -284,3 +284,31 @@ func TestBucketWidthChange(t *testing.T) {
 		t.Errorf("files left: %v", ents)
 	}
 }
+
+// TestOverlappingBucketsNotLate: after a restart with a narrower
+// bucket-width, a new message due inside an old, wider bucket is moved at
+// its own due time, not at the old bucket's next one.
+func TestOverlappingBucketsNotLate(t *testing.T) {
+	clk := &fakeClock{t: base()}
+	fs := vfs.NewMem()
+	s, _ := newTest(t, fs, clk, func(o *Options) { o.BucketWidth = time.Hour })
+	ctx := context.Background()
+	if _, err := s.Schedule(ctx, "t", msg(1), base().Add(50*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s2, tgt := newTest(t, fs, clk, func(o *Options) { o.BucketWidth = time.Second })
+	if _, err := s2.Schedule(ctx, "t", msg(2), base().Add(10*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Minute)
+	if _, next, _ := s2.MoveDue(ctx); !next.Equal(base().Add(10 * time.Minute)) {
+		t.Fatalf("next wake-up %v, want the new message's due time %v", next, base().Add(10*time.Minute))
+	}
+	clk.Add(10 * time.Minute)
+	if n, next, err := s2.MoveDue(ctx); err != nil || n != 1 || !next.Equal(base().Add(50*time.Minute)) {
+		t.Fatalf("moved %d (want 1), next %v, err %v", n, next, err)
+	}
+	if got := tgt.deliveries(); len(got) != 1 || got[0].stored != string(msg(2)) {
+		t.Fatalf("delivered %v", got)
+	}
+}
