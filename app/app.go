@@ -42,6 +42,7 @@ import (
 	"github.com/mmmq/mmmq/modules/recovery"
 	"github.com/mmmq/mmmq/modules/reload"
 	"github.com/mmmq/mmmq/modules/retention"
+	"github.com/mmmq/mmmq/modules/schedule"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
@@ -68,6 +69,7 @@ const (
 	Groups            = "groups"
 	Admin             = "admin"
 	Retention         = "retention"
+	Schedule          = "schedule"
 	Auth              = "auth"
 	Metrics           = "metrics"
 	UI                = "ui"
@@ -89,11 +91,11 @@ type module struct {
 //
 //	start: logging → data-root lock (topicqueue) → recovery → dispatchers →
 //	       consumer groups → admin (dispatchers.json) → retention loop →
-//	       token-file polling → metrics → status page sampler → HTTP API → line
+//	       scheduled-message recovery and mover → token-file polling → metrics → status page sampler → HTTP API → line
 //	       protocol → SIGHUP handler → ready
 //	stop:  not ready → line protocol and HTTP stop accepting (HTTP drains
 //	       the groups' long polls, then waits for in-flight requests) →
-//	       status page sampler → token-file polling → retention loop → consumer groups → dispatchers drain → logs
+//	       status page sampler → token-file polling → scheduled-message mover → retention loop → consumer groups → dispatchers drain → logs
 //	       close → lock released → NATS connection closed (backend jetstream) → logger flushed
 //
 // app_test.go's stop-order test pins this.
@@ -110,6 +112,7 @@ func defaults() []module {
 		{Groups, groups.Module},
 		{Admin, admin.Module},         // loads dispatchers.json; serves /mmmq/dispatchers
 		{Retention, retention.Module}, // runs only when a retention limit is set
+		{Schedule, schedule.Module},   // scheduled messages (deliverAt, delay): <root>/.scheduled, the mover
 		{Auth, auth.Module},           // mmmq.auth: tokens, limits; polls token files
 		{Metrics, metrics.Module},
 		{UI, ui.Module}, // the status page under /ui/ (mmmq.ui.enabled)

@@ -166,6 +166,8 @@ func authRoutes(session *string) []routeCase {
 		{"POST", "/mmmq/dispatchers/{name}/resume", "/mmmq/dispatchers/d1/resume", nil, nil, contract.ActionAdmin, 200},
 		{"POST", "/mmmq/dispatchers/{name}/redrive", "/mmmq/dispatchers/d1/redrive", nil, nil, contract.ActionAdmin, 200},
 		{"DELETE", "/mmmq/dispatchers/{name}", "/mmmq/dispatchers/d1", nil, nil, contract.ActionAdmin, 200},
+		// No such scheduled message: 404, past authorization.
+		{"DELETE", "/topics/{topic}/scheduled/{scheduleId}", "/topics/order.new/scheduled/1-0000000000000000", nil, nil, contract.ActionPublish, 404},
 		// A topic that has not failed: 409 TOPIC_NOT_FAILED, past authorization.
 		{"POST", "/topics/{topic}/reopen", "/topics/order.new/reopen", nil, nil, contract.ActionAdmin, 409},
 		{"DELETE", "/topics/{topic}", "/topics/order.gone", nil, nil, contract.ActionAdmin, 200},

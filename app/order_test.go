@@ -75,6 +75,7 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/httpapi",    // stop accepting HTTP, drain long polls, finish requests
 		"plugins/ui",         // status page sampler
 		"modules/auth",       // token-file polling
+		"modules/schedule",   // scheduled-message mover (a move in progress finishes)
 		"modules/retention",  // retention loop (a pass in progress finishes)
 		"modules/admin",      // the watch of a dispatcher store shared by several nodes
 		"modules/groups",     // lease janitor
@@ -91,8 +92,9 @@ func TestStartAndStopOrder(t *testing.T) {
 		"modules/groups",
 		"modules/admin", // dispatchers.json loaded after recovery, into the running manager
 		"modules/retention",
-		"modules/auth", // token-file polling
-		"plugins/ui",   // status page sampler
+		"modules/schedule", // scheduled-message recovery, then the mover
+		"modules/auth",     // token-file polling
+		"plugins/ui",       // status page sampler
 		"modules/httpapi",
 		"plugins/lineproto",
 		"modules/reload",   // SIGHUP reloads from here on

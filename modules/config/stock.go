@@ -56,6 +56,10 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.dispatch.max-response-bytes", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: int64(64 << 10)},
 	{Key: "mmmq.broker.dispatch.path", Plugin: "github.com/mmmq/mmmq/modules/dispatcher", Default: "/mmmq/messages"},
 	{Key: dispatchersKey, Plugin: "github.com/mmmq/mmmq/plugins/configdispatchers", Default: []any(nil)},
+	{Key: "mmmq.broker.schedule.max-delay", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: 720 * time.Hour},
+	{Key: "mmmq.broker.schedule.max-pending-per-topic", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: 1000000},
+	{Key: "mmmq.broker.schedule.bucket-width", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: time.Minute},
+	{Key: "mmmq.broker.schedule.move-batch", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: 1000},
 	{Key: "mmmq.broker.groups.lease-timeout", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 30 * time.Second},
 	{Key: "mmmq.broker.groups.max-fetch", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 1000},
 	{Key: "mmmq.broker.groups.shared", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: []any(nil)},
@@ -113,7 +117,7 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, topicqueue's storage, segment, memory and dedup, retention, admin, auth) and plugins
+// (dispatcher, groups, schedule, topicqueue's storage, segment, memory and dedup, retention, admin, auth) and plugins
 // (configdispatchers, jetstream, lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping

@@ -39,6 +39,10 @@ const (
 	CodeOverloaded     = "OVERLOADED"         // 503, with Retry-After: the in-flight memory budget is used up; nothing was done
 	CodeUnavailable    = "UNAVAILABLE"        // 503: storage failed, shutting down, queue full
 	CodeLoop           = "LOOP"               // 508: a publish pushed by one of this broker's own dispatchers (mmmq-instance-id); nothing was stored
+	// Scheduled messages (modules/schedule):
+	CodeNotImplemented   = "NOT_IMPLEMENTED"    // 501: a scheduled publish where the broker cannot schedule (no scheduler, a backend other than local); nothing was stored
+	CodeTooManyScheduled = "TOO_MANY_SCHEDULED" // 507: mmmq.broker.schedule.max-pending-per-topic reached; nothing was stored
+	CodeScheduledPending = "SCHEDULED_PENDING"  // 409: DELETE /topics/{t} while scheduled messages of t are pending
 )
 
 // NoSpaceRetryAfter is the Retry-After value (seconds) of a NO_SPACE HTTP

@@ -54,6 +54,11 @@ type Decoded struct {
 	// is the stored expiresAt (Unix ms: timestamp + TTL), 0 for none.
 	TTL       time.Duration
 	ExpiresAt int64
+	// Scheduled tells that the request had "deliverAt" or "delay";
+	// DeliverAt is then the due time in Unix ms, or 0 when it is not in
+	// the future (an ordinary publish). Stored is the same either way.
+	Scheduled bool
+	DeliverAt int64
 	// Stored is the stored message JSON.
 	Stored []byte
 }
@@ -77,7 +82,8 @@ const IDFromProducerMember = "idFromProducer"
 // passes ValidateKey; absent or null is none, any other value an error).
 // A ttl (a string that passes ParseTTL; absent or null is none) is stored
 // as expiresAt = timestamp + ttl; a request member "expiresAt" is refused
-// (the broker computes it).
+// (the broker computes it). A "deliverAt" or "delay" (ScheduleRule) sets
+// Scheduled and DeliverAt; the caller hands such a message to a Scheduler.
 // On error nothing is returned to store and the error is an *InputError
 // (400 BAD_REQUEST) saying what was wrong.
 func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error) {
@@ -108,6 +114,10 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 			dst = &f.ttl
 		case ExpiresAtMember:
 			dst = &f.expiresAt
+		case DeliverAtMember:
+			dst = &f.deliverAt
+		case DelayMember:
+			dst = &f.delay
 		default:
 			return
 		}
@@ -153,6 +163,9 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		return d, err
 	}
 	d.ExpiresAt = expiresAt(now, d.TTL)
+	if d.DeliverAt, d.Scheduled, err = parseSchedule(f.deliverAt, f.delay, now); err != nil {
+		return d, err
+	}
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
@@ -172,8 +185,8 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 
 // fields are the spans of a publish request's top-level members.
 type fields struct {
-	topic, content, headers, id, key, ttl, expiresAt []byte
-	contentWS                                        bool // content has whitespace outside strings
+	topic, content, headers, id, key, ttl, expiresAt, deliverAt, delay []byte
+	contentWS                                                          bool // content has whitespace outside strings
 }
 
 // EncodeMessage returns the stored message JSON for topic and

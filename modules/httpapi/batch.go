@@ -153,6 +153,9 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 	for i, m := range msgs {
 		d, err := contract.DecodeMessage(m, now, nil)
 		topic := d.Topic
+		if err == nil && d.Scheduled {
+			err = contract.BadRequest(`"deliverAt" and "delay" are not supported in batches yet; publish a scheduled message alone on POST /messages`)
+		}
 		if err == nil {
 			err = s.checkSize(d.Stored)
 		}

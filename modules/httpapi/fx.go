@@ -38,6 +38,9 @@ type Params struct {
 	// Holds is retention's (modules/retention): which reader holds a
 	// topic's retention back; without it GET /topics never says.
 	Holds contract.RetentionHolds `optional:"true"`
+	// Scheduler is the schedule module's (modules/schedule); without it a
+	// publish with "deliverAt" or "delay" is 501 NOT_IMPLEMENTED.
+	Scheduler contract.Scheduler `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -72,6 +75,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	opts.Auth = authOptions(p)
 	opts.Instance = p.Instance
 	opts.Holds = p.Holds
+	opts.Scheduler = p.Scheduler
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }

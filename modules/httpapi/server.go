@@ -87,6 +87,11 @@ type Options struct {
 	// (keep-unconsumed; modules/retention): GET /topics shows it as
 	// retentionHeldBy. Nil: never shown.
 	Holds contract.RetentionHolds
+	// Scheduler keeps messages published with "deliverAt" or "delay"
+	// until they are due (modules/schedule); DELETE /topics/{topic} is 409
+	// SCHEDULED_PENDING while it holds messages of that topic. Nil: such
+	// publishes are 501 NOT_IMPLEMENTED, nothing stored.
+	Scheduler contract.Scheduler
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -495,6 +500,10 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if d.Scheduled && d.DeliverAt > 0 {
+		s.publishScheduled(w, r, d)
+		return
+	}
 	*out = d.Stored
 	msg := [1]topicqueue.Message{{Stored: d.Stored}}
 	if d.FromProducer {
@@ -613,7 +622,9 @@ func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
 // and consumer-group sessions stopped, its files and checkpoints removed;
 // see topicqueue.Registry.Delete); 400 for an invalid name (nothing
 // touches the disk), 404 NOT_FOUND for an unknown topic, 409 TOPIC_BUSY
-// while it is being created or deleted.
+// while it is being created or deleted, 409 SCHEDULED_PENDING while
+// scheduled messages of it are pending (checked before the topic exists:
+// they create it when due).
 func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
 	if err := contract.ValidateTopic(name); err != nil {
@@ -623,6 +634,13 @@ func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	if err := authorizeTopic(r, contract.ActionAdmin, name); err != nil {
 		contract.WriteErr(w, err)
 		return
+	}
+	if sc := s.opts.Scheduler; sc != nil {
+		if n := sc.Pending(name); n > 0 {
+			contract.WriteError(w, http.StatusConflict, contract.CodeScheduledPending,
+				fmt.Sprintf("topic %q has %d pending scheduled messages; cancel them (DELETE /topics/%s/scheduled/{scheduleId}) or let them be delivered first (deleting a topic does not drop them yet)", name, n, name))
+			return
+		}
 	}
 	if err := s.reg.Delete(name); err != nil {
 		if errors.Is(err, topicqueue.ErrUnknownTopic) {

@@ -632,6 +632,8 @@ func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
 			have = &haveID
 		case "ttl":
 			have = &haveTTL
+		case "deliver-at", "delay":
+			return nil, fmt.Errorf("attribute %s: scheduled messages are not supported on the line protocol yet; publish them over HTTP (POST /messages with \"deliverAt\" or \"delay\")", name)
 		default:
 			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key, id and ttl)", truncate(name, 32))
 		}
