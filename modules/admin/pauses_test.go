@@ -181,39 +181,14 @@ func TestPauseFileSavePowerLoss(t *testing.T) {
 		{"shrink", b, a},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := vfs.NewMem()
-			if err := mem.MkdirAll("/data"); err != nil {
-				t.Fatal(err)
-			}
-			if err := mem.SyncDir("/"); err != nil {
-				t.Fatal(err)
-			}
+			mem := memDataRoot(t)
 			p := NewPauseFile(mem, "/data")
 			if tc.old != nil {
 				if err := p.Save(tc.old); err != nil {
 					t.Fatal(err)
 				}
 			}
-			var (
-				mu      sync.Mutex
-				crashes []*vfs.MemFS
-				ops     []string
-			)
-			mem.SetHook(func(op vfs.Op, name string) error {
-				c := mem.Crash(vfs.CrashOptions{})
-				mu.Lock()
-				crashes = append(crashes, c)
-				ops = append(ops, fmt.Sprintf("before %s %s", op, name))
-				mu.Unlock()
-				return nil
-			})
-			if err := p.Save(tc.new); err != nil {
-				t.Fatal(err)
-			}
-			mem.SetHook(nil)
-			if len(crashes) < 4 {
-				t.Fatalf("Save made %d file-system operations (%v), want at least create, write, sync, rename, syncdir", len(crashes), ops)
-			}
+			crashes, ops := crashPoints(t, mem, func() error { return p.Save(tc.new) })
 			old := tc.old
 			if old == nil {
 				old = map[string]PauseRecord{}
