@@ -180,6 +180,25 @@ func parseEnviron(environ []string) map[string]string {
 	return env
 }
 
+// FileOf is the YAML file Load reads for opts, as it was given (--config,
+// $MMMQ_CONFIG or the default path), as Effective.File names it; "" when
+// Load reads none (a file not named explicitly that is absent). A file
+// named explicitly is returned whether or not it exists (Load's error
+// then says why it could not be read).
+func FileOf(opts LoadOptions) string {
+	environ := opts.Environ
+	if environ == nil {
+		environ = os.Environ()
+	}
+	path, explicit := resolvePath(opts, parseEnviron(environ))
+	if !explicit {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return ""
+		}
+	}
+	return path
+}
+
 // resolvePath applies: explicit Path > $MMMQ_CONFIG > Path > DefaultPath.
 // The second result says whether a missing file is an error.
 func resolvePath(opts LoadOptions, env map[string]string) (string, bool) {
@@ -421,6 +440,12 @@ func parseEnvValue(t reflect.Type, s string) (any, error) {
 			return nil, fmt.Errorf("not a base-10 integer: %q", s)
 		}
 		return n, nil
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(s, t.Bits())
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, fmt.Errorf("not a decimal number like \"0.25\": %q", s)
+		}
+		return f, nil
 	}
 	return nil, fmt.Errorf("type %s cannot be set from the environment", t)
 }

@@ -60,6 +60,7 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.schedule.max-pending-per-topic", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: 1000000},
 	{Key: "mmmq.broker.schedule.bucket-width", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: time.Minute},
 	{Key: "mmmq.broker.schedule.move-batch", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: 1000},
+	{Key: "mmmq.broker.schedule.memory-budget", Plugin: "github.com/mmmq/mmmq/modules/schedule", Default: int64(67108864)},
 	{Key: "mmmq.broker.groups.lease-timeout", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 30 * time.Second},
 	{Key: "mmmq.broker.groups.max-fetch", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: 1000},
 	{Key: "mmmq.broker.groups.shared", Plugin: "github.com/mmmq/mmmq/modules/groups", Default: []any(nil)},
@@ -90,6 +91,7 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.broker.retention.group-idle", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: 24 * time.Hour},
 	{Key: "mmmq.broker.retention.topics", Plugin: "github.com/mmmq/mmmq/modules/retention", Default: []any(nil)},
 	{Key: "mmmq.admin.allowed-hosts", Plugin: "github.com/mmmq/mmmq/modules/admin", Default: []any(nil)},
+	{Key: "mmmq.webhooks.public-keys-open", Plugin: "github.com/mmmq/mmmq/modules/admin", Default: false},
 	{Key: authTokensKey, Plugin: "github.com/mmmq/mmmq/modules/auth", Default: []any(nil)},
 	{Key: "mmmq.auth.protect-metrics", Plugin: "github.com/mmmq/mmmq/modules/auth", Default: true},
 	{Key: "mmmq.jetstream.servers", Plugin: "github.com/mmmq/mmmq/plugins/jetstream", Default: "nats://127.0.0.1:4222"},
@@ -108,6 +110,12 @@ var stockPluginKeys = []PluginKey{
 	{Key: "mmmq.lineproto.addr", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: ""},
 	{Key: "mmmq.lineproto.max-line-bytes", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(1<<20 + 64<<10)},
 	{Key: "mmmq.lineproto.max-pipeline", Plugin: "github.com/mmmq/mmmq/plugins/lineproto", Default: int64(128)},
+	{Key: "mmmq.tracing.exporter", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: "none"},
+	{Key: "mmmq.tracing.endpoint", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: ""},
+	{Key: "mmmq.tracing.sampling-ratio", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: float64(1)},
+	{Key: "mmmq.tracing.service-name", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: "mmmq"},
+	{Key: "mmmq.tracing.insecure", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: false},
+	{Key: "mmmq.tracing.queue-size", Plugin: "github.com/mmmq/mmmq/modules/tracing", Default: 8192},
 	{Key: "mmmq.metrics.enabled", Plugin: "github.com/mmmq/mmmq/plugins/metrics", Default: true},
 	{Key: "mmmq.ui.enabled", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: true},
 	{Key: "mmmq.ui.refresh", Plugin: "github.com/mmmq/mmmq/plugins/ui", Default: 2 * time.Second},
@@ -117,7 +125,7 @@ var stockPluginKeys = []PluginKey{
 }
 
 // StockPluginKeys returns the keys of the sections of the stock modules
-// (dispatcher, groups, schedule, topicqueue's storage, segment, memory and dedup, retention, admin, auth) and plugins
+// (dispatcher, groups, schedule, topicqueue's storage, segment, memory and dedup, retention, admin and its webhooks, auth, tracing) and plugins
 // (configdispatchers, jetstream, lineproto, metrics, ui, profiling) with their documented defaults, in a new slice. Load treats such
 // a key, when no registered Section has its name, as follows: a value equal
 // to the default gives a [Warning]; any other value is an error wrapping

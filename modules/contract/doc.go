@@ -5,9 +5,14 @@
 //     ([EncodeMessage], [EncodeKeyedMessage], [DecodeMessage]), the
 //     producer message id ([MessageID]), the ordering key ([ValidateKey],
 //     [MessageKey]), the time to live ([ParseTTL], [MessageExpiresAt],
-//     [Expired]) and the topic name rules ([ValidateTopic]);
+//     [Expired]), the W3C trace context ([ApplyTrace], [ValidTraceparent],
+//     [ValidTracestate], [MessageTrace], [TraceDropped]) and the topic
+//     name rules ([ValidateTopic]);
 //   - one JSON scanner (grammar, UTF-8 and depth in one pass, no
-//     allocation) used by all of the above and by batch splitting;
+//     allocation) used by all of the above and by batch splitting, and
+//     [FindMemberCase], which finds a request body's member name that
+//     encoding/json would take for a struct's member only by ignoring
+//     case;
 //   - the error table: error codes, sentinel errors that carry their code
 //     ([NewError]), client input errors ([InputError]) and [Classify], which
 //     turns any error into its HTTP status and code for the HTTP API, the

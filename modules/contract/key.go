@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 )
 
@@ -112,4 +113,21 @@ func jsonKind(c byte) string {
 	default:
 		return "number"
 	}
+}
+
+// JSONKindOf names the JSON type that decodes into a Go value of kind k
+// ("string", "array", "object", "boolean", else "number"), for errors
+// such as `field "offset" must be a JSON number`.
+func JSONKindOf(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Pointer, reflect.Map:
+		return "object"
+	case reflect.Bool:
+		return "boolean"
+	}
+	return "number"
 }

@@ -57,8 +57,11 @@ type Decoded struct {
 	// Scheduled tells that the request had "deliverAt" or "delay";
 	// DeliverAt is then the due time in Unix ms, or 0 when it is not in
 	// the future (an ordinary publish). Stored is the same either way.
-	Scheduled bool
-	DeliverAt int64
+	// ScheduledBy is which of the two it had, for the errors that name
+	// it (CheckSchedule, Schedule).
+	Scheduled   bool
+	DeliverAt   int64
+	ScheduledBy ScheduleBy
 	// Stored is the stored message JSON.
 	Stored []byte
 }
@@ -85,8 +88,17 @@ const IDFromProducerMember = "idFromProducer"
 // (the broker computes it). A "deliverAt" or "delay" (ScheduleRule) sets
 // Scheduled and DeliverAt; the caller hands such a message to a Scheduler.
 // On error nothing is returned to store and the error is an *InputError
-// (400 BAD_REQUEST) saying what was wrong.
+// (400 BAD_REQUEST) saying what was wrong. The headers' traceparent and
+// tracestate are validated as ApplyTrace does (an invalid one is dropped
+// and counted, never refused).
 func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error) {
+	return DecodeMessageTrace(raw, now, dst, TraceContext{})
+}
+
+// DecodeMessageTrace is DecodeMessage with the trace context the request
+// carries outside its body (TraceFromHTTP), merged into the message's
+// headers by ApplyTrace before they are stored.
+func DecodeMessageTrace(raw []byte, now time.Time, dst []byte, tc TraceContext) (d Decoded, err error) {
 	var f fields
 	sc := scanner{b: raw}
 	sc.ws()
@@ -96,7 +108,8 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		}
 		return d, BadRequest(`body must be a JSON object {"topic": ..., "content": ...}`)
 	}
-	var twice string // a member given more than once (the first such)
+	var twice string    // a member given more than once (the first such)
+	var misnamed string // an unknown member spelled like a known one (the first such)
 	if err := sc.object(func(key []byte, escaped bool, val []byte, ws bool) {
 		var dst *[]byte
 		switch string(memberName(key, escaped)) {
@@ -119,6 +132,9 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		case DelayMember:
 			dst = &f.delay
 		default:
+			if misnamed == "" && looksLikeMember(key) {
+				misnamed = string(memberName(key, escaped))
+			}
 			return
 		}
 		if *dst != nil && twice == "" {
@@ -132,6 +148,11 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		// encoding/json would take the last one and a proxy that checks
 		// the first would see another topic: refuse the ambiguity.
 		return d, BadRequest(`field %q is given more than once`, twice)
+	}
+	if misnamed != "" {
+		// Unknown members are ignored, so "Delay" or "deliver_at" would
+		// publish at once what was meant for later: refuse the near miss.
+		return d, BadRequest(`field %q is not a member of a message; did you mean %q? (member names must match exactly; an unknown member is ignored, so this one would have no effect)`, misnamed, knownMember(misnamed))
 	}
 	sc.ws()
 	if sc.i != len(raw) {
@@ -163,14 +184,18 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 		return d, err
 	}
 	d.ExpiresAt = expiresAt(now, d.TTL)
-	if d.DeliverAt, d.Scheduled, err = parseSchedule(f.deliverAt, f.delay, now); err != nil {
+	if d.DeliverAt, d.ScheduledBy, err = parseSchedule(f.deliverAt, f.delay, now, HTTPSchedule); err != nil {
 		return d, err
 	}
+	d.Scheduled = d.ScheduledBy.Name != ""
 	var headers map[string]string
 	if f.headers != nil && string(f.headers) != "null" {
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
 			return d, BadRequest(`field "headers" must be an object of strings {"k": "v"}`)
 		}
+	}
+	if headers != nil || tc.Given() {
+		headers = ApplyTrace(headers, tc)
 	}
 	if f.content == nil {
 		return d, BadRequest(`field "content" is required (use null for a message without content)`)
@@ -178,6 +203,15 @@ func DecodeMessage(raw []byte, now time.Time, dst []byte) (d Decoded, err error)
 	d.FromProducer = d.ID != ""
 	if !d.FromProducer {
 		d.ID = newID()
+	}
+	if tc.Root != nil && headers[TraceparentHeader] == "" {
+		if tp := tc.Root(d.Topic, d.ID, now.UnixMilli()); tp != "" {
+			if headers == nil {
+				headers = make(map[string]string, 1)
+			}
+			delete(headers, TracestateHeader) // none without a traceparent (ApplyTrace)
+			headers[TraceparentHeader] = tp
+		}
 	}
 	d.Stored = encodeStored(dst, d.Topic, f.content, f.contentWS, d.ID, d.FromProducer, d.Key, d.ExpiresAt, headers, now)
 	return d, nil
@@ -197,7 +231,9 @@ type fields struct {
 //	{"topic":{"name":"t"},"content":<content, compacted>,"id":"...","timestamp":<unix ms>,"headers":{...}}
 //
 // id "" generates a process-unique id; any other id is the producer's
-// (stored with "idFromProducer":true, deduplicated); headers may be nil; now gives the
+// (stored with "idFromProducer":true, deduplicated); headers may be nil
+// (a traceparent or tracestate in them that ApplyTrace finds invalid is
+// deleted from the map and counted, not stored); now gives the
 // timestamp (Unix milliseconds). The message has no ordering key
 // (EncodeKeyedMessage gives it one). content must be valid UTF-8 JSON (any
 // value, null allowed); topic must pass ValidateTopic. An invalid
@@ -273,6 +309,7 @@ func AppendTTLMessage(dst []byte, topic string, content json.RawMessage, id, key
 			return nil, BadRequest("headers are not valid UTF-8")
 		}
 	}
+	headers = ApplyTrace(headers, TraceContext{})
 	// id "" (not from the producer): encodeStored generates one.
 	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", key, expiresAt(now, ttl), headers, now), nil
 }
@@ -575,6 +612,84 @@ func loneSurrogate(raw []byte) bool {
 		default:
 			i += 5
 		}
+	}
+	return false
+}
+
+// publishMembers are the members DecodeMessageTrace reads.
+var publishMembers = []string{"topic", "content", "headers", "id", KeyMember, TTLMember, ExpiresAtMember, DeliverAtMember, DelayMember}
+
+// foldMember is name lower-cased without '-' and '_' ("Deliver_At" and
+// "deliverAt" fold alike).
+func foldMember(name []byte) string {
+	out := make([]byte, 0, len(name))
+	for _, c := range name {
+		switch {
+		case c == '-' || c == '_':
+		case 'A' <= c && c <= 'Z':
+			out = append(out, c+'a'-'A')
+		default:
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+// looksLikeMember reports whether key (an unknown member's raw name) is a
+// near miss of one of publishMembers (knownMember). Only unknown members
+// are looked at, so an ordinary publish pays nothing.
+func looksLikeMember(key []byte) bool {
+	return knownMember(string(key)) != ""
+}
+
+// knownMember is the member of publishMembers that name is a near miss
+// of, "" for none: the same once folded (foldMember: "Delay", "TTL",
+// "deliver-at"), or, for an optional member of 5 letters or more
+// (headers, deliverAt, delay, expiresAt), one typing slip away once
+// folded (a letter added, dropped, changed or two neighbours swapped:
+// "header", "dealy"). Shorter members (id, key, ttl) take only the folded
+// form, and so do topic and content: they are required, so a misspelt one
+// is refused as missing anyway, and a slip from them is often a member of
+// its own ("context", "topics").
+func knownMember(name string) string {
+	if len(name) > 16 {
+		return ""
+	}
+	f := foldMember([]byte(name))
+	for _, m := range publishMembers {
+		fm := foldMember([]byte(m))
+		if fm == f || m != "topic" && m != "content" && len(fm) >= 5 && oneSlip(f, fm) {
+			return m
+		}
+	}
+	return ""
+}
+
+// oneSlip reports whether a and b differ by exactly one insertion,
+// deletion, substitution or swap of two adjacent bytes.
+func oneSlip(a, b string) bool {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	switch len(b) - len(a) {
+	case 0:
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		if i == len(a) {
+			return false // equal
+		}
+		if a[i+1:] == b[i+1:] {
+			return true // one changed
+		}
+		return i+1 < len(a) && a[i] == b[i+1] && a[i+1] == b[i] && a[i+2:] == b[i+2:] // two swapped
+	case 1:
+		i := 0
+		for i < len(a) && a[i] == b[i] {
+			i++
+		}
+		return a[i:] == b[i+1:] // one added to a
 	}
 	return false
 }

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -158,6 +159,47 @@ func TestGeneratedIDNotFromProducer(t *testing.T) {
 	for _, bad := range []string{``, `[]`, `{"id":5}`, `{"content":1}`, `{"id":"x"`} {
 		if _, _, _, ok := StoredMeta([]byte(bad)); ok {
 			t.Errorf("StoredMeta(%q) ok", bad)
+		}
+	}
+}
+
+// An unknown member is ignored, but a near miss of a member of a message
+// (another case or '-'/'_': "Delay", "deliver_at", "TTL"; one typing slip
+// from an optional member of 5 letters or more: "dealy", "header") is a
+// 400 naming both: ignored, it would publish at once what was meant for
+// later, or keep for ever what was meant to expire. Members a slip away
+// from topic or content ("context", "topics") are still ignored.
+func TestDecodeMessageRefusesNearMisses(t *testing.T) {
+	now := time.UnixMilli(1767225600000)
+	for member, want := range map[string]string{
+		`"Delay":"1h"`:   "delay",
+		`"deliver_at":1`: "deliverAt",
+		`"deliver-at":1`: "deliverAt",
+		`"DeliverAt":1`:  "deliverAt",
+		`"TTL":"1h"`:     "ttl",
+		`"Headers":{}`:   "headers",
+		`"ID":"x"`:       "id",
+		`"Key":"k"`:      "key",
+		`"expires_at":1`: "expiresAt",
+		`"Topic":"b"`:    "topic",
+		`"header":{}`:    "headers",
+		`"dealy":"1h"`:   "delay",
+		`"delays":"1h"`:  "delay",
+		`"delivreAt":1`:  "deliverAt",
+		`"expiresat":1`:  "expiresAt",
+	} {
+		_, err := DecodeMessage([]byte(`{"topic":"a","content":1,`+member+`}`), now, nil)
+		name := member[1 : strings.IndexByte(member[1:], '"')+1]
+		says := fmt.Sprintf(`field %q is not a member of a message; did you mean %q?`, name, want)
+		if err == nil || Classify(err).Status != 400 || !strings.Contains(err.Error(), says) {
+			t.Errorf("%s: %v, want a 400 saying %s", member, err, says)
+		}
+	}
+	// Other unknown members are still ignored (the Java clients' and
+	// stored messages' members among them).
+	for _, member := range []string{`"idFromProducer":true`, `"timestamp":1`, `"x":1`, `"topicName":"b"`, `"ids":"x"`, `"keys":"k"`, `"tl":"1h"`, `"dl":1`, `"type":"t"`, `"context":{"a":1}`, `"topics":["x"]`, `"contents":1`, `"delayMs":5`} {
+		if _, err := DecodeMessage([]byte(`{"topic":"a","content":1,`+member+`}`), now, nil); err != nil {
+			t.Errorf("%s: %v, want it ignored", member, err)
 		}
 	}
 }

@@ -84,6 +84,13 @@ func (w *Window) scanBack(horizon int64) (ids []found, read, corrupt int64) {
 		}
 		for i := len(es) - 1; i >= 0; i-- {
 			read++
+			if contract.StoredScheduleID(es[i].Payload) != "" {
+				// Moved in by the scheduler: its id was the schedule's
+				// (deduplicated there), not a publish to this topic, and its
+				// timestamp is the publish time, possibly older than the
+				// window, so it neither counts nor ends the scan.
+				continue
+			}
 			id, fromProducer, ts, ok := contract.StoredMeta(es[i].Payload)
 			at := ts * int64(time.Millisecond)
 			if ok && at < stop {

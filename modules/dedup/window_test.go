@@ -472,3 +472,24 @@ func TestRebuildRetriedAfterReadError(t *testing.T) {
 		t.Fatalf("after the log reads again: %+v, want a found by the retried rebuild", res)
 	}
 }
+
+// TestRebuildPassesOverScheduledMessages: a message the scheduler moved
+// into the topic (header mmmq-schedule-id, a producer id, the timestamp of
+// its publish, older than the window) neither makes a later direct publish
+// of its id a duplicate after a restart (the two are independent) nor ends
+// the backwards scan before the direct publishes stored before it.
+func TestRebuildPassesOverScheduledMessages(t *testing.T) {
+	c := newClock()
+	l := &memLog{}
+	l.add(t, "a", true, c.now().Add(-10*time.Second))
+	moved, err := contract.EncodeMessage("t", []byte(`1`), "s", map[string]string{contract.HeaderScheduleID: "x-1"}, c.now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.entries = append(l.entries, moved)
+	_, res := begin(t, newTracker(t, c, Options{}).Open("t", l), contract.Durable, "a", "s")
+	want := []Result{{Verdict: Duplicate, Offset: 0}, {Verdict: Store, Index: 0}}
+	if fmt.Sprint(res) != fmt.Sprint(want) {
+		t.Fatalf("got %+v, want %+v (a: published directly before the moved message; s: only scheduled)", res, want)
+	}
+}
