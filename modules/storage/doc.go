@@ -40,6 +40,11 @@
 //
 // ReadBatch reads a run of index entries and the segment bytes they span in
 // one read each, so a replay costs two syscalls per batch, not per entry.
+// An entry below the high watermark that fails validation is read again
+// through newly opened files (reader.go, rereadPauses: at once, then after
+// 1, 5 and 25 ms) before it is reported as corruption: on FUSE the kernel
+// page cache can serve, for a while, the preallocated zeros a completed
+// write replaced, and opening the file drops that cache.
 //
 // # Write path (writer.go): group commit
 //

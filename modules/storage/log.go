@@ -56,6 +56,9 @@ type Log struct {
 	indexFsyncs atomic.Int64
 	datasyncs   atomic.Int64 // of fsyncs, those made with fdatasync (preallocation)
 	batches     atomic.Int64
+	// staleReads counts reads that failed validation and then read
+	// intact from newly opened files (reader.go, reread).
+	staleReads atomic.Int64
 	// idxTimer fires (lazy mode) IndexSyncInterval after the active
 	// index was first left unsynced; stopped otherwise. Writer-owned.
 	idxTimer *time.Timer

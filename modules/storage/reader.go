@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -59,7 +62,8 @@ func (l *Log) ioErr(err error) error {
 // Read returns the message JSON stored at offset. Errors: contract.ErrOutOfRange for
 // offset < 0 or >= HighWatermark(); a *contract.OffsetExpiredError
 // (contract.ErrOffsetExpired) for 0 <= offset < StartOffset(), deleted by retention;
-// *contract.CorruptionError when the entry fails validation (the caller decides to
+// *contract.CorruptionError when the entry fails validation on every read
+// (the first one and the re-reads of rereadPauses: the caller decides to
 // skip it); I/O errors as they are.
 func (l *Log) Read(offset int64) ([]byte, error) {
 	hw := l.hw.Load()
@@ -74,22 +78,110 @@ func (l *Log) Read(offset int64) ([]byte, error) {
 	if err != nil {
 		return nil, l.pinErr(offset, err)
 	}
-	defer f.unpin()
+	payload, err := l.readOne(seg, f, offset)
+	f.unpin()
+	if isCorruption(err) {
+		err = l.reread(seg, offset, err, func(f *segFiles) error {
+			payload, err = l.readOne(seg, f, offset)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return payload, nil
+}
+
+// readOne is Read of offset in seg through its pinned files f. Like
+// ReadBatch it reads the index entry before offset's too (when it is in
+// seg) and reports an entry that is not after it: an index page read as
+// zeros (see rereadPauses) would otherwise point offset at the segment's
+// first entry and return that message under offset.
+func (l *Log) readOne(seg *segment, f *segFiles, offset int64) ([]byte, error) {
 	rel := offset - seg.base
-	var buf [IndexEntrySize]byte
-	pos, err := f.readPositions(rel, 1, buf[:])
+	first := max(rel-1, 0)
+	var buf [2 * IndexEntrySize]byte
+	all, err := f.readPositions(first, rel-first+1, buf[:])
 	if err != nil {
 		return nil, l.ioErr(err)
 	}
-	payload, err := f.readEntryAt(pos[0], -1, l.opts.MaxRecordBytes)
+	pos := all[len(all)-1]
+	if pos < 0 {
+		return nil, l.corrupt(seg, seg.idxPath, rel*IndexEntrySize, offset, fmt.Sprintf("offset index entry holds invalid position %d", pos))
+	}
+	if rel > 0 && all[0] >= pos {
+		return nil, l.corrupt(seg, seg.idxPath, rel*IndexEntrySize, offset,
+			fmt.Sprintf("offset index entry %d (position %d) is not after entry %d (position %d)", offset, pos, offset-1, all[0]))
+	}
+	payload, err := f.readEntryAt(pos, -1, l.opts.MaxRecordBytes)
 	if err != nil {
 		var be *badEntry
 		if errors.As(err, &be) {
-			return nil, l.corrupt(seg, seg.mmmPath, pos[0], offset, be.reason)
+			return nil, l.corrupt(seg, seg.mmmPath, pos, offset, be.reason)
 		}
 		return nil, l.ioErr(fmt.Errorf("read offset %d: %w", offset, err))
 	}
 	return payload, nil
+}
+
+// rereadPauses are the pauses before each re-read of an entry below the
+// high watermark that failed validation: the first re-read at once, the
+// last about 31 ms after the first read. A re-read goes through
+// descriptors opened for it.
+//
+// Why: every entry below the high watermark was written and fsynced
+// before it was published, so bytes that do not decode there are either
+// corruption or a page cache that has not seen the write yet. The second
+// happens on FUSE (seen on LazyFS, with preallocation on): the kernel
+// keeps one page cache per file for every descriptor, and a read that
+// runs while a write(2) into bytes the file already has (preallocated
+// zeros) is still on its way to the FUSE daemon can bring the page back
+// from the daemon as it was before the write; that stale page then
+// serves the zeros to every descriptor, after the write and the fsync
+// returned, until something drops it (our reading of the kernel's FUSE
+// client; the storage README has what was measured). Opening the file
+// drops it (FUSE does on every open). On a local filesystem the cache is the file and
+// a re-read finds what the first read found. Only what still fails
+// after the last re-read is reported as corruption.
+var rereadPauses = [...]time.Duration{0, time.Millisecond, 5 * time.Millisecond, 25 * time.Millisecond}
+
+// isCorruption reports whether err is a *contract.CorruptionError.
+func isCorruption(err error) bool {
+	var ce *contract.CorruptionError
+	return errors.As(err, &ce)
+}
+
+// reread retries read, a read of seg that failed validation with first
+// (a *contract.CorruptionError at offset), through a pair of seg's files
+// opened for each attempt and closed after it (counted by the segment
+// cache, never cached), after each of rereadPauses, until read returns
+// anything but a corruption. It returns read's last error, or the error of
+// opening the pair. No pin is held while it opens one (no caller pins two
+// pairs at once). An entry that reads intact on a re-read is counted
+// (Log.staleReads) and logged as a warning.
+func (l *Log) reread(seg *segment, offset int64, first error, read func(f *segFiles) error) error {
+	err := first
+	for i, pause := range rereadPauses {
+		if pause > 0 {
+			time.Sleep(pause)
+		}
+		f, oerr := l.cache.openReserved(&l.closed, func() (*segFiles, error) { return openSealed(l.fs, seg) })
+		if oerr != nil {
+			return l.pinErr(offset, oerr)
+		}
+		err = read(f)
+		f.unref()
+		if !isCorruption(err) {
+			l.staleReads.Add(1)
+			var ce *contract.CorruptionError
+			errors.As(first, &ce)
+			l.log.Warn("entry failed validation, then read intact from newly opened files: the page cache had not seen its write yet",
+				zap.Int64("offset", ce.Offset), zap.String("file", ce.File), zap.Int64("pos", ce.Pos),
+				zap.String("reason", ce.Reason), zap.Int("rereads", i+1))
+			return err
+		}
+	}
+	return err
 }
 
 // readBudget bounds the bytes one ReadBatch call reads at once.
@@ -98,9 +190,11 @@ const readBudget = 1 << 20
 // ReadBatch returns up to max consecutive entries starting at from, all
 // below the high watermark, read in bulk (one index read and one segment
 // read per batch, within one segment). It returns no entries and no error
-// when from >= HighWatermark(). On a corrupt entry at offset o it returns the
-// entries before o and a *contract.CorruptionError with Offset o; the caller skips o
-// by reading again from o+1. from below StartOffset() (deleted by
+// when from >= HighWatermark(). On a corrupt entry at offset o (one that
+// fails validation on the first read and on every re-read of
+// rereadPauses) it returns the entries before o and a
+// *contract.CorruptionError with Offset o; the caller skips o by reading
+// again from o+1. from below StartOffset() (deleted by
 // retention) is a *contract.OffsetExpiredError (contract.ErrOffsetExpired).
 // Payloads share one buffer per call.
 func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
@@ -123,7 +217,20 @@ func (l *Log) ReadBatch(from int64, max int) ([]Entry, error) {
 	if err != nil {
 		return nil, l.pinErr(from, err)
 	}
-	defer f.unpin()
+	out, err := l.readBatch(seg, f, from, n)
+	f.unpin()
+	if isCorruption(err) {
+		err = l.reread(seg, from, err, func(f *segFiles) error {
+			out, err = l.readBatch(seg, f, from, n)
+			return err
+		})
+	}
+	return out, err
+}
+
+// readBatch is ReadBatch of n entries from from in seg through its pinned
+// files f.
+func (l *Log) readBatch(seg *segment, f *segFiles, from, n int64) ([]Entry, error) {
 	b := &batchRead{l: l, seg: seg, f: f, from: from, rel: from - seg.base}
 	if err := b.positions(n); err != nil {
 		return nil, err

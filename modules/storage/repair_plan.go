@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 
 	"github.com/mmmq/mmmq/modules/contract"
 
@@ -274,7 +275,19 @@ func (pl *planner) planTornEntries(p *segPlan, last bool, n int64) (int64, error
 	for n > 0 {
 		at := p.pos[n-1]
 		if at >= p.mmmSize {
-			return 0, pl.corrupt(p.mmmPath, at, p.base+n-1, "segment is shorter (%d bytes) than its offset index says (entry at %d)", p.mmmSize, at)
+			// Name the first entry the segment does not hold whole, not
+			// only the last one: the positions are increasing (the
+			// plausible prefix), so it is the one before the first
+			// position past the end, or that one when the file ends
+			// exactly there.
+			j := sort.Search(int(n), func(i int) bool { return p.pos[i] >= p.mmmSize })
+			first := int64(j)
+			if j > 0 && p.pos[j] > p.mmmSize {
+				first = int64(j - 1)
+			}
+			return 0, pl.corrupt(p.mmmPath, p.pos[first], p.base+first,
+				"segment is shorter (%d bytes) than its offset index says: offsets %d..%d (from byte %d; the last indexed entry starts at %d) are missing or cut short",
+				p.mmmSize, p.base+first, p.base+n-1, p.pos[first], at)
 		}
 		payload, err := p.entryAt(at)
 		if err == nil {

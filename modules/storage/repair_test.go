@@ -609,8 +609,10 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "index beyond a torn segment tail",
 			corrupt: corruptIndexBeyondTornSegmentTail,
-			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 4 * fxEntry, Offset: 24,
-				Reason: "shorter"}},
+			// The first entry the segment does not hold whole is named
+			// (offset 23, cut short), not only the last indexed one.
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(fxLastBase) + SegmentExt, Pos: 3 * fxEntry, Offset: 23,
+				Reason: "offsets 23..24 (from byte 144; the last indexed entry starts at 192) are missing or cut short"}},
 		},
 		{
 			name:    "index entry points into the middle of an entry in a sealed segment",
@@ -662,8 +664,8 @@ func TestRecoveryCorruption(t *testing.T) {
 		{
 			name:    "sealed segment shorter than its index",
 			corrupt: corruptSealedSegmentShorterThanIndex,
-			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + SegmentExt, Pos: 4 * fxEntry, Offset: 14,
-				Reason: "shorter"}},
+			want: repairWant{refuse: &contract.CorruptionError{File: SegmentName(10) + SegmentExt, Pos: fxEntry, Offset: 11,
+				Reason: "segment is shorter (48 bytes) than its offset index says: offsets 11..14"}},
 		},
 		{
 			name:    "sealed segment's index torn",

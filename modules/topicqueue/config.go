@@ -15,11 +15,13 @@ import (
 // offset with "duplicate": true (NATS JetStream's duplicate window on
 // Nats-Msg-Id). Ids the broker generates are never deduplicated.
 type DedupConfig struct {
-	// Window is how long an id is remembered after its publish. 0 turns
-	// deduplication off. Default 2m.
+	// Window is how long an id is remembered after its publish (also by
+	// the scheduler, for scheduled publishes). 0 turns deduplication off.
+	// Default 2m.
 	Window time.Duration `koanf:"window"`
-	// MaxIDs caps the ids remembered per topic; over it the oldest are
-	// forgotten first (and no longer deduplicated). Default 100000.
+	// MaxIDs caps the ids remembered per topic, and the scheduler's ids
+	// of scheduled publishes (all topics together); over it the oldest
+	// are forgotten first (and no longer deduplicated). Default 100000.
 	MaxIDs int `koanf:"max-ids"`
 	// MaxBytes caps the memory of the remembered ids of all topics
 	// together, in bytes; over it the oldest ids of any topic are

@@ -77,6 +77,9 @@ type RegistryParams struct {
 	// Dedup is the idempotent-publish window (NewDedupFromConfig; nil
 	// when mmmq.broker.dedup.window is 0).
 	Dedup *dedup.Tracker `optional:"true"`
+	// PublishObserver is told how long publishes took per ack level
+	// (the metrics plugin); none observes nothing.
+	PublishObserver PublishObserver `optional:"true"`
 }
 
 // OptionsFromConfig maps mmmq.broker.storage and mmmq.broker.segment to
@@ -181,6 +184,7 @@ func NewFromConfig(p RegistryParams) *Registry {
 	opts.Storage.Logger = p.Logger.Named("storage")
 	opts.Backend = p.Backend
 	opts.Dedup = p.Dedup
+	opts.PublishObserver = p.PublishObserver
 	return New(opts)
 }
 

@@ -3,6 +3,7 @@ package topicqueue
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -59,6 +60,10 @@ func (r *Registry) OpenAll(policy OnCorruption, log *zap.Logger) (Report, error)
 	}
 	for _, name := range skipped {
 		rep.Skipped = append(rep.Skipped, name)
+		if reservedDir(name) {
+			log.Debug("passing over the broker's own directory", zap.String("name", name))
+			continue
+		}
 		log.Warn("skipping directory that is not a topic", zap.String("name", name), zap.Error(contract.ValidateTopic(name)))
 	}
 	for _, name := range names {
@@ -155,4 +160,12 @@ func corruptionFields(ce *contract.CorruptionError, policy OnCorruption) []zap.F
 		f = append(f, zap.Int64("offset", ce.Offset))
 	}
 	return append(f, zap.String("reason", ce.Reason), zap.String("policy", string(policy)))
+}
+
+// reservedDir reports whether name is a directory the broker itself keeps
+// beside the topics under the data root: the scheduler's
+// (contract.ScheduledDir) or a topic deletion's (storage.DeletingPrefix).
+// The start-up listing passes over them without a warning.
+func reservedDir(name string) bool {
+	return name == contract.ScheduledDir || strings.HasPrefix(name, storage.DeletingPrefix)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dedup"
@@ -66,8 +67,18 @@ func (q *TopicQueue) Publish(ctx context.Context, msgs []Message, level contract
 // It may wait before it returns, bounded by ctx: while another publish of
 // the same producer id is being committed (package dedup), and for a
 // duplicate at DURABLE until its first message is durable.
+//
+// With an Options.PublishObserver the publish is observed when done is
+// called without an error (PublishObserver).
 func (q *TopicQueue) PublishNotify(ctx context.Context, msgs []Message, level contract.AckLevel, out []Published, done func(error)) error {
+	return q.publishNotify(ctx, msgs, level, out, done, publishStart(q.obs))
+}
+
+// publishNotify is PublishNotify, observed from start (zero without an
+// observer).
+func (q *TopicQueue) publishNotify(ctx context.Context, msgs []Message, level contract.AckLevel, out []Published, done func(error), start time.Time) error {
 	p := getPub(q, len(msgs), level, out, done)
+	p.start = start
 	if err := p.begin(ctx, msgs); err != nil {
 		p.free()
 		return err
@@ -90,6 +101,9 @@ type pub struct {
 	out      []Published
 	claim    *dedup.Claim
 	done     func(error)
+	// start is when the publish began, for the PublishObserver (q.obs);
+	// zero without one.
+	start time.Time
 	// storedBefore: the log recognised the one stored message's id as one
 	// it had stored before (duplicateNotifyingAppender); fill reports it.
 	storedBefore bool
@@ -126,6 +140,7 @@ func (p *pub) free() {
 	clear(p.payloads)
 	p.q, p.out, p.claim, p.done = nil, nil, nil, nil
 	p.storedBefore = false
+	p.start = time.Time{}
 	p.ids, p.payloads = p.ids[:0], p.payloads[:0]
 	pubPool.Put(p)
 }
@@ -225,12 +240,15 @@ func appendPlain(ctx context.Context, log contract.Log, payloads [][]byte, level
 	return log.AppendBatch(ctx, payloads, level)
 }
 
-// complete resolves the claim with the outcome, fills out on success,
-// frees p and calls done.
+// complete resolves the claim with the outcome, fills out and tells the
+// observer on success, frees p and calls done.
 func (p *pub) complete(first int64, err error) {
 	p.claim.Resolve(first, err)
 	if err == nil {
 		p.fill(first)
+		if o := p.q.obs; o != nil {
+			o.ObservePublish(p.level, len(p.res), time.Since(p.start))
+		}
 	}
 	done := p.done
 	p.free()
@@ -421,13 +439,20 @@ func (r *Registry) PublishMessages(ctx context.Context, name string, msgs []Mess
 // publish, created anew (PublishMessages). On the local backend the
 // messages of consecutive calls from one goroutine to one topic get
 // offsets in call order. It returns the topic it handed them to.
+//
+// It is the one entry of every transport's publishes (HTTP, batches, the
+// line protocol, scheduled messages entering their topic) and of the
+// broker's own (dead letters, redrives: Publish): with an
+// Options.PublishObserver each successful call is observed from its start
+// here to its outcome (PublishObserver).
 func (r *Registry) PublishMessagesNotify(ctx context.Context, name string, msgs []Message, level contract.AckLevel, out []Published, done func(error)) (*TopicQueue, error) {
+	start := publishStart(r.opts.PublishObserver)
 	for i := 0; ; i++ {
 		q, err := r.GetOrCreate(name)
 		if err != nil {
 			return nil, err
 		}
-		err = q.PublishNotify(ctx, msgs, level, out, done)
+		err = q.publishNotify(ctx, msgs, level, out, done, start)
 		if err != nil && q.Deleted() && errors.Is(err, contract.ErrClosed) && i < maxPublishRetries {
 			continue
 		}

@@ -29,6 +29,10 @@ type Options struct {
 	// Dedup is the idempotent-publish window (mmmq.broker.dedup); nil
 	// stores every message, whatever its id.
 	Dedup *dedup.Tracker
+	// PublishObserver, when set, is told how long every successful
+	// publish took to be answered, per ack level (PublishObserver); nil
+	// observes nothing (no clock read).
+	PublishObserver PublishObserver
 }
 
 // Registry holds every open TopicQueue by name. Lookups take a read lock.
@@ -197,7 +201,7 @@ func (r *Registry) open(name string, announce bool) (*TopicQueue, error) {
 		_ = l.Close()
 		o.err = ErrClosed
 	default:
-		o.q = &TopicQueue{name: name, log: l, dd: r.opts.Dedup.Open(name, l)}
+		o.q = &TopicQueue{name: name, log: l, dd: r.opts.Dedup.Open(name, l), obs: r.opts.PublishObserver}
 		r.topics[name] = o.q
 		subs = r.subscribers()
 	}

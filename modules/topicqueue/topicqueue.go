@@ -23,8 +23,9 @@ import (
 type TopicQueue struct {
 	name    string
 	log     contract.Log
-	deleted atomic.Bool   // set by Registry.Delete before the log closes
-	dd      *dedup.Window // the idempotent-publish window; nil when off
+	deleted atomic.Bool     // set by Registry.Delete before the log closes
+	dd      *dedup.Window   // the idempotent-publish window; nil when off
+	obs     PublishObserver // Options.PublishObserver; nil when none
 }
 
 // Deleted reports whether Registry.Delete has taken this topic out: its log
