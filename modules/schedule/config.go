@@ -25,6 +25,13 @@ type Config struct {
 	// MoveBatch is the most messages the mover reads into memory and
 	// appends per step, 1..100000. Default 1000.
 	MoveBatch int `koanf:"move-batch"`
+	// MemoryBudget bounds, in bytes, what the store holds in memory for
+	// pending messages whatever their number: half for the loaded window
+	// of entry metadata (about 200 bytes per entry; a bucket with more
+	// pending entries is loaded a window at a time, as is the start-up
+	// scan), half for the messages of one mover step (at least one).
+	// 1 MiB..64 GiB. Default 67108864 (64 MiB).
+	MemoryBudget int64 `koanf:"memory-budget"`
 }
 
 // ConfigSection is the section mmmq.broker.schedule (environment
@@ -35,12 +42,14 @@ var ConfigSection = config.NewSection("broker.schedule", Config{
 	MaxPendingPerTopic: DefaultMaxPendingPerTopic,
 	BucketWidth:        DefaultBucketWidth,
 	MoveBatch:          DefaultMoveBatch,
+	MemoryBudget:       DefaultMemoryBudget,
 }, func(c *Config) error {
 	errs := []error{
 		config.CheckPositive("mmmq.broker.schedule.max-delay", c.MaxDelay),
 		config.CheckIntRange("mmmq.broker.schedule.max-pending-per-topic", int64(c.MaxPendingPerTopic), 1, 1_000_000_000),
 		config.CheckIntRange("mmmq.broker.schedule.bucket-width", int64(c.BucketWidth), int64(time.Second), int64(24*time.Hour)),
 		config.CheckIntRange("mmmq.broker.schedule.move-batch", int64(c.MoveBatch), 1, 100_000),
+		config.CheckIntRange("mmmq.broker.schedule.memory-budget", c.MemoryBudget, 1<<20, 64<<30),
 	}
 	if c.BucketWidth%time.Millisecond != 0 {
 		errs = append(errs, config.InvalidValue("mmmq.broker.schedule.bucket-width", "must be whole milliseconds; got %v", c.BucketWidth))

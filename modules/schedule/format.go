@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"strconv"
 	"strings"
+
+	"github.com/mmmq/mmmq/modules/contract"
 )
 
 // Record kinds. Wire format, do not change.
@@ -14,7 +16,21 @@ const (
 	kindScheduled byte = 1
 	kindDelivered byte = 2
 	kindCancelled byte = 3
+	// kindMoving is the intent written (and fsynced) before a mover step
+	// appends its messages: the topic's high watermark before the append.
+	kindMoving byte = 4
+	// kindDropped cancels every scheduled record of one topic that comes
+	// before it in the same file (DELETE /topics/{t}).
+	kindDropped byte = 5
 )
+
+// HeaderScheduleID is the header the broker sets on a message it moves from
+// the scheduled store into its topic: the message's schedule id
+// (contract.HeaderScheduleID, where its rules are).
+const HeaderScheduleID = contract.HeaderScheduleID
+
+// dropExt ends the name of a topic-deletion marker: <topic>.drop.
+const dropExt = ".drop"
 
 // headerLen is the length and CRC in front of every record.
 const headerLen = 8
@@ -36,6 +52,28 @@ type entry struct {
 	at    int64 // due time, Unix ms
 	off   int64 // the record's first byte in its file
 	n     int   // the record's length, header included
+	hwm   int64 // a moving record's high watermark (the lowest); -1: none
+}
+
+// before orders entries by due time, then place in the file.
+func (e entry) before(o entry) bool { return e.at < o.at || e.at == o.at && e.off < o.off }
+
+// appendMoving appends a moving record for id (the topic's high watermark
+// hwm before the append) to dst.
+func appendMoving(dst []byte, hwm int64, id string) []byte {
+	start := len(dst)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(1+8+1+len(id)))
+	dst = append(dst, 0, 0, 0, 0, kindMoving)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(hwm))
+	dst = append(dst, byte(len(id)))
+	dst = append(dst, id...)
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+headerLen:], castagnoli))
+	return dst
+}
+
+// appendDropped appends a dropped record for topic to dst.
+func appendDropped(dst []byte, topic string) []byte {
+	return appendDone(dst, kindDropped, topic)
 }
 
 // appendScheduled appends a scheduled record to dst.
@@ -54,7 +92,8 @@ func appendScheduled(dst []byte, at int64, id, topic string, stored []byte) []by
 	return dst
 }
 
-// appendDone appends a delivered or cancelled record for id to dst.
+// appendDone appends a delivered or cancelled record for id (or, with
+// kindDropped, a dropped record for a topic) to dst.
 func appendDone(dst []byte, kind byte, id string) []byte {
 	start := len(dst)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(2+len(id)))
@@ -92,6 +131,19 @@ func decodeBody(b []byte) (kind byte, e entry, msgAt int, err error) {
 		}
 		e.topic = string(b[i : i+l])
 		return kind, e, 1 + i + l, nil
+	case kindMoving:
+		if len(b) < 8+1 || len(b) != 8+1+int(b[8]) {
+			return 0, e, 0, errBadRecord
+		}
+		e.hwm = int64(binary.LittleEndian.Uint64(b))
+		e.id = string(b[9:])
+		return kind, e, 0, nil
+	case kindDropped:
+		if len(b) < 1 || len(b) != 1+int(b[0]) {
+			return 0, e, 0, errBadRecord
+		}
+		e.topic = string(b[1:])
+		return kind, e, 0, nil
 	case kindDelivered, kindCancelled:
 		if len(b) < 1 || len(b) != 1+int(b[0]) {
 			return 0, e, 0, errBadRecord

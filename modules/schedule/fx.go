@@ -2,6 +2,8 @@ package schedule
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 
 	"go.uber.org/fx"
@@ -19,6 +21,10 @@ type Params struct {
 	Schedule Config
 	Logger   *zap.Logger
 	Registry *topicqueue.Registry
+	// Dedup is mmmq.broker.dedup (topicqueue.DedupSection): its window
+	// and max-ids deduplicate the producer ids of scheduled publishes
+	// (Idempotent). Absent: no deduplication.
+	Dedup topicqueue.DedupConfig `optional:"true"`
 }
 
 // RegistryTarget appends due messages to the registry's topics, creating
@@ -34,6 +40,62 @@ func (t registryTarget) Append(ctx context.Context, topic string, stored []byte)
 	return err
 }
 
+// AppendBatch implements BatchTarget: one publish of every message, at
+// ack level DURABLE.
+func (t registryTarget) AppendBatch(ctx context.Context, topic string, stored [][]byte) error {
+	msgs := make([]topicqueue.Message, len(stored))
+	for i, m := range stored {
+		msgs[i].Stored = m
+	}
+	_, err := t.reg.PublishMessages(ctx, topic, msgs, contract.Durable, make([]topicqueue.Published, len(msgs)))
+	return err
+}
+
+// HighWatermark implements Ledger: 0 for a topic that does not exist.
+func (t registryTarget) HighWatermark(topic string) (int64, error) {
+	q, ok := t.reg.Get(topic)
+	if !ok {
+		return 0, nil
+	}
+	return q.HighWatermark(), nil
+}
+
+// Find implements Ledger: it reads topic from offset from (or its first
+// offset, when retention deleted what was below) to its high watermark,
+// 256 messages at a time, and returns the ids found.
+func (t registryTarget) Find(_ context.Context, topic string, from int64, ids map[string]bool) (map[string]bool, error) {
+	found := map[string]bool{}
+	q, ok := t.reg.Get(topic)
+	if !ok {
+		return found, nil
+	}
+	off, hw := max(from, q.StartOffset()), q.HighWatermark()
+	for off < hw && len(found) < len(ids) {
+		es, err := q.ReadBatch(off, 256)
+		if err != nil {
+			return nil, fmt.Errorf("read topic %s at %d: %w", topic, off, err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		for _, e := range es {
+			if id := scheduleIDOf(e.Payload); ids[id] {
+				found[id] = true
+			}
+			off = e.Offset + 1
+		}
+	}
+	return found, nil
+}
+
+// DeleteTopic implements TopicDeleter: nil when the topic does not exist.
+func (t registryTarget) DeleteTopic(topic string) error {
+	if err := t.reg.Delete(topic); err != nil && !errors.Is(err, topicqueue.ErrUnknownTopic) {
+		return err
+	}
+	return nil
+}
+
 // NewFromConfig builds the scheduler over <data root>/.scheduled of the
 // registry's filesystem. With a storage backend other than the local one
 // (mmmq.broker.storage.backend: jetstream) every scheduled publish is 501
@@ -46,6 +108,7 @@ func NewFromConfig(p Params) *Scheduler {
 		MaxPendingPerTopic: p.Schedule.MaxPendingPerTopic,
 		BucketWidth:        p.Schedule.BucketWidth,
 		MoveBatch:          p.Schedule.MoveBatch,
+		MemoryBudget:       p.Schedule.MemoryBudget,
 		Logger:             p.Logger.Named("schedule"),
 	}
 	if _, local := p.Registry.Backend().(*topicqueue.LocalBackend); !local {
@@ -65,13 +128,17 @@ func lifecycle(lc fx.Lifecycle, s *Scheduler) {
 }
 
 // Module provides the *Scheduler and, as contract.Scheduler, the seam the
-// HTTP API publishes scheduled messages through, and the route
+// HTTP API and the line protocol publish scheduled messages through (an
+// *Idempotent over it: producer ids deduplicated within
+// mmmq.broker.dedup.window), and the route
 // DELETE /topics/{topic}/scheduled/{scheduleId} (value group contract.RouteTag).
 // It needs *topicqueue.Registry and *zap.Logger.
 var Module = fx.Module("schedule",
 	config.ProvideSection(ConfigSection),
 	fx.Provide(NewFromConfig),
-	fx.Provide(func(s *Scheduler) contract.Scheduler { return s }),
+	fx.Provide(func(s *Scheduler, p Params) contract.Scheduler {
+		return NewIdempotent(s, p.Dedup.Window, p.Dedup.MaxIDs)
+	}),
 	contract.ProvideRoute(NewRoute),
 	fx.Invoke(lifecycle),
 )

@@ -32,6 +32,7 @@ func TestNewFromConfigLocal(t *testing.T) {
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
+	stopAtEnd(t, s)
 	ctx := context.Background()
 	if _, err := s.Schedule(ctx, "a.b", []byte(`{"topic":{"name":"a.b"},"content":1}`), clk.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)

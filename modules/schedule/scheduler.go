@@ -2,11 +2,11 @@ package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,11 +22,12 @@ const (
 	DefaultMaxPendingPerTopic = 1_000_000
 	DefaultBucketWidth        = time.Minute
 	DefaultMoveBatch          = 1000
+	DefaultMemoryBudget       = 64 << 20
 )
 
 // Dir is the name of the directory under the data root that holds the
 // pending messages: it starts with '.', so no topic can have it.
-const Dir = ".scheduled"
+const Dir = contract.ScheduledDir
 
 // Errors.
 var (
@@ -41,6 +42,37 @@ var (
 // durably (fsynced) before it returns nil.
 type Target interface {
 	Append(ctx context.Context, topic string, stored []byte) error
+}
+
+// BatchTarget is the optional capability of a Target that appends several
+// messages of one topic at once, durably (one fsync) before it returns
+// nil; the mover then appends a step's messages of one topic together.
+type BatchTarget interface {
+	AppendBatch(ctx context.Context, topic string, stored [][]byte) error
+}
+
+// Ledger is the optional capability of a Target that makes the move
+// exactly once: before a mover step appends, the topic's high watermark is
+// recorded (a moving record, fsynced); an entry found with a moving record
+// and no delivered one is looked for in the topic from that watermark, by
+// its HeaderScheduleID header, before it is appended again. Without it
+// (a Target that is only a Target), the move is at least once.
+type Ledger interface {
+	// HighWatermark is the next offset of topic: 0 for a topic that does
+	// not exist.
+	HighWatermark(topic string) (int64, error)
+	// Find returns which of ids (schedule ids) are the HeaderScheduleID of
+	// a message of topic at offset from or later. from > 0 below the
+	// topic's first offset (retention deleted what was there) is logged:
+	// an id not found is then moved again.
+	Find(ctx context.Context, topic string, from int64, ids map[string]bool) (map[string]bool, error)
+}
+
+// TopicDeleter is the optional capability of a Target that lets recovery
+// finish a topic deletion a crash interrupted (DropTopic): Delete removes
+// topic; nil when it does not exist.
+type TopicDeleter interface {
+	DeleteTopic(topic string) error
 }
 
 // Options configures a Scheduler.
@@ -61,6 +93,12 @@ type Options struct {
 	// MoveBatch is the most messages read into memory and moved per step
 	// (mmmq.broker.schedule.move-batch). Default 1000.
 	MoveBatch int
+	// MemoryBudget bounds, in bytes, what the store holds in memory for
+	// pending messages whatever their number
+	// (mmmq.broker.schedule.memory-budget): half for the loaded window of
+	// entry metadata (about 200 bytes per entry), half for the messages of
+	// one mover step (at least one). Default 64 MiB.
+	MemoryBudget int64
 	// Unsupported, when not "", makes every Schedule 501 NOT_IMPLEMENTED
 	// with this reason (a storage backend the scheduler cannot serve).
 	Unsupported string
@@ -71,11 +109,22 @@ type Options struct {
 	// skipSync is the negative control of the power-loss test: nothing is
 	// fsynced, so acknowledged schedules can be lost.
 	skipSync bool
+	// skipIntentSync is the negative control of the exactly-once move: the
+	// moving records are written but not fsynced before the appends.
+	skipIntentSync bool
+	// listKeep, when > 0, replaces listScanMin (tests: a listing's scans
+	// cut short).
+	listKeep int
+	// skipDropMarker is the negative control of the topic deletion: no
+	// marker is written, so a crash can leave the topic without its
+	// scheduled messages.
+	skipDropMarker bool
 }
 
 // Scheduler is the scheduled-message store and its mover. It implements
-// contract.Scheduler. Build it with New, then Start (recovery: scan the
-// bucket files; launch the mover) and Stop.
+// contract.Scheduler and contract.ScheduleDropper. Build it with New, then
+// Start (recovery: scan the bucket files; launch the flusher and the
+// mover) and Stop.
 type Scheduler struct {
 	opts   Options
 	target Target
@@ -85,14 +134,38 @@ type Scheduler struct {
 	running bool
 	failed  error
 	sizes   map[int64]int64 // bucket start → end of its file's records
-	pending map[string]int  // topic → pending messages
-	// cur is the loaded bucket: the earliest one whose start has passed
-	// when the mover last looked, its pending entries sorted by due time.
-	cur    *loaded
-	moving map[string]bool // ids being appended to their topic now
-	wakeAt int64           // the mover's next wake-up (Unix ms), 0 for none
+	pending map[string]int  // topic → pending messages (not yet fsynced ones too)
+	// perFile is each bucket's pending messages per topic: which files a
+	// topic deletion writes its dropped record to.
+	perFile map[int64]map[string]int
+	// lastAt is each bucket's latest due time of a scheduled record
+	// written to it since Open (of a pending entry at Open): a listing
+	// passes over the buckets wholly before its cursor (list.go).
+	lastAt map[int64]int64
+	// cur is the loaded window of one bucket: the earliest one whose start
+	// has passed when the mover last looked, its pending entries sorted by
+	// due time (see scanWindow).
+	cur      *loaded
+	moving   map[string]string // ids being appended (or cancelled) now → topic
+	unsynced map[string]bool   // scheduled records written, not yet fsynced
+	dropping map[string]bool   // topics being deleted
+	markers  map[string]bool   // topics whose deletion marker is on disk
+	moved    uint64            // messages moved since Start (Stats)
+	// stuck is the topics whose last move failed (stuck.go);
+	// moveFailures counts failed moves by reason since Start.
+	stuck        map[string]*stuck
+	moveFailures map[string]uint64
+	late         lateness // their lateness (Stats)
+	wakeAt       int64    // the mover's next wake-up (Unix ms), 0 for none
 	// dirMade: Dir exists and its entry is durable.
 	dirMade bool
+
+	// Group commit (commit.go): the batch records are written into now,
+	// and the flusher that fsyncs it.
+	batch     *commitBatch
+	flushReq  chan struct{}
+	flushStop chan struct{}
+	flushDone chan struct{}
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -102,6 +175,9 @@ type Scheduler struct {
 type loaded struct {
 	bucket  int64
 	pending []entry
+	// more: the file has pending entries at or after bound, not loaded.
+	more  bool
+	bound entry
 }
 
 // New returns a scheduler that moves due messages to target. Nothing is
@@ -125,10 +201,23 @@ func New(opts Options, target Target) *Scheduler {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.MemoryBudget <= 0 {
+		opts.MemoryBudget = DefaultMemoryBudget
+	}
 	return &Scheduler{opts: opts, target: target, log: opts.Logger, wake: make(chan struct{}, 1)}
 }
 
-var _ contract.Scheduler = (*Scheduler)(nil)
+// covers says whether e belongs in the loaded window.
+func (c *loaded) covers(e entry) bool { return !c.more || e.before(c.bound) }
+
+// windowMax is the most entries a loaded window holds: half the memory
+// budget.
+func (s *Scheduler) windowMax() int { return max(16, int(s.opts.MemoryBudget/2/entryCost)) }
+
+var (
+	_ contract.Scheduler       = (*Scheduler)(nil)
+	_ contract.ScheduleDropper = (*Scheduler)(nil)
+)
 
 // Start recovers the store (Open) and launches the mover.
 func (s *Scheduler) Start(context.Context) error {
@@ -142,7 +231,8 @@ func (s *Scheduler) Start(context.Context) error {
 }
 
 // Stop stops the mover, waiting for its current step (a topic append and
-// its delivered records) to finish or ctx to end.
+// its delivered records) to finish or ctx to end, then the flusher (the
+// records written so far are fsynced and their writers answered).
 func (s *Scheduler) Stop(ctx context.Context) error {
 	if s.cancel != nil {
 		s.cancel()
@@ -154,25 +244,41 @@ func (s *Scheduler) Stop(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.running = false
+	stop, done := s.flushStop, s.flushDone
+	s.flushStop = nil
 	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
 // Open scans every bucket file (recovery, see the package documentation):
-// it cuts torn tails, removes files with nothing pending and counts each
-// topic's pending messages, one file at a time. Start calls it; tests that
-// drive MoveDue themselves call it instead of Start.
+// it cuts torn tails, removes files with nothing pending, counts each
+// topic's pending messages (one file and one window of entries at a
+// time), finishes a topic deletion a crash interrupted, and launches the
+// flusher. Start calls it; tests that drive MoveDue themselves call it
+// instead of Start (and Stop after).
 func (s *Scheduler) Open() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fsys, dir := s.opts.FS, s.opts.Dir
-	s.sizes, s.pending, s.moving, s.cur, s.failed, s.wakeAt = map[int64]int64{}, map[string]int{}, map[string]bool{}, nil, nil, 0
+	s.sizes, s.pending, s.perFile, s.cur, s.failed, s.wakeAt = map[int64]int64{}, map[string]int{}, map[int64]map[string]int{}, nil, nil, 0
+	s.lastAt = map[int64]int64{}
+	s.moving, s.unsynced, s.dropping, s.markers = map[string]string{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+	s.stuck, s.moveFailures = map[string]*stuck{}, map[string]uint64{}
 	s.dirMade = false
 	ents, err := fsys.List(dir)
 	switch {
 	case vfs.IsNotExist(err):
 		// Nothing was ever scheduled: the directory is made by the
 		// first Schedule (a broker that never schedules writes nothing).
+		s.startFlusher()
 		s.running = true
 		return nil
 	case err != nil:
@@ -184,26 +290,33 @@ func (s *Scheduler) Open() error {
 		return fmt.Errorf("schedule: %w", err)
 	}
 	removed := false
+	var drops []string
 	for _, e := range ents {
+		if t, ok := strings.CutSuffix(e.Name, dropExt); ok && !e.IsDir {
+			drops = append(drops, t)
+			continue
+		}
 		b, ok := parseBucketName(e.Name)
 		if e.IsDir || !ok {
 			continue
 		}
 		name := filepath.Join(dir, e.Name)
-		res, err := s.scanPath(name)
+		end, counts, last, err := s.countPath(name)
 		if err != nil {
 			return err
 		}
-		if len(res.pending) == 0 {
+		if len(counts) == 0 {
 			if err := fsys.Remove(name); err != nil {
 				return fmt.Errorf("schedule: remove %s: %w", name, err)
 			}
 			removed = true
 			continue
 		}
-		s.sizes[b] = res.end
-		for _, p := range res.pending {
-			s.pending[p.topic]++
+		s.sizes[b] = end
+		s.perFile[b] = counts
+		s.lastAt[b] = last
+		for t, n := range counts {
+			s.pending[t] += n
 		}
 	}
 	if removed {
@@ -211,35 +324,95 @@ func (s *Scheduler) Open() error {
 			return fmt.Errorf("schedule: sync %s: %w", dir, err)
 		}
 	}
+	slices.Sort(drops)
+	for _, t := range drops {
+		n, err := s.finishDrop(t)
+		if err != nil {
+			return fmt.Errorf("schedule: finish the deletion of topic %s: %w", t, err)
+		}
+		s.log.Warn("scheduled messages: finished a topic deletion interrupted by a crash", zap.String("topic", t), zap.Int("scheduled-dropped", n))
+	}
+	s.startFlusher()
 	s.running = true
 	return nil
 }
 
-// scanPath scans one bucket file and cuts a torn tail (truncate, fsync).
-func (s *Scheduler) scanPath(name string) (scanResult, error) {
+// countPath scans one bucket file, cuts a torn tail (truncate, fsync) and
+// counts its pending entries per topic, one window at a time; last is the
+// latest due time of a pending entry.
+func (s *Scheduler) countPath(name string) (end int64, counts map[string]int, last int64, err error) {
 	f, err := s.opts.FS.OpenRW(name)
 	if err != nil {
-		return scanResult{}, fmt.Errorf("schedule: open %s: %w", name, err)
+		return 0, nil, 0, fmt.Errorf("schedule: open %s: %w", name, err)
 	}
 	defer f.Close()
 	size, err := f.Size()
 	if err != nil {
-		return scanResult{}, fmt.Errorf("schedule: size %s: %w", name, err)
+		return 0, nil, 0, fmt.Errorf("schedule: size %s: %w", name, err)
 	}
-	res, err := scanFile(f, size)
+	counts = map[string]int{}
+	lo := first
+	end = size
+	for pass := 0; ; pass++ {
+		w, err := scanWindow(f, end, lo, s.windowMax(), nil)
+		if err != nil {
+			return 0, nil, 0, fmt.Errorf("schedule: scan %s: %w", name, err)
+		}
+		if pass == 0 {
+			if w.end < size {
+				at, err := validAfterDamage(f, w.end, size)
+				if err != nil {
+					return 0, nil, 0, fmt.Errorf("schedule: scan %s: %w", name, err)
+				}
+				if at >= 0 {
+					return 0, nil, 0, &CorruptionError{File: name, Pos: w.end, ValidAt: at}
+				}
+			}
+			if err := s.cutTail(f, name, w.end, size); err != nil {
+				return 0, nil, 0, err
+			}
+			end = w.end
+		}
+		for _, e := range w.pending {
+			counts[e.topic]++
+			last = max(last, e.at)
+		}
+		if !w.more {
+			return end, counts, last, nil
+		}
+		lo = w.bound
+	}
+}
+
+// cutTail cuts f (named name, size bytes) at end when end < size.
+func (s *Scheduler) cutTail(f vfs.File, name string, end, size int64) error {
+	if end >= size {
+		return nil
+	}
+	s.logCut(f, name, end, size)
+	if err := f.Truncate(end); err != nil {
+		return fmt.Errorf("schedule: cut %s at %d: %w", name, end, err)
+	}
+	if err := s.sync(f); err != nil {
+		return fmt.Errorf("schedule: sync %s: %w", name, err)
+	}
+	return nil
+}
+
+// loadWindow loads the window of bucket b's pending entries starting at
+// lo, leaving out those not yet fsynced. s.mu is held.
+func (s *Scheduler) loadWindow(b int64, lo entry) (*loaded, error) {
+	name := s.path(b)
+	f, err := s.opts.FS.Open(name)
 	if err != nil {
-		return res, fmt.Errorf("schedule: scan %s: %w", name, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
-	if res.end < size {
-		s.log.Warn("scheduled messages: cut a torn tail", zap.String("file", name), zap.Int64("at", res.end), zap.Int64("bytes", size-res.end))
-		if err := f.Truncate(res.end); err != nil {
-			return res, fmt.Errorf("schedule: cut %s at %d: %w", name, res.end, err)
-		}
-		if err := s.sync(f); err != nil {
-			return res, fmt.Errorf("schedule: sync %s: %w", name, err)
-		}
+	defer f.Close()
+	w, err := scanWindow(f, s.sizes[b], lo, s.windowMax(), func(e entry) bool { return s.unsynced[e.id] })
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", name, err)
 	}
-	return res, nil
+	return &loaded{bucket: b, pending: w.pending, more: w.more, bound: w.bound}, nil
 }
 
 // makeDir creates Dir and makes its entry durable, and every parent
@@ -299,46 +472,32 @@ func (s *Scheduler) fail(err error) error {
 	return s.failed
 }
 
-// appendRecord writes rec at the end of bucket's file (created when
-// missing) and fsyncs it (and the directory for a new file). Any error
-// fails the store. s.mu is held.
-func (s *Scheduler) appendRecord(bucket int64, rec []byte) error {
+// appendRecordSync writes rec at the end of bucket's file and fsyncs it,
+// outside the group commit (recovery only, before the flusher runs). Any
+// error fails the store. s.mu is held.
+func (s *Scheduler) appendRecordSync(bucket int64, rec []byte) error {
 	name := s.path(bucket)
-	end, exists := s.sizes[bucket]
-	if !s.dirMade {
-		if err := s.makeDir(); err != nil {
-			return s.fail(err)
-		}
-	}
-	var f vfs.File
-	var err error
-	if exists {
-		f, err = s.opts.FS.OpenRW(name)
-	} else {
-		f, err = s.opts.FS.Create(name)
-	}
+	f, err := s.opts.FS.OpenRW(name)
 	if err != nil {
 		return s.fail(fmt.Errorf("open %s: %w", name, err))
 	}
 	defer f.Close()
+	end := s.sizes[bucket]
 	if _, err := f.WriteAt(rec, end); err != nil {
 		return s.fail(fmt.Errorf("write %s: %w", name, err))
 	}
 	if err := s.sync(f); err != nil {
 		return s.fail(fmt.Errorf("fsync %s: %w", name, err))
 	}
-	if !exists {
-		if err := s.syncDir(); err != nil {
-			return s.fail(fmt.Errorf("fsync %s: %w", s.opts.Dir, err))
-		}
-	}
 	s.sizes[bucket] = end + int64(len(rec))
 	return nil
 }
 
 // Schedule implements contract.Scheduler: the message is in its bucket
-// file, fsynced, when it returns nil. A deliverAt more than MaxDelay from
-// now is 400; a topic at MaxPendingPerTopic is 507.
+// file, fsynced, when it returns nil; concurrent calls share one fsync
+// (group commit). A deliverAt more than MaxDelay from now is 400; a topic
+// at MaxPendingPerTopic is 507; a topic being deleted (DropTopic) is 409
+// TOPIC_BUSY.
 func (s *Scheduler) Schedule(_ context.Context, topic string, stored []byte, deliverAt time.Time) (string, error) {
 	if s.opts.Unsupported != "" {
 		return "", contract.NotImplemented("scheduled messages (deliverAt, delay) are not supported here: %s", s.opts.Unsupported)
@@ -348,46 +507,95 @@ func (s *Scheduler) Schedule(_ context.Context, topic string, stored []byte, del
 	if time.UnixMilli(at).Before(deliverAt) {
 		at++
 	}
-	if d := time.UnixMilli(at).Sub(now); d > s.opts.MaxDelay {
-		return "", contract.BadRequest("deliverAt is %v from now, over the maximum delay of %v (mmmq.broker.schedule.max-delay)", d.Round(time.Second), s.opts.MaxDelay)
+	if err := contract.CheckMaxDelay(time.UnixMilli(at), now, s.opts.MaxDelay); err != nil {
+		return "", err
 	}
 	if len(topic) > 255 {
 		return "", contract.BadRequest("topic name too long to schedule") // unreachable: ValidateTopic caps it at 249 bytes
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return "", err
-	}
-	if n := s.pending[topic]; n >= s.opts.MaxPendingPerTopic {
-		return "", contract.TooManyScheduled("topic %q has %d pending scheduled messages, the maximum (mmmq.broker.schedule.max-pending-per-topic is %d); nothing was stored",
-			topic, n, s.opts.MaxPendingPerTopic)
-	}
 	b := s.bucketOf(at)
 	id := scheduleID(b, rand.Uint64())
-	end := s.sizes[b]
-	if err := s.appendRecord(b, appendScheduled(nil, at, id, topic, stored)); err != nil {
+	rec := appendScheduled(nil, at, id, topic, stored)
+	s.mu.Lock()
+	if err := s.waitRoom(b, len(rec)); err != nil {
+		s.mu.Unlock()
+		return "", err
+	}
+	if s.dropping[topic] {
+		s.mu.Unlock()
+		return "", ErrTopicDeleting
+	}
+	if n := s.pending[topic]; n >= s.opts.MaxPendingPerTopic {
+		s.mu.Unlock()
+		return "", contract.TooManyScheduled("topic %q has %d pending scheduled messages, the maximum (mmmq.broker.schedule.max-pending-per-topic is %d); this message was not stored",
+			topic, n, s.opts.MaxPendingPerTopic)
+	}
+	cb, off, err := s.write(b, rec)
+	if err != nil {
+		s.mu.Unlock()
 		return "", err
 	}
 	s.pending[topic]++
-	if c := s.cur; c != nil && c.bucket == b {
-		e := entry{id: id, topic: topic, at: at, off: end, n: int(s.sizes[b] - end)}
-		i, _ := slices.BinarySearchFunc(c.pending, at, func(x entry, t int64) int {
-			if x.at <= t {
-				return -1
-			}
-			return 1
-		})
-		c.pending = slices.Insert(c.pending, i, e)
+	s.countFile(b, topic, 1)
+	if l, ok := s.lastAt[b]; !ok || at > l {
+		s.lastAt[b] = at
 	}
-	if s.wakeAt == 0 || at < s.wakeAt {
-		s.wakeAt = at
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
+	s.unsynced[id] = true
+	cb.added = append(cb.added, added{bucket: b, e: entry{id: id, topic: topic, at: at, off: off, n: len(rec), hwm: -1}})
+	s.mu.Unlock()
+	if err := cb.wait(); err != nil {
+		return "", err
 	}
 	return id, nil
+}
+
+// ErrTopicDeleting is a Schedule for a topic whose deletion (DropTopic)
+// is running: 409 TOPIC_BUSY; retry once the deletion is answered.
+var ErrTopicDeleting = contract.NewError(contract.CodeTopicBusy, "schedule: the topic is being deleted with its scheduled messages; retry once the deletion is answered (the message then creates the topic again when due)")
+
+// countFile adds n to bucket b's pending count of topic; s.mu is held.
+func (s *Scheduler) countFile(b int64, topic string, n int) {
+	m := s.perFile[b]
+	if m == nil {
+		m = map[string]int{}
+		s.perFile[b] = m
+	}
+	if m[topic] += n; m[topic] <= 0 {
+		delete(m, topic)
+	}
+	if len(m) == 0 {
+		delete(s.perFile, b)
+	}
+}
+
+// visible makes the fsynced scheduled records of a batch visible to the
+// mover and to Cancel; s.mu is held.
+func (s *Scheduler) visible(adds []added) {
+	for _, a := range adds {
+		delete(s.unsynced, a.e.id)
+		if c := s.cur; c != nil && c.bucket == a.bucket && c.covers(a.e) {
+			i, _ := slices.BinarySearchFunc(c.pending, a.e, func(x, t entry) int {
+				if x.before(t) {
+					return -1
+				}
+				return 1
+			})
+			c.pending = slices.Insert(c.pending, i, a.e)
+			if k := s.windowMax(); len(c.pending) > k {
+				// Kept within the budget: the latest go back to the
+				// file, loaded again from the bound.
+				c.more, c.bound = true, entry{at: c.pending[k].at, off: c.pending[k].off}
+				c.pending = slices.Clip(c.pending[:k])
+			}
+		}
+		if s.wakeAt == 0 || a.e.at < s.wakeAt {
+			s.wakeAt = a.e.at
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // Cancel implements contract.Scheduler: a pending message of topic gets
@@ -398,41 +606,72 @@ func (s *Scheduler) Cancel(topic, id string) (bool, error) {
 		return false, nil
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err := s.usable(); err != nil {
+		s.mu.Unlock()
 		return false, err
 	}
-	if _, ok := s.sizes[b]; !ok || s.moving[id] {
+	if _, ok := s.sizes[b]; !ok || s.moving[id] != "" || s.unsynced[id] || s.dropping[topic] {
+		s.mu.Unlock()
 		return false, nil
 	}
-	var pend []entry
+	found := false
 	if c := s.cur; c != nil && c.bucket == b {
-		pend = c.pending
-	} else {
-		res, err := s.scanPath(s.path(b))
-		if err != nil {
+		found = slices.ContainsFunc(c.pending, func(e entry) bool { return e.id == id && e.topic == topic })
+	}
+	if !found && (s.cur == nil || s.cur.bucket != b || s.cur.more) {
+		var err error
+		if found, err = s.findPending(b, topic, id); err != nil {
+			s.mu.Unlock()
 			return false, err
 		}
-		pend = res.pending
 	}
-	i := slices.IndexFunc(pend, func(e entry) bool { return e.id == id && e.topic == topic })
-	if i < 0 {
+	if !found {
+		s.mu.Unlock()
 		return false, nil
 	}
-	if err := s.appendRecord(b, appendDone(nil, kindCancelled, id)); err != nil {
+	cb, _, err := s.write(b, appendDone(nil, kindCancelled, id))
+	if err != nil {
+		s.mu.Unlock()
+		return false, err
+	}
+	s.moving[id] = topic // not moved while the cancel is being fsynced
+	s.mu.Unlock()
+	err = cb.wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.moving, id)
+	if err != nil {
 		return false, err
 	}
 	s.dropPending(topic, 1)
+	s.countFile(b, topic, -1)
 	if c := s.cur; c != nil && c.bucket == b {
-		c.pending = slices.Delete(c.pending, i, i+1)
+		c.pending = slices.DeleteFunc(c.pending, func(e entry) bool { return e.id == id })
 	}
 	return true, nil
+}
+
+// findPending reports whether id is a pending entry of topic in bucket
+// b's file (a scan of the file, one record at a time); s.mu is held.
+func (s *Scheduler) findPending(b int64, topic, id string) (bool, error) {
+	name := s.path(b)
+	f, err := s.opts.FS.Open(name)
+	if err != nil {
+		return false, s.fail(fmt.Errorf("open %s: %w", name, err))
+	}
+	defer f.Close()
+	_, ok, err := findEntry(f, s.sizes[b], topic, id)
+	if err != nil {
+		return false, s.fail(fmt.Errorf("scan %s: %w", name, err))
+	}
+	return ok, nil
 }
 
 // dropPending lowers topic's pending count by n; s.mu is held.
 func (s *Scheduler) dropPending(topic string, n int) {
 	if s.pending[topic] -= n; s.pending[topic] <= 0 {
 		delete(s.pending, topic)
+		delete(s.stuck, topic) // nothing left to retry
 	}
 }
 
@@ -452,186 +691,4 @@ func (s *Scheduler) PendingTotal() int {
 		n += c
 	}
 	return n
-}
-
-// due is one message the mover appends.
-type due struct {
-	entry
-	bucket int64 // its file (not bucketOf(at): the width may have changed since)
-	stored []byte
-}
-
-// MoveDue appends every message due at the clock's now to its topic and
-// records it delivered, bucket by bucket, MoveBatch at a time. It returns
-// the number moved and the next time something falls due (zero when
-// nothing is pending). The mover calls it; tests may call it directly.
-func (s *Scheduler) MoveDue(ctx context.Context) (moved int, next time.Time, err error) {
-	for {
-		batch, next, err := s.takeDue()
-		if err != nil || len(batch) == 0 {
-			return moved, next, err
-		}
-		n, err := s.deliver(ctx, batch)
-		moved += n
-		if err != nil {
-			return moved, time.Time{}, err
-		}
-	}
-}
-
-// takeDue picks the next due messages (reading them from their file) and
-// marks them moving; none when nothing is due, with the next due time.
-func (s *Scheduler) takeDue() ([]due, time.Time, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.usable(); err != nil {
-		return nil, time.Time{}, err
-	}
-	now := s.opts.Now().UnixMilli()
-	keys := make([]int64, 0, len(s.sizes))
-	for k := range s.sizes {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	// Every bucket whose start has passed may hold due entries (buckets
-	// of another bucket-width, from before a restart, may overlap), so
-	// they are visited in order; the next wake-up is the earliest of
-	// their first pending entries and the next bucket's start.
-	next := int64(0)
-	soonest := func(t int64) {
-		if next == 0 || t < next {
-			next = t
-		}
-	}
-	for _, b := range keys {
-		if b > now {
-			soonest(b)
-			break
-		}
-		if s.cur == nil || s.cur.bucket != b {
-			res, err := s.scanPath(s.path(b))
-			if err != nil {
-				return nil, time.Time{}, s.fail(err)
-			}
-			s.cur = &loaded{bucket: b, pending: res.pending}
-		}
-		c := s.cur
-		if len(c.pending) == 0 {
-			if err := s.opts.FS.Remove(s.path(b)); err != nil {
-				return nil, time.Time{}, s.fail(fmt.Errorf("remove %s: %w", s.path(b), err))
-			}
-			if err := s.syncDir(); err != nil {
-				return nil, time.Time{}, s.fail(fmt.Errorf("fsync %s: %w", s.opts.Dir, err))
-			}
-			delete(s.sizes, b)
-			s.cur = nil
-			continue
-		}
-		var batch []due
-		var f vfs.File
-		for _, e := range c.pending {
-			if e.at > now || len(batch) == s.opts.MoveBatch {
-				break
-			}
-			if s.moving[e.id] {
-				continue
-			}
-			if f == nil {
-				var err error
-				if f, err = s.opts.FS.Open(s.path(b)); err != nil {
-					return nil, time.Time{}, s.fail(fmt.Errorf("open %s: %w", s.path(b), err))
-				}
-				defer f.Close()
-			}
-			msg, err := readMessage(f, e)
-			if err != nil {
-				return nil, time.Time{}, s.fail(fmt.Errorf("read %s at %d: %w", s.path(b), e.off, err))
-			}
-			batch = append(batch, due{entry: e, bucket: b, stored: msg})
-		}
-		if len(batch) > 0 {
-			for _, d := range batch {
-				s.moving[d.id] = true
-			}
-			return batch, time.Time{}, nil
-		}
-		soonest(c.pending[0].at)
-	}
-	s.wakeAt = next
-	if next == 0 {
-		return nil, time.Time{}, nil
-	}
-	return nil, time.UnixMilli(next), nil
-}
-
-// deliver appends batch (one bucket's) to the topics in order, then
-// records the appended ones delivered with one fsync. It returns how many
-// were appended; a failed append stops the batch (its rest is moved on a
-// later pass).
-func (s *Scheduler) deliver(ctx context.Context, batch []due) (int, error) {
-	var appendErr error
-	n := 0
-	for _, d := range batch {
-		if err := s.target.Append(ctx, d.topic, d.stored); err != nil {
-			appendErr = fmt.Errorf("schedule: append to topic %q: %w", d.topic, err)
-			break
-		}
-		n++
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, d := range batch {
-		delete(s.moving, d.id)
-	}
-	if n == 0 {
-		return 0, appendErr
-	}
-	var rec []byte
-	for _, d := range batch[:n] {
-		rec = appendDone(rec, kindDelivered, d.id)
-	}
-	b := batch[0].bucket
-	if err := s.appendRecord(b, rec); err != nil {
-		return n, err
-	}
-	done := map[string]bool{}
-	for _, d := range batch[:n] {
-		done[d.id] = true
-		s.dropPending(d.topic, 1)
-	}
-	if c := s.cur; c != nil && c.bucket == b {
-		c.pending = slices.DeleteFunc(c.pending, func(e entry) bool { return done[e.id] })
-	}
-	return n, appendErr
-}
-
-// run is the mover: it moves what is due, then sleeps until the next due
-// time, a Schedule of an earlier one, or Stop. After an error it retries
-// a second later (a failed store stays failed: it needs a restart).
-func (s *Scheduler) run(ctx context.Context) {
-	defer close(s.done)
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		_, next, err := s.MoveDue(ctx)
-		wait := time.Hour
-		switch {
-		case err != nil:
-			if !errors.Is(err, context.Canceled) {
-				s.log.Warn("scheduled messages: move failed; retrying in 1s", zap.Error(err))
-			}
-			wait = time.Second
-		case !next.IsZero():
-			// Never early: woken at or after the due time, and MoveDue
-			// compares again.
-			wait = max(next.Sub(s.opts.Now())+time.Millisecond, time.Millisecond)
-		}
-		t.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.wake:
-		case <-t.C:
-		}
-	}
 }

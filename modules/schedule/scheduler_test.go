@@ -28,6 +28,7 @@ func newTest(t *testing.T, fs vfs.FS, clk *fakeClock, mod func(*Options)) (*Sche
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
 	}
+	stopAtEnd(t, s)
 	return s, tgt
 }
 
@@ -250,12 +251,20 @@ func TestAppendFailureRetried(t *testing.T) {
 	s.Schedule(ctx, "t", msg(1), base().Add(time.Millisecond))
 	clk.Add(time.Second)
 	tgt.fail = errors.New("topic down")
-	if n, _, err := s.MoveDue(ctx); err == nil || n != 0 || s.Pending("t") != 1 {
-		t.Fatalf("failed append: moved %d, err %v, pending %d", n, err, s.Pending("t"))
+	n, next, err := s.MoveDue(ctx)
+	if err != nil || n != 0 || s.Pending("t") != 1 || !next.Equal(clk.Now().Add(StuckRetryMin)) {
+		t.Fatalf("failed append: moved %d, err %v, pending %d, next %v", n, err, s.Pending("t"), next)
 	}
 	tgt.fail = nil
+	if n, _, err := s.MoveDue(ctx); err != nil || n != 0 {
+		t.Fatalf("retried before its backoff: moved %d, err %v", n, err)
+	}
+	clk.Add(StuckRetryMin)
 	if n, _, err := s.MoveDue(ctx); err != nil || n != 1 || s.Pending("t") != 0 {
 		t.Fatalf("retry: moved %d, err %v", n, err)
+	}
+	if st := s.Stats(); len(st.Stuck) != 0 {
+		t.Errorf("still stuck after the move: %+v", st.Stuck)
 	}
 }
 
