@@ -57,8 +57,9 @@ type BreakerStatus struct {
 	State BreakerState
 	// Failures is the count of consecutive abnormal answers while closed.
 	Failures int
-	// Cooloff is the cool-off of the current (or last) opening, NextProbe
-	// when it ends (open only; zero otherwise).
+	// Cooloff is the cool-off of the current (or last failed-probe)
+	// opening; while closed, the one the next opening takes (the first
+	// cool-off). NextProbe is when it ends (open only; zero otherwise).
 	Cooloff   time.Duration
 	NextProbe time.Time
 	// Opened counts the openings (from closed or after a failed probe)
@@ -93,10 +94,7 @@ func (m *Manager) breakerLocked(d *Dispatcher) *breaker {
 		delete(m.breakers, d.name)
 		return nil
 	}
-	first := d.BreakerCooloff()
-	if first <= 0 {
-		first = m.opts.BackoffInitial
-	}
+	first := m.firstCooloff(d)
 	mx := max(m.opts.BackoffMax, first)
 	if b := m.breakers[d.name]; b != nil && b.threshold == n && b.first == first && b.host == d.Host().String() {
 		return b
@@ -107,14 +105,29 @@ func (m *Manager) breakerLocked(d *Dispatcher) *breaker {
 	return b
 }
 
+// firstCooloff is d's first cool-off: breaker-cooloff, or the broker's
+// backoff-initial when unset.
+func (m *Manager) firstCooloff(d *Dispatcher) time.Duration {
+	if c := d.BreakerCooloff(); c > 0 {
+		return c
+	}
+	return m.opts.BackoffInitial
+}
+
 // BreakerStatus is the circuit breaker of the dispatcher named name and
-// whether it is on.
+// whether it is on. While closed, Cooloff is the one the next opening
+// would take; a breaker no worker has used yet (no topic matched, or
+// paused since the start) is closed with the configured first cool-off.
 func (m *Manager) BreakerStatus(name string) (BreakerStatus, bool) {
 	m.mu.Lock()
 	b := m.breakers[name]
 	m.mu.Unlock()
 	if b == nil {
-		return BreakerStatus{}, false
+		d, ok := m.set.Get(name)
+		if !ok || d.BreakerFailures() <= 0 {
+			return BreakerStatus{}, false
+		}
+		return BreakerStatus{State: BreakerClosed, Cooloff: m.firstCooloff(d)}, true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

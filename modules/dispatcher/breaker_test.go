@@ -261,3 +261,54 @@ func TestBreakerOrderingKeyParkedKeyCountsOnce(t *testing.T) {
 		t.Errorf("while open: %d pushes, then %d 100 ms later", len(before), len(after))
 	}
 }
+
+// An operator's resume pushes at once: a dispatcher whose breaker opened
+// for a 10 s cool-off, paused and resumed once the consumer is back,
+// sends its first push well within that cool-off (half of it: the
+// breaker starts closed again, not waiting out the old opening), and
+// every message is then delivered. Before the fix the resumed workers
+// shared the open breaker and waited out its cool-off.
+func TestResumeResetsBreaker(t *testing.T) {
+	const cooloff = 10 * time.Second
+	tp := newMemTopic(t, t.TempDir(), "t.a")
+	tp.publish(5)
+	d := New("d", testHost(t), MustPattern("t.*")).WithBreaker(1, cooloff)
+	if err := d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f := &flaky{}
+	m := startWith(t, f, testOptions(), []*memTopic{tp}, d)
+	eventually(t, "the breaker to open", func() bool {
+		st, _ := m.BreakerStatus("d")
+		return st.State == BreakerOpen
+	})
+	if err := m.Pause("d"); err != nil {
+		t.Fatal(err)
+	}
+	f.up.Store(true)
+	resumed := time.Now()
+	if err := m.Resume("d"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := m.BreakerStatus("d"); st.State != BreakerClosed {
+		t.Errorf("breaker right after the resume: %+v, want closed", st)
+	}
+	eventually(t, "a push after the resume", func() bool {
+		arrived, _ := f.snapshot()
+		return len(arrived) > 0 && arrived[len(arrived)-1].up
+	})
+	arrived, _ := f.snapshot()
+	var first time.Time
+	for _, a := range arrived {
+		if a.up {
+			first = a.at
+			break
+		}
+	}
+	took := first.Sub(resumed)
+	t.Logf("first push %s after the resume (cool-off %s)", took, cooloff)
+	if took > cooloff/2 {
+		t.Errorf("first push %s after the resume, want well within the %s cool-off", took, cooloff)
+	}
+	waitCommitted(t, m, "d", "t.a", 5)
+}

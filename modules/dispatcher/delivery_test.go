@@ -593,6 +593,57 @@ func TestSignedHeadersAndCloudEvents(t *testing.T) {
 	}
 }
 
+// A dispatcher with a signing secret and two signing keys (a rotation)
+// sends one v1 and two v1a entries; a consumer holding either public key
+// accepts, and one holding a key the dispatcher dropped refuses.
+func TestSignedWithKeys(t *testing.T) {
+	key := func() webhooks.SigningKey {
+		s, err := webhooks.NewSigningKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := webhooks.ParseSigningKey(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	secText, _ := webhooks.NewSecret()
+	sec, _ := webhooks.ParseSecret(secText)
+	k1, k2, dropped := key(), key(), key()
+	type seen struct {
+		sig  string
+		errs [4]error
+	}
+	got := make(chan seen, 4)
+	c := newConsumer(t, func(r received, w http.ResponseWriter, req *http.Request) {
+		body := []byte(r.Body)
+		got <- seen{sig: req.Header.Get(webhooks.HeaderSignature), errs: [4]error{
+			webhooks.NewVerifier(time.Minute, sec).Verify(req.Header, body),
+			webhooks.NewPublicKeyVerifier(time.Minute, k1.Public()).Verify(req.Header, body),
+			webhooks.NewPublicKeyVerifier(time.Minute, k2.Public()).Verify(req.Header, body),
+			webhooks.NewPublicKeyVerifier(time.Minute, dropped.Public()).Verify(req.Header, body),
+		}}
+		answer(w, ACK)
+	})
+	d := New("d", c.host(t), MustPattern("a.b")).WithSigningSecrets(sec).WithSigningKeys(k1, k2)
+	_, m := deliverOne(t, "a.b", 1, testOptions(), d)
+	waitCommitted(t, m, "d", "a.b", 1)
+	s := <-got
+	entries := strings.Fields(s.sig)
+	if len(entries) != 3 || !strings.HasPrefix(entries[0], "v1,") || !strings.HasPrefix(entries[1], "v1a,") || !strings.HasPrefix(entries[2], "v1a,") {
+		t.Fatalf("webhook-signature %q, want v1, v1a, v1a entries", s.sig)
+	}
+	for i, name := range []string{"secret", "key 1", "key 2"} {
+		if s.errs[i] != nil {
+			t.Errorf("%s: %v", name, s.errs[i])
+		}
+	}
+	if !errors.Is(s.errs[3], webhooks.ErrNoMatchingSignature) {
+		t.Errorf("a key the dispatcher does not have: %v, want ErrNoMatchingSignature", s.errs[3])
+	}
+}
+
 func TestPlainSenderGetsOneMessagePerPush(t *testing.T) {
 	var mu sync.Mutex
 	var seen []int64

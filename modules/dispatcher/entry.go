@@ -70,6 +70,10 @@ type Settings struct {
 	// SigningSecrets sign every push (Standard Webhooks), "whsec_<base64>"
 	// each; several for rotation. None: unsigned.
 	SigningSecrets []string `koanf:"signing-secrets" json:"signing-secrets,omitempty"`
+	// SigningKeys add a v1a (ed25519) signature per key to every push,
+	// "whsk_<base64 of the 32-byte seed>" each; several for rotation.
+	// None: no v1a entries.
+	SigningKeys []string `koanf:"signing-keys" json:"signing-keys,omitempty"`
 	// Headers are added to every push (see WithHeaders for the rules).
 	Headers map[string]string `koanf:"headers" json:"headers,omitempty"`
 	// CloudEvents renders pushes as CloudEvents 1.0 in binary mode.
@@ -101,6 +105,11 @@ type Settings struct {
 	// doubling after each failed probe up to the broker's backoff-max,
 	// only with BreakerFailures; 0 is the broker's backoff-initial.
 	BreakerCooloff Duration `koanf:"breaker-cooloff" json:"breaker-cooloff,omitempty"`
+	// AdaptiveConcurrency is AdaptiveOff ("off"; "" is off, the default)
+	// or AdaptiveAIMD ("aimd": the dispatcher's pushes outstanding over
+	// all its topics on this node move between 1 and max-in-flight, which
+	// must then be at least 2).
+	AdaptiveConcurrency AdaptiveConcurrency `koanf:"adaptive-concurrency" json:"adaptive-concurrency,omitempty"`
 	// PauseAfter pauses the dispatcher once its endpoint has answered
 	// only abnormally for this long (no ACK or NACK since its first
 	// abnormal answer); 0 is off (the default).
@@ -208,35 +217,61 @@ func FromSettings(s Settings, key, source string) (*Dispatcher, error) {
 		pats = append(pats, pat)
 	}
 	d := New(s.Name, host, pats...).WithSource(source)
-	secrets, err := s.secrets()
-	if err != nil {
-		return nil, fmt.Errorf("%s.%w", key, err)
+	sg, errs := s.signing()
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s.%w", key, errs[0])
 	}
-	d = s.apply(d, secrets).WithTLS(s.TLS)
+	d = s.apply(d, sg).WithTLS(s.TLS)
 	if err := d.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	return d, nil
 }
 
-// secrets parses the signing secrets; the error names the first bad one
-// ("signing-secrets[1]: ...").
-func (s Settings) secrets() ([]webhooks.Secret, error) {
-	out := make([]webhooks.Secret, 0, len(s.SigningSecrets))
-	for j, v := range s.SigningSecrets {
-		sec, err := webhooks.ParseSecret(v)
+// signing is a dispatcher's parsed signing secrets and keys.
+type signing struct {
+	secrets []webhooks.Secret
+	keys    []webhooks.SigningKey
+}
+
+// keyError is a refused signing secret or key: the entry and why
+// (wrapping webhooks.ErrInvalidSecret or ErrInvalidKey).
+type keyError struct {
+	field string
+	err   error
+}
+
+func (e keyError) Error() string { return e.field + ": " + e.err.Error() }
+func (e keyError) Unwrap() error { return e.err }
+
+// signing parses the signing secrets and keys; each error names its entry
+// ("signing-keys[1]: webhooks: invalid key: ...") and never the value.
+func (s Settings) signing() (signing, []keyError) {
+	var errs []keyError
+	secrets := parseEach("signing-secrets", s.SigningSecrets, webhooks.ParseSecret, &errs)
+	keys := parseEach("signing-keys", s.SigningKeys, webhooks.ParseSigningKey, &errs)
+	return signing{secrets: secrets, keys: keys}, errs
+}
+
+// parseEach parses every entry of field with parse, adding a keyError per
+// refused one to errs.
+func parseEach[T any](field string, in []string, parse func(string) (T, error), errs *[]keyError) []T {
+	var out []T
+	for j, v := range in {
+		x, err := parse(v)
 		if err != nil {
-			return nil, fmt.Errorf("signing-secrets[%d]: %w", j, err)
+			*errs = append(*errs, keyError{fmt.Sprintf("%s[%d]", field, j), err})
+			continue
 		}
-		out = append(out, sec)
+		out = append(out, x)
 	}
-	return out, nil
+	return out
 }
 
 // apply returns d with every setting of s but host, patterns and TLS:
 // path, timeout, commit policy, start and the delivery settings (secrets
-// already parsed).
-func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
+// and keys already parsed).
+func (s Settings) apply(d *Dispatcher, sg signing) *Dispatcher {
 	if s.Path != "" {
 		d = d.WithPath(s.Path)
 	}
@@ -255,7 +290,8 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithExpired(s.Expired).
 		WithAbnormalLimit(AbnormalLimit{MaxAttempts: s.MaxAbnormalAttempts, MaxDuration: time.Duration(s.MaxAbnormalDuration)}).
 		WithBackoffJitter(s.BackoffJitter).
-		WithSigningSecrets(secrets...).
+		WithSigningSecrets(sg.secrets...).
+		WithSigningKeys(sg.keys...).
 		WithHeaders(s.Headers).
 		WithCloudEvents(s.CloudEvents).
 		WithMaxInFlight(s.MaxInFlight).
@@ -264,6 +300,7 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 		WithMaxUnacked(s.MaxUnacked).
 		WithRateLimit(s.RateLimit, s.RateBurst).
 		WithBreaker(s.BreakerFailures, time.Duration(s.BreakerCooloff)).
+		WithAdaptiveConcurrency(s.AdaptiveConcurrency).
 		WithPauseAfter(time.Duration(s.PauseAfter))
 }
 
@@ -271,9 +308,9 @@ func (s Settings) apply(d *Dispatcher, secrets []webhooks.Secret) *Dispatcher {
 // timeout, commit policy, dead-letter topic, expired, ack mode,
 // max-in-flight and ordering written out, max-unacked only as set
 // (ordering key, not 0), rate-limit and rate-burst as set (0: off, the
-// default burst); Batch only when on, TLS only when set. SigningSecrets is
-// empty: a webhooks.Secret never gives its key back (the admin API adds the
-// redacted or stored forms).
+// default burst), adaptive-concurrency only when aimd; Batch only when on, TLS only when set. SigningSecrets and
+// SigningKeys are empty: a webhooks.Secret or SigningKey never gives its
+// key back (the admin API adds the redacted or stored forms).
 func (d *Dispatcher) Settings() Settings {
 	s := Settings{Name: d.Name(), Host: d.Host().String(), Path: d.Path(), Timeout: Duration(d.Timeout()), Start: d.Start()}
 	for _, p := range d.Patterns() {
@@ -306,6 +343,9 @@ func (d *Dispatcher) Settings() Settings {
 	s.RateLimit, s.RateBurst = d.dl.rateLimit, d.dl.rateBurst
 	// The cool-off as set (0: the broker's backoff-initial).
 	s.BreakerFailures, s.BreakerCooloff = d.dl.breakerFailures, Duration(d.dl.breakerCooloff)
+	if d.AdaptiveConcurrency() == AdaptiveAIMD {
+		s.AdaptiveConcurrency = AdaptiveAIMD // off is left out, as a rate limit that is off
+	}
 	s.PauseAfter = Duration(d.dl.pauseAfter)
 	s.TLS = d.TLS()
 	return s

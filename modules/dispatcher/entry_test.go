@@ -22,9 +22,10 @@ func fullSettings() Settings {
 		Start:  "latest", DeadLetter: &dl, AckMode: AckStatus, Expired: ExpiredDeadLetter,
 		MaxAbnormalAttempts: 9, MaxAbnormalDuration: Duration(time.Hour), BackoffJitter: true,
 		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		SigningKeys:    []string{"whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="},
 		Headers:        map[string]string{"Authorization": "Bearer x"},
 		CloudEvents:    true, MaxInFlight: 8, Ordering: OrderKey, MaxUnacked: 5000,
-		RateLimit: 12.5, RateBurst: 40, BreakerFailures: 5, BreakerCooloff: Duration(2 * time.Second), PauseAfter: Duration(time.Hour),
+		RateLimit: 12.5, RateBurst: 40, BreakerFailures: 5, BreakerCooloff: Duration(2 * time.Second), AdaptiveConcurrency: AdaptiveAIMD, PauseAfter: Duration(time.Hour),
 		// CloudEvents cannot be combined with batches: Batch is checked
 		// on its own below.
 		Batch: BatchSettings{},
@@ -81,7 +82,11 @@ func TestSettingsRoundTripEveryKey(t *testing.T) {
 		if len(d.SigningSecrets()) != len(in.SigningSecrets) {
 			t.Errorf("signing-secrets: %d secrets built, want %d", len(d.SigningSecrets()), len(in.SigningSecrets))
 		}
+		if len(d.SigningKeys()) != len(in.SigningKeys) {
+			t.Errorf("signing-keys: %d keys built, want %d", len(d.SigningKeys()), len(in.SigningKeys))
+		}
 		out.SigningSecrets = in.SigningSecrets // a Secret never gives its key back
+		out.SigningKeys = in.SigningKeys       // nor a SigningKey
 		got := map[string]any{}
 		leaves(reflect.ValueOf(out), "", func(k string, f reflect.Value) { got[k] = f.Interface() })
 		leaves(reflect.ValueOf(in), "", func(k string, f reflect.Value) {
@@ -190,5 +195,36 @@ func TestHostRuleIsShared(t *testing.T) {
 	s.Host = "http://localhost:8081/"
 	if err := s.Validate("k"); err == nil || !strings.Contains(err.Error(), `path "/"`) {
 		t.Errorf("Validate with a trailing /: %v", err)
+	}
+}
+
+// A refused signing key is named by its entry in every path (Validate of a
+// configuration entry, FromSettings) and its text is never echoed.
+func TestSigningKeysRefused(t *testing.T) {
+	const good = "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="
+	const leaky = "whsk_bGVha3lsZWFreWxlYWt5bGVha3k=" // 20 bytes: too short
+	for _, c := range []struct {
+		keys []string
+		want string
+	}{
+		{[]string{good, leaky}, "signing-keys[1]: webhooks: invalid key: key is 20 bytes"},
+		{[]string{good, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, "signing-keys[1]: webhooks: invalid key: does not start with"},
+		{[]string{good, good}, "signing-keys[1]: the same key is given twice"},
+	} {
+		s := Settings{Name: "d", Host: "http://localhost:1", Patterns: []string{"a"}, SigningKeys: c.keys}
+		for name, err := range map[string]error{
+			"Validate":     s.Validate("mmmq.broker.dispatchers[3]"),
+			"FromSettings": func() error { _, err := FromSettings(s, "mmmq.broker.dispatchers[3]", SourceAPI); return err }(),
+		} {
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "mmmq.broker.dispatchers[3]") {
+				t.Errorf("%s(%v) = %v, want %q", name, c.keys, err, c.want)
+				continue
+			}
+			for _, k := range c.keys {
+				if strings.Contains(err.Error(), k[5:15]) {
+					t.Errorf("%s error echoes a key: %v", name, err)
+				}
+			}
+		}
 	}
 }

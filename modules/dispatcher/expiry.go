@@ -101,6 +101,17 @@ func (w *worker) expireReady(now time.Time) (expired bool, err error) {
 		}
 		expired = true
 	}
+	if expired && w.kw == nil {
+		// The head may have been a message waiting out a backoff (its
+		// resend is what found it expired): once no message left waits to
+		// be sent again, the worker is not backing off any more (its
+		// status and mmmq_dispatch_backoff say so), and the head shown is
+		// the next one. Under OrderKey only keys wait (keyorder.go).
+		w.showHead()
+		if !slices.ContainsFunc(w.ready, func(m *msg) bool { return m.attempts > 0 }) {
+			w.backingOff.Store(false)
+		}
+	}
 	return expired, nil
 }
 

@@ -243,3 +243,44 @@ func TestExpiredIsNotResent(t *testing.T) {
 		t.Errorf("status expired %d, exhausted %d; want 1, 0", st.TTLExpired, st.Exhausted)
 	}
 }
+
+// A message that expires while its worker backs off (the consumer answers
+// abnormally until past expiresAt) is finished as expired at its resend,
+// and the worker is then idle: not backing off, no attempt shown, its
+// head the next message (the end of the log). The status that kept
+// "backoff" with a nextRetry in the past, and mmmq_dispatch_backoff 1,
+// until another message came, is what this guards against.
+func TestExpiredDuringBackoffEndsTheBackoff(t *testing.T) {
+	for _, ordering := range []Ordering{OrderTopic, OrderNone, OrderKey} {
+		t.Run(string(ordering), func(t *testing.T) {
+			b, err := contract.AppendTTLMessage(nil, "t", json.RawMessage(`0`), "", "", 150*time.Millisecond, nil, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			expires := time.UnixMilli(contract.MessageExpiresAt(b))
+			c := newConsumer(t, func(r received, w http.ResponseWriter, _ *http.Request) {
+				if time.Now().Before(expires) {
+					time.Sleep(time.Until(expires) + 5*time.Millisecond)
+				}
+				w.WriteHeader(http.StatusInternalServerError) // abnormal: the worker backs off
+			})
+			tp := newMemTopic(t, t.TempDir(), "t")
+			tp.appendStored(b)
+			m := startManager(t, newMemSource(tp), testOptions(), New("d", c.host(t), MustPattern("t")).WithOrdering(ordering))
+			waitCommitted(t, m, "d", "t", 1)
+			deadline := time.Now().Add(2 * time.Second)
+			var st WorkerStatus
+			for {
+				st = status(m, "d", "t")
+				if st.State == StateIdle && !st.Backoff && st.Attempt == 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if st.State != StateIdle || st.Backoff || st.Attempt != 0 || st.TTLExpired != 1 {
+				t.Errorf("after the expiry: state %q, backoff %v, attempt %d, next retry %v, expired %d; want idle, false, 0, 1",
+					st.State, st.Backoff, st.Attempt, st.NextRetry, st.TTLExpired)
+			}
+		})
+	}
+}

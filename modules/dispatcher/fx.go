@@ -10,6 +10,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Module wires the configuration section mmmq.broker.dispatch, the
@@ -69,6 +70,9 @@ type ManagerParams struct {
 	Options Options
 	// Log is the application's logger (not provided here).
 	Log *zap.Logger
+	// Tracer is the tracing module's (modules/tracing): a span per push
+	// attempt. Nil or absent: tracing off.
+	Tracer *tracing.Tracer `optional:"true"`
 }
 
 func newManagerFx(p ManagerParams) (*Manager, error) {
@@ -83,6 +87,7 @@ func newManagerFx(p ManagerParams) (*Manager, error) {
 	if p.Registry != nil {
 		m.SetPublisher(RegistryPublisher(p.Registry))
 	}
+	m.SetTracer(p.Tracer)
 	return m, nil
 }
 

@@ -152,11 +152,18 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 	m.set.Remove(name)
 	release() // starts nothing: it is no longer in the set
 	m.mu.Lock()
+	m.cancelAutoPauseLocked(name, false)
 	delete(m.paused, name)
 	delete(m.limiters, name)
 	delete(m.breakers, name)
+	delete(m.limits, name)
 	delete(m.health, name)
 	delete(m.pauseInfo, name)
+	for k := range m.replays {
+		if k.dispatcher == name {
+			delete(m.replays, k)
+		}
+	}
 	m.mu.Unlock()
 	m.log.Info("dispatcher removed", zap.String("dispatcher", name))
 	return d, nil
@@ -164,8 +171,8 @@ func (m *Manager) Remove(name string) (*Dispatcher, error) {
 
 // Pause stops delivering for the dispatcher named name until Resume: its
 // workers stop (finished messages committed) and none start for new
-// topics. Pausing a paused dispatcher does nothing. Error:
-// ErrUnknownDispatcher.
+// topics. It cancels a pending automatic pause (this one applies instead).
+// Pausing a paused dispatcher does nothing. Error: ErrUnknownDispatcher.
 func (m *Manager) Pause(name string) error {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
@@ -173,6 +180,7 @@ func (m *Manager) Pause(name string) error {
 		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
 	m.mu.Lock()
+	m.cancelAutoPauseLocked(name, false)
 	if !m.paused[name] {
 		m.pauseInfo[name] = PauseInfo{Reason: PauseAdmin, At: time.Now()}
 	}
@@ -183,8 +191,15 @@ func (m *Manager) Pause(name string) error {
 	return nil
 }
 
-// Resume restarts delivery for a paused dispatcher, from its checkpoints.
-// Resuming one that is not paused does nothing. Error: ErrUnknownDispatcher.
+// Resume restarts delivery for a paused dispatcher, from its checkpoints,
+// at once: its circuit breaker starts closed again (no cool-off left from
+// before the pause is waited out; breaker-failures abnormal answers open
+// it again), the failing time of pause-after counts again from the next
+// abnormal answer, and its workers start anew, so no topic keeps a backoff
+// wait from before the pause. Resuming one that is not paused does
+// nothing but cancel a pending automatic pause (its failing time then
+// counts again from the next abnormal answer). Error:
+// ErrUnknownDispatcher.
 func (m *Manager) Resume(name string) error {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
@@ -193,9 +208,15 @@ func (m *Manager) Resume(name string) error {
 		return fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
 	}
 	m.mu.Lock()
+	if m.paused[name] {
+		// No worker runs while paused: none holds the old breaker or
+		// health, which startFor makes anew.
+		delete(m.breakers, name)
+		delete(m.health, name)
+	}
+	m.cancelAutoPauseLocked(name, true)
 	delete(m.paused, name)
 	delete(m.pauseInfo, name)
-	delete(m.health, name) // the failing time counts again from the next abnormal answer
 	m.mu.Unlock()
 	// A topic without a checkpoint now was created while d was paused
 	// (a "latest" dispatcher's others were marked when it was created):
@@ -212,11 +233,14 @@ func (m *Manager) Paused(name string) bool {
 	return m.paused[name]
 }
 
-// SeekResult is where a seek moved one topic's checkpoint.
+// SeekResult is where a seek moved one topic's checkpoint, and the replay
+// rate it set there (nil: none; with a rate, none either when the new
+// position is at the high watermark: nothing to replay).
 type SeekResult struct {
-	Topic    string `json:"topic"`
-	Previous int64  `json:"previous"`
-	Offset   int64  `json:"offset"`
+	Topic    string  `json:"topic"`
+	Previous int64   `json:"previous"`
+	Offset   int64   `json:"offset"`
+	Replay   *Replay `json:"replay,omitempty"`
 }
 
 // Seek moves the durable checkpoint of the dispatcher named name on every
@@ -229,6 +253,23 @@ type SeekResult struct {
 // Results are sorted by topic. Errors: ErrUnknownDispatcher, target's
 // error, a commit error (the topics before it are moved).
 func (m *Manager) Seek(name string, match func(topic string) bool, target func(Topic) (int64, error)) ([]SeekResult, error) {
+	return m.SeekAt(name, match, target, 0)
+}
+
+// SeekAt is Seek with a replay rate: with rate > 0 (messages per second,
+// at most MaxReplayRate; see ValidateReplayRate) the pushes of each moved
+// topic's messages from its new position up to its high watermark as of
+// this call go at most rate per second, over all the moved topics
+// together (one bucket for the call), until that topic's checkpoint
+// reaches that high watermark (replay.go). rate 0 clears the replay rate
+// of the moved topics. Errors: Seek's, and ValidateReplayRate's for a
+// rate < 0 or too large (nothing moved).
+func (m *Manager) SeekAt(name string, match func(topic string) bool, target func(Topic) (int64, error), rate float64) ([]SeekResult, error) {
+	if rate != 0 {
+		if err := ValidateReplayRate(rate); err != nil {
+			return nil, err
+		}
+	}
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	d, ok := m.set.Get(name)
@@ -237,25 +278,30 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 	}
 	// Every target first: a seek that cannot move one topic moves none.
 	type move struct {
-		t  Topic
-		to int64
+		t      Topic
+		to, hw int64 // hw: the high watermark as of the call
 	}
 	var moves []move
 	for _, t := range m.openTopics() {
 		if !d.Matches(t.Name()) || !match(t.Name()) {
 			continue
 		}
+		hw := t.HighWatermark() // before the target: "latest" is then no replay
 		to, err := target(t)
 		if err != nil {
 			return nil, fmt.Errorf("seek %s on topic %s (nothing moved): %w", name, t.Name(), err)
 		}
-		moves = append(moves, move{t, to})
+		moves = append(moves, move{t, to, hw})
 	}
 	if len(moves) == 0 {
 		return nil, nil
 	}
 	release := m.hold(name)
 	defer release()
+	var call *replayCall
+	if rate > 0 {
+		call = newReplayCall(d, rate)
+	}
 	var out []SeekResult
 	for _, mv := range moves {
 		cp, err := mv.t.Checkpoint(name)
@@ -266,9 +312,22 @@ func (m *Manager) Seek(name string, match func(topic string) bool, target func(T
 		if err := contract.SeekCheckpoint(cp, mv.to); err != nil {
 			return out, fmt.Errorf("seek %s on topic %s: %w", name, mv.t.Name(), err)
 		}
-		out = append(out, SeekResult{Topic: mv.t.Name(), Previous: prev, Offset: mv.to})
-		m.log.Info("dispatcher checkpoint moved by a seek", zap.String("dispatcher", name),
-			zap.String("topic", mv.t.Name()), zap.Int64("previous", prev), zap.Int64("offset", mv.to))
+		var rp *replay
+		if call != nil && mv.hw > mv.to {
+			rp = &replay{call: call, from: mv.to}
+			rp.until.Store(mv.hw)
+		}
+		m.mu.Lock()
+		m.setReplayLocked(workerKey{name, mv.t.Name()}, rp) // no worker runs: kept for the restart
+		m.mu.Unlock()
+		r := SeekResult{Topic: mv.t.Name(), Previous: prev, Offset: mv.to}
+		log := m.log.With(zap.String("dispatcher", name), zap.String("topic", mv.t.Name()), zap.Int64("previous", prev), zap.Int64("offset", mv.to))
+		if rp != nil {
+			r.Replay = rp.view()
+			log = log.With(zap.Float64("replay-rate", rate), zap.Int64("replay-until", mv.hw))
+		}
+		out = append(out, r)
+		log.Info("dispatcher checkpoint moved by a seek")
 	}
 	return out, nil
 }
@@ -398,6 +457,9 @@ func (m *Manager) DispatcherStatus(name string) ([]WorkerStatus, error) {
 		}
 		s.Lag = max(0, s.HighWatermark-s.Committed)
 		s.OldestUnacked = storedAt(t, s.Committed, s.HighWatermark)
+		if r := m.replayOf(workerKey{name, t.Name()}); r != nil && s.Committed < r.Until {
+			s.Replay = r
+		}
 		out = append(out, s)
 	}
 	return out, nil

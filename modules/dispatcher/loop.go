@@ -64,6 +64,15 @@ type pushResult struct {
 	ans   Answer
 	err   error
 	probe bool // the circuit breaker's probe (breaker.go)
+	// sent is when the push went out and inUse the dispatcher's pushes
+	// outstanding then, itself included (adaptive concurrency,
+	// concurrency.go; zero without it).
+	sent  time.Time
+	inUse int
+	// absorbed: a 429 or 503 without Retry-After that lowered the limit
+	// (or was answered by its round's decrease) while it was above 1:
+	// sent again without a backoff (ordering none).
+	absorbed bool
 }
 
 // loop delivers until ctx is done (errStopped), the topic closes
@@ -81,6 +90,9 @@ func (w *worker) loop(ctx context.Context) error {
 		w.drain()
 		if w.probing || w.probeClaim {
 			w.br.abandon(w) // another worker probes
+		}
+		if w.cc != nil {
+			w.cc.leave(w)
 		}
 	}()
 	for {
@@ -104,6 +116,7 @@ func (w *worker) loop(ctx context.Context) error {
 			// the wait below at once.
 			brChanged, _ = w.br.wait()
 		}
+		ccChanged := w.concurrencyWait() // a slot freed after launchReady looked wakes the wait at once
 		parkedDue := w.unpark(time.Now())
 		wake, err := w.launchReady(sendCtx)
 		if err != nil {
@@ -138,7 +151,7 @@ func (w *worker) loop(ctx context.Context) error {
 			t = time.NewTimer(time.Until(wake))
 			timer = t.C
 		}
-		err = w.wait(ctx, timer, notify, closed, brChanged)
+		err = w.wait(ctx, timer, notify, closed, brChanged, ccChanged)
 		if t != nil {
 			t.Stop()
 		}
@@ -149,10 +162,13 @@ func (w *worker) loop(ctx context.Context) error {
 }
 
 // wait blocks until an answer, new data (notify), the topic's close
-// (closed), the timer or the end of ctx, and handles what came.
-func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed, brChanged <-chan struct{}) error {
+// (closed), the timer, a change of the circuit breaker (brChanged) or of
+// the adaptive concurrency limiter (ccChanged) or the end of ctx, and
+// handles what came.
+func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, closed, brChanged, ccChanged <-chan struct{}) error {
 	select {
 	case <-brChanged:
+	case <-ccChanged:
 	case <-ctx.Done():
 		return errStopped
 	case <-closed:
@@ -174,6 +190,7 @@ func (w *worker) wait(ctx context.Context, timer <-chan time.Time, notify, close
 func (w *worker) received(r pushResult) error {
 	for {
 		w.inflight--
+		w.answered()
 		w.landed(r)
 		if err := w.handle(r); err != nil {
 			return err
@@ -200,6 +217,7 @@ func (w *worker) await(grace time.Duration) {
 		select {
 		case r := <-w.results:
 			w.inflight--
+			w.answered()
 			w.landed(r)
 			w.countACKs(r)
 		case <-t.C:
@@ -228,6 +246,7 @@ func (w *worker) countACKs(r pushResult) {
 func (w *worker) drain() {
 	for ; w.inflight > 0; w.inflight-- {
 		r := <-w.results
+		w.answered()
 		w.landed(r)
 		w.countACKs(r)
 	}
@@ -379,6 +398,9 @@ func (w *worker) readProblem(batch []contract.Entry, rerr error) error {
 // and only the probe while it is half-open (breaker.go).
 func (w *worker) launchReady(ctx context.Context) (time.Time, error) {
 	now := time.Now()
+	if w.cc != nil {
+		w.cc.unwait(w)
+	}
 	if pass, wake := w.breakerGate(now); !pass {
 		return wake, nil
 	}
@@ -402,6 +424,9 @@ func (w *worker) launchUnits(ctx context.Context, now time.Time) (time.Time, err
 		if now.Before(w.held.at) {
 			return w.held.at, nil
 		}
+		if !w.takeSlot() {
+			return time.Time{}, nil // a freed slot wakes the loop
+		}
 		w.launch(ctx, w.release(now, true))
 		if w.probing {
 			return time.Time{}, nil
@@ -424,11 +449,16 @@ func (w *worker) launchUnits(ctx context.Context, now time.Time) (time.Time, err
 		} else if expired {
 			continue // ready changed: load (OrderKey) and look again
 		}
+		if !w.takeSlot() {
+			return time.Time{}, nil // a freed slot wakes the loop
+		}
 		unit, wait := w.takeUnit(now)
 		if unit == nil {
+			w.giveSlot()
 			return wait, nil
 		}
-		if w.rl != nil && !w.reserve(unit, now) {
+		if !w.reserve(unit, now) {
+			w.giveSlot()
 			return w.held.at, nil
 		}
 		w.launch(ctx, unit)
@@ -446,6 +476,9 @@ func (w *worker) launchUnits(ctx context.Context, now time.Time) (time.Time, err
 // was read: then it returns nil and that time.
 func (w *worker) takeUnit(now time.Time) ([]*msg, time.Time) {
 	b := w.batch
+	if c := w.replayBatchCap(); c > 0 && b.MaxMessages > c {
+		b.MaxMessages = c // a batch takes no more tokens than the replay's bucket holds
+	}
 	if b.MaxMessages <= 0 || w.ready[0].nacks > 0 {
 		u := w.ready[:1:1]
 		w.ready = w.ready[1:]
@@ -486,19 +519,36 @@ func (w *worker) launch(ctx context.Context, unit []*msg) {
 	probe := w.probeClaim
 	w.probeClaim, w.probing = false, probe || w.probing
 	w.inflight++
+	w.outstanding.Add(1)
 	w.sending.Store(true)
 	w.showHead()
+	var inUse int
+	if w.cc != nil {
+		inUse = w.cc.inFlight()
+	}
+	sent := time.Now() // launched under the limit of now, whenever the goroutine runs
 	go func() {
 		actx, cancel := context.WithTimeout(ctx, w.timeout)
 		ans, err := w.push(actx, p)
 		cancel()
-		w.results <- pushResult{ms: unit, ans: ans, err: err, probe: probe}
+		w.results <- pushResult{ms: unit, ans: ans, err: err, probe: probe, sent: sent, inUse: inUse}
 	}()
 }
 
 // push sends p with the PushSender when there is one, else with Send (one
 // message: batches are off for a plain Sender).
 func (w *worker) push(ctx context.Context, p Push) (Answer, error) {
+	if w.m.tracer != nil {
+		ctx, span := w.startPushSpan(ctx, p)
+		a, err := w.send(ctx, p)
+		endPushSpan(span, a, err)
+		return a, err
+	}
+	return w.send(ctx, p)
+}
+
+// send is push without its span.
+func (w *worker) send(ctx context.Context, p Push) (Answer, error) {
 	if ps, ok := w.m.sender.(PushSender); ok {
 		a, err := ps.Push(ctx, p)
 		if err == nil && len(a.Outcomes) != len(p.Messages) {
@@ -533,6 +583,7 @@ func (w *worker) handle(r pushResult) error {
 			}
 			return nil
 		}
+		r.absorbed = w.noteConcurrency(r)
 		if w.br != nil {
 			w.br.failure(r.probe, w.breakerCounts(r), time.Now(), r.err)
 		}
@@ -541,6 +592,7 @@ func (w *worker) handle(r pushResult) error {
 	}
 	// A normal answer, even if ctx ended meanwhile: the consumer has
 	// decided, so it counts.
+	w.noteConcurrency(r)
 	if w.br != nil {
 		w.br.success()
 	}
@@ -643,6 +695,12 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 		w.requeue(m)
 	}
 	w.showHead()
+	if r.absorbed {
+		// Adaptive concurrency: the lowered limit is the answer to the
+		// overload; the messages go again within it, no backoff.
+		w.backingOff.Store(false)
+		return nil
+	}
 	if now.Before(w.retryUntil) {
 		// Already waiting (another push failed first): one backoff step
 		// per round of retries, lengthened only for a Retry-After.

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // hostName is the host name, "localhost" when it cannot be read.
@@ -231,9 +232,16 @@ type WorkerStatus struct {
 	// oldest one not yet acknowledged (zero when idle or unreadable): its
 	// age is how far behind the consumer is in time.
 	OldestUnacked time.Time
+	// Replay is the replay rate a seek or redrive set on this worker,
+	// nil when none or once the checkpoint reached its Until.
+	Replay *Replay
 	// Ordering is the dispatcher's ordering: OrderTopic, OrderKey or
 	// OrderNone.
 	Ordering Ordering
+	// InFlight counts the worker's pushes outstanding now (at most
+	// max-in-flight; with adaptive concurrency the dispatcher's limit
+	// bounds their sum over its workers).
+	InFlight int
 	// The fields below are set under OrderKey only.
 	//
 	// KeysInFlight counts the ordering keys with a push outstanding.
@@ -296,13 +304,17 @@ type Manager struct {
 	held        map[string]bool         // dispatchers being changed (live.go): no worker starts
 	limiters    map[string]*rateLimiter // by dispatcher: its rate limit's bucket, shared by its workers (ratelimit.go)
 	breakers    map[string]*breaker     // by dispatcher: its circuit breaker, shared by its workers (breaker.go)
+	limits      map[string]*aimd        // by dispatcher with adaptive-concurrency aimd: its limiter, shared by its workers (concurrency.go)
 	health      map[string]*health      // by dispatcher with pause-after: failing since when (autopause.go)
 	pauseInfo   map[string]PauseInfo    // by paused dispatcher: why and since when
+	autoPausing map[string]*autoPending // by dispatcher: an automatic pause decided, its hook running (autopause.go)
+	replays     map[workerKey]*replay   // replay rates of seeks and redrives, until reached (replay.go)
 	pauseHook   func(name string, info PauseInfo)
 	wg          sync.WaitGroup
 
-	liveMu sync.Mutex // serialises the live changes (live.go)
-	pub    Publisher  // dead letters and redrive (SetPublisher); nil: log and skip
+	liveMu sync.Mutex      // serialises the live changes (live.go)
+	pub    Publisher       // dead letters and redrive (SetPublisher); nil: log and skip
+	tracer *tracing.Tracer // push spans (SetTracer); nil: off
 
 	expired    atomic.Uint64 // every worker's Expired, summed since the Manager was made
 	ttlExpired atomic.Uint64 // every worker's TTLExpired, summed since the Manager was made
@@ -334,9 +346,12 @@ func NewManager(set *Set, src Source, sender Sender, opts Options, log *zap.Logg
 
 		limiters: make(map[string]*rateLimiter),
 		breakers: make(map[string]*breaker),
+		limits:   make(map[string]*aimd),
 		health:   make(map[string]*health),
 
-		pauseInfo: make(map[string]PauseInfo),
+		pauseInfo:   make(map[string]PauseInfo),
+		autoPausing: make(map[string]*autoPending),
+		replays:     make(map[workerKey]*replay),
 	}
 }
 
@@ -482,10 +497,12 @@ func (m *Manager) startLocked(d *Dispatcher, t Topic) {
 	}
 	w.br = m.breakerLocked(d)
 	w.hl = m.healthLocked(d)
+	w.cc = m.concurrencyLocked(d)
 	if w.br != nil {
 		_, w.brClosings = w.br.wait()
 	}
 	m.workers[workerKey{d.name, w.topicName}] = w
+	w.replay.Store(m.replays[workerKey{d.name, w.topicName}])
 	ctx, cancel := context.WithCancel(m.ctx)
 	w.cancel = cancel
 	m.wg.Add(1)
@@ -508,6 +525,11 @@ func (m *Manager) onDelete(t Topic) {
 	m.mu.Lock()
 	if m.topics[name] == t {
 		delete(m.topics, name)
+		for k := range m.replays {
+			if k.topic == name {
+				delete(m.replays, k)
+			}
+		}
 	}
 	m.mu.Unlock()
 	ws := m.stopWorkers(func(k workerKey) bool { return k.topic == name })

@@ -117,30 +117,43 @@ func (m *Manager) RateStatuses() map[string]RateStatus {
 	return out
 }
 
-// held is a push waiting for its tokens (worker.held).
+// held is a push waiting for its tokens (worker.held): those of the
+// dispatcher's rate limit (res; limited when they made it wait) and of a
+// replay rate (rp, replay.go), either nil when not taken.
 type held struct {
-	unit  []*msg
-	res   *rate.Reservation
-	at    time.Time // when the tokens are there
-	since time.Time
+	unit    []*msg
+	res     *rate.Reservation
+	rp      *rate.Reservation
+	limited bool
+	at      time.Time // when the tokens are there
+	since   time.Time
 }
 
-// reserve takes the tokens of unit's push at now; it reports whether the
-// push may go at once. Otherwise the push is held (w.held) until w.held.at.
+// reserve takes the tokens of unit's push at now, from the dispatcher's
+// rate limit and from the replay rate when they apply; it reports whether
+// the push may go at once. Otherwise the push is held (w.held) until
+// w.held.at, when both are there.
 func (w *worker) reserve(unit []*msg, now time.Time) bool {
-	res := w.rl.lim.ReserveN(now, len(unit))
-	if !res.OK() {
-		// Not reached: takeUnit caps a unit at the burst. Sent rather
-		// than held for ever.
+	var res *rate.Reservation
+	var d time.Duration
+	if w.rl != nil {
+		// !OK is not reached: takeUnit caps a unit at the burst. Sent
+		// rather than held for ever.
+		if res = w.rl.lim.ReserveN(now, len(unit)); res.OK() {
+			d = res.DelayFrom(now)
+		} else {
+			res = nil
+		}
+	}
+	rp, dr := w.holdReplay(unit, now)
+	if d <= 0 && dr <= 0 {
 		return true
 	}
-	d := res.DelayFrom(now)
-	if d <= 0 {
-		return true
+	w.held = &held{unit: unit, res: res, rp: rp, limited: d > 0, at: now.Add(max(d, dr)), since: now}
+	if d > 0 {
+		w.rl.waiting.Add(1)
+		w.rl.delayed.Add(1)
 	}
-	w.held = &held{unit: unit, res: res, at: now.Add(d), since: now}
-	w.rl.waiting.Add(1)
-	w.rl.delayed.Add(1)
 	return false
 }
 
@@ -152,10 +165,16 @@ func (w *worker) release(now time.Time, sent bool) []*msg {
 		return nil
 	}
 	w.held = nil
-	w.rl.waiting.Add(-1)
-	w.rl.waitedNanos.Add(int64(now.Sub(h.since)))
+	if h.limited {
+		w.rl.waiting.Add(-1)
+		w.rl.waitedNanos.Add(int64(now.Sub(h.since)))
+	}
 	if !sent {
-		h.res.CancelAt(now)
+		for _, r := range []*rate.Reservation{h.res, h.rp} {
+			if r != nil {
+				r.CancelAt(now)
+			}
+		}
 	}
 	return h.unit
 }

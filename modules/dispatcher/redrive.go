@@ -47,6 +47,11 @@ type RedriveResult struct {
 	// mmmq-dl-topic / mmmq-dl-offset unless retention deleted it), or
 	// deleted by retention.
 	Skipped []RedriveSkip `json:"skipped"`
+	// Replay lists, by topic, the replay rate a redrive with a rate set
+	// on the dispatcher's worker of each topic it published into (absent
+	// without a rate): the pushes of that topic's offsets [from, until)
+	// go at most rate per second until its checkpoint reaches until.
+	Replay []TopicReplay `json:"replay,omitempty"`
 }
 
 // Redriven is one dead letter published again.
@@ -78,6 +83,28 @@ type RedriveSkip struct {
 // [0, high watermark] or with from > to, the publish error (what was
 // published before it is in the error's result).
 func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (RedriveResult, error) {
+	return m.RedriveAt(ctx, name, from, to, 0)
+}
+
+// RedriveAt is Redrive with a replay rate. The republishing itself is not
+// paced (the call takes as long as Redrive); what is paced is the
+// delivery: with rate > 0 (messages per second, at most MaxReplayRate)
+// the pushes by this dispatcher's worker of each topic it published into,
+// of that topic's offsets from its high watermark as the redrive began
+// publishing into it up to its high watermark as the redrive ended (the
+// redriven messages, and whatever others were published in between), go
+// at most rate per second over all those topics together, until that
+// worker's checkpoint reaches the end (replay.go; the result's Replay).
+// Other dispatchers and groups reading those topics are not paced. rate 0
+// clears the replay rate of the topics it publishes into. Errors:
+// Redrive's, and ValidateReplayRate's for a rate < 0 or too large
+// (nothing published).
+func (m *Manager) RedriveAt(ctx context.Context, name string, from, to int64, rate float64) (RedriveResult, error) {
+	if rate != 0 {
+		if err := ValidateReplayRate(rate); err != nil {
+			return RedriveResult{}, err
+		}
+	}
 	d, ok := m.set.Get(name)
 	if !ok {
 		return RedriveResult{}, fmt.Errorf("%w: %s", ErrUnknownDispatcher, name)
@@ -93,7 +120,13 @@ func (m *Manager) Redrive(ctx context.Context, name string, from, to int64) (Red
 	m.mu.Lock()
 	t := m.topics[dl]
 	m.mu.Unlock()
-	return RedriveTopic(ctx, t, dl, HeaderDLDispatcher, name, "", pub, from, to)
+	rp := &replayPublisher{Publisher: pub, m: m, d: d, topics: map[string]*replay{}}
+	if rate > 0 {
+		rp.call = newReplayCall(d, rate)
+	}
+	res, err := RedriveTopic(ctx, t, dl, HeaderDLDispatcher, name, "", rp, from, to)
+	res.Replay = rp.finish()
+	return res, err
 }
 
 // RedriveTopic is Redrive of the dead-letter topic t named dl (t nil: it
@@ -243,18 +276,41 @@ func ownerKind(byHeader string) string {
 // left out (Redrive's default). Errors are 400s naming
 // the field; unknown fields are refused.
 func ParseRedrive(body []byte) (from, to int64, err error) {
+	p, err := parseRedrive(body, false)
+	return p.From, p.To, err
+}
+
+// RedriveParams is a dispatcher's redrive request: the offsets From and
+// To (-1 when left out) and the replay Rate in messages per second (0
+// when left out).
+type RedriveParams struct {
+	From, To int64
+	Rate     float64
+}
+
+// ParseRedriveAt reads the body of a dispatcher's redrive request: as
+// ParseRedrive, plus "rate", a number of messages per second > 0 and at
+// most MaxReplayRate (RedriveAt). Errors are 400s naming the field.
+func ParseRedriveAt(body []byte) (RedriveParams, error) { return parseRedrive(body, true) }
+
+func parseRedrive(body []byte, withRate bool) (RedriveParams, error) {
+	p := RedriveParams{From: -1, To: -1}
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return -1, -1, nil
+		return p, nil
+	}
+	shape, known := `{"from": <offset>, "to": <offset>}`, `"from" and "to"`
+	if withRate {
+		shape, known = `{"from": <offset>, "to": <offset>, "rate": <messages/s>}`, `"from", "to" and "rate"`
 	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&fields); err != nil || fields == nil || dec.More() {
-		return 0, 0, contract.BadRequest(`invalid redrive: the body must be empty or a JSON object {"from": <offset>, "to": <offset>}`)
+		return RedriveParams{}, contract.BadRequest("invalid redrive: the body must be empty or a JSON object %s", shape)
 	}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if k != "from" && k != "to" {
-			return 0, 0, contract.BadRequest("invalid redrive: unknown field %q (want \"from\" and \"to\")", k)
+		if k != "from" && k != "to" && (k != "rate" || !withRate) {
+			return RedriveParams{}, contract.BadRequest("invalid redrive: unknown field %q (want %s)", k, known)
 		}
 	}
 	offset := func(name string) (int64, error) {
@@ -268,11 +324,20 @@ func ParseRedrive(body []byte) (from, to int64, err error) {
 		}
 		return n, nil
 	}
-	if from, err = offset("from"); err != nil {
-		return 0, 0, err
+	var err error
+	if p.From, err = offset("from"); err != nil {
+		return RedriveParams{}, err
 	}
-	if to, err = offset("to"); err != nil {
-		return 0, 0, err
+	if p.To, err = offset("to"); err != nil {
+		return RedriveParams{}, err
 	}
-	return from, to, nil
+	if raw, ok := fields["rate"]; ok && string(bytes.TrimSpace(raw)) != "null" { // null: left out
+		if err := json.Unmarshal(raw, &p.Rate); err != nil {
+			return RedriveParams{}, contract.BadRequest("invalid redrive: field \"rate\" must be a number of messages per second > 0 and <= %d; got %s", int64(MaxReplayRate), raw)
+		}
+		if err := ValidateReplayRate(p.Rate); err != nil {
+			return RedriveParams{}, contract.BadRequest("invalid redrive: %v", err)
+		}
+	}
+	return p, nil
 }

@@ -207,6 +207,42 @@ type HTTPSender struct {
 	nodeName    string
 	instanceID  string
 	now         func() time.Time
+	trace       TraceFunc // nil: StoredTrace
+}
+
+// TraceFunc computes the W3C trace headers one push attempt of d sends
+// (traceparent, tracestate; "" leaves a header out) from the ones stored
+// with the message (contract.MessageTrace: valid, or ""). It is called
+// once per attempt of a push of one message, with the attempt's context,
+// and once per attempt of a batch push with traceparent and tracestate ""
+// (the batch's own span, when traced; each message's stored values are in
+// the body): StoredTrace then sends none.
+//
+// This is the seam of trace propagation: StoredTrace, the default, sends
+// the stored values byte for byte (tracing off). A tracing module
+// replaces it with HTTPSender.SetTrace, returning its push span's context
+// (a child of the stored one) while the stored headers keep the
+// publisher's value.
+type TraceFunc func(ctx context.Context, d Delivery, traceparent, tracestate string) (string, string)
+
+// StoredTrace is the default TraceFunc: the stored values, unchanged.
+func StoredTrace(_ context.Context, _ Delivery, traceparent, tracestate string) (string, string) {
+	return traceparent, tracestate
+}
+
+// SetTrace makes s compute every push's trace headers with f (nil:
+// StoredTrace). Call it before the first push; it is not safe to call
+// while pushes are under way.
+func (s *HTTPSender) SetTrace(f TraceFunc) { s.trace = f }
+
+// outgoingTrace is the trace headers of a push of the single message d:
+// the stored ones, through s.trace.
+func (s *HTTPSender) outgoingTrace(ctx context.Context, d Delivery) (traceparent, tracestate string) {
+	traceparent, tracestate = contract.MessageTrace(d.Body)
+	if s.trace != nil {
+		return s.trace(ctx, d, traceparent, tracestate)
+	}
+	return traceparent, tracestate
 }
 
 // NewHTTPSender returns an HTTPSender using opts.DefaultTimeout,
@@ -296,7 +332,7 @@ func (s *HTTPSender) Push(ctx context.Context, p Push) (Answer, error) {
 	if err != nil {
 		return Answer{}, fmt.Errorf("build request for %s: %w", url, err)
 	}
-	s.setHeaders(req.Header, p)
+	s.setHeaders(ctx, req.Header, p)
 	if d.dl.signer != nil {
 		d.dl.signer.SetHeaders(req.Header, webhookID, s.now(), body)
 	}
@@ -315,7 +351,7 @@ func (s *HTTPSender) Push(ctx context.Context, p Push) (Answer, error) {
 // setHeaders sets the delivery headers of p on h. Raw map keys, so that
 // the names go out exactly as the Header constants spell them (lower case;
 // Header.Set would canonicalise them).
-func (s *HTTPSender) setHeaders(h http.Header, p Push) {
+func (s *HTTPSender) setHeaders(ctx context.Context, h http.Header, p Push) {
 	first, last := p.Messages[0], p.Messages[len(p.Messages)-1]
 	d := first.Dispatcher
 	for k, v := range d.dl.headers {
@@ -345,6 +381,16 @@ func (s *HTTPSender) setHeaders(h http.Header, p Push) {
 		h[HeaderFirstOffset] = []string{strconv.FormatInt(first.Offset, 10)}
 		h[HeaderLastOffset] = []string{strconv.FormatInt(last.Offset, 10)}
 		h[HeaderAttempt] = []string{strconv.Itoa(attempt)}
+		if s.trace != nil {
+			// Traced: the batch push span's own context (each message's
+			// stored one is in the body).
+			if tp, ts := s.trace(ctx, first, "", ""); tp != "" && contract.ValidHeaderValue(tp) {
+				h[contract.TraceparentHeader] = []string{tp}
+				if ts != "" && contract.ValidHeaderValue(ts) {
+					h[contract.TracestateHeader] = []string{ts}
+				}
+			}
+		}
 		return
 	}
 	h[HeaderOffset] = []string{strconv.FormatInt(first.Offset, 10)}
@@ -354,6 +400,12 @@ func (s *HTTPSender) setHeaders(h http.Header, p Push) {
 	}
 	if first.Key != "" && contract.ValidHeaderValue(first.Key) {
 		h[HeaderKey] = []string{first.Key}
+	}
+	if tp, ts := s.outgoingTrace(ctx, first); tp != "" && contract.ValidHeaderValue(tp) {
+		h[contract.TraceparentHeader] = []string{tp}
+		if ts != "" && contract.ValidHeaderValue(ts) {
+			h[contract.TracestateHeader] = []string{ts}
+		}
 	}
 	if d.dl.cloudEvents {
 		setCloudEvents(h, first, s.nodeName)

@@ -126,7 +126,8 @@ type delivery struct {
 	abnormal    AbnormalLimit
 	jitter      bool
 	secrets     []webhooks.Secret
-	signer      *webhooks.Signer
+	keys        []webhooks.SigningKey
+	signer      *webhooks.Signer // from secrets and keys; nil: unsigned
 	headers     map[string]string
 	cloudEvents bool
 	maxInFlight int // 0: 1
@@ -140,9 +141,10 @@ type delivery struct {
 	// broker's BackoffInitial).
 	breakerFailures int
 	breakerCooloff  time.Duration
-	pauseAfter      time.Duration // 0: never paused automatically
-	deadLetterSet   bool          // WithDeadLetter was called
-	expired         ExpiredAction // "": ExpiredSkip
+	pauseAfter      time.Duration       // 0: never paused automatically
+	adaptive        AdaptiveConcurrency // "": AdaptiveOff
+	deadLetterSet   bool                // WithDeadLetter was called
+	expired         ExpiredAction       // "": ExpiredSkip
 	tls             clientTLS
 }
 
@@ -210,16 +212,38 @@ func (d *Dispatcher) BackoffJitter() bool { return d.dl.jitter }
 func (d *Dispatcher) WithSigningSecrets(secrets ...webhooks.Secret) *Dispatcher {
 	c := *d
 	c.dl.secrets = slices.Clone(secrets)
-	c.dl.signer = nil
-	if len(secrets) > 0 {
-		c.dl.signer = webhooks.NewSigner(secrets...)
-	}
+	c.dl.signer = newSigner(c.dl.secrets, c.dl.keys)
 	return &c
 }
 
 // SigningSecrets returns a copy of the signing secrets (they print
 // redacted).
 func (d *Dispatcher) SigningSecrets() []webhooks.Secret { return slices.Clone(d.dl.secrets) }
+
+// WithSigningKeys returns a copy of d whose pushes carry one
+// "v1a,<ed25519 signature>" entry per key in webhook-signature (Standard
+// Webhooks' asymmetric scheme), after the "v1," entries of any signing
+// secrets; several keys for rotation. The public keys are listed at
+// GET /.well-known/mmmq/webhook-keys. No keys: no v1a entries (the
+// default).
+func (d *Dispatcher) WithSigningKeys(keys ...webhooks.SigningKey) *Dispatcher {
+	c := *d
+	c.dl.keys = slices.Clone(keys)
+	c.dl.signer = newSigner(c.dl.secrets, c.dl.keys)
+	return &c
+}
+
+// SigningKeys returns a copy of the signing keys (they print redacted;
+// their Public halves are what consumers verify with).
+func (d *Dispatcher) SigningKeys() []webhooks.SigningKey { return slices.Clone(d.dl.keys) }
+
+// newSigner signs with secrets and keys; nil when there are neither.
+func newSigner(secrets []webhooks.Secret, keys []webhooks.SigningKey) *webhooks.Signer {
+	if len(secrets) == 0 && len(keys) == 0 {
+		return nil
+	}
+	return webhooks.NewSignerWithKeys(secrets, keys)
+}
 
 // WithHeaders returns a copy of d that adds h to every push (for instance
 // an Authorization header the consumer wants; a User-Agent replaces the
@@ -383,6 +407,26 @@ func (d *Dispatcher) WithPauseAfter(after time.Duration) *Dispatcher {
 // pauses itself, 0 when never.
 func (d *Dispatcher) PauseAfter() time.Duration { return d.dl.pauseAfter }
 
+// WithAdaptiveConcurrency returns a copy of d whose concurrency is a
+// (AdaptiveOff or "": max-in-flight pushes per topic worker, fixed;
+// AdaptiveAIMD: the pushes outstanding over all its topics on this node
+// move between 1 and max-in-flight, concurrency.go). Validate refuses
+// another value, and AdaptiveAIMD with max-in-flight 1 (nothing to
+// adapt).
+func (d *Dispatcher) WithAdaptiveConcurrency(a AdaptiveConcurrency) *Dispatcher {
+	c := *d
+	c.dl.adaptive = a
+	return &c
+}
+
+// AdaptiveConcurrency is AdaptiveOff (the default) or AdaptiveAIMD.
+func (d *Dispatcher) AdaptiveConcurrency() AdaptiveConcurrency {
+	if d.dl.adaptive == "" {
+		return AdaptiveOff
+	}
+	return d.dl.adaptive
+}
+
 // reservedHeader reports whether name (any case) is one the broker sets,
 // or one that would change how the request is framed or encoded.
 func reservedHeader(name string) bool {
@@ -393,6 +437,12 @@ func reservedHeader(name string) bool {
 		return true
 	}
 	return strings.HasPrefix(n, "mmmq-") || strings.HasPrefix(n, "webhook-") || strings.HasPrefix(n, "ce-")
+}
+
+// traceHeader reports whether name (any case) is traceparent or
+// tracestate: a push sends the message's own (HTTPSender.outgoingTrace).
+func traceHeader(name string) bool {
+	return strings.EqualFold(name, contract.TraceparentHeader) || strings.EqualFold(name, contract.TracestateHeader)
 }
 
 // validHeaderName reports whether name is an HTTP token (RFC 9110 5.1).
@@ -458,6 +508,8 @@ func (d *Dispatcher) validateDelivery() []error {
 		switch {
 		case !validHeaderName(name):
 			bad("headers", "%q is not a valid header name", name)
+		case traceHeader(name):
+			bad("headers", "%q is reserved: pushes carry each message's own W3C trace context (its stored %s and %s headers), so a dispatcher cannot set it", name, contract.TraceparentHeader, contract.TracestateHeader)
 		case reservedHeader(name):
 			bad("headers", "%q is set by the broker and cannot be overridden", name)
 		case !contract.ValidHeaderValue(d.dl.headers[name]):
@@ -498,6 +550,16 @@ func (d *Dispatcher) validateDelivery() []error {
 	} else if c != 0 && d.dl.breakerFailures == 0 {
 		bad("breaker-cooloff", "needs breaker-failures (the breaker is off without it)")
 	}
+	switch d.dl.adaptive {
+	case "", AdaptiveOff:
+	case AdaptiveAIMD:
+		if d.MaxInFlight() < 2 {
+			bad("adaptive-concurrency", "%q needs max-in-flight 2 or more (it moves the pushes outstanding between 1 and max-in-flight; with max-in-flight %d there is nothing to adapt)",
+				AdaptiveAIMD, d.MaxInFlight())
+		}
+	default:
+		bad("adaptive-concurrency", "must be %q or %q; got %q", AdaptiveOff, AdaptiveAIMD, d.dl.adaptive)
+	}
 	if d.dl.pauseAfter < 0 {
 		bad("pause-after", "must not be negative (0 = never paused automatically); got %v", d.dl.pauseAfter)
 	}
@@ -507,6 +569,13 @@ func (d *Dispatcher) validateDelivery() []error {
 			bad(fmt.Sprintf("signing-secrets[%d]", i), "the same secret is given twice")
 		}
 		seenSecret[s.Fingerprint()] = true
+	}
+	seenKey := map[string]bool{}
+	for i, k := range d.dl.keys {
+		if seenKey[k.KeyID()] {
+			bad(fmt.Sprintf("signing-keys[%d]", i), "the same key is given twice")
+		}
+		seenKey[k.KeyID()] = true
 	}
 	b := d.dl.batch
 	if b.MaxMessages < 0 || b.MaxMessages > MaxBatchMessages {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
-	"github.com/mmmq/mmmq/modules/webhooks"
 )
 
 // Validate checks s as data, without reading its TLS files: the rules a
@@ -70,21 +69,16 @@ func (s Settings) Validate(key string) error {
 	return errors.Join(append(errs, s.validateDelivery(key)...)...)
 }
 
-// validateDelivery checks the signing secrets and the delivery settings
+// validateDelivery checks the signing secrets and keys and the delivery settings
 // with the rules Dispatcher.Validate applies (one rule set), each problem
 // named under key.
 func (s Settings) validateDelivery(key string) []error {
 	var errs []error
-	secrets := make([]webhooks.Secret, 0, len(s.SigningSecrets))
-	for j, v := range s.SigningSecrets {
-		sec, err := webhooks.ParseSecret(v)
-		if err != nil {
-			errs = append(errs, config.InvalidValue(fmt.Sprintf("%s.signing-secrets[%d]", key, j), "%v", err))
-			continue
-		}
-		secrets = append(secrets, sec)
+	sg, perrs := s.signing()
+	for _, e := range perrs {
+		errs = append(errs, config.InvalidValue(key+"."+e.field, "%v", e.err))
 	}
-	d := s.apply(New(s.Name, Host{}), secrets)
+	d := s.apply(New(s.Name, Host{}), sg)
 	for _, err := range d.validateDelivery() {
 		var p fieldProblem
 		if errors.As(err, &p) {

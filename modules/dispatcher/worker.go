@@ -62,13 +62,15 @@ type worker struct {
 	standby atomic.Bool
 	// leaseEpoch is the epoch of the lease held (0: none or not needed).
 	leaseEpoch atomic.Uint64
-	sending    atomic.Bool  // an attempt is in flight
-	attempt    atomic.Int64 // of the message at next; 0 when idle
-	retryAt    atomic.Int64 // Unix ns of the next attempt while backing off
-	errMu      sync.Mutex
-	errText    string
-	lastErr    string    // the last abnormal answer or failure
-	lastErrAt  time.Time // when it happened
+	sending    atomic.Bool // an attempt is in flight
+	// outstanding is inflight for the status: the pushes out now.
+	outstanding atomic.Int64
+	attempt     atomic.Int64 // of the message at next; 0 when idle
+	retryAt     atomic.Int64 // Unix ns of the next attempt while backing off
+	errMu       sync.Mutex
+	errText     string
+	lastErr     string    // the last abnormal answer or failure
+	lastErrAt   time.Time // when it happened
 
 	ctx        context.Context // set by run; commit retries until it ends
 	cp         contract.Checkpoint
@@ -101,12 +103,18 @@ type worker struct {
 	// waiting for its tokens, if any (ratelimit.go).
 	rl   *rateLimiter
 	held *held
+	// replay is the replay rate of a seek or redrive, nil when none
+	// (replay.go); set by the Manager, so read atomically.
+	replay atomic.Pointer[replay]
 	// br is the dispatcher's circuit breaker (nil: off; breaker.go);
 	// brClosings its closings this worker has seen, probeClaim that the
 	// next push is the probe, probing that the probe is out.
 	br                  *breaker
 	brClosings          uint64
 	probeClaim, probing bool
+	// cc is the dispatcher's adaptive concurrency limiter (nil: off;
+	// concurrency.go): a push takes one of its slots.
+	cc *aimd
 	// hl is the dispatcher's auto-pause state (nil: pause-after off).
 	hl *health
 	// deferred holds, under OrderNone, the NACKed messages that asked to
@@ -198,6 +206,7 @@ func (w *worker) status() WorkerStatus {
 		Attempt:       int(w.attempt.Load()),
 		LastError:     lastErr,
 		LastErrorAt:   lastErrAt,
+		InFlight:      int(w.outstanding.Load()),
 	}
 	switch {
 	case w.standby.Load():
@@ -214,6 +223,7 @@ func (w *worker) status() WorkerStatus {
 		st.State = StateIdle
 	}
 	st.OldestUnacked = storedAt(w.topic, next, hw)
+	st.Replay = w.replayStatus(committed)
 	st.Ordering = w.d.Ordering()
 	if k := w.keySnap.Load(); k != nil && st.Ordering == OrderKey {
 		st.KeysInFlight, st.ParkedKeys, st.Parked = k.keysInFlight, k.parkedKeys, k.parked
@@ -518,6 +528,7 @@ func (w *worker) commit(next int64) error {
 		err := w.cp.Commit(next)
 		if err == nil {
 			w.committed.Store(next)
+			w.replayReached(next)
 			w.commits.Add(1)
 			w.pending = 0
 			w.lastCommit = time.Now()

@@ -55,3 +55,28 @@ func ExampleVerifier_Verify() {
 	fmt.Println(secret) // secrets print redacted
 	// Output: whsec_…(redacted, fingerprint f74e1720)
 }
+
+// v1a: the broker signs with a whsk_ key; the consumer verifies with the
+// whpk_ public key GET /.well-known/mmmq/webhook-keys lists.
+func ExampleNewPublicKeyVerifier() {
+	key, err := webhooks.ParseSigningKey("whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=")
+	if err != nil {
+		log.Fatal(err)
+	}
+	signer := webhooks.NewSignerWithKeys(nil, []webhooks.SigningKey{key})
+	body := []byte(`{"test": 2432232314}`)
+	h := http.Header{}
+	signer.SetHeaders(h, "msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), body)
+
+	pub, err := webhooks.ParsePublicKey("whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g=")
+	if err != nil {
+		log.Fatal(err)
+	}
+	v := webhooks.NewPublicKeyVerifier(0, pub)
+	v.Now = func() time.Time { return time.Unix(1614265330, 0) }
+	fmt.Println(signer.Sign("msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), body)) // the webhook-signature value
+	fmt.Println(v.Verify(h, body), pub.KeyID(), key)
+	// Output:
+	// v1a,tQ9V2XOqn7jL/DQenEFpqIugdBVtiMmER5mhSkXBNwM0mkATuDe6KYYUuxqtaiHeYGb7KaaBRdM5WqyeFiL8Ag==
+	// <nil> 808d1060236c20d2 whsk_…(redacted, kid 808d1060236c20d2)
+}

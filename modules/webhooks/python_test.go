@@ -87,18 +87,7 @@ func TestAgainstPython(t *testing.T) {
 		cases = append(cases, pyCase{ID: string(id), TS: rng.Int64N(5_000_000_000), Body: body})
 	}
 
-	in, err := json.Marshal(map[string]any{"secrets": []string{s1, s2}, "cases": cases})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(python, "-c", pythonScript)
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("python3: %v\n%s", err, stderr.String())
-	}
+	out := runPython(t, python, pythonScript, map[string]any{"secrets": []string{s1, s2}, "cases": cases})
 	var res struct {
 		Sigs []string `json:"sigs"`
 		Own  struct {
@@ -138,4 +127,24 @@ func TestAgainstPython(t *testing.T) {
 	if err := webhooks.NewVerifier(0, sec1).Verify(h, tampered); err == nil {
 		t.Errorf("Verify accepted the python3 push with its last body byte changed")
 	}
+}
+
+// runPython runs script with python, in as JSON on its standard input, and
+// returns what it wrote to standard output; a failure fails the test with
+// its standard error.
+func runPython(t *testing.T, python, script string, in any) []byte {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", script)
+	cmd.Stdin = bytes.NewReader(b)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, stderr.String())
+	}
+	return out
 }

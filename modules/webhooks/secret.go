@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // SecretPrefix starts every serialized secret: "whsec_" followed by the key
@@ -48,27 +46,9 @@ type key struct {
 // is wrong (no prefix, not base64 and at which character, or the key length
 // in bytes) but never contains any of the text after the prefix.
 func ParseSecret(s string) (Secret, error) {
-	enc, ok := strings.CutPrefix(s, SecretPrefix)
-	if !ok {
-		return Secret{}, fmt.Errorf("%w: does not start with %q", ErrInvalidSecret, SecretPrefix)
-	}
-	if enc == "" {
-		return Secret{}, fmt.Errorf("%w: empty key after %q", ErrInvalidSecret, SecretPrefix)
-	}
-	// The decoder skips line breaks; a secret is one exact string.
-	if i := strings.IndexAny(enc, "\r\n"); i >= 0 {
-		return Secret{}, fmt.Errorf("%w: key contains a line break at character %d after %q", ErrInvalidSecret, i, SecretPrefix)
-	}
-	b, err := base64.StdEncoding.DecodeString(enc)
+	b, err := decodeKey(s, SecretPrefix, ErrInvalidSecret)
 	if err != nil {
-		// A CorruptInputError carries only a position; the decoder's
-		// message is not used so that no future wording can quote input.
-		var ce base64.CorruptInputError
-		if errors.As(err, &ce) {
-			return Secret{}, fmt.Errorf("%w: key is not standard base64 with padding (A-Z a-z 0-9 + / =): bad or incomplete group of 4 characters at character %d after %q",
-				ErrInvalidSecret, int64(ce), SecretPrefix)
-		}
-		return Secret{}, fmt.Errorf("%w: key is not standard base64 with padding", ErrInvalidSecret)
+		return Secret{}, err
 	}
 	switch {
 	case len(b) == 0:

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -9,10 +10,12 @@ import (
 	"time"
 )
 
-// Signer signs pushes with one or more secrets. It is safe for concurrent
-// use and never changes after NewSigner.
+// Signer signs pushes with one or more secrets (v1, HMAC-SHA256) and
+// signing keys (v1a, ed25519). It is safe for concurrent use and never
+// changes after NewSigner or NewSignerWithKeys.
 type Signer struct {
 	macs []*keyedMAC
+	keys []SigningKey
 }
 
 // NewSigner returns a Signer that adds one v1 signature per secret, in the
@@ -23,9 +26,27 @@ func NewSigner(secrets ...Secret) *Signer {
 	if len(secrets) == 0 {
 		panic("webhooks: NewSigner without secrets")
 	}
+	return NewSignerWithKeys(secrets, nil)
+}
+
+// NewSignerWithKeys returns a Signer that adds one v1 signature per secret
+// and then one v1a signature per signing key, each list in the order given
+// (during a rotation: the new key and the old one). It panics if both are
+// empty or one holds a zero Secret or SigningKey (programming errors: they
+// come from ParseSecret and ParseSigningKey).
+func NewSignerWithKeys(secrets []Secret, keys []SigningKey) *Signer {
+	if len(secrets) == 0 && len(keys) == 0 {
+		panic("webhooks: NewSignerWithKeys without secrets or keys")
+	}
 	s := &Signer{macs: make([]*keyedMAC, len(secrets))}
 	for i, sec := range secrets {
 		s.macs[i] = newKeyedMAC(sec)
+	}
+	for _, k := range keys {
+		if k.IsZero() {
+			panic("webhooks: zero SigningKey (get one from ParseSigningKey)")
+		}
+		s.keys = append(s.keys, k)
 	}
 	return s
 }
@@ -60,9 +81,11 @@ func parseSecrets(secrets []string) ([]Secret, error) {
 }
 
 // Sign returns the webhook-signature header value for one attempt:
-// "v1,<sig>" per secret, separated by single spaces, where <sig> is the
-// standard base64 (44 characters) of HMAC-SHA256(key, id + "." + unix +
-// "." + body) and unix is ts.Unix() in decimal (the sub-second part of ts
+// "v1,<sig>" per secret, then "v1a,<sig>" per signing key, separated by
+// single spaces. A v1 <sig> is the standard base64 (44 characters) of
+// HMAC-SHA256(key, id + "." + unix + "." + body), a v1a <sig> the
+// standard base64 (88 characters) of the 64-byte ed25519 signature of the
+// same text, where unix is ts.Unix() in decimal (the sub-second part of ts
 // is dropped, as in the webhook-timestamp header). body is signed byte for
 // byte, exactly as it will be sent.
 //
@@ -77,7 +100,7 @@ func (s *Signer) Sign(id string, ts time.Time, body []byte) string {
 		b   strings.Builder
 	)
 	unix := ts.Unix()
-	b.Grow(len(s.macs)*(len("v1,")+sigLen+1) - 1)
+	b.Grow(len(s.macs)*(len("v1,")+sigLen+1) + len(s.keys)*(len("v1a,")+edSigLen+1))
 	for i, m := range s.macs {
 		if i > 0 {
 			b.WriteByte(' ')
@@ -87,7 +110,37 @@ func (s *Signer) Sign(id string, ts time.Time, body []byte) string {
 		b.WriteString("v1,")
 		b.Write(enc[:])
 	}
+	if len(s.keys) > 0 {
+		var (
+			sig    [ed25519.SignatureSize]byte
+			edEnc  [edSigLen]byte
+			signed = signedText(id, unix, body)
+		)
+		for i, k := range s.keys {
+			if i > 0 || len(s.macs) > 0 {
+				b.WriteByte(' ')
+			}
+			k.sign(&sig, signed)
+			base64.StdEncoding.Encode(edEnc[:], sig[:])
+			b.WriteString("v1a,")
+			b.Write(edEnc[:])
+		}
+	}
 	return b.String()
+}
+
+// edSigLen is the length of the standard base64 of an ed25519 signature.
+const edSigLen = (ed25519.SignatureSize + 2) / 3 * 4
+
+// signedText returns id + "." + unix + "." + body, the text both schemes
+// sign.
+func signedText(id string, unix int64, body []byte) []byte {
+	out := make([]byte, 0, len(id)+21+len(body))
+	out = append(out, id...)
+	out = append(out, '.')
+	out = strconv.AppendInt(out, unix, 10)
+	out = append(out, '.')
+	return append(out, body...)
 }
 
 // SetHeaders sets webhook-id (id), webhook-timestamp (ts.Unix() in decimal)
@@ -108,6 +161,15 @@ func (s *Signer) SetHeaders(h http.Header, id string, ts time.Time, body []byte)
 // Fingerprints returns the Fingerprint of each secret, in signing order,
 // for logs.
 func (s *Signer) Fingerprints() []string { return fingerprints(s.macs) }
+
+// KeyIDs returns the KeyID of each signing key, in signing order, for logs.
+func (s *Signer) KeyIDs() []string {
+	out := make([]string, len(s.keys))
+	for i, k := range s.keys {
+		out[i] = k.KeyID()
+	}
+	return out
+}
 
 func fingerprints(macs []*keyedMAC) []string {
 	out := make([]string, len(macs))

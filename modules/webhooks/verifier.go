@@ -1,10 +1,12 @@
 package webhooks
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"encoding/base64"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +21,7 @@ type Verifier struct {
 
 	tolerance time.Duration
 	macs      []*keyedMAC
+	pubs      []PublicKey
 }
 
 // NewVerifier returns a Verifier that accepts a request signed with any of
@@ -28,12 +31,7 @@ type Verifier struct {
 // negative, or if secrets is empty or holds a zero Secret: programming
 // errors, a Secret comes from ParseSecret.
 func NewVerifier(tolerance time.Duration, secrets ...Secret) *Verifier {
-	switch {
-	case tolerance < 0:
-		panic("webhooks: NewVerifier with a negative tolerance")
-	case tolerance == 0:
-		tolerance = DefaultTolerance
-	}
+	tolerance = checkTolerance(tolerance)
 	if len(secrets) == 0 {
 		panic("webhooks: NewVerifier without secrets")
 	}
@@ -44,12 +42,41 @@ func NewVerifier(tolerance time.Duration, secrets ...Secret) *Verifier {
 	return v
 }
 
+// NewPublicKeyVerifier returns a Verifier that accepts a request with a
+// "v1a" (ed25519) signature by any of keys (the whpk_ keys the broker
+// lists at /.well-known/mmmq/webhook-keys; during a rotation the old one
+// and the new one) and a webhook-timestamp within tolerance, as
+// NewVerifier. It panics if tolerance is negative or keys is empty or
+// holds a zero PublicKey.
+func NewPublicKeyVerifier(tolerance time.Duration, keys ...PublicKey) *Verifier {
+	if len(keys) == 0 {
+		panic("webhooks: NewPublicKeyVerifier without keys")
+	}
+	for _, k := range keys {
+		if k.IsZero() {
+			panic("webhooks: zero PublicKey (get one from ParsePublicKey)")
+		}
+	}
+	return &Verifier{tolerance: checkTolerance(tolerance), pubs: slices.Clone(keys)}
+}
+
+// checkTolerance is NewVerifier's rule: negative panics, 0 is the default.
+func checkTolerance(tolerance time.Duration) time.Duration {
+	switch {
+	case tolerance < 0:
+		panic("webhooks: a Verifier with a negative tolerance")
+	case tolerance == 0:
+		return DefaultTolerance
+	}
+	return tolerance
+}
+
 // Tolerance returns the accepted difference between webhook-timestamp and
 // the clock, either way.
 func (v *Verifier) Tolerance() time.Duration { return v.tolerance }
 
 // Fingerprints returns the Fingerprint of each secret, in the order given
-// to NewVerifier, for logs.
+// to NewVerifier, for logs (none for a NewPublicKeyVerifier).
 func (v *Verifier) Fingerprints() []string { return fingerprints(v.macs) }
 
 // Verify checks a received request's headers and its body, which must be
@@ -62,8 +89,11 @@ func (v *Verifier) Fingerprints() []string { return fingerprints(v.macs) }
 // It returns nil when webhook-timestamp is within the tolerance of the clock
 // (Now, else time.Now; compared in whole seconds) and one "v1,<base64>" entry of webhook-signature (space-separated) is the
 // HMAC-SHA256 of webhook-id + "." + timestamp + "." + body under one of the
-// secrets; entries of other versions ("v1a,", "v2,") and malformed ones are
-// skipped. Signatures are compared in constant time. Otherwise it returns
+// secrets, or (a Verifier from NewPublicKeyVerifier) one "v1a,<base64>"
+// entry is a valid ed25519 signature of that text by one of the public
+// keys; entries of other versions ("v2,", and v1a for a secret Verifier, v1
+// for a key Verifier) and malformed ones are skipped. HMACs are compared in
+// constant time. Otherwise it returns
 // an error wrapping, checked in this order, ErrMissingHeaders,
 // ErrInvalidTimestamp, ErrTimestampTooOld, ErrTimestampTooNew or
 // ErrNoMatchingSignature. Error texts hold no secret and no signature and
@@ -119,32 +149,56 @@ func (v *Verifier) Verify(h http.Header, body []byte) error {
 		m.sum(&want[i], id, unix, body)
 	}
 	var (
-		got         [sigLen / 4 * 3]byte // Decode may write this much for sigLen characters
-		entries, v1 int
+		got            [sigLen / 4 * 3]byte // Decode may write this much for sigLen characters
+		edGot          [edSigLen / 4 * 3]byte
+		signed         []byte
+		entries, known int
 	)
 	for _, s := range sigs {
 		for _, e := range strings.Fields(s) {
 			entries++
 			version, sig, ok := strings.Cut(e, ",")
-			if !ok || version != "v1" {
-				continue
-			}
-			v1++
-			if len(sig) != sigLen {
-				continue
-			}
-			if n, err := base64.StdEncoding.Decode(got[:], []byte(sig)); err != nil || n != macSize {
-				continue
-			}
-			for i := range want {
-				if hmac.Equal(got[:macSize], want[i][:]) {
-					return nil
+			switch {
+			case !ok:
+			case version == "v1" && len(v.macs) > 0:
+				known++
+				if len(sig) != sigLen {
+					continue
+				}
+				if n, err := base64.StdEncoding.Decode(got[:], []byte(sig)); err != nil || n != macSize {
+					continue
+				}
+				for i := range want {
+					if hmac.Equal(got[:macSize], want[i][:]) {
+						return nil
+					}
+				}
+			case version == "v1a" && len(v.pubs) > 0:
+				known++
+				if len(sig) != edSigLen {
+					continue
+				}
+				if n, err := base64.StdEncoding.Decode(edGot[:], []byte(sig)); err != nil || n != ed25519.SignatureSize {
+					continue
+				}
+				if signed == nil {
+					signed = signedText(id, unix, body)
+				}
+				for _, p := range v.pubs {
+					if ed25519.Verify(p.b, signed, edGot[:ed25519.SignatureSize]) {
+						return nil
+					}
 				}
 			}
 		}
 	}
-	return fmt.Errorf("%w: checked the %d v1 entries of %d in %s against %d secret(s) for this id, timestamp and body",
-		ErrNoMatchingSignature, v1, entries, HeaderSignature, len(v.macs))
+	scheme, n := "v1", len(v.macs)
+	what := "secret(s)"
+	if len(v.pubs) > 0 {
+		scheme, n, what = "v1a", len(v.pubs), "public key(s)"
+	}
+	return fmt.Errorf("%w: checked the %d %s entries of %d in %s against %d %s for this id, timestamp and body",
+		ErrNoMatchingSignature, known, scheme, entries, HeaderSignature, n, what)
 }
 
 // parseUnix parses decimal Unix seconds: 1 to 18 ASCII digits, no sign, no

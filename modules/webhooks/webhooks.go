@@ -16,7 +16,8 @@ const (
 	// seconds.
 	HeaderTimestamp = "webhook-timestamp"
 	// HeaderSignature carries one "v1,<base64 HMAC-SHA256>" entry per
-	// signing secret, separated by single spaces.
+	// signing secret and one "v1a,<base64 ed25519 signature>" per signing
+	// key, separated by single spaces.
 	HeaderSignature = "webhook-signature"
 )
 
@@ -42,9 +43,13 @@ var (
 	ErrTimestampTooNew = errors.New("webhooks: timestamp too new")
 	// ErrNoMatchingSignature: no v1 entry of webhook-signature is the
 	// HMAC of this id, timestamp and body under any of the verifier's
-	// secrets (a wrong or rotated-out secret, or a changed id, timestamp or
-	// body).
+	// secrets, or (a NewPublicKeyVerifier) no v1a entry is an ed25519
+	// signature of them by any of its public keys (a wrong or rotated-out
+	// secret or key, or a changed id, timestamp or body).
 	ErrNoMatchingSignature = errors.New("webhooks: no matching signature")
 	// ErrInvalidSecret: a serialized secret is refused by ParseSecret.
 	ErrInvalidSecret = errors.New("webhooks: invalid secret")
+	// ErrInvalidKey: a serialized signing or public key is refused by
+	// ParseSigningKey or ParsePublicKey.
+	ErrInvalidKey = errors.New("webhooks: invalid key")
 )
