@@ -163,31 +163,6 @@ func (c *Coordinator) storedCheckpoints(q *topicqueue.TopicQueue) ([]string, err
 	return nil, nil
 }
 
-// SeekKind says what a SeekTarget names.
-type SeekKind int
-
-// The kinds of SeekTarget.
-const (
-	// SeekEarliest is the topic's log start offset.
-	SeekEarliest SeekKind = iota + 1
-	// SeekLatest is the topic's high watermark: nothing stored so far is
-	// delivered again.
-	SeekLatest
-	// SeekOffset is SeekTarget.Offset, which must lie between the log start
-	// offset and the high watermark (inclusive).
-	SeekOffset
-	// SeekTimestamp is the first offset whose stored timestamp (Unix ms)
-	// is at or after SeekTarget.Time, or the high watermark when none is.
-	SeekTimestamp
-)
-
-// SeekTarget is where SeekCommitted moves a group's committed offset.
-type SeekTarget struct {
-	Kind   SeekKind
-	Offset int64     // SeekOffset only
-	Time   time.Time // SeekTimestamp only
-}
-
 // Seeked is the result of SeekCommitted.
 type Seeked struct {
 	Previous  int64 // the committed offset before the seek
@@ -209,7 +184,7 @@ type Seeked struct {
 // Kind is a 400 *contract.InputError; ErrInvalidName, ErrNameTaken,
 // ErrUnknownTopic, ErrTooManyGroups; a read error of the timestamp search;
 // the checkpoint's write or fsync error (the stored value is then unknown).
-func (c *Coordinator) SeekCommitted(topic, group string, to SeekTarget) (Seeked, error) {
+func (c *Coordinator) SeekCommitted(topic, group string, to contract.SeekTarget) (Seeked, error) {
 	q, err := c.lookup(topic, group)
 	if err != nil {
 		return Seeked{}, err
@@ -263,19 +238,19 @@ func (c *Coordinator) SeekCommitted(topic, group string, to SeekTarget) (Seeked,
 }
 
 // seekOffset resolves to against q's current offsets.
-func seekOffset(q *topicqueue.TopicQueue, to SeekTarget) (int64, error) {
+func seekOffset(q *topicqueue.TopicQueue, to contract.SeekTarget) (int64, error) {
 	switch to.Kind {
-	case SeekEarliest:
+	case contract.SeekEarliest:
 		return q.StartOffset(), nil
-	case SeekLatest:
+	case contract.SeekLatest:
 		return q.HighWatermark(), nil
-	case SeekTimestamp:
+	case contract.SeekTimestamp:
 		off, err := q.OffsetAt(to.Time)
 		if err != nil {
 			return 0, fmt.Errorf("find the offset of timestamp %d: %w", to.Time.UnixMilli(), err)
 		}
 		return off, nil
-	case SeekOffset:
+	case contract.SeekOffset:
 		off := to.Offset
 		switch start, hw := q.StartOffset(), q.HighWatermark(); {
 		case off < 0:

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"strconv"
-	"time"
+	"reflect"
 
 	"github.com/gorilla/mux"
 
@@ -62,78 +62,44 @@ func (rt *Route) handleSeek(w http.ResponseWriter, r *http.Request) {
 	contract.WriteJSON(w, http.StatusOK, SeekResponse{Topic: topic, Group: group, Committed: s.Committed, Previous: s.Previous})
 }
 
-// parseSeek reads a seek body: {"to": "earliest"}, {"to": "latest"},
-// {"to": <offset>} (an integer >= 0) or {"to": {"timestamp": <unix ms>}}
-// (an integer >= 0). Unknown members, at either level, and anything after
-// the object are refused. Errors are 400 *contract.InputError saying what
-// is wrong.
-func parseSeek(body []byte) (SeekTarget, error) {
+// parseSeek reads a seek body, {"to": ...} and nothing else (unknown
+// members and anything after the object are refused), with "to" read by
+// contract.ParseSeekTo. Errors are 400 *contract.InputError saying what is
+// wrong.
+func parseSeek(body []byte) (contract.SeekTarget, error) {
 	var req struct {
 		To json.RawMessage `json:"to"`
 	}
 	if err := decodeStrict(body, &req); err != nil {
-		return SeekTarget{}, contract.BadRequest("%s: %v", seekShape, err)
+		return contract.SeekTarget{}, contract.BadRequest("%s: %v", seekShape, err)
 	}
-	to := bytes.TrimSpace(req.To)
-	if len(to) == 0 || string(to) == "null" {
-		return SeekTarget{}, contract.BadRequest(`%s: "to" is missing`, seekShape)
-	}
-	switch to[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(to, &s); err != nil {
-			return SeekTarget{}, contract.BadRequest("%s: %v", seekShape, err)
-		}
-		switch s {
-		case "earliest":
-			return SeekTarget{Kind: SeekEarliest}, nil
-		case "latest":
-			return SeekTarget{Kind: SeekLatest}, nil
-		}
-		return SeekTarget{}, contract.BadRequest(`%s: unknown "to" %q`, seekShape, s)
-	case '{':
-		var ts struct {
-			Timestamp json.RawMessage `json:"timestamp"`
-		}
-		if err := decodeStrict(to, &ts); err != nil {
-			return SeekTarget{}, contract.BadRequest("%s: %v", seekShape, err)
-		}
-		ms, err := nonNegative(ts.Timestamp, "timestamp")
-		if err != nil {
-			return SeekTarget{}, err
-		}
-		return SeekTarget{Kind: SeekTimestamp, Time: time.UnixMilli(ms)}, nil
-	}
-	off, err := nonNegative(to, `"to" offset`)
-	if err != nil {
-		return SeekTarget{}, err
-	}
-	return SeekTarget{Kind: SeekOffset, Offset: off}, nil
+	return contract.ParseSeekTo(req.To)
 }
 
-// decodeStrict unmarshals one JSON object into v, refusing unknown members
-// and trailing data.
+// decodeStrict unmarshals one JSON object into v (a pointer), refusing
+// unknown members, a member name that differs from one of v's only in
+// case ("Offsets": encoding/json alone would take it), and trailing data.
 func decodeStrict(data []byte, v any) error {
+	if mc, ok := contract.FindMemberCase(data, reflect.TypeOf(v).Elem()); ok {
+		return fmt.Errorf("unknown field %q (the member is %q)", mc.Sent, mc.Want)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			// Not encoding/json's "cannot unmarshal string into Go
+			// struct field AckRequest.offset of type int64".
+			got := te.Value
+			if got == "bool" {
+				got = "boolean"
+			}
+			return fmt.Errorf("field %q: a JSON %s where a %s belongs", te.Field, got, contract.JSONKindOf(te.Type.Kind()))
+		}
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("data after the JSON object")
 	}
 	return nil
-}
-
-// nonNegative parses raw as a JSON integer >= 0; what names it in errors.
-func nonNegative(raw json.RawMessage, what string) (int64, error) {
-	s := string(bytes.TrimSpace(raw))
-	if s == "" || s == "null" {
-		return 0, contract.BadRequest("%s: %s is missing", seekShape, what)
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, contract.BadRequest("%s: %s must be an integer >= 0; got %s", seekShape, what, s)
-	}
-	return n, nil
 }

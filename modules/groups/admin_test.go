@@ -30,15 +30,26 @@ func serve(t *testing.T, e *env) string {
 	return ts.URL
 }
 
-// publishAt appends one stored message per timestamp (Unix ms), in order.
+// stampBase is added to the timestamps tests give publishAt and atStamp:
+// 2026-01-01 in Unix ms, since a seek refuses a timestamp that looks like
+// Unix seconds.
+const stampBase = int64(1767225600000)
+
+// publishAt appends one stored message per timestamp (ms after
+// stampBase), in order.
 func publishAt(t *testing.T, q *topicqueue.TopicQueue, stamps ...int64) {
 	t.Helper()
 	for i, ts := range stamps {
-		msg := fmt.Sprintf(`{"topic":{"name":%q},"content":{"i":%d},"timestamp":%d}`, q.Name(), i, ts)
+		msg := fmt.Sprintf(`{"topic":{"name":%q},"content":{"i":%d},"timestamp":%d}`, q.Name(), i, stampBase+ts)
 		if _, err := q.Log().Append(context.Background(), []byte(msg), contract.Durable); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// atStamp is the seek body {"to": {"timestamp": stampBase+ms}}.
+func atStamp(ms int64) string {
+	return fmt.Sprintf(`{"to": {"timestamp": %d}}`, stampBase+ms)
 }
 
 // listed is the groups of a GET /topics/{topic}/groups answer by name.
@@ -180,10 +191,10 @@ func TestHTTPSeekTargets(t *testing.T) {
 		{`{"to": "earliest"}`, 4, 0, "the start offset, backwards"},
 		{`{"to": 3}`, 0, 3, "an offset"},
 		{`{"to": 4}`, 3, 4, "the high watermark as an offset"},
-		{`{"to": {"timestamp": 2500}}`, 4, 2, "between 2000 and 3000: the later entry"},
-		{`{"to": {"timestamp": 2000}}`, 2, 1, "exactly an entry's"},
+		{atStamp(2500), 4, 2, "between 2000 and 3000: the later entry"},
+		{atStamp(2000), 2, 1, "exactly an entry's"},
 		{`{"to": {"timestamp": 0}}`, 1, 0, "before every entry"},
-		{`{"to": {"timestamp": 4001}}`, 0, 4, "after every entry: the high watermark"},
+		{atStamp(4001), 0, 4, "after every entry: the high watermark"},
 	} {
 		t.Run(tc.explainTheCase, func(t *testing.T) { seek(t, url, "g", tc.body, tc.prev, tc.want) })
 	}
@@ -265,6 +276,7 @@ func TestHTTPSeekErrors(t *testing.T) {
 		{base, ``, 400, contract.CodeBadRequest, "body must be"},
 		{base, `{"to": 1} {}`, 400, contract.CodeBadRequest, "data after the JSON object"},
 		{base, `{"to": 1, "from": 2}`, 400, contract.CodeBadRequest, `unknown field "from"`},
+		{base, `{"To": 1}`, 400, contract.CodeBadRequest, `unknown field "To" (the member is "to")`},
 		{base, `{"to": {}}`, 400, contract.CodeBadRequest, "timestamp is missing"},
 		{base, `{"to": {"timestamp": -5}}`, 400, contract.CodeBadRequest, "timestamp must be an integer >= 0"},
 		{base, `{"to": {"timestamp": 5, "offset": 1}}`, 400, contract.CodeBadRequest, `unknown field "offset"`},
@@ -326,6 +338,13 @@ func TestHTTPSeekAndLagAfterRetention(t *testing.T) {
 		t.Fatalf("seek below the start offset: %d %s", r.status, r.raw)
 	}
 	seek(t, url, "behind", `{"to": "earliest"}`, 1, 5)
-	seek(t, url, "ahead", `{"to": {"timestamp": 1500}}`, 6, 5) // deleted timestamps: the start offset
-	seek(t, url, "ahead", `{"to": {"timestamp": 6500}}`, 5, 6)
+	seek(t, url, "ahead", atStamp(1500), 6, 5) // deleted timestamps: the start offset
+	seek(t, url, "ahead", atStamp(6500), 5, 6)
+	// A timestamp in Unix seconds is refused, naming the rule; the group
+	// stays where it was.
+	r = do(t, "POST", url+"/topics/"+testTopic+"/groups/ahead/seek", "", `{"to": {"timestamp": 1767225600}}`)
+	if r.status != 400 || !strings.Contains(string(r.raw), "timestamp is in Unix milliseconds; 1767225600 looks like seconds") {
+		t.Fatalf("seek to a timestamp in seconds: %d %s", r.status, r.raw)
+	}
+	seek(t, url, "ahead", `{"to": 6}`, 6, 6)
 }

@@ -82,7 +82,7 @@ func TestGroupHeldThroughOneNodeIsBusyOnAnother(t *testing.T) {
 	if _, err := s.c[0].Ack(testTopic, "g", sa, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.c[1].SeekCommitted(testTopic, "g", SeekTarget{Kind: SeekEarliest}); !errors.Is(err, ErrGroupBusy) {
+	if _, err := s.c[1].SeekCommitted(testTopic, "g", contract.SeekTarget{Kind: contract.SeekEarliest}); !errors.Is(err, ErrGroupBusy) {
 		t.Fatalf("seek through node b while node a holds the group: %v, want GROUP_BUSY", err)
 	}
 	if released, err := s.c[0].Release(testTopic, "g", sa); err != nil || !released {

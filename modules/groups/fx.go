@@ -8,6 +8,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Params are the coordinator's dependencies in the Fx graph.
@@ -72,6 +73,9 @@ type RouteParams struct {
 	// Server is the "server" section (config.Module).
 	Server config.ServerConfig
 	Logger *zap.Logger
+	// Tracer is the tracing module's (modules/tracing): a span per
+	// fetch. Nil or absent: tracing off.
+	Tracer *tracing.Tracer `optional:"true"`
 }
 
 // NewRouteFromConfig builds the HTTP routes; long polls extend their write
@@ -79,6 +83,7 @@ type RouteParams struct {
 func NewRouteFromConfig(p RouteParams) *Route {
 	opts := RouteOptionsFromConfig(p.Server)
 	opts.Logger = p.Logger.Named("groups")
+	opts.Tracer = p.Tracer
 	return NewRoute(p.Coordinator, opts)
 }
 

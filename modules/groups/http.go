@@ -16,6 +16,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // SessionHeader carries the session id of a consumer group: the fetch
@@ -44,6 +45,10 @@ type RouteOptions struct {
 	WriteTimeout time.Duration
 	// Logger receives 5xx failures; default zap.NewNop().
 	Logger *zap.Logger
+	// Tracer makes a span per fetch (modules/tracing), linked to the
+	// publish span of every message fetched; a child of the request's
+	// traceparent header when it has one. Nil: tracing off.
+	Tracer *tracing.Tracer
 }
 
 // Route is the consumer-group part of the HTTP API, contributed to the
@@ -197,6 +202,11 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		rt.fail(w, err)
 		return
 	}
+	if rt.opts.Tracer != nil {
+		tw := &fetchSpanWriter{ResponseWriter: w, start: time.Now()}
+		defer func() { tw.end(r, rt.opts.Tracer, topic, group) }()
+		w = tw
+	}
 	if len(r.URL.Query()["mode"]) > 1 {
 		rt.fail(w, contract.BadRequest("query parameter mode is given %d times; give it once", len(r.URL.Query()["mode"])))
 		return
@@ -261,7 +271,45 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 	if b.Shared {
 		resp.Mode = contract.GroupShared
 	}
+	if tw, ok := w.(*fetchSpanWriter); ok {
+		tw.entries = b.Entries
+	}
 	writeFetch(w, resp, b.Entries, b.Deliveries)
+}
+
+// fetchSpanWriter is the response writer of a traced fetch: it keeps the
+// status and the entries written, for the fetch span.
+type fetchSpanWriter struct {
+	http.ResponseWriter
+	start   time.Time
+	status  int
+	entries []contract.Entry
+}
+
+func (w *fetchSpanWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the connection (write
+// deadlines of long polls).
+func (w *fetchSpanWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// end records the fetch's span: the fetched messages, or the failure the
+// response's status says.
+func (w *fetchSpanWriter) end(r *http.Request, tr *tracing.Tracer, topic, group string) {
+	tc := contract.TraceFromHTTP(r.Header)
+	f := tracing.Fetch{Topic: topic, Group: group, Traceparent: tc.Parent, Tracestate: tc.State, Start: w.start,
+		Messages: make([]tracing.Message, len(w.entries))}
+	if w.status >= 400 {
+		f.Err = fmt.Errorf("fetch answered %d %s", w.status, http.StatusText(w.status))
+	}
+	for i, e := range w.entries {
+		f.Messages[i] = tracing.MessageOf(topic, e.Payload)
+	}
+	tr.RecordFetch(r.Context(), f)
 }
 
 // writeFetch writes the 200 FetchResponse of entries (resp.Messages is

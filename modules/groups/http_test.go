@@ -95,6 +95,14 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	if r := do(t, "POST", base+"/fetch", "", ""); r.status != 409 || r.code() != contract.CodeGroupBusy || r.body["acknowledgement"] != "NACK" || r.retryAfter != "30" {
 		t.Fatalf("second consumer: %d %s (Retry-After %q, want the 30 s lease)", r.status, r.raw, r.retryAfter)
 	}
+	// A member name in another case is refused (encoding/json alone would
+	// take "Offset" as "offset"), and nothing is acked.
+	if r := do(t, "POST", base+"/ack", s, `{"Offset": 1}`); r.status != 400 || !strings.Contains(r.raw, `unknown field \"Offset\" (the member is \"offset\")`) {
+		t.Fatalf("ack with \"Offset\": %d %s", r.status, r.raw)
+	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": "1"}`); r.status != 400 || !strings.Contains(r.raw, `field \"offset\": a JSON string where a number belongs`) || strings.Contains(r.raw, "Go struct") {
+		t.Fatalf("ack with a string offset: %d %s", r.status, r.raw)
+	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": 3}`); r.status != 409 || r.code() != contract.CodeNotDelivered {
 		t.Fatalf("ack beyond delivered: %d %s", r.status, r.raw)
 	}

@@ -347,13 +347,13 @@ func TestSharedSeek(t *testing.T) {
 	s := e.join("g")
 	e.fetch("g", s, 3, 0)
 	e.ackOffsets("g", s, 2)
-	if _, err := e.c.SeekCommitted(testTopic, "g", SeekTarget{Kind: SeekEarliest}); !errors.Is(err, ErrGroupBusy) {
+	if _, err := e.c.SeekCommitted(testTopic, "g", contract.SeekTarget{Kind: contract.SeekEarliest}); !errors.Is(err, ErrGroupBusy) {
 		t.Fatalf("seek with a live session: %v, want ErrGroupBusy", err)
 	}
 	if _, err := e.c.Release(testTopic, "g", s); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.c.SeekCommitted(testTopic, "g", SeekTarget{Kind: SeekEarliest}); err != nil {
+	if _, err := e.c.SeekCommitted(testTopic, "g", contract.SeekTarget{Kind: contract.SeekEarliest}); err != nil {
 		t.Fatal(err)
 	}
 	s = e.join("g")
@@ -692,7 +692,7 @@ func TestSharedRefusalsChangeNothing(t *testing.T) {
 	if r := do(t, "POST", base+"g/ack", s.session, big); r.status != 413 || r.code() != contract.CodeTooLarge {
 		t.Fatalf("oversized ack: %d %.200s", r.status, r.raw)
 	}
-	if r := do(t, "POST", base+"g/ack", s.session, `{"offsets":[0,"1"]}`); r.status != 400 || !strings.Contains(r.raw, "cannot unmarshal") {
+	if r := do(t, "POST", base+"g/ack", s.session, `{"offsets":[0,"1"]}`); r.status != 400 || !strings.Contains(r.raw, `field \"offsets\": a JSON string where a number belongs`) {
 		t.Fatalf("ack with a string offset: %d %s", r.status, r.raw)
 	}
 	// A group named w shared on dead-letter.w would feed itself.

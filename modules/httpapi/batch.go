@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // MaxBatchMessages caps the messages of one POST /messages/batch.
@@ -27,18 +29,37 @@ type BatchResult struct {
 	// Duplicate: the message's producer id was already published to the
 	// topic within mmmq.broker.dedup.window, or earlier in this batch;
 	// nothing was stored and Offset is the first message's.
-	Duplicate bool   `json:"duplicate,omitempty"`
-	Error     string `json:"error,omitempty"`
-	Status    int    `json:"status,omitempty"`
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Scheduled: the message had "deliverAt" or "delay" in the future and
+	// is kept until then (no Offset: it gets one when it enters its topic).
+	// ScheduleID is what DELETE /topics/{t}/scheduled/{scheduleId}
+	// cancels; DeliverAt (RFC 3339, UTC, ms) and DeliverAtMs (Unix ms) are
+	// its due time; Level is then DURABLE whatever the batch's level (a
+	// scheduled message is fsynced before the answer). With Duplicate, the
+	// producer id was already scheduled on the topic within the window
+	// (or earlier in this batch): these are the first schedule's.
+	Scheduled   bool   `json:"scheduled,omitempty"`
+	ScheduleID  string `json:"scheduleId,omitempty"`
+	DeliverAt   string `json:"deliverAt,omitempty"`
+	DeliverAtMs int64  `json:"deliverAtMs,omitempty"`
+	Level       string `json:"level,omitempty"`
+	Error       string `json:"error,omitempty"`
+	Status      int    `json:"status,omitempty"`
 }
 
 // BatchResponse is the body of POST /messages/batch. Validation is all or
 // nothing: when any message is invalid, nothing is stored and the status is
-// that of the first invalid message (400 or 413). Otherwise each topic's
-// messages are appended as one unit; Acknowledgement is ACK only when every
-// message reached the requested level (200), else the status of the first
-// storage failure, and Results tells which messages were stored (with their
-// offsets) and which were not.
+// that of the first invalid message (400, 413, or 501 for a scheduled
+// member where the broker cannot schedule). The schedule rules are part of
+// validation: "deliverAt" with "delay", a due time beyond
+// mmmq.broker.schedule.max-delay, a ttl that ends at or before the due time.
+// Otherwise the scheduled members (a due time in the future) are stored
+// first, one after the other in batch order, each fsynced before the
+// answer; then each topic's other messages are appended as one unit.
+// Acknowledgement is ACK only when every message reached its level (200),
+// else the status of the first storage failure (a scheduled member's
+// included: 507 TOO_MANY_SCHEDULED, 503), and Results tells which messages
+// were stored (with their offsets or schedule ids) and which were not.
 type BatchResponse struct {
 	Acknowledgement string `json:"acknowledgement"`
 	// Error and Code summarise a NACK like every other error body
@@ -65,7 +86,7 @@ func storeFailure(failed, count int, first string) string {
 	if failed == count {
 		return fmt.Sprintf("none of the %d messages was stored; first: %s", count, first)
 	}
-	return fmt.Sprintf("%d of %d messages were not stored; first: %s (the others were stored: their offsets are in results)", failed, count, first)
+	return fmt.Sprintf("%d of %d messages were not stored; first: %s (the others were stored: results give each one's offset, or scheduleId for a scheduled one)", failed, count, first)
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +101,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := &batch{resp: BatchResponse{Acknowledgement: "ACK", Level: lvl.String(), Count: len(msgs), Results: make([]BatchResult, len(msgs))}}
-	groups := s.decodeBatch(b, msgs)
+	tc := batchTrace(r)
+	tc.Root = s.traceRoot
+	groups, sched := s.decodeBatch(b, msgs, tc)
 	// Validation is all or nothing: one bad message and nothing is stored.
 	if b.resp.Failed > 0 {
 		for i := range b.resp.Results {
@@ -96,15 +119,24 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	// Authorization is all or nothing too: one topic the principal may not
 	// publish to (403), or a batch over its publish rate (429), and
 	// nothing is stored.
-	topics := make([]string, len(groups))
-	for i, g := range groups {
-		topics[i] = g.topic
+	topics := make([]string, 0, len(groups)+len(sched))
+	for _, g := range groups {
+		topics = append(topics, g.topic)
+	}
+	for _, m := range sched {
+		topics = append(topics, m.topic)
 	}
 	if err := s.publishAllowed(r, len(msgs), topics...); err != nil {
 		contract.WriteErr(w, err)
 		return
 	}
-	s.storeBatch(r.Context(), b, groups, lvl)
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.PublishTimeout)
+	defer cancel()
+	start := time.Now()
+	spans := s.startBatchSpans(r.Context(), len(msgs), groups, sched, start)
+	s.storeScheduled(ctx, b, sched)
+	s.storeBatch(ctx, b, groups, lvl)
+	endBatchSpans(spans, b, lvl, time.Since(start))
 	status := http.StatusOK
 	if b.resp.Failed > 0 {
 		b.resp.Acknowledgement, status = "NACK", b.firstStatus
@@ -144,26 +176,57 @@ type topicGroup struct {
 	msgs  []topicqueue.Message
 }
 
-// decodeBatch validates every message, recording failures in b, and
-// groups the stored messages by topic in order of first appearance.
-func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
+// scheduledMember is a batch member with a due time in the future.
+type scheduledMember struct {
+	i          int // its position in the batch
+	topic      string
+	producerID string // "" for a generated id
+	stored     []byte
+	at         int64 // due time, Unix ms
+	by         contract.ScheduleBy
+}
+
+// batchTrace is the trace context of a batch request's traceparent and
+// tracestate HTTP headers: it applies to the members whose own headers
+// have no traceparent.
+func batchTrace(r *http.Request) contract.TraceContext {
+	tc := contract.TraceFromHTTP(r.Header)
+	tc.Fallback = true
+	return tc
+}
+
+// decodeBatch validates every message (the schedule rules included),
+// recording failures in b, and groups the messages to store now by topic
+// in order of first appearance; the scheduled ones are returned apart, in
+// batch order. tc is the request's trace context (batchTrace).
+func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage, tc contract.TraceContext) ([]*topicGroup, []scheduledMember) {
 	var groups []*topicGroup
+	var sched []scheduledMember
 	byTopic := map[string]*topicGroup{}
 	now := time.Now()
 	for i, m := range msgs {
-		d, err := contract.DecodeMessage(m, now, nil)
+		d, err := contract.DecodeMessageTrace(m, now, nil, tc)
 		topic := d.Topic
-		if err == nil && d.Scheduled {
-			err = contract.BadRequest(`"deliverAt" and "delay" are not supported in batches yet; publish a scheduled message alone on POST /messages`)
-		}
 		if err == nil {
-			err = s.checkSize(d.Stored)
+			err = s.checkSize(d)
+		}
+		later := err == nil && d.Scheduled && d.DeliverAt > 0
+		if later {
+			err = contract.CheckSchedule(s.opts.Scheduler, d.ScheduledBy, d.DeliverAt, d.ExpiresAt)
 		}
 		if err != nil {
 			b.setErr(i, fmt.Errorf("message %d: %w", i, err))
 			continue
 		}
 		b.resp.Results[i].Topic, b.resp.Results[i].ID = topic, d.ID
+		if later {
+			m := scheduledMember{i: i, topic: topic, stored: d.Stored, at: d.DeliverAt, by: d.ScheduledBy}
+			if d.FromProducer {
+				m.producerID = d.ID
+			}
+			sched = append(sched, m)
+			continue
+		}
 		g := byTopic[topic]
 		if g == nil {
 			g = &topicGroup{topic: topic}
@@ -177,7 +240,29 @@ func (s *Server) decodeBatch(b *batch, msgs []json.RawMessage) []*topicGroup {
 		}
 		g.msgs = append(g.msgs, msg)
 	}
-	return groups
+	return groups, sched
+}
+
+// storeScheduled hands the scheduled members to the Scheduler one after
+// the other, in batch order (each fsynced before Schedule returns), and
+// records their schedule ids, duplicates or failures in b. Members left
+// when ctx ends are not stored (503 TIMEOUT).
+func (s *Server) storeScheduled(ctx context.Context, b *batch, sched []scheduledMember) {
+	for _, m := range sched {
+		if err := ctx.Err(); err != nil {
+			b.setErr(m.i, fmt.Errorf("message %d: not scheduled (nothing stored): the batch's time (server.publish-timeout) ran out before its turn: %w", m.i, err))
+			continue
+		}
+		res, err := contract.Schedule(ctx, s.opts.Scheduler, m.by, m.topic, m.producerID, m.stored, m.at)
+		if err != nil {
+			b.setErr(m.i, fmt.Errorf("message %d: %w", m.i, err))
+			continue
+		}
+		r := &b.resp.Results[m.i]
+		r.Scheduled, r.ScheduleID, r.Duplicate = true, res.ID, res.Duplicate
+		r.DeliverAt, r.DeliverAtMs = contract.FormatMillis(res.DeliverAt.UnixMilli()), res.DeliverAt.UnixMilli()
+		r.Level = contract.Durable.String()
+	}
 }
 
 // storeBatch appends each topic's messages with one AppendBatch (one group
@@ -252,6 +337,49 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 				b.resp.Results[i].Offset = &p.Offset
 			}
 		}
+	}
+}
+
+// startBatchSpans starts the publish span of each of the n members of a
+// batch (nil when tracing is off), from their stored JSON.
+func (s *Server) startBatchSpans(ctx context.Context, n int, groups []*topicGroup, sched []scheduledMember, start time.Time) []tracing.Span {
+	tr := s.opts.Tracer
+	if tr == nil {
+		return nil
+	}
+	spans := make([]tracing.Span, n)
+	for _, g := range groups {
+		for k, i := range g.idx {
+			spans[i] = tr.StartPublish(ctx, tracing.MessageOf(g.topic, g.msgs[k].Stored), tracing.TransportHTTPBatch, start)
+		}
+	}
+	for _, m := range sched {
+		spans[m.i] = tr.StartPublish(ctx, tracing.MessageOf(m.topic, m.stored), tracing.TransportHTTPBatch, start)
+	}
+	return spans
+}
+
+// endBatchSpans ends each member's publish span with its result in b;
+// wait is the time the batch took to store.
+func endBatchSpans(spans []tracing.Span, b *batch, lvl contract.AckLevel, wait time.Duration) {
+	for i, sp := range spans {
+		if !sp.On() {
+			continue
+		}
+		r := b.resp.Results[i]
+		off := int64(-1)
+		if r.Offset != nil {
+			off = *r.Offset
+		}
+		var err error
+		if r.Error != "" {
+			err = errors.New(r.Error)
+		}
+		level := lvl
+		if r.Scheduled {
+			level = contract.Durable
+		}
+		sp.EndPublish(off, level, wait, r.Duplicate, r.Scheduled, err)
 	}
 }
 

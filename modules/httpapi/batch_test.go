@@ -199,7 +199,7 @@ func TestBatchPartialStorageFailure(t *testing.T) {
 	decodeJSON(t, rec, &resp)
 	if rec.Code != http.StatusServiceUnavailable || resp.Acknowledgement != "NACK" || resp.Code != contract.CodeTooManyTopics ||
 		resp.Failed != 1 || resp.Count != 3 || !strings.Contains(resp.Error, "1 of 3 messages were not stored") ||
-		!strings.Contains(resp.Error, "(the others were stored: their offsets are in results)") {
+		!strings.Contains(resp.Error, "(the others were stored: results give each one's offset, or scheduleId for a scheduled one)") {
 		t.Fatalf("HTTP %d %s, want 503 NACK %s for one message", rec.Code, rec.Body, contract.CodeTooManyTopics)
 	}
 	if got := fmt.Sprint(offsetsOf(resp.Results)); got != "[1 -1 2]" {

@@ -32,9 +32,15 @@ func BenchmarkPublishHandler(b *testing.B) {
 }
 
 func benchPublish(b *testing.B, producers int, ack string) {
+	benchPublishWith(b, producers, ack, Options{}, nil)
+}
+
+// benchPublishWith is benchPublish with the server's Options (a Tracer,
+// say) and headers sent with every publish (a traceparent, say).
+func benchPublishWith(b *testing.B, producers int, ack string, opts Options, header http.Header) {
 	reg := topicqueue.New(topicqueue.Options{Root: b.TempDir()})
 	b.Cleanup(func() { _ = reg.Close() })
-	s := New(Options{}, reg, nil, zap.NewNop())
+	s := New(opts, reg, nil, zap.NewNop())
 	h := s.Handler()
 	const topic = "bench.publish"
 	body := []byte(`{"topic":"` + topic + `","content":{"p":"` + strings.Repeat("x", 200-8) + `"}}`)
@@ -42,7 +48,7 @@ func benchPublish(b *testing.B, producers int, ack string) {
 
 	// Create the topic outside the measurement.
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body)))
+	h.ServeHTTP(rec, publishRequest(target, body, header))
 	if rec.Code != http.StatusOK {
 		b.Fatalf("first publish: HTTP %d %s", rec.Code, rec.Body)
 	}
@@ -62,7 +68,7 @@ func benchPublish(b *testing.B, producers int, ack string) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			publishOnce(b, h, target, body)
+			publishOnceWith(b, h, target, body, header)
 		}
 	} else {
 		b.SetParallelism(par)
@@ -70,7 +76,7 @@ func benchPublish(b *testing.B, producers int, ack string) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if !publishOnce(b, h, target, body) {
+				if !publishOnceWith(b, h, target, body, header) {
 					return
 				}
 			}
@@ -82,11 +88,24 @@ func benchPublish(b *testing.B, producers int, ack string) {
 }
 
 func publishOnce(b *testing.B, h http.Handler, target string, body []byte) bool {
+	return publishOnceWith(b, h, target, body, nil)
+}
+
+func publishOnceWith(b *testing.B, h http.Handler, target string, body []byte, header http.Header) bool {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body)))
+	h.ServeHTTP(rec, publishRequest(target, body, header))
 	if rec.Code != http.StatusOK {
 		b.Errorf("publish: HTTP %d %s", rec.Code, rec.Body)
 		return false
 	}
 	return true
+}
+
+// publishRequest is a POST of body to target with header's values added.
+func publishRequest(target string, body []byte, header http.Header) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+	for k, v := range header {
+		r.Header[k] = v
+	}
+	return r
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/mmmq/mmmq/modules/recovery"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Params are the server's dependencies in the Fx graph. Routes come from
@@ -41,6 +42,9 @@ type Params struct {
 	// Scheduler is the schedule module's (modules/schedule); without it a
 	// publish with "deliverAt" or "delay" is 501 NOT_IMPLEMENTED.
 	Scheduler contract.Scheduler `optional:"true"`
+	// Tracer is the tracing module's (modules/tracing); nil or absent:
+	// tracing off.
+	Tracer *tracing.Tracer `optional:"true"`
 }
 
 // OptionsFromConfig maps the "server" section and
@@ -76,6 +80,7 @@ func NewFromConfig(p Params) (*Server, error) {
 	opts.Instance = p.Instance
 	opts.Holds = p.Holds
 	opts.Scheduler = p.Scheduler
+	opts.Tracer = p.Tracer
 	s := New(opts, p.Registry, p.Ready, p.Logger.Named("http"), p.Routes...)
 	return s, s.Err()
 }

@@ -240,3 +240,40 @@ func TestReadBackBelowStartOffset410(t *testing.T) {
 		t.Errorf("GET /topics = %s, want startOffset 3", rec.Body)
 	}
 }
+
+// laggingBackend opens local topics whose HighWatermark reports one less
+// than what a read returns: a topic that grows between the two (another
+// producer; on the JetStream backend another node's publish).
+type laggingBackend struct{ topicqueue.Backend }
+
+func (b laggingBackend) Open(name string, create bool) (contract.Log, error) {
+	l, err := b.Backend.Open(name, create)
+	if err != nil {
+		return nil, err
+	}
+	return laggingLog{l}, nil
+}
+
+type laggingLog struct{ contract.Log }
+
+func (l laggingLog) HighWatermark() int64 { return max(0, l.Log.HighWatermark()-1) }
+
+// A read-back page never shows a message at or past the high watermark it
+// reports, though the topic grows while it is read: with a log whose
+// reads are ahead of its high watermark by one message, the page stops at
+// the high watermark (it named an offset its own highWatermark said did
+// not exist yet: "read 272 messages, high watermark 271", seen on the
+// JetStream backend during a failover).
+func TestReadBackHighWatermarkCoversThePage(t *testing.T) {
+	root := t.TempDir()
+	a := newAPI(t, Options{}, topicqueue.Options{Root: root, Backend: laggingBackend{&topicqueue.LocalBackend{Root: root}}})
+	for i := range 5 {
+		a.publish("grow.t", fmt.Sprintf(`{"topic":{"name":"grow.t"},"content":%d}`, i))
+	}
+	for _, target := range []string{"/topics/grow.t/messages", "/topics/grow.t/messages?offset=2&limit=10", "/topics/grow.t/messages?offset=3&limit=1"} {
+		p := a.read(target)
+		if got := fmt.Sprint(pageOffsets(p)); p.HighWatermark != 4 || p.NextOffset > p.HighWatermark || len(p.Messages) > 0 && p.Messages[len(p.Messages)-1].Offset >= p.HighWatermark {
+			t.Errorf("GET %s: offsets %s, nextOffset %d, highWatermark %d; want every offset below the highWatermark 4", target, got, p.NextOffset, p.HighWatermark)
+		}
+	}
+}

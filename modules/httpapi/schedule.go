@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // publishScheduled answers a single publish with "deliverAt" or "delay" in
@@ -18,20 +19,25 @@ import (
 //
 // deliverAt is RFC 3339 in UTC with milliseconds, deliverAtMs the same in
 // Unix ms. The level is DURABLE whatever ?ack= asked: a scheduled message
-// is always fsynced before the answer. A ttl with a schedule is 400 (not
-// supported yet: its expiresAt would count from the publish, not the
-// delivery).
-func (s *Server) publishScheduled(w http.ResponseWriter, r *http.Request, d contract.Decoded) {
-	if d.TTL != 0 {
-		s.fail(w, contract.BadRequest(`"ttl" together with "deliverAt" or "delay" is not supported yet; publish the scheduled message without a ttl`))
+// is always fsynced before the answer. A producer id already scheduled on
+// the topic within mmmq.broker.dedup.window is answered with the first
+// schedule's scheduleId and deliverAt and "duplicate":true; nothing is
+// stored. A ttl counts from the publish (expiresAt = publish time + ttl):
+// a deliverAt at or after it is 400 (the message would expire before it
+// is due).
+func (s *Server) publishScheduled(w http.ResponseWriter, r *http.Request, d contract.Decoded, span tracing.Span) {
+	start := time.Now()
+	if err := contract.CheckSchedule(s.opts.Scheduler, d.ScheduledBy, d.DeliverAt, d.ExpiresAt); err != nil {
+		span.EndPublish(-1, contract.Durable, 0, false, true, err)
+		s.fail(w, err)
 		return
 	}
-	if s.opts.Scheduler == nil {
-		s.fail(w, contract.NotImplemented(`scheduled messages ("deliverAt", "delay") are not available: this broker has no scheduler module`))
-		return
+	producerID := ""
+	if d.FromProducer {
+		producerID = d.ID
 	}
-	at := time.UnixMilli(d.DeliverAt)
-	id, err := s.opts.Scheduler.Schedule(r.Context(), d.Topic, d.Stored, at)
+	res, err := contract.Schedule(r.Context(), s.opts.Scheduler, d.ScheduledBy, d.Topic, producerID, d.Stored, d.DeliverAt)
+	span.EndPublish(-1, contract.Durable, time.Since(start), res.Duplicate, true, err)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -43,14 +49,25 @@ func (s *Server) publishScheduled(w http.ResponseWriter, r *http.Request, d cont
 	b = append(b, contract.Durable.String()...)
 	b = append(b, `","id":`...)
 	b = contract.AppendJSONString(b, d.ID)
-	b = append(b, `,"scheduled":true,"scheduleId":`...)
-	b = contract.AppendJSONString(b, id)
-	b = append(b, `,"deliverAt":"`...)
-	b = at.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
-	b = append(b, `","deliverAtMs":`...)
-	b = strconv.AppendInt(b, d.DeliverAt, 10)
+	b = appendScheduled(b, res)
 	b = append(b, "}\n"...)
 	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(http.StatusOK)
 	w.Write(b)
+}
+
+// appendScheduled appends the members of a scheduled publish's answer:
+// ,"scheduled":true,"scheduleId":"...","deliverAt":"<RFC 3339>","deliverAtMs":<ms>
+// and ,"duplicate":true for a duplicate.
+func appendScheduled(b []byte, res contract.Scheduled) []byte {
+	b = append(b, `,"scheduled":true,"scheduleId":`...)
+	b = contract.AppendJSONString(b, res.ID)
+	b = append(b, `,"deliverAt":"`...)
+	b = contract.AppendMillis(b, res.DeliverAt.UnixMilli())
+	b = append(b, `","deliverAtMs":`...)
+	b = strconv.AppendInt(b, res.DeliverAt.UnixMilli(), 10)
+	if res.Duplicate {
+		b = append(b, `,"duplicate":true`...)
+	}
+	return b
 }

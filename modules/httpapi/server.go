@@ -37,6 +37,7 @@ import (
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Options configures the server.
@@ -88,10 +89,18 @@ type Options struct {
 	// retentionHeldBy. Nil: never shown.
 	Holds contract.RetentionHolds
 	// Scheduler keeps messages published with "deliverAt" or "delay"
-	// until they are due (modules/schedule); DELETE /topics/{topic} is 409
-	// SCHEDULED_PENDING while it holds messages of that topic. Nil: such
-	// publishes are 501 NOT_IMPLEMENTED, nothing stored.
+	// until they are due (modules/schedule); DELETE /topics/{topic} drops
+	// the topic's pending ones with it when it is a
+	// contract.ScheduleDropper, and is 409 SCHEDULED_PENDING while it
+	// holds some otherwise. Nil: such publishes are 501 NOT_IMPLEMENTED,
+	// nothing stored.
 	Scheduler contract.Scheduler
+	// Tracer makes a publish span per message published (modules/tracing)
+	// and, for a message published without a traceparent, stores the
+	// publish span's context as its traceparent so that its pushes
+	// continue that trace. Nil: tracing off (what is stored is exactly
+	// what the producer sent).
+	Tracer *tracing.Tracer
 }
 
 // Readiness tells /readyz whether startup recovery has finished.
@@ -106,8 +115,11 @@ type Server struct {
 	router *mux.Router
 	srv    *http.Server
 	ln     net.Listener
-	bufs   sync.Pool
-	done   chan struct{}
+	// traceRoot is the Tracer's RootTraceparent (nil: tracing off), made
+	// once: a method value taken per request would allocate.
+	traceRoot func(topic, id string, timestamp int64) string
+	bufs      sync.Pool
+	done      chan struct{}
 	// deadlines bounds single publishes' waits (PublishTimeout).
 	deadlines sharedDeadlines
 	// routeErr is an overlap between routes found by New (see Err).
@@ -147,7 +159,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 	}
 	opts.Auth.exempt = exemptPrefixes(routes)
 	s := &Server{opts: opts, reg: reg, ready: ready, log: log, done: make(chan struct{}),
-		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}}
+		deadlines: sharedDeadlines{timeout: opts.PublishTimeout}, traceRoot: opts.Tracer.RootTraceparent()}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	r := mux.NewRouter()
 	// A non-canonical path is refused by serveHTTP (400), never redirected.
@@ -488,10 +500,13 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	out := s.bufs.Get().(*[]byte)
 	defer s.putBuf(out)
 	now := time.Now()
-	d, err := contract.DecodeMessage(*bp, now, *out)
+	// The traceparent/tracestate HTTP headers win over the body's.
+	tc := contract.TraceFromHTTP(r.Header)
+	tc.Root = s.traceRoot
+	d, err := contract.DecodeMessageTrace(*bp, now, *out, tc)
 	topic, id := d.Topic, d.ID
 	if err == nil {
-		err = s.checkSize(d.Stored)
+		err = s.checkSize(d)
 	}
 	if err == nil {
 		err = s.publishAllowed(r, 1, topic)
@@ -500,8 +515,12 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	var span tracing.Span
+	if tr := s.opts.Tracer; tr != nil {
+		span = tr.StartPublish(r.Context(), tracing.MessageOf(topic, d.Stored), tracing.TransportHTTP, now)
+	}
 	if d.Scheduled && d.DeliverAt > 0 {
-		s.publishScheduled(w, r, d)
+		s.publishScheduled(w, r, d, span)
 		return
 	}
 	*out = d.Stored
@@ -512,7 +531,11 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 	var res [1]topicqueue.Published
 	// PublishMessages creates the topic when needed, and anew when it is
 	// deleted under this request.
-	if _, err := s.reg.PublishMessages(s.deadlines.get(now), topic, msg[:], lvl, res[:]); err != nil {
+	_, err = s.reg.PublishMessages(s.deadlines.get(now), topic, msg[:], lvl, res[:])
+	if span.On() {
+		span.EndPublish(res[0].Offset, lvl, time.Since(now), res[0].Duplicate, false, err)
+	}
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -542,8 +565,15 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request) {
 
 var jsonContentType = []string{"application/json"}
 
-// checkSize refuses a stored message over MaxRecordBytes (413).
-func (s *Server) checkSize(stored []byte) error {
+// checkSize refuses a decoded message over MaxRecordBytes (413): its
+// stored JSON, plus for a message scheduled for later the header the
+// broker adds when it moves it into its topic
+// (contract.CheckScheduledSize).
+func (s *Server) checkSize(d contract.Decoded) error {
+	if d.Scheduled && d.DeliverAt > 0 {
+		return contract.CheckScheduledSize(d.Stored, s.opts.MaxRecordBytes)
+	}
+	stored := d.Stored
 	if s.opts.MaxRecordBytes > 0 && len(stored) > s.opts.MaxRecordBytes {
 		return contract.TooLarge("message is %d bytes as stored, over the limit of %d bytes (mmmq.broker.segment.max-record-bytes)",
 			len(stored), s.opts.MaxRecordBytes)
@@ -618,13 +648,15 @@ func (s *Server) handleTopics(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteTopic is DELETE /topics/{topic}: 200
-// {"topic":"t","deleted":true} once the topic is gone (its dispatch workers
-// and consumer-group sessions stopped, its files and checkpoints removed;
-// see topicqueue.Registry.Delete); 400 for an invalid name (nothing
-// touches the disk), 404 NOT_FOUND for an unknown topic, 409 TOPIC_BUSY
-// while it is being created or deleted, 409 SCHEDULED_PENDING while
-// scheduled messages of it are pending (checked before the topic exists:
-// they create it when due).
+// {"topic":"t","deleted":true,"scheduledDropped":n} once the topic is gone
+// (its dispatch workers and consumer-group sessions stopped, its files and
+// checkpoints removed; see topicqueue.Registry.Delete) with its n pending
+// scheduled messages (a contract.ScheduleDropper drops them first,
+// durably: after a crash both are gone or both remain); 400 for an
+// invalid name (nothing touches the disk), 404 NOT_FOUND for an unknown
+// topic with nothing scheduled, 409 TOPIC_BUSY while it is being created
+// or deleted. A Scheduler that cannot drop makes it 409 SCHEDULED_PENDING
+// while messages of the topic are pending.
 func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["topic"]
 	if err := contract.ValidateTopic(name); err != nil {
@@ -635,26 +667,47 @@ func (s *Server) handleDeleteTopic(w http.ResponseWriter, r *http.Request) {
 		contract.WriteErr(w, err)
 		return
 	}
-	if sc := s.opts.Scheduler; sc != nil {
+	existed := true
+	del := func() error {
+		err := s.reg.Delete(name)
+		if errors.Is(err, topicqueue.ErrUnknownTopic) {
+			existed = false
+			return nil
+		}
+		return err
+	}
+	dropped := 0
+	var err error
+	switch sc := s.opts.Scheduler.(type) {
+	case nil:
+		err = del()
+	case contract.ScheduleDropper:
+		dropped, err = sc.DropTopic(r.Context(), name, del)
+	default:
 		if n := sc.Pending(name); n > 0 {
 			contract.WriteError(w, http.StatusConflict, contract.CodeScheduledPending,
-				fmt.Sprintf("topic %q has %d pending scheduled messages; cancel them (DELETE /topics/%s/scheduled/{scheduleId}) or let them be delivered first (deleting a topic does not drop them yet)", name, n, name))
+				fmt.Sprintf("topic %q has %d pending scheduled messages; cancel them (DELETE /topics/%s/scheduled/{scheduleId}) or let them be delivered first (this scheduler cannot drop them with the topic)", name, n, name))
 			return
 		}
+		err = del()
 	}
-	if err := s.reg.Delete(name); err != nil {
-		if errors.Is(err, topicqueue.ErrUnknownTopic) {
-			contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
-			return
-		}
+	if err != nil {
 		c := contract.Classify(err)
 		if c.Status >= 500 {
-			s.log.Error("topic deletion failed", zap.String("topic", name), zap.Error(err))
+			s.log.Error("topic deletion failed", zap.String("topic", name), zap.Int("scheduled-dropped", dropped), zap.Error(err))
 		}
-		contract.WriteError(w, c.Status, c.Code, err.Error())
+		text := err.Error()
+		if dropped > 0 {
+			text = fmt.Sprintf("%s (its %d pending scheduled messages were dropped; retry the deletion, or a restart finishes it)", text, dropped)
+		}
+		contract.WriteError(w, c.Status, c.Code, text)
 		return
 	}
-	contract.WriteJSON(w, http.StatusOK, map[string]any{"topic": name, "deleted": true})
+	if !existed && dropped == 0 {
+		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
+		return
+	}
+	contract.WriteJSON(w, http.StatusOK, map[string]any{"topic": name, "deleted": true, "scheduledDropped": dropped})
 }
 
 // maxReadLimit caps GET /topics/{topic}/messages?limit=.
@@ -695,7 +748,10 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 	defer func() { s.opts.Budget.Release(held) }()
 	one := false // a batch did not fit in the budget: read entry by entry
 	for next < hw && int64(len(items)) < limit && size < maxReadBytes {
-		want := int(limit) - len(items)
+		// Never past hw: the page's highWatermark covers every message in
+		// it, though the topic may grow while the page is read (another
+		// producer; on the JetStream backend another node).
+		want := int(min(limit-int64(len(items)), hw-next))
 		if one {
 			want = 1
 		}
