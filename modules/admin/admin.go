@@ -3,7 +3,7 @@
 // creates, replaces, deletes, pauses, resumes and seeks dispatchers and
 // redrives their dead letters while the broker runs, and dispatchers.json,
 // where the dispatchers created through it are kept across restarts (with
-// their signing secrets and push header values, which the API never shows:
+// their signing secrets and keys and push header values, which the API never shows:
 // see Spec).
 //
 // Dispatchers declared in Go code ("go") or in the configuration file
@@ -70,10 +70,11 @@ type Admin struct {
 	log       *zap.Logger
 
 	mu sync.Mutex
-	// secrets are the serialized signing secrets of each api dispatcher,
-	// as it was created or replaced: a Dispatcher holds parsed secrets,
-	// which never give their key back, and dispatchers.json must keep them.
-	secrets map[string][]string
+	// secrets are the serialized signing secrets and keys of each api
+	// dispatcher, as it was created or replaced: a Dispatcher holds parsed
+	// ones, which never give their key back, and dispatchers.json must
+	// keep them.
+	secrets map[string]serialized
 	// pauseRecs is what paused.json holds (nil until RestorePauses).
 	pauseRecs map[string]PauseRecord
 }
@@ -84,7 +85,7 @@ func New(m *dispatcher.Manager, set *dispatcher.Set, store SpecStore, opts Optio
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	a := &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger, secrets: map[string][]string{}}
+	a := &Admin{m: m, set: set, store: store, opts: opts, log: opts.Logger, secrets: map[string]serialized{}}
 	if opts.Pauses != nil {
 		m.SetPauseHook(a.autoPaused)
 	}
@@ -151,10 +152,16 @@ func (a *Admin) recordPause(name string, rec *PauseRecord) error {
 	return nil
 }
 
-// autoPaused is the dispatcher manager's pause hook: a dispatcher paused
-// itself (pause-after); the pause is stored and audited.
+// autoPaused is the dispatcher manager's pause hook: a dispatcher pauses
+// itself (pause-after); the pause is stored and audited before it
+// applies. One cancelled meanwhile (a pause, resume or delete, which
+// store their own record under a.mu) is not stored.
 func (a *Admin) autoPaused(name string, info dispatcher.PauseInfo) {
 	a.mu.Lock()
+	if cur, ok := a.m.PausePending(name); !ok || cur != info {
+		a.mu.Unlock()
+		return
+	}
 	err := a.recordPause(name, &PauseRecord{Name: name, Reason: info.Reason, At: info.At})
 	a.mu.Unlock()
 	audit := contract.AuditLogger(a.log)
@@ -212,7 +219,7 @@ func (a *Admin) Start() error {
 				return err
 			}
 		}
-		a.secrets[d.Name()] = s.SigningSecrets
+		a.secrets[d.Name()] = serializedOf(s)
 	}
 	if len(specs) > 0 {
 		a.log.Info("dispatchers loaded", zap.String("file", a.store.Path()), zap.Int("dispatchers", len(specs)))
@@ -262,7 +269,7 @@ func (a *Admin) List() []Listed {
 func (a *Admin) Create(s Spec) (Listed, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := resolveRedacted(&s, nil, nil); err != nil {
+	if err := resolveRedacted(&s, nil, serialized{}); err != nil {
 		return Listed{}, err
 	}
 	d, err := a.check(s)
@@ -275,7 +282,7 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 	if a.opts.GroupTaken != nil && a.opts.GroupTaken(d.Name()) {
 		return Listed{}, contract.NewError(contract.CodeNameTaken, fmt.Sprintf("admin: %q is the name of a consumer group (they share checkpoint files)", d.Name()))
 	}
-	stored := storedSpecOf(d, s.Paused, s.SigningSecrets)
+	stored := storedSpecOf(d, s.Paused, serializedOf(s))
 	if err := a.save(d.Name(), &stored); err != nil {
 		return Listed{}, err
 	}
@@ -287,7 +294,7 @@ func (a *Admin) Create(s Spec) (Listed, error) {
 		a.undo(d.Name(), nil) // the file must not keep what was refused
 		return Listed{}, err
 	}
-	a.secrets[d.Name()] = stored.SigningSecrets
+	a.secrets[d.Name()] = serializedOf(stored)
 	a.syncPauseRecord(d.Name(), s.Paused) // a record left by an earlier dispatcher of this name must not pause it
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil
 }
@@ -316,7 +323,7 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 		return Listed{}, err
 	}
 	before := storedSpecOf(prev, a.m.Paused(name), a.secrets[name])
-	stored := storedSpecOf(d, s.Paused, s.SigningSecrets)
+	stored := storedSpecOf(d, s.Paused, serializedOf(s))
 	if err := a.save(name, &stored); err != nil {
 		return Listed{}, err
 	}
@@ -328,7 +335,7 @@ func (a *Admin) Replace(name string, s Spec) (Listed, error) {
 		a.setPaused(name, before.Paused)
 		return Listed{}, err
 	}
-	a.secrets[name] = stored.SigningSecrets
+	a.secrets[name] = serializedOf(stored)
 	a.setPaused(name, s.Paused)
 	a.syncPauseRecord(name, s.Paused)
 	return Listed{Spec: specOf(d, s.Paused), Source: dispatcher.OriginAPI}, nil

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mmmq/mmmq/modules/config"
+	"github.com/mmmq/mmmq/modules/config/configtest"
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -88,6 +90,9 @@ func ptr[T any](v T) *T { return &v }
 // testSecret is a valid signing secret (24 bytes).
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
+// testKey is the Standard Webhooks v1a test key (a 32-byte seed).
+const testKey = "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="
+
 // TestSpecRoundTrip: what dispatchers.json keeps of a dispatcher
 // (storedSpecOf) builds the same dispatcher again, every delivery setting
 // included; what the API shows (specOf) is the same but for the secrets
@@ -97,7 +102,7 @@ func TestSpecRoundTrip(t *testing.T) {
 	in := Spec{Settings: dispatcher.Settings{Name: "d", Host: "https://h:8443", Patterns: []string{"a.**", "b.*"}, Path: "/in", Timeout: dispatcher.Duration(3 * time.Second),
 		Commit: dispatcher.CommitSettings{Policy: dispatcher.Interval, Interval: dispatcher.Duration(time.Second), MaxCount: 50}, Start: "latest",
 		DeadLetter: ptr("dl.d"), AckMode: "status", MaxAbnormalAttempts: 5, MaxAbnormalDuration: dispatcher.Duration(time.Minute),
-		BackoffJitter: true, SigningSecrets: []string{testSecret}, Headers: map[string]string{"Authorization": "Bearer t"},
+		BackoffJitter: true, SigningSecrets: []string{testSecret}, SigningKeys: []string{testKey}, Headers: map[string]string{"Authorization": "Bearer t"},
 		MaxInFlight: 4, Batch: dispatcher.BatchSettings{MaxMessages: 10, MaxWait: dispatcher.Duration(50 * time.Millisecond)}}}
 	d, err := in.build(defaults)
 	if err != nil {
@@ -107,9 +112,10 @@ func TestSpecRoundTrip(t *testing.T) {
 		return d2.String() == d.String() && d2.CommitPolicy() == d.CommitPolicy() && d2.Start() == d.Start() &&
 			d2.DeadLetter() == "dl.d" && d2.AckMode() == dispatcher.AckStatus && d2.AbnormalLimit() == d.AbnormalLimit() &&
 			d2.BackoffJitter() && d2.MaxInFlight() == 4 && d2.Batch() == d.Batch() &&
-			fmt.Sprint(d2.SigningSecrets()) == fmt.Sprint(d.SigningSecrets()) && d2.Headers()["Authorization"] == "Bearer t"
+			fmt.Sprint(d2.SigningSecrets()) == fmt.Sprint(d.SigningSecrets()) && d2.Headers()["Authorization"] == "Bearer t" &&
+			len(d2.SigningKeys()) == 1 && d2.SigningKeys()[0].KeyID() == d.SigningKeys()[0].KeyID()
 	}
-	stored := storedSpecOf(d, true, in.SigningSecrets)
+	stored := storedSpecOf(d, true, serializedOf(in))
 	d2, err := stored.build(defaults)
 	if err != nil || !same(d2) || !stored.Paused || stored.Batch.MaxBytes != dispatcher.DefaultBatchMaxBytes {
 		t.Fatalf("round trip: %+v -> %v, %v", stored, d2, err)
@@ -120,8 +126,13 @@ func TestSpecRoundTrip(t *testing.T) {
 		!strings.HasPrefix(shown.SigningSecrets[0], webhooks.SecretPrefix+redactedSecretMark) || shown.Headers["Authorization"] != RedactedValue {
 		t.Fatalf("shown: %+v", shown)
 	}
+	key, _ := webhooks.ParseSigningKey(testKey)
+	if len(shown.SigningKeys) != 1 || shown.SigningKeys[0] != "whsk_\u2026(redacted, kid "+key.KeyID()+")" {
+		t.Fatalf("shown keys: %q", shown.SigningKeys)
+	}
 	b, _ := json.Marshal(shown)
-	if strings.Contains(string(b), strings.TrimPrefix(testSecret, webhooks.SecretPrefix)) || strings.Contains(string(b), "Bearer") {
+	if strings.Contains(string(b), strings.TrimPrefix(testSecret, webhooks.SecretPrefix)) || strings.Contains(string(b), "Bearer") ||
+		strings.Contains(string(b), strings.TrimPrefix(testKey, webhooks.SigningKeyPrefix)[:12]) {
 		t.Fatalf("specOf shows a secret: %s", b)
 	}
 	if d.Headers()["Authorization"] != "Bearer t" {
@@ -151,21 +162,24 @@ func TestSpecRoundTrip(t *testing.T) {
 func TestResolveRedacted(t *testing.T) {
 	defaults := dispatcher.ConfigSection.Default()
 	other, _ := webhooks.NewSecret()
+	otherKey, _ := webhooks.NewSigningKey()
 	cur, err := Spec{Settings: dispatcher.Settings{Name: "d", Host: "http://h:1", Patterns: []string{"a"}, SigningSecrets: []string{other, testSecret},
-		Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}}.build(defaults)
+		SigningKeys: []string{testKey, otherKey}, Headers: map[string]string{"Authorization": "Bearer t", "X-A": "a"}}}.build(defaults)
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := []string{other, testSecret}
+	secrets := serialized{secrets: []string{other, testSecret}, keys: []string{testKey, otherKey}}
 	shown := specOf(cur, false)
 	fresh, _ := webhooks.NewSecret()
+	freshKey, _ := webhooks.NewSigningKey()
 	s := shown
 	s.SigningSecrets = []string{shown.SigningSecrets[1], fresh}
+	s.SigningKeys = []string{freshKey, shown.SigningKeys[1]}
 	s.Headers = map[string]string{"authorization": RedactedValue, "X-A": "new", "X-B": "b"}
 	if err := resolveRedacted(&s, cur, secrets); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(s.SigningSecrets, " ") != testSecret+" "+fresh ||
+	if strings.Join(s.SigningSecrets, " ") != testSecret+" "+fresh || strings.Join(s.SigningKeys, " ") != freshKey+" "+otherKey ||
 		fmt.Sprint(s.Headers) != fmt.Sprint(map[string]string{"authorization": "Bearer t", "X-A": "new", "X-B": "b"}) {
 		t.Fatalf("resolved: %v %v", s.SigningSecrets, s.Headers)
 	}
@@ -173,6 +187,7 @@ func TestResolveRedacted(t *testing.T) {
 		t.Fatal("resolveRedacted changed the spec it was given a copy of")
 	}
 	unknown, _ := webhooks.ParseSecret(fresh)
+	unknownKey, _ := webhooks.ParseSigningKey(freshKey)
 	for _, tc := range []struct {
 		s    Spec
 		cur  *dispatcher.Dispatcher
@@ -181,6 +196,8 @@ func TestResolveRedacted(t *testing.T) {
 		{Spec{Settings: dispatcher.Settings{SigningSecrets: []string{testSecret, unknown.String()}}}, cur, "signing-secrets[1]: "},
 		{Spec{Settings: dispatcher.Settings{Headers: map[string]string{"X-C": RedactedValue}}}, cur, `headers: the value of "X-C" is "(redacted)"`},
 		{Spec{Settings: dispatcher.Settings{SigningSecrets: []string{shown.SigningSecrets[0]}}}, nil, "signing-secrets[0]: "},
+		{Spec{Settings: dispatcher.Settings{SigningKeys: []string{testKey, unknownKey.String()}}}, cur, "signing-keys[1]: "},
+		{Spec{Settings: dispatcher.Settings{SigningKeys: []string{shown.SigningKeys[0]}}}, nil, "signing-keys[0]: "},
 		{Spec{Settings: dispatcher.Settings{Headers: map[string]string{"X-A": RedactedValue}}}, nil, `headers: the value of "X-A"`},
 	} {
 		err := resolveRedacted(&tc.s, tc.cur, secrets)
@@ -208,6 +225,23 @@ func TestParseRedrive(t *testing.T) {
 		_, _, err := dispatcher.ParseRedrive([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {
 			t.Errorf("%s: %v; want a 400 saying %s", body, err, says)
+		}
+	}
+	// "rate" is a dispatcher's redrive's only (a group's refuses it).
+	if _, _, err := dispatcher.ParseRedrive([]byte(`{"rate":5}`)); err == nil || !strings.Contains(err.Error(), `unknown field "rate"`) {
+		t.Errorf(`ParseRedrive {"rate":5}: %v; want unknown field "rate"`, err)
+	}
+	for body, want := range map[string]dispatcher.RedriveParams{
+		``: {From: -1, To: -1}, `{"rate":50}`: {From: -1, To: -1, Rate: 50}, `{"from":2,"rate":0.5}`: {From: 2, To: -1, Rate: 0.5},
+		`{"rate":null}`: {From: -1, To: -1}, `{"rate":1000000}`: {From: -1, To: -1, Rate: 1000000},
+	} {
+		if got, err := dispatcher.ParseRedriveAt([]byte(body)); err != nil || got != want {
+			t.Errorf("ParseRedriveAt %s: %+v %v; want %+v", body, got, err, want)
+		}
+	}
+	for _, body := range []string{`{"rate":0}`, `{"rate":-1}`, `{"rate":1000000.5}`, `{"rate":"1"}`, `{"rate":{}}`} {
+		if _, err := dispatcher.ParseRedriveAt([]byte(body)); err == nil || !strings.Contains(err.Error(), `"rate"`) || contract.Classify(err).Status != 400 {
+			t.Errorf("ParseRedriveAt %s: %v; want a 400 naming \"rate\"", body, err)
 		}
 	}
 }
@@ -285,7 +319,7 @@ func TestStore(t *testing.T) {
 // otherwise decode as offset 0 and rewind every topic), is a 400 naming
 // "to".
 func TestParseTarget(t *testing.T) {
-	for _, ok := range []string{`"earliest"`, `"latest"`, `0`, `17`, `{"timestamp":1767225600000}`} {
+	for _, ok := range []string{`"earliest"`, `"latest"`, `0`, `17`, `{"timestamp":1767225600000}`, `{"timestamp":0}`} {
 		if _, err := parseTarget([]byte(ok)); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
@@ -294,6 +328,17 @@ func TestParseTarget(t *testing.T) {
 		_, err := parseTarget([]byte(bad))
 		if err == nil || contract.Classify(err).Status != 400 || !strings.Contains(err.Error(), `"to"`) {
 			t.Errorf("%q: %v, want a 400 naming \"to\"", bad, err)
+		}
+	}
+	// A timestamp in Unix seconds (or negative) is refused, not read as a
+	// time in 1970 (which would seek to the start of every topic).
+	for bad, want := range map[string]string{
+		`{"timestamp":1767225600}`: "timestamp is in Unix milliseconds; 1767225600 looks like seconds (1767225600*1000 would be 2026-01-01T00:00:00.000Z)",
+		`{"timestamp":-5}`:         "timestamp must be an integer >= 0; got -5",
+	} {
+		_, err := parseTarget([]byte(bad))
+		if err == nil || contract.Classify(err).Status != 400 || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a 400 saying %q", bad, err, want)
 		}
 	}
 }
@@ -323,6 +368,27 @@ func TestAllowedHostsChecked(t *testing.T) {
 		err := validateConfig(&Config{AllowedHosts: []string{"ok", bad}})
 		if err == nil || !strings.Contains(err.Error(), "config: mmmq.admin.allowed-hosts[1]: must be a host pattern") {
 			t.Errorf("%q: %v, want the entry named", bad, err)
+		}
+	}
+}
+
+// mmmq.webhooks.public-keys-open defaults to false, reads true, and a value
+// that is not a boolean or an unknown key is refused naming the key.
+func TestWebhooksSection(t *testing.T) {
+	cfg, err := configtest.Load(t, "", nil, WebhooksSection)
+	if err != nil || config.SectionValue(cfg, WebhooksSection).PublicKeysOpen {
+		t.Fatalf("default: %+v, %v", config.SectionValue(cfg, WebhooksSection), err)
+	}
+	cfg, err = configtest.Load(t, "mmmq:\n  webhooks:\n    public-keys-open: true\n", nil, WebhooksSection)
+	if err != nil || !config.SectionValue(cfg, WebhooksSection).PublicKeysOpen {
+		t.Fatalf("true: %v", err)
+	}
+	for yaml, says := range map[string]string{
+		"mmmq:\n  webhooks:\n    public-keys-open: maybe\n": "mmmq.webhooks.public-keys-open",
+		"mmmq:\n  webhooks:\n    public-keys-opn: true\n":   "mmmq.webhooks.public-keys-opn",
+	} {
+		if _, err := configtest.Load(t, yaml, nil, WebhooksSection); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("%q: %v, want an error naming %s", yaml, err, says)
 		}
 	}
 }

@@ -2,11 +2,8 @@ package admin
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -18,28 +15,25 @@ import (
 // probe is answered, with everything delivered; a cool-off without
 // breaker-failures is a 400 naming breaker-cooloff.
 func TestBreakerThroughTheAPI(t *testing.T) {
-	var up atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		if !up.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"acknowledgement":"ACK"}`)
-	}))
-	t.Cleanup(srv.Close)
+	srv, down := ackServer(t, func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) })
+	down.Store(true)
 	l := startAdmin(t, newRegistry(t), t.TempDir())
 	l.must("POST", "/mmmq/dispatchers", fmt.Sprintf(`{"name":"guarded","host":%q,"patterns":["s.*"],"breaker-failures":2,"breaker-cooloff":"200ms"}`, srv.URL), 201, nil)
 	if f := l.fileText(); !strings.Contains(f, `"breaker-failures": 2`) || !strings.Contains(f, `"breaker-cooloff": "200ms"`) {
 		t.Errorf("dispatchers.json: want breaker-failures 2 and breaker-cooloff 200ms:\n%s", f)
 	}
+	// Before any topic matched (no opening yet): closed, showing the
+	// cool-off the first opening will take.
+	st := l.waitStatus("guarded", func(st Status) bool { return st.Breaker != nil })
+	if st.Breaker.State != dispatcher.BreakerClosed || st.Breaker.CooloffSeconds != 0.2 {
+		t.Errorf("unused breaker %+v: want closed with cooloffSeconds 0.2 (its breaker-cooloff)", st.Breaker)
+	}
 	l.publish("s.a", 3)
-	st := l.waitStatus("guarded", func(st Status) bool { return st.Breaker != nil && st.Breaker.State == dispatcher.BreakerOpen })
+	st = l.waitStatus("guarded", func(st Status) bool { return st.Breaker != nil && st.Breaker.State == dispatcher.BreakerOpen })
 	if st.Breaker.NextProbe == nil || st.Breaker.Opened < 1 || st.Breaker.CooloffSeconds < 0.2 || st.Spec.BreakerFailures != 2 {
 		t.Errorf("open breaker %+v, spec %d: want a next probe, an opening, a cool-off of at least 0.2 s", st.Breaker, st.Spec.BreakerFailures)
 	}
-	up.Store(true)
+	down.Store(false)
 	st = l.waitStatus("guarded", func(st Status) bool { return len(st.Topics) == 1 && st.Topics[0].Committed == 3 })
 	if st.Breaker == nil || st.Breaker.State != dispatcher.BreakerClosed || st.Breaker.NextProbe != nil {
 		t.Errorf("after the consumer came back: breaker %+v, want closed without a next probe", st.Breaker)

@@ -56,7 +56,7 @@ func (a *Admin) applyOne(s Spec) {
 			zap.String("source", cur.Source()))
 		return
 	}
-	if exists && reflect.DeepEqual(storedSpecOf(cur, a.m.Paused(s.Name), a.secrets[s.Name]), storedSpecOf(d, s.Paused, s.SigningSecrets)) {
+	if exists && reflect.DeepEqual(storedSpecOf(cur, a.m.Paused(s.Name), a.secrets[s.Name]), storedSpecOf(d, s.Paused, serializedOf(s))) {
 		return // unchanged (this node's own save, seen again)
 	}
 	if !exists {
@@ -72,6 +72,6 @@ func (a *Admin) applyOne(s Spec) {
 		log.Error("could not apply a dispatcher changed through another node", zap.Error(err))
 		return
 	}
-	a.secrets[s.Name] = s.SigningSecrets
+	a.secrets[s.Name] = serializedOf(s)
 	log.Info("dispatcher changed through another node applied", zap.Bool("created", !exists), zap.Bool("paused", s.Paused))
 }

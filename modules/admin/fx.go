@@ -82,14 +82,17 @@ func NewFromConfig(p Params) *Admin {
 	return New(p.Manager, p.Set, p.Store, opts)
 }
 
-// Module provides the *Admin and *Store, contributes the admin API's
-// routes, and loads dispatchers.json when the application starts (after
+// Module provides the *Admin and *Store and the sections mmmq.admin and
+// mmmq.webhooks, contributes the admin API's routes and the public webhook
+// keys (KeysRoute), and loads dispatchers.json when the application starts (after
 // recovery and the dispatcher manager, which start before it: list it
 // after dispatcher.Module).
 var Module = fx.Module("admin",
 	config.ProvideSection(ConfigSection),
+	config.ProvideSection(WebhooksSection),
 	fx.Provide(NewStoreFromConfig, NewFromConfig, NewSpecStore, NewPauseFileFromConfig),
 	contract.ProvideRoute(NewRoute),
+	contract.ProvideRoute(NewKeysRoute),
 	// When the graph is built, before the dispatcher manager starts: a
 	// paused dispatcher declared in the configuration or in Go never
 	// delivers before its recorded pause applies.

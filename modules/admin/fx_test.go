@@ -49,7 +49,7 @@ func adminApp(t *testing.T, root string, out ...any) *fx.App {
 
 // TestFxModule: Module keeps the api dispatchers in
 // <root-dir>/dispatchers.json (the local backend has no store of its own),
-// contributes the admin API's route, and loads the file when the
+// contributes the admin API's route and the webhook keys' route, and loads the file when the
 // application starts: a dispatcher created through the Admin runs again
 // after a restart.
 func TestFxModule(t *testing.T) {
@@ -67,7 +67,7 @@ func TestFxModule(t *testing.T) {
 	require.NoError(t, app.Err())
 	assert.Equal(t, filepath.Join(root, "dispatchers.json"), file.Path())
 	assert.Same(t, file, store, "the local backend keeps api dispatchers in dispatchers.json")
-	assert.Len(t, routes.Routes, 1)
+	assert.Len(t, routes.Routes, 2, "the admin API and the public webhook keys")
 	require.NoError(t, app.Start(context.Background()))
 	var s Spec
 	require.NoError(t, json.Unmarshal([]byte(`{"name":"orders","host":"http://127.0.0.1:9","patterns":["order.**"]}`), &s))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -177,6 +178,14 @@ type TopicStatus struct {
 	LeaseEpoch uint64 `json:"leaseEpoch,omitempty"`
 	// Keys is the state of ordering "key" (nil under the other orderings).
 	Keys *KeyStatus `json:"keys,omitempty"`
+	// Replay is the replay rate a seek or redrive with "rate" set on this
+	// topic: its pushes of offsets [from, until) go at most rate per
+	// second until committed reaches until; omitted when none or reached.
+	Replay *dispatcher.Replay `json:"replay,omitempty"`
+	// InFlight is the topic worker's pushes outstanding now; present only
+	// with adaptive-concurrency aimd (the dispatcher's concurrency.limit
+	// bounds their sum over its topics).
+	InFlight *int `json:"inFlight,omitempty"`
 }
 
 // KeyStatus is a topic worker's state under ordering "key": the keys with
@@ -222,14 +231,16 @@ func keyStatus(ws dispatcher.WorkerStatus) *KeyStatus {
 }
 
 // Status is GET /mmmq/dispatchers/{name}: the dispatcher, its dead-letter
-// topic ("" when dead letters are off), its rate limit and circuit
-// breaker when on and, per
+// topic ("" when dead letters are off), its rate limit, circuit breaker
+// and adaptive concurrency when on and, per
 // topic it delivers, its progress.
 type Status struct {
 	Listed
 	DeadLetterTopic string           `json:"deadLetterTopic"`
 	RateLimit       *RateLimitStatus `json:"rateLimit,omitempty"`
 	Breaker         *BreakerStatus   `json:"breaker,omitempty"`
+	// Concurrency is present only with adaptive-concurrency aimd.
+	Concurrency *ConcurrencyStatus `json:"concurrency,omitempty"`
 	// PauseReason ("admin" or "auto": its pause-after) and PausedAt are
 	// present only while the dispatcher is paused.
 	PauseReason dispatcher.PauseReason `json:"pauseReason,omitempty"`
@@ -240,7 +251,8 @@ type Status struct {
 // BreakerStatus is a dispatcher's circuit breaker on this node (present
 // only with breaker-failures): state "closed", "open" or "half-open";
 // failures, the consecutive abnormal answers counted while closed;
-// cooloffSeconds, the cool-off of the current or last opening; nextProbe,
+// cooloffSeconds, the cool-off of the current opening, or while closed
+// of the next one (the configured first cool-off); nextProbe,
 // when the probe push may go (open only); opened and probes, the openings
 // and probe pushes since the broker started.
 type BreakerStatus struct {
@@ -253,7 +265,8 @@ type BreakerStatus struct {
 }
 
 // breakerStatus is d's circuit breaker, nil when off. A breaker no worker
-// has used yet (no topic matched) is closed.
+// has used yet (no topic matched) is closed, with the configured first
+// cool-off.
 func (a *Admin) breakerStatus(d *dispatcher.Dispatcher) *BreakerStatus {
 	if d.BreakerFailures() <= 0 {
 		return nil
@@ -267,6 +280,36 @@ func (a *Admin) breakerStatus(d *dispatcher.Dispatcher) *BreakerStatus {
 		st.NextProbe = &bs.NextProbe
 	}
 	return st
+}
+
+// ConcurrencyStatus is a dispatcher's adaptive concurrency on this node
+// (present only with adaptive-concurrency aimd): limit, the pushes it may
+// have outstanding now over all its topics (1..max); max, its
+// max-in-flight; inFlight, the pushes outstanding now; decreases and
+// increases, the moves of the limit since the broker started;
+// rttSeconds, the long-run average round trip of normal answers (0
+// before the first).
+type ConcurrencyStatus struct {
+	Limit      int     `json:"limit"`
+	Max        int     `json:"max"`
+	InFlight   int     `json:"inFlight"`
+	Decreases  uint64  `json:"decreases"`
+	Increases  uint64  `json:"increases"`
+	RTTSeconds float64 `json:"rttSeconds"`
+}
+
+// concurrencyStatus is d's adaptive concurrency, nil when off. A limiter
+// no worker has used yet (no topic matched) is at its max.
+func (a *Admin) concurrencyStatus(d *dispatcher.Dispatcher) *ConcurrencyStatus {
+	if d.AdaptiveConcurrency() != dispatcher.AdaptiveAIMD {
+		return nil
+	}
+	cs, on := a.m.ConcurrencyStatus(d.Name())
+	if !on {
+		return &ConcurrencyStatus{Limit: d.MaxInFlight(), Max: d.MaxInFlight()}
+	}
+	return &ConcurrencyStatus{Limit: cs.Limit, Max: cs.Max, InFlight: cs.InFlight, Decreases: cs.Decreases,
+		Increases: cs.Increases, RTTSeconds: cs.RTT.Seconds()}
 }
 
 // RateLimitStatus is a dispatcher's rate limit on this node: limit
@@ -316,7 +359,7 @@ func (a *Admin) Status(name string) (Status, error) {
 		return Status{}, err
 	}
 	st := Status{Listed: Listed{Spec: specOf(d, paused), Source: d.Origin()}, DeadLetterTopic: d.DeadLetter(),
-		RateLimit: a.rateLimitStatus(d), Breaker: a.breakerStatus(d), Topics: make([]TopicStatus, 0, len(all))}
+		RateLimit: a.rateLimitStatus(d), Breaker: a.breakerStatus(d), Concurrency: a.concurrencyStatus(d), Topics: make([]TopicStatus, 0, len(all))}
 	if info, ok := a.m.PauseInfo(name); ok {
 		st.PauseReason = info.Reason
 		if !info.At.IsZero() {
@@ -327,7 +370,7 @@ func (a *Admin) Status(name string) (Status, error) {
 	for _, ws := range all {
 		ts := TopicStatus{Topic: ws.Topic, Committed: ws.Committed, HighWatermark: ws.HighWatermark, Lag: ws.Lag,
 			State: ws.State, Attempt: ws.Attempt, Delivered: ws.Delivered, Exhausted: ws.Exhausted, DeadLettered: ws.DeadLettered, Expired: ws.TTLExpired,
-			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch, Keys: keyStatus(ws)}
+			LastError: ws.LastError, LeaseEpoch: ws.LeaseEpoch, Keys: keyStatus(ws), Replay: ws.Replay}
 		if !ws.OldestUnacked.IsZero() {
 			ts.OldestUnackedAgeSeconds = max(0, now.Sub(ws.OldestUnacked).Seconds())
 		}
@@ -336,6 +379,9 @@ func (a *Admin) Status(name string) (Status, error) {
 		}
 		if !ws.NextRetry.IsZero() {
 			ts.NextRetry = &ws.NextRetry
+		}
+		if st.Concurrency != nil {
+			ts.InFlight = &ws.InFlight
 		}
 		st.Topics = append(st.Topics, ts)
 	}
@@ -346,10 +392,16 @@ func (a *Admin) Status(name string) (Status, error) {
 // a topic name or pattern (default "**": every topic the dispatcher
 // delivers), To is "earliest" (the log start offset), "latest" (the high
 // watermark), an offset, or {"timestamp": <unix ms>} (the first message
-// stored at or after it).
+// stored at or after it). Rate, when present, is the replay rate in
+// messages per second (> 0, at most dispatcher.MaxReplayRate; fractions
+// allowed): the backlog of each moved topic, from its new position to its
+// high watermark as of the seek, is pushed at most that fast, over all the
+// moved topics together (dispatcher.Manager.SeekAt); absent (or null) a
+// seek clears the replay rate of the topics it moves.
 type SeekRequest struct {
 	Topic string          `json:"topic"`
 	To    json.RawMessage `json:"to"`
+	Rate  *float64        `json:"rate,omitempty"`
 }
 
 func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
@@ -357,11 +409,7 @@ func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
 	b, err := readBody(r)
 	var req SeekRequest
 	if err == nil {
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if derr := dec.Decode(&req); derr != nil {
-			err = contract.BadRequest("invalid seek: %s", jsonProblem(derr))
-		}
+		err = decodeSeek(b, &req)
 	}
 	var res []dispatcher.SeekResult
 	if err == nil {
@@ -374,17 +422,40 @@ func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
 	contract.WriteJSON(w, http.StatusOK, map[string]any{"name": name, "topics": res})
 }
 
+// decodeSeek reads a seek body into req: unknown fields and bad types are
+// refused, naming the field, and so is a member name that differs from
+// one of SeekRequest's only in case ("Topic").
+func decodeSeek(b []byte, req *SeekRequest) error {
+	if mc, ok := contract.FindMemberCase(b, reflect.TypeFor[SeekRequest]()); ok {
+		return contract.BadRequest("invalid seek: unknown field %q (the member is %q)", mc.Sent, mc.Want)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return contract.BadRequest("invalid seek: %s", jsonProblem(err))
+	}
+	return nil
+}
+
 // Seek moves the dispatcher name's position on the open topics that match
 // both req.Topic (a name or pattern, "" = "**") and its patterns to req.To
 // (see SeekRequest), as POST /mmmq/dispatchers/{name}/seek does; it
-// returns one result per topic moved. Errors: 400 for an invalid "to" or
-// "topic", 404 for an unknown dispatcher or when no open topic matches
-// (nothing moved), 410 OFFSET_EXPIRED for an offset below a topic's log
-// start offset.
+// returns one result per topic moved (with the replay it set there when
+// req.Rate is given). Errors: 400 for an invalid "to", "topic" or "rate",
+// 404 for an unknown dispatcher or when no open topic matches (nothing
+// moved), 410 OFFSET_EXPIRED for an offset below a topic's log start
+// offset.
 func (a *Admin) Seek(name string, req SeekRequest) ([]dispatcher.SeekResult, error) {
 	target, err := parseTarget(req.To)
 	if err != nil {
 		return nil, err
+	}
+	rate := 0.0
+	if req.Rate != nil {
+		if err := dispatcher.ValidateReplayRate(*req.Rate); err != nil {
+			return nil, contract.BadRequest("invalid seek: %v", err)
+		}
+		rate = *req.Rate
 	}
 	match, err := topicMatcher(req.Topic)
 	if err != nil {
@@ -393,7 +464,7 @@ func (a *Admin) Seek(name string, req SeekRequest) ([]dispatcher.SeekResult, err
 	if _, ok := a.set.Get(name); !ok {
 		return nil, fmt.Errorf("%w: %s", dispatcher.ErrUnknownDispatcher, name)
 	}
-	res, err := a.m.Seek(name, match, target)
+	res, err := a.m.SeekAt(name, match, target, rate)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,6 +142,23 @@ func (l *liveAdmin) fileText() string {
 
 // nackServer answers every push with a NACK and counts the pushes, and
 // sends the headers of the last one on got.
+// ackServer is a consumer that ACKs every push, except while the switch it
+// returns is on: then other answers.
+func ackServer(t *testing.T, other func(w http.ResponseWriter)) (*httptest.Server, *atomic.Bool) {
+	var on atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if on.Load() {
+			other(w)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"acknowledgement":"ACK"}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &on
+}
+
 func nackServer(t *testing.T) (*httptest.Server, chan http.Header) {
 	got := make(chan http.Header, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

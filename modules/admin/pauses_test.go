@@ -109,14 +109,9 @@ func TestAutoPauseSurvivesRestartAndResumeDelivers(t *testing.T) {
 		}
 	}
 	before["manual"] = l.waitStatus("manual", func(st Status) bool { return st.Paused && st.PauseReason == dispatcher.PauseAdmin })
-	var b []byte
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(string(b), `"name": "api-d"`) || !strings.Contains(string(b), `"name": "go-d"`); time.Sleep(5 * time.Millisecond) {
-		// The record is written just after the pause (the pause hook).
-		if time.Now().After(deadline) {
-			break
-		}
-		b, _ = os.ReadFile(filepath.Join(dir, "paused.json"))
-	}
+	// The record is written before the pause applies (the pause hook):
+	// once the status says paused, it is there.
+	b, _ := os.ReadFile(filepath.Join(dir, "paused.json"))
 	for _, want := range []string{`"name": "api-d"`, `"name": "go-d"`, `"name": "manual"`, `"reason": "auto"`, `"reason": "admin"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("paused.json has no %s:\n%s", want, b)
@@ -211,5 +206,41 @@ func TestPauseFileSavePowerLoss(t *testing.T) {
 			}
 			check(mem.Crash(vfs.CrashOptions{}), "after Save returned", tc.new)
 		})
+	}
+}
+
+// The pause hook stores no automatic pause the Manager no longer has
+// pending: a pause, resume or delete cancelled it, and stored its own
+// record first (under the same lock), so a late hook call must not leave
+// a record that pauses the dispatcher again at the next start.
+func TestAutoPauseHookStoresNoCancelledPause(t *testing.T) {
+	host, err := dispatcher.ParseHost("http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := dispatcher.SetOf(dispatcher.New("d", host, dispatcher.MustPattern("s.*")).WithPauseAfter(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := dispatcher.Options{}
+	m := dispatcher.NewManager(set, dispatcher.RegistrySource(newRegistry(t)), dispatcher.NewHTTPSender(opts), opts, nil)
+	dir := t.TempDir()
+	a := New(m, set, NewStore(vfs.OS{}, dir), Options{Defaults: dispatcher.ConfigSection.Default(), Logger: zaptest.NewLogger(t), Pauses: NewPauseFile(vfs.OS{}, dir)})
+	if err := a.RestorePauses(); err != nil {
+		t.Fatal(err)
+	}
+	if _, pending := m.PausePending("d"); pending {
+		t.Fatal("a pause pending on a Manager that never ran")
+	}
+	a.autoPaused("d", dispatcher.PauseInfo{Reason: dispatcher.PauseAuto, At: time.Now()})
+	recs, err := NewPauseFile(vfs.OS{}, dir).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		t.Errorf("paused.json %v after the hook for a pause not pending, want no record", recs)
+	}
+	if m.Paused("d") {
+		t.Error("d paused")
 	}
 }

@@ -17,9 +17,14 @@ import (
 // topics. From left out is the topic's first offset, To left out its high
 // watermark; no body (or {}) redrives every dead letter (up to
 // dispatcher.MaxRedrive per call: the answer's "next" says where to go on).
+// Rate, when present, is the replay rate in messages per second (> 0, at
+// most dispatcher.MaxReplayRate): the republishing is not paced, the
+// dispatcher's delivery of the redriven backlog is
+// (dispatcher.Manager.RedriveAt).
 type RedriveRequest struct {
-	From *int64 `json:"from,omitempty"`
-	To   *int64 `json:"to,omitempty"`
+	From *int64   `json:"from,omitempty"`
+	To   *int64   `json:"to,omitempty"`
+	Rate *float64 `json:"rate,omitempty"`
 }
 
 // redrive is POST /mmmq/dispatchers/{name}/redrive. Any dispatcher may be
@@ -29,15 +34,15 @@ type RedriveRequest struct {
 func (rt *Route) redrive(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	b, err := readBody(r)
-	var from, to int64
+	var req dispatcher.RedriveParams
 	if err == nil {
-		from, to, err = dispatcher.ParseRedrive(b)
+		req, err = dispatcher.ParseRedriveAt(b)
 	}
 	if err != nil {
 		contract.WriteErr(w, err)
 		return
 	}
-	res, err := rt.a.m.Redrive(context.WithoutCancel(r.Context()), name, from, to)
+	res, err := rt.a.m.RedriveAt(context.WithoutCancel(r.Context()), name, req.From, req.To, req.Rate)
 	log := rt.a.log.With(zap.String("dispatcher", name), zap.String("dead-letter-topic", res.DeadLetterTopic),
 		zap.Int("redriven", len(res.Redriven)), zap.Int("skipped", len(res.Skipped)), zap.Int64("next", res.Next))
 	if err != nil {
@@ -47,6 +52,6 @@ func (rt *Route) redrive(w http.ResponseWriter, r *http.Request) {
 		contract.WriteErr(w, err)
 		return
 	}
-	log.Info("dead letters redriven", zap.Int64("from", res.From), zap.Int64("to", res.To))
+	log.Info("dead letters redriven", zap.Int64("from", res.From), zap.Int64("to", res.To), zap.Float64("replay-rate", req.Rate))
 	contract.WriteJSON(w, http.StatusOK, res)
 }

@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -17,56 +16,39 @@ type seekable interface {
 	OffsetAt(t time.Time) (int64, error)
 }
 
-// parseTarget reads a seek's "to": "earliest", "latest", an offset, or
-// {"timestamp": <unix ms>}. The returned func computes the offset on one
-// topic: an offset below the topic's log start offset is 410
-// OFFSET_EXPIRED, one above its high watermark 400.
+// parseTarget reads a seek's "to" (contract.ParseSeekTo: "earliest",
+// "latest", an offset, or {"timestamp": <unix ms>}). The returned func
+// computes the offset on one topic: an offset below the topic's log start
+// offset is 410 OFFSET_EXPIRED, one above its high watermark 400.
 func parseTarget(raw json.RawMessage) (func(dispatcher.Topic) (int64, error), error) {
-	raw = bytes.TrimSpace(raw)
-	var word string
-	var off int64
-	var ts struct {
-		Timestamp *int64 `json:"timestamp"`
+	to, err := contract.ParseSeekTo(raw)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case len(raw) == 0 || string(raw) == "null":
-		// An explicit null is a missing "to": it decodes into an offset
-		// without error (as 0), which would rewind every topic.
-		return nil, contract.BadRequest(`invalid seek: field "to" is required: "earliest", "latest", an offset or {"timestamp": <unix ms>}`)
-	case json.Unmarshal(raw, &word) == nil && (word == "earliest" || word == "latest"):
-		return func(t dispatcher.Topic) (int64, error) {
-			if word == "latest" {
-				return t.HighWatermark(), nil
-			}
-			return startOf(t), nil
-		}, nil
-	case json.Unmarshal(raw, &off) == nil && off >= 0:
-		return func(t dispatcher.Topic) (int64, error) {
-			if start := startOf(t); off < start {
-				return 0, &contract.OffsetExpiredError{Topic: t.Name(), Offset: off, StartOffset: start}
-			}
-			if hw := t.HighWatermark(); off > hw {
-				return 0, contract.BadRequest("offset %d is beyond the high watermark %d of topic %s", off, hw, t.Name())
-			}
-			return off, nil
-		}, nil
-	case raw[0] == '{' && strictDecode(raw, &ts) == nil && ts.Timestamp != nil:
-		at := time.UnixMilli(*ts.Timestamp)
+	switch to.Kind {
+	case contract.SeekEarliest:
+		return func(t dispatcher.Topic) (int64, error) { return startOf(t), nil }, nil
+	case contract.SeekLatest:
+		return func(t dispatcher.Topic) (int64, error) { return t.HighWatermark(), nil }, nil
+	case contract.SeekTimestamp:
 		return func(t dispatcher.Topic) (int64, error) {
 			s, ok := t.(seekable)
 			if !ok {
 				return 0, fmt.Errorf("topic %s cannot seek by time", t.Name())
 			}
-			return s.OffsetAt(at)
+			return s.OffsetAt(to.Time)
 		}, nil
 	}
-	return nil, contract.BadRequest(`invalid seek: "to" must be "earliest", "latest", an offset >= 0 or {"timestamp": <unix ms>}; got %s`, raw)
-}
-
-func strictDecode(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	off := to.Offset
+	return func(t dispatcher.Topic) (int64, error) {
+		if start := startOf(t); off < start {
+			return 0, &contract.OffsetExpiredError{Topic: t.Name(), Offset: off, StartOffset: start}
+		}
+		if hw := t.HighWatermark(); off > hw {
+			return 0, contract.BadRequest("offset %d is beyond the high watermark %d of topic %s", off, hw, t.Name())
+		}
+		return off, nil
+	}, nil
 }
 
 func startOf(t dispatcher.Topic) int64 {

@@ -14,11 +14,12 @@
 //	        dead-letter: parked.orders       # optional; default dead-letter.<name>, "" = log and skip
 //	        ack-mode: status                 # optional; body (default) | status
 //	        max-in-flight: 8                 # optional; default 1
+//	        adaptive-concurrency: aimd       # optional; off (default) | aimd: 1..max-in-flight outstanding, adapted
 //	        batch: {max-messages: 100}       # optional; default off
 //
 // The other delivery keys (max-abnormal-attempts, max-abnormal-duration,
-// backoff-jitter, signing-secrets, headers, cloudevents) are documented in
-// configs/mmmq.yaml.
+// backoff-jitter, signing-secrets, signing-keys, headers, cloudevents, rate limit,
+// circuit breaker, pause-after ...) are documented in configs/mmmq.yaml.
 //
 // It is part of the default mmmq binary (app.New).
 package configdispatchers

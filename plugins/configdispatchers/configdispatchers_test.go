@@ -15,6 +15,7 @@ import (
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/config/configtest"
 	"github.com/mmmq/mmmq/modules/dispatcher"
+	"github.com/mmmq/mmmq/modules/dispatcher/dispatchertest"
 )
 
 // load reads body as the configuration file of a binary with this plugin
@@ -234,4 +235,22 @@ func TestWithoutThePluginEntriesAreRefused(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Warnings, 1)
 	assert.Equal(t, Key, cfg.Warnings[0].Key)
+}
+
+// Every dispatcher setting's error names its key in the configuration
+// file too: an entry with one bad value (the admin API's table) fails the
+// load with the full key, "mmmq.broker.dispatchers[0].pause-after".
+func TestEverySettingErrorNamesItsKey(t *testing.T) {
+	for _, tc := range dispatchertest.BadSettings {
+		member := tc.Value
+		head, rest, nested := strings.Cut(tc.Field, ".")
+		if nested {
+			member = fmt.Sprintf(`{%q: %s}`, rest, tc.Value)
+		}
+		body := fmt.Sprintf("mmmq:\n  broker:\n    dispatchers:\n      - {name: d, host: \"https://127.0.0.1:1\", patterns: [a], %q: %s}\n", head, member)
+		_, err := load(t, body)
+		if want := "mmmq.broker.dispatchers[0]." + tc.Field; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s = %s: %v; want an error naming %s", tc.Field, tc.Value, err, want)
+		}
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/plugins/metrics"
 )
 
 // BenchmarkLinePub measures one connection publishing with PUB over
@@ -33,8 +34,29 @@ func BenchmarkLinePub(b *testing.B) {
 	}
 }
 
+// BenchmarkLinePubObserved is BenchmarkLinePub with the metrics plugin
+// observing every publish (mmmq_publish_duration_seconds, as in the
+// default application): allocs/op must stay those of BenchmarkLinePub.
+//
+//	go test -run '^$' -bench 'LinePub(Observed)?$' -benchtime 2000x -benchmem ./plugins/lineproto/
+func BenchmarkLinePubObserved(b *testing.B) {
+	for _, level := range []string{"ACCEPTED", "WRITTEN", "DURABLE"} {
+		for _, depth := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/depth=%d", level, depth), func(b *testing.B) {
+				benchLinePubWith(b, level, depth, metrics.New())
+			})
+		}
+	}
+}
+
 func benchLinePub(b *testing.B, level string, depth int) {
-	srv := benchServer(b)
+	benchLinePubWith(b, level, depth, nil)
+}
+
+// benchLinePubWith is benchLinePub over a registry with the publish
+// observer obs (nil: none).
+func benchLinePubWith(b *testing.B, level string, depth int, obs topicqueue.PublishObserver) {
+	srv := benchServerWith(b, obs)
 	p := newBenchProducer(b, srv.Addr(), level, depth)
 	p.roundTrip(1) // the topic is created
 	b.ReportAllocs()
@@ -83,9 +105,13 @@ func BenchmarkLinePubConns(b *testing.B) {
 }
 
 // benchServer starts a server over a registry on the real filesystem.
-func benchServer(b *testing.B) *Server {
+func benchServer(b *testing.B) *Server { return benchServerWith(b, nil) }
+
+// benchServerWith is benchServer with the registry's publish observer obs
+// (nil: none).
+func benchServerWith(b *testing.B, obs topicqueue.PublishObserver) *Server {
 	root := b.TempDir()
-	reg := topicqueue.New(topicqueue.Options{Root: root, Storage: storage.Options{Logger: zap.NewNop()}})
+	reg := topicqueue.New(topicqueue.Options{Root: root, Storage: storage.Options{Logger: zap.NewNop()}, PublishObserver: obs})
 	coord := groups.New(reg, groups.Options{Logger: zap.NewNop()})
 	srv := New(Options{Addr: "127.0.0.1:0", Logger: zap.NewNop()}, reg, coord)
 	if err := srv.Start(context.Background()); err != nil {

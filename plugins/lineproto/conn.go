@@ -22,6 +22,7 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // errLineTooLong: a request line over MaxLineBytes.
@@ -508,28 +509,84 @@ func (c *conn) publish(rest []byte, form pubForm) {
 		return
 	}
 	now := time.Now()
-	stored, err := c.encode(a.topic, a.payload, id, a.key, a.ttl, now)
+	at, by, err := contract.ParseScheduleAttrs(a.deliverAt, a.delay, now)
 	if err != nil {
 		c.replyErr(contract.CodeBadRequest, err)
+		return
+	}
+	stored, err := c.encode(a.topic, a.payload, id, a.key, a.ttl, a.trace, now)
+	if err != nil {
+		c.replyErr(contract.CodeBadRequest, err)
+		return
+	}
+	if at > 0 {
+		c.schedule(a, id, stored, at, by, now)
 		return
 	}
 	c.join(a.topic, a.level, topicqueue.Message{Stored: stored, ID: id}, now)
 }
 
+// schedule serves a PUBX with deliver-at= or delay= in the future: the
+// message goes to Options.Scheduler (fsynced there) and the line's reply
+// is "OK SCHEDULED <scheduleId> <deliverAt>" (RFC 3339, UTC, ms; the
+// level is DURABLE whatever the line asked), with " DUPLICATE" when the
+// producer id was already scheduled on the topic within
+// mmmq.broker.dedup.window (the first schedule's id and time; nothing
+// stored). The refusals are the HTTP API's: 501 NOT_IMPLEMENTED without a
+// scheduler or where it cannot schedule, 400 for a ttl that ends at or
+// before the due time or a due time beyond the maximum delay. The read's
+// batch is handed out first, so the PUBs before the line do not wait for
+// this fsync; the line is answered in its place.
+func (c *conn) schedule(a pubArgs, id string, stored []byte, at int64, by contract.ScheduleBy, now time.Time) {
+	var expiresAt int64
+	if a.ttl > 0 {
+		expiresAt = now.UnixMilli() + a.ttl.Milliseconds()
+	}
+	sched := c.s.opts.Scheduler
+	err := contract.CheckSchedule(sched, by, at, expiresAt)
+	if err == nil {
+		err = contract.CheckScheduledSize(stored, c.s.opts.MaxRecordBytes)
+	}
+	if err != nil {
+		c.replyErr(errCode(err), err)
+		return
+	}
+	c.handOut()
+	ctx, cancel := context.WithTimeout(c.s.ctx, c.s.opts.PublishTimeout)
+	defer cancel()
+	res, err := contract.Schedule(ctx, sched, by, a.topic, id, stored, at)
+	if err != nil {
+		c.replyErr(errCode(err), err)
+		return
+	}
+	b := append(append([]byte("OK SCHEDULED "), res.ID...), ' ')
+	b = contract.AppendMillis(b, res.DeliverAt.UnixMilli())
+	if res.Duplicate {
+		b = append(b, " DUPLICATE"...)
+	}
+	c.out.Write(append(b, '\n'))
+}
+
 // encode appends the stored message JSON of a PUB to the read's message
 // buffer (pipeline.arena, reused after each read: the logs copy what they
 // are handed) and returns it.
-func (c *conn) encode(topic string, payload []byte, id, key string, ttl time.Duration, now time.Time) ([]byte, error) {
+func (c *conn) encode(topic string, payload []byte, id, key string, ttl time.Duration, trace contract.TraceContext, now time.Time) ([]byte, error) {
 	p := &c.pipe
 	// The envelope adds the topic, the id (escaped at most 6 bytes per
 	// byte), the key (escaped at most 2 bytes per byte: it has no control
 	// characters), a timestamp, an expiry and about 100 bytes of names; a guess short
 	// of the mark only costs the message its own allocation.
-	if need := len(payload) + len(topic) + 6*len(id) + 2*len(key) + 200; cap(p.arena)-len(p.arena) < need {
+	var headers map[string]string
+	if trace.Given() {
+		// PUBX traceparent= and tracestate=: validated, an invalid one
+		// dropped and counted (the publish goes on without it).
+		headers = contract.ApplyTrace(nil, trace)
+	}
+	if need := len(payload) + len(topic) + 6*len(id) + 2*len(key) + 2*(len(trace.Parent)+len(trace.State)) + 200; cap(p.arena)-len(p.arena) < need {
 		p.arena = make([]byte, 0, max(2*cap(p.arena), 4<<10, 2*need))
 	}
 	n := len(p.arena)
-	stored, err := contract.AppendTTLMessage(p.arena[n:n], topic, payload, id, key, ttl, nil, now)
+	stored, err := contract.AppendTTLMessage(p.arena[n:n], topic, payload, id, key, ttl, headers, now)
 	if err != nil {
 		return nil, err
 	}
@@ -552,6 +609,9 @@ func (c *conn) join(topic string, level contract.AckLevel, m topicqueue.Message,
 		held = c.reserve(int64(len(m.Stored)))
 	}
 	s.pub, s.level, s.deadline = true, level, now.Add(c.s.opts.PublishTimeout)
+	if tr := c.s.opts.Tracer; tr != nil {
+		s.span, s.start = tr.StartPublish(context.Background(), tracing.MessageOf(topic, m.Stored), tracing.TransportLineProto, now), now
+	}
 	c.group(topic, level).add(s, m, held)
 }
 
@@ -563,6 +623,12 @@ type pubArgs struct {
 	id, payload []byte        // id: PUBID's token, or PUBX's id= decoded (nil without one)
 	key         string        // PUBX's key=, decoded and valid; "" for none
 	ttl         time.Duration // PUBX's ttl=, decoded and valid; 0 for none
+	// deliverAt and delay are PUBX's deliver-at= and delay=, decoded
+	// (checked by contract.ParseScheduleAttrs in publish); "" for none.
+	deliverAt, delay string
+	// trace is PUBX's traceparent= and tracestate=, decoded, not yet
+	// validated (encode drops and counts what is invalid).
+	trace contract.TraceContext
 }
 
 // parsePub splits the arguments of PUB, PUBID or PUBX (form) and checks
@@ -574,7 +640,7 @@ func (c *conn) parsePub(rest []byte, form pubForm) (pubArgs, bool) {
 	case formPubID:
 		a.cmd, a.usage = "PUBID", "usage: PUBID <topic> <ACCEPTED|WRITTEN|DURABLE> <id> <payload JSON>"
 	case formPubX:
-		a.cmd, a.usage = "PUBX", "usage: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<key>] [id=<id>] [ttl=<duration>] <payload JSON> (values percent-encoded)"
+		a.cmd, a.usage = "PUBX", "usage: PUBX <topic> <ACCEPTED|WRITTEN|DURABLE> [key=<key>] [id=<id>] [ttl=<duration>] [deliver-at=<RFC 3339|unix ms>|delay=<duration>] [traceparent=<w3c>] [tracestate=<w3c>] <payload JSON> (values percent-encoded)"
 	}
 	topicB, rest, ok1 := bytes.Cut(rest, []byte{' '})
 	levelB, rest, ok2 := bytes.Cut(rest, []byte{' '})
@@ -612,11 +678,15 @@ func (c *conn) parsePub(rest []byte, form pubForm) (pubArgs, bool) {
 // returns the rest of the line. Values are percent-encoded (RFC 3986:
 // %XX for any byte, at least for space, '%' and control bytes; '+' is
 // itself). Names are lower case: key (the ordering key,
-// contract.ValidateKey), id (the producer's id) and ttl (the time to
-// live, contract.ParseTTL). An unknown name, a
+// contract.ValidateKey), id (the producer's id), ttl (the time to
+// live, contract.ParseTTL), deliver-at and delay (a scheduled message,
+// contract.ParseScheduleAttrs; checked in publish), traceparent and
+// tracestate (the W3C trace context, stored as the message's headers of
+// those names; an invalid one is dropped and counted in encode, never
+// refused). An unknown name, a
 // name given twice or a value that does not decode is an error naming it.
 func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
-	var haveKey, haveID, haveTTL bool
+	var haveKey, haveID, haveTTL, haveAt, haveDelay, haveTP, haveTS bool
 	for {
 		tok, after, _ := bytes.Cut(rest, []byte{' '})
 		name, raw, ok := attribute(tok)
@@ -632,10 +702,16 @@ func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
 			have = &haveID
 		case "ttl":
 			have = &haveTTL
-		case "deliver-at", "delay":
-			return nil, fmt.Errorf("attribute %s: scheduled messages are not supported on the line protocol yet; publish them over HTTP (POST /messages with \"deliverAt\" or \"delay\")", name)
+		case "deliver-at":
+			have = &haveAt
+		case "delay":
+			have = &haveDelay
+		case contract.TraceparentHeader:
+			have = &haveTP
+		case contract.TracestateHeader:
+			have = &haveTS
 		default:
-			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key, id and ttl)", truncate(name, 32))
+			return nil, fmt.Errorf("unknown attribute %q (PUBX knows key, id, ttl, deliver-at, delay, traceparent and tracestate)", truncate(name, 32))
 		}
 		if *have {
 			return nil, fmt.Errorf("attribute %s given twice", name)
@@ -652,6 +728,22 @@ func (a *pubArgs) attributes(rest []byte) ([]byte, error) {
 		case "ttl":
 			if a.ttl, err = contract.ParseTTL(val); err != nil {
 				return nil, err
+			}
+			continue
+		case contract.TraceparentHeader:
+			a.trace.Parent, a.trace.HasParent = val, true
+			continue
+		case contract.TracestateHeader:
+			a.trace.State, a.trace.HasState = val, true
+			continue
+		case "deliver-at", "delay":
+			if val == "" {
+				return nil, fmt.Errorf("attribute %s: the value is empty (%s)", name, contract.LineScheduleRule)
+			}
+			if name == "delay" {
+				a.delay = val
+			} else {
+				a.deliverAt = val
 			}
 			continue
 		}

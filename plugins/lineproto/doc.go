@@ -25,7 +25,7 @@
 //	auth     = "AUTH" SP token                        ; only when authentication is on, see below
 //	pub      = "PUB" SP topic SP level SP payload     ; payload: message content JSON, rest of the line
 //	pubid    = "PUBID" SP topic SP level SP id SP payload ; id: the producer's message id, one token
-//	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id, ttl; values percent-encoded
+//	pubx     = "PUBX" SP topic SP level *(SP name "=" value) SP payload ; names key, id, ttl, deliver-at, delay; values percent-encoded
 //	level    = "ACCEPTED" / "WRITTEN" / "DURABLE"     ; case-insensitive
 //	fetch    = "FETCH" SP topic SP group SP max SP wait-ms *(SP fetch-attr)
 //	fetch-attr = "from=" offset / "mode=" ("shared" / "exclusive") ; each at most once, any order
@@ -42,6 +42,7 @@
 //	                 "OK - ACCEPTED"                   ; ACCEPTED: the offset is not final (log-queue study), none is given
 //	reply to PUBID   "OK" SP offset SP level [SP "DUPLICATE"]   ; PUBX too
 //	                 "OK - ACCEPTED" [SP "DUPLICATE"]
+//	reply to PUBX    "OK SCHEDULED" SP schedule-id SP deliver-at [SP "DUPLICATE"] ; deliver-at= / delay= in the future; deliver-at RFC 3339 UTC ms
 //	reply to FETCH   *("MSG" SP offset SP stored-json) "END" SP count
 //	                 *("MSGX" SP offset SP "deliveries=" n SP stored-json) "END" SP count ; FETCH ... mode=shared
 //	reply to ACK     "ACKED" SP next                   ; next = the committed offset, after the fsync
@@ -87,9 +88,16 @@
 // ordering key (the HTTP "key" and its rule, contract.ValidateKey), id=
 // the producer's id (the HTTP "id" and its rule, deduplicated as PUBID's),
 // ttl= the message's time to live (the HTTP "ttl" and its rule,
-// contract.ParseTTL; stored as expiresAt). An unknown attribute, one given twice or an invalid value is ERR
-// BAD_REQUEST naming it, and nothing is stored. Without attributes PUBX
-// is PUB.
+// contract.ParseTTL; stored as expiresAt), deliver-at= or delay= a
+// scheduled message (the HTTP "deliverAt" and "delay" and their rules,
+// contract.ParseScheduleAttrs): in the future, the message goes to the
+// scheduler (Options.Scheduler, fsynced before the reply) and the reply is
+// "OK SCHEDULED <scheduleId> <deliverAt>", with " DUPLICATE" for an id=
+// already scheduled on the topic within the dedup window; without a
+// scheduler ERR NOT_IMPLEMENTED. An unknown attribute, one given twice or
+// an invalid value is ERR BAD_REQUEST naming it (deliver-at= and delay=
+// by these names, never the HTTP members'), and nothing is stored.
+// Without attributes PUBX is PUB.
 //
 // FETCH returns up to max messages (capped at mmmq.broker.groups.max-fetch)
 // from the group's position, waiting up to wait-ms (capped at 30000) when

@@ -9,6 +9,7 @@ import (
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Params are the server's dependencies in the Fx graph. The consumer-group
@@ -34,6 +35,12 @@ type Params struct {
 	// Budget is the in-flight memory budget (topicqueue.Module) that
 	// pipelined PUBs draw from; without it nothing is counted.
 	Budget *contract.Budget `optional:"true"`
+	// Scheduler is the schedule module's (modules/schedule); without it a
+	// scheduled PUBX is ERR NOT_IMPLEMENTED.
+	Scheduler contract.Scheduler `optional:"true"`
+	// Tracer is the tracing module's (modules/tracing): a span per
+	// publish. Nil or absent: tracing off.
+	Tracer *tracing.Tracer `optional:"true"`
 }
 
 // NewFromConfig builds the server from mmmq.lineproto (addr,
@@ -53,6 +60,8 @@ func NewFromConfig(p Params) (*Server, error) {
 	opts.Authenticator = p.Auth
 	opts.Limiter = p.Limiter
 	opts.Budget = p.Budget
+	opts.Scheduler = p.Scheduler
+	opts.Tracer = p.Tracer
 	certs, err := servertls.New(p.Server.TLS, "lineproto")
 	if err != nil {
 		return nil, err

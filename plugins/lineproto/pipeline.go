@@ -13,6 +13,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Pipelining and the reply path (see the package documentation). A
@@ -57,6 +58,10 @@ type slot struct {
 	// abandoned: answered ERR TIMEOUT; the slot stays with its group and
 	// is never reused.
 	abandoned bool
+	// span is the line's publish span (tracing on), ended by complete;
+	// start is when the line joined its group.
+	span  tracing.Span
+	start time.Time
 }
 
 // reset makes s ready for another line.
@@ -117,6 +122,14 @@ func (g *pubGroup) complete(err error) {
 			s.out = g.out[i]
 		}
 		s.done = true
+		if s.span.On() {
+			off := int64(-1)
+			if err == nil {
+				off = s.out.Offset
+			}
+			s.span.EndPublish(off, g.level, time.Since(s.start), s.out.Duplicate, false, err)
+			s.span = tracing.Span{}
+		}
 	}
 	p.pubs -= len(g.slots)
 	wakeFlusher := p.wakeLocked()

@@ -17,6 +17,7 @@ import (
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/servertls"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Defaults of Options.
@@ -119,6 +120,16 @@ type Options struct {
 	// AuthFailureDelay: a refused AUTH waits this long before its ERR
 	// UNAUTHORIZED (default 200ms).
 	AuthFailureDelay time.Duration
+
+	// Scheduler keeps the messages of PUBX ... deliver-at= / delay= until
+	// they are due (the schedule module's, modules/schedule); nil answers
+	// them ERR NOT_IMPLEMENTED, as the HTTP API does without one.
+	Scheduler contract.Scheduler
+
+	// Tracer makes a publish span per PUB, PUBID and PUBX
+	// (modules/tracing), a child of PUBX's traceparent= when given. Nil:
+	// tracing off.
+	Tracer *tracing.Tracer
 
 	// TLS serves the protocol over TLS with these certificates (the HTTP
 	// API's server.tls files; servertls.New); nil serves plain TCP. Each

@@ -3,19 +3,13 @@ package metrics
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
-	"github.com/mmmq/mmmq/modules/storage"
-	"github.com/mmmq/mmmq/modules/storage/vfs"
-	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // TestBreakerSeries: a dispatcher with breaker-failures shows its
@@ -24,37 +18,11 @@ import (
 // dispatcher with pause-after that paused itself shows
 // mmmq_dispatch_paused{reason="auto"} 1; the others none.
 func TestBreakerSeries(t *testing.T) {
-	reg := topicqueue.New(topicqueue.Options{Root: "/data", Storage: storage.Options{FS: vfs.NewMem(), Logger: zaptest.NewLogger(t)}})
-	defer reg.Close()
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
-	defer dead.Close()
-	host, err := dispatcher.ParseHost(dead.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := dispatcher.SetOf(dispatcher.New("guarded", host, dispatcher.MustPattern("t.*")).WithBreaker(2, time.Hour),
+	reg, host := memRegistryAndStatus(t, http.StatusServiceUnavailable)
+	_, scrape := watchedManager(t, reg, dispatcher.Options{BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond},
+		dispatcher.New("guarded", host, dispatcher.MustPattern("t.*")).WithBreaker(2, time.Hour),
 		dispatcher.New("plain", host, dispatcher.MustPattern("t.*")),
 		dispatcher.New("quitter", host, dispatcher.MustPattern("t.*")).WithPauseAfter(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := dispatcher.Options{BackoffInitial: time.Millisecond, BackoffMax: 2 * time.Millisecond}
-	sender := dispatcher.NewHTTPSender(opts)
-	defer sender.CloseIdleConnections()
-	mgr := dispatcher.NewManager(set, dispatcher.RegistrySource(reg), sender, opts, zaptest.NewLogger(t))
-	if err := mgr.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer mgr.Stop(context.Background())
-	m := New()
-	m.WatchDispatchers(mgr, reg)
-	scrape := func() string {
-		rec := httptest.NewRecorder()
-		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return rec.Body.String()
-	}
 	if s := scrape(); !strings.Contains(s, `mmmq_dispatch_breaker_state{dispatcher="guarded"} 0`) {
 		t.Fatalf("no closed breaker before any push:\n%s", s)
 	}

@@ -9,8 +9,10 @@ import (
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
 	"github.com/mmmq/mmmq/modules/retention"
+	"github.com/mmmq/mmmq/modules/schedule"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 )
 
 // Config is the plugin's configuration section, key "mmmq.metrics"
@@ -25,18 +27,20 @@ type Config struct {
 // a boolean is an error naming mmmq.metrics.enabled.
 var ConfigSection = config.NewSection("metrics", Config{Enabled: true}, nil)
 
-// Result is what the plugin contributes: the storage observer and, when
-// mmmq.metrics.enabled is true, the /metrics route.
+// Result is what the plugin contributes: the storage observer, the topic
+// registry's publish observer and, when mmmq.metrics.enabled is true, the
+// /metrics route.
 type Result struct {
 	fx.Out
 	Metrics  *Metrics
 	Observer storage.Observer
+	Publish  topicqueue.PublishObserver
 	Route    contract.Route `group:"routes"`
 }
 
 func provide(c Config) Result {
 	m := New()
-	r := Result{Metrics: m, Observer: m}
+	r := Result{Metrics: m, Observer: m, Publish: m}
 	if c.Enabled {
 		r.Route = m
 	}
@@ -55,6 +59,8 @@ type watchParams struct {
 	Groups     *groups.Coordinator `optional:"true"`
 	Retainer   *retention.Retainer `optional:"true"`
 	Dedup      *dedup.Tracker      `optional:"true"`
+	Schedule   *schedule.Scheduler `optional:"true"`
+	Tracer     *tracing.Tracer     `optional:"true"`
 }
 
 func watch(p watchParams) {
@@ -83,12 +89,18 @@ func watch(p watchParams) {
 		groupsExpired = p.Groups.MessagesExpired
 	}
 	p.Metrics.WatchExpired(p.Dispatcher.MessagesExpired, groupsExpired)
+	p.Metrics.WatchTrace(contract.TraceDropped)
+	p.Metrics.WatchTracing(p.Tracer)
 	p.Metrics.WatchDedup(p.Dedup)
 	p.Metrics.WatchGroups(p.Groups, p.Registry)
+	if p.Schedule != nil {
+		p.Metrics.WatchSchedule(p.Schedule.Stats)
+	}
 }
 
 // Module registers ConfigSection (and provides Config), provides *Metrics,
-// the storage.Observer and the /metrics route.
+// the storage.Observer, the topicqueue.PublishObserver and the /metrics
+// route.
 var Module = fx.Module("metrics",
 	config.ProvideSection(ConfigSection),
 	fx.Provide(provide),

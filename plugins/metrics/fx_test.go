@@ -20,7 +20,9 @@ import (
 )
 
 // TestFxModule: Module provides *Metrics as the storage engine's
-// Observer (a durable publish counts its fsyncs) and the /metrics route;
+// Observer (a durable publish counts its fsyncs), as the topic registry's
+// PublishObserver (the publish is in mmmq_publish_duration_seconds) and
+// the /metrics route;
 // with mmmq.metrics.enabled false (MMMQ_METRICS_ENABLED) it contributes no
 // route.
 func TestFxModule(t *testing.T) {
@@ -64,6 +66,7 @@ func TestFxModule(t *testing.T) {
 			// The counters exist at 0 from the start: the segment's must have moved.
 			assert.NotContains(t, rec.Body.String(), `mmmq_fsyncs_total{file="segment"} 0`+"\n")
 			assert.Contains(t, rec.Body.String(), `mmmq_fsyncs_total{file="segment"} `, "a durable publish observed through the graph's Observer")
+			assert.Contains(t, rec.Body.String(), `mmmq_publish_duration_seconds_count{level="durable"} 1`+"\n", "the publish observed through the graph's PublishObserver")
 		})
 	}
 }

@@ -6,7 +6,11 @@
 package metrics
 
 import (
+	"math"
 	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -18,17 +22,22 @@ import (
 	"github.com/mmmq/mmmq/modules/dedup"
 	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/groups"
+	"github.com/mmmq/mmmq/modules/schedule"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
-// Metrics owns a Prometheus registry. It implements storage.Observer.
+// Metrics owns a Prometheus registry. It implements storage.Observer and
+// topicqueue.PublishObserver.
 type Metrics struct {
 	reg     *prometheus.Registry
 	fsync   prometheus.Histogram
 	batch   prometheus.Histogram
 	fsyncs  *prometheus.CounterVec
 	entries prometheus.Counter
+	// publish is mmmq_publish_duration_seconds by ack level, indexed by
+	// contract.AckLevel - 1 (accepted, written, durable).
+	publish [3]publishHistogram
 }
 
 // New creates the registry with Go runtime and process collectors, and the
@@ -39,6 +48,9 @@ type Metrics struct {
 //	mmmq_fsyncs_total{file}      fsyncs of segment (file="segment") and
 //	                             offset index (file="index") files
 //	mmmq_appended_entries_total  entries made durable
+//	mmmq_publish_duration_seconds{level="accepted"|"written"|"durable"}
+//	                             histogram of publish latency, one
+//	                             observation per message (ObservePublish)
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	m.fsync = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -57,7 +69,10 @@ func New() *Metrics {
 	for _, f := range []storage.FileKind{storage.FileSegment, storage.FileIndex} {
 		m.fsyncs.WithLabelValues(string(f)) // both series exist from the start, at 0
 	}
-	m.reg.MustRegister(m.fsync, m.batch, m.fsyncs, m.entries,
+	for i := range m.publish {
+		m.publish[i].counts = make([]atomic.Uint64, len(publishBuckets)+1)
+	}
+	m.reg.MustRegister(m.fsync, m.batch, m.fsyncs, m.entries, publishCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -75,6 +90,66 @@ func (m *Metrics) ObserveFsync(_ string, file storage.FileKind, d time.Duration)
 func (m *Metrics) ObserveBatch(_ string, entries int) {
 	m.batch.Observe(float64(entries))
 	m.entries.Add(float64(entries))
+}
+
+// publishBuckets are the upper bounds, in seconds, of
+// mmmq_publish_duration_seconds: 10µs doubling to about 1.3s (an accepted
+// publish is answered in microseconds, a durable one after its group
+// commit's fsync).
+var publishBuckets = prometheus.ExponentialBuckets(10e-6, 2, 18)
+
+var publishDuration = prometheus.NewDesc("mmmq_publish_duration_seconds",
+	"Publish latency by the ack level asked for: from the call into the topic registry (every transport: HTTP, batches, line protocol; and at durable scheduled messages entering their topic, dead letters and redrives) until the answer at that level was ready. One observation per message, duplicates of the idempotent-publish window included: a batch of n is observed n times with the call's duration. Failed or refused publishes are not observed.",
+	[]string{"level"}, nil)
+
+// publishHistogram is one level's mmmq_publish_duration_seconds. Unlike a
+// prometheus.Histogram it adds n observations of one duration at once
+// (a batch's messages), in constant time and without allocating.
+type publishHistogram struct {
+	counts []atomic.Uint64 // per bucket of publishBuckets, not cumulative; the last one is +Inf
+	sum    atomic.Uint64   // math.Float64bits of the seconds observed, summed
+}
+
+// add observes n messages of sec seconds each.
+func (h *publishHistogram) add(n uint64, sec float64) {
+	h.counts[sort.SearchFloat64s(publishBuckets, sec)].Add(n)
+	for {
+		old := h.sum.Load()
+		if h.sum.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+float64(n)*sec)) {
+			return
+		}
+	}
+}
+
+// publishCollector exports Metrics.publish at scrape time.
+type publishCollector struct{ m *Metrics }
+
+func (c publishCollector) Describe(ch chan<- *prometheus.Desc) { ch <- publishDuration }
+
+func (c publishCollector) Collect(ch chan<- prometheus.Metric) {
+	for i := range c.m.publish {
+		h := &c.m.publish[i]
+		buckets := make(map[float64]uint64, len(publishBuckets))
+		var count uint64
+		for j, le := range publishBuckets {
+			count += h.counts[j].Load()
+			buckets[le] = count
+		}
+		count += h.counts[len(publishBuckets)].Load()
+		level := strings.ToLower(contract.AckLevel(i + 1).String())
+		ch <- prometheus.MustNewConstHistogram(publishDuration, count, math.Float64frombits(h.sum.Load()), buckets, level)
+	}
+}
+
+// ObservePublish implements topicqueue.PublishObserver: messages
+// observations of d in mmmq_publish_duration_seconds{level}. Levels other
+// than accepted, written and durable, and messages < 1, are ignored. It
+// allocates nothing.
+func (m *Metrics) ObservePublish(level contract.AckLevel, messages int, d time.Duration) {
+	if level < contract.Accepted || level > contract.Durable || messages < 1 {
+		return
+	}
+	m.publish[level-1].add(uint64(messages), d.Seconds())
 }
 
 // Handler serves the registry in the Prometheus text format.
@@ -178,6 +253,9 @@ var (
 	dParkedKeys   = prometheus.NewDesc("mmmq_dispatch_parked_keys", "Ordering key: messages waiting out a backoff after a NACK or an abnormal answer, each holding back its key.", dLabels, nil)
 	dUnacked      = prometheus.NewDesc("mmmq_dispatch_unacked_messages", "Ordering key: messages past the checkpoint read so far, finished or not (at most mmmq_dispatch_max_unacked).", dLabels, nil)
 	dMaxUnacked   = prometheus.NewDesc("mmmq_dispatch_max_unacked", "Ordering key: the dispatcher's max-unacked, the most messages past the checkpoint.", dLabels, nil)
+	// While a seek or redrive with a rate replays the worker's backlog.
+	dReplayRate   = prometheus.NewDesc("mmmq_dispatch_replay_rate", "Replay rate of a seek or redrive with a rate: messages per second for the worker's backlog, shared by the topics of that call; present until the checkpoint reaches the target.", dLabels, nil)
+	dReplayRemain = prometheus.NewDesc("mmmq_dispatch_replay_remaining", "Replay rate: messages between the checkpoint and the replay's target offset (the high watermark as of the seek, or as the redrive ended).", dLabels, nil)
 	// Per dispatcher (one token bucket over all its topics), for
 	// dispatchers with a rate-limit.
 	rLabels      = []string{"dispatcher"}
@@ -191,9 +269,14 @@ var (
 	dBreakerOpened = prometheus.NewDesc("mmmq_dispatch_breaker_opened_total", "Circuit breaker: openings, from closed or after a failed probe.", rLabels, nil)
 	dPaused        = prometheus.NewDesc("mmmq_dispatch_paused", "1 for a paused dispatcher, by who paused it: reason admin (the API, the CLI, the status page) or auto (pause-after: its endpoint kept failing).", []string{"dispatcher", "reason"}, nil)
 	dBreakerProbes = prometheus.NewDesc("mmmq_dispatch_breaker_probes_total", "Circuit breaker: probe pushes sent while half-open.", rLabels, nil)
+	// Per dispatcher (one limit over all its topics), for dispatchers with
+	// adaptive-concurrency aimd.
+	dConcLimit     = prometheus.NewDesc("mmmq_dispatch_concurrency_limit", "Adaptive concurrency: the most pushes the dispatcher may have outstanding now over all its topics on this node (1..max-in-flight).", rLabels, nil)
+	dConcInFlight  = prometheus.NewDesc("mmmq_dispatch_concurrency_in_flight", "Adaptive concurrency: the dispatcher's pushes outstanding now over all its topics on this node.", rLabels, nil)
+	dConcDecreases = prometheus.NewDesc("mmmq_dispatch_concurrency_decreases_total", "Adaptive concurrency: times the limit went down (429, 503, timeout, latency rise).", rLabels, nil)
 	dispatchAll    = []*prometheus.Desc{dCommitted, dLag, dDelivered, dNacked, dExhausted, dDead, dAbnormal, dSkipped, dBackoff, dOldest,
-		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked, dRateLimit, dRateWaiting, dRateDelayed, dRateSeconds,
-		dBreakerState, dBreakerOpened, dBreakerProbes, dPaused}
+		dKeysInFlight, dParkedKeys, dUnacked, dMaxUnacked, dReplayRate, dReplayRemain, dRateLimit, dRateWaiting, dRateDelayed, dRateSeconds,
+		dBreakerState, dBreakerOpened, dBreakerProbes, dPaused, dConcLimit, dConcInFlight, dConcDecreases}
 )
 
 // dispatchCollector reads the dispatch workers at scrape time.
@@ -244,6 +327,15 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(dBreakerOpened, prometheus.CounterValue, float64(bs.Opened), d.Name())
 			ch <- prometheus.MustNewConstMetric(dBreakerProbes, prometheus.CounterValue, float64(bs.Probes), d.Name())
 		}
+		if d.AdaptiveConcurrency() == dispatcher.AdaptiveAIMD {
+			cs, on := c.m.ConcurrencyStatus(d.Name())
+			if !on {
+				cs.Limit = d.MaxInFlight() // no worker used it yet: at its max
+			}
+			ch <- prometheus.MustNewConstMetric(dConcLimit, prometheus.GaugeValue, float64(cs.Limit), d.Name())
+			ch <- prometheus.MustNewConstMetric(dConcInFlight, prometheus.GaugeValue, float64(cs.InFlight), d.Name())
+			ch <- prometheus.MustNewConstMetric(dConcDecreases, prometheus.CounterValue, float64(cs.Decreases), d.Name())
+		}
 	}
 	for _, s := range all {
 		lv := []string{s.Dispatcher, s.Topic}
@@ -269,6 +361,12 @@ func (c dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 			age = max(0, time.Since(s.OldestUnacked).Seconds())
 		}
 		ch <- prometheus.MustNewConstMetric(dOldest, prometheus.GaugeValue, age, lv...)
+		if r := s.Replay; r != nil {
+			ch <- prometheus.MustNewConstMetric(dReplayRate, prometheus.GaugeValue, r.Rate, lv...)
+			if r.Until != math.MaxInt64 { // known once the redrive has ended
+				ch <- prometheus.MustNewConstMetric(dReplayRemain, prometheus.GaugeValue, float64(max(0, r.Until-s.Committed)), lv...)
+			}
+		}
 		if s.Ordering == dispatcher.OrderKey {
 			ch <- prometheus.MustNewConstMetric(dKeysInFlight, prometheus.GaugeValue, float64(s.KeysInFlight), lv...)
 			ch <- prometheus.MustNewConstMetric(dParkedKeys, prometheus.GaugeValue, float64(s.ParkedKeys), lv...)
@@ -512,6 +610,32 @@ func (m *Metrics) WatchExpired(dispatchers, groups func() uint64) {
 	m.reg.MustRegister(expiredCollector{dispatcher: dispatchers, group: groups})
 }
 
+var traceDropped = prometheus.NewDesc("mmmq_trace_context_dropped_total",
+	"W3C trace context values dropped at publish (not stored; the publish went on): header=\"traceparent\" not valid W3C, header=\"tracestate\" invalid or without a valid traceparent. One per message and value.",
+	[]string{"header"}, nil)
+
+// traceCollector reads the dropped trace-context counts at scrape time.
+type traceCollector struct {
+	dropped func() (traceparent, tracestate uint64)
+}
+
+func (c traceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- traceDropped }
+
+func (c traceCollector) Collect(ch chan<- prometheus.Metric) {
+	p, s := c.dropped()
+	ch <- prometheus.MustNewConstMetric(traceDropped, prometheus.CounterValue, float64(p), contract.TraceparentHeader)
+	ch <- prometheus.MustNewConstMetric(traceDropped, prometheus.CounterValue, float64(s), contract.TracestateHeader)
+}
+
+// WatchTrace adds, read at scrape time,
+//
+//	mmmq_trace_context_dropped_total{header="traceparent"|"tracestate"}  values the publish paths dropped
+//
+// from dropped (contract.TraceDropped, process-wide counts).
+func (m *Metrics) WatchTrace(dropped func() (traceparent, tracestate uint64)) {
+	m.reg.MustRegister(traceCollector{dropped: dropped})
+}
+
 var (
 	gLabels    = []string{"topic", "group"}
 	gCommitted = prometheus.NewDesc("mmmq_group_committed_offset", "A consumer group's durable committed offset (GET /topics/{topic}/groups).", gLabels, nil)
@@ -597,4 +721,67 @@ func (m *Metrics) WatchDedup(t *dedup.Tracker) {
 // WatchDispatchers adds per-worker metrics read from mgr at scrape time.
 func (m *Metrics) WatchDispatchers(mgr *dispatcher.Manager, reg *topicqueue.Registry) {
 	m.reg.MustRegister(dispatchCollector{m: mgr, reg: reg})
+}
+
+var (
+	schedPending = prometheus.NewDesc("mmmq_scheduled_pending",
+		"Scheduled messages (deliverAt, delay) waiting for their due time, all topics.", nil, nil)
+	schedMoved = prometheus.NewDesc("mmmq_scheduled_moved_total",
+		"Scheduled messages moved into their topic since the start.", nil, nil)
+	schedLate = prometheus.NewDesc("mmmq_scheduled_lateness_seconds",
+		"How long after its due time each scheduled message entered its topic (never early).", nil, nil)
+	schedFailures = prometheus.NewDesc("mmmq_scheduled_move_failures_total",
+		"Failed attempts to move a topic's due scheduled messages into it, by reason (the error code lower-cased); the messages stay pending and are retried.", []string{"reason"}, nil)
+	schedStuckTopics = prometheus.NewDesc("mmmq_scheduled_stuck_topics",
+		"Topics whose due scheduled messages could not be moved at the last attempt (retried with a capped backoff; the other topics move on).", nil, nil)
+	schedStuckPending = prometheus.NewDesc("mmmq_scheduled_stuck_pending",
+		"Pending scheduled messages of the stuck topics.", nil, nil)
+)
+
+// scheduleCollector reads the scheduled-message store's figures at scrape
+// time.
+type scheduleCollector struct{ stats func() schedule.Stats }
+
+func (c scheduleCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- schedPending
+	ch <- schedMoved
+	ch <- schedLate
+	ch <- schedFailures
+	ch <- schedStuckTopics
+	ch <- schedStuckPending
+}
+
+func (c scheduleCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	ch <- prometheus.MustNewConstMetric(schedPending, prometheus.GaugeValue, float64(st.Pending))
+	ch <- prometheus.MustNewConstMetric(schedMoved, prometheus.CounterValue, float64(st.Moved))
+	buckets := make(map[float64]uint64, len(schedule.LatenessBuckets))
+	for i, b := range schedule.LatenessBuckets {
+		buckets[b] = st.LatenessCounts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(schedLate, st.LatenessCount, st.LatenessSum, buckets)
+	for reason, n := range st.MoveFailures {
+		ch <- prometheus.MustNewConstMetric(schedFailures, prometheus.CounterValue, float64(n), reason)
+	}
+	stuck := 0
+	for _, t := range st.Stuck {
+		stuck += t.Pending
+	}
+	ch <- prometheus.MustNewConstMetric(schedStuckTopics, prometheus.GaugeValue, float64(len(st.Stuck)))
+	ch <- prometheus.MustNewConstMetric(schedStuckPending, prometheus.GaugeValue, float64(stuck))
+}
+
+// WatchSchedule adds, read at scrape time from stats (nil: nothing),
+//
+//	mmmq_scheduled_pending             scheduled messages waiting, all topics (never per topic)
+//	mmmq_scheduled_moved_total         moved into their topic
+//	mmmq_scheduled_lateness_seconds    histogram: due time to entering the topic
+//	mmmq_scheduled_move_failures_total{reason}  failed moves of a topic's due messages
+//	mmmq_scheduled_stuck_topics        topics whose last move failed (retried, never dropped)
+//	mmmq_scheduled_stuck_pending       pending messages of those topics
+func (m *Metrics) WatchSchedule(stats func() schedule.Stats) {
+	if stats == nil {
+		return
+	}
+	m.reg.MustRegister(scheduleCollector{stats: stats})
 }

@@ -2,15 +2,10 @@ package metrics
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/dispatcher"
@@ -23,21 +18,8 @@ import (
 func TestRateLimitSeries(t *testing.T) {
 	reg, host := memRegistryAndConsumer(t, "ACK")
 	// One token per 1000 s: the first push goes, the second waits.
-	set, err := dispatcher.SetOf(dispatcher.New("slow", host, dispatcher.MustPattern("t.*")).WithRateLimit(0.001, 0),
-		dispatcher.New("free", host, dispatcher.MustPattern("t.*")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := dispatcher.Options{}
-	sender := dispatcher.NewHTTPSender(opts)
-	defer sender.CloseIdleConnections()
-	mgr := dispatcher.NewManager(set, dispatcher.RegistrySource(reg), sender, opts, zaptest.NewLogger(t))
-	if err := mgr.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer mgr.Stop(context.Background())
-	m := New()
-	m.WatchDispatchers(mgr, reg)
+	mgr, scrape := watchedManager(t, reg, dispatcher.Options{},
+		dispatcher.New("slow", host, dispatcher.MustPattern("t.*")).WithRateLimit(0.001, 0), dispatcher.New("free", host, dispatcher.MustPattern("t.*")))
 	for _, topic := range []string{"t.a", "t.b"} {
 		for range 2 {
 			if _, _, err := reg.Publish(context.Background(), topic, [][]byte{[]byte(`{"topic":{"name":"` + topic + `"},"content":1}`)}, contract.Durable); err != nil {
@@ -45,30 +27,9 @@ func TestRateLimitSeries(t *testing.T) {
 			}
 		}
 	}
-	scrape := func() string {
-		rec := httptest.NewRecorder()
-		m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		return rec.Body.String()
-	}
 	waitFor := func(want ...string) string {
 		t.Helper()
-		var s string
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			s = scrape()
-			missing := ""
-			for _, w := range want {
-				if !strings.Contains(s, w) {
-					missing = w
-					break
-				}
-			}
-			if missing == "" {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q in:\n%s", missing, s)
-			}
-		}
+		return scrapedWith(t, scrape, want...)
 	}
 	// Two topics, one bucket of 1: one message pushed in all, each
 	// worker holding its next push.

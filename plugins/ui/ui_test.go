@@ -577,3 +577,60 @@ func TestStatusPageShowsBreakerAndAutoPause(t *testing.T) {
 	assert.Contains(t, metrics, `mmmq_dispatch_breaker_state{dispatcher="guarded"} 1`)
 	assert.Contains(t, metrics, `mmmq_dispatch_paused{dispatcher="quitter",reason="auto"} 1`)
 }
+
+// A seek with a rate shows on the dispatcher's row: "replay at 0.001/s
+// until offset 2, 1 to go"; a seek without one takes it away.
+func TestStatusPageShowsReplayRate(t *testing.T) {
+	ack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"acknowledgement":"ACK"}`)
+	}))
+	t.Cleanup(ack.Close)
+	up := ack.URL
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "orders.new", "content": 1})
+	b.publish(map[string]any{"topic": "orders.new", "content": 2})
+	resp, out := b.do(http.MethodPost, "/mmmq/dispatchers", fmt.Sprintf(`{"name":"replayer","host":%q,"patterns":["orders.*"]}`, up))
+	require.Equal(t, 201, resp.StatusCode, out)
+	require.Eventually(t, func() bool {
+		_, st := b.do(http.MethodGet, "/mmmq/dispatchers/replayer", "")
+		return strings.Contains(st, `"committed":2`)
+	}, 10*time.Second, 20*time.Millisecond)
+	resp, out = b.do(http.MethodPost, "/mmmq/dispatchers/replayer/seek", `{"to":"earliest","rate":0.001}`)
+	require.Equal(t, 200, resp.StatusCode, out)
+	require.Eventually(t, func() bool {
+		_, page := b.do(http.MethodGet, "/ui/", "")
+		return strings.Contains(page, `<span class="replay">replay at 0.001/s until offset 2, 1 to go</span>`)
+	}, 10*time.Second, 50*time.Millisecond, "the row shows the replay rate once the first message went")
+	resp, out = b.do(http.MethodPost, "/mmmq/dispatchers/replayer/seek", `{"to":"latest"}`)
+	require.Equal(t, 200, resp.StatusCode, out)
+	_, page := b.do(http.MethodGet, "/ui/", "")
+	assert.NotContains(t, page, `class="replay"`)
+}
+
+// A dispatcher with adaptive-concurrency aimd and a consumer answering
+// 429: its row shows the limit lowered under its max-in-flight; the
+// metrics carry the limit and the decreases.
+func TestStatusPageShowsConcurrency(t *testing.T) {
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(busy.Close)
+	b := startBroker(t, testConfig(t))
+	b.publish(map[string]any{"topic": "orders.new", "content": 1})
+	resp, out := b.do(http.MethodPost, "/mmmq/dispatchers",
+		fmt.Sprintf(`{"name":"adaptive","host":%q,"patterns":["orders.*"],"max-in-flight":4,"ordering":"none","adaptive-concurrency":"aimd"}`, busy.URL))
+	require.Equal(t, 201, resp.StatusCode, out)
+	limit := regexp.MustCompile(`<small class="concurrency">concurrency ([0-9]+)/4, [0-9]+ in flight</small>`)
+	require.Eventually(t, func() bool {
+		_, page := b.do(http.MethodGet, "/ui/", "")
+		m := limit.FindStringSubmatch(page)
+		return m != nil && m[1] != "4"
+	}, 10*time.Second, 50*time.Millisecond, "the row shows the limit lowered under 4")
+	_, metrics := b.do(http.MethodGet, "/metrics", "")
+	assert.Regexp(t, `mmmq_dispatch_concurrency_limit\{dispatcher="adaptive"\} [1-3]\n`, metrics)
+	assert.Regexp(t, `mmmq_dispatch_concurrency_decreases_total\{dispatcher="adaptive"\} [1-9]`, metrics)
+	assert.Contains(t, metrics, `mmmq_dispatch_concurrency_in_flight{dispatcher="adaptive"}`)
+}

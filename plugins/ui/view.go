@@ -15,6 +15,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/admin"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/dispatcher"
 	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
@@ -63,6 +64,9 @@ type dispatcherView struct {
 	// off); BreakerOpen says it is not closed.
 	Breaker     string
 	BreakerOpen bool
+	// Concurrency is its adaptive concurrency limit in a few words (""
+	// when off).
+	Concurrency string
 	// PausedBy says who paused it and when ("" when not paused).
 	PausedBy string
 	Paused   bool
@@ -78,8 +82,11 @@ type dispatcherRow struct {
 	// Keys is the ordering-key state under ordering "key": keys in
 	// flight, parked keys (the oldest named), the window's fill.
 	Keys string
-	Lag  int64
-	Dead uint64
+	// Replay is the replay rate of a seek or redrive with a rate, in a
+	// few words ("" when none).
+	Replay string
+	Lag    int64
+	Dead   uint64
 }
 
 // groupRow is one consumer group of the Consumer groups section.
@@ -101,6 +108,16 @@ func keysText(k *admin.KeyStatus, now time.Time) string {
 		s += fmt.Sprintf(" held by %q", *k.HeldBy)
 	}
 	return s
+}
+
+// replayText is a topic's replay rate in a few words: "replay at 50/s
+// until offset 12345, 345 to go" (to go: until minus the checkpoint).
+func replayText(r *dispatcher.Replay, committed int64) string {
+	s := "replay at " + strconv.FormatFloat(r.Rate, 'f', -1, 64) + "/s"
+	if r.Until == math.MaxInt64 {
+		return s + " (a redrive is publishing)"
+	}
+	return s + fmt.Sprintf(" until offset %d, %d to go", r.Until, max(0, r.Until-committed))
 }
 
 // overview builds the Overview section from c.
@@ -177,6 +194,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 				v.PausedBy += ", " + age(max(0, c.now.Sub(*st.PausedAt))) + " ago"
 			}
 		}
+		if cc := st.Concurrency; cc != nil {
+			v.Concurrency = fmt.Sprintf("concurrency %d/%d, %d in flight", cc.Limit, cc.Max, cc.InFlight)
+		}
 		if br := st.Breaker; br != nil {
 			v.Breaker, v.BreakerOpen = "breaker "+string(br.State), br.State != "closed"
 			if br.NextProbe != nil {
@@ -199,6 +219,9 @@ func (u *UI) dispatcherViews(c *collected, may func(string) bool) []dispatcherVi
 			}
 			if k := t.Keys; k != nil {
 				row.Keys = keysText(k, c.now)
+			}
+			if r := t.Replay; r != nil {
+				row.Replay = replayText(r, t.Committed)
 			}
 			v.Rows = append(v.Rows, row)
 		}
