@@ -45,6 +45,7 @@ import (
 	"github.com/mmmq/mmmq/modules/schedule"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/topicqueue"
+	"github.com/mmmq/mmmq/modules/tracing"
 	"github.com/mmmq/mmmq/plugins/configdispatchers"
 	"github.com/mmmq/mmmq/plugins/jetstream"
 	"github.com/mmmq/mmmq/plugins/lineproto"
@@ -60,6 +61,7 @@ const StopTimeout = 90 * time.Second
 const (
 	Config            = "config"
 	Logging           = "logging"
+	Tracing           = "tracing"
 	Storage           = "storage"
 	TopicQueue        = "topicqueue"
 	JetStream         = "jetstream"
@@ -103,6 +105,7 @@ func defaults() []module {
 	return []module{
 		{Config, config.Module},
 		{Logging, logging.Module},
+		{Tracing, tracing.Module}, // OpenTelemetry spans; off unless mmmq.tracing.exporter is set
 		{Storage, storage.Module},
 		{JetStream, jetstream.Module}, // the JetStream storage backend; connects only with mmmq.broker.storage.backend: jetstream
 		{TopicQueue, topicqueue.Module},

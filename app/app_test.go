@@ -114,6 +114,10 @@ func startBroker(t *testing.T, cfg *config.Config, opts ...fx.Option) (*fxtest.A
 	var srv *httpapi.Server
 	ta := fxtest.New(t, app.Options(append([]fx.Option{config.Supply(cfg), fx.Populate(&srv)}, opts...)...))
 	ta.RequireStart()
+	// A test that fails before its own stop still stops its broker before
+	// its data root is removed (cleanups run last-registered first; a
+	// second stop does nothing).
+	t.Cleanup(func() { _ = ta.Stop(context.Background()) })
 	return ta, "http://" + srv.Addr()
 }
 

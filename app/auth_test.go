@@ -166,6 +166,8 @@ func authRoutes(session *string) []routeCase {
 		{"POST", "/mmmq/dispatchers/{name}/resume", "/mmmq/dispatchers/d1/resume", nil, nil, contract.ActionAdmin, 200},
 		{"POST", "/mmmq/dispatchers/{name}/redrive", "/mmmq/dispatchers/d1/redrive", nil, nil, contract.ActionAdmin, 200},
 		{"DELETE", "/mmmq/dispatchers/{name}", "/mmmq/dispatchers/d1", nil, nil, contract.ActionAdmin, 200},
+		// The listing of pending scheduled messages: the read action.
+		{"GET", "/topics/{topic}/scheduled", "/topics/order.new/scheduled", nil, nil, contract.ActionRead, 200},
 		// No such scheduled message: 404, past authorization.
 		{"DELETE", "/topics/{topic}/scheduled/{scheduleId}", "/topics/order.new/scheduled/1-0000000000000000", nil, nil, contract.ActionPublish, 404},
 		// A topic that has not failed: 409 TOPIC_NOT_FAILED, past authorization.
@@ -175,8 +177,13 @@ func authRoutes(session *string) []routeCase {
 		{"GET", "/healthz", "/healthz", nil, nil, "", 200},
 		{"GET", "/readyz", "/readyz", nil, nil, "", 200},
 		{"GET", "/openapi.yaml", "/openapi.yaml", nil, nil, "", 200},
+		{"GET", "/.well-known/mmmq/webhook-keys", "/.well-known/mmmq/webhook-keys", nil, nil, anyToken, 200},
 	}
 }
+
+// anyToken is the action of a route that any valid token may call,
+// whatever its permissions (401 without one).
+const anyToken contract.Action = "(any valid token)"
 
 // authConfig has an "all" entry, and for each action an "only-<action>"
 // and a "no-<action>" entry (every other action).
@@ -250,6 +257,13 @@ func TestEveryRouteNeedsItsPermission(t *testing.T) {
 			for _, tok := range []string{"", wrong, ts["no-read"], ts["all"]} {
 				st, _, out := b.do(rc.method, rc.path, tok, "")
 				assert.Equal(t, rc.want, st, "%s with token %v: %s", name, tok != "", out)
+			}
+			continue
+		}
+		if rc.action == anyToken {
+			for tok, want := range map[string]int{"": 401, wrong: 401, ts["no-read"]: rc.want, ts["only-publish"]: rc.want} {
+				st, _, out := b.do(rc.method, rc.path, tok, "")
+				assert.Equal(t, want, st, "%s with token %v: %s", name, tok != "", out)
 			}
 			continue
 		}

@@ -145,6 +145,8 @@ func TestStockSectionsInvalidValuesNameKey(t *testing.T) {
 		{"profiling addr", "mmmq: {profiling: {addr: 'localhost'}}", "mmmq.profiling.addr"},
 		{"profiling port", "mmmq: {profiling: {addr: '127.0.0.1:70000'}}", "mmmq.profiling.addr"},
 		{"unknown key", "mmmq: {profiling: {adr: x}}", "mmmq.profiling.adr"},
+		{"schedule budget low", "mmmq: {broker: {schedule: {memory-budget: 1000}}}", "mmmq.broker.schedule.memory-budget"},
+		{"schedule budget high", "mmmq: {broker: {schedule: {memory-budget: 99999999999999}}}", "mmmq.broker.schedule.memory-budget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadStock(t, tc.yaml)

@@ -554,6 +554,8 @@ func TestOpenAPIValidatesRealExchanges(t *testing.T) {
 	assert.Equal(t, "dead-letter.workers", redriven["deadLetterTopic"])
 	c.do(exchange{method: "POST", path: workers + "/redrive", status: 200})
 	c.do(exchange{method: "POST", path: workers + "/redrive", body: `{"from":"x"}`, status: 400, invalid: true})
+	// A replay rate is a dispatcher's: a group's redrive refuses it.
+	c.do(exchange{method: "POST", path: workers + "/redrive", body: `{"rate":5}`, status: 400, invalid: true})
 	c.do(exchange{method: "DELETE", path: workers + "/session", header: h1, status: 200})
 	c.do(exchange{method: "DELETE", path: workers + "/session", header: h2, status: 200})
 
@@ -659,6 +661,19 @@ func TestOpenAPIValidatesDispatcherExchanges(t *testing.T) {
 	inREADME(`-d '` + seek + `'`)
 	sought = c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/seek", body: seek, status: 200}).json(t)
 	assert.Len(t, sought["topics"], 1)
+	// A seek at a rate (one message per 1000 s: the replay stays): the
+	// answer and GET show it; a seek without a rate clears it.
+	paced := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/seek", body: `{"to":"earliest","rate":0.001}`, status: 200}).json(t)
+	wantReplay := map[string]any{"rate": 0.001, "from": 0.0, "until": 3.0}
+	assert.Equal(t, wantReplay, paced["topics"].([]any)[0].(map[string]any)["replay"])
+	assert.Equal(t, wantReplay, c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)["topics"].([]any)[0].(map[string]any)["replay"])
+	for _, body := range []string{`{"to":0,"rate":0}`, `{"to":0,"rate":-5}`, `{"to":0,"rate":1000001}`, `{"to":0,"rate":"50"}`} {
+		bad := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/seek", body: body, status: 400, invalid: true}).json(t)
+		assert.Contains(t, bad["error"], `"rate"`, body)
+	}
+	cleared := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/seek", body: `{"to":"latest"}`, status: 200}).json(t)
+	assert.Nil(t, cleared["topics"].([]any)[0].(map[string]any)["replay"])
+	assert.Nil(t, c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)["topics"].([]any)[0].(map[string]any)["replay"])
 	nothing := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/seek", body: `{"topic":"pay.*","to":"latest"}`, status: 404}).json(t)
 	assert.Contains(t, nothing["error"], "nothing moved")
 
@@ -733,11 +748,15 @@ func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
 	}
 
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	const signingKey = "whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="
 	create := fmt.Sprintf(`{"name":"billing","host":%q,"patterns":["order.**"],"ack-mode":"body","max-abnormal-attempts":5,`+
-		`"max-abnormal-duration":"1h","backoff-jitter":true,"signing-secrets":[%q],"headers":{"Authorization":"Bearer 0123456789"},`+
-		`"max-in-flight":2,"batch":{"max-messages":2,"max-wait":"10ms"},"rate-limit":1000}`, nack.URL, secret)
+		`"max-abnormal-duration":"1h","backoff-jitter":true,"signing-secrets":[%q],"signing-keys":[%q],"headers":{"Authorization":"Bearer 0123456789"},`+
+		`"max-in-flight":2,"batch":{"max-messages":2,"max-wait":"10ms"},"rate-limit":1000}`, nack.URL, secret, signingKey)
 	created := c.do(exchange{method: "POST", path: "/mmmq/dispatchers", body: create, status: 201})
 	assert.NotContains(t, string(created.body), "MfKQ9r8G")
+	assert.NotContains(t, string(created.body), "VEVTVFNJR05J")
+	keys := c.do(exchange{method: "GET", path: "/.well-known/mmmq/webhook-keys", status: 200})
+	assert.JSONEq(t, `{"keys":[{"dispatcher":"billing","kid":"808d1060236c20d2","alg":"ed25519","key":"whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g="}]}`, string(keys.body))
 	assert.NotContains(t, string(created.body), "0123456789")
 	var st map[string]any
 	require.Eventually(t, func() bool {
@@ -772,6 +791,16 @@ func TestOpenAPIValidatesDeadLetterExchanges(t *testing.T) {
 	assert.Len(t, page["messages"], 3, "the three dead letters are in their topic again")
 	all := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", status: 200}).json(t)
 	assert.Equal(t, 3.0, all["to"])
+	// At a rate: the answer names the replay of order.created (the
+	// dispatcher is paused: it stays).
+	paced := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: `{"rate":0.5}`, status: 200}).json(t)
+	assert.Equal(t, []any{map[string]any{"topic": "order.created", "rate": 0.5, "from": 9.0, "until": 12.0}}, paced["replay"])
+	replays := c.do(exchange{method: "GET", path: "/mmmq/dispatchers/billing", status: 200}).json(t)["topics"].([]any)[0].(map[string]any)
+	assert.Equal(t, map[string]any{"rate": 0.5, "from": 9.0, "until": 12.0}, replays["replay"])
+	for _, body := range []string{`{"rate":0}`, `{"rate":2000000}`, `{"rate":"x"}`} {
+		bad := c.do(exchange{method: "POST", path: "/mmmq/dispatchers/billing/redrive", body: body, status: 400, invalid: true}).json(t)
+		assert.Contains(t, bad["error"], `"rate"`, body)
+	}
 
 	// Errors; the document refuses the bad bodies too.
 	for _, body := range []string{`{"from":-1}`, `{"to":1.5}`, `{"from":"0"}`, `{"from":0,"count":1}`, `[]`} {
@@ -836,7 +865,7 @@ func TestOpenAPIValidatesREADMEAnswers(t *testing.T) {
 		{"POST", "/messages", 200, `{"acknowledgement":"ACK","topic":"t","offset":17,"level":"DURABLE","id":"evt-1","duplicate":true}`},
 		{"POST", "/topics/order.created/groups/billing/ack", 200, `{"topic":"order.created","group":"billing","committed":1}`},
 		{"POST", "/topics/order.created/groups/billing/seek", 200, `{"topic":"order.created","group":"billing","committed":42,"previous":57}`},
-		{"DELETE", "/topics/t", 200, `{"topic":"t","deleted":true}`},
+		{"DELETE", "/topics/t", 200, `{"topic":"t","deleted":true,"scheduledDropped":0}`},
 		{"POST", "/topics/order.created/reopen", 200, `{"topic":"order.created","highWatermark":17,"reopened":true}`},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -858,7 +887,8 @@ func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 	// Every delivery setting, as the broker shows it: secrets and header
 	// values redacted.
 	const delivery = `,"ack-mode":"status","max-abnormal-attempts":3,"max-abnormal-duration":"1m0s","backoff-jitter":true,` +
-		`"signing-secrets":["whsec_\u2026(redacted, fingerprint f74e1720)"],"headers":{"Authorization":"(redacted)"},"cloudevents":true,` +
+		`"signing-secrets":["whsec_\u2026(redacted, fingerprint f74e1720)"],"signing-keys":["whsk_\u2026(redacted, kid 808d1060236c20d2)"],` +
+		`"headers":{"Authorization":"(redacted)"},"cloudevents":true,` +
 		`"batch":{"max-messages":10,"max-bytes":1048576,"max-wait":"50ms"}`
 	const redriven = `{"deadLetterTopic":"dead-letter.billing","from":0,"to":3,"next":3,"redriven":[{"deadLetterOffset":0,"topic":"order.created","offset":7}],"skipped":[{"offset":1,"reason":"not a dead letter"}]}`
 	for _, tc := range []struct {
@@ -875,6 +905,11 @@ func TestOpenAPIAdminSchemasAreStrict(t *testing.T) {
 		{"listed with an invalid dead-letter topic", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"dead-letter.billing"`, `"a..b"`, 1) + `,"source":"api"}]}`, false},
 		{"listed with an unknown ack-mode", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, `"body"`, `"json"`, 1) + `,"source":"api"}]}`, false},
 		{"listed with a signing secret shown", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"signing-secrets":["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],"source":"api"}]}`, false},
+		{"webhook keys", "GET", "/.well-known/mmmq/webhook-keys", 200, `{"keys":[{"dispatcher":"billing","kid":"808d1060236c20d2","alg":"ed25519","key":"whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g="}]}`, true},
+		{"no webhook keys", "GET", "/.well-known/mmmq/webhook-keys", 200, `{"keys":[]}`, true},
+		{"webhook keys with a private key", "GET", "/.well-known/mmmq/webhook-keys", 200, `{"keys":[{"dispatcher":"billing","kid":"808d1060236c20d2","alg":"ed25519","key":"whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="}]}`, false},
+		{"webhook keys of another alg", "GET", "/.well-known/mmmq/webhook-keys", 200, `{"keys":[{"dispatcher":"billing","kid":"808d1060236c20d2","alg":"rsa","key":"whpk_ZlN4eg7dSSqi0moX9hQUk3orrOouK3QVQSlJa248c/g="}]}`, false},
+		{"listed with a signing key shown", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"signing-keys":["whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk="],"source":"api"}]}`, false},
 		{"listed with a header value shown", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"headers":{"Authorization":"Bearer x"},"source":"api"}]}`, false},
 		{"listed with backoff-jitter false", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + disp + `,"backoff-jitter":false,"source":"api"}]}`, false},
 		{"listed with tls", "GET", "/mmmq/dispatchers", 200, `{"dispatchers":[{` + strings.Replace(disp, "http://", "https://", 1) + `,"tls":{"ca-file":"/etc/mmmq/ca.pem","cert-file":"/etc/mmmq/c.pem","key-file":"/etc/mmmq/k.pem","server-name":"b","insecure-skip-verify":true},"source":"api"}]}`, true},

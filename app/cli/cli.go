@@ -6,7 +6,7 @@
 //	NAME verify [--root DIR] [--repair] [--json]  offline check of every topic; exit 3 on corruption
 //	NAME dump --topic T [--root DIR] [--from N] [--count K]
 //	NAME dispatchers list|get|create|update|delete|pause|resume|seek|redrive ...   a running broker's dispatchers
-//	NAME topics list|get NAME                                            a running broker's topics and groups
+//	NAME topics list|get|scheduled NAME                                  a running broker's topics, groups, scheduled messages
 //	NAME token new                      print a fresh bearer token and its token-sha256
 //	NAME bench ...                      the load tool (app/loadgen)
 //	NAME version
@@ -169,8 +169,8 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
   %sadd or change one (flags or --file FILE)
   %s dispatchers delete NAME [--delete-checkpoints]
   %s dispatchers pause|resume NAME
-  %s dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN]
-  %s dispatchers redrive NAME [--from N] [--to N]
+  %s dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [--rate N]
+  %s dispatchers redrive NAME [--from N] [--to N] [--rate N]
                                         publish its dead letters to their topics again
   %sthe topics; one with its consumer groups
                                         (%s dispatchers --help, %s topics --help)
@@ -181,7 +181,7 @@ Against a running broker (--server URL, default $MMMQ_SERVER, else http://localh
   %s version
 `, pad(prog+" config check [--config FILE]"), prog+" verify", prog,
 		pad(prog+" dispatchers list|get NAME"), pad(prog+" dispatchers create --name NAME | update NAME"), prog, prog, prog, prog,
-		pad(prog+" topics list|get NAME"), prog, prog,
+		pad(prog+" topics list|get|scheduled NAME"), prog, prog,
 		pad(prog+" token new"), prog, prog, prog)
 	io.WriteString(w, b.String())
 }

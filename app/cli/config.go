@@ -37,8 +37,8 @@ ignored Kubernetes service-link variables and the warnings. Secrets are
 never printed: a dispatcher's signing-secrets show as their redacted form
 (with the key's fingerprint), its headers with every value "(redacted)".
 
-Exit codes: 0 valid; 1 invalid (one line on stderr, as serve prints it);
-2 bad usage.
+Exit codes: 0 valid; 1 invalid (one line on stderr, "mmmq config check:
+FILE: " and the reason serve gives after "startup failed:"); 2 bad usage.
 
 Flags:
   --config FILE   YAML config file (default configs/mmmq.yaml when present)
@@ -90,32 +90,36 @@ func configCheck(args []string) int {
 		return 2
 	}
 	// The options serve passes to config.Load.
-	eff, err := config.LoadEffective(loadOptions(*cfgPath))
+	opts := loadOptions(*cfgPath)
+	// An invalid configuration is a check result, "<prog> config check:
+	// <file>: <what serve would say after 'startup failed:'>".
+	invalid := prog + " config check: " + checkedFile(opts) + ":"
+	eff, err := config.LoadEffective(opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
+		fmt.Fprintln(os.Stderr, invalid, OneLine(err))
 		return 1
 	}
 	// What serve checks against this process's open-file limit, too.
 	limit, _ := contract.OpenFileLimit()
 	if err := storage.CheckMaxOpenSegments(config.SectionValue(eff.Config, topicqueue.StorageSection).MaxOpenSegments, limit); err != nil {
-		fmt.Fprintln(os.Stderr, prog+": startup failed:", err)
+		fmt.Fprintln(os.Stderr, invalid, err)
 		return 1
 	}
 	// What serve's configdispatchers plugin builds: ack-mode, headers,
 	// signing secrets, the dead-letter topic and the other delivery
 	// settings are checked there, not by config.Load.
 	if _, err := configdispatchers.Build(config.SectionValue(eff.Config, configdispatchers.Section)); err != nil {
-		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
+		fmt.Fprintln(os.Stderr, invalid, OneLine(err))
 		return 1
 	}
 	// The files serve reads at startup: token files and the TLS
 	// certificates, keys and client CAs.
 	if _, err := auth.New(config.SectionValue(eff.Config, auth.ConfigSection), nil, nil); err != nil {
-		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
+		fmt.Fprintln(os.Stderr, invalid, OneLine(err))
 		return 1
 	}
 	if _, err := servertls.New(eff.Config.Server.TLS, "http"); err != nil {
-		fmt.Fprintln(os.Stderr, prog+": startup failed:", OneLine(err))
+		fmt.Fprintln(os.Stderr, invalid, OneLine(err))
 		return 1
 	}
 	var notes []string
@@ -128,6 +132,16 @@ func configCheck(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// checkedFile names the configuration file config check reads for opts,
+// as given, or "(no file)" when it reads none (built-in defaults and the
+// environment only).
+func checkedFile(opts config.LoadOptions) string {
+	if f := config.FileOf(opts); f != "" {
+		return f
+	}
+	return "(no file)"
 }
 
 // printEffective writes the file line, a KEY VALUE SOURCE table, one line
@@ -211,12 +225,13 @@ var overrideLimit = regexp.MustCompile(`^mmmq\.broker\.retention\.topics\[\d+\]\
 var deadLetterKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\])\.dead-letter$`)
 
 // secretKey matches the keys whose values are secrets: a dispatcher's
-// signing secrets and headers, the JetStream password and token.
-var secretKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\]\.(signing-secrets|headers)|mmmq\.jetstream\.(password|token))$`)
+// signing secrets, signing keys and headers, the JetStream password and
+// token, the tracing exporter's headers.
+var secretKey = regexp.MustCompile(`^(mmmq\.broker\.dispatchers\[\d+\]\.(signing-secrets|signing-keys|headers)|mmmq\.jetstream\.(password|token)|mmmq\.tracing\.headers)$`)
 
 // redact returns the value of key to print: a dispatcher's signing secrets
-// in their redacted form (webhooks.Secret's String, with the fingerprint of
-// the key), its headers with every value admin.RedactedValue, a password
+// and keys in their redacted form (webhooks.Secret's String, with the
+// fingerprint of the key; webhooks.SigningKey's, with its kid), its headers with every value admin.RedactedValue, a password
 // or token as admin.RedactedValue when set; any other key's value as it is.
 func redact(key string, v any) any {
 	if !secretKey.MatchString(key) {
@@ -234,6 +249,8 @@ func redact(key string, v any) any {
 			out[i] = admin.RedactedValue
 			if sec, err := webhooks.ParseSecret(s); err == nil {
 				out[i] = sec.String()
+			} else if k, err := webhooks.ParseSigningKey(s); err == nil {
+				out[i] = k.String()
 			}
 		}
 		return out

@@ -90,19 +90,21 @@ func TestConfigCheckShowsInheritedRetention(t *testing.T) {
 func TestConfigCheckFailsAsServe(t *testing.T) {
 	bad := writeConfig(t, "mmmq: {broker: {segment: {max-bytes: 12}}}\n")
 	code, out, errOut := captureAll(t, "config", "check", "--config", bad)
-	want := "mmmq: startup failed: config: mmmq.broker.segment.max-bytes: must be at least 1024; got 12\n"
+	reason := "config: mmmq.broker.segment.max-bytes: must be at least 1024; got 12\n"
+	want := "mmmq config check: " + bad + ": " + reason
 	if code != 1 || out != "" || errOut != want {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want 1, nothing, %q", code, out, errOut, want)
 	}
-	if code, _, serveErr := captureAll(t, "serve", "--config", bad); code != 1 || serveErr != errOut {
+	if code, _, serveErr := captureAll(t, "serve", "--config", bad); code != 1 || serveErr != "mmmq: startup failed: "+reason {
 		t.Fatalf("serve: exit %d, stderr %q; config check said %q", code, serveErr, errOut)
 	}
 
 	// The same environment as serve: a service link in a real key.
 	t.Setenv("MMMQ_SERVER_PORT", "tcp://10.0.0.2:8080")
-	code, out, errOut = captureAll(t, "config", "check", "--config", writeConfig(t, ""))
+	empty := writeConfig(t, "")
+	code, out, errOut = captureAll(t, "config", "check", "--config", empty)
 	if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
-		!strings.HasPrefix(errOut, "mmmq: startup failed: config: server.port: ") ||
+		!strings.HasPrefix(errOut, "mmmq config check: "+empty+": config: server.port: ") ||
 		!strings.Contains(errOut, "enableServiceLinks: false") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -112,15 +114,27 @@ func TestConfigCheckFailsAsServe(t *testing.T) {
 	t.Setenv("MMMQ_SERVER_PORT", "")
 	os.Unsetenv("MMMQ_SERVER_PORT")
 	t.Setenv("MMMQ_BROKER_STORAGE_MAX_OPEN_SEGMENTS", "100000000")
-	code, out, errOut = captureAll(t, "config", "check", "--config", writeConfig(t, ""))
-	if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: mmmq.broker.storage.max-open-segments: 100000000 segments need") {
+	code, out, errOut = captureAll(t, "config", "check", "--config", empty)
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq config check: "+empty+": mmmq.broker.storage.max-open-segments: 100000000 segments need") {
 		t.Fatalf("max-open-segments over the limit: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	os.Unsetenv("MMMQ_BROKER_STORAGE_MAX_OPEN_SEGMENTS")
 
+	// No file at all (no --config, no $MMMQ_CONFIG, no configs/mmmq.yaml
+	// here): the built-in defaults and the environment are what failed.
+	t.Chdir(t.TempDir())
+	t.Setenv("MMMQ_CONFIG", "")
+	t.Setenv("MMMQ_BROKER_SEGMENT_MAX_BYTES", "12")
+	code, out, errOut = captureAll(t, "config", "check")
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq config check: (no file): config: mmmq.broker.segment.max-bytes: ") {
+		t.Fatalf("no file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	os.Unsetenv("MMMQ_BROKER_SEGMENT_MAX_BYTES")
+
 	// A missing explicit file.
-	code, _, errOut = captureAll(t, "config", "check", "--config", filepath.Join(t.TempDir(), "absent.yaml"))
-	if code != 1 || !strings.HasPrefix(errOut, "mmmq: startup failed: config: open ") {
+	absent := filepath.Join(t.TempDir(), "absent.yaml")
+	code, _, errOut = captureAll(t, "config", "check", "--config", absent)
+	if code != 1 || !strings.HasPrefix(errOut, "mmmq config check: "+absent+": config: open ") {
 		t.Fatalf("missing file: exit %d, stderr %q", code, errOut)
 	}
 }
@@ -189,13 +203,14 @@ func TestConfigCheckBuildsDispatchers(t *testing.T) {
 			cfg := dispatcherConfig(t, tc.extra)
 			code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
 			if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
-				!strings.HasPrefix(errOut, "mmmq: startup failed: config: mmmq.broker.dispatchers[0]") || !strings.Contains(errOut, tc.says) {
+				!strings.HasPrefix(errOut, "mmmq config check: "+cfg+": config: mmmq.broker.dispatchers[0]") || !strings.Contains(errOut, tc.says) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 and one line saying %q", code, out, errOut, tc.says)
 			}
 			if strings.Contains(errOut, "MfKQ9r8G") || strings.Contains(errOut, "dG9vc2hvcnQ") {
 				t.Fatalf("the error shows a secret: %q", errOut)
 			}
-			if code, _, serveErr := captureAll(t, "serve", "--config", cfg); code != 1 || serveErr != errOut {
+			if code, _, serveErr := captureAll(t, "serve", "--config", cfg); code != 1 ||
+				serveErr != "mmmq: startup failed: "+strings.TrimPrefix(errOut, "mmmq config check: "+cfg+": ") {
 				t.Fatalf("serve: exit %d, stderr %q; config check said %q", code, serveErr, errOut)
 			}
 		})
@@ -208,18 +223,20 @@ func TestConfigCheckBuildsDispatchers(t *testing.T) {
 // shows the default topic.
 func TestConfigCheckRedactsSecrets(t *testing.T) {
 	cfg := dispatcherConfig(t, "        signing-secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"+
+		"        signing-keys: [\"whsk_VEVTVFNJR05JTkdLRVlET05PVFVTRVRISVNGT1JBTlk=\"]\n"+
 		"        headers: {Authorization: \"Bearer s3cret-token\", X-Team: billing}\n")
 	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
-	for _, secret := range []string{"MfKQ9r8G", "s3cret-token", "billing"} {
+	for _, secret := range []string{"MfKQ9r8G", "VEVTVFNJR05J", "s3cret-token", "billing"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config check prints %q:\n%s", secret, out)
 		}
 	}
 	for key, want := range map[string]string{
 		"mmmq.broker.dispatchers[0].signing-secrets": "[\"whsec_\u2026(redacted, fingerprint f74e1720)\"] " + cfg,
+		"mmmq.broker.dispatchers[0].signing-keys":    "[\"whsk_\u2026(redacted, kid 808d1060236c20d2)\"] " + cfg,
 		"mmmq.broker.dispatchers[0].headers":         `{Authorization: "(redacted)", X-Team: "(redacted)"} ` + cfg,
 		"mmmq.broker.dispatchers[0].dead-letter":     `"dead-letter.d" default`,
 		"mmmq.broker.dispatchers[0].ack-mode":        `"body" default`,
@@ -248,7 +265,7 @@ func TestConfigCheckReadsTokenAndTLSFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			code, out, errOut := captureAll(t, "config", "check", "--config", path)
-			if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq: startup failed: config: "+tc.says) {
+			if code != 1 || out != "" || !strings.HasPrefix(errOut, "mmmq config check: "+path+": config: "+tc.says) {
 				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1 saying %q", code, out, errOut, tc.says)
 			}
 		})
@@ -307,4 +324,23 @@ func settingLine(out, key string) string {
 		}
 	}
 	return ""
+}
+
+// The tracing exporter's headers are secrets too (a collector's
+// authorization): config check shows their names only.
+func TestConfigCheckRedactsTracingHeaders(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "tracing.yaml")
+	if err := os.WriteFile(cfg, []byte("mmmq:\n  tracing:\n    exporter: otlp-http\n    headers: {authorization: \"Bearer s3cr3t-token\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := captureAll(t, "config", "check", "--config", cfg)
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	if strings.Contains(out, "s3cr3t") {
+		t.Errorf("config check prints the header's value:\n%s", out)
+	}
+	if want := `mmmq.tracing.headers {authorization: "(redacted)"} ` + cfg; settingLine(out, "mmmq.tracing.headers") != want {
+		t.Errorf("line %q, want %q", settingLine(out, "mmmq.tracing.headers"), want)
+	}
 }

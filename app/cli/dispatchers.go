@@ -47,10 +47,10 @@ are never shown: get and list show them redacted.`,
 				brief: "Stop delivering until resumed (every pause is kept across restarts, in paused.json)."},
 			{name: "resume", synopsis: "NAME [flags]", run: dispatchersPause(false),
 				brief: "Deliver again, from the checkpoints."},
-			{name: "seek", synopsis: "NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [flags]", run: dispatchersSeek,
+			{name: "seek", synopsis: "NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [--rate N] [flags]", run: dispatchersSeek,
 				brief: "Move the dispatcher's checkpoints, backwards too.",
 				about: seekAbout},
-			{name: "redrive", synopsis: "NAME [--from N] [--to N] [flags]", run: dispatchersRedrive,
+			{name: "redrive", synopsis: "NAME [--from N] [--to N] [--rate N] [flags]", run: dispatchersRedrive,
 				brief: "Publish the dispatcher's dead letters to their original topics again.",
 				about: redriveAbout},
 		}}
@@ -64,13 +64,14 @@ input), as the JSON body of the admin API:
    "path":"/mmmq/messages","timeout":"30s",
    "commit":{"policy":"interval","interval":"1s","max-count":1000},"start":"earliest",
    "dead-letter":"dead-letter.billing","expired":"skip","ack-mode":"body","max-abnormal-attempts":0,
-   "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],
+   "max-abnormal-duration":"0s","backoff-jitter":false,"signing-secrets":["whsec_..."],"signing-keys":["whsk_..."],
    "headers":{"Authorization":"Bearer ..."},"cloudevents":false,"max-in-flight":8,"ordering":"key","max-unacked":100000,
-   "rate-limit":50,"rate-burst":100,"breaker-failures":5,"breaker-cooloff":"1s","pause-after":"24h","batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
-Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets
-and header values are never shown back: a secret as whsec_` + "\u2026" + `(redacted, fingerprint ...),
+   "rate-limit":50,"rate-burst":100,"breaker-failures":5,"breaker-cooloff":"1s","pause-after":"24h","adaptive-concurrency":"aimd","batch":{"max-messages":100,"max-bytes":1048576,"max-wait":"0s"},"paused":false}
+Fields left out take the broker's defaults (mmmq.broker.dispatch). Signing secrets,
+signing keys and header values are never shown back: a secret as
+whsec_` + "\u2026" + `(redacted, fingerprint ...), a key as whsk_` + "\u2026" + `(redacted, kid ...),
 a header value as (redacted); sent back as shown (update, or a file made from
-get --json), they keep the current secret or value.`
+get --json), they keep the current secret, key or value.`
 
 // redriveAbout describes redrive.
 const redriveAbout = `Publishes the dead letters at offsets [--from, --to) of the dispatcher's
@@ -78,7 +79,13 @@ dead-letter topic (default: all of them) to the topics they were read from,
 durably, with fresh ids and an mmmq-redriven-from header; the dead letters stay.
 Redriving the same offsets twice publishes them twice. At most 10000 per call:
 when "next" is below "to", run it again with --from NEXT. A dispatcher whose
-dead letters are off is 409 NO_DEAD_LETTERS.`
+dead letters are off is 409 NO_DEAD_LETTERS.
+--rate N (messages per second, > 0, at most 1000000) paces the delivery, not the
+republishing: this dispatcher pushes each topic's redriven backlog at most N
+per second (over all those topics together) until its checkpoint reaches the
+topic's end as the redrive ended; "get" shows it (replay). Without --rate a
+redrive clears the replay rate of the topics it publishes into. Kept in
+memory: a pause and resume keep it, a broker restart drops it.`
 
 // seekAbout describes seek's --to.
 const seekAbout = `--to is where each topic's checkpoint goes:
@@ -90,7 +97,13 @@ const seekAbout = `--to is where each topic's checkpoint goes:
              the first message stored at or after it (the high watermark if none is)
   ts:MS      the same with the time in Unix milliseconds, e.g. ts:1767225600000
 --topic limits the seek to the topics matching a name or pattern (default: every
-topic the dispatcher delivers).`
+topic the dispatcher delivers).
+--rate N (messages per second, > 0, at most 1000000) replays each moved topic's
+backlog, from the new position to its high watermark as of the seek, at most N
+per second (over all the moved topics together), then goes at the normal speed;
+"get" shows it (replay). Without --rate a seek clears the replay rate of the
+topics it moves. Kept in memory: a pause and resume keep it, a broker restart
+drops it.`
 
 // dispatcherPath is the admin API path of the dispatcher name.
 func dispatcherPath(name string) string { return "/mmmq/dispatchers/" + url.PathEscape(name) }
@@ -124,7 +137,7 @@ func dispatchersGet(r *remote, args []string) int {
 			if st.Paused {
 				why = "paused, or " + why
 			}
-			return dispatcherBlock(st.Listed) + pauseBlock(st) + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + "\ntopics: none shown (" + why + ")\n"
+			return dispatcherBlock(st.Listed) + pauseBlock(st) + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + concurrencyBlock(st.Concurrency) + "\ntopics: none shown (" + why + ")\n"
 		}
 		rows := make([][]string, 0, len(st.Topics))
 		for _, t := range st.Topics {
@@ -137,8 +150,47 @@ func dispatchersGet(r *remote, args []string) int {
 		}
 		out := dispatcherBlock(st.Listed) + pauseBlock(st) + "\n" + table([]string{"TOPIC", "COMMITTED", "HIGH-WATERMARK", "LAG", "STATE",
 			"ATTEMPT", "DELIVERED", "EXHAUSTED", "DEAD-LETTERED", "OLDEST-UNACKED", "NEXT-RETRY", "LAST-ERROR"}, rows)
-		return out + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + keysBlock(st.Topics)
+		return out + rateBlock(st.RateLimit) + breakerBlock(st.Breaker) + concurrencyBlock(st.Concurrency) + replayBlock(st.Topics) + keysBlock(st.Topics)
 	})
+}
+
+// replayBlock lists the topics with a replay rate (a seek or redrive with
+// --rate); "" when none has one.
+func replayBlock(topics []admin.TopicStatus) string {
+	var b strings.Builder
+	for _, t := range topics {
+		if t.Replay != nil {
+			fmt.Fprintf(&b, "replay: %s %s\n", t.Topic, replayText(t.Replay))
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n" + b.String()
+}
+
+// replayText describes a replay in a few words.
+func replayText(r *dispatcher.Replay) string {
+	until := num(r.Until)
+	if r.Until == math.MaxInt64 {
+		until = "the end of the redrive (still publishing)"
+	}
+	return fmt.Sprintf("at %s messages/s, offsets %d until %s", strconv.FormatFloat(r.Rate, 'f', -1, 64), r.From, until)
+}
+
+// rateFlag adds --rate to r's flags; given reports, after parse, whether
+// it was on the command line and the value.
+func rateFlag(r *remote, what string) func() *float64 {
+	rate := r.fs.Float64("rate", 0, what+" at most this many messages per second (> 0; left out: no replay rate)")
+	return func() *float64 {
+		var given *float64
+		r.fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "rate" {
+				given = rate
+			}
+		})
+		return given
+	}
 }
 
 // dispatcherBlock shows one dispatcher as "key: value" lines (secrets and
@@ -160,14 +212,43 @@ func dispatcherBlock(d admin.Listed) string {
 		{"name", d.Name}, {"source", d.Source}, {"paused", yesNo(d.Paused)}, {"host", d.Host},
 		{"patterns", strings.Join(d.Patterns, ", ")}, {"path", orDash(d.Path)},
 		{"timeout", time.Duration(d.Timeout).String()}, {"commit", commitText(d.Commit)}, {"start", orDash(d.Start)},
-		{"dead-letter", deadLetter}, {"ack-mode", orDash(string(d.AckMode))}, {"abnormal-limit", abnormal},
+		{"dead-letter", deadLetter}, {"expired", expiredText(d.Expired)}, {"ack-mode", orDash(string(d.AckMode))}, {"abnormal-limit", abnormal},
 		{"backoff-jitter", yesNo(d.BackoffJitter)}, {"signing-secrets", orDash(strings.Join(d.SigningSecrets, ", "))},
+		{"signing-keys", orDash(strings.Join(d.SigningKeys, ", "))},
 		{"headers", orDash(strings.Join(headers, ", "))}, {"cloudevents", yesNo(d.CloudEvents)},
 		{"max-in-flight", num(d.MaxInFlight)}, {"ordering", orderingText(d.Settings)}, {"batch", batchText(d.Batch)},
 		{"rate-limit", rateText(d.Settings)},
 		{"breaker", breakerText(d.Settings)},
 		{"pause-after", pauseAfterText(d.Settings)},
+		{"adaptive-concurrency", concurrencyText(d.Settings)},
 	})
+}
+
+// expiredText describes an expired setting: what is done with a message
+// whose ttl ran out before its push.
+func expiredText(a dispatcher.ExpiredAction) string {
+	if a == dispatcher.ExpiredDeadLetter {
+		return "dead-letter (expired messages go to the dead-letter topic)"
+	}
+	return "skip (expired messages are counted and not pushed)"
+}
+
+// concurrencyText describes an adaptive-concurrency setting.
+func concurrencyText(s dispatcher.Settings) string {
+	if s.AdaptiveConcurrency != dispatcher.AdaptiveAIMD {
+		return "off"
+	}
+	return fmt.Sprintf("aimd: 1..%d pushes outstanding over its topics on this node", s.MaxInFlight)
+}
+
+// concurrencyBlock is the adaptive concurrency limit on the broker; ""
+// when it is off.
+func concurrencyBlock(c *admin.ConcurrencyStatus) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("\nconcurrency: limit %d of %d, %d in flight, lowered %d times, raised %d times, round trip %s\n",
+		c.Limit, c.Max, c.InFlight, c.Decreases, c.Increases, time.Duration(c.RTTSeconds*float64(time.Second)).Round(time.Microsecond))
 }
 
 // rateText describes a rate limit setting in a few words.
@@ -175,11 +256,11 @@ func rateText(s dispatcher.Settings) string {
 	if s.RateLimit <= 0 {
 		return "off"
 	}
-	burst := "default: " + num(max(1, int(math.Ceil(s.RateLimit))))
+	burst := num(max(1, int(math.Ceil(s.RateLimit)))) + " (default)"
 	if s.RateBurst > 0 {
 		burst = num(s.RateBurst)
 	}
-	return fmt.Sprintf("%s messages/s over its topics on this node, bursts of %s", strconv.FormatFloat(s.RateLimit, 'f', -1, 64), burst)
+	return fmt.Sprintf("%s messages/s over its topics on this node, burst %s", strconv.FormatFloat(s.RateLimit, 'f', -1, 64), burst)
 }
 
 // rateBlock is the rate limit's state on the broker: the topics waiting
@@ -367,6 +448,7 @@ func dispatchersPause(paused bool) func(r *remote, args []string) int {
 func dispatchersSeek(r *remote, args []string) int {
 	to := r.fs.String("to", "", "earliest, latest, an offset, an RFC 3339 time or ts:<unix ms> (required)")
 	topic := r.fs.String("topic", "", "only the topics matching this name or pattern (default: all it delivers)")
+	rate := rateFlag(r, "replay the backlog of each moved topic")
 	pos, code, ok := r.parse(args, "NAME")
 	if !ok {
 		return code
@@ -379,9 +461,10 @@ func dispatchersSeek(r *remote, args []string) int {
 		return r.usageError("%v", err)
 	}
 	body, _ := json.Marshal(struct {
-		Topic string `json:"topic,omitempty"`
-		To    any    `json:"to"`
-	}{*topic, target})
+		Topic string   `json:"topic,omitempty"`
+		To    any      `json:"to"`
+		Rate  *float64 `json:"rate,omitempty"`
+	}{*topic, target, rate()})
 	var out struct {
 		Name   string                  `json:"name"`
 		Topics []dispatcher.SeekResult `json:"topics"`
@@ -389,9 +472,13 @@ func dispatchersSeek(r *remote, args []string) int {
 	return r.call(http.MethodPost, dispatcherPath(pos[0])+"/seek", body, &out, func() string {
 		rows := make([][]string, 0, len(out.Topics))
 		for _, t := range out.Topics {
-			rows = append(rows, []string{t.Topic, num(t.Previous), num(t.Offset)})
+			replay := "-"
+			if t.Replay != nil {
+				replay = replayText(t.Replay)
+			}
+			rows = append(rows, []string{t.Topic, num(t.Previous), num(t.Offset), replay})
 		}
-		return table([]string{"TOPIC", "PREVIOUS", "OFFSET"}, rows)
+		return table([]string{"TOPIC", "PREVIOUS", "OFFSET", "REPLAY"}, rows)
 	})
 }
 
@@ -399,11 +486,12 @@ func dispatchersRedrive(r *remote, args []string) int {
 	// Given or not is what counts (Visit below): no default is shown.
 	from := r.fs.Int64("from", 0, "the first offset of the dead-letter topic to redrive (left out: its first)")
 	to := r.fs.Int64("to", 0, "one past the last offset to redrive (left out: its high watermark)")
+	rate := rateFlag(r, "deliver the redriven backlog of each topic")
 	pos, code, ok := r.parse(args, "NAME")
 	if !ok {
 		return code
 	}
-	req := admin.RedriveRequest{}
+	req := admin.RedriveRequest{Rate: rate()}
 	var bad []string
 	r.fs.Visit(func(fl *flag.Flag) {
 		switch {
@@ -419,7 +507,7 @@ func dispatchersRedrive(r *remote, args []string) int {
 		return r.usageError("%s must be an offset >= 0", strings.Join(bad, " and "))
 	}
 	var body []byte
-	if req.From != nil || req.To != nil {
+	if req.From != nil || req.To != nil || req.Rate != nil {
 		body, _ = json.Marshal(req)
 	}
 	var out dispatcher.RedriveResult
@@ -444,6 +532,9 @@ func redriveText(res dispatcher.RedriveResult) string {
 			break
 		}
 		text += fmt.Sprintf("  skipped offset %d: %s\n", sk.Offset, sk.Reason)
+	}
+	for _, rp := range res.Replay {
+		text += fmt.Sprintf("replay: %s %s\n", rp.Topic, replayText(&rp.Replay))
 	}
 	return text
 }

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +17,7 @@ import (
 func TestDispatchersRateLimit(t *testing.T) {
 	b := startCLIBroker(t)
 	requireLines(t, "create", b.ok("dispatchers", "create", "--name", "slow", "--host", b.consumer, "--pattern", "slow.*", "--rate-limit", "0.001"),
-		"rate-limit: 0.001 messages/s over its topics on this node, bursts of default: 1")
+		"rate-limit: 0.001 messages/s over its topics on this node, burst 1 (default)")
 	b.publish("slow.a", 2)
 	var st admin.Status
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -28,6 +31,28 @@ func TestDispatchersRateLimit(t *testing.T) {
 	}
 	requireLines(t, "get", b.ok("dispatchers", "get", "slow"), "rate limit: 0.001 messages/s, burst 1: 1 topics waiting for tokens")
 	requireLines(t, "update", b.ok("dispatchers", "update", "slow", "--rate-limit", "2.5", "--rate-burst", "10"),
-		"rate-limit: 2.5 messages/s over its topics on this node, bursts of 10")
+		"rate-limit: 2.5 messages/s over its topics on this node, burst 10")
 	b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher: ", "dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--rate-burst", "5")
+
+	// get --json, then update --file with it: taken as is (rateLimit,
+	// topics and the other read-only members ignored). The same file with
+	// rate-limit taken out but rateLimit left in, or with a name in
+	// another case, is refused naming the setting.
+	shown := b.ok("dispatchers", "get", "slow", "--json")
+	file := filepath.Join(t.TempDir(), "slow.json")
+	os.WriteFile(file, []byte(shown), 0o600)
+	requireLines(t, "update --file from get --json", b.ok("dispatchers", "update", "slow", "--file", file),
+		"rate-limit: 2.5 messages/s over its topics on this node, burst 10")
+	var edited map[string]any
+	if err := json.Unmarshal([]byte(shown), &edited); err != nil || edited["rateLimit"] == nil {
+		t.Fatalf("get --json %s: %v; want rateLimit shown", shown, err)
+	}
+	delete(edited, "rate-limit")
+	b2, _ := json.Marshal(edited)
+	os.WriteFile(file, b2, 0o600)
+	b.fails(`mmmq: 400 BAD_REQUEST: invalid dispatcher: "rateLimit" is read-only (shown by GET); the setting is "rate-limit"`,
+		"dispatchers", "update", "slow", "--file", file)
+	os.WriteFile(file, []byte(strings.Replace(shown, `"rate-burst"`, `"Rate-Burst"`, 1)), 0o600)
+	b.fails(`mmmq: 400 BAD_REQUEST: invalid dispatcher: unknown field "Rate-Burst" (the setting is "rate-burst")`,
+		"dispatchers", "update", "slow", "--file", file)
 }

@@ -383,6 +383,40 @@ func TestTopicsCommands(t *testing.T) {
 		t.Fatalf("topics get --json: %+v, %v:\n%s", got, err, out)
 	}
 	b.fails(`mmmq: 404 NOT_FOUND: `, "topics", "get", "nope")
+
+	// topics scheduled: the pending scheduled messages, a page at a time.
+	var sids []string
+	for i := range 3 {
+		body := fmt.Sprintf(`{"topic":"pay.done","content":%d,"delay":"%dh","id":"s-%d","headers":{"k":"v"}}`, i, 3-i, i)
+		resp, err := http.Post(b.base+"/messages", "application/json", strings.NewReader(body))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("scheduled publish: %v %v", resp, err)
+		}
+		var ackBody struct {
+			ScheduleID string `json:"scheduleId"`
+		}
+		json.NewDecoder(resp.Body).Decode(&ackBody)
+		resp.Body.Close()
+		sids = append(sids, ackBody.ScheduleID)
+	}
+	out = b.ok("topics", "scheduled", "pay.done", "--limit", "2")
+	requireLines(t, "topics scheduled", out, "pending: 3", "SCHEDULE-ID DELIVER-AT MESSAGE-ID SIZE HEADERS", sids[2]+" ", sids[1]+" ", "more: --after ")
+	if f := strings.Fields(strings.Split(out, "\n")[2]); len(f) != 5 || f[2] != "s-2" || f[3] != "1" || f[4] != "1" {
+		t.Fatalf("topics scheduled: first row %q", f)
+	}
+	next := out[strings.LastIndex(out, "--after ")+len("--after "):]
+	requireLines(t, "topics scheduled, next page", b.ok("topics", "scheduled", "pay.done", "--after", strings.TrimSpace(next)), "pending: 3", sids[0]+" ")
+	var page struct {
+		Pending int `json:"pending"`
+		Items   []struct {
+			ScheduleID string `json:"scheduleId"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(b.ok("topics", "scheduled", "pay.done", "--json")), &page); err != nil || page.Pending != 3 || len(page.Items) != 3 || page.Items[0].ScheduleID != sids[2] {
+		t.Fatalf("topics scheduled --json: %+v, %v", page, err)
+	}
+	requireLines(t, "topics scheduled, nothing pending", b.ok("topics", "scheduled", "order.created"), "pending: 0")
+	b.fails(`mmmq: 400 BAD_REQUEST: `, "topics", "scheduled", "pay.done", "--after", "x")
 }
 
 // The broker's refusals are exit 1 with its status, code and message; a
@@ -544,11 +578,11 @@ func TestRemoteCommandUsage(t *testing.T) {
 	}
 }
 
-// The help of the remote commands lists every subcommand and explains
-// seek's --to.
+// The help of the remote commands lists every subcommand (seek and
+// redrive with their --rate) and explains seek's --to.
 func TestRemoteCommandHelp(t *testing.T) {
 	_, out := capture(t, "--help")
-	for _, want := range []string{"mmmq dispatchers list|get NAME", "mmmq dispatchers seek NAME --to", "mmmq dispatchers redrive NAME [--from N] [--to N]", "mmmq topics list|get NAME"} {
+	for _, want := range []string{"mmmq dispatchers list|get NAME", "mmmq dispatchers seek NAME --to earliest|latest|OFFSET|TIME|ts:MS [--topic PATTERN] [--rate N]", "mmmq dispatchers redrive NAME [--from N] [--to N] [--rate N]", "mmmq topics list|get|scheduled NAME"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("mmmq --help lacks %q", want)
 		}
@@ -606,8 +640,9 @@ func TestDispatchersDeliveryFlags(t *testing.T) {
 	out := b.ok("dispatchers", "create", "--name", "signed", "--host", b.consumer, "--pattern", "s.*", "--paused",
 		"--ack-mode", "status", "--dead-letter", "dl.signed", "--max-abnormal-attempts", "5", "--max-abnormal-duration", "1h",
 		"--backoff-jitter", "--signing-secret", testSecret, "--header", "Authorization=Bearer s3cret=token", "--header", "X-A=1",
-		"--max-in-flight", "4", "--batch-max-messages", "10", "--batch-max-wait", "50ms")
+		"--max-in-flight", "4", "--batch-max-messages", "10", "--batch-max-wait", "50ms", "--expired", "dead-letter")
 	requireLines(t, "create", out, "name: signed", "ack-mode: status", "dead-letter: dl.signed",
+		"expired: dead-letter (expired messages go to the dead-letter topic)",
 		"abnormal-limit: dead-letter after 5 attempts or 1h0m0s", "backoff-jitter: yes",
 		"signing-secrets: whsec_\u2026(redacted, fingerprint f74e1720)", "headers: Authorization: (redacted), X-A: (redacted)",
 		"cloudevents: no", "max-in-flight: 4", "batch: up to 10 messages or 1048576 bytes, waiting up to 50ms")
@@ -637,7 +672,8 @@ func TestDispatchersDeliveryFlags(t *testing.T) {
 	// that is down would make messages vanish.
 	b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher", "dispatchers", "update", "signed", "--dead-letter", "")
 	requireLines(t, "update --dead-letter ''", b.ok("dispatchers", "update", "signed", "--dead-letter", "",
-		"--max-abnormal-attempts", "0", "--max-abnormal-duration", "0s"), "dead-letter: off (log and skip)")
+		"--max-abnormal-attempts", "0", "--max-abnormal-duration", "0s", "--expired", "skip"), "dead-letter: off (log and skip)",
+		"expired: skip (expired messages are counted and not pushed)")
 
 	for _, tc := range []struct{ args []string }{
 		{[]string{"dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--ack-mode", "maybe"}},

@@ -14,9 +14,9 @@ import (
 var flagsNotYet = []string{"tls.ca-file", "tls.cert-file", "tls.key-file", "tls.server-name", "tls.insecure-skip-verify"}
 
 // Every key of dispatcher.Settings has a flag of its name (nested keys
-// joined by "-", lists singular: --pattern, --signing-secret, --header).
+// joined by "-", lists singular: --pattern, --signing-secret, --signing-key, --header).
 func TestSpecFlagsCoverSettings(t *testing.T) {
-	singular := map[string]string{"patterns": "pattern", "signing-secrets": "signing-secret", "headers": "header"}
+	singular := map[string]string{"patterns": "pattern", "signing-secrets": "signing-secret", "signing-keys": "signing-key", "headers": "header"}
 	for _, key := range dispatcher.SettingsKeys() {
 		if slices.Contains(flagsNotYet, key) {
 			continue

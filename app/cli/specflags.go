@@ -37,6 +37,7 @@ type specFlags struct {
 	abnDuration  time.Duration
 	jitter       bool
 	secrets      []string
+	keys         []string
 	headers      map[string]string
 	cloudEvents  bool
 	maxInFlight  int
@@ -47,6 +48,7 @@ type specFlags struct {
 	brFailures   int
 	brCooloff    time.Duration
 	pauseAfter   time.Duration
+	adaptive     string
 	batchMsgs    int
 	batchBytes   int64
 	batchMaxWait time.Duration
@@ -92,6 +94,12 @@ func (f *specFlags) addDeliveryFlags() {
 			f.secrets = append(f.secrets, s)
 			return nil
 		})
+	fs.Func("signing-key", "add a v1a (ed25519) signature by this whsk_ key to every push; repeat for more (rotation); replaces the list; "+
+		"the redacted form get shows keeps that key (a key on the command line is visible to other local users: prefer --file)",
+		func(s string) error {
+			f.keys = append(f.keys, s)
+			return nil
+		})
 	fs.Func("header", "NAME=VALUE added to every push; repeat for more; replaces all headers; the value (redacted) keeps the current one",
 		func(s string) error {
 			name, value, ok := strings.Cut(s, "=")
@@ -113,6 +121,7 @@ func (f *specFlags) addDeliveryFlags() {
 	fs.IntVar(&f.brFailures, "breaker-failures", 0, "open the circuit breaker after this many consecutive abnormal answers over the dispatcher's topics on this node: no push to the host for a cool-off, then one probe, 0..1000000 (default 0: off)")
 	fs.DurationVar(&f.brCooloff, "breaker-cooloff", 0, "with --breaker-failures: the first cool-off before the probe, doubling after each failed probe up to the broker's backoff-max (default 0: the broker's backoff-initial)")
 	fs.DurationVar(&f.pauseAfter, "pause-after", 0, "pause the dispatcher once its endpoint has failed this long without a single ACK or NACK (default 0: never); resume it to deliver again")
+	fs.StringVar(&f.adaptive, "adaptive-concurrency", "", "off (default: max-in-flight fixed per topic) or aimd: the dispatcher's pushes outstanding over its topics on this node move between 1 and --max-in-flight (2 or more), down on 429, 503, timeouts and latency rises, up on fast answers")
 	fs.IntVar(&f.batchMsgs, "batch-max-messages", 0, "send up to this many messages per push, as a JSON array (default 0: one per push)")
 	fs.Int64Var(&f.batchBytes, "batch-max-bytes", 0, "with batches: at most this many stored-message bytes per push (default 1048576)")
 	fs.DurationVar(&f.batchMaxWait, "batch-max-wait", 0, "with batches: wait this long for a batch to fill (default 0: send at once)")
@@ -120,8 +129,8 @@ func (f *specFlags) addDeliveryFlags() {
 
 // specFlagNames are the flags that are a field of the dispatcher.
 var specFlagNames = []string{"name", "host", "pattern", "path", "timeout", "commit-policy", "commit-interval", "commit-max-count", "start", "paused",
-	"dead-letter", "expired", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "header",
-	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "breaker-failures", "breaker-cooloff", "pause-after", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
+	"dead-letter", "expired", "ack-mode", "max-abnormal-attempts", "max-abnormal-duration", "backoff-jitter", "signing-secret", "signing-key", "header",
+	"cloudevents", "max-in-flight", "ordering", "max-unacked", "rate-limit", "rate-burst", "breaker-failures", "breaker-cooloff", "pause-after", "adaptive-concurrency", "batch-max-messages", "batch-max-bytes", "batch-max-wait"}
 
 // given returns the dispatcher flags set on the command line.
 func (f *specFlags) given() []string {
@@ -187,6 +196,8 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 		s.BackoffJitter = f.jitter
 	case "signing-secret":
 		s.SigningSecrets = f.secrets
+	case "signing-key":
+		s.SigningKeys = f.keys
 	case "header":
 		s.Headers = f.headers
 	case "cloudevents":
@@ -207,6 +218,8 @@ func (f *specFlags) applyDelivery(s *admin.Spec, name string) bool {
 		s.BreakerCooloff = dispatcher.Duration(f.brCooloff)
 	case "pause-after":
 		s.PauseAfter = dispatcher.Duration(f.pauseAfter)
+	case "adaptive-concurrency":
+		s.AdaptiveConcurrency = dispatcher.AdaptiveConcurrency(f.adaptive)
 	case "batch-max-messages":
 		batch().MaxMessages = f.batchMsgs
 	case "batch-max-bytes":

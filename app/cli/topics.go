@@ -25,6 +25,10 @@ func topics(args []string) int {
 				brief: "Show one topic and its consumer groups (committed offset, lag, held).",
 				about: "--json prints {\"topic\": <its row of GET /topics>, \"groups\": <GET /topics/NAME/groups>}. " +
 					"The groups need the consume action: without it they are left out, saying why (\"groupsHidden\" in --json)."},
+			{name: "scheduled", synopsis: "NAME [--limit N] [--after NEXT] [flags]", run: topicsScheduled,
+				brief: "List a topic's pending scheduled messages in due order (schedule id, due time, message id, size).",
+				about: "One page of GET /topics/NAME/scheduled: at most --limit (1..1000, default 100); the last line gives the " +
+					"--after of the next page. --json prints the answer (its \"next\" is the next --after)."},
 		}}
 	return g.run(args)
 }
@@ -150,4 +154,49 @@ func topicText(name string, listed bool, ti httpapi.TopicInfo, gl groups.Listing
 		rows = append(rows, []string{g.Group, orDash(g.Mode), num(g.Committed), num(g.Lag), held, inFlight, lease})
 	}
 	return s + "\n" + table([]string{"GROUP", "MODE", "COMMITTED", "LAG", "HELD", "IN-FLIGHT", "LEASE-EXPIRES-IN"}, rows)
+}
+
+// scheduledPage is the answer of GET /topics/NAME/scheduled.
+type scheduledPage struct {
+	Topic   string `json:"topic"`
+	Pending int    `json:"pending"`
+	Items   []struct {
+		ScheduleID string            `json:"scheduleId"`
+		DeliverAt  string            `json:"deliverAt"`
+		ID         string            `json:"id"`
+		Size       int64             `json:"size"`
+		Headers    map[string]string `json:"headers"`
+	} `json:"items"`
+	Next string `json:"next"`
+}
+
+func topicsScheduled(r *remote, args []string) int {
+	limit := r.fs.Int("limit", 100, "the most messages shown (1..1000)")
+	after := r.fs.String("after", "", "continue after this place: the previous page's next")
+	pos, code, ok := r.parse(args, "NAME")
+	if !ok {
+		return code
+	}
+	if *limit < 1 || *limit > 1000 {
+		return r.usageError("--limit must be in 1..1000")
+	}
+	q := url.Values{"limit": {fmt.Sprint(*limit)}}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	var out scheduledPage
+	return r.call(http.MethodGet, "/topics/"+url.PathEscape(pos[0])+"/scheduled?"+q.Encode(), nil, &out, func() string {
+		rows := make([][]string, 0, len(out.Items))
+		for _, it := range out.Items {
+			rows = append(rows, []string{it.ScheduleID, it.DeliverAt, it.ID, num(it.Size), num(int64(len(it.Headers)))})
+		}
+		s := fmt.Sprintf("pending: %d\n", out.Pending)
+		if len(rows) > 0 {
+			s += table([]string{"SCHEDULE-ID", "DELIVER-AT", "MESSAGE-ID", "SIZE", "HEADERS"}, rows)
+		}
+		if out.Next != "" {
+			s += fmt.Sprintf("more: --after %s\n", out.Next)
+		}
+		return s
+	})
 }

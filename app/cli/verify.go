@@ -12,6 +12,7 @@ import (
 
 	"github.com/mmmq/mmmq/modules/config"
 	"github.com/mmmq/mmmq/modules/contract"
+	"github.com/mmmq/mmmq/modules/schedule"
 	"github.com/mmmq/mmmq/modules/storage"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
 	"github.com/mmmq/mmmq/modules/topicqueue"
@@ -47,7 +48,8 @@ func verify(args []string) int {
 	repair := fs.Bool("repair", false, "do what the broker's next start would: index again the valid entries the last segment's index lacks,\n"+
 		"cut torn tails, finish interrupted retention deletions,\n"+
 		"remove the .deleting- directories of interrupted topic deletions and the directories of interrupted topic creations\n"+
-		"(never touches corruption; refused while a broker holds the data directory)")
+		"(never touches corruption nor the scheduled messages in .scheduled, which the broker's start cuts and logs;\n"+
+		"refused while a broker holds the data directory)")
 	asJSON := fs.Bool("json", false, "print one JSON report per line (every topic and directory), nothing else on stdout")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: "+prog+" verify [--root DIR | DIR] [--config FILE] [--repair] [--json]")
@@ -84,12 +86,19 @@ func verify(args []string) int {
 		}
 		defer release()
 	}
-	v := &verifier{root: dir, opts: storageOptions(cfg), repair: *repair, asJSON: *asJSON, out: os.Stdout}
+	v := &verifier{root: dir, opts: storageOptions(cfg), repair: *repair, asJSON: *asJSON, out: os.Stdout,
+		schedBudget: config.SectionValue(&cfg, schedule.ConfigSection).MemoryBudget}
 	if err := v.deletions(ents.deleting); err != nil {
 		fmt.Fprintln(os.Stderr, prog+" verify --repair:", err)
 		return 1
 	}
 	v.skipped(ents.skipped)
+	if ents.scheduled {
+		if err := v.scheduled(); err != nil {
+			fmt.Fprintf(os.Stderr, prog+" verify: %s: %v\n", contract.ScheduledDir, err)
+			return 1
+		}
+	}
 	return v.topics(ents.topics, ents.total)
 }
 
@@ -100,6 +109,12 @@ type verifier struct {
 	repair bool
 	asJSON bool
 	out    io.Writer
+	// schedBudget is mmmq.broker.schedule.memory-budget: the scheduled
+	// store is read within it, as at startup.
+	schedBudget int64
+	// sched is what the scheduled store's check found (nil: no
+	// .scheduled directory).
+	sched *schedule.Report
 }
 
 // topics verifies every topic directory (and repairs with --repair) and
@@ -133,8 +148,15 @@ func (v *verifier) topics(topics []string, total int64) int {
 	if cpProblems > 0 {
 		cps = fmt.Sprintf(", %d with checkpoint problems (listed above; the broker starts and redelivers what they held)", cpProblems)
 	}
-	fmt.Fprintf(os.Stderr, "verified %d topics: %d corrupt%s\n", len(topics), corrupt, cps)
-	if corrupt > 0 {
+	sched := ""
+	schedCorrupt := 0
+	if v.sched != nil {
+		schedCorrupt = v.sched.Count(schedule.StatusCorrupt)
+		sched = fmt.Sprintf("; scheduled messages (%s): %d bucket files, %d with a torn tail, %d corrupt",
+			contract.ScheduledDir, len(v.sched.Files), v.sched.Count(schedule.StatusTornTail), schedCorrupt)
+	}
+	fmt.Fprintf(os.Stderr, "verified %d topics: %d corrupt%s%s\n", len(topics), corrupt, cps, sched)
+	if corrupt > 0 || schedCorrupt > 0 {
 		return 3
 	}
 	return 0
@@ -172,7 +194,10 @@ type rootEntries struct {
 	topics   []string // valid topic names
 	deleting []string // directories of interrupted topic deletions
 	skipped  []string // other directories: not topics, left alone by the broker
-	total    int64    // the topics' segment bytes, for the progress indicator
+	// scheduled: the scheduled messages' directory (contract.ScheduledDir)
+	// is there; the broker's scheduler recovers it at startup.
+	scheduled bool
+	total     int64 // the topics' segment bytes, for the progress indicator
 }
 
 // listRoot lists the directories under dir; plain files (the lock file)
@@ -186,6 +211,8 @@ func listRoot(dir string) (rootEntries, error) {
 	for _, e := range ents {
 		switch {
 		case !e.IsDir:
+		case e.Name == contract.ScheduledDir:
+			r.scheduled = true
 		case contract.ValidateTopic(e.Name) == nil:
 			r.topics = append(r.topics, e.Name)
 			r.total += dirBytes(filepath.Join(dir, e.Name))
@@ -338,3 +365,103 @@ func (p *progress) clear() {
 }
 
 func (p *progress) done() { p.clear() }
+
+// scheduled checks the scheduled messages' store (contract.ScheduledDir)
+// with the scheduler's own recovery code, read-only, and prints one line
+// for the directory, then one per damaged bucket file. --repair leaves it
+// as it is: the broker's start cuts a torn tail and logs what it drops,
+// and a file left untouched can still be copied out first.
+func (v *verifier) scheduled() error {
+	dir := filepath.Join(v.root, contract.ScheduledDir)
+	rep, err := schedule.Verify(vfs.OS{}, dir, v.schedBudget)
+	if err != nil {
+		return err
+	}
+	v.sched = &rep
+	sum := schedReport{Topic: contract.ScheduledDir, Status: rep.Status, Files: len(rep.Files),
+		TornTails: rep.Count(schedule.StatusTornTail), Corrupt: rep.Count(schedule.StatusCorrupt), Drops: rep.Drops}
+	for _, f := range rep.Files {
+		sum.Bytes += f.Bytes
+		sum.Records += f.Records
+		sum.Pending += f.Pending
+	}
+	sum.Detail = describeSched(sum)
+	v.printSched(sum)
+	for _, f := range rep.Files {
+		if f.Status == schedule.StatusOK {
+			continue
+		}
+		line := schedReport{Topic: filepath.Join(contract.ScheduledDir, filepath.Base(f.File)), Status: f.Status,
+			Bytes: f.Bytes, Records: f.Records, Pending: f.Pending, Cut: f.Cut, Corruption: f.Corruption}
+		line.Detail = describeSchedFile(f, v.repair)
+		v.printSched(line)
+	}
+	return nil
+}
+
+// schedReport is a line of the scheduled store's report: the directory's
+// (Files, TornTails, Corrupt, Drops) or a damaged bucket file's (Cut,
+// Corruption). Its names are those of a topic's line where they mean the
+// same (topic, status, bytes, detail).
+type schedReport struct {
+	Topic      string                    `json:"topic"` // ".scheduled" or ".scheduled/<bucket file>"
+	Status     string                    `json:"status"`
+	Bytes      int64                     `json:"bytes"`
+	Records    int64                     `json:"records"` // valid records (what startup keeps)
+	Pending    int64                     `json:"pending"` // pending scheduled messages among them
+	Files      int                       `json:"bucketFiles,omitempty"`
+	TornTails  int                       `json:"tornTails,omitempty"`
+	Corrupt    int                       `json:"corrupt,omitempty"`
+	Drops      []string                  `json:"interruptedDeletions,omitempty"`
+	Cut        *schedule.Tail            `json:"cut,omitempty"`
+	Corruption *schedule.CorruptionError `json:"corruption,omitempty"`
+	Detail     string                    `json:"detail,omitempty"`
+}
+
+func (v *verifier) printSched(r schedReport) {
+	if v.asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Fprintln(v.out, string(b))
+		return
+	}
+	fmt.Fprintf(v.out, "%-40s %s %s\n", r.Topic, r.Status, r.Detail)
+}
+
+// describeSched is the text after the status on the scheduled store's
+// line.
+func describeSched(r schedReport) string {
+	s := fmt.Sprintf("scheduled messages: bucket-files=%d records=%d pending=%d bytes=%d", r.Files, r.Records, r.Pending, r.Bytes)
+	if r.TornTails+r.Corrupt > 0 {
+		s += fmt.Sprintf(" (%d with a torn tail, %d corrupt: listed below; records and pending count what comes before the damage)", r.TornTails, r.Corrupt)
+	}
+	if len(r.Drops) > 0 {
+		s += fmt.Sprintf("; interrupted topic deletions the broker finishes at its next start, deleting the topic and its scheduled messages: %s",
+			strings.Join(r.Drops, ", "))
+	}
+	return s
+}
+
+// describeSchedFile is the text after the status on a damaged bucket
+// file's line.
+func describeSchedFile(f schedule.FileReport, repair bool) string {
+	left := ""
+	if repair {
+		left = "; --repair leaves it to the broker's start"
+	}
+	switch {
+	case f.Corruption != nil:
+		return fmt.Sprintf("at %s byte %d: damaged record with a valid record at byte %d after it, beyond what a crash can tear (fsynced data damaged); "+
+			"the broker refuses to start: move the file out of %s to start without its pending messages%s; records=%d before the damage, bytes=%d",
+			f.File, f.Corruption.Pos, f.Corruption.ValidAt, contract.ScheduledDir, left, f.Records, f.Bytes)
+	case f.Cut != nil:
+		c := f.Cut
+		lost := "no record after the damage passes its CRC (what a crash leaves)"
+		if c.Valid > 0 {
+			lost = fmt.Sprintf("%d records after the damage pass their CRC, %d of them pending scheduled messages: the cut drops them "+
+				"(acknowledged messages unless a crash tore the damage; copy the file out first to keep them)", c.Valid, c.Pending)
+		}
+		return fmt.Sprintf("the broker's start cuts %d bytes at byte %d, %d records (%d damaged): %s%s; it keeps records=%d pending=%d of bytes=%d",
+			c.Bytes, c.At, c.Records, c.Damaged, lost, left, f.Records, f.Pending, f.Bytes)
+	}
+	return fmt.Sprintf("records=%d pending=%d bytes=%d", f.Records, f.Pending, f.Bytes)
+}

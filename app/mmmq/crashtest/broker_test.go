@@ -46,6 +46,12 @@ type dispatcherConf struct {
 	// MaxUnacked, when > 0, sets max-unacked (ordering key only: the most
 	// messages past the checkpoint).
 	MaxUnacked int
+	// BreakerFailures and BreakerCooloff, when > 0, set breaker-failures
+	// and breaker-cooloff (the circuit breaker); PauseAfter, when > 0,
+	// sets pause-after (the auto-pause).
+	BreakerFailures int
+	BreakerCooloff  time.Duration
+	PauseAfter      time.Duration
 }
 
 // brokerConf is what a test varies in the broker's YAML.
@@ -99,6 +105,10 @@ type brokerConf struct {
 	// group dead-letters a message).
 	GroupsLeaseTimeout  time.Duration
 	GroupsMaxDeliveries int
+	// ScheduleBucketWidth, when > 0, sets
+	// mmmq.broker.schedule.bucket-width (the span of due times of one
+	// scheduled-message bucket file).
+	ScheduleBucketWidth time.Duration
 	// OnStall, when not nil, is called when the process was not ready
 	// startTimeout after exec or not reaped killTimeout after SIGKILL: a
 	// process killed inside a FUSE request waits, unkillable, for the
@@ -242,6 +252,9 @@ func brokerYAML(c brokerConf) string {
 			fmt.Fprintf(&y, "      max-deliveries: %d\n", c.GroupsMaxDeliveries)
 		}
 	}
+	if c.ScheduleBucketWidth > 0 {
+		fmt.Fprintf(&y, "    schedule:\n      bucket-width: %s\n", c.ScheduleBucketWidth)
+	}
 	if c.RetentionMaxBytes > 0 {
 		fmt.Fprintf(&y, "    retention:\n      max-bytes: %d\n      check-interval: 20ms\n", c.RetentionMaxBytes)
 	}
@@ -270,6 +283,15 @@ func brokerYAML(c brokerConf) string {
 			}
 			if d.MaxUnacked > 0 {
 				fmt.Fprintf(&y, "        max-unacked: %d\n", d.MaxUnacked)
+			}
+			if d.BreakerFailures > 0 {
+				fmt.Fprintf(&y, "        breaker-failures: %d\n", d.BreakerFailures)
+			}
+			if d.BreakerCooloff > 0 {
+				fmt.Fprintf(&y, "        breaker-cooloff: %s\n", d.BreakerCooloff)
+			}
+			if d.PauseAfter > 0 {
+				fmt.Fprintf(&y, "        pause-after: %s\n", d.PauseAfter)
 			}
 		}
 	}

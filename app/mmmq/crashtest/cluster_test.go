@@ -331,7 +331,9 @@ func (r *clusterRun) fail(format string, args ...any) {
 // learns of messages acknowledged through node 1 from its stream feed, a
 // moment later: the log is read again until it reaches the last offset
 // acknowledged on the topic, for at most clusterVisible (a node that stays
-// behind longer fails the check).
+// behind longer fails the check). A read refused meanwhile (503: the
+// cluster still electing after the last node loss) is tried again within
+// the same bound; one still refused at its end fails the check.
 func (r *clusterRun) checkLog() {
 	base := *r.bases[0].Load()
 	for tp := range clusterTopics {
@@ -346,7 +348,7 @@ func (r *clusterRun) checkLog() {
 		var err error
 		for deadline := time.Now().Add(clusterVisible); ; time.Sleep(200 * time.Millisecond) {
 			log, err = readAll(base, topic)
-			if err != nil || int64(len(log)) > lastAcked || time.Now().After(deadline) {
+			if err == nil && int64(len(log)) > lastAcked || time.Now().After(deadline) {
 				break
 			}
 		}

@@ -15,7 +15,7 @@ import (
 // binPath is the crash-test build of mmmq, built once by TestMain.
 var binPath string
 
-var roundsFlag = flag.Int("crash.rounds", 0, "kill -9 rounds of each TestCrashRandomKill* test in each index-sync mode (0: 3, or 100 with MMMQ_LONG=1) of TestCrashKeyOrdering, TestLazyFSPowerLossKeyOrdering and TestCrashSharedGroup (0: 10, 10 and 8, or 100 with MMMQ_LONG=1), and of TestLazyFSPowerLossSharedGroup (0: 4, or 16); the run stops 2 minutes before go test -timeout")
+var roundsFlag = flag.Int("crash.rounds", 0, "kill -9 rounds of each TestCrashRandomKill* test in each index-sync mode (0: 3, or 100 with MMMQ_LONG=1) of TestCrashKeyOrdering, TestLazyFSPowerLossKeyOrdering and TestCrashSharedGroup (0: 10, 10 and 8, or 100 with MMMQ_LONG=1), of TestLazyFSPowerLossSharedGroup and TestLazyFSPowerLossScheduled (0: 4, or 16), and of TestCrashScheduled (0: 4, or 30); the run stops 2 minutes before go test -timeout")
 
 func TestMain(m *testing.M) {
 	flag.Parse()

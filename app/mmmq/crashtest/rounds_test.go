@@ -3,6 +3,7 @@ package crashtest
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -16,6 +17,27 @@ type lazyRounds struct {
 
 	kills, powerLosses int
 	stalls, spurious   int // LazyFS stalls and stale truncate answers
+}
+
+// mountLazyFS mounts LazyFS for the power-loss rounds of what (a crash
+// test's name for them), or returns nil after logging one line saying why
+// they do not run (MMMQ_LAZYFS not set, or its library missing).
+func mountLazyFS(t *testing.T, what string) *lazyFS {
+	bin, lib, why := lazyBin()
+	if why != "" {
+		t.Log("LazyFS power-loss rounds of " + what + " did not run: " + why)
+		return nil
+	}
+	return newLazyFS(t, bin, lib)
+}
+
+// dataRoot is the broker's data directory for rounds on fs: its mount
+// point, or a fresh temporary directory when fs is nil (kill -9 only).
+func dataRoot(t *testing.T, fs *lazyFS) string {
+	if fs != nil {
+		return fs.mnt
+	}
+	return filepath.Join(t.TempDir(), "data")
 }
 
 // lazyRoundsCount is the number of rounds of a crash test: the

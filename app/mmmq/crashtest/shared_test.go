@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -101,13 +100,12 @@ func TestCrashSharedGroup(t *testing.T) {
 // -crash.rounds N). It runs only with MMMQ_LAZYFS set; without it the test
 // logs one line saying why and passes.
 func TestLazyFSPowerLossSharedGroup(t *testing.T) {
-	bin, lib, why := lazyBin()
-	if why != "" {
-		t.Log("LazyFS power-loss rounds of the shared group did not run: " + why)
+	fs := mountLazyFS(t, "the shared group")
+	if fs == nil {
 		return
 	}
 	rounds := lazyRoundsCount(4, 16)
-	k := newSGRun(t, newLazyFS(t, bin, lib))
+	k := newSGRun(t, fs)
 	t.Logf("rounds=%d seed=%d on LazyFS %s (odd rounds: power loss; even: kill -9)", rounds, k.seed, k.fs.mnt)
 	k.run(rounds)
 }
@@ -181,11 +179,7 @@ type sgRun struct {
 func newSGRun(t *testing.T, fs *lazyFS) *sgRun {
 	k := &sgRun{lazyRounds: lazyRounds{t: t, fs: fs}, t: t, seed: uint64(time.Now().UnixNano()), prev: map[string][]stored{}}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x73686172))
-	if fs != nil {
-		k.root = fs.mnt
-	} else {
-		k.root = filepath.Join(t.TempDir(), "data")
-	}
+	k.root = dataRoot(t, fs)
 	return k
 }
 
