@@ -15,12 +15,7 @@ MMMQ_SERVER_PORT=$P MMMQ_SERVER_HOST=127.0.0.1 MMMQ_BROKER_STORAGE_ROOT_DIR=$D/d
 	"$BIN" serve 2>"$D/broker.log" &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$D"' EXIT
-for _ in $(seq 100); do
-	holds_port "$PID" "$P" && curl -sf "http://127.0.0.1:$P/readyz" >/dev/null && break
-	kill -0 "$PID" 2>/dev/null || { echo "broker did not start:"; cat "$D/broker.log"; exit 1; }
-	sleep 0.1
-done
-holds_port "$PID" "$P" || { echo "broker does not hold port $P"; exit 1; }
+await_broker "$PID" "$P" "$D/broker.log"
 python3 -c 'import json;print(json.dumps({"topic":"big","content":"x"*1000000}))' >"$D/body.json"
 for _ in $(seq 18); do curl -sf -XPOST "http://127.0.0.1:$P/messages" --data-binary @"$D/body.json" -o /dev/null; done
 before=$(awk '/VmHWM/{print $2}' "/proc/$PID/status")

@@ -25,6 +25,13 @@ if [ ! -x "$chromium" ]; then
   say "Chromium is missing at $chromium (the status page's browser test needs it): apt-get install chromium, or set CHROMIUM=path"; missing=1
 fi
 
+# Python 3 with the cryptography package for the webhooks tests (the
+# independent HMAC and ed25519 implementations): python3 on PATH, else
+# Debian's /usr/bin/python3 (the test looks in the same places).
+if ! { python3 -c 'import cryptography' 2>/dev/null || /usr/bin/python3 -c 'import cryptography' 2>/dev/null; }; then
+  say "no python3 imports the cryptography package (the webhooks v1a test needs it): apt-get install python3-cryptography"; missing=1
+fi
+
 if [ -z "${MMMQ_LAZYFS:-}" ]; then
   say "MMMQ_LAZYFS is not set: the power-loss rounds on LazyFS will not run (build it with ../shared/tools/build-lazyfs.sh and export MMMQ_LAZYFS=<the path it prints>)"
 elif [ ! -x "$MMMQ_LAZYFS" ]; then

@@ -15,6 +15,7 @@
 //	go run ./examples/consumer -delay 200ms                 # slow consumer
 //	go run ./examples/consumer -record /tmp/got.jsonl -quiet  # what `make demo` and tests use
 //	CONSUMER_SIGNING_SECRET=whsec_... go run ./examples/consumer   # refuse pushes without a valid signature
+//	go run ./examples/consumer -public-key whpk_...        # refuse pushes without a valid ed25519 (v1a) signature
 //
 // Matching broker configuration (configs/mmmq.yaml):
 //
@@ -54,6 +55,10 @@
 // for this command only as in the example above: mmmq serve refuses to
 // start when the environment holds an MMMQ_ variable that names none of its
 // configuration keys.
+// A -signing-secret (or -public-key) given with no secret (key) in it,
+// such as "$SECRET" of an unset shell variable, stops the program at
+// startup naming the flag: to run without verification leave the flag
+// out.
 //
 // The signature is checked before anything else; only a wrong method (405)
 // and a body that cannot be read whole (413 over -max-body, 400 on a read
@@ -64,6 +69,20 @@
 // signed: the mmmq-* headers are not (the body names the topic too), and a
 // push sent again within the tolerance passes again (deduplicate by
 // webhook-id or the message id).
+//
+// With -public-key whpk_... (the dispatcher's signing-keys, whose public
+// halves the broker lists at GET /.well-known/mmmq/webhook-keys) every
+// push must carry a "v1a,<base64 ed25519 signature of id.timestamp.body>"
+// entry in webhook-signature made by one of the keys, with the same
+// headers and -signing-tolerance; "v1," entries do not count for it.
+// Several keys, the flag repeated or separated by commas, are for a
+// rotation. A public key is no secret: there is no environment variable
+// for it. A push that fails is refused exactly as above (401
+// {"error":"<why>"}, logged, recorded as UNSIGNED). With both
+// -signing-secret (or CONSUMER_SIGNING_SECRET) and -public-key a push
+// must pass both checks, the secret's first: sign with both
+// signing-secrets and signing-keys, or give the consumer only the one the
+// dispatcher uses.
 //
 // The program stops on SIGINT or SIGTERM, letting requests in progress finish
 // (at most 10 s).
@@ -144,6 +163,11 @@ type Config struct {
 	// signature before anything else; a push that fails is answered 401
 	// {"error":"..."}, logged and recorded as AnswerUnsigned.
 	Verifier *webhooks.Verifier
+	// KeyVerifier, when not nil, checks every push's v1a (ed25519)
+	// signature against public keys (webhooks.NewPublicKeyVerifier),
+	// after Verifier when both are set: a push must pass both. A push
+	// that fails is answered as for Verifier.
+	KeyVerifier *webhooks.Verifier
 }
 
 // Record is one line of the -record file.
@@ -186,8 +210,8 @@ func NewHandler(cfg Config) *Handler {
 }
 
 // ServeHTTP handles one push. Status codes: 200 with an ACK/NACK body;
-// 400 body is not JSON; 401 signature check failed (with a Verifier; body
-// {"error":"..."}); 405 not a POST; 413 body over the limit; 500 on purpose
+// 400 body is not JSON; 401 signature check failed (with a Verifier or a
+// KeyVerifier; body {"error":"..."}); 405 not a POST; 413 body over the limit; 500 on purpose
 // (-fail-every).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -205,8 +229,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	if h.cfg.Verifier != nil {
-		if err := h.cfg.Verifier.Verify(r.Header, body); err != nil {
+	for _, v := range []*webhooks.Verifier{h.cfg.Verifier, h.cfg.KeyVerifier} {
+		if v == nil {
+			continue
+		}
+		if err := v.Verify(r.Header, body); err != nil {
 			h.refuse(w, r, body, err)
 			return
 		}
@@ -349,8 +376,9 @@ func contentOf(body []byte) string {
 	return s
 }
 
-// secretList is the -signing-secret flag: repeatable, each value one or
-// more secrets separated by commas. It never prints the secrets.
+// secretList is the -signing-secret flag (and -public-key): repeatable,
+// each value one or more secrets (keys) separated by commas. It never
+// prints the values.
 type secretList []string
 
 func (l *secretList) String() string {
@@ -368,28 +396,57 @@ func (l *secretList) Set(v string) error {
 // signingSecrets parses the -signing-secret values, or env (the value of
 // CONSUMER_SIGNING_SECRET) when there are none: secrets separated by commas,
 // spaces around them ignored, empty entries skipped. No secret at all is
-// no error (nil: signatures are not checked). An error names the source
-// and the secret's position, never its text.
+// no error (nil: signatures are not checked), but a -signing-secret value
+// with no secret in it ("", typically an unset shell variable) is: the
+// flag was given (secretList records every time it is), so verification
+// was asked for. An error names the source and the secret's position,
+// never its text.
 func signingSecrets(flagValues []string, env string) ([]webhooks.Secret, error) {
-	source, values := "-signing-secret", flagValues
-	if len(values) == 0 {
-		source, values = EnvSigningSecret, []string{env}
+	if len(flagValues) == 0 {
+		return parseList([]string{env}, EnvSigningSecret, "secret", "", webhooks.ParseSecret)
 	}
-	var secrets []webhooks.Secret
+	return parseList(flagValues, "-signing-secret", "secret",
+		"give a whsec_ secret, or leave -signing-secret out (and "+EnvSigningSecret+" unset) to run without signature verification", webhooks.ParseSecret)
+}
+
+// publicKeys parses the -public-key values: whpk_ keys separated by
+// commas, spaces around them ignored, empty entries skipped. No key at all
+// (the flag not given) is no error (nil: v1a signatures are not checked);
+// a value with no key in it is, as for -signing-secret. An error names the
+// flag and the key's position ("-public-key: key 2: webhooks: invalid
+// key: ...").
+func publicKeys(flagValues []string) ([]webhooks.PublicKey, error) {
+	return parseList(flagValues, "-public-key", "key",
+		"give a whpk_ key, or leave -public-key out to run without v1a signature verification", webhooks.ParsePublicKey)
+}
+
+// parseList parses comma-separated entries of values with parse (spaces
+// around them ignored, empty entries skipped); an error names source and
+// the entry's position as "<what> <n>", never its text. With ifEmpty
+// (values are those of a flag given on the command line; ifEmpty says how
+// to run without verification) a value without any entry is an error:
+// "<source> is empty (...): <ifEmpty>".
+func parseList[T any](values []string, source, what, ifEmpty string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
 	for _, v := range values {
+		n := 0
 		for entry := range strings.SplitSeq(v, ",") {
 			entry = strings.TrimSpace(entry)
 			if entry == "" {
 				continue
 			}
-			s, err := webhooks.ParseSecret(entry)
+			x, err := parse(entry)
 			if err != nil {
-				return nil, fmt.Errorf("%s: secret %d: %w", source, len(secrets)+1, err)
+				return nil, fmt.Errorf("%s: %s %d: %w", source, what, len(out)+1, err)
 			}
-			secrets = append(secrets, s)
+			out = append(out, x)
+			n++
+		}
+		if ifEmpty != "" && n == 0 {
+			return nil, fmt.Errorf("%s is empty (%q has no %s: an unset shell variable?): %s", source, v, what, ifEmpty)
 		}
 	}
-	return secrets, nil
+	return out, nil
 }
 
 // headerInt parses a decimal header; -1 when missing or invalid.
@@ -420,6 +477,9 @@ func run() error {
 	var secretFlag secretList
 	flag.Var(&secretFlag, "signing-secret", "refuse pushes not signed with this Standard Webhooks `secret` (whsec_...); "+
 		"repeat it or separate several with commas (key rotation); default $"+EnvSigningSecret)
+	var keyFlag secretList
+	flag.Var(&keyFlag, "public-key", "refuse pushes without a v1a (ed25519) signature by this Standard Webhooks public `key` (whpk_..., "+
+		"from the broker's /.well-known/mmmq/webhook-keys); repeat it or separate several with commas (key rotation)")
 	tolerance := flag.Duration("signing-tolerance", webhooks.DefaultTolerance,
 		"largest difference between a signed push's webhook-timestamp and this clock")
 	flag.Parse()
@@ -434,12 +494,27 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	keys, err := publicKeys(keyFlag)
+	if err != nil {
+		return err
+	}
 	cfg := Config{Nack: *nack, FailEvery: *failEvery, Delay: *delay, MaxBody: *maxBody}
-	signing := "off"
+	var checks []string
 	if len(secrets) > 0 {
 		cfg.Verifier = webhooks.NewVerifier(*tolerance, secrets...)
-		signing = fmt.Sprintf("%d secret(s), fingerprints %s, tolerance %s",
-			len(secrets), strings.Join(cfg.Verifier.Fingerprints(), " "), cfg.Verifier.Tolerance())
+		checks = append(checks, fmt.Sprintf("%d secret(s), fingerprints %s", len(secrets), strings.Join(cfg.Verifier.Fingerprints(), " ")))
+	}
+	if len(keys) > 0 {
+		cfg.KeyVerifier = webhooks.NewPublicKeyVerifier(*tolerance, keys...)
+		kids := make([]string, len(keys))
+		for i, k := range keys {
+			kids[i] = k.KeyID()
+		}
+		checks = append(checks, fmt.Sprintf("%d public key(s), kids %s", len(keys), strings.Join(kids, " ")))
+	}
+	signing := "off"
+	if len(checks) > 0 {
+		signing = fmt.Sprintf("%s, tolerance %s", strings.Join(checks, " and "), *tolerance)
 	}
 	if !*quiet {
 		cfg.Out = os.Stdout

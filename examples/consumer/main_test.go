@@ -400,9 +400,176 @@ func TestSigningSecrets(t *testing.T) {
 			t.Errorf("got %v, want an error starting %q without the secret", err, tc.want)
 		}
 	}
+	// A -signing-secret given with nothing in it (an unset shell
+	// variable) is a startup error, not signing off, even with the
+	// environment variable set (the flag wins over it).
+	for _, tc := range []struct {
+		flags []string
+		env   string
+	}{
+		{[]string{""}, ""},
+		{[]string{""}, a},
+		{[]string{" , "}, ""},
+		{[]string{a, ""}, ""},
+	} {
+		got, err := signingSecrets(tc.flags, tc.env)
+		if err == nil || !strings.HasPrefix(err.Error(), "-signing-secret is empty") ||
+			!strings.Contains(err.Error(), "leave -signing-secret out") || strings.Contains(err.Error(), a) {
+			t.Errorf("%q, env set %v: got %q, %v; want an error saying -signing-secret is empty and to leave it out", tc.flags, tc.env != "", fp(got), err)
+		}
+	}
 	var l secretList
 	_ = l.Set(a)
 	if s := l.String(); strings.Contains(s, "whsec_") {
 		t.Errorf("the flag prints %q", s)
+	}
+}
+
+// newSigningKey is a fresh ed25519 signing key.
+func newSigningKey(t *testing.T) webhooks.SigningKey {
+	t.Helper()
+	text, err := webhooks.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := webhooks.ParseSigningKey(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestSignedPublicKey: with a KeyVerifier (-public-key) a push with a
+// v1a signature by one of the keys (the second of a rotation too) is
+// handled as usual; one signed by another key, with a tampered body,
+// with a v1 (secret) signature only, or unsigned is answered 401 with the
+// reason, as the -signing-secret check answers, and recorded as UNSIGNED.
+func TestSignedPublicKey(t *testing.T) {
+	old, current, other := newSigningKey(t), newSigningKey(t), newSigningKey(t)
+	secretText, _ := webhooks.NewSecret()
+	secret, err := webhooks.ParseSecret(secretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec syncBuffer
+	srv := httptest.NewServer(NewHandler(Config{Record: &rec,
+		KeyVerifier: webhooks.NewPublicKeyVerifier(0, old.Public(), current.Public())}))
+	defer srv.Close()
+	sign := func(s *webhooks.Signer, id, body string) func(http.Header) {
+		return func(h http.Header) { s.SetHeaders(h, id, time.Now(), []byte(body)) }
+	}
+	byKey := func(k webhooks.SigningKey) *webhooks.Signer {
+		return webhooks.NewSignerWithKeys(nil, []webhooks.SigningKey{k})
+	}
+
+	for i, k := range []webhooks.SigningKey{current, old} {
+		body := message("order.created", i)
+		if code, ack, raw := pushWith(t, srv.URL, "order.created", i, 1, body, sign(byKey(k), fmt.Sprintf("evt-%06d", i+1), body)); code != http.StatusOK || ack != "ACK" {
+			t.Fatalf("push signed by key %d of the rotation: got %d %s, want 200 ACK", i+1, code, raw)
+		}
+	}
+	body := message("order.created", 2)
+	tampered := strings.Replace(body, "1002", "9999", 1)
+	for _, tc := range []struct {
+		name, body string
+		edit       func(http.Header)
+		reason     string
+	}{
+		{"another key", body, sign(byKey(other), "evt-000003", body), "webhooks: no matching signature"},
+		{"tampered body", tampered, sign(byKey(current), "evt-000003", body), "webhooks: no matching signature"},
+		{"a v1 signature only", body, sign(webhooks.NewSigner(secret), "evt-000003", body), "webhooks: no matching signature"},
+		{"unsigned", body, nil, "webhooks: missing headers"},
+	} {
+		code, ack, raw := pushWith(t, srv.URL, "order.created", 2, 1, tc.body, tc.edit)
+		var answer struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &answer); err != nil || code != http.StatusUnauthorized || ack != "" ||
+			!strings.HasPrefix(answer.Error, tc.reason) {
+			t.Errorf("%s: got %d %s, want 401 {\"error\":\"%s...\"}", tc.name, code, raw, tc.reason)
+		}
+	}
+	if got := strings.Count(rec.String(), `"answer":"UNSIGNED"`); got != 4 {
+		t.Errorf("%d UNSIGNED records, want 4:\n%s", got, rec.String())
+	}
+}
+
+// TestSignedSecretAndPublicKey: with both checks a push must pass both:
+// signed with the secret and the key it is accepted, with either alone
+// refused 401.
+func TestSignedSecretAndPublicKey(t *testing.T) {
+	key := newSigningKey(t)
+	secretText, _ := webhooks.NewSecret()
+	secret, err := webhooks.ParseSecret(secretText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHandler(Config{Verifier: webhooks.NewVerifier(0, secret),
+		KeyVerifier: webhooks.NewPublicKeyVerifier(0, key.Public())}))
+	defer srv.Close()
+	body := message("order.created", 0)
+	for _, tc := range []struct {
+		name   string
+		signer *webhooks.Signer
+		want   int
+	}{
+		{"secret and key", webhooks.NewSignerWithKeys([]webhooks.Secret{secret}, []webhooks.SigningKey{key}), http.StatusOK},
+		{"secret only", webhooks.NewSigner(secret), http.StatusUnauthorized},
+		{"key only", webhooks.NewSignerWithKeys(nil, []webhooks.SigningKey{key}), http.StatusUnauthorized},
+	} {
+		code, _, raw := pushWith(t, srv.URL, "order.created", 0, 1, body, func(h http.Header) {
+			tc.signer.SetHeaders(h, "evt-000001", time.Now(), []byte(body))
+		})
+		if code != tc.want {
+			t.Errorf("%s: got %d %s, want %d", tc.name, code, raw, tc.want)
+		}
+	}
+}
+
+// TestPublicKeys: -public-key values, repeated or comma-separated, and the
+// errors naming the flag and the position of a bad key.
+func TestPublicKeys(t *testing.T) {
+	a, b := newSigningKey(t).Public(), newSigningKey(t).Public()
+	kids := func(keys []webhooks.PublicKey) string {
+		var s []string
+		for _, k := range keys {
+			s = append(s, k.KeyID())
+		}
+		return strings.Join(s, " ")
+	}
+	both := a.KeyID() + " " + b.KeyID()
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"none", nil, ""},
+		{"one", []string{a.String()}, a.KeyID()},
+		{"flag repeated", []string{a.String(), b.String()}, both},
+		{"comma-separated with spaces", []string{" " + a.String() + " , " + b.String() + ","}, both},
+	} {
+		got, err := publicKeys(tc.flags)
+		if err != nil || kids(got) != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.name, kids(got), err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{a.String(), "whpk_" + strings.Repeat("Zm9v", 3)}, "-public-key: key 2: webhooks: invalid key: public key is 9 bytes"},
+		{[]string{strings.TrimPrefix(a.String(), "whpk_")}, "-public-key: key 1: webhooks: invalid key: does not start"},
+		{[]string{newSigningKey(t).String()}, "-public-key: key 1: webhooks: invalid key: does not start"},
+	} {
+		if _, err := publicKeys(tc.flags); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want an error starting %q", tc.flags, err, tc.want)
+		}
+	}
+	// A -public-key given with nothing in it is a startup error.
+	for _, flags := range [][]string{{""}, {","}, {a.String(), " "}} {
+		if got, err := publicKeys(flags); err == nil || !strings.HasPrefix(err.Error(), "-public-key is empty") ||
+			!strings.Contains(err.Error(), "leave -public-key out") {
+			t.Errorf("%q: got %q, %v; want an error saying -public-key is empty and to leave it out", flags, kids(got), err)
+		}
 	}
 }

@@ -52,7 +52,7 @@ func TestPluginBinaryFromTheDocs(t *testing.T) {
 		}
 		bad := writeFile(t, "bad.yaml", "mmmq:\n  orders:\n    order-hots: http://orders.example:9001\n")
 		code, _, errOut = runCmd(t, bin, nil, "config", "check", "--config", bad)
-		if code != 1 || !strings.HasPrefix(errOut, "mybroker: startup failed: ") || !strings.Contains(errOut, `"mmmq.orders.order-hots"`) {
+		if code != 1 || !strings.HasPrefix(errOut, "mybroker config check: "+bad+": ") || !strings.Contains(errOut, `"mmmq.orders.order-hots"`) {
 			t.Fatalf("config check (unknown key): exit %d, stderr %q; want 1 and the key named", code, errOut)
 		}
 		code, _, errOut = runCmd(t, bin, []string{"MMMQ_ORDERS_ORDER_HOST=not a host"}, "config", "check")
