@@ -186,6 +186,11 @@ type koConsumer struct {
 	busy   map[busyKey]int      // pushes of a worker being handled now, per run
 	peak   int                  // the most of one worker in one run
 	bad    []string
+	// answered503 wakes the status poller once a 503 has been sent: the
+	// key is then parked for at least backoff-initial (a timer never
+	// fires early), so a poll at once sees it parked, where the poller's
+	// own 10 ms period can miss every short parking on a loaded machine.
+	answered503 chan struct{}
 }
 
 func (c *koConsumer) serve(w http.ResponseWriter, r *http.Request, run int) {
@@ -251,6 +256,13 @@ func (c *koConsumer) serve(w http.ResponseWriter, r *http.Request, run int) {
 	c.mu.Unlock()
 	if !p.Acked {
 		http.Error(w, "flaky key", http.StatusServiceUnavailable)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		select {
+		case c.answered503 <- struct{}{}:
+		default:
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -316,7 +328,7 @@ type koRun struct {
 
 func newKORun(t *testing.T, fs *lazyFS) *koRun {
 	k := &koRun{lazyRounds: lazyRounds{t: t, fs: fs}, t: t, seed: uint64(time.Now().UnixNano()),
-		cons:    &koConsumer{out: map[koKeyRun][]int64{}, busy: map[busyKey]int{}},
+		cons:    &koConsumer{out: map[koKeyRun][]int64{}, busy: map[busyKey]int{}, answered503: make(chan struct{}, 1)},
 		cpStart: map[int]map[wkey]int64{}, cpEnd: map[int]map[wkey]int64{},
 		finStart: map[int]map[wkey]finFile{}, hwStart: map[int]map[string]int64{}}
 	k.rng = rand.New(rand.NewPCG(k.seed, 0x6b65796f))
@@ -424,6 +436,7 @@ func (k *koRun) poll(b *broker) (stop func()) {
 			select {
 			case <-done:
 				return
+			case <-k.cons.answered503:
 			case <-time.After(10 * time.Millisecond):
 			}
 			st, _, err := koGetStatus(b)
