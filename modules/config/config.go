@@ -60,7 +60,9 @@ type ServerConfig struct {
 	WriteTimeout time.Duration `koanf:"write-timeout"`
 	// IdleTimeout is how long a keep-alive connection may sit idle. Default 120s.
 	IdleTimeout time.Duration `koanf:"idle-timeout"`
-	// ShutdownTimeout bounds the graceful drain of in-flight requests on stop. Default 30s.
+	// ShutdownTimeout bounds the graceful drain of in-flight requests on
+	// stop; idle connections and connections that have sent no request
+	// are closed at once. Default 30s.
 	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
 	// MaxBodyBytes is the largest HTTP request body accepted, batches
 	// included, in bytes; larger bodies get 413. At least 1024. Default 4194304 (4 MiB).

@@ -127,6 +127,9 @@ type Server struct {
 	// methods are the methods the routes name: the candidates of a 405's
 	// Allow header.
 	methods []string
+	// silent are the connections that have sent no whole request header
+	// yet, closed by Stop.
+	silent silentConns
 }
 
 // New builds the server and its routes; Start listens.
@@ -198,6 +201,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		IdleTimeout:       opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
+		ConnState:         s.silent.track,
 	}
 	for _, rt := range routes {
 		if d, ok := rt.(contract.Drainer); ok {
@@ -324,12 +328,31 @@ func (s *Server) Reloaders() []contract.Reloader {
 	return []contract.Reloader{s.opts.TLS}
 }
 
-// Stop stops accepting connections and waits, bounded by ctx, for in-flight
-// requests (publishes included) to finish; then it closes what remains.
+// Stop stops accepting connections and waits, bounded by ctx and
+// ShutdownTimeout, for in-flight requests (publishes included) to finish;
+// then it closes what remains and returns the deadline's error. Idle
+// keep-alive connections are closed at once, and so are connections that
+// have sent no whole request header (see silentConns).
 func (s *Server) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownTimeout)
 	defer cancel()
-	err := s.srv.Shutdown(ctx)
+	shut := make(chan error, 1)
+	go func() { shut <- s.srv.Shutdown(ctx) }()
+	tick := time.NewTicker(silentConnPoll)
+	defer tick.Stop()
+	var err error
+	for waiting := true; waiting; {
+		select {
+		case err = <-shut:
+			waiting = false
+		case <-tick.C:
+			// Shutdown closes the listener first; one accepted just
+			// before that is closed at a later tick.
+			if n := s.silent.closeAll(); n > 0 {
+				s.log.Debug("closed connections that sent no request", zap.Int("connections", n))
+			}
+		}
+	}
 	if err != nil {
 		s.log.Warn("http shutdown deadline reached; closing remaining connections", zap.Error(err))
 		s.srv.Close()

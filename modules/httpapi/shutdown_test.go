@@ -1,0 +1,118 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gorilla/mux"
+	"go.uber.org/zap/zaptest"
+)
+
+// startSilent starts a server with the given shutdown timeout and opens a
+// TCP connection to it that sends nothing, returned once the server has
+// accepted it.
+func startSilent(t *testing.T, shutdown time.Duration) (*Server, net.Conn) {
+	t.Helper()
+	s := New(Options{Addr: "127.0.0.1:0", ShutdownTimeout: shutdown}, nil, nil, zaptest.NewLogger(t))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for deadline := time.Now().Add(10 * time.Second); s.silent.n.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never saw the connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return s, c
+}
+
+// A connection that never sends a request does not hold the stop:
+// http.Server.Shutdown alone waits 5 s for it, past a 2 s shutdown
+// timeout, and Stop would fail with the deadline.
+func TestStopClosesConnectionsThatSentNothing(t *testing.T) {
+	s, c := startSilent(t, 2*time.Second)
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop with a connection that sent nothing: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the silent connection after Stop: read %d bytes, %v; want it closed", n, err)
+	}
+}
+
+// While Stop waits for a request in flight, a connection that sent
+// nothing is closed at once (not after net/http's 5 s), and the request in
+// flight is still answered.
+func TestStopClosesSilentConnectionsWhileWaiting(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	s := New(Options{Addr: "127.0.0.1:0", ShutdownTimeout: 30 * time.Second}, nil, nil, zaptest.NewLogger(t),
+		slowRoute{entered: entered, release: release})
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + s.Addr() + "/slow")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("HTTP %d", resp.StatusCode)
+			}
+		}
+		answered <- err
+	}()
+	<-entered
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); s.silent.n.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never saw the connection")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.Stop(context.Background()) }()
+	_ = c.SetReadDeadline(time.Now().Add(4 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the silent connection while Stop waits: read %d bytes, %v; want it closed", n, err)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) with a request in flight", err)
+	default:
+	}
+	close(release)
+	if err := <-answered; err != nil {
+		t.Errorf("the request in flight during Stop: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+}
+
+// slowRoute's GET /slow says it has begun, then answers 200 once release
+// is closed.
+type slowRoute struct{ entered, release chan struct{} }
+
+func (r slowRoute) Register(m *mux.Router) {
+	m.HandleFunc("/slow", func(w http.ResponseWriter, _ *http.Request) {
+		close(r.entered)
+		<-r.release
+		w.WriteHeader(http.StatusOK)
+	}).Methods(http.MethodGet)
+}
