@@ -27,9 +27,10 @@ type Config struct {
 	Exporter string `koanf:"exporter"`
 	// Endpoint is where spans go: host:port, or a URL with its port
 	// (http://collector:4318/v1/traces; a URL without a path gets
-	// /v1/traces; for otlp-grpc the URL's path is ignored). A URL's scheme
-	// decides TLS: http:// is plain, https:// is TLS (insecure: true is
-	// then refused). No user:password in it: use Headers. "" takes the
+	// /v1/traces; one for otlp-grpc has no path). A URL's scheme decides
+	// TLS: http:// is plain, https:// is TLS (insecure: true is then
+	// refused). No user:password, query or fragment in it (the exporter
+	// would not send them): use Headers. "" takes the
 	// exporter's default (localhost:4317 for otlp-grpc, localhost:4318
 	// for otlp-http) or the OTLP SDK's OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// / OTEL_EXPORTER_OTLP_ENDPOINT.
@@ -99,6 +100,12 @@ func (c *Config) check() error {
 			}
 			if u.User != nil {
 				return config.InvalidValue("mmmq.tracing.endpoint", "has a user or password in the URL, which the exporter would not send (and the log would show); put credentials in mmmq.tracing.headers")
+			}
+			if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(c.Endpoint, "#") {
+				return config.InvalidValue("mmmq.tracing.endpoint", "has a query or fragment in the URL, which the exporter would not send (and the log would show); put credentials in mmmq.tracing.headers")
+			}
+			if c.Exporter == ExporterOTLPGRPC && u.Path != "" && u.Path != "/" {
+				return config.InvalidValue("mmmq.tracing.endpoint", "has the path %q, which OTLP/gRPC has no use for; drop it, or use exporter otlp-http", u.Path)
 			}
 			if u.Port() == "" {
 				return config.InvalidValue("mmmq.tracing.endpoint", "%q has no port; give it (4318 is OTLP/HTTP's, 4317 OTLP/gRPC's)", c.Endpoint)

@@ -2,7 +2,9 @@ package tracing
 
 import (
 	"context"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"go.uber.org/fx"
@@ -52,11 +54,9 @@ func newFx(p Params) (*Tracer, error) {
 	if err != nil || t == nil {
 		return nil, err
 	}
-	endpoint := p.Config.Endpoint
-	if endpoint == "" {
-		endpoint = "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4317 gRPC / localhost:4318 HTTP)"
-	}
-	log.Info("tracing on", zap.String("exporter", p.Config.Exporter), zap.String("endpoint", endpoint), zap.String("service-instance-id", node),
+	endpoint, from := effectiveEndpoint(p.Config, os.Getenv)
+	log.Info("tracing on", zap.String("exporter", p.Config.Exporter), zap.String("endpoint", endpoint), zap.String("endpoint-from", from),
+		zap.String("service-instance-id", node),
 		zap.Float64("sampling-ratio", p.Config.SamplingRatio), zap.Int("queue-size", p.Config.QueueSize))
 	p.Lifecycle.Append(fx.StopHook(func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, ShutdownTimeout)
@@ -70,4 +70,37 @@ func newFx(p Params) (*Tracer, error) {
 		return nil
 	}))
 	return t, nil
+}
+
+// effectiveEndpoint is the endpoint the exporter of c sends to and where
+// that came from, for the startup log: mmmq.tracing.endpoint when set,
+// else the OTLP SDK's OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
+// OTEL_EXPORTER_OTLP_ENDPOINT (to which the HTTP exporter adds
+// /v1/traces), else the exporter's default. A URL from the environment is
+// shown without its password or query (where credentials may sit).
+func effectiveEndpoint(c Config, getenv func(string) string) (endpoint, from string) {
+	if c.Endpoint != "" {
+		return c.Endpoint, "mmmq.tracing.endpoint"
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil {
+			return "(not a URL)", name
+		}
+		if u.RawQuery != "" {
+			u.RawQuery = "redacted"
+		}
+		if name == "OTEL_EXPORTER_OTLP_ENDPOINT" && c.Exporter == ExporterOTLPHTTP {
+			u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces"
+		}
+		return u.Redacted(), name
+	}
+	if c.Exporter == ExporterOTLPGRPC {
+		return "localhost:4317", "the otlp-grpc default"
+	}
+	return "http://localhost:4318/v1/traces", "the otlp-http default"
 }

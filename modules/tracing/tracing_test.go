@@ -283,6 +283,10 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{"mmmq.tracing.insecure", func(c *Config) { c.Endpoint, c.Insecure = "https://c.example:4318", true }},
 		{"mmmq.tracing.endpoint", func(c *Config) { c.Endpoint = "http://user:pw@c.example:4318" }},
 		{"mmmq.tracing.endpoint", func(c *Config) { c.Endpoint = "http://c.example" }},
+		{"mmmq.tracing.endpoint", func(c *Config) { c.Endpoint = "http://c.example:4318/v1/traces?api_key=SECRET" }},
+		{"mmmq.tracing.endpoint", func(c *Config) { c.Endpoint = "http://c.example:4318/v1/traces?" }},
+		{"mmmq.tracing.endpoint", func(c *Config) { c.Endpoint = "http://c.example:4318/v1/traces#k" }},
+		{"mmmq.tracing.endpoint", func(c *Config) { c.Exporter, c.Endpoint = ExporterOTLPGRPC, "http://c.example:4317/v1/traces" }},
 	} {
 		c := DefaultConfig()
 		c.Exporter = ExporterOTLPHTTP
@@ -292,9 +296,50 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.key)
 		}
 	}
-	for _, ep := range []string{"", "localhost:4318", "http://collector:4318/v1/traces", "https://c.example:443", "http://[::1]:4317"} {
+	for _, ep := range []string{"", "localhost:4318", "http://collector:4318/", "https://c.example:443", "http://[::1]:4317"} {
 		c := DefaultConfig()
 		c.Exporter, c.Endpoint = ExporterOTLPGRPC, ep
 		assert.NoError(t, c.check(), ep)
+	}
+	for _, ep := range []string{"http://collector:4318/v1/traces", "https://c.example:443/otlp/v1/traces"} {
+		c := DefaultConfig()
+		c.Exporter, c.Endpoint = ExporterOTLPHTTP, ep
+		assert.NoError(t, c.check(), ep)
+	}
+	c := DefaultConfig()
+	c.Exporter, c.Endpoint = ExporterOTLPHTTP, "http://c.example:4318/v1/traces?api_key=SECRET"
+	assert.NotContains(t, c.check().Error(), "SECRET", "the error must not show the query")
+}
+
+// The startup log names the endpoint the exporter uses and where it came
+// from, the OTLP SDK's variables included, without a password or query.
+func TestEffectiveEndpoint(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, tc := range []struct {
+		exporter, endpoint string
+		getenv             func(string) string
+		want, from         string
+	}{
+		{ExporterOTLPHTTP, "http://c:4318/x", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://e:1"), "http://c:4318/x", "mmmq.tracing.endpoint"},
+		{ExporterOTLPHTTP, "", env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:1/p", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://e:1"), "http://t:1/p", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
+		{ExporterOTLPHTTP, "", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://u:pw@e:1/base/?k=SECRET"), "https://u:xxxxx@e:1/base/v1/traces?redacted", "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{ExporterOTLPGRPC, "", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://e:4317"), "http://e:4317", "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{ExporterOTLPGRPC, "", env(), "localhost:4317", "the otlp-grpc default"},
+		{ExporterOTLPHTTP, "", env(), "http://localhost:4318/v1/traces", "the otlp-http default"},
+	} {
+		c := DefaultConfig()
+		c.Exporter, c.Endpoint = tc.exporter, tc.endpoint
+		got, from := effectiveEndpoint(c, tc.getenv)
+		assert.Equal(t, tc.want, got, tc)
+		assert.Equal(t, tc.from, from, tc)
 	}
 }
