@@ -85,14 +85,23 @@ func TraceDropped() (traceparent, tracestate uint64) {
 
 // ApplyTrace merges tc into a message's decoded JSON headers h (nil: none)
 // and validates the result, returning the headers to store (h itself,
-// changed, or a new map when h is nil and something is to be stored):
+// changed, or a new map when h is nil and something is to be stored). A
+// value that is not valid counts as not given (the recommendation: a
+// receiver ignores a traceparent it cannot parse), so it never displaces
+// a valid one:
 //
-//   - tc given without Fallback: its traceparent and tracestate replace
-//     those of h (the request's HTTP headers win over the JSON body's);
-//     a tracestate given alone (no traceparent) is dropped and h's pair
-//     is kept.
-//   - tc given with Fallback: it applies only when h has no traceparent.
-//   - then a traceparent that is not valid W3C (ValidTraceparent) is
+//   - tc with a valid traceparent, without Fallback: its traceparent and
+//     tracestate replace those of h (the request's HTTP headers win over
+//     the JSON body's).
+//   - tc with a valid traceparent and Fallback: it applies only when h
+//     has no valid traceparent (a batch member's own wins; an invalid own
+//     one is dropped and counted, and its tracestate with it).
+//   - tc with an invalid traceparent: dropped and counted, and its
+//     tracestate with it; h's pair stays. A tracestate given alone (no
+//     traceparent) is dropped and counted; h's pair stays. Neither is
+//     counted for a batch member with a valid traceparent of its own,
+//     to which the request's values would not have applied.
+//   - then a traceparent of h that is not valid W3C (ValidTraceparent) is
 //     deleted and counted; a tracestate that is invalid
 //     (ValidTracestate), or left without a valid traceparent, is deleted
 //     and counted (TraceDropped).
@@ -101,14 +110,26 @@ func TraceDropped() (traceparent, tracestate uint64) {
 // dropped. h without either name and tc not given cost nothing.
 func ApplyTrace(h map[string]string, tc TraceContext) map[string]string {
 	if tc.Given() {
-		_, own := h[TraceparentHeader]
+		own, hasOwn := h[TraceparentHeader]
+		ownValid := hasOwn && ValidTraceparent(own)
 		switch {
+		case tc.Fallback && ownValid:
 		case !tc.HasParent:
 			traceDropped[1].Add(1) // a tracestate without its traceparent
-		case tc.Fallback && own:
+		case !ValidTraceparent(tc.Parent):
+			traceDropped[0].Add(1)
+			if tc.HasState {
+				traceDropped[1].Add(1)
+			}
 		default:
 			if h == nil {
 				h = make(map[string]string, 2)
+			}
+			if tc.Fallback && hasOwn { // invalid: dropped, with its tracestate
+				traceDropped[0].Add(1)
+				if _, ok := h[TracestateHeader]; ok {
+					traceDropped[1].Add(1)
+				}
 			}
 			delete(h, TracestateHeader)
 			h[TraceparentHeader] = tc.Parent

@@ -62,7 +62,7 @@ func TestPublishTraceHeaders(t *testing.T) {
 	a.send("/messages", body, nil)
 	a.send("/mmmq/messages", `{"topic":"tr","content":1}`, [][2]string{{"traceparent", tp1}})
 	p0, s0 := contract.TraceDropped()
-	a.send("/messages", body, [][2]string{{"traceparent", tp1}, {"traceparent", tp1}}) // two: invalid
+	a.send("/messages", body, [][2]string{{"traceparent", tp1}, {"traceparent", tp1}}) // two: invalid, the body's pair stays
 	a.send("/messages", `{"topic":"tr","content":1}`, [][2]string{{"tracestate", "a=1"}})
 	a.send("/messages?ack=written", `{"topic":"tr","content":1,"headers":{"traceparent":"00-`+strings.Repeat("0", 32)+`-b7ad6b7169203331-00","x":"y"}}`, nil)
 	if p1, s1 := contract.TraceDropped(); p1-p0 != 2 || s1-s0 != 1 {
@@ -73,7 +73,7 @@ func TestPublishTraceHeaders(t *testing.T) {
 	a.send("/messages/batch", `[{"topic":"trb","content":3}]`, nil)
 
 	want := map[string][][2]string{
-		"tr":  {{tp1, "a=1,c=3"}, {tp2, "b=2"}, {tp1, ""}, {"", ""}, {"", ""}, {"", ""}},
+		"tr":  {{tp1, "a=1,c=3"}, {tp2, "b=2"}, {tp1, ""}, {tp2, "b=2"}, {"", ""}, {"", ""}},
 		"trb": {{tp2, ""}, {tp1, "a=1"}, {tp1, "a=1"}, {"", ""}},
 	}
 	for topic, w := range want {

@@ -3380,19 +3380,20 @@ type PublishParams struct {
 	// attempt of a push of one message, byte for byte. On a single
 	// publish it replaces the body's `headers.traceparent` (and its
 	// `tracestate`); on a batch it applies to the members without a
-	// `headers.traceparent` of their own. A value that is not valid W3C
-	// (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16 and
-	// 2 digits; version `ff`, an all-zero trace id or parent id, or more
-	// than 55 characters for version `00` are invalid) is dropped, not
-	// stored, and counted in `mmmq_trace_context_dropped_total`: the
-	// publish is not refused for it.
+	// valid `headers.traceparent` of their own. A value that is not valid
+	// W3C (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16
+	// and 2 digits; version `ff`, an all-zero trace id or parent id, or
+	// more than 55 characters for version `00` are invalid) is dropped,
+	// not stored, and counted in `mmmq_trace_context_dropped_total`; it
+	// counts as not given (the body's valid pair stays), and the publish
+	// is not refused for it.
 	Traceparent *Traceparent `json:"traceparent,omitempty"`
 
 	// Tracestate The W3C Trace Context `tracestate` that goes with `traceparent`,
 	// stored and pushed beside it. Dropped (and counted, never refused)
 	// when it is invalid (over 32 list members or 512 characters, a
-	// member not `key=value`, a key given twice) or comes without a
-	// valid `traceparent`.
+	// member not `key=value`, a key given twice, a key or value over
+	// 256 characters) or comes without a valid `traceparent`.
 	Tracestate *Tracestate `json:"tracestate,omitempty"`
 }
 
@@ -3424,19 +3425,20 @@ type PublishBatchParams struct {
 	// attempt of a push of one message, byte for byte. On a single
 	// publish it replaces the body's `headers.traceparent` (and its
 	// `tracestate`); on a batch it applies to the members without a
-	// `headers.traceparent` of their own. A value that is not valid W3C
-	// (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16 and
-	// 2 digits; version `ff`, an all-zero trace id or parent id, or more
-	// than 55 characters for version `00` are invalid) is dropped, not
-	// stored, and counted in `mmmq_trace_context_dropped_total`: the
-	// publish is not refused for it.
+	// valid `headers.traceparent` of their own. A value that is not valid
+	// W3C (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16
+	// and 2 digits; version `ff`, an all-zero trace id or parent id, or
+	// more than 55 characters for version `00` are invalid) is dropped,
+	// not stored, and counted in `mmmq_trace_context_dropped_total`; it
+	// counts as not given (the body's valid pair stays), and the publish
+	// is not refused for it.
 	Traceparent *Traceparent `json:"traceparent,omitempty"`
 
 	// Tracestate The W3C Trace Context `tracestate` that goes with `traceparent`,
 	// stored and pushed beside it. Dropped (and counted, never refused)
 	// when it is invalid (over 32 list members or 512 characters, a
-	// member not `key=value`, a key given twice) or comes without a
-	// valid `traceparent`.
+	// member not `key=value`, a key given twice, a key or value over
+	// 256 characters) or comes without a valid `traceparent`.
 	Tracestate *Tracestate `json:"tracestate,omitempty"`
 }
 
@@ -3660,19 +3662,20 @@ type PublishMmmqPathParams struct {
 	// attempt of a push of one message, byte for byte. On a single
 	// publish it replaces the body's `headers.traceparent` (and its
 	// `tracestate`); on a batch it applies to the members without a
-	// `headers.traceparent` of their own. A value that is not valid W3C
-	// (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16 and
-	// 2 digits; version `ff`, an all-zero trace id or parent id, or more
-	// than 55 characters for version `00` are invalid) is dropped, not
-	// stored, and counted in `mmmq_trace_context_dropped_total`: the
-	// publish is not refused for it.
+	// valid `headers.traceparent` of their own. A value that is not valid
+	// W3C (`version-traceid-parentid-flags`, lower-case hex of 2, 32, 16
+	// and 2 digits; version `ff`, an all-zero trace id or parent id, or
+	// more than 55 characters for version `00` are invalid) is dropped,
+	// not stored, and counted in `mmmq_trace_context_dropped_total`; it
+	// counts as not given (the body's valid pair stays), and the publish
+	// is not refused for it.
 	Traceparent *Traceparent `json:"traceparent,omitempty"`
 
 	// Tracestate The W3C Trace Context `tracestate` that goes with `traceparent`,
 	// stored and pushed beside it. Dropped (and counted, never refused)
 	// when it is invalid (over 32 list members or 512 characters, a
-	// member not `key=value`, a key given twice) or comes without a
-	// valid `traceparent`.
+	// member not `key=value`, a key given twice, a key or value over
+	// 256 characters) or comes without a valid `traceparent`.
 	Tracestate *Tracestate `json:"tracestate,omitempty"`
 }
 
