@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/webhooks"
 )
@@ -265,7 +269,8 @@ func TestAbnormalLimitDeadLetters(t *testing.T) {
 	src := newMemSource(tp)
 	pub := newMemPublisher(t, src)
 	d := New("d", c.host(t), MustPattern("t")).WithAbnormalLimit(AbnormalLimit{MaxAttempts: 3}).WithDeadLetter("parked")
-	m := startWithPublisher(t, src, pub, testOptions(), d)
+	core, logs := observer.New(zapcore.WarnLevel)
+	m := startWithPublisherLog(t, src, pub, testOptions(), zap.New(core), d)
 	waitCommitted(t, m, "d", "t", 2)
 	dls := pub.published("parked")
 	if len(dls) != 1 {
@@ -274,6 +279,19 @@ func TestAbnormalLimitDeadLetters(t *testing.T) {
 	h := decodeStored(t, dls[0]).Headers
 	if h[HeaderDLReason] != ReasonAbnormal || h[HeaderDLAttempts] != "3" || h[HeaderDLLastStatus] != "502" || !strings.Contains(h[HeaderDLLastError], "502") {
 		t.Errorf("headers = %v", h)
+	}
+	// Attempts 1 and 2 are retried; attempt 3 is past the limit: its log
+	// line must not say it is retried.
+	var lines []string
+	for _, e := range logs.FilterField(zap.Int64("offset", 0)).All() {
+		if strings.HasPrefix(e.Message, "abnormal response") {
+			lines = append(lines, fmt.Sprintf("%s (attempt %v)", e.Message, e.ContextMap()["attempt"]))
+		}
+	}
+	want := []string{"abnormal response; retrying after backoff (attempt 1)", "abnormal response; retrying after backoff (attempt 2)",
+		"abnormal response; past the abnormal limit, so not retried; the next message waits out the backoff (attempt 3)"}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("log lines:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -362,12 +362,18 @@ func startManager(t testing.TB, src Source, opts Options, ds ...*Dispatcher) *Ma
 // (nil: none, dead letters are logged and skipped).
 func startWithPublisher(t testing.TB, src Source, pub Publisher, opts Options, ds ...*Dispatcher) *Manager {
 	t.Helper()
+	return startWithPublisherLog(t, src, pub, opts, zaptest.NewLogger(t), ds...)
+}
+
+// startWithPublisherLog is startWithPublisher logging to log.
+func startWithPublisherLog(t testing.TB, src Source, pub Publisher, opts Options, log *zap.Logger, ds ...*Dispatcher) *Manager {
+	t.Helper()
 	set, err := SetOf(ds...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sender := NewHTTPSender(opts)
-	m := NewManager(set, src, sender, opts, zaptest.NewLogger(t))
+	m := NewManager(set, src, sender, opts, log)
 	if pub != nil {
 		m.SetPublisher(pub)
 	}

@@ -685,6 +685,7 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 	if w.kw != nil {
 		return w.abnormalKeys(r, now, status, ae, lim)
 	}
+	retried := 0
 	for _, m := range r.ms {
 		if past, err := w.noteAbnormal(m, r.err, now, status, lim); past || err != nil {
 			if err != nil {
@@ -693,6 +694,7 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 			continue
 		}
 		w.requeue(m)
+		retried++
 	}
 	w.showHead()
 	if r.absorbed {
@@ -717,8 +719,15 @@ func (w *worker) abnormalAnswer(r pushResult) error {
 	delay = max(delay, w.retryAfter(ae))
 	w.retryUntil = now.Add(delay)
 	w.retryAt.Store(w.retryUntil.UnixNano())
-	w.log.Warn("abnormal response; retrying after backoff",
-		zap.Int64("offset", first.e.Offset), zap.Int("attempt", first.attempts), zap.Duration("retry-in", delay), zap.Error(r.err))
+	if retried == 0 {
+		// Every message of the push was dead-lettered (its abnormal
+		// limit): none is retried, but the next one still waits.
+		w.log.Warn("abnormal response; past the abnormal limit, so not retried; the next message waits out the backoff",
+			zap.Int64("offset", first.e.Offset), zap.Int("attempt", first.attempts), zap.Duration("next-in", delay), zap.Error(r.err))
+	} else {
+		w.log.Warn("abnormal response; retrying after backoff",
+			zap.Int64("offset", first.e.Offset), zap.Int("attempt", first.attempts), zap.Duration("retry-in", delay), zap.Error(r.err))
+	}
 	// Waiting counts as idle: make finished messages durable first.
 	return w.flush()
 }
