@@ -39,6 +39,9 @@ func TestDispatchersBreaker(t *testing.T) {
 	requireLines(t, "get", out, "breaker: open, 0 consecutive failures, cool-off 1h0m0s, opened 1 times, 0 probes, next probe "+
 		st.Breaker.NextProbe.UTC().Format(time.RFC3339Nano))
 	b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher: ", "dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--breaker-cooloff", "5s")
+	// --breaker-failures 0 turns the breaker off, and its cool-off with it
+	// (a cool-off without a breaker is refused).
+	requireLines(t, "update --breaker-failures 0", b.ok("dispatchers", "update", "guarded", "--breaker-failures", "0"), "breaker: off")
 }
 
 // --pause-after sets the dispatcher's auto-pause; with a consumer that is

@@ -181,12 +181,13 @@ func replayText(r *dispatcher.Replay) string {
 // rateFlag adds --rate to r's flags; given reports, after parse, whether
 // it was on the command line and the value.
 func rateFlag(r *remote, what string) func() *float64 {
-	rate := r.fs.Float64("rate", 0, what+" at most this many messages per second (> 0; left out: no replay rate)")
+	var rate finiteFloat
+	r.fs.Var(&rate, "rate", what+" at most this many messages per second (> 0; left out: no replay rate)")
 	return func() *float64 {
 		var given *float64
 		r.fs.Visit(func(fl *flag.Flag) {
 			if fl.Name == "rate" {
-				given = rate
+				given = (*float64)(&rate)
 			}
 		})
 		return given
@@ -370,7 +371,10 @@ func dispatchersCreate(r *remote, args []string) int {
 		case len(s.Patterns) == 0:
 			return r.usageError("--pattern is required, at least once (or --file)")
 		}
-		body, _ = json.Marshal(s)
+		var err error
+		if body, err = json.Marshal(s); err != nil {
+			return fail(fmt.Errorf("encode the request: %w", err))
+		}
 	}
 	var out admin.Listed
 	return r.call(http.MethodPost, "/mmmq/dispatchers", body, &out, func() string { return dispatcherBlock(out) })
@@ -401,7 +405,9 @@ func dispatchersUpdate(r *remote, args []string) int {
 			return fail(err)
 		}
 		f.apply(&cur.Spec)
-		body, _ = json.Marshal(cur.Spec)
+		if body, err = json.Marshal(cur.Spec); err != nil {
+			return fail(fmt.Errorf("encode the request: %w", err))
+		}
 	}
 	var out admin.Listed
 	return r.call(http.MethodPut, dispatcherPath(pos[0]), body, &out, func() string { return dispatcherBlock(out) })
@@ -460,11 +466,14 @@ func dispatchersSeek(r *remote, args []string) int {
 	if err != nil {
 		return r.usageError("%v", err)
 	}
-	body, _ := json.Marshal(struct {
+	body, err := json.Marshal(struct {
 		Topic string   `json:"topic,omitempty"`
 		To    any      `json:"to"`
 		Rate  *float64 `json:"rate,omitempty"`
 	}{*topic, target, rate()})
+	if err != nil {
+		return fail(fmt.Errorf("encode the request: %w", err))
+	}
 	var out struct {
 		Name   string                  `json:"name"`
 		Topics []dispatcher.SeekResult `json:"topics"`
@@ -508,7 +517,12 @@ func dispatchersRedrive(r *remote, args []string) int {
 	}
 	var body []byte
 	if req.From != nil || req.To != nil || req.Rate != nil {
-		body, _ = json.Marshal(req)
+		// Never an empty body for a request that had fields: an empty
+		// redrive body means every dead letter.
+		var err error
+		if body, err = json.Marshal(req); err != nil {
+			return fail(fmt.Errorf("encode the request: %w", err))
+		}
 	}
 	var out dispatcher.RedriveResult
 	return r.call(http.MethodPost, dispatcherPath(pos[0])+"/redrive", body, &out, func() string { return redriveText(out) })

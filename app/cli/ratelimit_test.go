@@ -33,6 +33,16 @@ func TestDispatchersRateLimit(t *testing.T) {
 	requireLines(t, "update", b.ok("dispatchers", "update", "slow", "--rate-limit", "2.5", "--rate-burst", "10"),
 		"rate-limit: 2.5 messages/s over its topics on this node, burst 10")
 	b.fails("mmmq: 400 BAD_REQUEST: invalid dispatcher: ", "dispatchers", "create", "--name", "x", "--host", b.consumer, "--pattern", "a", "--rate-burst", "5")
+	// --rate-limit 0 turns the limit off, and its burst with it (update
+	// keeps the fields not given; a burst without a limit is refused).
+	requireLines(t, "update --rate-limit 0", b.ok("dispatchers", "update", "slow", "--rate-limit", "0"), "rate-limit: off")
+	var off admin.Status
+	json.Unmarshal([]byte(b.ok("dispatchers", "get", "slow", "--json")), &off)
+	if off.RateLimit != nil || off.Spec.RateBurst != 0 {
+		t.Fatalf("after --rate-limit 0: rate limit %+v, rate-burst %d; want none and 0", off.RateLimit, off.Spec.RateBurst)
+	}
+	requireLines(t, "update back", b.ok("dispatchers", "update", "slow", "--rate-limit", "2.5", "--rate-burst", "10"),
+		"rate-limit: 2.5 messages/s over its topics on this node, burst 10")
 
 	// get --json, then update --file with it: taken as is (rateLimit,
 	// topics and the other read-only members ignored). The same file with

@@ -566,6 +566,12 @@ func TestRemoteCommandUsage(t *testing.T) {
 		{[]string{"dispatchers", "redrive"}, "usage: mmmq dispatchers redrive NAME", "missing NAME"},
 		{[]string{"dispatchers", "redrive", "a", "--to", "-1"}, "usage: mmmq dispatchers redrive NAME", "--to must be an offset >= 0"},
 		{[]string{"dispatchers", "redrive", "a", "--from", "x"}, "usage: mmmq dispatchers redrive NAME", `invalid value "x" for flag -from`},
+		// NaN and Inf cannot be sent as JSON: refused, never an empty body
+		// (an empty redrive body means every dead letter).
+		{[]string{"dispatchers", "redrive", "a", "--from", "10", "--to", "10", "--rate", "NaN"}, "usage: mmmq dispatchers redrive NAME", `invalid value "NaN" for flag -rate: not a finite number`},
+		{[]string{"dispatchers", "seek", "a", "--to", "latest", "--rate", "+Inf"}, "usage: mmmq dispatchers seek NAME", `invalid value "+Inf" for flag -rate: not a finite number`},
+		{[]string{"dispatchers", "update", "a", "--rate-limit", "NaN"}, "usage: mmmq dispatchers update NAME", `invalid value "NaN" for flag -rate-limit: not a finite number`},
+		{[]string{"dispatchers", "create", "--name", "a", "--host", "http://h:1", "--pattern", "a", "--rate-limit", "x"}, "usage: mmmq dispatchers create", `invalid value "x" for flag -rate-limit: not a number`},
 		{[]string{"topics", "get"}, "usage: mmmq topics get NAME", "missing NAME"},
 		{[]string{"topics", "list", "--server", "ftp://h"}, "usage: mmmq topics list", "want an http:// or https:// URL"},
 		{[]string{"topics", "list", "--request-timeout", "0s"}, "usage: mmmq topics list", "--request-timeout must be > 0"},

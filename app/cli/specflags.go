@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -116,9 +117,9 @@ func (f *specFlags) addDeliveryFlags() {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 0, "pushes of one topic outstanding at once, 1..1024 (default 1; above 1 the consumer may see them out of order)")
 	fs.StringVar(&f.ordering, "ordering", "", "topic, key or none (default topic with max-in-flight 1 and no batch, else none); key keeps each ordering key's order and parks a failing key alone")
 	fs.IntVar(&f.maxUnacked, "max-unacked", 0, "with --ordering key: the most messages past the checkpoint, 1..100000000 (default 1000000)")
-	fs.Float64Var(&f.rateLimit, "rate-limit", 0, "push at most this many messages per second, summed over the dispatcher's topics on this node, 0..1000000 (default 0: off; 0.5 is one every 2s)")
+	fs.Var((*finiteFloat)(&f.rateLimit), "rate-limit", "push at most this many messages per second, summed over the dispatcher's topics on this node, 0..1000000 (default 0: off; 0.5 is one every 2s); on update 0 clears the burst too unless --rate-burst is given")
 	fs.IntVar(&f.rateBurst, "rate-burst", 0, "with --rate-limit: the token bucket's size in messages, also the most per batch, 1..1000000 (default max(1, ceil(rate-limit)))")
-	fs.IntVar(&f.brFailures, "breaker-failures", 0, "open the circuit breaker after this many consecutive abnormal answers over the dispatcher's topics on this node: no push to the host for a cool-off, then one probe, 0..1000000 (default 0: off)")
+	fs.IntVar(&f.brFailures, "breaker-failures", 0, "open the circuit breaker after this many consecutive abnormal answers over the dispatcher's topics on this node: no push to the host for a cool-off, then one probe, 0..1000000 (default 0: off; on update 0 clears the cool-off too unless --breaker-cooloff is given)")
 	fs.DurationVar(&f.brCooloff, "breaker-cooloff", 0, "with --breaker-failures: the first cool-off before the probe, doubling after each failed probe up to the broker's backoff-max (default 0: the broker's backoff-initial)")
 	fs.DurationVar(&f.pauseAfter, "pause-after", 0, "pause the dispatcher once its endpoint has failed this long without a single ACK or NACK (default 0: never); resume it to deliver again")
 	fs.StringVar(&f.adaptive, "adaptive-concurrency", "", "off (default: max-in-flight fixed per topic) or aimd: the dispatcher's pushes outstanding over its topics on this node move between 1 and --max-in-flight (2 or more), down on 429, 503, timeouts and latency rises, up on fast answers")
@@ -145,9 +146,21 @@ func (f *specFlags) given() []string {
 	return out
 }
 
-// apply sets the fields of s that were given as flags.
+// apply sets the fields of s that were given as flags. Turning the rate
+// limit or the breaker off (--rate-limit 0, --breaker-failures 0) clears
+// its companion setting (rate-burst, breaker-cooloff) unless that is given
+// too: update keeps the fields not given, and the broker refuses a burst
+// without a limit and a cool-off without a breaker.
 func (f *specFlags) apply(s *admin.Spec) {
 	commit := func() *dispatcher.CommitSettings { return &s.Commit }
+	set := map[string]bool{}
+	f.r.fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["rate-limit"] && f.rateLimit == 0 && !set["rate-burst"] {
+		s.RateBurst = 0
+	}
+	if set["breaker-failures"] && f.brFailures == 0 && !set["breaker-cooloff"] {
+		s.BreakerCooloff = 0
+	}
 	f.r.fs.Visit(func(fl *flag.Flag) {
 		if f.applyDelivery(s, fl.Name) {
 			return
@@ -284,4 +297,23 @@ func seekTarget(s string) (any, error) {
 		return nil, bad
 	}
 	return map[string]int64{"timestamp": t.UnixMilli()}, nil
+}
+
+// finiteFloat is a float64 flag that refuses NaN and ±Inf when parsed
+// (flag.Float64 takes them, and JSON cannot carry them: the request body
+// could not be written).
+type finiteFloat float64
+
+func (f *finiteFloat) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
+
+func (f *finiteFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return errors.New("not a number")
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return errors.New("not a finite number")
+	}
+	*f = finiteFloat(v)
+	return nil
 }
