@@ -155,9 +155,11 @@ func (s *Scheduler) filesOf(topic string) []int64 {
 	return bs
 }
 
-// forgetTopic drops topic's pending messages from memory; s.mu is held.
+// forgetTopic drops topic's pending messages from memory, and its stuck
+// state (nothing is left to retry); s.mu is held.
 func (s *Scheduler) forgetTopic(topic string) {
 	delete(s.pending, topic)
+	delete(s.stuck, topic)
 	for _, b := range s.filesOf(topic) {
 		s.countFile(b, topic, -s.perFile[b][topic])
 	}

@@ -116,6 +116,31 @@ func TestStuckTopicCancelled(t *testing.T) {
 	}
 }
 
+// TestStuckTopicDropped: deleting a stuck topic (DropTopic, as DELETE
+// /topics/{topic} does) ends it: no longer listed as stuck.
+func TestStuckTopicDropped(t *testing.T) {
+	clk := &fakeClock{t: base()}
+	s, tgt := newTest(t, vfs.NewMem(), clk, nil)
+	tgt.failTopic = map[string]error{"bad": contract.NewError(contract.CodeTooManyTopics, "max-topics reached")}
+	ctx := context.Background()
+	if _, err := s.Schedule(ctx, "bad", msg(1), base().Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Second)
+	if _, _, err := s.MoveDue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); len(st.Stuck) != 1 {
+		t.Fatalf("stuck: %+v", st.Stuck)
+	}
+	if n, err := s.DropTopic(ctx, "bad", func() error { return nil }); n != 1 || err != nil {
+		t.Fatalf("DropTopic: %d, %v", n, err)
+	}
+	if st := s.Stats(); len(st.Stuck) != 0 || st.Pending != 0 {
+		t.Errorf("after the topic's deletion: stuck %+v, pending %d", st.Stuck, st.Pending)
+	}
+}
+
 // TestStuckTopicRealMover runs the real mover on the real clock: a topic
 // whose appends always fail does not keep another topic's due message
 // from its topic. The bound is generous (the message is normally moved
