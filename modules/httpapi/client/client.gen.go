@@ -1989,8 +1989,10 @@ type DispatcherStatus struct {
 		Probes int `json:"probes"`
 
 		// State `closed`: pushes go as usual. `open`: no push to the host
-		// until `nextProbe`. `half-open`: one probe push is out (or
-		// about to go); the other topics wait for its answer.
+		// until `nextProbe`. `half-open`: the cool-off is over and
+		// one probe push is out (or goes with the next push; a paused
+		// dispatcher sends none, and its resume closes the breaker);
+		// the other topics wait for its answer.
 		State DispatcherStatusBreakerState `json:"state"`
 	} `json:"breaker,omitempty"`
 
@@ -2163,8 +2165,10 @@ type DispatcherStatusAdaptiveConcurrency string
 type DispatcherStatusBackoffJitter bool
 
 // DispatcherStatusBreakerState `closed`: pushes go as usual. `open`: no push to the host
-// until `nextProbe`. `half-open`: one probe push is out (or
-// about to go); the other topics wait for its answer.
+// until `nextProbe`. `half-open`: the cool-off is over and
+// one probe push is out (or goes with the next push; a paused
+// dispatcher sends none, and its resume closes the breaker);
+// the other topics wait for its answer.
 type DispatcherStatusBreakerState string
 
 // DispatcherStatusCloudevents Present only when pushes are CloudEvents.
