@@ -560,6 +560,29 @@ func CheckIntRange(key string, n, lo, hi int64) error {
 	return errors.Join(v.errs...)
 }
 
+// CheckDurationRange returns nil when lo <= d <= hi, else a [*KeyError]
+// naming key, the bounds and d as durations ("must be between 1s and 24h;
+// got 500ms").
+func CheckDurationRange(key string, d, lo, hi time.Duration) error {
+	if d >= lo && d <= hi {
+		return nil
+	}
+	return InvalidValue(key, "must be between %s and %s; got %s", shortDuration(lo), shortDuration(hi), shortDuration(d))
+}
+
+// shortDuration is d as time.Duration.String writes it without the zero
+// units at its end: 24h, 1m30s, 500ms.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 // CheckPositive returns nil when d > 0, else a [*KeyError] naming key
 // ("must be a duration > 0 such as \"30s\"").
 func CheckPositive(key string, d time.Duration) error {

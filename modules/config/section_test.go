@@ -292,6 +292,9 @@ func TestCheckHelpers(t *testing.T) {
 	require.NoError(t, CheckIntRange("k", 5, 1, math.MaxInt64))
 	assert.EqualError(t, CheckIntRange("k", 0, 1, math.MaxInt64), "config: k: must be at least 1; got 0")
 	assert.EqualError(t, InvalidValue("mmmq.x.y", "bad %d", 3), "config: mmmq.x.y: bad 3")
+	require.NoError(t, CheckDurationRange("k", time.Second, time.Second, 24*time.Hour))
+	assert.EqualError(t, CheckDurationRange("k", 500*time.Millisecond, time.Second, 24*time.Hour), "config: k: must be between 1s and 24h; got 500ms")
+	assert.EqualError(t, CheckDurationRange("k", 25*time.Hour+90*time.Second, time.Minute, 24*time.Hour), "config: k: must be between 1m and 24h; got 25h1m30s")
 }
 
 // shelfSection has a list of structs, with a list inside its elements.

@@ -81,7 +81,7 @@ const MinUnixMillis = 100_000_000_000
 // MinUnixMillis, saying what it would be read as seconds; nil otherwise.
 func CheckUnixMillis(field string, ms int64) error {
 	if ms > 0 && ms < MinUnixMillis {
-		return BadRequest("%s is in Unix milliseconds; %d looks like seconds (%d*1000 would be %s); numbers under %d (1973-03-03 in ms) are refused", field, ms, ms, FormatMillis(ms*1000), int64(MinUnixMillis))
+		return BadRequest("%s is in Unix milliseconds; %d looks like seconds (%d*1000 would be %s); positive numbers under %d (1973-03-03 in ms) are refused (0 is taken: the Unix epoch)", field, ms, ms, FormatMillis(ms*1000), int64(MinUnixMillis))
 	}
 	return nil
 }
@@ -225,6 +225,8 @@ func parseSchedule(deliverAt, delay []byte, now time.Time, n ScheduleNames) (at 
 		}
 		d, perr := time.ParseDuration(s)
 		switch {
+		case perr != nil && durationOverflow(s):
+			return 0, by, BadRequest("%s is too large to be a duration (they end at about 2562047h), far over the maximum delay (%s)", withValue(n.Delay, strconv.Quote(truncateRunes(s, 64))), n.Rule)
 		case perr != nil:
 			return 0, by, BadRequest("%s is not a duration (%s)", withValue(n.Delay, strconv.Quote(truncateRunes(s, 64))), n.Rule)
 		case d < 0:
@@ -237,7 +239,8 @@ func parseSchedule(deliverAt, delay []byte, now time.Time, n ScheduleNames) (at 
 			return 0, by, BadRequest(`%s is not a valid JSON string (%s)`, n.DeliverAt, n.Rule)
 		}
 		var perr error
-		if t, perr = time.Parse(time.RFC3339Nano, s); perr != nil {
+		// RFC 3339 lets "T" and "Z" be lower case; Go's layout does not.
+		if t, perr = time.Parse(time.RFC3339Nano, strings.ToUpper(s)); perr != nil {
 			return 0, by, BadRequest("%s is not an RFC 3339 time (%s)", withValue(n.DeliverAt, strconv.Quote(truncateRunes(s, 64))), n.Rule)
 		}
 	} else {

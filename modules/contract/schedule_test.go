@@ -17,6 +17,8 @@ func TestParseScheduleErrors(t *testing.T) {
 		{`"2100-01-01T00:00:00Z"`, `"1h"`, "give deliverAt or delay, not both" + httpRule},
 		{``, `"-5s"`, `delay "-5s" is negative` + httpRule},
 		{``, `"soon"`, `delay "soon" is not a duration` + httpRule},
+		{``, `"9999999h"`, `delay "9999999h" is too large to be a duration (they end at about 2562047h), far over the maximum delay` + httpRule},
+		{``, `"5x"`, `delay "5x" is not a duration` + httpRule},
 		{``, `5`, `delay is a JSON number, not a string` + httpRule},
 		{`"tomorrow"`, ``, `deliverAt "tomorrow" is not an RFC 3339 time` + httpRule},
 		{`1.5`, ``, `deliverAt 1.5 is not a non-negative integer of Unix milliseconds` + httpRule},
@@ -59,6 +61,13 @@ func TestParseScheduleErrors(t *testing.T) {
 	}
 	if _, by, err := parseSchedule(nil, []byte("null"), now, HTTPSchedule); err != nil || by != (ScheduleBy{}) {
 		t.Errorf("delay null: %+v, %v", by, err)
+	}
+	// RFC 3339 allows a lower-case "t" and "z".
+	want := time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for _, s := range []string{`"2100-01-01t00:00:00z"`, `"2100-01-01T00:00:00z"`, `"2100-01-01t01:00:00+01:00"`} {
+		if at, _, err := parseSchedule([]byte(s), nil, now, HTTPSchedule); err != nil || at != want {
+			t.Errorf("deliverAt %s: %d, %v; want %d", s, at, err, want)
+		}
 	}
 }
 

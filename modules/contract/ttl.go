@@ -3,6 +3,7 @@ package contract
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,6 +39,8 @@ func ParseTTL(s string) (time.Duration, error) {
 	switch {
 	case s == "":
 		return 0, BadRequest("%s; this one is empty (leave the ttl out, or send null, for a message that never expires)", TTLRule)
+	case err != nil && durationOverflow(s):
+		return 0, BadRequest("%s; %q is over 87600h", TTLRule, truncateRunes(s, 64))
 	case err != nil:
 		return 0, BadRequest("%s; %q is not a duration", TTLRule, truncateRunes(s, 64))
 	case d < time.Millisecond:
@@ -104,4 +107,36 @@ func truncateRunes(s string, n int) string {
 		return s
 	}
 	return fmt.Sprintf("%s…", string(r[:n]))
+}
+
+// durationOverflow reports whether s is written as a Go duration (numbers
+// with units: "9999999h", "1.5h30m") that time.ParseDuration refused for
+// its size (past about 2562047h), so that the error can say "too large"
+// rather than "not a duration".
+func durationOverflow(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		i := 0
+		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
+			i++
+		}
+		if i == 0 {
+			return false
+		}
+		s = s[i:]
+		j := 0
+		for j < len(s) && !(s[j] >= '0' && s[j] <= '9' || s[j] == '.') {
+			j++
+		}
+		switch s[:j] {
+		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		s = s[j:]
+	}
+	return true
 }

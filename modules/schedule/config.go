@@ -47,7 +47,7 @@ var ConfigSection = config.NewSection("broker.schedule", Config{
 	errs := []error{
 		config.CheckPositive("mmmq.broker.schedule.max-delay", c.MaxDelay),
 		config.CheckIntRange("mmmq.broker.schedule.max-pending-per-topic", int64(c.MaxPendingPerTopic), 1, 1_000_000_000),
-		config.CheckIntRange("mmmq.broker.schedule.bucket-width", int64(c.BucketWidth), int64(time.Second), int64(24*time.Hour)),
+		config.CheckDurationRange("mmmq.broker.schedule.bucket-width", c.BucketWidth, time.Second, 24*time.Hour),
 		config.CheckIntRange("mmmq.broker.schedule.move-batch", int64(c.MoveBatch), 1, 100_000),
 		config.CheckIntRange("mmmq.broker.schedule.memory-budget", c.MemoryBudget, 1<<20, 64<<30),
 	}
