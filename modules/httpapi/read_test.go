@@ -74,6 +74,10 @@ func TestReadBackBadRequests(t *testing.T) {
 		rec := a.call(http.MethodGet, "/topics/r.t/messages?"+q, "", "")
 		wantNACK(t, rec, http.StatusBadRequest, contract.CodeBadRequest, "query parameter "+q[:strings.IndexByte(q, '=')])
 	}
+	for q, text := range map[string]string{"offset=0&offset=5": "query parameter offset is given 2 times; give it once",
+		"limit=1&limit=3&limit=2": "query parameter limit is given 3 times; give it once"} {
+		wantNACK(t, a.call(http.MethodGet, "/topics/r.t/messages?"+q, "", ""), http.StatusBadRequest, contract.CodeBadRequest, text)
+	}
 }
 
 // Paging: limit bounds a page, nextOffset continues it, and a page at or

@@ -396,13 +396,18 @@ func TestListRoute(t *testing.T) {
 		t.Fatalf("unknown topic: %d %v", code, m)
 	}
 	for url, word := range map[string]string{
-		"/topics/t/scheduled?limit=0":       "limit",
-		"/topics/t/scheduled?limit=1001":    "limit",
-		"/topics/t/scheduled?limit=x":       "limit",
-		"/topics/t/scheduled?after=1.2":     "after",
-		"/topics/t/scheduled?after=a.b.c":   "after",
-		"/topics/t/scheduled?content=maybe": "content",
-		"/topics/.x/scheduled":              "topic",
+		"/topics/t/scheduled?limit=0":                        "limit",
+		"/topics/t/scheduled?limit=1001":                     "limit",
+		"/topics/t/scheduled?limit=x":                        "limit",
+		"/topics/t/scheduled?after=1.2":                      "after",
+		"/topics/t/scheduled?after=a.b.c":                    "after",
+		"/topics/t/scheduled?content=maybe":                  "content",
+		"/topics/t/scheduled?content=TRUE":                   "content must be true or false",
+		"/topics/t/scheduled?content=1":                      "content must be true or false",
+		"/topics/.x/scheduled":                               "topic",
+		"/topics/t/scheduled?limit=1&limit=3":                "query parameter limit is given 2 times; give it once",
+		"/topics/t/scheduled?content=true&content=false":     "query parameter content is given 2 times",
+		"/topics/t/scheduled?after=" + "x" + "&after=" + "y": "query parameter after is given 2 times",
 	} {
 		code, m := get(url)
 		if msg, _ := m["error"].(string); code != 400 || !strings.Contains(msg, word) {

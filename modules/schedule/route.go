@@ -72,6 +72,13 @@ func (rt *Route) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	for _, name := range []string{"limit", "after", "content"} {
+		if n := len(q[name]); n > 1 {
+			// Which one the client meant is not ours to guess.
+			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter %s is given %d times; give it once", name, n))
+			return
+		}
+	}
 	o := ListOptions{Limit: ListDefaultLimit, MaxBytes: ListMaxContentSize}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -90,12 +97,11 @@ func (rt *Route) list(w http.ResponseWriter, r *http.Request) {
 		o.After = &c
 	}
 	if v := q.Get("content"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
+		if v != "true" && v != "false" {
 			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter content must be true or false, not %q", truncate(v, 64)))
 			return
 		}
-		o.Content = b
+		o.Content = v == "true"
 	}
 	page, err := rt.s.List(topic, o)
 	if err != nil {
