@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -86,6 +88,24 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
+// noBody refuses a body for a route that takes none (what), so that a
+// setting sent along is not silently ignored: nothing, null and an empty
+// object are taken.
+func noBody(b []byte, what string) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || string(b) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return contract.BadRequest("%s takes no body (send none, or {}); this one is not a JSON object", what)
+	}
+	if len(m) > 0 {
+		return contract.BadRequest("%s takes no body (send none, or {}); got the member %q", what, slices.Sorted(maps.Keys(m))[0])
+	}
+	return nil
+}
+
 func (rt *Route) create(w http.ResponseWriter, r *http.Request) {
 	b, err := readBody(r)
 	var s Spec
@@ -139,6 +159,14 @@ func (rt *Route) remove(w http.ResponseWriter, r *http.Request) {
 
 func (rt *Route) pause(paused bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		b, err := readBody(r)
+		if err == nil {
+			err = noBody(b, map[bool]string{true: "pause", false: "resume"}[paused])
+		}
+		if err != nil {
+			contract.WriteErr(w, err)
+			return
+		}
 		out, err := rt.a.SetPaused(mux.Vars(r)["name"], paused)
 		if err != nil {
 			contract.WriteErr(w, err)

@@ -124,3 +124,34 @@ func TestGetPutRoundTripExactNames(t *testing.T) {
 		}
 	}
 }
+
+// Pause and resume take no body: none, null and {} are taken; a member
+// sent along (a setting the route would ignore) or another JSON value is
+// 400 naming it, and changes nothing.
+func TestPauseResumeTakeNoBody(t *testing.T) {
+	srv, _ := ackServer(t, nil)
+	l := startAdmin(t, newRegistry(t), t.TempDir())
+	l.must("POST", "/mmmq/dispatchers", fmt.Sprintf(`{"name":"nb","host":%q,"patterns":["s.*"]}`, srv.URL), 201, nil)
+	for _, body := range []string{"", "{}", " null ", "{ }\n"} {
+		l.must("POST", "/mmmq/dispatchers/nb/pause", body, 200, nil)
+		l.must("POST", "/mmmq/dispatchers/nb/resume", body, 200, nil)
+	}
+	for body, want := range map[string]string{
+		`{"foo":1}`:            `pause takes no body (send none, or {}); got the member \"foo\"`,
+		`{"reason":"x","a":2}`: `got the member \"a\"`,
+		`[1]`:                  "is not a JSON object",
+		`{"paused":true`:       "is not a JSON object",
+	} {
+		if got := l.must("POST", "/mmmq/dispatchers/nb/pause", body, 400, nil); !strings.Contains(got, want) {
+			t.Errorf("pause with %s: %s; want %q", body, got, want)
+		}
+	}
+	if got := l.must("POST", "/mmmq/dispatchers/nb/resume", `{"from":0}`, 400, nil); !strings.Contains(got, `resume takes no body`) {
+		t.Errorf("resume with a body: %s", got)
+	}
+	var st Status
+	l.must("GET", "/mmmq/dispatchers/nb", "", 200, &st)
+	if st.Paused {
+		t.Error("a refused pause paused the dispatcher")
+	}
+}

@@ -5090,7 +5090,9 @@ type ClientInterface interface {
 	// itself keeps `pauseReason` `auto`). Any dispatcher may be paused,
 	// and every pause outlives a restart: it is recorded, with its reason
 	// and time, in `paused.json` in the data root (an `api` dispatcher's
-	// in `dispatchers.json` too) before it is answered. No body.
+	// in `dispatchers.json` too) before it is answered. No body (none,
+	// `null` or `{}`; anything else is 400, so that a setting sent along
+	// is not silently ignored).
 	//
 	// Corresponds with POST /mmmq/dispatchers/{name}/pause (the `PauseDispatcher` operationId).
 	PauseDispatcher(ctx context.Context, name DispatcherNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -5182,7 +5184,7 @@ type ClientInterface interface {
 	// Starts delivering again from the checkpoints, whoever paused it
 	// (`admin`, or `auto`: its `pause-after`); the pause record is removed
 	// first. Resuming a dispatcher that is not paused changes nothing. No
-	// body.
+	// body (none, `null` or `{}`; anything else is 400).
 	//
 	// Corresponds with POST /mmmq/dispatchers/{name}/resume (the `ResumeDispatcher` operationId).
 	ResumeDispatcher(ctx context.Context, name DispatcherNameParam, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -6088,7 +6090,9 @@ func (c *Client) ReplaceDispatcher(ctx context.Context, name DispatcherNameParam
 // itself keeps `pauseReason` `auto`). Any dispatcher may be paused,
 // and every pause outlives a restart: it is recorded, with its reason
 // and time, in `paused.json` in the data root (an `api` dispatcher's
-// in `dispatchers.json` too) before it is answered. No body.
+// in `dispatchers.json` too) before it is answered. No body (none,
+// `null` or `{}`; anything else is 400, so that a setting sent along
+// is not silently ignored).
 //
 // Corresponds with POST /mmmq/dispatchers/{name}/pause (the `PauseDispatcher` operationId).
 func (c *Client) PauseDispatcher(ctx context.Context, name DispatcherNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6210,7 +6214,7 @@ func (c *Client) RedriveDispatcher(ctx context.Context, name DispatcherNameParam
 // Starts delivering again from the checkpoints, whoever paused it
 // (`admin`, or `auto`: its `pause-after`); the pause record is removed
 // first. Resuming a dispatcher that is not paused changes nothing. No
-// body.
+// body (none, `null` or `{}`; anything else is 400).
 //
 // Corresponds with POST /mmmq/dispatchers/{name}/resume (the `ResumeDispatcher` operationId).
 func (c *Client) ResumeDispatcher(ctx context.Context, name DispatcherNameParam, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9444,7 +9448,9 @@ type ClientWithResponsesInterface interface {
 	// itself keeps `pauseReason` `auto`). Any dispatcher may be paused,
 	// and every pause outlives a restart: it is recorded, with its reason
 	// and time, in `paused.json` in the data root (an `api` dispatcher's
-	// in `dispatchers.json` too) before it is answered. No body.
+	// in `dispatchers.json` too) before it is answered. No body (none,
+	// `null` or `{}`; anything else is 400, so that a setting sent along
+	// is not silently ignored).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9538,7 +9544,7 @@ type ClientWithResponsesInterface interface {
 	// Starts delivering again from the checkpoints, whoever paused it
 	// (`admin`, or `auto`: its `pause-after`); the pause record is removed
 	// first. Resuming a dispatcher that is not paused changes nothing. No
-	// body.
+	// body (none, `null` or `{}`; anything else is 400).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11227,6 +11233,8 @@ type PauseDispatcherReply struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Dispatcher
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -11252,6 +11260,11 @@ type PauseDispatcherReply struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r PauseDispatcherReply) GetJSON200() *Dispatcher {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r PauseDispatcherReply) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -11477,6 +11490,8 @@ type ResumeDispatcherReply struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Dispatcher
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -11502,6 +11517,11 @@ type ResumeDispatcherReply struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ResumeDispatcherReply) GetJSON200() *Dispatcher {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ResumeDispatcherReply) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -14299,7 +14319,9 @@ func (c *ClientWithResponses) ReplaceDispatcherWithResponse(ctx context.Context,
 // itself keeps `pauseReason` `auto`). Any dispatcher may be paused,
 // and every pause outlives a restart: it is recorded, with its reason
 // and time, in `paused.json` in the data root (an `api` dispatcher's
-// in `dispatchers.json` too) before it is answered. No body.
+// in `dispatchers.json` too) before it is answered. No body (none,
+// `null` or `{}`; anything else is 400, so that a setting sent along
+// is not silently ignored).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14411,7 +14433,7 @@ func (c *ClientWithResponses) RedriveDispatcherWithResponse(ctx context.Context,
 // Starts delivering again from the checkpoints, whoever paused it
 // (`admin`, or `auto`: its `pause-after`); the pause record is removed
 // first. Resuming a dispatcher that is not paused changes nothing. No
-// body.
+// body (none, `null` or `{}`; anything else is 400).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16325,6 +16347,13 @@ func ParsePauseDispatcherReply(rsp *http.Response) (*PauseDispatcherReply, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16577,6 +16606,13 @@ func ParseResumeDispatcherReply(rsp *http.Response) (*ResumeDispatcherReply, err
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
