@@ -52,7 +52,8 @@ type Idempotent struct {
 type onceKey [2]uint64
 
 type onceEntry struct {
-	res contract.Scheduled
+	topic string
+	res   contract.Scheduled
 	at  int64 // publish time, Unix ns: forgotten at at + window
 	// done is closed when the first schedule's outcome (res or err) is in.
 	done chan struct{}
@@ -120,7 +121,7 @@ func (i *Idempotent) ScheduleOnce(ctx context.Context, topic, producerID string,
 		i.expireLocked(i.Scheduler.opts.Now().UnixNano())
 		e := i.ids[k]
 		if e == nil {
-			e = &onceEntry{at: i.Scheduler.opts.Now().UnixNano(), done: make(chan struct{})}
+			e = &onceEntry{topic: topic, at: i.Scheduler.opts.Now().UnixNano(), done: make(chan struct{})}
 			i.rememberLocked(k, e)
 			i.mu.Unlock()
 			return i.first(ctx, k, e, topic, stored, deliverAt)
@@ -152,6 +153,26 @@ func (i *Idempotent) first(ctx context.Context, k onceKey, e *onceEntry, topic s
 	close(e.done)
 	i.mu.Unlock()
 	return e.res, err
+}
+
+// DropTopic implements contract.ScheduleDropper: the Scheduler's
+// DropTopic, then the topic's producer ids are forgotten, so that a
+// deleted and recreated topic starts with an empty window, as the window
+// of ordinary publishes does (a retried id would otherwise be answered as
+// a duplicate of a schedule that was dropped, and nothing stored). They
+// are forgotten whatever the outcome: a drop that failed before dropping
+// anything then lets a retry schedule its message a second time (a
+// duplicate), never lose it.
+func (i *Idempotent) DropTopic(ctx context.Context, topic string, del func() error) (int, error) {
+	n, err := i.Scheduler.DropTopic(ctx, topic, del)
+	i.mu.Lock()
+	for _, r := range i.order[i.head:] {
+		if r.e.topic == topic && i.ids[r.k] == r.e {
+			delete(i.ids, r.k)
+		}
+	}
+	i.mu.Unlock()
+	return n, err
 }
 
 // roundUpMs is t in Unix ms, rounded up (the due time Schedule keeps).
@@ -228,9 +249,10 @@ func (i *Idempotent) load() {
 	}
 	horizon := s.opts.Now().UnixNano() - int64(i.window)
 	type found struct {
-		k  onceKey
-		at int64
-		r  contract.Scheduled
+		k     onceKey
+		topic string
+		at    int64
+		r     contract.Scheduled
 	}
 	var all []found
 	for _, de := range ents {
@@ -267,7 +289,7 @@ func (i *Idempotent) load() {
 					if !ok || !fromProducer || ts*int64(time.Millisecond) < horizon {
 						continue
 					}
-					all = append(all, found{i.key(e.topic, id), ts * int64(time.Millisecond), contract.Scheduled{ID: e.id, DeliverAt: time.UnixMilli(e.at)}})
+					all = append(all, found{i.key(e.topic, id), e.topic, ts * int64(time.Millisecond), contract.Scheduled{ID: e.id, DeliverAt: time.UnixMilli(e.at)}})
 				}
 				if !w.more {
 					return nil
@@ -285,7 +307,7 @@ func (i *Idempotent) load() {
 	defer i.mu.Unlock()
 	for _, f := range all {
 		if _, dup := i.ids[f.k]; !dup {
-			i.rememberLocked(f.k, &onceEntry{res: f.r, at: f.at, done: closedDone})
+			i.rememberLocked(f.k, &onceEntry{topic: f.topic, res: f.r, at: f.at, done: closedDone})
 		}
 	}
 	if len(all) > 0 {

@@ -88,6 +88,35 @@ func TestScheduleOnceDuplicates(t *testing.T) {
 
 // A first schedule that failed (here: the scheduler closed) is forgotten:
 // its retry is a new schedule.
+// Deleting the topic (DropTopic) forgets its producer ids: the same id
+// scheduled again afterwards is a new schedule, stored and pending, not a
+// "duplicate" of the dropped one; another topic's ids are kept.
+func TestScheduleOnceForgetsADroppedTopic(t *testing.T) {
+	clk := &fakeClock{t: base()}
+	s, _ := newTest(t, vfs.NewMem(), clk, nil)
+	o := NewIdempotent(s, time.Minute, 0)
+	ctx := context.Background()
+	due := clk.Now().Add(time.Hour)
+	first, err := o.ScheduleOnce(ctx, "t", "Z", storedWithID(t, "t", "Z", clk.Now()), due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep, err := o.ScheduleOnce(ctx, "u", "Z", storedWithID(t, "u", "Z", clk.Now()), due)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := o.DropTopic(ctx, "t", func() error { return nil }); n != 1 || err != nil {
+		t.Fatalf("DropTopic: %d, %v", n, err)
+	}
+	again, err := o.ScheduleOnce(ctx, "t", "Z", storedWithID(t, "t", "Z", clk.Now()), due)
+	if err != nil || again.Duplicate || again.ID == first.ID || s.Pending("t") != 1 {
+		t.Fatalf("after the topic's deletion: %+v %v, pending %d; want a new schedule", again, err, s.Pending("t"))
+	}
+	if r, err := o.ScheduleOnce(ctx, "u", "Z", storedWithID(t, "u", "Z", clk.Now()), due); err != nil || !r.Duplicate || r.ID != keep.ID {
+		t.Fatalf("the other topic's id: %+v %v; want a duplicate of %s", r, err, keep.ID)
+	}
+}
+
 func TestScheduleOnceFailedFirstIsForgotten(t *testing.T) {
 	clk := &fakeClock{t: base()}
 	s, _ := newTest(t, vfs.NewMem(), clk, nil)

@@ -217,6 +217,7 @@ func (s *Scheduler) windowMax() int { return max(16, int(s.opts.MemoryBudget/2/e
 var (
 	_ contract.Scheduler       = (*Scheduler)(nil)
 	_ contract.ScheduleDropper = (*Scheduler)(nil)
+	_ contract.ScheduleDropper = (*Idempotent)(nil)
 )
 
 // Start recovers the store (Open) and launches the mover.
