@@ -1,22 +1,39 @@
 package contract
 
 import (
+	"bytes"
 	"context"
 	"time"
 )
 
 // SearchTime returns the first offset of l, from its log start offset,
 // whose stored message timestamp ("timestamp", Unix ms) is at or after t,
-// or l.HighWatermark() when there is none: where a seek by time starts. It
-// is a binary search of O(log n) Reads, so it assumes timestamps grow with
-// offsets; a message without a timestamp counts as older than any t.
-// Errors: those of l.Read.
+// or l.HighWatermark() when there is none: where a seek by time starts. A
+// message without a timestamp counts as older than any t. Errors: those of
+// l.Read.
+//
+// Timestamps grow with offsets except for scheduled messages (those with
+// the HeaderScheduleID header): they keep their publish time and enter the
+// topic when due, so they are older than the messages around them. The
+// search is a binary search for the first offset o at which the largest
+// timestamp of offsets up to o reaches t, which is the first offset whose
+// own timestamp does. For a probe that is not a scheduled message its own
+// timestamp decides: every earlier message, scheduled ones included (they
+// were published before they were appended), is no newer. A scheduled
+// probe that is older than t is decided by the messages before it, read
+// back to the nearest one that is not scheduled (or to the search's lower
+// end, below which none reaches t): O(log n) reads when the topic mixes
+// the two, up to one read per message over a run of scheduled messages.
 func SearchTime(l interface {
 	StartOffset() int64
 	HighWatermark() int64
 	Read(offset int64) ([]byte, error)
 }, t time.Time) (int64, error) {
 	want := t.UnixMilli()
+	reaches := func(p []byte) bool {
+		ts, ok := MessageTimestamp(p)
+		return ok && ts >= want
+	}
 	lo, hi := l.StartOffset(), l.HighWatermark()
 	for lo < hi {
 		mid := lo + (hi-lo)/2
@@ -24,13 +41,38 @@ func SearchTime(l interface {
 		if err != nil {
 			return 0, err
 		}
-		if ts, ok := MessageTimestamp(p); ok && ts >= want {
+		found := reaches(p)
+		if !found && scheduledHint(p) {
+			// Is any message before mid, back to the nearest one that is
+			// not scheduled, at or after t?
+			for o := mid - 1; o >= lo; o-- {
+				q, err := l.Read(o)
+				if err != nil {
+					return 0, err
+				}
+				if reaches(q) {
+					found = true
+					break
+				}
+				if !scheduledHint(q) {
+					break
+				}
+			}
+		}
+		if found {
 			hi = mid
 		} else {
 			lo = mid + 1
 		}
 	}
 	return lo, nil
+}
+
+// scheduledHint says whether p may be a message moved from the scheduled
+// store (it names the HeaderScheduleID header). A false "may" only costs
+// SearchTime reads.
+func scheduledHint(p []byte) bool {
+	return bytes.Contains(p, []byte(`"`+HeaderScheduleID+`"`))
 }
 
 // Log is one topic's log as the topic registry hands it out: the

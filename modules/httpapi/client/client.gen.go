@@ -1674,8 +1674,9 @@ type DispatcherSeekRequest struct {
 	// offset), `"latest"` (its high watermark: skip what is stored), an
 	// offset (410 `OFFSET_EXPIRED` below the log start offset, 400 above
 	// the high watermark) or `{"timestamp": <Unix ms>}` (the first
-	// message stored at or after that time, found by binary search; the
-	// high watermark when there is none).
+	// message whose timestamp is at or after that time, found by binary
+	// search, scheduled messages included though they keep their
+	// publish time; the high watermark when there is none).
 	//
 	//
 	// Examples: earliest, 42, {"timestamp":1767225600000}
@@ -2560,8 +2561,9 @@ type GroupSeekRequest struct {
 	// offset), `"latest"` (its high watermark: skip what is stored), an
 	// offset (410 `OFFSET_EXPIRED` below the log start offset, 400 above
 	// the high watermark) or `{"timestamp": <Unix ms>}` (the first
-	// message stored at or after that time, found by binary search; the
-	// high watermark when there is none).
+	// message whose timestamp is at or after that time, found by binary
+	// search, scheduled messages included though they keep their
+	// publish time; the high watermark when there is none).
 	//
 	//
 	// Examples: earliest, 42, {"timestamp":1767225600000}
@@ -3018,8 +3020,9 @@ type ScheduledPage struct {
 // offset), `"latest"` (its high watermark: skip what is stored), an
 // offset (410 `OFFSET_EXPIRED` below the log start offset, 400 above
 // the high watermark) or `{"timestamp": <Unix ms>}` (the first
-// message stored at or after that time, found by binary search; the
-// high watermark when there is none).
+// message whose timestamp is at or after that time, found by binary
+// search, scheduled messages included though they keep their
+// publish time; the high watermark when there is none).
 //
 // Examples: earliest, 42, {"timestamp":1767225600000}
 type SeekTarget struct {
