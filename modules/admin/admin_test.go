@@ -26,28 +26,30 @@ func TestDecodeSpec(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 	for body, says := range map[string]string{
-		`{"name":"d","colour":1}`:         `unknown field "colour"`,
-		`{"name":5}`:                      `field "name" must be a JSON string`,
-		`{"patterns":"a.*"}`:              `field "patterns" must be a JSON array`,
-		`{"timeout":"soon"}`:              `must be a duration >= 0 such as "30s"; got "soon"`,
-		`{"timeout":"-1s"}`:               `got "-1s"`,
-		`{"name":"d"} {"name":"e"}`:       "data after the JSON object",
-		`not json`:                        "invalid dispatcher",
-		``:                                "the body is empty: send a JSON object",
-		`{"commit":{"every":"always"}}`:   `unknown field "every"`,
-		`{"dead-letter":7}`:               `field "dead-letter" must be a JSON string`,
-		`{"signing-secrets":"whsec_x"}`:   `field "signing-secrets" must be a JSON array`,
-		`{"headers":{"X-A":1}}`:           `field "headers" must be a JSON object of strings`,
-		`{"headers":["X-A"]}`:             `field "headers" must be a JSON object of strings`,
-		`{"max-in-flight":"4"}`:           `field "max-in-flight" must be a JSON number`,
-		`{"max-abnormal-duration":"1"}`:   `must be a duration >= 0 such as "30s"; got "1"`,
-		`{"backoff-jitter":"yes"}`:        `field "backoff-jitter" must be a JSON boolean`,
-		`{"batch":{"max-wait":"-1s"}}`:    `got "-1s"`,
-		`{"batch":{"size":10}}`:           `unknown field "size"`,
-		`{"max-abnormal-duration":"-5s"}`: `field "max-abnormal-duration" must be a duration`,
-		`{"batch":{"max-wait":"x"}}`:      `field "batch.max-wait" must be a duration`,
-		`{"commit":{"interval":5}}`:       `field "commit.interval" must be a duration`,
-		`{"timeout":true}`:                `field "timeout" must be a duration`,
+		`{"name":"d","colour":1}`:       `unknown field "colour"`,
+		`{"name":5}`:                    `field "name" must be a JSON string`,
+		`{"patterns":"a.*"}`:            `field "patterns" must be a JSON array`,
+		`{"timeout":"soon"}`:            `must be a duration >= 0 such as "30s"; got "soon"`,
+		`{"timeout":"-1s"}`:             `got "-1s"`,
+		`{"name":"d"} {"name":"e"}`:     "data after the JSON object",
+		`not json`:                      "invalid dispatcher",
+		``:                              "the body is empty: send a JSON object",
+		`{"commit":{"every":"always"}}`: `unknown field "every"`,
+		`{"name":"d3","name":"d4"}`:     `field "name" is given more than once`,
+		`{"commit":{"interval":"1s","interval":"2s"}}`: `field "commit.interval" is given more than once`,
+		`{"dead-letter":7}`:                            `field "dead-letter" must be a JSON string`,
+		`{"signing-secrets":"whsec_x"}`:                `field "signing-secrets" must be a JSON array`,
+		`{"headers":{"X-A":1}}`:                        `field "headers" must be a JSON object of strings`,
+		`{"headers":["X-A"]}`:                          `field "headers" must be a JSON object of strings`,
+		`{"max-in-flight":"4"}`:                        `field "max-in-flight" must be a JSON number`,
+		`{"max-abnormal-duration":"1"}`:                `must be a duration >= 0 such as "30s"; got "1"`,
+		`{"backoff-jitter":"yes"}`:                     `field "backoff-jitter" must be a JSON boolean`,
+		`{"batch":{"max-wait":"-1s"}}`:                 `got "-1s"`,
+		`{"batch":{"size":10}}`:                        `unknown field "size"`,
+		`{"max-abnormal-duration":"-5s"}`:              `field "max-abnormal-duration" must be a duration`,
+		`{"batch":{"max-wait":"x"}}`:                   `field "batch.max-wait" must be a duration`,
+		`{"commit":{"interval":5}}`:                    `field "commit.interval" must be a duration`,
+		`{"timeout":true}`:                             `field "timeout" must be a duration`,
 	} {
 		_, err := decodeSpec([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {
@@ -221,6 +223,7 @@ func TestParseRedrive(t *testing.T) {
 	for body, says := range map[string]string{
 		`{"from":-1}`: `"from"`, `{"to":1e3}`: `"to"`, `{"to":true}`: `"to"`, `{"to":null}`: `"to"`, `{"from":1,"x":2}`: `unknown field "x"`,
 		`"all"`: "JSON object", `{"from":1`: "JSON object", `{}{}`: "JSON object", `{"from":99999999999999999999}`: `"from"`,
+		`{"from":1,"from":0}`: `field "from" is given more than once`,
 	} {
 		_, _, err := dispatcher.ParseRedrive([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), says) || contract.Classify(err).Status != 400 {

@@ -454,6 +454,9 @@ func (rt *Route) seek(w http.ResponseWriter, r *http.Request) {
 // refused, naming the field, and so is a member name that differs from
 // one of SeekRequest's only in case ("Topic").
 func decodeSeek(b []byte, req *SeekRequest) error {
+	if p, ok := contract.FindRepeatedMember(b); ok {
+		return contract.BadRequest("invalid seek: field %q is given more than once", p)
+	}
 	if mc, ok := contract.FindMemberCase(b, reflect.TypeFor[SeekRequest]()); ok {
 		return contract.BadRequest("invalid seek: unknown field %q (the member is %q)", mc.Sent, mc.Want)
 	}

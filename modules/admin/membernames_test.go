@@ -117,6 +117,7 @@ func TestGetPutRoundTripExactNames(t *testing.T) {
 		`{"To":"earliest"}`:                  `invalid seek: unknown field \"To\" (the member is \"to\")`,
 		`{"to":"earliest","Rate":5}`:         `unknown field \"Rate\" (the member is \"rate\")`,
 		`{"to":{"Timestamp":1767225600000}}`: `unknown field \"Timestamp\" (the member is \"timestamp\")`,
+		`{"to":"earliest","to":"latest"}`:    `invalid seek: field \"to\" is given more than once`,
 	} {
 		code, out := l.call("POST", "/mmmq/dispatchers/rt/seek", body)
 		if code != 400 || !strings.Contains(out, says) || !strings.Contains(out, `"code":"BAD_REQUEST"`) {

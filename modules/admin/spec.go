@@ -127,6 +127,9 @@ func camelCase(kebab string) string {
 // (readOnlyTwins: "rateLimit") sent without that setting is refused,
 // naming the setting.
 func decodeSpec(body []byte) (Spec, error) {
+	if p, ok := contract.FindRepeatedMember(body); ok {
+		return Spec{}, contract.BadRequest("invalid dispatcher: field %q is given more than once", p)
+	}
 	if mc, ok := contract.FindMemberCase(body, reflect.TypeFor[specBody]()); ok {
 		return Spec{}, contract.BadRequest("invalid dispatcher: unknown field %q (%s)", mc.Sent, specMemberIs(mc.Want))
 	}

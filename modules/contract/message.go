@@ -193,6 +193,10 @@ func DecodeMessageTrace(raw []byte, now time.Time, dst []byte, tc TraceContext) 
 		if f.headers[0] != '{' || json.Unmarshal(f.headers, &headers) != nil {
 			return d, BadRequest(`field "headers" must be an object of strings {"k": "v"}`)
 		}
+		if objectMembers(f.headers) != len(headers) {
+			p, _ := FindRepeatedMember(f.headers)
+			return d, BadRequest(`field "headers": the header %q is given more than once`, p)
+		}
 	}
 	if headers != nil || tc.Given() {
 		headers = ApplyTrace(headers, tc)
@@ -392,13 +396,13 @@ func parseTopic(raw json.RawMessage) (string, error) {
 			return "", BadRequest(`field "topic": %s`, jsonErrText(err))
 		}
 	case raw[0] == '{':
-		var obj struct {
-			Name *string `json:"name"`
+		// Exactly one member, spelt "name" (encoding/json alone would take
+		// "Name", and the last of two).
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil || len(obj) != 1 || obj["name"] == nil || objectMembers(raw) != 1 ||
+			json.Unmarshal(obj["name"], &name) != nil {
+			return "", BadRequest(`field "topic" as an object must be {"name": "<topic>"}, with that one member`)
 		}
-		if err := json.Unmarshal(raw, &obj); err != nil || obj.Name == nil {
-			return "", BadRequest(`field "topic" as an object must be {"name": "<topic>"}`)
-		}
-		name = *obj.Name
 	default:
 		return "", BadRequest(`field "topic" must be a string or {"name": "<topic>"}`)
 	}

@@ -303,6 +303,9 @@ func parseRedrive(body []byte, withRate bool) (RedriveParams, error) {
 	if withRate {
 		shape, known = `{"from": <offset>, "to": <offset>, "rate": <messages/s>}`, `"from", "to" and "rate"`
 	}
+	if p, ok := contract.FindRepeatedMember(body); ok {
+		return RedriveParams{}, contract.BadRequest("invalid redrive: field %q is given more than once", p)
+	}
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&fields); err != nil || fields == nil || dec.More() {

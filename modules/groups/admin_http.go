@@ -80,6 +80,9 @@ func parseSeek(body []byte) (contract.SeekTarget, error) {
 // unknown members, a member name that differs from one of v's only in
 // case ("Offsets": encoding/json alone would take it), and trailing data.
 func decodeStrict(data []byte, v any) error {
+	if p, ok := contract.FindRepeatedMember(data); ok {
+		return fmt.Errorf("field %q is given more than once", p)
+	}
 	if mc, ok := contract.FindMemberCase(data, reflect.TypeOf(v).Elem()); ok {
 		return fmt.Errorf("unknown field %q (the member is %q)", mc.Sent, mc.Want)
 	}

@@ -277,6 +277,7 @@ func TestHTTPSeekErrors(t *testing.T) {
 		{base, `{"to": 1} {}`, 400, contract.CodeBadRequest, "data after the JSON object"},
 		{base, `{"to": 1, "from": 2}`, 400, contract.CodeBadRequest, `unknown field "from"`},
 		{base, `{"To": 1}`, 400, contract.CodeBadRequest, `unknown field "To" (the member is "to")`},
+		{base, `{"to": "latest", "to": "earliest"}`, 400, contract.CodeBadRequest, `field "to" is given more than once`},
 		{base, `{"to": {}}`, 400, contract.CodeBadRequest, "timestamp is missing"},
 		{base, `{"to": {"timestamp": -5}}`, 400, contract.CodeBadRequest, "timestamp must be an integer >= 0"},
 		{base, `{"to": {"timestamp": 5, "offset": 1}}`, 400, contract.CodeBadRequest, `unknown field "offset"`},

@@ -100,6 +100,9 @@ func TestHTTPFetchAckRelease(t *testing.T) {
 	if r := do(t, "POST", base+"/ack", s, `{"Offset": 1}`); r.status != 400 || !strings.Contains(r.raw, `unknown field \"Offset\" (the member is \"offset\")`) {
 		t.Fatalf("ack with \"Offset\": %d %s", r.status, r.raw)
 	}
+	if r := do(t, "POST", base+"/ack", s, `{"offset": 0, "offset": 3}`); r.status != 400 || !strings.Contains(r.raw, `field \"offset\" is given more than once`) {
+		t.Fatalf("ack with offset given twice: %d %s", r.status, r.raw)
+	}
 	if r := do(t, "POST", base+"/ack", s, `{"offset": "1"}`); r.status != 400 || !strings.Contains(r.raw, `field \"offset\": a JSON string where a number belongs`) || strings.Contains(r.raw, "Go struct") {
 		t.Fatalf("ack with a string offset: %d %s", r.status, r.raw)
 	}

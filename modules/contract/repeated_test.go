@@ -1,0 +1,61 @@
+package contract
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFindRepeatedMember(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"offset":0,"offset":3}`:                         "offset",
+		`{"to":"earliest","to":"latest"}`:                 "to",
+		`{"commit":{"interval":"1s","interval":"2s"}}`:    "commit.interval",
+		`{"a":[{"x":1},{"y":1,"y":2}]}`:                   "a[1].y",
+		`[{"k":1,"k":1}]`:                                 "[0].k",
+		`{"topic":{"name":"q1","name":"q2"},"content":1}`: "topic.name",
+		`{"a":{"b":1},"b":{"b":1},"a":2}`:                 "a",
+	} {
+		if got, ok := FindRepeatedMember([]byte(body)); !ok || got != want {
+			t.Errorf("FindRepeatedMember(%s) = %q, %v; want %q", body, got, ok, want)
+		}
+	}
+	for _, body := range []string{``, `{}`, `{"a":1,"A":2}`, `{"a":{"a":{"a":1}}}`, `[{"a":1},{"a":2}]`, `{"a":1,`, `"s"`, `{"a":"{\"a\":1,\"a\":2}"}`} {
+		if got, ok := FindRepeatedMember([]byte(body)); ok {
+			t.Errorf("FindRepeatedMember(%s) = %q; want none", body, got)
+		}
+	}
+}
+
+func TestObjectMembers(t *testing.T) {
+	for body, want := range map[string]int{
+		`{}`: 0, `{"a":"1"}`: 1, `{"a":"1","a":"2"}`: 2, `{"a:b":"c:d","e":"\":"}`: 2, `{"a":{"b":"c"},"d":["e:"]}`: 2,
+	} {
+		if got := objectMembers([]byte(body)); got != want {
+			t.Errorf("objectMembers(%s) = %d, want %d", body, got, want)
+		}
+	}
+}
+
+// A publish refuses a repeated member in the topic's object form and in
+// headers (encoding/json would keep the last silently), and a topic
+// object whose one member is not spelt "name".
+func TestPublishRefusesRepeatedMembers(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	for body, want := range map[string]string{
+		`{"topic":{"name":"q1","name":"q2"},"content":1}`:       `must be {"name": "<topic>"}, with that one member`,
+		`{"topic":{"Name":"q1"},"content":1}`:                   `must be {"name": "<topic>"}, with that one member`,
+		`{"topic":{"name":"q1","x":1},"content":1}`:             `with that one member`,
+		`{"topic":"t","content":1,"headers":{"a":"1","a":"2"}}`: `the header "a" is given more than once`,
+	} {
+		d, err := DecodeMessage([]byte(body), now, nil)
+		if err == nil || d.Stored != nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("DecodeMessage(%s) = %v; want an error containing %q", body, err, want)
+		}
+	}
+	for _, body := range []string{`{"topic":{"name":"q1"},"content":1}`, `{"topic":"t","content":1,"headers":{"a":"1","A":"2","b:":"c:"}}`} {
+		if _, err := DecodeMessage([]byte(body), now, nil); err != nil {
+			t.Errorf("DecodeMessage(%s): %v", body, err)
+		}
+	}
+}
