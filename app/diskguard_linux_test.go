@@ -139,6 +139,15 @@ func TestDiskGuard507OnRealTmpfs(t *testing.T) {
 	assert.Contains(t, m, "mmmq_storage_min_free_bytes 2.097152e+06")
 	requireExactly(t, base, topic, acked)
 
+	// A scheduled publish meets the same guard: 507 with Retry-After, and
+	// nothing is written to the scheduled store.
+	resp = postRaw(t, base+"/messages", fmt.Sprintf(`{"topic":%q,"content":1,"delay":"1h"}`, topic))
+	assert.Equal(t, http.StatusInsufficientStorage, resp.StatusCode)
+	assert.Equal(t, contract.NoSpaceRetryAfter, resp.Header.Get("Retry-After"))
+	if ents, err := os.ReadDir(filepath.Join(mnt, "data", ".scheduled")); err == nil {
+		assert.Empty(t, ents, "a refused scheduled publish wrote to the scheduled store")
+	}
+
 	// An operator frees space: accepted again once the guard samples.
 	require.NoError(t, os.Remove(filler))
 	clock.Advance(storage.DefaultSpaceCheckInterval)

@@ -111,8 +111,10 @@ func NewFromConfig(p Params) *Scheduler {
 		MemoryBudget:       p.Schedule.MemoryBudget,
 		Logger:             p.Logger.Named("schedule"),
 	}
-	if _, local := p.Registry.Backend().(*topicqueue.LocalBackend); !local {
+	if lb, local := p.Registry.Backend().(*topicqueue.LocalBackend); !local {
 		opts.Unsupported = "the storage backend is not local (mmmq.broker.storage.backend); scheduled messages are kept on the local disk only"
+	} else if g := lb.SpaceGuard(); g != nil {
+		opts.Admit = g.Admit
 	}
 	return New(opts, RegistryTarget(p.Registry))
 }

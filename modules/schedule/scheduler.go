@@ -102,6 +102,13 @@ type Options struct {
 	// Unsupported, when not "", makes every Schedule 501 NOT_IMPLEMENTED
 	// with this reason (a storage backend the scheduler cannot serve).
 	Unsupported string
+	// Admit, when set, is the disk guard of the data filesystem
+	// (storage.SpaceGuard.Admit), asked with a scheduled message's record
+	// size before it is written: its error (507 NO_SPACE with Retry-After)
+	// refuses the publish, as for a publish to a topic. Cancels, drops and
+	// moves are not refused (they free room, or meet the guard in the
+	// topic).
+	Admit func(bytes int64) error
 	// Now is the clock; default time.Now.
 	Now    func() time.Time
 	Logger *zap.Logger
@@ -517,6 +524,13 @@ func (s *Scheduler) Schedule(_ context.Context, topic string, stored []byte, del
 	b := s.bucketOf(at)
 	id := scheduleID(b, rand.Uint64())
 	rec := appendScheduled(nil, at, id, topic, stored)
+	if s.opts.Admit != nil {
+		// The disk guard, as for a publish to a topic: nothing is written
+		// while free space is under the guard (507 NO_SPACE).
+		if err := s.opts.Admit(int64(len(rec))); err != nil {
+			return "", err
+		}
+	}
 	s.mu.Lock()
 	if err := s.waitRoom(b, len(rec)); err != nil {
 		s.mu.Unlock()
