@@ -161,7 +161,7 @@ func DecodeMessageTrace(raw []byte, now time.Time, dst []byte, tc TraceContext) 
 	if d.Topic, err = parseTopic(f.topic); err != nil {
 		return d, err
 	}
-	if f.id != nil {
+	if f.id != nil && string(f.id) != "null" { // null: absent, as for the other optional members
 		if err := json.Unmarshal(f.id, &d.ID); err != nil || f.id[0] != '"' {
 			return d, BadRequest(`field "id" must be a string`)
 		}

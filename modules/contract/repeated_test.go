@@ -59,3 +59,20 @@ func TestPublishRefusesRepeatedMembers(t *testing.T) {
 		}
 	}
 }
+
+// A ttl 1ms longer than the delay ends after the due time, whatever the
+// publish time's sub-milliseconds (both count from the stored timestamp);
+// "id": null is absent, as the other optional members' null is.
+func TestDelayTTLRoundingAndNullID(t *testing.T) {
+	for _, ns := range []int64{0, 1, 400_000, 999_999} {
+		now := time.UnixMilli(1_800_000_000_000).Add(time.Duration(ns))
+		d, err := DecodeMessage([]byte(`{"topic":"t","content":1,"delay":"3s","ttl":"3001ms"}`), now, nil)
+		if err != nil || d.DeliverAt != 1_800_000_003_000 || d.ExpiresAt != 1_800_000_003_001 {
+			t.Errorf("publish at +%dns: due %d, expiresAt %d, %v; want 1800000003000 and 1800000003001", ns, d.DeliverAt, d.ExpiresAt, err)
+		}
+	}
+	d, err := DecodeMessage([]byte(`{"topic":"t","content":1,"id":null}`), time.UnixMilli(1_800_000_000_000), nil)
+	if err != nil || d.FromProducer || d.ID == "" {
+		t.Errorf(`"id": null: %+v, %v; want a generated id`, d, err)
+	}
+}

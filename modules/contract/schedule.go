@@ -232,7 +232,10 @@ func parseSchedule(deliverAt, delay []byte, now time.Time, n ScheduleNames) (at 
 		case d < 0:
 			return 0, by, BadRequest("%s is negative (%s)", withValue(n.Delay, strconv.Quote(s)), n.Rule)
 		}
-		t = now.Add(d)
+		// From the publish time as stored (whole milliseconds, as the
+		// message's timestamp and a ttl's expiresAt count), so that a ttl
+		// 1ms longer than the delay still ends after the due time.
+		t = time.UnixMilli(now.UnixMilli()).Add(d)
 	} else if by = (ScheduleBy{Name: n.DeliverAt}); deliverAt[0] == '"' {
 		s, ok := storedString(deliverAt)
 		if !ok {

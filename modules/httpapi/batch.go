@@ -287,14 +287,20 @@ func (s *Server) storeBatch(ctx context.Context, b *batch, groups []*topicGroup,
 	// max-topics follows batch order: the first that fit are created, the
 	// later ones are refused without trying.
 	room := s.reg.Room()
+	taken := 0 // new topics of this batch given room
 	for gi, g := range groups {
 		done[gi] = make(chan outcome, 1)
 		if _, exists := s.reg.Get(g.topic); !exists {
 			if room == 0 {
-				done[gi] <- outcome{err: fmt.Errorf("publish to topic %s: %w: the batch's earlier new topics took the room left (mmmq.broker.storage.max-topics)", g.topic, topicqueue.ErrTooManyTopics)}
+				why := "the broker has as many topics as it may open"
+				if taken > 0 {
+					why = fmt.Sprintf("the batch's %d earlier new topics took the room left", taken)
+				}
+				done[gi] <- outcome{err: fmt.Errorf("publish to topic %s: %w: %s (mmmq.broker.storage.max-topics)", g.topic, topicqueue.ErrTooManyTopics, why)}
 				continue
 			}
 			room--
+			taken++
 		}
 		go func() {
 			select {

@@ -64,7 +64,9 @@ func TestPubXScheduled(t *testing.T) {
 	var shift atomic.Int64
 	e, s := startScheduled(t, &shift, nil)
 	c := e.dial(t)
-	soon := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	// A millisecond before the delay=1h below (counted from its publish's
+	// millisecond): due first, whatever the clock's sub-milliseconds.
+	soon := time.Now().Add(time.Hour - time.Millisecond).UTC().Truncate(time.Millisecond)
 	// One write: the replies come back in line order.
 	c.send(strings.Join([]string{
 		`PUB ts DURABLE {"n":0}`,

@@ -5519,7 +5519,10 @@ type ClientInterface interface {
 	// A page of stored messages from `offset`: at most `limit`, at most
 	// 4 MiB of messages (at least one), and no more than the broker-wide
 	// in-flight memory budget holds. Continue from `nextOffset`; the page
-	// is the last one when `nextOffset` equals `highWatermark`. A stored
+	// is the last one when `nextOffset` is at or past `highWatermark`
+	// (an `offset` past it gives an empty page with `nextOffset` where it
+	// started: on a backend shared by several nodes, another node's high
+	// watermark may be ahead of this one's). A stored
 	// entry that is corrupt or not valid JSON is listed with `error`
 	// instead of `message`.
 	//
@@ -6749,7 +6752,10 @@ func (c *Client) GroupRelease(ctx context.Context, topic Topic, group Group, par
 // A page of stored messages from `offset`: at most `limit`, at most
 // 4 MiB of messages (at least one), and no more than the broker-wide
 // in-flight memory budget holds. Continue from `nextOffset`; the page
-// is the last one when `nextOffset` equals `highWatermark`. A stored
+// is the last one when `nextOffset` is at or past `highWatermark`
+// (an `offset` past it gives an empty page with `nextOffset` where it
+// started: on a backend shared by several nodes, another node's high
+// watermark may be ahead of this one's). A stored
 // entry that is corrupt or not valid JSON is listed with `error`
 // instead of `message`.
 //
@@ -9895,7 +9901,10 @@ type ClientWithResponsesInterface interface {
 	// A page of stored messages from `offset`: at most `limit`, at most
 	// 4 MiB of messages (at least one), and no more than the broker-wide
 	// in-flight memory budget holds. Continue from `nextOffset`; the page
-	// is the last one when `nextOffset` equals `highWatermark`. A stored
+	// is the last one when `nextOffset` is at or past `highWatermark`
+	// (an `offset` past it gives an empty page with `nextOffset` where it
+	// started: on a backend shared by several nodes, another node's high
+	// watermark may be ahead of this one's). A stored
 	// entry that is corrupt or not valid JSON is listed with `error`
 	// instead of `message`.
 	//
@@ -14904,7 +14913,10 @@ func (c *ClientWithResponses) GroupReleaseWithResponse(ctx context.Context, topi
 // A page of stored messages from `offset`: at most `limit`, at most
 // 4 MiB of messages (at least one), and no more than the broker-wide
 // in-flight memory budget holds. Continue from `nextOffset`; the page
-// is the last one when `nextOffset` equals `highWatermark`. A stored
+// is the last one when `nextOffset` is at or past `highWatermark`
+// (an `offset` past it gives an empty page with `nextOffset` where it
+// started: on a backend shared by several nodes, another node's high
+// watermark may be ahead of this one's). A stored
 // entry that is corrupt or not valid JSON is listed with `error`
 // instead of `message`.
 //
