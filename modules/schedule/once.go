@@ -54,7 +54,7 @@ type onceKey [2]uint64
 type onceEntry struct {
 	topic string
 	res   contract.Scheduled
-	at  int64 // publish time, Unix ns: forgotten at at + window
+	at    int64 // publish time, Unix ns: forgotten at at + window
 	// done is closed when the first schedule's outcome (res or err) is in.
 	done chan struct{}
 	err  error
