@@ -143,6 +143,10 @@ func (rt *Route) replace(w http.ResponseWriter, r *http.Request) {
 func (rt *Route) remove(w http.ResponseWriter, r *http.Request) {
 	name := mux.Vars(r)["name"]
 	del := false
+	if err := contract.RepeatedQuery(r.URL.Query(), "delete-checkpoints"); err != nil {
+		contract.WriteErr(w, err)
+		return
+	}
 	if v := r.URL.Query().Get("delete-checkpoints"); v != "" {
 		var err error
 		if del, err = strconv.ParseBool(v); err != nil {

@@ -155,4 +155,9 @@ func TestPauseResumeTakeNoBody(t *testing.T) {
 	if st.Paused {
 		t.Error("a refused pause paused the dispatcher")
 	}
+	// A query parameter given twice is refused too, and deletes nothing.
+	if got := l.must("DELETE", "/mmmq/dispatchers/nb?delete-checkpoints=true&delete-checkpoints=false", "", 400, nil); !strings.Contains(got, "query parameter delete-checkpoints is given 2 times") {
+		t.Errorf("delete with delete-checkpoints twice: %s", got)
+	}
+	l.must("GET", "/mmmq/dispatchers/nb", "", 200, nil)
 }

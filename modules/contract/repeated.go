@@ -97,3 +97,15 @@ func objectMembers(raw []byte) int {
 	}
 	return n
 }
+
+// RepeatedQuery refuses (400, naming it) the first of names given more
+// than once in the query q: which value the client meant is not ours to
+// guess (url.Values.Get would take the first).
+func RepeatedQuery(q map[string][]string, names ...string) error {
+	for _, n := range names {
+		if c := len(q[n]); c > 1 {
+			return BadRequest("query parameter %s is given %d times; give it once", n, c)
+		}
+	}
+	return nil
+}

@@ -207,8 +207,8 @@ func (rt *Route) handleFetch(w http.ResponseWriter, r *http.Request) {
 		defer func() { tw.end(r, rt.opts.Tracer, topic, group) }()
 		w = tw
 	}
-	if len(r.URL.Query()["mode"]) > 1 {
-		rt.fail(w, contract.BadRequest("query parameter mode is given %d times; give it once", len(r.URL.Query()["mode"])))
+	if err := contract.RepeatedQuery(r.URL.Query(), "mode", "max", "wait", "from"); err != nil {
+		rt.fail(w, err)
 		return
 	}
 	mode := r.URL.Query().Get("mode")
