@@ -76,3 +76,21 @@ func TestDelayTTLRoundingAndNullID(t *testing.T) {
 		t.Errorf(`"id": null: %+v, %v; want a generated id`, d, err)
 	}
 }
+
+// A number beyond a 64-bit float's range is refused at publish (Go's
+// encoding/json, the generated client's, could not read the message back);
+// large but representable ones, and tiny ones that round to 0, are taken.
+func TestPublishRefusesNumbersBeyondFloat64(t *testing.T) {
+	now := time.UnixMilli(1_800_000_000_000)
+	for _, c := range []string{`1e400`, `-1E+309`, `{"a":[2e308]}`, `1` + strings.Repeat("0", 309)} {
+		d, err := DecodeMessage([]byte(`{"topic":"t","content":`+c+`}`), now, nil)
+		if err == nil || d.Stored != nil || !strings.Contains(err.Error(), "beyond the range of a 64-bit float") {
+			t.Errorf("content %.40s: %v; want refused", c, err)
+		}
+	}
+	for _, c := range []string{`1e308`, `-1.7976931348623157e308`, `1e-400`, `123456789012345678901234567890`, `1` + strings.Repeat("0", 300)} {
+		if _, err := DecodeMessage([]byte(`{"topic":"t","content":`+c+`}`), now, nil); err != nil {
+			t.Errorf("content %.40s: %v", c, err)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package contract
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -254,14 +256,18 @@ func (s *scanner) digits() int {
 }
 
 func (s *scanner) number() error {
+	start := s.i
 	if s.b[s.i] == '-' {
 		s.i++
 	}
+	intDigits := 0
 	switch {
 	case s.i < len(s.b) && s.b[s.i] == '0':
 		s.i++
-	case s.digits() == 0:
-		return s.fail("invalid number")
+	default:
+		if intDigits = s.digits(); intDigits == 0 {
+			return s.fail("invalid number")
+		}
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
 		s.i++
@@ -277,6 +283,26 @@ func (s *scanner) number() error {
 		if s.digits() == 0 {
 			return s.fail("invalid number: digits expected in exponent")
 		}
+		return s.inRange(start)
+	}
+	if intDigits > 308 {
+		return s.inRange(start)
+	}
+	return nil
+}
+
+// inRange refuses the number b[start:s.i] when it is beyond a 64-bit
+// float's range (about ±1.8e308): most JSON readers, Go's encoding/json
+// and the generated clients among them, cannot decode it, so one stored
+// message would make every page and fetch that holds it unreadable
+// (RFC 8259 section 6; I-JSON, RFC 7493, asks for this range). Checked
+// only for a number with an exponent or over 308 digits.
+func (s *scanner) inRange(start int) error {
+	if s.lenient {
+		return nil // a stored message is read as it is
+	}
+	if f, err := strconv.ParseFloat(string(s.b[start:s.i]), 64); err != nil && math.IsInf(f, 0) {
+		return s.fail("number %s is beyond the range of a 64-bit float (about ±1.8e308), which most JSON readers cannot decode", truncateRunes(string(s.b[start:s.i]), 32))
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -55,17 +57,41 @@ func FuzzValidJSON(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(`[1E1000]`))
+	f.Add([]byte(`{"a":-2e308,"b":1e-999}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := validJSON(b)
 		valid := json.Valid(b) && utf8.Valid(b)
 		tooDeep := valid && nestingDepth(t, b) > maxDepth
-		if want := valid && !tooDeep; (err == nil) != want {
-			t.Fatalf("validJSON(%.80q) = %v; encoding/json+utf8 says valid=%v, nested over %d: %v", b, err, valid, maxDepth, tooDeep)
+		huge := valid && !tooDeep && beyondFloat64(b)
+		if want := valid && !tooDeep && !huge; (err == nil) != want {
+			t.Fatalf("validJSON(%.80q) = %v; encoding/json+utf8 says valid=%v, nested over %d: %v, a number beyond float64: %v", b, err, valid, maxDepth, tooDeep, huge)
 		}
 		if tooDeep && !strings.Contains(err.Error(), "nested deeper") {
 			t.Fatalf("validJSON(%.80q) = %v, want the nesting error", b, err)
 		}
+		if huge && !strings.Contains(err.Error(), "beyond the range of a 64-bit float") {
+			t.Fatalf("validJSON(%.80q) = %v, want the range error", b, err)
+		}
 	})
+}
+
+// beyondFloat64 says whether the valid JSON b holds a number that a
+// 64-bit float cannot hold (strconv.ParseFloat gives ±Inf).
+func beyondFloat64(b []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if n, ok := tok.(json.Number); ok {
+			if f, err := strconv.ParseFloat(string(n), 64); err != nil && math.IsInf(f, 0) {
+				return true
+			}
+		}
+	}
 }
 
 // nestingDepth is the deepest nesting of arrays and objects in b, as
