@@ -62,7 +62,8 @@ type ServerConfig struct {
 	IdleTimeout time.Duration `koanf:"idle-timeout"`
 	// ShutdownTimeout bounds the graceful drain of in-flight requests on
 	// stop; idle connections and connections that have sent no request
-	// are closed at once. Default 30s.
+	// are closed at once, and a publish still receiving its body 1 s after
+	// the stop began is cut (nothing of it stored). Default 30s.
 	ShutdownTimeout time.Duration `koanf:"shutdown-timeout"`
 	// MaxBodyBytes is the largest HTTP request body accepted, batches
 	// included, in bytes; larger bodies get 413. At least 1024. Default 4194304 (4 MiB).

@@ -128,8 +128,10 @@ type Server struct {
 	// Allow header.
 	methods []string
 	// silent are the connections that have sent no whole request header
-	// yet, closed by Stop.
+	// yet, closed by Stop; conns are all of them, so that Stop can cut
+	// publishes whose body stalls (uploadGrace).
 	silent silentConns
+	conns  conns
 }
 
 // New builds the server and its routes; Start listens.
@@ -201,7 +203,13 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		IdleTimeout:       opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
-		ConnState:         s.silent.track,
+		ConnContext:       s.conns.connContext,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			s.silent.track(c, st)
+			if st == http.StateClosed || st == http.StateHijacked {
+				s.conns.drop(c)
+			}
+		},
 	}
 	for _, rt := range routes {
 		if d, ok := rt.(contract.Drainer); ok {
@@ -336,6 +344,7 @@ func (s *Server) Reloaders() []contract.Reloader {
 func (s *Server) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownTimeout)
 	defer cancel()
+	start := time.Now()
 	shut := make(chan error, 1)
 	go func() { shut <- s.srv.Shutdown(ctx) }()
 	tick := time.NewTicker(silentConnPoll)
@@ -345,7 +354,12 @@ func (s *Server) Stop(ctx context.Context) error {
 		select {
 		case err = <-shut:
 			waiting = false
-		case <-tick.C:
+		case now := <-tick.C:
+			if now.Sub(start) >= uploadGrace {
+				if n := s.conns.cutUploads(); n > 0 {
+					s.log.Info("stop: cut publishes still receiving their body", zap.Int("requests", n), zap.Duration("after", now.Sub(start).Round(time.Millisecond)))
+				}
+			}
 			// Shutdown closes the listener first; one accepted just
 			// before that is closed at a later tick.
 			if n := s.silent.closeAll(); n > 0 {
@@ -505,7 +519,10 @@ func (s *Server) publishRequest(w http.ResponseWriter, r *http.Request) (lvl con
 	}
 	lvl, err := ackLevel(r)
 	if err == nil {
+		ci := connOf(r)
+		ci.setReading(true)
 		bp, err = s.readBody(w, r)
+		ci.setReading(false)
 	}
 	if err != nil {
 		s.fail(w, err)

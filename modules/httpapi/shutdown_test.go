@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/mmmq/mmmq/modules/topicqueue"
 )
 
 // startSilent starts a server with the given shutdown timeout and opens a
@@ -115,4 +118,47 @@ func (r slowRoute) Register(m *mux.Router) {
 		<-r.release
 		w.WriteHeader(http.StatusOK)
 	}).Methods(http.MethodGet)
+}
+
+// A publish whose client sent the headers and part of the body, then
+// stalled, is cut uploadGrace after the stop began: the stop succeeds
+// within a 5 s shutdown-timeout (net/http alone waits for the 30 s read
+// timeout, past it), and nothing of it is stored.
+func TestStopCutsAStalledUpload(t *testing.T) {
+	a := newAPI(t, Options{}, topicqueue.Options{})
+	s := New(Options{Addr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second}, a.reg, nil, zaptest.NewLogger(t))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"topic\":"); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the handler is receiving the body.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.conns.mu.Lock()
+		reading := 0
+		for _, ci := range s.conns.m {
+			if ci.reading.Load() {
+				reading++
+			}
+		}
+		s.conns.mu.Unlock()
+		if reading == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the publish never started receiving its body")
+		}
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop with a stalled upload: %v", err)
+	}
+	if l := a.reg.List(); len(l) != 0 {
+		t.Errorf("a cut publish created topic %s", l[0].Name())
+	}
 }
