@@ -244,10 +244,10 @@ func jsonProblem(err error) string {
 		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	case asTypeError(err, &te) && strings.HasPrefix(specField(te.Field), "headers"):
 		return `field "headers" must be a JSON object of strings`
-	case asTypeError(err, &te):
+	case asTypeError(err, &te) && te.Field != "":
 		return fmt.Sprintf("field %q must be a JSON %s", specField(te.Field), contract.JSONKindOf(te.Type.Kind()))
 	}
-	return err.Error()
+	return contract.JSONDecodeText(err)
 }
 
 // specField is the body's field name in a decoder's field path: the body

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -316,6 +318,29 @@ func AppendTTLMessage(dst []byte, topic string, content json.RawMessage, id, key
 	headers = ApplyTrace(headers, TraceContext{})
 	// id "" (not from the producer): encodeStored generates one.
 	return encodeStored(dst, topic, content, ws || len(bytes.TrimSpace(content)) != len(content), id, id != "", key, expiresAt(now, ttl), headers, now), nil
+}
+
+// JSONDecodeText is a request body's decode error (encoding/json's) in
+// words for an API answer: "unknown field", "not valid JSON at byte N",
+// what a field must be; no Go type names. Callers prefix the body's name.
+func JSONDecodeText(err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "the body is empty: send a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the body ends inside its JSON value"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	case errors.As(err, &se):
+		return fmt.Sprintf("not valid JSON at byte %d (%s)", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.As(err, &te) && te.Field == "":
+		return fmt.Sprintf("the body must be a JSON object, not a JSON %s", te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("field %q must be a JSON %s, not a JSON %s", te.Field, JSONKindOf(te.Type.Kind()), te.Value)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 func jsonErrText(err error) string {

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,28 @@ func TestPublishRefusesNumbersBeyondFloat64(t *testing.T) {
 	for _, c := range []string{`1e308`, `-1.7976931348623157e308`, `1e-400`, `123456789012345678901234567890`, `1` + strings.Repeat("0", 300)} {
 		if _, err := DecodeMessage([]byte(`{"topic":"t","content":`+c+`}`), now, nil); err != nil {
 			t.Errorf("content %.40s: %v", c, err)
+		}
+	}
+}
+
+// Decode errors of request bodies are worded for the API: no "json:"
+// prefix, no Go type names.
+func TestJSONDecodeText(t *testing.T) {
+	var v struct {
+		A int `json:"a"`
+	}
+	for body, want := range map[string]string{
+		``:          "the body is empty: send a JSON object",
+		`not json`:  "not valid JSON at byte 2 (invalid character 'o' in literal null (expecting 'u'))",
+		`[]`:        "the body must be a JSON object, not a JSON array",
+		`{"a":"x"}`: `field "a" must be a JSON number, not a JSON string`,
+		`{"b":1}`:   `unknown field "b"`,
+		`{"a":1`:    "the body ends inside its JSON value",
+	} {
+		dec := json.NewDecoder(strings.NewReader(body))
+		dec.DisallowUnknownFields()
+		if got := JSONDecodeText(dec.Decode(&v)); got != want {
+			t.Errorf("%q: %q, want %q", body, got, want)
 		}
 	}
 }

@@ -75,7 +75,7 @@ func ParseSeekTo(raw json.RawMessage) (SeekTarget, error) {
 		dec := json.NewDecoder(bytes.NewReader(to))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&ts); err != nil {
-			return SeekTarget{}, BadRequest("%s: %v", SeekToShape, err)
+			return SeekTarget{}, BadRequest("%s: %s", SeekToShape, JSONDecodeText(err))
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 			return SeekTarget{}, BadRequest("%s: data after the timestamp object", SeekToShape)

@@ -99,7 +99,7 @@ func decodeStrict(data []byte, v any) error {
 			}
 			return fmt.Errorf("field %q: a JSON %s where a %s belongs", te.Field, got, contract.JSONKindOf(te.Type.Kind()))
 		}
-		return err
+		return errors.New(contract.JSONDecodeText(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("data after the JSON object")
