@@ -340,9 +340,23 @@ func (s *Scheduler) Open() error {
 		}
 		s.log.Warn("scheduled messages: finished a topic deletion interrupted by a crash", zap.String("topic", t), zap.Int("scheduled-dropped", n))
 	}
+	if total := s.pendingTotalLocked(); total > 0 {
+		s.log.Info("scheduled messages: pending ones recovered", zap.Int("pending", total),
+			zap.Int("topics", len(s.pending)), zap.Int("bucket-files", len(s.sizes)))
+	}
 	s.startFlusher()
 	s.running = true
 	return nil
+}
+
+// pendingTotalLocked is the pending messages of every topic; s.mu is held
+// or the scheduler is not yet running.
+func (s *Scheduler) pendingTotalLocked() int {
+	n := 0
+	for _, c := range s.pending {
+		n += c
+	}
+	return n
 }
 
 // countPath scans one bucket file, cuts a torn tail (truncate, fsync) and
@@ -701,9 +715,5 @@ func (s *Scheduler) Pending(topic string) int {
 func (s *Scheduler) PendingTotal() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for _, c := range s.pending {
-		n += c
-	}
-	return n
+	return s.pendingTotalLocked()
 }

@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/mmmq/mmmq/modules/contract"
 	"github.com/mmmq/mmmq/modules/storage/vfs"
@@ -171,5 +174,27 @@ func TestStuckTopicRealMover(t *testing.T) {
 	t.Logf("good topic's message %v late behind a stuck topic", got[0].at.Sub(due))
 	if s.Pending("bad") != 1 {
 		t.Errorf("stuck message not pending: %d", s.Pending("bad"))
+	}
+}
+
+// A start with pending scheduled messages says how many it recovered.
+func TestOpenLogsRecoveredPending(t *testing.T) {
+	clk := &fakeClock{t: base()}
+	fs := vfs.NewMem()
+	s, _ := newTest(t, fs, clk, nil)
+	for i := range 3 {
+		if _, err := s.Schedule(context.Background(), []string{"a", "b", "a"}[i], msg(i), base().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	again := New(Options{FS: fs, Dir: "data/.scheduled", BucketWidth: time.Second, Now: clk.Now, Logger: zap.New(core)}, &recTarget{now: clk.Now})
+	if err := again.Open(); err != nil {
+		t.Fatal(err)
+	}
+	stopAtEnd(t, again)
+	got := logs.FilterMessage("scheduled messages: pending ones recovered").All()
+	if len(got) != 1 || got[0].ContextMap()["pending"] != int64(3) || got[0].ContextMap()["topics"] != int64(2) {
+		t.Fatalf("log lines %v; want one saying 3 pending over 2 topics", logs.All())
 	}
 }
