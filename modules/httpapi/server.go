@@ -127,11 +127,10 @@ type Server struct {
 	// methods are the methods the routes name: the candidates of a 405's
 	// Allow header.
 	methods []string
-	// silent are the connections that have sent no whole request header
-	// yet, closed by Stop; conns are all of them, so that Stop can cut
-	// publishes whose body stalls (uploadGrace).
-	silent silentConns
-	conns  conns
+	// conns are the open connections: Stop closes those that have sent no
+	// whole request header yet and cuts publishes whose body stalls
+	// (uploadGrace).
+	conns conns
 }
 
 // New builds the server and its routes; Start listens.
@@ -204,12 +203,7 @@ func New(opts Options, reg *topicqueue.Registry, ready Readiness, log *zap.Logge
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
 		ConnContext:       s.conns.connContext,
-		ConnState: func(c net.Conn, st http.ConnState) {
-			s.silent.track(c, st)
-			if st == http.StateClosed || st == http.StateHijacked {
-				s.conns.drop(c)
-			}
-		},
+		ConnState:         s.conns.track,
 	}
 	for _, rt := range routes {
 		if d, ok := rt.(contract.Drainer); ok {
@@ -340,7 +334,7 @@ func (s *Server) Reloaders() []contract.Reloader {
 // ShutdownTimeout, for in-flight requests (publishes included) to finish;
 // then it closes what remains and returns the deadline's error. Idle
 // keep-alive connections are closed at once, and so are connections that
-// have sent no whole request header (see silentConns).
+// have sent no whole request header (see conns).
 func (s *Server) Stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.ShutdownTimeout)
 	defer cancel()
@@ -362,7 +356,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			}
 			// Shutdown closes the listener first; one accepted just
 			// before that is closed at a later tick.
-			if n := s.silent.closeAll(); n > 0 {
+			if n := s.conns.closeSilent(); n > 0 {
 				s.log.Debug("closed connections that sent no request", zap.Int("connections", n))
 			}
 		}

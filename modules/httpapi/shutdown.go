@@ -10,64 +10,9 @@ import (
 )
 
 // silentConnPoll is how often Stop closes the connections that have sent
-// nothing (see silentConns) while it waits for in-flight requests.
+// nothing, and checks for stalled uploads, while it waits for in-flight
+// requests.
 const silentConnPoll = 50 * time.Millisecond
-
-// silentConns tracks the connections in http.StateNew: accepted, no
-// whole request header read yet. http.Server.Shutdown closes idle
-// keep-alive connections at once but waits up to 5 s for one of these,
-// though it would not serve a request read from it once shutting down
-// (net/http drops it): a client's connection pool dialling ahead, a load
-// balancer's TCP health check or a port scanner would hold every stop for
-// 5 s and, with server.shutdown-timeout at 5 s or less, make it fail.
-// Stop closes them like idle ones. The track method is the server's
-// ConnState hook; a request on a connection already seen costs one atomic
-// load.
-type silentConns struct {
-	n  atomic.Int64 // len(m), read without the lock
-	mu sync.Mutex
-	m  map[net.Conn]time.Time // accept time
-}
-
-// track is an http.Server ConnState hook. A connection leaves StateNew
-// for StateActive, StateClosed or StateHijacked, never for StateIdle.
-func (s *silentConns) track(c net.Conn, st http.ConnState) {
-	switch st {
-	case http.StateNew:
-		s.mu.Lock()
-		if s.m == nil {
-			s.m = map[net.Conn]time.Time{}
-		}
-		s.m[c] = time.Now()
-		s.n.Store(int64(len(s.m)))
-		s.mu.Unlock()
-	case http.StateIdle:
-	default:
-		if s.n.Load() == 0 {
-			return
-		}
-		s.mu.Lock()
-		delete(s.m, c)
-		s.n.Store(int64(len(s.m)))
-		s.mu.Unlock()
-	}
-}
-
-// closeAll closes every tracked connection and returns how many it
-// closed. The server then sees each one closed (StateClosed), which
-// removes it.
-func (s *silentConns) closeAll() int {
-	s.mu.Lock()
-	conns := make([]net.Conn, 0, len(s.m))
-	for c := range s.m {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	return len(conns)
-}
 
 // uploadGrace is how long, once Stop has begun, a publish may go on
 // receiving its request body. A client that sent the headers and part of
@@ -79,56 +24,98 @@ func (s *silentConns) closeAll() int {
 const uploadGrace = time.Second
 
 // connInfo is what the server keeps of one connection: the connection,
-// and whether a publish is receiving its body on it now.
+// whether it has sent no whole request header yet (silent), and whether a
+// publish is receiving its body on it now (reading).
 type connInfo struct {
 	conn    net.Conn
+	silent  atomic.Bool
 	reading atomic.Bool
 }
 
 type connInfoKey struct{}
 
-// conns are the server's open connections, by the ConnContext hook (add)
-// and the ConnState hook (drop), so that Stop can cut stalled uploads.
+// conns are the server's open connections, recorded by the ConnContext
+// hook and forgotten by the ConnState hook, so that Stop can close the
+// silent ones and cut stalled uploads.
+//
+// Silent connections are those in http.StateNew: accepted, no whole
+// request header read yet. http.Server.Shutdown closes idle keep-alive
+// connections at once but waits up to 5 s for one of these, though it
+// would not serve a request read from it once shutting down (net/http
+// drops it): a client's connection pool dialling ahead, a load balancer's
+// TCP health check or a port scanner would hold every stop for 5 s and,
+// with server.shutdown-timeout at 5 s or less, make it fail. Stop closes
+// them like idle ones.
 type conns struct {
-	mu sync.Mutex
-	m  map[net.Conn]*connInfo
+	silentN atomic.Int64 // connections with silent set, read without the lock
+	mu      sync.Mutex
+	m       map[net.Conn]*connInfo
 }
 
-// connContext is an http.Server ConnContext hook: it records c and hands
-// its connInfo to the requests made on it.
+// connContext is an http.Server ConnContext hook (it runs just before the
+// connection's StateNew): it records c, silent, and hands its connInfo to
+// the requests made on it.
 func (cs *conns) connContext(ctx context.Context, c net.Conn) context.Context {
 	ci := &connInfo{conn: c}
+	ci.silent.Store(true)
 	cs.mu.Lock()
 	if cs.m == nil {
 		cs.m = map[net.Conn]*connInfo{}
 	}
 	cs.m[c] = ci
 	cs.mu.Unlock()
+	cs.silentN.Add(1)
 	return context.WithValue(ctx, connInfoKey{}, ci)
 }
 
-// drop forgets a closed or hijacked connection.
-func (cs *conns) drop(c net.Conn) {
+// track is an http.Server ConnState hook. A connection leaves StateNew for
+// StateActive, StateClosed or StateHijacked (never StateIdle); closed and
+// hijacked ones are forgotten. A request on a connection already seen
+// costs one atomic load while no connection is silent.
+func (cs *conns) track(c net.Conn, st http.ConnState) {
+	gone := st == http.StateClosed || st == http.StateHijacked
+	if st == http.StateNew || st == http.StateIdle || !gone && cs.silentN.Load() == 0 {
+		return
+	}
 	cs.mu.Lock()
-	delete(cs.m, c)
+	ci := cs.m[c]
+	if gone {
+		delete(cs.m, c)
+	}
 	cs.mu.Unlock()
+	if ci != nil && ci.silent.CompareAndSwap(true, false) {
+		cs.silentN.Add(-1)
+	}
+}
+
+// closeSilent closes every silent connection and returns how many it
+// closed. The server then sees each one closed (StateClosed), which
+// forgets it.
+func (cs *conns) closeSilent() int {
+	return cs.each(func(ci *connInfo) bool { return ci.silent.Load() }, func(c net.Conn) { _ = c.Close() })
+}
+
+// each calls do, outside the lock, for every connection whose info match
+// reports, and returns how many.
+func (cs *conns) each(match func(*connInfo) bool, do func(net.Conn)) int {
+	cs.mu.Lock()
+	var picked []net.Conn
+	for c, ci := range cs.m {
+		if match(ci) {
+			picked = append(picked, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range picked {
+		do(c)
+	}
+	return len(picked)
 }
 
 // cutUploads ends the body reads under way now (a read deadline in the
 // past) and returns how many.
 func (cs *conns) cutUploads() int {
-	cs.mu.Lock()
-	var cut []net.Conn
-	for c, ci := range cs.m {
-		if ci.reading.Load() {
-			cut = append(cut, c)
-		}
-	}
-	cs.mu.Unlock()
-	for _, c := range cut {
-		_ = c.SetReadDeadline(time.Now())
-	}
-	return len(cut)
+	return cs.each(func(ci *connInfo) bool { return ci.reading.Load() }, func(c net.Conn) { _ = c.SetReadDeadline(time.Now()) })
 }
 
 // connOf is r's connection as the server's hooks recorded it; nil for a

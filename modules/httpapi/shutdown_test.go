@@ -31,7 +31,7 @@ func startSilent(t *testing.T, shutdown time.Duration) (*Server, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	for deadline := time.Now().Add(10 * time.Second); s.silent.n.Load() == 0; {
+	for deadline := time.Now().Add(10 * time.Second); s.conns.silentN.Load() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the server never saw the connection")
 		}
@@ -82,7 +82,7 @@ func TestStopClosesSilentConnectionsWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); s.silent.n.Load() == 0; {
+	for deadline := time.Now().Add(10 * time.Second); s.conns.silentN.Load() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the server never saw the connection")
 		}
