@@ -764,23 +764,18 @@ func (s *Server) handleRead(w http.ResponseWriter, r *http.Request) {
 		contract.WriteError(w, http.StatusNotFound, contract.CodeNotFound, fmt.Sprintf("topic %q does not exist", name))
 		return
 	}
-	var rp *repeatedParam
+	if err := contract.RepeatedQuery(r.URL.Query(), "offset", "limit"); err != nil {
+		s.fail(w, err)
+		return
+	}
 	offset, err := queryInt(r, "offset", 0)
 	if err != nil || offset < 0 {
-		msg := "query parameter offset must be an integer >= 0"
-		if errors.As(err, &rp) {
-			msg = rp.Error()
-		}
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, msg)
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, "query parameter offset must be an integer >= 0")
 		return
 	}
 	limit, err := queryInt(r, "limit", 100)
 	if err != nil || limit < 1 || limit > maxReadLimit {
-		msg := fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit)
-		if errors.As(err, &rp) {
-			msg = rp.Error()
-		}
-		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, msg)
+		contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter limit must be an integer in 1..%d", maxReadLimit))
 		return
 	}
 	hw := q.HighWatermark()
@@ -899,26 +894,12 @@ func writeReadPage(w http.ResponseWriter, topic string, items []readItem, next, 
 	_ = js.Close()
 }
 
-// repeatedParam is queryInt's error for a parameter given more than once
-// (which one was meant is not ours to guess).
-type repeatedParam struct {
-	key string
-	n   int
-}
-
-func (e *repeatedParam) Error() string {
-	return fmt.Sprintf("query parameter %s is given %d times; give it once", e.key, e.n)
-}
-
-// queryInt is the integer query parameter key, def when absent; given more
-// than once it is a *repeatedParam.
+// queryInt is the integer query parameter key, def when absent (the
+// caller refuses a repeated one first: contract.RepeatedQuery).
 func queryInt(r *http.Request, key string, def int64) (int64, error) {
-	vs := r.URL.Query()[key]
-	if len(vs) > 1 {
-		return 0, &repeatedParam{key, len(vs)}
-	}
-	if len(vs) == 0 || vs[0] == "" {
+	v := r.URL.Query().Get(key)
+	if v == "" {
 		return def, nil
 	}
-	return strconv.ParseInt(vs[0], 10, 64)
+	return strconv.ParseInt(v, 10, 64)
 }

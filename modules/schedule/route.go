@@ -72,12 +72,9 @@ func (rt *Route) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	for _, name := range []string{"limit", "after", "content"} {
-		if n := len(q[name]); n > 1 {
-			// Which one the client meant is not ours to guess.
-			contract.WriteError(w, http.StatusBadRequest, contract.CodeBadRequest, fmt.Sprintf("query parameter %s is given %d times; give it once", name, n))
-			return
-		}
+	if err := contract.RepeatedQuery(q, "limit", "after", "content"); err != nil {
+		contract.WriteErr(w, err)
+		return
 	}
 	o := ListOptions{Limit: ListDefaultLimit, MaxBytes: ListMaxContentSize}
 	if v := q.Get("limit"); v != "" {
